@@ -1,0 +1,316 @@
+"""The 4-d BDHW Array: a buffer, an element offset, shape, element strides, dtype and device.
+
+The buffer is a NumPy array on the CPU (a numba device array on CUDA) of shape
+``(n, *element_shape)``: one row per element, so element ``e`` is ``buffer[e]`` whatever the
+element type. ``offset`` is the index of element ``[0, 0, 0, 0]``. Views share the buffer; every
+layout decision is delegated to :mod:`noa_core.layout`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from noa_core import dtypes, layout
+from noa_core.errors import DeviceError, LayoutError, ReshapeError, ShapeError, StrideError
+from noa_core.layout import Shape4, Strides4
+
+DEVICES = ("cpu", "cuda")
+
+
+def as_device(device: str) -> str:
+    name = str(device).lower()
+    if name not in DEVICES:
+        raise DeviceError(f"unknown device {device!r}; expected 'cpu' or 'cuda'")
+    return name
+
+
+class Array:
+    """A 4-d BDHW array. Create one with :func:`empty`, :func:`zeros`, :func:`asarray`, ..."""
+
+    __slots__ = ("_buffer", "_offset", "_shape", "_strides", "_dtype", "_device", "__weakref__")
+
+    def __init__(self, buffer: Any, offset: int, shape: Sequence[int], strides: Sequence[int],
+                 dtype: np.dtype, device: str = "cpu") -> None:
+        shape4 = layout.as_shape4(shape)
+        if len(tuple(shape)) != 4:
+            raise ShapeError(f"Array needs a 4-d shape, got {tuple(shape)}; use noa_core.asarray to pad")
+        strides4 = layout.check_strides(shape4, strides)
+        extent = layout.memory_extent(shape4, strides4)
+        if offset < 0 or (extent and offset + extent > buffer.shape[0]):
+            raise StrideError(
+                f"shape {shape4} with strides {strides4} at offset {offset} reaches past the end of a "
+                f"buffer of {buffer.shape[0]} elements"
+            )
+        self._buffer = buffer
+        self._offset = int(offset)
+        self._shape: Shape4 = shape4
+        self._strides: Strides4 = strides4
+        self._dtype = dtype
+        self._device = as_device(device)
+
+    # -- description -----------------------------------------------------------------------------
+
+    @property
+    def buffer(self) -> Any:
+        """The memory shared by every view: shape ``(n, *element_shape)``."""
+        return self._buffer
+
+    @property
+    def offset(self) -> int:
+        """Index in :attr:`buffer` of element ``[0, 0, 0, 0]``."""
+        return self._offset
+
+    @property
+    def shape(self) -> Shape4:
+        return self._shape
+
+    @property
+    def strides(self) -> Strides4:
+        """Strides in elements (NumPy counts bytes)."""
+        return self._strides
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The element type; a subarray dtype for vector and matrix elements."""
+        return self._dtype
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @property
+    def element_shape(self) -> tuple[int, ...]:
+        """Shape of one element: ``()`` for scalars, ``(4, 4)`` for 4x4 matrices."""
+        return dtypes.element_shape_of(self._dtype)
+
+    @property
+    def size(self) -> int:
+        """Number of elements (BDHW)."""
+        return layout.element_count(self._shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Logical size in bytes: elements times item size (a broadcast view counts every element)."""
+        return self.size * self._dtype.itemsize
+
+    @property
+    def ndim(self) -> int:
+        """3 if D > 1, else 2 if H > 1 and W > 1, else 1; the batch is ignored."""
+        return layout.ndim(self._shape)
+
+    @property
+    def kind(self) -> str:
+        """'image', 'image stack', 'volume' or 'volume stack'."""
+        return layout.kind(self._shape)
+
+    @property
+    def order(self) -> str:
+        """'C', 'F' or 'strided'."""
+        return layout.order_of(self._shape, self._strides)
+
+    @property
+    def writable(self) -> bool:
+        """False for read-only buffers (e.g. memory-mapped inputs) and broadcast views."""
+        if layout.is_broadcast(self._shape, self._strides):
+            return False
+        flags = getattr(self._buffer, "flags", None)
+        return bool(flags is None or flags.writeable)
+
+    def are_contiguous(self, order: str = "C") -> bool:
+        return layout.are_contiguous(self._shape, self._strides, order)
+
+    def is_contiguous(self, order: str = "C") -> tuple[bool, bool, bool, bool]:
+        return layout.is_contiguous(self._shape, self._strides, order)
+
+    def __repr__(self) -> str:
+        element = f", element_shape={self.element_shape}" if self.element_shape else ""
+        return (
+            f"Array(shape={self._shape}, strides={self._strides}, dtype={dtypes.base_of(self._dtype)}{element}, "
+            f"device={self._device}, order={self.order}, kind={self.kind!r})"
+        )
+
+    # -- views -------------------------------------------------------------------------------------
+
+    def _view(self, offset: int, shape: Shape4, strides: Strides4) -> Array:
+        return Array(self._buffer, offset, shape, strides, self._dtype, self._device)
+
+    def permute(self, perm: Sequence[int]) -> Array:
+        """A view with the axes reordered: ``out.shape[i] == self.shape[perm[i]]``."""
+        perm4 = layout.check_permutation(perm)
+        return self._view(self._offset, layout.permute(self._shape, perm4), layout.permute(self._strides, perm4))
+
+    def broadcast(self, shape: Sequence[int]) -> Array:
+        """A read-only view where size-1 dimensions grow to ``shape`` (stride 0)."""
+        target = layout.as_shape4(shape)
+        return self._view(self._offset, target, layout.broadcast_strides(self._shape, self._strides, target))
+
+    def __getitem__(self, key) -> Array:
+        """Slicing that keeps 4 dimensions: an integer index leaves a size-1 dimension."""
+        offset, shape, strides = layout.slice_view(self._shape, self._strides, key)
+        return self._view(self._offset + offset, shape, strides)
+
+    def reshape(self, shape: int | Sequence[int], *, allow_copy: bool = False) -> Array:
+        """A view with a new shape (C order over BDHW; one -1 is inferred).
+
+        When the strides do not allow a view, raise ReshapeError, or with ``allow_copy=True`` reshape
+        a C-contiguous copy.
+        """
+        new_shape = layout.infer_shape(self.size, shape)
+        strides = layout.reshape_strides(self._shape, self._strides, new_shape)
+        if strides is not None:
+            return self._view(self._offset, new_shape, strides)
+        if not allow_copy:
+            raise ReshapeError(
+                f"cannot reshape shape {self._shape} with strides {self._strides} into {new_shape} without "
+                "a copy; pass allow_copy=True or copy() first"
+            )
+        return self.copy("C").reshape(new_shape)
+
+    # -- copies --------------------------------------------------------------------------------------
+
+    def copy(self, order: str = "C") -> Array:
+        """A new packed array in 'C' or 'F' order ('K' keeps F for F arrays, C otherwise)."""
+        out = empty(self._shape, self._dtype, resolve_copy_order(self, order), self._device)
+        np.copyto(out.numpy(), self.numpy())
+        return out
+
+    def permute_copy(self, perm: Sequence[int]) -> Array:
+        """A new C-contiguous array holding ``self.permute(perm)``."""
+        return self.permute(perm).copy("C")
+
+    def to(self, device: str) -> Array:
+        """This array on ``device`` ('cpu' or 'cuda'): itself if already there, else a copy."""
+        target = as_device(device)
+        if target == self._device:
+            return self
+        from noa_core import devices
+
+        return devices.transfer(self, target)
+
+    # -- NumPy interop -------------------------------------------------------------------------------
+
+    def numpy(self) -> np.ndarray:
+        """A NumPy view sharing memory (shape ``(B, D, H, W, *element_shape)``, byte strides).
+
+        Broadcast views come back read-only, like ``numpy.broadcast_to``.
+        """
+        if self._device != "cpu":
+            raise DeviceError(f"array is on {self._device}; call .to('cpu') before viewing it with NumPy")
+        buf = self._buffer
+        byte_strides = tuple(s * self._dtype.itemsize for s in self._strides) + buf.strides[1:]
+        return as_strided(buf[self._offset:], shape=self._shape + buf.shape[1:], strides=byte_strides,
+                          writeable=self.writable)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        if copy:
+            out = np.array(self.numpy(), dtype=dtype, copy=True)
+            return out
+        view = self.numpy()
+        if dtype is not None and np.dtype(dtype) != view.dtype:
+            if copy is False:
+                raise ValueError(f"cannot view {view.dtype} as {dtype} without a copy")
+            return view.astype(dtype)
+        return view
+
+
+def resolve_copy_order(array: Array, order: str) -> str:
+    """'K' keeps F for arrays packed in F order (and not C), C otherwise; 'C' and 'F' pass through."""
+    if str(order).upper() == "K":
+        return "F" if array.order == "F" else "C"
+    return layout.as_order(order)
+
+
+# ---------------------------------------------------------------------------------------------
+# Factories
+# ---------------------------------------------------------------------------------------------
+
+
+def _allocate(count: int, dt: np.dtype) -> np.ndarray:
+    return np.empty((count,) + dtypes.element_shape_of(dt), dtype=dtypes.base_of(dt))
+
+
+def empty(shape: int | Sequence[int], dtype="float32", order: str = "C", device: str = "cpu") -> Array:
+    """A new uninitialised array, packed in 'C' or 'F' order."""
+    shape4 = layout.as_shape4(shape)
+    dt = dtypes.element_dtype(dtype)
+    if as_device(device) != "cpu":
+        return empty(shape4, dt, order).to(device)
+    buffer = _allocate(layout.element_count(shape4), dt)
+    return Array(buffer, 0, shape4, layout.strides_for(shape4, order), dt)
+
+
+def full(shape: int | Sequence[int], value, dtype="float32", order: str = "C", device: str = "cpu") -> Array:
+    out = empty(shape, dtype, order)
+    out.buffer[...] = value
+    return out if as_device(device) == "cpu" else out.to(device)
+
+
+def zeros(shape: int | Sequence[int], dtype="float32", order: str = "C", device: str = "cpu") -> Array:
+    return full(shape, 0, dtype, order, device)
+
+
+def ones(shape: int | Sequence[int], dtype="float32", order: str = "C", device: str = "cpu") -> Array:
+    return full(shape, 1, dtype, order, device)
+
+
+def arange(shape: int | Sequence[int], start=0, step=1, dtype="float32", device: str = "cpu") -> Array:
+    """A C-contiguous array whose elements, in C order, are ``start, start + step, ...``."""
+    shape4 = layout.as_shape4(shape)
+    dt = dtypes.scalar_dtype(dtype)
+    count = layout.element_count(shape4)
+    buffer = (start + step * np.arange(count, dtype=np.float64 if dt.kind in "fc" else np.int64)).astype(dt)
+    out = Array(buffer, 0, shape4, layout.strides_for(shape4, "C"), dt)
+    return out if as_device(device) == "cpu" else out.to(device)
+
+
+def asarray(obj, dtype=None, device: str = "cpu") -> Array:
+    """An Array from an Array, a NumPy array or anything NumPy accepts.
+
+    NumPy arrays are shared, not copied, when their dtype is supported, in native byte order and
+    equal to ``dtype`` (if given): byte strides become element strides. Lower-rank input is padded on
+    the left to BDHW. With a vector or matrix ``dtype``, the trailing dimensions of the input are the
+    element shape.
+    """
+    if isinstance(obj, Array):
+        if dtype is not None and dtypes.element_dtype(dtype) != obj.dtype:
+            return asarray(obj.to("cpu").numpy(), dtype, device)
+        return obj if obj.device == as_device(device) else obj.to(device)
+
+    x = obj if isinstance(obj, np.ndarray) else np.asarray(obj)
+    if dtype is None:
+        dt = dtypes.element_dtype(x.dtype.newbyteorder("=") if x.dtype.byteorder not in "=|" else x.dtype)
+    else:
+        dt = dtypes.element_dtype(dtype)
+    base, element_shape = dtypes.base_of(dt), dtypes.element_shape_of(dt)
+    if x.dtype != base:
+        x = x.astype(base)  # a conversion (or a byte swap) cannot be shared
+    if element_shape:
+        if x.shape[x.ndim - len(element_shape):] != element_shape or x.ndim < len(element_shape):
+            raise ShapeError(f"array of shape {x.shape} does not end with the element shape {element_shape} of {dt}")
+        if x.strides[x.ndim - len(element_shape):] != np.empty(element_shape, base).strides:
+            x = np.ascontiguousarray(x)  # elements are stored packed; a strided element needs a copy
+    outer_ndim = x.ndim - len(element_shape)
+    shape4 = layout.as_shape4(x.shape[:outer_ndim])
+    itemsize = dt.itemsize
+    byte_strides = (0,) * (4 - outer_ndim) + x.strides[:outer_ndim]
+    misaligned = [s for s in byte_strides if s % itemsize]
+    if misaligned:
+        raise StrideError(
+            f"NumPy strides {x.strides} (bytes) are not multiples of the {itemsize}-byte element size of {dt}; "
+            "copy the array first (numpy.ascontiguousarray)"
+        )
+    strides4 = layout.check_strides(shape4, tuple(s // itemsize for s in byte_strides))
+    strides4 = tuple(s if n != 1 else p for n, s, p in zip(shape4, strides4, layout.strides_for(shape4)))
+    extent = layout.memory_extent(shape4, strides4)
+    buffer = as_strided(x, shape=(extent,) + element_shape, strides=(itemsize,) + x.strides[outer_ndim:],
+                        writeable=x.flags.writeable)
+    out = Array(buffer, 0, shape4, strides4, dt)
+    return out if as_device(device) == "cpu" else out.to(device)
