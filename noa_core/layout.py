@@ -158,8 +158,11 @@ def memory_extent(shape: Shape4, strides: Strides4) -> int:
 
 
 def is_broadcast(shape: Shape4, strides: Strides4) -> bool:
-    """True when some dimension of size > 1 has stride 0 (writing through it would race)."""
-    return any(n > 1 and s == 0 for n, s in zip(shape, strides))
+    """True when some dimension of size > 1 has stride 0 (writing through it would race).
+
+    Empty arrays are never broadcast: nothing is written through them.
+    """
+    return element_count(shape) > 0 and any(n > 1 and s == 0 for n, s in zip(shape, strides))
 
 
 # ---------------------------------------------------------------------------------------------
