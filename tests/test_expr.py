@@ -1,0 +1,81 @@
+"""The expression language: what it refuses, and that its numba and NumPy forms agree."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from noa_core.expr import ExpressionError, compile_expression
+
+EXPRESSIONS = [
+    ("a * b", lambda a, b: a * b),
+    ("a / b - 1", lambda a, b: a / b - 1),
+    ("(a + 2) ** 2 % 7", lambda a, b: (a + 2) ** 2 % 7),
+    ("-a // 3 + b", lambda a, b: -a // 3 + b),
+    ("where(a > b, sqrt(abs(a)), exp(b / 100))", lambda a, b: np.where(a > b, np.sqrt(np.abs(a)), np.exp(b / 100))),
+    ("clip(a, -1, 1) * max(a, b) + min(a, b)", lambda a, b: np.clip(a, -1, 1) * np.maximum(a, b) + np.minimum(a, b)),
+    ("floor(a) + ceil(b) + sin(a) * cos(b) + tan(a / 1000)",
+     lambda a, b: np.floor(a) + np.ceil(b) + np.sin(a) * np.cos(b) + np.tan(a / 1000)),
+    ("log(abs(a) + 1) + log10(abs(b) + 1)", lambda a, b: np.log(np.abs(a) + 1) + np.log10(np.abs(b) + 1)),
+    ("a if 0 < a < b else pi * e", lambda a, b: np.where((0 < a) & (a < b), a, np.pi * np.e)),
+    ("not a or b > 0 and a != b", lambda a, b: np.logical_not(a) | ((b > 0) & (a != b))),
+]
+
+
+@pytest.mark.parametrize("text,reference", EXPRESSIONS, ids=[t for t, _ in EXPRESSIONS])
+@settings(max_examples=25, deadline=None)
+@given(st.floats(-50, 50, allow_nan=False), st.floats(-50, 50, allow_nan=False))
+def test_numba_and_numpy_forms_agree_with_a_reference(text, reference, a, b):
+    expression = compile_expression(text, 2)
+    x, y = np.array([a]), np.array([b])
+    with np.errstate(all="ignore"):
+        expected = reference(x, y)
+    assert np.allclose(expression.evaluate_numpy(x, y), expected, equal_nan=True)
+    assert np.allclose(expression.numba_function()(a, b), expected[0], equal_nan=True, rtol=1e-12)
+
+
+def test_result_dtype_follows_numpy_promotion():
+    f32, i16, u8 = np.dtype("float32"), np.dtype("int16"), np.dtype("uint8")
+    assert compile_expression("a * b", 2).result_dtype([f32, f32]) == f32
+    assert compile_expression("a * 2.5", 1).result_dtype([f32]) == f32  # Python constants are weak
+    assert compile_expression("a + b", 2).result_dtype([i16, u8]) == i16
+    assert compile_expression("a / b", 2).result_dtype([i16, i16]) == np.float64
+    assert compile_expression("a > 3", 1).result_dtype([u8]) == np.bool_
+    # Both branches count, whichever one a sample would take.
+    assert compile_expression("where(a > 0, sqrt(a), a)", 1).result_dtype([i16]) == f32
+
+
+def test_division_by_zero_follows_numpy():
+    function = compile_expression("a / b", 2).numba_function()
+    assert function(1.0, 0.0) == np.inf and np.isnan(function(0.0, 0.0))
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ('__import__("os").system("true")', "is not allowed"),
+        ('__import__("os")', "unknown function '__import__'"),
+        ("a.real", "'a.real' is not allowed"),
+        ("a[0]", "'a[0]' is not allowed"),
+        ("open", "unknown name 'open'"),
+        ("b * 2", "uses input 'b', but only 1 input"),
+        ("foo(a)", "unknown function 'foo'"),
+        ("sqrt(a, a)", "takes 1 argument"),
+        ("a +", "is not valid"),
+        ("lambda: a", "is not allowed"),
+        ("'text'", "is not allowed"),
+        ("[x for x in a]", "is not allowed"),
+        ("sqrt(x=a)", "is not allowed"),
+        ("(a := 3)", "is not allowed"),
+    ],
+)
+def test_refused_expressions(text, message):
+    with pytest.raises(ExpressionError, match=message.replace("(", r"\(").replace("[", r"\[")):
+        compile_expression(text, 1)
+
+
+def test_limits():
+    with pytest.raises(ExpressionError, match="1 to 26 inputs"):
+        compile_expression("a", 0)
+    with pytest.raises(ExpressionError, match="limit is 2000"):
+        compile_expression("a + " * 600 + "a", 1)
