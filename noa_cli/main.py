@@ -1,0 +1,287 @@
+"""The ``noa`` command: parse arguments, call :mod:`noa_core.ops`, report.
+
+No array logic lives here. Heavy modules (numba, mrcfile, tifffile) are imported inside the
+commands so that ``noa --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import click
+import typer
+
+from noa_cli import report
+
+app = typer.Typer(
+    name="noa",
+    help="Reshape, reorder and convert MRC and TIFF image stacks as 4-d BDHW arrays.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# -- options shared by the commands ---------------------------------------------------------------
+
+Force = Annotated[bool, typer.Option("--force", "-f", help="Overwrite existing outputs.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors; no progress bar.")]
+Device = Annotated[str, typer.Option("--device", help="Where kernels run: cpu or cuda.")]
+AsStack = Annotated[
+    Optional[bool],
+    typer.Option("--as-stack/--as-volume", help="Read an ambiguous MRC file as an image stack or as a volume."),
+]
+Series = Annotated[Optional[int], typer.Option("--series", min=0, help="TIFF series to read (default 0).")]
+OutDir = Annotated[
+    Optional[Path],
+    typer.Option("--out-dir", help="Treat every PATH as an input and write each result into this folder (batch)."),
+]
+Paths = Annotated[list[Path], typer.Argument(help="IN OUT, or several inputs with --out-dir.", show_default=False)]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from noa_core import __version__
+
+        typer.echo(f"noa {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of internal errors.")] = False,
+) -> None:
+    """noa: reshape, reorder and convert MRC and TIFF stacks (BDHW: batch, depth, height, width).
+
+    Example: noa permute movie.mrc movie_t.mrc --axes 0,1,3,2
+    """
+
+
+def _read_options(as_stack: Optional[bool], series: Optional[int]):
+    from noa_core.ops import ReadOptions
+
+    return ReadOptions(as_stack=as_stack, series=series)
+
+
+def _pairs(paths: list[Path], out_dir: Optional[Path], suffix: Optional[str] = None) -> list[tuple[Path, Path]]:
+    """(input, output) pairs: IN OUT, or every path into --out-dir (keeping names, maybe a new suffix)."""
+    if out_dir is None:
+        if len(paths) != 2:
+            raise click.UsageError(f"expected IN OUT (2 paths), got {len(paths)}; use --out-dir for several inputs")
+        return [(paths[0], paths[1])]
+    if not paths:
+        raise click.UsageError("--out-dir needs at least one input")
+    return [(p, out_dir / (p.name if suffix is None else _with_suffix(p, suffix))) for p in paths]
+
+
+def _with_suffix(path: Path, suffix: str) -> str:
+    from noa_core.io import strip_image_suffix
+
+    return strip_image_suffix(path.name) + suffix
+
+
+def _run_batch(pairs: list[tuple[Path, Path]], action, quiet: bool) -> None:
+    """Run ``action(src, dst, progress)`` for each pair; one failure does not stop the others."""
+    from noa_core.errors import NoaError
+
+    failures = []
+    for src, dst in pairs:
+        with report.progress(f"{src.name} -> {dst.name}", quiet) as progress:
+            try:
+                notices = action(src, dst, progress)
+            except (NoaError, OSError) as exc:
+                if len(pairs) == 1:
+                    raise
+                failures.append((src, exc))
+                report.error(f"{src}: {report.one_line(exc)}")
+                continue
+        report.notices(notices, quiet)
+        report.done(f"wrote {dst}", quiet)
+    if failures:
+        raise report.BatchFailed(f"{len(failures)} of {len(pairs)} inputs failed")
+
+
+# -- commands --------------------------------------------------------------------------------------
+
+
+@app.command()
+def info(
+    files: Annotated[list[Path], typer.Argument(help="MRC or TIFF files.", show_default=False)],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for pipelines.")] = False,
+    as_stack: AsStack = None,
+    series: Series = None,
+) -> None:
+    """Describe image files: format, dtype, BDHW shape and strides, order, kind, pixel size, origin,
+    statistics and labels.
+
+    Example: noa info emd_3197.map --json
+    """
+    from noa_core import ops
+
+    described = [ops.info(f, _read_options(as_stack, series)) for f in files]
+    if as_json:
+        typer.echo(json.dumps(described if len(files) > 1 else described[0], indent=2))
+    else:
+        typer.echo("\n\n".join(report.format_info(d) for d in described))
+
+
+@app.command()
+def permute(
+    paths: Paths,
+    axes: Annotated[str, typer.Option("--axes", help="New axis order, a permutation of 0,1,2,3 (B,D,H,W).")],
+    out_dir: OutDir = None,
+    force: Force = False,
+    device: Device = "cpu",
+    as_stack: AsStack = None,
+    series: Series = None,
+    quiet: Quiet = False,
+) -> None:
+    """Reorder the BDHW axes; the header (pixel size, origin) follows the axes.
+
+    Example: noa permute volume.mrc volume_xzy.mrc --axes 0,3,2,1
+    """
+    from noa_core import ops
+
+    perm = report.parse_ints(axes, "--axes")
+    read = _read_options(as_stack, series)
+    _run_batch(
+        _pairs(paths, out_dir),
+        lambda s, d, p: ops.permute(s, d, perm, read=read, overwrite=force, device=device, progress=p),
+        quiet,
+    )
+
+
+@app.command()
+def broadcast(
+    paths: Paths,
+    shape: Annotated[str, typer.Option("--shape", help="Target BDHW shape, e.g. 10,1,64,64.")],
+    out_dir: OutDir = None,
+    force: Force = False,
+    device: Device = "cpu",
+    as_stack: AsStack = None,
+    series: Series = None,
+    quiet: Quiet = False,
+) -> None:
+    """Repeat size-1 dimensions to reach SHAPE (every other dimension must match).
+
+    Example: noa broadcast gain.mrc gain_stack.mrc --shape 40,1,512,512
+    """
+    from noa_core import ops
+
+    target = report.parse_ints(shape, "--shape")
+    read = _read_options(as_stack, series)
+    _run_batch(
+        _pairs(paths, out_dir),
+        lambda s, d, p: ops.broadcast(s, d, target, read=read, overwrite=force, device=device, progress=p),
+        quiet,
+    )
+
+
+@app.command()
+def copy(
+    paths: Paths,
+    order: Annotated[str, typer.Option("--order", help="Memory order of the output: C, F, or K (keep the input's).")] = "C",
+    dtype: Annotated[Optional[str], typer.Option("--dtype", help="Convert to this type (e.g. float32, int16, uint8).")] = None,
+    clamp: Annotated[bool, typer.Option("--clamp", help="Clamp values to the range of --dtype instead of wrapping.")] = False,
+    to: Annotated[Optional[str], typer.Option("--to", help="With --out-dir: output format by extension (mrc, tif).")] = None,
+    out_dir: OutDir = None,
+    force: Force = False,
+    device: Device = "cpu",
+    as_stack: AsStack = None,
+    series: Series = None,
+    quiet: Quiet = False,
+) -> None:
+    """Copy an image file, optionally to another order, type or format (chosen by OUT's extension).
+
+    Example: noa copy stack.tif stack.mrc --order F --dtype float32
+    """
+    from noa_core import ops
+
+    read = _read_options(as_stack, series)
+    suffix = None if to is None else "." + to.lstrip(".")
+    _run_batch(
+        _pairs(paths, out_dir, suffix),
+        lambda s, d, p: ops.copy(s, d, order=order, dtype=dtype, clamp=clamp, read=read, overwrite=force,
+                                 device=device, progress=p),
+        quiet,
+    )
+
+
+@app.command()
+def ewise(
+    expression: Annotated[str, typer.Argument(help="Expression over inputs a, b, c, ... e.g. 'a * b'.")],
+    inputs: Annotated[list[Path], typer.Argument(help="Input files, named a, b, c, ... in order.", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Output file.")],
+    dtype: Annotated[Optional[str], typer.Option("--dtype", help="Output type (default: NumPy's result type).")] = None,
+    force: Force = False,
+    device: Device = "cpu",
+    as_stack: AsStack = None,
+    series: Series = None,
+    quiet: Quiet = False,
+) -> None:
+    """Compute an element-wise expression over files, broadcasting size-1 dimensions.
+
+    Inputs are named a, b, c, ... in order. The language has + - * / // % **, comparisons,
+    and/or/not, 'x if cond else y', pi, e, and abs sqrt exp log log10 sin cos tan floor ceil
+    min max clip where.
+
+    Example (gain correction of a movie): noa ewise "a * b" movie.mrc gain.mrc -o corrected.mrc
+    """
+    from noa_core import ops
+
+    read = _read_options(as_stack, series)
+    with report.progress(f"ewise -> {output.name}", quiet) as progress:
+        notices = ops.ewise(expression, inputs, output, dtype=dtype, read=read, overwrite=force, device=device,
+                            progress=progress)
+    report.notices(notices, quiet)
+    report.done(f"wrote {output}", quiet)
+
+
+@app.command()
+def stats(
+    file: Annotated[Path, typer.Argument(help="MRC or TIFF file.", show_default=False)],
+    per_batch: Annotated[bool, typer.Option("--per-batch", help="One line per image (batch index).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    device: Device = "cpu",
+    as_stack: AsStack = None,
+    series: Series = None,
+) -> None:
+    """Min, max, mean and standard deviation computed from the data (not the header).
+
+    Example: noa stats movie.mrc --per-batch
+    """
+    from noa_core import ops
+
+    result = ops.stats(file, per_batch=per_batch, read=_read_options(as_stack, series), device=device)
+    typer.echo(json.dumps(result, indent=2) if as_json else report.format_stats(result))
+
+
+@app.command()
+def warmup(quiet: Quiet = False) -> None:
+    """Compile the kernels into the cache so that later commands start fast.
+
+    Example: noa warmup
+    """
+    from noa_core import ops
+
+    seconds = ops.warmup()
+    report.done(f"kernels compiled and cached in {seconds:.1f} s", quiet)
+
+
+# -- entry point -----------------------------------------------------------------------------------
+
+
+def run(argv: Optional[list[str]] = None) -> None:
+    """Console-script entry: exit 0 on success, 2 on bad usage or input, 1 on internal errors."""
+    args = sys.argv[1:] if argv is None else argv
+    sys.exit(report.guarded(lambda: app(args=args, prog_name="noa", standalone_mode=False), debug="--debug" in args))
+
+
+if __name__ == "__main__":
+    run()
