@@ -1,0 +1,239 @@
+"""The installed `noa` command, run as a subprocess on real files, checked with mrcfile/tifffile/NumPy."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+import pytest
+import tifffile
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+EXAMPLE_MAP = ROOT / "examples" / "data" / "emd_3197.map"
+NOA = [str(Path(sys.executable).parent / "noa")]
+
+
+def noa(*args, cwd=None):
+    env = dict(os.environ, COLUMNS="200")
+    return subprocess.run(NOA + [str(a) for a in args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+
+
+def assert_user_error(result, *fragments):
+    """Exit code 2, one line on stderr naming the problem, no traceback."""
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.fixture()
+def volume():
+    with mrcfile.open(EXAMPLE_MAP, permissive=True) as f:
+        return np.array(f.data), f.voxel_size.copy()
+
+
+def mrc_data(path):
+    with mrcfile.open(path, permissive=True) as f:
+        return np.array(f.data), f.header.copy(), f.voxel_size.copy()
+
+
+def test_version_and_help():
+    version = noa("--version")
+    assert version.returncode == 0 and version.stdout.startswith("noa ")
+    helped = noa("--help")
+    assert helped.returncode == 0
+    for command in ("info", "permute", "broadcast", "copy", "ewise", "stats", "warmup"):
+        assert command in helped.stdout
+    for command in ("info", "permute", "broadcast", "copy", "ewise", "stats"):
+        sub = noa(command, "--help")
+        assert sub.returncode == 0 and "Example" in sub.stdout, command
+
+
+def test_info_json_matches_mrcfile():
+    result = noa("info", EXAMPLE_MAP, "--json")
+    assert result.returncode == 0, result.stderr
+    described = json.loads(result.stdout)
+    with mrcfile.open(EXAMPLE_MAP, permissive=True) as f:
+        nz, ny, nx = f.data.shape
+        voxel = f.voxel_size
+    assert described["shape"] == [1, nz, ny, nx]
+    assert described["kind"] == "volume" and described["format"] == "mrc" and described["order"] == "C"
+    assert described["dtype"] == "float32" and described["mode"] == 2
+    assert np.allclose(described["pixel_size"], [voxel.z, voxel.y, voxel.x])
+    text = noa("info", EXAMPLE_MAP)
+    assert text.returncode == 0 and "volume" in text.stdout and "(1, 20, 20, 20)" not in text.stdout
+    assert "1, 20, 20, 20" in text.stdout
+
+
+def test_info_on_every_shared_file():
+    files = sorted(p for p in SHARED.iterdir() if p.suffix != ".md")
+    result = noa("info", *files, "--json")
+    assert result.returncode == 0, result.stderr
+    described = json.loads(result.stdout)
+    assert len(described) == len(files)
+    by_name = {Path(d["path"]).name: d for d in described}
+    assert by_name["zyx_uint16.tiff"]["shape"] == [1, 10, 8, 5]
+    assert by_name["emd_3197.map.gz"]["shape"] == [1, 20, 20, 20]
+
+
+def test_permute_matches_numpy_and_moves_the_header(tmp_path, volume):
+    data, voxel = volume
+    out = tmp_path / "p.mrc"
+    result = noa("permute", EXAMPLE_MAP, out, "--axes", "0,3,2,1")
+    assert result.returncode == 0, result.stderr
+    got, header, got_voxel = mrc_data(out)
+    assert np.array_equal(got, data.transpose(2, 1, 0))
+    assert (got_voxel.x, got_voxel.y, got_voxel.z) == pytest.approx((voxel.z, voxel.y, voxel.x))
+    assert any(b"noa permute" in bytes(label) for label in header.label[: int(header.nlabl)])
+
+
+def test_broadcast_and_ewise_gain_correction(tmp_path):
+    rng = np.random.default_rng(0)
+    movie = rng.normal(size=(6, 16, 12)).astype(np.float32)
+    gain = rng.uniform(0.5, 1.5, size=(16, 12)).astype(np.float32)
+    mrcfile.new(tmp_path / "movie.mrcs", movie).close()
+    mrcfile.new(tmp_path / "gain.mrc", gain).close()
+    result = noa("ewise", "a * b", tmp_path / "movie.mrcs", tmp_path / "gain.mrc", "-o", tmp_path / "corrected.mrc")
+    assert result.returncode == 0, result.stderr
+    corrected, header, _ = mrc_data(tmp_path / "corrected.mrc")
+    assert np.allclose(corrected, movie * gain)
+    assert header.ispg == 0  # still an image stack
+    result = noa("broadcast", tmp_path / "gain.mrc", tmp_path / "gains.mrcs", "--shape", "6,1,16,12")
+    assert result.returncode == 0, result.stderr
+    assert np.array_equal(mrc_data(tmp_path / "gains.mrcs")[0], np.broadcast_to(gain, (6, 16, 12)))
+
+
+def test_copy_orders_types_and_formats(tmp_path, volume):
+    data, _ = volume
+    f_mrc = tmp_path / "f.mrc"
+    assert noa("copy", EXAMPLE_MAP, f_mrc, "--order", "F").returncode == 0
+    with mrcfile.open(f_mrc, permissive=True) as f:
+        assert (int(f.header.mapc), int(f.header.mapr), int(f.header.maps)) == (2, 1, 3)
+        assert np.array_equal(np.asarray(f.data), data.transpose(0, 2, 1))  # raw bytes are column-major
+    described = json.loads(noa("info", f_mrc, "--json").stdout)
+    assert described["order"] == "F" and described["shape"] == [1, 20, 20, 20]
+    back = tmp_path / "back.mrc"
+    assert noa("copy", f_mrc, back).returncode == 0
+    assert np.array_equal(mrc_data(back)[0], data)
+
+    tif = tmp_path / "v.tif"
+    assert noa("copy", EXAMPLE_MAP, tif).returncode == 0
+    assert np.array_equal(tifffile.imread(tif), data)
+
+    clamped = tmp_path / "u8.mrc"
+    assert noa("copy", EXAMPLE_MAP, clamped, "--dtype", "uint8", "--clamp").returncode == 0
+    assert np.array_equal(mrc_data(clamped)[0], np.clip(data, 0, 255).astype(np.uint8))
+
+
+def test_stats_matches_numpy(tmp_path):
+    stack = np.random.default_rng(1).normal(size=(3, 8, 9)).astype(np.float32)
+    mrcfile.new(tmp_path / "s.mrcs", stack).close()
+    result = noa("stats", tmp_path / "s.mrcs", "--per-batch", "--json")
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout)
+    assert got["mean"] == pytest.approx(float(stack.mean()), rel=1e-5)
+    assert got["std"] == pytest.approx(float(stack.std()), rel=1e-5)
+    for b, row in enumerate(got["per_batch"]):
+        assert row["min"] == pytest.approx(float(stack[b].min()))
+        assert row["max"] == pytest.approx(float(stack[b].max()))
+
+
+def test_batch_continues_past_a_bad_file(tmp_path):
+    good = [tmp_path / f"g{i}.mrc" for i in range(3)]
+    for i, p in enumerate(good):
+        mrcfile.new(p, np.full((4, 5), i, np.float32)).close()
+    bad = tmp_path / "bad.mrc"
+    bad.write_bytes(b"not an mrc file at all" * 10)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = noa("permute", good[0], bad, good[1], good[2], "--axes", "0,1,3,2", "--out-dir", out, "-q")
+    assert result.returncode == 2
+    assert "bad.mrc" in result.stderr and "1 of 4 inputs failed" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["g0.mrc", "g1.mrc", "g2.mrc"]
+    for i in range(3):
+        assert np.array_equal(mrc_data(out / f"g{i}.mrc")[0], np.full((5, 4), i, np.float32))
+
+
+# -- bad input: one line, exit 2, no output --------------------------------------------------------
+
+
+def test_missing_input(tmp_path):
+    result = noa("permute", tmp_path / "nope.mrc", tmp_path / "out.mrc", "--axes", "0,1,3,2")
+    assert_user_error(result, "nope.mrc")
+    assert not (tmp_path / "out.mrc").exists()
+
+
+@pytest.mark.parametrize("axes", ["0,1,2", "0,1,1,3", "0,1,2,4", "a,b,c,d"])
+def test_bad_axes(tmp_path, axes):
+    result = noa("permute", EXAMPLE_MAP, tmp_path / "out.mrc", "--axes", axes)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert not (tmp_path / "out.mrc").exists()
+
+
+def test_bad_broadcast_names_both_shapes(tmp_path):
+    result = noa("broadcast", EXAMPLE_MAP, tmp_path / "out.mrc", "--shape", "2,20,20,21")
+    assert_user_error(result, "(1, 20, 20, 20)", "(2, 20, 20, 21)")
+    assert not (tmp_path / "out.mrc").exists()
+
+
+def test_existing_output_is_kept_without_force(tmp_path):
+    out = tmp_path / "out.mrc"
+    out.write_bytes(b"precious")
+    result = noa("copy", EXAMPLE_MAP, out)
+    assert_user_error(result, "exists")
+    assert out.read_bytes() == b"precious"
+    assert noa("copy", EXAMPLE_MAP, out, "--force").returncode == 0
+    assert out.read_bytes() != b"precious"
+
+
+def test_corrupt_and_truncated_inputs_leave_nothing(tmp_path):
+    truncated = tmp_path / "trunc.mrc"
+    truncated.write_bytes(EXAMPLE_MAP.read_bytes()[:2000])
+    result = noa("copy", truncated, tmp_path / "out.mrc")
+    assert_user_error(result, "trunc.mrc")
+    empty = tmp_path / "empty.tif"
+    empty.write_bytes(b"")
+    assert_user_error(noa("info", empty), "empty.tif")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.tif", "trunc.mrc"]
+
+
+def test_bad_expressions(tmp_path):
+    assert_user_error(noa("ewise", "a * c", EXAMPLE_MAP, "-o", tmp_path / "o.mrc"), "'c'")
+    assert_user_error(noa("ewise", "__import__('os')", EXAMPLE_MAP, "-o", tmp_path / "o.mrc"), "__import__")
+    assert not (tmp_path / "o.mrc").exists()
+
+
+def test_input_is_never_modified(tmp_path):
+    src = tmp_path / "in.mrc"
+    shutil.copy(EXAMPLE_MAP, src)
+    before = src.read_bytes()
+    for args in (["permute", src, tmp_path / "a.mrc", "--axes", "0,1,3,2"], ["copy", src, tmp_path / "b.mrc", "--order", "F"],
+                 ["ewise", "a + 1", src, "-o", tmp_path / "c.mrc"], ["stats", src], ["info", src]):
+        assert noa(*args).returncode == 0
+    assert src.read_bytes() == before
+
+
+def test_internal_errors_exit_1_with_a_hint(monkeypatch, capsys):
+    from noa_cli import main
+    from noa_core import ops
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setattr(ops, "info", broken)
+    with pytest.raises(SystemExit) as exit_info:
+        main.run(["info", str(EXAMPLE_MAP)])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert "kaboom" in err and "--debug" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exit_info:
+        main.run(["--debug", "info", str(EXAMPLE_MAP)])
+    assert exit_info.value.code == 1 and "Traceback" in capsys.readouterr().err
