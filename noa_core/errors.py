@@ -40,3 +40,68 @@ class DTypeError(NoaError, TypeError):
 
 class DeviceError(NoaError, ValueError):
     """A device is unknown or unavailable, or operands live on different devices."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Files (noa_core.io). Messages are one line: "<file>: <header field>: <what is wrong>".
+# ---------------------------------------------------------------------------------------------
+
+
+class FileFormatError(NoaError, ValueError):
+    """A file cannot be read or written as asked; the message names the file and the field."""
+
+
+class MissingFileError(FileFormatError, FileNotFoundError):
+    """An input file, or the folder of an output, does not exist."""
+
+
+class NotAFileError(FileFormatError, IsADirectoryError):
+    """A path names a directory (or another non-regular file) where a file is needed."""
+
+
+class EmptyFileError(FileFormatError):
+    """An input file holds no bytes."""
+
+
+class UnknownFormatError(FileFormatError):
+    """Neither the magic bytes nor the extension say MRC or TIFF."""
+
+
+class HeaderError(FileFormatError):
+    """A header field is invalid: a size, the space group, mz, the label count, ..."""
+
+
+class SizeError(HeaderError):
+    """Sizes are zero, negative, or so large that their product is absurd."""
+
+
+class UnsupportedModeError(HeaderError):
+    """The MRC mode is not one of 0, 1, 2, 3, 4, 6, 12 and 101."""
+
+
+class AxisMappingError(HeaderError):
+    """MRC mapc/mapr/maps is not a permutation, or TIFF axes cannot be mapped onto BDHW."""
+
+
+class TruncatedFileError(FileFormatError):
+    """The file holds fewer bytes than its header promises."""
+
+
+class CorruptFileError(FileFormatError):
+    """The file structure is damaged or is not an image (e.g. a TIFF that tifffile cannot parse)."""
+
+
+class OutputExistsError(FileFormatError, FileExistsError):
+    """The output exists and overwriting was not asked for."""
+
+
+class WriteDTypeError(FileFormatError, DTypeError):
+    """The array's element type cannot be stored in the chosen format without an explicit dtype."""
+
+
+class OverlapError(StrideError):
+    """An output overlaps an input (or another output) other than element-for-element."""
+
+
+class ReadOnlyError(NoaError, ValueError):
+    """An output is read-only (e.g. a memory-mapped file opened for reading)."""

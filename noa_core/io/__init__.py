@@ -1,0 +1,74 @@
+"""Read and write MRC and TIFF files as 4-d BDHW arrays.
+
+Entry points:
+
+- :func:`read` (alias :func:`open`): ``(Array, Metadata)`` from a file; the format comes from the
+  magic bytes, then the extension. Large uncompressed files are memory-mapped read-only, so
+  opening a 50 GB file only reads its header.
+- :func:`write`: an Array to a file, atomically, returning notices for the user.
+- :func:`create` and :func:`copy_into`: outputs filled block by block, for files larger than memory.
+
+Every failure caused by a file raises a :class:`noa_core.errors.FileFormatError` subclass whose
+one-line message names the file and the header field.
+"""
+
+from __future__ import annotations
+
+import os
+
+from noa_core.array import Array, asarray
+from noa_core.errors import FileFormatError
+from noa_core.io import formats, mrc, tiff
+from noa_core.io.metadata import Metadata, Statistics
+from noa_core.io.stream import Writer, copy_into, create
+
+__all__ = ["read", "open", "write", "create", "copy_into", "Metadata", "Statistics", "Writer"]
+
+
+def read(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bool | None = None,
+         series: int | None = None, mmap: bool = True) -> tuple[Array, Metadata]:
+    """Read an MRC (.mrc .mrcs .map .st .ali .rec, optionally .gz/.bz2) or TIFF file.
+
+    Args:
+        path: the file.
+        as_stack: MRC only: read the sections as a stack of images ``(nz, 1, ny, nx)`` whatever ispg says.
+        as_volume: MRC only: read the sections as one volume ``(1, nz, ny, nx)``.
+        series: TIFF only: which series to read (default 0, with a notice when there are several).
+        mmap: map uncompressed data read-only instead of loading it (the Array is then not writable).
+
+    Returns:
+        The BDHW array (a permuted view when the file's axes are not Z, Y, X) and its metadata.
+    """
+    p = formats.check_input(path)
+    fmt, compression = formats.detect(p)
+    if fmt == "mrc":
+        if series is not None:
+            raise FileFormatError(f"{p}: series: MRC files hold one series; series= is for TIFF")
+        return mrc.read(p, compression, as_stack=as_stack, as_volume=as_volume, mmap=mmap)
+    if as_stack or as_volume:
+        raise FileFormatError(f"{p}: as_stack/as_volume: TIFF axes name their meaning; these options are for MRC")
+    return tiff.read(p, series=series, mmap=mmap)
+
+
+open = read  # noqa: A001 - ``noa_core.io.open`` reads the same way (lazily by default)
+
+
+def write(path: str | os.PathLike, array, metadata: Metadata | None = None, *, overwrite: bool = False,
+          dtype=None, order: str = "C", label: str | None = None) -> list[str]:
+    """Write ``array`` to ``path`` (format from the extension) atomically; return notices.
+
+    Args:
+        array: an Array or anything :func:`noa_core.asarray` accepts.
+        metadata: pixel size, origin, labels, ... to carry (e.g. from :func:`read`, or derived with
+            ``metadata.permute(perm)``); header statistics are always recomputed.
+        overwrite: replace an existing file (otherwise OutputExistsError).
+        dtype: store as this type. MRC needs one of float32, int16, uint16, float16, int8, uint8,
+            complex64; other input types must name one here (values must fit integer types).
+        order: 'C', or 'F' to store each section column-major (recorded in the file).
+        label: text of the MRC label noa appends (default: what was written).
+    """
+    source = asarray(array)
+    with create(path, source.shape, dtype or source.dtype, metadata, order=order, overwrite=overwrite,
+                label=label) as out:
+        copy_into(source, out)
+    return out.notices

@@ -1,0 +1,78 @@
+"""Atomic outputs: write a temporary file beside the destination, then rename it into place.
+
+A reader never sees a half-written output, an existing file is replaced only when asked, and a
+failure removes the temporary file, so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError
+
+
+def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
+    """The output path, refused early when it exists (without ``overwrite``) or cannot be created."""
+    p = Path(path)
+    if p.is_dir():
+        raise NotAFileError(f"{p}: path: is a directory; give a file name")
+    if p.exists() and not overwrite:
+        raise OutputExistsError(f"{p}: path: exists; pass overwrite=True to replace it")
+    if not p.parent.is_dir():
+        raise MissingFileError(f"{p}: path: the folder {p.parent} does not exist")
+    return p
+
+
+class TemporaryOutput:
+    """A temporary file in the destination folder, renamed onto ``path`` by :meth:`commit`."""
+
+    def __init__(self, path: Path, overwrite: bool) -> None:
+        self.path = path
+        self.overwrite = overwrite
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".noa-tmp", dir=path.parent)
+        os.close(fd)
+        self.temp = Path(name)
+
+    def commit(self) -> None:
+        """Make the temporary file durable and give it the final name (refusing to clobber unless asked)."""
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.temp, 0o666 & ~umask)  # mkstemp makes 0600; an output is an ordinary file
+        with open(self.temp, "rb+") as f:
+            os.fsync(f.fileno())
+        if self.overwrite:
+            os.replace(self.temp, self.path)
+        else:
+            try:
+                os.link(self.temp, self.path)  # fails if the path appeared meanwhile: never clobbers
+            except FileExistsError:
+                self.abort()
+                raise OutputExistsError(f"{self.path}: path: was created by someone else while writing") from None
+            except OSError:  # no hard links on this file system: a plain rename after a last check
+                if self.path.exists():
+                    self.abort()
+                    raise OutputExistsError(f"{self.path}: path: was created by someone else while writing") from None
+                os.replace(self.temp, self.path)
+            else:
+                os.unlink(self.temp)
+        _fsync_folder(self.path.parent)
+
+    def abort(self) -> None:
+        """Remove the temporary file (idempotent)."""
+        try:
+            os.unlink(self.temp)
+        except FileNotFoundError:
+            pass
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return  # some systems cannot open folders; the rename itself is still atomic
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,363 @@
+"""MRC2014 files: header validation, reading as BDHW views, and header creation for writing.
+
+noa parses and validates the 1024-byte header itself (with mrcfile's header dtype) so that every
+bad field gets its own one-line error before anything is allocated or mapped, then maps or reads
+the data. mrcfile is the oracle in the tests.
+
+Axes: the data on disk are sections x rows x columns; ``mapc``, ``mapr``, ``maps`` say which of
+X, Y, Z the columns, rows and sections hold. noa returns a view in Z, Y, X terms (then BDHW), so a
+file with another mapping opens as a permuted view. MRC2014 gives cell lengths, sampling (mx, my,
+mz) and origin along X, Y, Z already, so they follow the axes without change; the start indices
+(nxstart...) are per column/row/section and are permuted to X, Y, Z.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+from mrcfile.dtypes import HEADER_DTYPE
+from numpy.lib.stride_tricks import as_strided
+
+from noa_core import __version__
+from noa_core.errors import (
+    AxisMappingError,
+    FileFormatError,
+    HeaderError,
+    LayoutError,
+    SizeError,
+    TruncatedFileError,
+    UnsupportedModeError,
+    WriteDTypeError,
+)
+from noa_core.io import formats, mapped
+from noa_core.io.metadata import ANGSTROM, Metadata, Statistics
+from noa_core.layout import Shape4
+
+HEADER_BYTES = 1024
+# Mode -> dtype of one stored value (mode 3 stores int16 pairs; 101 packs two 4-bit values a byte).
+_MODE_DTYPES = {0: "i1", 1: "i2", 2: "f4", 3: "i2", 4: "c8", 6: "u2", 12: "f2", 101: "u1"}
+_WRITE_MODES = {"int8": 0, "uint8": 0, "int16": 1, "float32": 2, "complex64": 4, "uint16": 6, "float16": 12}
+WRITABLE_DTYPES = tuple(_WRITE_MODES)
+# IMOD marks mode-0 files as unsigned with a stamp and bit 0 of its flags (header bytes 152, 156).
+_IMOD_STAMP = 1146047817
+_IMOD_STAMP_AT, _IMOD_FLAGS_AT = 152 - 112, 156 - 112  # offsets inside the 'extra2' field
+_VOLUME_STACK_ISPG = range(401, 631)
+_VOLUME_ISPG = range(1, 231)
+# Above this, a claimed data size is refused outright (256 TiB): no real file is that large.
+MAX_DATA_BYTES = 1 << 48
+MAX_LABELS = 10
+LABEL_BYTES = 80
+
+
+# ---------------------------------------------------------------------------------------------
+# Header
+# ---------------------------------------------------------------------------------------------
+
+
+def _byte_order(raw: bytes) -> str:
+    """'<' or '>' from the machine stamp; for old files without one, the order giving a valid mode."""
+    stamp = raw[212]
+    if stamp in (0x44, 0x41):
+        return "<"
+    if stamp == 0x11:
+        return ">"
+    for order in "<>":
+        mode = int(np.frombuffer(raw, f"{order}i4", count=1, offset=12)[0])
+        if mode in _MODE_DTYPES:
+            return order
+    return "<"  # let the mode check name the problem
+
+
+def parse_header(path: Path, raw: bytes) -> np.record:
+    """The header record in the file's byte order, validated field by field."""
+    if len(raw) < HEADER_BYTES:
+        raise TruncatedFileError(f"{path}: header: {len(raw)} bytes, an MRC header needs {HEADER_BYTES}")
+    order = _byte_order(raw)
+    header = np.frombuffer(raw, HEADER_DTYPE.newbyteorder(order), count=1)[0]
+    for name in ("nx", "ny", "nz"):
+        if int(header[name]) <= 0:
+            raise SizeError(f"{path}: {name}: size {int(header[name])} must be positive")
+    mode = int(header["mode"])
+    if mode not in _MODE_DTYPES:
+        raise UnsupportedModeError(f"{path}: mode: {mode} is not an MRC mode noa reads "
+                                   f"({', '.join(map(str, _MODE_DTYPES))})")
+    maps = (int(header["mapc"]), int(header["mapr"]), int(header["maps"]))
+    if sorted(maps) != [1, 2, 3]:
+        raise AxisMappingError(f"{path}: mapc/mapr/maps: {maps} is not a permutation of (1, 2, 3)")
+    if int(header["nsymbt"]) < 0:
+        raise SizeError(f"{path}: nsymbt: extended header size {int(header['nsymbt'])} is negative")
+    if data_bytes(header) > MAX_DATA_BYTES:
+        raise SizeError(f"{path}: nx/ny/nz: {int(header['nx'])} x {int(header['ny'])} x {int(header['nz'])} "
+                        f"in mode {mode} is {data_bytes(header)} bytes, beyond any real file")
+    return header
+
+
+def data_bytes(header: np.record) -> int:
+    """Bytes of data the header promises (mode 101 pads each row to whole bytes)."""
+    nx, ny, nz, mode = (int(header[k]) for k in ("nx", "ny", "nz", "mode"))
+    if mode == 101:
+        return (nx + 1) // 2 * ny * nz
+    return nx * ny * nz * np.dtype(_MODE_DTYPES[mode]).itemsize * (2 if mode == 3 else 1)
+
+
+def _is_unsigned_mode0(header: np.record) -> bool:
+    extra = bytes(header["extra2"])
+    order = header.dtype["nx"].byteorder if header.dtype["nx"].byteorder in "<>" else "="
+    stamp = int(np.frombuffer(extra, f"{order}i4", count=1, offset=_IMOD_STAMP_AT)[0])
+    flags = int(np.frombuffer(extra, f"{order}i4", count=1, offset=_IMOD_FLAGS_AT)[0])
+    return stamp == _IMOD_STAMP and bool(flags & 1)
+
+
+def _bdhw_split(path: Path, header: np.record, nz_xyz: int, as_stack: bool | None,
+                as_volume: bool | None) -> tuple[int, int, str]:
+    """``(batch, depth, why)`` for the Z extent of a file, from ispg/mz or the caller's override."""
+    if as_stack and as_volume:
+        raise LayoutError(f"{path}: as_stack and as_volume cannot both be True")
+    ispg, mz = int(header["ispg"]), int(header["mz"])
+    if as_stack:
+        return nz_xyz, 1, "as_stack=True"
+    if as_volume:
+        return 1, nz_xyz, "as_volume=True"
+    if ispg in _VOLUME_STACK_ISPG:
+        if mz <= 0 or nz_xyz % mz:
+            raise HeaderError(f"{path}: mz: {nz_xyz} sections are not divisible by mz={mz} "
+                              f"(ispg {ispg} says volume stack); pass as_stack or as_volume to override")
+        return nz_xyz // mz, mz, f"ispg {ispg}: volume stack"
+    if ispg in _VOLUME_ISPG:
+        return 1, nz_xyz, f"ispg {ispg}: volume"
+    if ispg == 0:
+        return nz_xyz, 1, "ispg 0: image stack" if nz_xyz > 1 else "ispg 0: image"
+    raise HeaderError(f"{path}: ispg: space group {ispg} is neither 0 (images), 1-230 (volume) nor "
+                      "401-630 (volume stack); pass as_stack=True or as_volume=True")
+
+
+def _labels(header: np.record) -> list[str]:
+    texts = [bytes(label).decode("latin-1").rstrip("\x00 ") for label in header["label"]]
+    return [t for t in texts if t.strip()]
+
+
+def _statistics(header: np.record) -> Statistics:
+    lo, hi, mean, rms = (float(header[k]) for k in ("dmin", "dmax", "dmean", "rms"))
+    determined = hi >= lo  # MRC2014: dmax < dmin means "not well determined"
+    return Statistics(lo if determined else None, hi if determined else None,
+                      mean if determined and mean >= lo else None, rms if rms >= 0 else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+
+def _read_exactly(stream: BinaryIO, count: int, path: Path, what: str) -> bytearray:
+    """``count`` bytes, grown chunk by chunk so memory only follows bytes that really exist."""
+    out = bytearray()
+    while len(out) < count:
+        chunk = stream.read(min(count - len(out), 1 << 24))
+        if not chunk:
+            raise TruncatedFileError(f"{path}: {what}: the header promises {count} bytes, the file holds {len(out)}")
+        out += chunk
+    return out
+
+
+def _decode(raw: np.ndarray, header: np.record) -> np.ndarray:
+    """Values of modes that have no NumPy dtype: 3 (int16 pairs) and 101 (4-bit, low nibble first)."""
+    nx, ny, nz, mode = (int(header[k]) for k in ("nx", "ny", "nz", "mode"))
+    if mode == 3:
+        pairs = raw.reshape(nz, ny, nx, 2)
+        out = np.empty((nz, ny, nx), np.complex64)
+        out.real, out.imag = pairs[..., 0], pairs[..., 1]
+        return out
+    packed = raw.reshape(nz, ny, (nx + 1) // 2)
+    out = np.empty((nz, ny, 2 * packed.shape[2]), np.uint8)
+    out[..., 0::2] = packed & 0x0F
+    out[..., 1::2] = packed >> 4
+    return out[..., :nx]
+
+
+def read(path: Path, compression: str | None, *, as_stack: bool | None = None, as_volume: bool | None = None,
+         mmap: bool = True):
+    """Read an MRC file: ``(Array, Metadata)``. Uncompressed native-order files map lazily."""
+    from noa_core.array import asarray
+
+    with formats.open_stream(path, compression) as stream:
+        raw_header = stream.read(HEADER_BYTES)
+        header = parse_header(path, raw_header)
+        nsymbt, nbytes, mode = int(header["nsymbt"]), data_bytes(header), int(header["mode"])
+        offset = HEADER_BYTES + nsymbt
+        if compression is None:
+            size = path.stat().st_size
+            if size < offset + nbytes:
+                raise TruncatedFileError(f"{path}: nx/ny/nz/mode: the header promises {offset + nbytes} bytes "
+                                         f"(extended header {nsymbt}), the file holds {size}")
+        extended = bytes(_read_exactly(stream, nsymbt, path, "nsymbt")) if nsymbt else None
+        order = header.dtype["nx"].byteorder
+        file_dtype = np.dtype(_MODE_DTYPES[mode]).newbyteorder(order if order in "<>" else "=")
+        if mode == 0 and _is_unsigned_mode0(header):
+            file_dtype = np.dtype("u1")
+        count = nbytes // file_dtype.itemsize
+        lazy = mmap and compression is None and mode not in (3, 101) and file_dtype.isnative
+        if lazy:
+            flat = mapped.map_input(path, offset, file_dtype, count)
+        elif compression is None:
+            stream.seek(offset)
+            flat = np.empty(count, file_dtype)
+            if stream.readinto(flat.view(np.uint8)) != nbytes:
+                raise TruncatedFileError(f"{path}: data: the file changed size while being read")
+        else:
+            flat = np.frombuffer(_read_exactly(stream, nbytes, path, "data"), file_dtype, count)
+    if not flat.dtype.isnative:  # big-endian file: swap in place rather than holding two copies
+        flat = flat.byteswap(inplace=True).view(flat.dtype.newbyteorder("="))
+    nx, ny, nz = (int(header[k]) for k in ("nx", "ny", "nz"))
+    disk = _decode(flat, header) if mode in (3, 101) else flat.reshape(nz, ny, nx)
+    zyx, axes = _to_zyx(header, disk)
+    batch, depth, why = _bdhw_split(path, header, zyx.shape[0], as_stack, as_volume)
+    sz, sy, sx = zyx.strides
+    bdhw = as_strided(zyx, (batch, depth) + zyx.shape[1:], (depth * sz, sz, sy, sx), writeable=not lazy)
+    array = asarray(bdhw)
+    return array, _metadata(path, header, array, mode, extended, f"{axes}; {why}")
+
+
+def _to_zyx(header: np.record, disk: np.ndarray) -> tuple[np.ndarray, str]:
+    """The (sections, rows, columns) array viewed as (Z, Y, X), with the mapping in words."""
+    crs = (int(header["mapc"]), int(header["mapr"]), int(header["maps"]))
+    axis_of = {crs[2]: 0, crs[1]: 1, crs[0]: 2}  # X/Y/Z number (1/2/3) -> disk axis
+    perm = (axis_of[3], axis_of[2], axis_of[1])
+    words = f"mapc={crs[0]} mapr={crs[1]} maps={crs[2]}"
+    return disk.transpose(perm), words
+
+
+def _metadata(path: Path, header: np.record, array, mode: int, extended: bytes | None, axes: str) -> Metadata:
+    crs = (int(header["mapc"]), int(header["mapr"]), int(header["maps"]))
+    start_crs = (int(header["nxstart"]), int(header["nystart"]), int(header["nzstart"]))
+    start_xyz = [0, 0, 0]
+    for axis, value in zip(crs, start_crs):
+        start_xyz[axis - 1] = value
+    m_xyz = (int(header["mx"]), int(header["my"]), int(header["mz"]))
+    cell = header["cella"]
+    cell_xyz = (float(cell["x"]), float(cell["y"]), float(cell["z"]))
+    pixel_xyz = tuple(c / m if m > 0 else 0.0 for c, m in zip(cell_xyz, m_xyz))
+    origin = header["origin"]
+    angles = header["cellb"]
+    notices = []
+    if array.order == "F":
+        notices.append(f"{path}: stored column-major (mapc=2, mapr=1): readers that ignore the axis "
+                       "mapping show the transpose")
+    exttyp = bytes(header["exttyp"]).decode("latin-1").strip("\x00 ") or None
+    return Metadata(
+        format="mrc", shape=array.shape, dtype=array.dtype.name, mode=mode,
+        pixel_size=(pixel_xyz[2], pixel_xyz[1], pixel_xyz[0]), unit=ANGSTROM,
+        origin=(float(origin["z"]), float(origin["y"]), float(origin["x"])),
+        start=(start_xyz[2], start_xyz[1], start_xyz[0]),
+        sampling=(max(m_xyz[2], 0), max(m_xyz[1], 0), max(m_xyz[0], 0)),
+        cell_angles=(float(angles["gamma"]), float(angles["beta"]), float(angles["alpha"])),
+        space_group=int(header["ispg"]), labels=_labels(header), statistics=_statistics(header),
+        order=array.order, axes=axes, extended_header=extended,
+        exttyp=exttyp if extended else None, path=str(path), notices=notices,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------
+
+
+def mode_for(dtype: np.dtype, path: Path) -> int:
+    """The MRC mode storing ``dtype``, or WriteDTypeError naming the allowed types."""
+    try:
+        return _WRITE_MODES[np.dtype(dtype).name]
+    except KeyError:
+        raise WriteDTypeError(f"{path}: mode: dtype {np.dtype(dtype).name} has no MRC mode; pass dtype= one of "
+                              f"{', '.join(WRITABLE_DTYPES)}") from None
+
+
+def _space_group(shape: Shape4, metadata: Metadata | None) -> int:
+    b, d, _, _ = shape
+    source = metadata.space_group if metadata is not None else None
+    if d > 1 and b > 1:
+        return source if source in _VOLUME_STACK_ISPG else 401
+    if d > 1:
+        return source if source in _VOLUME_ISPG else 1
+    return 0
+
+
+def stamp_label(text: str | None, kind: str) -> str:
+    """The label noa appends: version, UTC date, and what was done (at most 80 characters)."""
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return f"noa {__version__} {date}: {text or 'wrote ' + kind}"[:LABEL_BYTES]
+
+
+def merge_labels(old: list[str], new: str) -> list[str]:
+    """``old + [new]``, at most 10: the first label stays, the oldest after it go."""
+    labels = list(old) + [new]
+    while len(labels) > MAX_LABELS:
+        del labels[1]
+    return labels
+
+
+def make_header(shape: Shape4, dtype: np.dtype, order: str, metadata: Metadata | None, stats: Statistics,
+                labels: list[str], extended: bytes | None, exttyp: str | None, path: Path) -> bytes:
+    """The 1024 header bytes (little-endian, nversion 20141) describing an output array.
+
+    ``order`` 'F' stores each section column-major and records it as mapc=2, mapr=1, maps=3.
+    Pixel size and origin are converted to Å when the metadata unit allows.
+    """
+    b, d, h, w = shape
+    header = np.zeros((), HEADER_DTYPE.newbyteorder("<"))
+    cols, rows = (h, w) if order == "F" else (w, h)
+    header["nx"], header["ny"], header["nz"] = cols, rows, b * d
+    header["mode"] = mode_for(dtype, path)
+    header["mapc"], header["mapr"], header["maps"] = (2, 1, 3) if order == "F" else (1, 2, 3)
+    ispg = _space_group(shape, metadata)
+    header["ispg"] = ispg
+    if metadata is not None:
+        pixel, origin, _ = metadata.in_angstrom()
+        sampling, start, angles = metadata.sampling, metadata.start, metadata.cell_angles
+    else:
+        pixel, origin, sampling, start, angles = (0.0,) * 3, (0.0,) * 3, (0, 0, 0), (0, 0, 0), (90.0,) * 3
+    # Sampling along X, Y, Z: the source's when known, else the axis size; an image stack samples 1
+    # section and a volume stack's mz must be its volume depth (mrcfile and IMOD rely on both).
+    mz = d if ispg in _VOLUME_STACK_ISPG or sampling[0] <= 0 else sampling[0]
+    if ispg == 0:
+        mz = 1
+    m_xyz = (sampling[2] if sampling[2] > 0 else w, sampling[1] if sampling[1] > 0 else h, mz)
+    header["mx"], header["my"], header["mz"] = m_xyz
+    for name, p, m in zip("xyz", (pixel[2], pixel[1], pixel[0]), m_xyz):
+        header["cella"][name] = p * m
+    header["cellb"]["alpha"], header["cellb"]["beta"], header["cellb"]["gamma"] = angles[2], angles[1], angles[0]
+    header["origin"]["x"], header["origin"]["y"], header["origin"]["z"] = origin[2], origin[1], origin[0]
+    start_cr = (start[1], start[2]) if order == "F" else (start[2], start[1])
+    header["nxstart"], header["nystart"], header["nzstart"] = start_cr[0], start_cr[1], start[0]
+    header["dmin"] = stats.min if stats.min is not None else 0.0
+    header["dmax"] = stats.max if stats.max is not None else -1.0
+    header["dmean"] = stats.mean if stats.mean is not None else -2.0
+    header["rms"] = stats.rms if stats.rms is not None else -1.0
+    header["nsymbt"] = len(extended) if extended else 0
+    header["exttyp"] = (exttyp or "").encode("latin-1")[:4] if extended else b""
+    header["nversion"] = 20141
+    header["map"] = b"MAP "
+    header["machst"] = (0x44, 0x44, 0, 0)
+    if np.dtype(dtype) == np.uint8:
+        extra = bytearray(84)
+        extra[_IMOD_STAMP_AT:_IMOD_STAMP_AT + 8] = np.array([_IMOD_STAMP, 1], "<i4").tobytes()
+        header["extra2"] = bytes(extra)
+    header["nlabl"] = len(labels)
+    for i, text in enumerate(labels):
+        header["label"][i] = text.encode("latin-1", "replace")[:LABEL_BYTES]
+    return header.tobytes()
+
+
+def data_offset(extended: bytes | None) -> int:
+    return HEADER_BYTES + (len(extended) if extended else 0)
+
+
+def check_writable_shape(shape: Shape4, path: Path) -> None:
+    """MRC sizes are 32-bit and positive."""
+    b, d, h, w = shape
+    if math.prod(shape) == 0:
+        raise FileFormatError(f"{path}: shape: {shape} is empty; MRC sizes must be at least 1")
+    if max(w, h, b * d) > np.iinfo(np.int32).max:
+        raise SizeError(f"{path}: nx/ny/nz: shape {shape} exceeds the 32-bit MRC size fields")

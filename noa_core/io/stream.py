@@ -1,0 +1,331 @@
+"""Streaming outputs: fill a memory-mapped temporary file block by block, then commit it atomically.
+
+Peak memory does not grow with the file: :func:`copy_into` walks the output in tiles chosen so that
+both the tile's pages in the output and the pages it reads from a (possibly permuted or broadcast)
+source stay under a budget, and after each tile releases the pages of both mappings. Header
+statistics are accumulated tile by tile (Chan's parallel mean/variance), so the data are read once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import mmap as mmap_module
+import os
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from noa_core import layout
+from noa_core.array import Array, asarray
+from noa_core.errors import DTypeError, FileFormatError, LayoutError, ShapeError
+from noa_core.io import atomic, formats, mapped, mrc, tiff
+from noa_core.io.metadata import Metadata, Statistics
+from noa_core.layout import Shape4
+
+BLOCK_BYTES = 128 << 20  # per-tile mapping budget, for the output and for the source alike
+GRANULE = 2 << 20
+
+
+class RunningStatistics:
+    """Minimum, maximum, mean and RMS deviation accumulated over blocks (float64; complex: RMS only)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.mean: complex | float = 0.0
+        self.m2 = 0.0
+        self.min: float | None = None
+        self.max: float | None = None
+        self.complex = False
+
+    def add(self, block: np.ndarray) -> None:
+        n = block.size
+        if n == 0:
+            return
+        self.complex = np.iscomplexobj(block)
+        if self.complex:
+            mean = complex(block.mean(dtype=np.complex128))
+            m2 = float(np.sum(np.abs(np.subtract(block, mean, dtype=np.complex128)) ** 2))
+        else:
+            lo, hi = float(block.min()), float(block.max())
+            self.min = lo if self.min is None else min(self.min, lo)
+            self.max = hi if self.max is None else max(self.max, hi)
+            mean = float(block.mean(dtype=np.float64))
+            deviation = np.subtract(block, mean, dtype=np.float64).ravel()
+            m2 = float(np.dot(deviation, deviation))
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean += delta * n / total
+        self.m2 += m2 + abs(delta) ** 2 * self.count * n / total
+        self.count = total
+
+    def result(self) -> Statistics:
+        if self.count == 0:
+            return Statistics(None, None, None, None)
+        rms = math.sqrt(self.m2 / self.count)
+        if self.complex:  # MRC statistics are real numbers: only the RMS deviation means something
+            return Statistics(None, None, None, rms)
+        return Statistics(self.min, self.max, float(self.mean), rms)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiling
+# ---------------------------------------------------------------------------------------------
+
+
+def _footprints(tiles_: np.ndarray, strides: Sequence[int], itemsize: int) -> np.ndarray:
+    """Bytes of mapping each candidate tile (rows of ``tiles_``) spans in a layout.
+
+    Dimensions whose stride reaches a granule are separate runs; the others form one span per run.
+    Counting in 2 MiB granules, not 4 KiB pages, because current kernels map large page-cache folios
+    whole on a fault: touching one byte can make up to 2 MiB resident.
+    """
+    stride = np.asarray(strides, np.int64) * itemsize
+    run = stride >= GRANULE
+    runs = np.prod(np.where(run, tiles_, 1), axis=1)
+    span = ((tiles_ - 1) * np.where(run, 0, stride)).sum(axis=1) + itemsize
+    return runs * ((span + GRANULE - 1) // GRANULE + 1) * GRANULE
+
+
+def plan_tile(shape: Shape4, layouts: Sequence[tuple[Sequence[int], int]], budget: int = BLOCK_BYTES) -> Shape4:
+    """Tile extents such that the tile spans at most ``budget`` bytes in every ``(strides, itemsize)`` layout.
+
+    Candidates halve each dimension repeatedly; among those within budget, the one moving the most
+    elements per byte mapped wins (then the largest). A whole output section at a time is the
+    common result; permutations that exchange an outer and an inner axis get square-ish tiles.
+    """
+    options = [sorted({-(-n // (1 << k)) for k in range(max(n, 1).bit_length() + 1)}) for n in shape]
+    grid = np.array(np.meshgrid(*options, indexing="ij"), np.int64).reshape(4, -1).T
+    mapped_bytes = sum(_footprints(grid, strides, size) for strides, size in layouts)
+    worst = np.max([_footprints(grid, strides, size) for strides, size in layouts], axis=0)
+    elements = np.prod(grid, axis=1)
+    fits = worst <= budget
+    if not fits.any():
+        return (1, 1, 1, 1)
+    score = np.where(fits, elements / mapped_bytes, -1.0)
+    best = np.flatnonzero(score == score.max())
+    choice = best[np.argmax(elements[best])]
+    return tuple(int(n) for n in grid[choice])  # type: ignore[return-value]
+
+
+def tiles(shape: Shape4, tile: Shape4, strides: Sequence[int]) -> Iterator[tuple[slice, ...]]:
+    """Index tuples covering ``shape`` tile by tile, outermost dimension (largest stride) slowest."""
+    order = sorted(range(4), key=lambda i: -strides[i])
+    starts = [range(0, shape[i], tile[i]) for i in order]
+    for corner in itertools.product(*starts):
+        key = [slice(None)] * 4
+        for i, start in zip(order, corner):
+            key[i] = slice(start, min(start + tile[i], shape[i]))
+        yield tuple(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writer
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_conversion(source: np.dtype, target: np.dtype) -> None:
+    if source.kind == "c" and target.kind != "c":
+        raise DTypeError(f"cannot store complex {source} as {target}: the imaginary part would be lost")
+
+
+def _copy_block(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src``, refusing values that the output type cannot hold (no silent wrap-around)."""
+    if src.dtype != dst.dtype and dst.dtype.kind in "iu" and src.size:
+        info = np.iinfo(dst.dtype)
+        lo, hi = src.min(), src.max()
+        if not (info.min <= lo and hi <= info.max):  # NaN fails both comparisons
+            raise DTypeError(f"values {lo}..{hi} do not fit {dst.dtype} ({info.min}..{info.max})")
+    np.copyto(dst, src, casting="unsafe")
+
+
+class Writer:
+    """An output file being filled; use through :func:`create` as a context manager.
+
+    ``array`` is a writable Array over the memory-mapped output (BDHW, packed in ``order``). Fill it
+    with :func:`copy_into`, :meth:`write_block`, or directly; on a clean exit the header statistics
+    are completed and the file is renamed into place; on an exception nothing is left behind.
+    Do not keep ``array`` after the ``with`` block.
+    """
+
+    def __init__(self, path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata: Metadata | None,
+                 order: str, overwrite: bool, label: str | None) -> None:
+        self.path = atomic.check_output(path, overwrite)
+        self.format = formats.output_format(self.path)
+        self.shape = layout.as_shape4(shape)
+        self.dtype = np.dtype(dtype)
+        self.order = layout.as_order(order)
+        self.metadata = metadata
+        self.notices: list[str] = []
+        self._label = label
+        self._overwrite = overwrite
+        self._stats = RunningStatistics()
+        self._written = np.zeros(self.shape[0] * self.shape[1], bool)  # sections filled via write_block
+        self._complete = False
+        if self.format == "mrc":
+            mrc.mode_for(self.dtype, self.path)
+            mrc.check_writable_shape(self.shape, self.path)
+        else:
+            tiff.check_dtype(self.dtype, self.path)
+            if math.prod(self.shape) == 0:
+                raise FileFormatError(f"{self.path}: shape: {self.shape} is empty; nothing to write")
+        self._temp: atomic.TemporaryOutput | None = None
+        self._mmap: mmap_module.mmap | None = None
+        self.array: Array | None = None
+
+    # -- life cycle ------------------------------------------------------------------------------
+
+    def __enter__(self) -> Writer:
+        self._temp = atomic.TemporaryOutput(self.path, self._overwrite)
+        try:
+            self._open()
+        except BaseException:
+            self._temp.abort()
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if exc_type is None:
+                self._finish()
+        except BaseException:
+            self._discard()
+            raise
+        if exc_type is not None:
+            self._discard()
+        return False
+
+    def _open(self) -> None:
+        b, d, h, w = self.shape
+        count = math.prod(self.shape)
+        if self.format == "mrc":
+            self._extended, self._exttyp = self._extended_header()
+            offset = mrc.data_offset(self._extended)
+            with open(self._temp.temp, "r+b") as f:
+                f.write(self._header(Statistics(None, None, None, None)))
+                f.write(self._extended or b"")
+                f.truncate(offset + count * self.dtype.itemsize)  # sparse: no time spent on zeros
+        else:
+            if self.order == "F":
+                self.notices.append(f"{self.path}: stored column-major (shaped axes "
+                                    f"{tiff.file_axes(self.shape, 'F')[1]}): readers that ignore the axes "
+                                    "show the transpose")
+            offset = tiff.create_file(self._temp.temp, self.shape, self.dtype, self.order, self.metadata)
+        if self.format == "mrc" and self.order == "F":
+            self.notices.append(f"{self.path}: stored column-major (mapc=2, mapr=1, maps=3): readers that "
+                                "ignore the axis mapping show the transpose")
+        self._mmap, flat = mapped.map_output(self._temp.temp, offset, self.dtype, count)
+        stored = flat.reshape((b, d, w, h) if self.order == "F" else (b, d, h, w))
+        self.array = asarray(stored.transpose(0, 1, 3, 2) if self.order == "F" else stored)
+
+    def _extended_header(self) -> tuple[bytes | None, str | None]:
+        md = self.metadata
+        if md is None or md.extended_header is None:
+            return None, None
+        if md.shape == self.shape and md.order in (None, self.order):
+            return md.extended_header, md.exttyp
+        self.notices.append(f"{self.path}: extended header dropped: the layout changed "
+                            f"({md.shape} {md.order} -> {self.shape} {self.order})")
+        return None, None
+
+    def _header(self, stats: Statistics) -> bytes:
+        md = self.metadata
+        if md is not None and md.format != "mrc":
+            _, _, notice = md.in_angstrom()
+            if notice and notice not in self.notices:
+                self.notices.append(f"{self.path}: {notice}")
+        labels = mrc.merge_labels(md.labels if md is not None else [],
+                                  mrc.stamp_label(self._label, layout.kind(self.shape)))
+        return mrc.make_header(self.shape, self.dtype, self.order, md, stats, labels, self._extended,
+                               self._exttyp, self.path)
+
+    def _finish(self) -> None:
+        if self.format == "mrc":
+            if not (self._complete or self._written.all()):
+                self._scan_statistics()  # written directly through .array: read it back once
+            with open(self._temp.temp, "r+b") as f:
+                f.write(self._header(self._stats.result()))
+        self._mmap.flush()
+        self._release_mapping()
+        self._temp.commit()
+
+    def _discard(self) -> None:
+        self._release_mapping()
+        if self._temp is not None:
+            self._temp.abort()
+
+    def _release_mapping(self) -> None:
+        self.array = None
+        if self._mmap is not None:
+            try:
+                self._mmap.close()
+            except BufferError:
+                pass  # a caller still holds a view; the mapping goes when that view does
+            self._mmap = None
+
+    def _scan_statistics(self) -> None:
+        self._stats = RunningStatistics()
+        out = self.array.numpy()
+        tile = plan_tile(self.shape, [(self.array.strides, self.dtype.itemsize)])
+        for key in tiles(self.shape, tile, self.array.strides):
+            self._stats.add(out[key])
+            mapped.release(out[key])
+
+    # -- filling ----------------------------------------------------------------------------------
+
+    def write_block(self, index: int, block) -> None:
+        """Write consecutive sections starting at section ``index`` (section = ``b * depth + d``).
+
+        ``block`` (Array or NumPy array) holds ``k`` whole (height, width) sections: any shape whose
+        last two dimensions are (H, W). Each section may be written once; statistics follow.
+        """
+        _, _, h, w = self.shape
+        src = np.asarray(block.numpy() if isinstance(block, Array) else block)
+        if src.ndim < 2 or src.shape[-2:] != (h, w):
+            raise ShapeError(f"{self.path}: block of shape {src.shape} does not end with a section ({h}, {w})")
+        src = src.reshape(-1, h, w)
+        k = src.shape[0]
+        if not 0 <= index <= len(self._written) - k:
+            raise LayoutError(f"{self.path}: sections {index}..{index + k - 1} are outside 0..{len(self._written) - 1}")
+        if self._written[index:index + k].any():
+            raise LayoutError(f"{self.path}: sections {index}..{index + k - 1} were already written")
+        _check_conversion(src.dtype, self.dtype)
+        sections = self.array.numpy().reshape(-1, h, w)[index:index + k]
+        _copy_block(sections, src)
+        self._stats.add(sections)
+        mapped.release(sections)
+        self._written[index:index + k] = True
+
+
+def create(path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata: Metadata | None = None, *,
+           order: str = "C", overwrite: bool = False, label: str | None = None) -> Writer:
+    """An output to fill block by block: ``with create(...) as out: copy_into(src, out)``.
+
+    The format follows the extension (.mrc/.mrcs/.map/.st/.ali/.rec or .tif/.tiff); the existing
+    file is refused unless ``overwrite``; ``metadata`` (pixel size, origin, labels, ...) describes
+    the output, e.g. ``read_metadata.permute(perm)``. Notices end up in ``out.notices``.
+    """
+    return Writer(path, shape, dtype, metadata, order, overwrite, label)
+
+
+def copy_into(source: Array | np.ndarray, writer: Writer, *, block_bytes: int = BLOCK_BYTES) -> None:
+    """Copy a (possibly permuted or broadcast) source view into ``writer``, tile by tile.
+
+    The source broadcasts onto the output shape. Values are converted to the output dtype; an
+    integer output refuses values it cannot hold, and complex cannot become real.
+    """
+    src = asarray(source)
+    if src.shape != writer.shape:
+        src = src.broadcast(writer.shape)
+    _check_conversion(src.dtype, writer.dtype)
+    src_np, dst_np = src.numpy(), writer.array.numpy()
+    tile = plan_tile(writer.shape, [(writer.array.strides, writer.dtype.itemsize), (src.strides, src.itemsize)],
+                     block_bytes)
+    stats = RunningStatistics()
+    for key in tiles(writer.shape, tile, writer.array.strides):
+        dst, block = dst_np[key], src_np[key]
+        _copy_block(dst, block)
+        stats.add(dst)
+        mapped.release(block)
+        mapped.release(dst)
+    writer._stats, writer._complete = stats, True
