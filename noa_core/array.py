@@ -178,13 +178,63 @@ class Array:
 
     def copy(self, order: str = "C") -> Array:
         """A new packed array in 'C' or 'F' order ('K' keeps F for F arrays, C otherwise)."""
-        out = empty(self._shape, self._dtype, resolve_copy_order(self, order), self._device)
-        np.copyto(out.numpy(), self.numpy())
-        return out
+        from noa_core.ewise import copy
+
+        return copy(self, order)
 
     def permute_copy(self, perm: Sequence[int]) -> Array:
-        """A new C-contiguous array holding ``self.permute(perm)``."""
-        return self.permute(perm).copy("C")
+        """A new C-contiguous array holding ``self.permute(perm)`` (cache-blocked, parallel)."""
+        from noa_core.ewise import permute_copy
+
+        return permute_copy(self, perm)
+
+    def astype(self, dtype, *, clamp: bool = False) -> Array:
+        """A converted copy; ``clamp=True`` clamps to the target range (NaN -> 0 for integers)."""
+        from noa_core.ewise import astype
+
+        return astype(self, dtype, clamp=clamp)
+
+    def fill(self, value) -> Array:
+        """Set every element to ``value`` in place; returns self."""
+        from noa_core.ewise import fill
+
+        return fill(self, value)
+
+    # -- arithmetic (new arrays; result type as numpy.result_type; operands broadcast) ------------
+
+    def _arith(self, name: str, *operands) -> Array:
+        from noa_core.ewise import arithmetic
+
+        if not all(isinstance(x, (Array, int, float, complex, bool, np.generic)) for x in operands):
+            return NotImplemented
+        return arithmetic(name, *operands)
+
+    def __add__(self, other) -> Array:
+        return self._arith("add", self, other)
+
+    def __radd__(self, other) -> Array:
+        return self._arith("add", other, self)
+
+    def __sub__(self, other) -> Array:
+        return self._arith("subtract", self, other)
+
+    def __rsub__(self, other) -> Array:
+        return self._arith("subtract", other, self)
+
+    def __mul__(self, other) -> Array:
+        return self._arith("multiply", self, other)
+
+    def __rmul__(self, other) -> Array:
+        return self._arith("multiply", other, self)
+
+    def __truediv__(self, other) -> Array:
+        return self._arith("divide", self, other)
+
+    def __rtruediv__(self, other) -> Array:
+        return self._arith("divide", other, self)
+
+    def __neg__(self) -> Array:
+        return self._arith("negate", self)
 
     def to(self, device: str) -> Array:
         """This array on ``device`` ('cpu' or 'cuda'): itself if already there, else a copy."""

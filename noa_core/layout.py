@@ -382,3 +382,32 @@ def plan_iteration(shape: Shape4, *strides: Strides4) -> tuple[Shape4, tuple[Str
     """
     perm = iteration_order(shape, strides[0])
     return merge_dimensions(permute(shape, perm), *(permute(s, perm) for s in strides))
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory overlap (used by the kernels to refuse outputs that alias their inputs)
+# ---------------------------------------------------------------------------------------------
+
+
+def memory_span(offset: int, shape: Shape4, strides: Strides4, itemsize: int = 1) -> tuple[int, int]:
+    """Half-open range ``[start, stop)`` of memory units addressed by a layout (empty if no element).
+
+    ``offset`` and ``strides`` count units (elements, or bytes with ``itemsize`` the element size).
+    """
+    if element_count(shape) == 0:
+        return offset, offset
+    return offset, offset + sum((n - 1) * s for n, s in zip(shape, strides)) + itemsize
+
+
+def may_overlap(offset_a: int, shape_a: Shape4, strides_a: Strides4,
+                offset_b: int, shape_b: Shape4, strides_b: Strides4, itemsize: int = 1) -> bool:
+    """True when the memory spans of two layouts intersect (conservative: interleaved views that
+    share no element still count as overlapping)."""
+    start_a, stop_a = memory_span(offset_a, shape_a, strides_a, itemsize)
+    start_b, stop_b = memory_span(offset_b, shape_b, strides_b, itemsize)
+    return start_a < stop_b and start_b < stop_a
+
+
+def same_elements(offset_a: int, strides_a: Strides4, offset_b: int, strides_b: Strides4, shape: Shape4) -> bool:
+    """True when two layouts of ``shape`` address exactly the same memory for every index."""
+    return offset_a == offset_b and all(n == 1 or sa == sb for n, sa, sb in zip(shape, strides_a, strides_b))

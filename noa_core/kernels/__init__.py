@@ -1,0 +1,128 @@
+"""Kernel back-ends (``cpu``, ``cuda``) and the element operators they share.
+
+The operators below are plain Python functions: each back-end compiles them for its target
+(``numba.njit`` on the CPU, ``numba.cuda.jit(device=True)`` on CUDA), so one definition serves
+both. They are referred to by name (:data:`BUILTIN_OPS`), which lets the CPU back-end cache the
+kernels it generates for them on disk.
+
+Kernels are generated from source templates because the number of operands (and whether each
+input is an array or a scalar) varies: numba cannot index heterogeneous tuples with a loop
+variable, so each arity gets its own text, compiled with :func:`compile_template`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+
+from noa_core import runtime  # noqa: F401  (configures numba before any kernel is compiled)
+
+
+# -- element operators -------------------------------------------------------------------------
+
+
+def identity(x):
+    return x
+
+
+def real_part(x):
+    return x.real
+
+
+def nonzero(x):
+    return x != 0
+
+
+def add(a, b):
+    return a + b
+
+
+def subtract(a, b):
+    return a - b
+
+
+def multiply(a, b):
+    return a * b
+
+
+def divide(a, b):
+    return a / b
+
+
+def negate(a):
+    return -a
+
+
+def square_root(x):
+    return math.sqrt(x)
+
+
+def clamp_keep_nan(x, lo, hi):
+    """Clamp to [lo, hi]; NaN stays NaN (float targets)."""
+    v = x.real
+    if v < lo:
+        return lo
+    if v > hi:
+        return hi
+    return v
+
+
+def clamp_nan_to_zero(x, lo, hi):
+    """Clamp to [lo, hi]; NaN becomes 0 (integer targets)."""
+    v = x.real
+    if v != v:
+        return lo - lo
+    if v < lo:
+        return lo
+    if v > hi:
+        return hi
+    return v
+
+
+def squared_deviation(x, m):
+    d = x - m
+    return d * d
+
+
+def squared_deviation_complex(x, m):
+    d = x - m
+    return d.real * d.real + d.imag * d.imag
+
+
+def minimum(a, b):
+    """NaN-propagating minimum, like numpy.min."""
+    if a <= b or a != a:
+        return a
+    return b
+
+
+def maximum(a, b):
+    """NaN-propagating maximum, like numpy.max."""
+    if a >= b or a != a:
+        return a
+    return b
+
+
+BUILTIN_OPS: dict[str, Callable] = {
+    f.__name__: f
+    for f in (identity, real_part, nonzero, add, subtract, multiply, divide, negate, square_root,
+              clamp_keep_nan, clamp_nan_to_zero, squared_deviation, squared_deviation_complex,
+              minimum, maximum)
+}
+
+
+def compile_template(source: str, name: str, module: str, namespace: dict) -> Callable:
+    """Compile generated source into a function that belongs to the module named ``module``.
+
+    Attributing the code to the back-end's module (its ``__name__`` and file) gives numba's on-disk
+    cache a real source file to locate and date-stamp the entries by (an edit of the module
+    invalidates them) and a module to rebuild the environment from when loading; the function's
+    unique ``name`` keeps the cache entries of different variants apart.
+    """
+    code = compile(source, sys.modules[module].__file__, "exec")
+    scope = dict(namespace, __name__=module)
+    exec(code, scope)
+    func = scope[name]
+    func.__qualname__ = name
+    return func

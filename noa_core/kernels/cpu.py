@@ -1,0 +1,332 @@
+"""numba CPU kernels: element-wise (general and cache-blocked transpose), index-wise, reductions.
+
+Every kernel is generated from one source template per kind and compiled twice: a parallel
+version (``prange`` over a flattened task index, for load balance whatever the shape) and a
+serial twin for small arrays, where waking the thread pool costs more than the work. Callers hand
+over 1-D buffers already offset to element [0,0,0,0], and shapes/strides already planned by
+:func:`noa_core.layout.plan_iteration` (innermost dimension last, usually stride 1).
+
+Kernels built for :data:`noa_core.kernels.BUILTIN_OPS` are cached on disk (``cache=True``); kernels
+built around a user's function are compiled once per process and kept in memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import numba
+import numpy as np
+from numba.core.registry import CPUDispatcher
+
+from noa_core.kernels import BUILTIN_OPS, compile_template
+from noa_core.runtime import SERIAL_THRESHOLD
+
+# Elements per parallel task along the innermost dimension: large enough to amortise the task
+# bookkeeping, small enough that a single long contiguous row still spreads over every thread.
+CHUNK = 1 << 15
+# Transpose tile edge: a TILE x TILE buffer of the output type stays in L1 (16 KiB for float32).
+TILE_SMALL, TILE_LARGE = 64, 32
+# Below this edge length a dimension is too short for tiles to pay off.
+MIN_TILE_EDGE = 8
+
+_LOCK = threading.Lock()
+_KERNELS: dict[tuple, Callable] = {}
+
+# -- templates ---------------------------------------------------------------------------------
+
+_EWISE = """
+def {name}({args}, shape, strides, unit, chunk):
+    n0, n1, n2, n3 = shape
+    n_chunks = (n3 + chunk - 1) // chunk
+{hoist}
+    for task in prange(n0 * n1 * n2 * n_chunks):
+        c = task % n_chunks
+        r = task // n_chunks
+        i2 = r % n2
+        r = r // n2
+        i1 = r % n1
+        i0 = r // n1
+        start = c * chunk
+        m = min(n3 - start, chunk)
+{bases}
+        if unit:
+{views}
+            for i in range(m):
+{unit_body}
+        else:
+            for i in range(m):
+{strided_body}
+"""
+
+_TRANSPOSE = """
+def {name}(in0, out0, shape, si, so, tile):
+    n0, n1, n2, n3 = shape
+    t2 = (n2 + tile - 1) // tile
+    t3 = (n3 + tile - 1) // tile
+    for task in prange(n0 * n1 * t2 * t3):
+        b = task % t3
+        r = task // t3
+        a = r % t2
+        r = r // t2
+        i1 = r % n1
+        i0 = r // n1
+        y0 = a * tile
+        x0 = b * tile
+        ny = min(tile, n2 - y0)
+        nx = min(tile, n3 - x0)
+        bi = i0 * si[0] + i1 * si[1] + y0 + x0 * si[3]
+        bo = i0 * so[0] + i1 * so[1] + y0 * so[2] + x0
+        # Read whole input runs (contiguous along dim 2) into an L1-resident tile, then write
+        # whole output runs (contiguous along dim 3): both memory streams stay sequential and no
+        # cache line is evicted before it is used, whatever the power-of-two row lengths.
+        buf = np.empty((tile, tile), dtype=out0.dtype)
+        for x in range(nx):
+            src = in0[bi + x * si[3]:bi + x * si[3] + ny]
+            row = buf[x]
+            for y in range(ny):
+                row[y] = op(src[y])
+        for y in range(ny):
+            dst = out0[bo + y * so[2]:bo + y * so[2] + nx]
+            for x in range(nx):
+                dst[x] = buf[x, y]
+"""
+
+_IWISE = """
+def {name}(shape{args}):
+    n0, n1, n2, n3 = shape
+    for task in prange(n0 * n1 * n2):
+        i2 = task % n2
+        r = task // n2
+        i1 = r % n1
+        i0 = r // n1
+        for i3 in range(n3):
+            op(i0, i1, i2, i3{args})
+"""
+
+_REDUCE = """
+def {name}({args}, out_shape, kstrides, rshape, rstrides, n_rc, n_ic, unit, partials, initial):
+    o1, o2, o3 = out_shape[1], out_shape[2], out_shape[3]
+    r0, r1, r2, r3 = rshape
+    rows = r0 * r1 * r2
+    rows_per = (rows + n_rc - 1) // n_rc
+    inner_per = (r3 + n_ic - 1) // n_ic
+    n_chunks = n_rc * n_ic
+{hoist}
+    for task in prange(partials.shape[0] * n_chunks):
+        o = task // n_chunks
+        c = task % n_chunks
+        rc = c // n_ic
+        ic = c % n_ic
+        k3 = o % o3
+        t = o // o3
+        k2 = t % o2
+        t = t // o2
+        k1 = t % o1
+        k0 = t // o1
+        start = ic * inner_per
+        m = min(r3 - start, inner_per)
+        acc = initial
+        for row in range(rc * rows_per, min(rows, (rc + 1) * rows_per)):
+            j2 = row % r2
+            t = row // r2
+            j1 = t % r1
+            j0 = t // r1
+{bases}
+            if unit:
+{views}
+                # A local accumulator per run: with reassociation allowed (combine must be
+                # associative and commutative) LLVM splits it over SIMD lanes.
+                run = initial
+                for i in range(m):
+                    run = combine(run, pre({v0}))
+                acc = combine(acc, run)
+            else:
+                for i in range(m):
+                    acc = combine(acc, pre({strided}))
+        partials[o, c] = acc
+"""
+
+_REDUCE_FINAL = """
+def {name}(partials, result):
+    for o in prange(partials.shape[0]):
+        acc = partials[o, 0]
+        for c in range(1, partials.shape[1]):
+            acc = combine(acc, partials[o, c])
+        result[o] = final(acc)
+"""
+
+
+def _indent(lines: Sequence[str], depth: int) -> str:
+    return "\n".join(" " * (4 * depth) + line for line in lines)
+
+
+def _ewise_source(name: str, kinds: str, n_out: int) -> str:
+    """Source of an element-wise kernel; ``kinds`` has 'a' (array) or 's' (scalar) per input."""
+    ins = [f"in{k}" for k in range(len(kinds))]
+    outs = [f"out{k}" for k in range(n_out)]
+    arrays = [x for x, kind in zip(ins, kinds) if kind == "a"] + outs  # order of ``strides``
+    # Strides arrive as an (operands, 4) array; numba's parfors cannot capture nested tuples.
+    hoist = [f"s{j}_{d} = strides[{j}, {d}]" for j in range(len(arrays)) for d in range(4)]
+    bases = [f"b_{x} = i0 * s{j}_0 + i1 * s{j}_1 + i2 * s{j}_2 + start * s{j}_3" for j, x in enumerate(arrays)]
+    views = [f"v_{x} = {x}[b_{x}:b_{x} + m]" for x in arrays]
+    unit_args = ", ".join(f"v_{x}[i]" if kind == "a" else x for x, kind in zip(ins, kinds))
+    strided_args = ", ".join(f"{x}[b_{x} + i * s{arrays.index(x)}_3]" if kind == "a" else x
+                             for x, kind in zip(ins, kinds))
+
+    def store(prefix: Callable[[str], str], call: str) -> list[str]:
+        if n_out == 1:
+            return [f"{prefix('out0')} = op({call})"]
+        return [f"res = op({call})"] + [f"{prefix(o)} = res[{k}]" for k, o in enumerate(outs)]
+
+    unit_body = store(lambda o: f"v_{o}[i]", unit_args)
+    strided_body = store(lambda o: f"{o}[b_{o} + i * s{arrays.index(o)}_3]", strided_args)
+    return _EWISE.format(name=name, args=", ".join(ins + outs), hoist=_indent(hoist, 1), bases=_indent(bases, 2),
+                         views=_indent(views, 3), unit_body=_indent(unit_body, 4),
+                         strided_body=_indent(strided_body, 4))
+
+
+def _reduce_source(name: str, n_in: int) -> str:
+    ins = [f"in{k}" for k in range(n_in)]
+    hoist = [f"{kind}{j}_{d} = {kind}strides[{j}, {d}]" for kind in "kr" for j in range(n_in) for d in range(4)]
+    bases = [f"b_{x} = (k0 * k{j}_0 + k1 * k{j}_1 + k2 * k{j}_2 + k3 * k{j}_3"
+             f" + j0 * r{j}_0 + j1 * r{j}_1 + j2 * r{j}_2 + start * r{j}_3)" for j, x in enumerate(ins)]
+    views = [f"v_{x} = {x}[b_{x}:b_{x} + m]" for x in ins]
+
+    strided = ", ".join(f"{x}[b_{x} + i * r{j}_3]" for j, x in enumerate(ins))
+    return _REDUCE.format(name=name, args=", ".join(ins), hoist=_indent(hoist, 1), bases=_indent(bases, 3),
+                          views=_indent(views, 4), v0=", ".join(f"v_{x}[i]" for x in ins), strided=strided)
+
+
+# -- compilation -------------------------------------------------------------------------------
+
+
+def _as_dispatcher(op: Callable) -> CPUDispatcher:
+    return op if isinstance(op, CPUDispatcher) else numba.njit(op)
+
+
+def _op_name(op: Callable) -> str | None:
+    """The built-in name of ``op`` (its kernels may be cached on disk), or None for a user's op."""
+    name = getattr(op, "__name__", None)
+    return name if BUILTIN_OPS.get(name) is op else None
+
+
+def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str, Callable],
+            parallel: bool, fastmath: set[str] | bool = False) -> Callable:
+    """Compile (once) the kernel ``kind`` for ``variant`` around ``ops`` (names in the template)."""
+    names = [_op_name(f) for f in ops.values()]
+    builtin = all(n is not None for n in names)
+    key = (kind, variant, tuple(ops.items()), parallel)
+    kernel = _KERNELS.get(key)
+    if kernel is not None:
+        return kernel
+    with _LOCK:
+        kernel = _KERNELS.get(key)
+        if kernel is None:
+            tag = "_".join(names) if builtin else f"user{len(_KERNELS)}"
+            name = f"{kind}_{tag}_{variant}_{'par' if parallel else 'ser'}"
+            namespace = {"np": np, "prange": numba.prange}
+            namespace.update({k: _as_dispatcher(f) for k, f in ops.items()})
+            func = compile_template(source(name), name, __name__, namespace)
+            kernel = numba.njit(parallel=parallel, nogil=True, cache=builtin, error_model="numpy",
+                                fastmath=fastmath)(func)
+            _KERNELS[key] = kernel
+    return kernel
+
+
+def _parallel(count: int) -> bool:
+    return count >= SERIAL_THRESHOLD and numba.get_num_threads() > 1
+
+
+# -- entry points ------------------------------------------------------------------------------
+
+
+def _transpose_axis(shape: Sequence[int], in_strides: Sequence[int], out_strides: Sequence[int]) -> int | None:
+    """The outer dimension along which the input is contiguous, when a tiled transpose pays off."""
+    if out_strides[3] != 1 or in_strides[3] in (0, 1) or shape[3] < MIN_TILE_EDGE:
+        return None
+    for j in (2, 1, 0):
+        if in_strides[j] == 1 and shape[j] >= MIN_TILE_EDGE:
+            return j
+    return None
+
+
+def ewise(op: Callable, inputs: Sequence, outputs: Sequence[np.ndarray], shape: Sequence[int],
+          in_strides: Sequence[Sequence[int] | None], out_strides: Sequence[Sequence[int]]) -> None:
+    """Run ``outputs[...] = op(*inputs)`` over a planned, non-empty 4-d iteration space.
+
+    ``inputs`` are 1-D arrays (offset to element 0) or scalars (``in_strides`` None for those);
+    ``outputs`` are 1-D arrays. The innermost planned dimension should be the output's fastest.
+    """
+    count = int(np.prod(shape))
+    parallel = _parallel(count)
+    shape = tuple(int(n) for n in shape)
+    arrays_in = [isinstance(x, np.ndarray) for x in inputs]
+    if len(inputs) == 1 and arrays_in[0] and len(outputs) == 1:
+        j = _transpose_axis(shape, in_strides[0], out_strides[0])
+        if j is not None:
+            # Bring the input's contiguous dimension to position 2: the kernel swaps dims 2 and 3.
+            perm = [0, 1, 2, 3]
+            perm[j], perm[2] = 2, j
+            sh = tuple(shape[p] for p in perm)
+            si = tuple(int(in_strides[0][p]) for p in perm)
+            so = tuple(int(out_strides[0][p]) for p in perm)
+            tile = TILE_SMALL if outputs[0].itemsize <= 4 else TILE_LARGE
+            kernel = _kernel("transpose", "11", lambda name: _TRANSPOSE.format(name=name), {"op": op}, parallel)
+            kernel(inputs[0], outputs[0], sh, si, so, tile)
+            return
+    kinds = "".join("a" if a else "s" for a in arrays_in)
+    strides = np.array([st for st, a in zip(in_strides, arrays_in) if a] + list(out_strides), dtype=np.int64)
+    unit = bool((strides[:, 3] == 1).all()) or shape[3] == 1
+    chunk = CHUNK if parallel else max(shape[3], 1)
+    variant = f"{kinds}_{len(outputs)}"
+    kernel = _kernel("ewise", variant, lambda name: _ewise_source(name, kinds, len(outputs)), {"op": op}, parallel)
+    kernel(*inputs, *outputs, shape, strides, unit, chunk)
+
+
+def iwise(op: Callable, shape: Sequence[int], args: Sequence) -> None:
+    """Call ``op(b, d, h, w, *args)`` for every index of ``shape`` (rightmost order per thread)."""
+    shape = tuple(int(n) for n in shape)
+    variant = str(len(args))
+    extra = "".join(f", a{k}" for k in range(len(args)))
+    kernel = _kernel("iwise", variant, lambda name: _IWISE.format(name=name, args=extra), {"op": op},
+                     _parallel(int(np.prod(shape))))
+    kernel(shape, *args)
+
+
+def reduce(pre: Callable, combine: Callable, final: Callable, inputs: Sequence[np.ndarray],
+           out_shape: Sequence[int], kstrides: Sequence[Sequence[int]], rshape: Sequence[int],
+           rstrides: Sequence[Sequence[int]], initial, result: np.ndarray) -> None:
+    """Reduce ``pre(*inputs)`` over ``rshape`` for each output index of ``out_shape``.
+
+    ``kstrides`` address an output index in each input, ``rstrides`` the reduced (planned)
+    dimensions; ``result`` is a C-ordered 1-D array of ``prod(out_shape)`` elements.
+    """
+    n_out = int(np.prod(out_shape))
+    n_red = int(np.prod(rshape))
+    parallel = _parallel(n_out * n_red)
+    n_rc = n_ic = 1
+    if parallel and n_out < 4 * numba.get_num_threads():
+        # Few outputs: split each reduction into chunks so that every thread gets work.
+        wanted = max(1, min(256, n_red // CHUNK))
+        rows = int(np.prod(rshape[:3]))
+        n_rc = min(rows, wanted)
+        n_ic = max(1, min(wanted // n_rc, int(rshape[3]) // CHUNK))
+    rstrides = np.array(rstrides, dtype=np.int64).reshape(len(inputs), 4)
+    kstrides = np.array(kstrides, dtype=np.int64).reshape(len(inputs), 4)
+    unit = bool((rstrides[:, 3] == 1).all()) or rshape[3] == 1
+    partials = np.empty((n_out, n_rc * n_ic), dtype=np.asarray(initial).dtype)
+    ops = {"pre": pre, "combine": combine}
+    variant = str(len(inputs))
+    kernel = _kernel("reduce", variant, lambda name: _reduce_source(name, len(inputs)), ops, parallel,
+                     fastmath={"reassoc"})
+    kernel(*inputs, tuple(int(n) for n in out_shape), kstrides, tuple(int(n) for n in rshape), rstrides,
+           n_rc, n_ic, unit, partials, initial)
+    finish = _kernel("reduce_final", "1", lambda name: _REDUCE_FINAL.format(name=name),
+                     {"combine": combine, "final": final}, parallel and n_out >= SERIAL_THRESHOLD)
+    finish(partials, result)
+
+
+def view4d(array) -> np.ndarray:
+    """The 4-d NumPy view of an Array handed to index-wise functions."""
+    return array.numpy()

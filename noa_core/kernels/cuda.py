@@ -1,0 +1,191 @@
+"""numba-cuda kernels: element-wise, index-wise and reductions, one thread per output index.
+
+Same calling convention as :mod:`noa_core.kernels.cpu` (1-D buffers offset to element 0, planned
+shapes and strides), so the front-ends stay back-end agnostic. Kernels use grid-stride loops;
+consecutive threads take consecutive innermost indices, so stride-1 operands are coalesced.
+Kernels are compiled once per process (numba-cuda has no on-disk cache for generated code).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+
+import numba
+import numpy as np
+from numba import cuda
+
+from noa_core.kernels import compile_template
+
+THREADS = 256
+MAX_BLOCKS = 4096
+# Threads cooperating on one reduced output (each takes every n-th reduced element, coalesced).
+# The simulator runs each thread as a Python thread: keep it small there.
+REDUCE_THREADS = 64 if numba.config.ENABLE_CUDASIM else 1 << 16
+
+_LOCK = threading.Lock()
+_KERNELS: dict[tuple, Callable] = {}
+
+_DECOMPOSE = """
+        i3 = t % n3
+        r = t // n3
+        i2 = r % n2
+        r = r // n2
+        i1 = r % n1
+        i0 = r // n1"""
+
+_EWISE = """
+def {name}({args}, shape, strides):
+    n0, n1, n2, n3 = shape
+    for t in range(cuda.grid(1), n0 * n1 * n2 * n3, cuda.gridsize(1)):""" + _DECOMPOSE + """
+{body}
+"""
+
+_IWISE = """
+def {name}(shape{args}):
+    n0, n1, n2, n3 = shape
+    for t in range(cuda.grid(1), n0 * n1 * n2 * n3, cuda.gridsize(1)):""" + _DECOMPOSE + """
+        op(i0, i1, i2, i3{args})
+"""
+
+_REDUCE = """
+def {name}({args}, out_shape, kstrides, rshape, rstrides, n_chunks, partials, initial):
+    n0, n1, n2, n3 = rshape
+    o1, o2, o3 = out_shape[1], out_shape[2], out_shape[3]
+    task = cuda.grid(1)
+    if task >= partials.shape[0] * n_chunks:
+        return
+    o = task // n_chunks
+    c = task % n_chunks
+    k3 = o % o3
+    q = o // o3
+    k2 = q % o2
+    q = q // o2
+    k1 = q % o1
+    k0 = q // o1
+    acc = initial
+    for t in range(c, n0 * n1 * n2 * n3, n_chunks):""" + _DECOMPOSE + """
+{body}
+    partials[o, c] = acc
+"""
+
+_REDUCE_FINAL = """
+def {name}(partials, result):
+    o = cuda.grid(1)
+    if o < partials.shape[0]:
+        acc = partials[o, 0]
+        for c in range(1, partials.shape[1]):
+            acc = combine(acc, partials[o, c])
+        result[o] = final(acc)
+"""
+
+
+def _offset(strides: str, j: int, index: str = "i") -> str:
+    return " + ".join(f"{index}{d} * {strides}[{4 * j + d}]" for d in range(4))
+
+
+def _ewise_source(name: str, kinds: str, n_out: int) -> str:
+    ins = [f"in{k}" for k in range(len(kinds))]
+    outs = [f"out{k}" for k in range(n_out)]
+    arrays = [x for x, kind in zip(ins, kinds) if kind == "a"] + outs
+    loads = ", ".join(f"{x}[{_offset('strides', arrays.index(x))}]" if kind == "a" else x for x, kind in zip(ins, kinds))
+    if n_out == 1:
+        body = [f"out0[{_offset('strides', arrays.index('out0'))}] = op({loads})"]
+    else:
+        body = [f"res = op({loads})"] + [f"{o}[{_offset('strides', arrays.index(o))}] = res[{k}]"
+                                         for k, o in enumerate(outs)]
+    return _EWISE.format(name=name, args=", ".join(ins + outs), body="\n".join(" " * 8 + line for line in body))
+
+
+def _reduce_source(name: str, n_in: int) -> str:
+    ins = [f"in{k}" for k in range(n_in)]
+    loads = ", ".join(f"{x}[{_offset('kstrides', j, 'k')} + {_offset('rstrides', j)}]" for j, x in enumerate(ins))
+    return _REDUCE.format(name=name, args=", ".join(ins), body=f"        acc = combine(acc, pre({loads}))")
+
+
+def _device_function(op: Callable) -> Callable:
+    py_func = getattr(op, "py_func", op)  # a CPU dispatcher's Python function compiles for CUDA too
+    return cuda.jit(device=True)(py_func)
+
+
+def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str, Callable]) -> Callable:
+    key = (kind, variant, tuple(ops.items()))
+    with _LOCK:
+        kernel = _KERNELS.get(key)
+        if kernel is None:
+            name = f"cuda_{kind}_{variant}_{len(_KERNELS)}"
+            namespace = {"cuda": cuda}
+            namespace.update({k: _device_function(f) for k, f in ops.items()})
+            kernel = cuda.jit(compile_template(source(name), name, __name__, namespace))
+            _KERNELS[key] = kernel
+    return kernel
+
+
+def _grid(count: int) -> tuple[int, int]:
+    threads = max(1, min(THREADS, count))
+    return min(MAX_BLOCKS, math.ceil(count / threads)), threads
+
+
+def _flat_strides(strides: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    return tuple(int(s) for st in strides for s in st)
+
+
+def ewise(op: Callable, inputs: Sequence, outputs: Sequence, shape: Sequence[int],
+          in_strides: Sequence[Sequence[int] | None], out_strides: Sequence[Sequence[int]]) -> None:
+    """Run ``outputs[...] = op(*inputs)`` over a planned, non-empty 4-d iteration space."""
+    kinds = "".join("s" if st is None else "a" for st in in_strides)
+    strides = _flat_strides([st for st in in_strides if st is not None] + list(out_strides))
+    variant = f"{kinds}_{len(outputs)}"
+    kernel = _kernel("ewise", variant, lambda name: _ewise_source(name, kinds, len(outputs)), {"op": op})
+    blocks, threads = _grid(int(np.prod(shape)))
+    kernel[blocks, threads](*inputs, *outputs, tuple(int(n) for n in shape), strides)
+    cuda.synchronize()
+
+
+def iwise(op: Callable, shape: Sequence[int], args: Sequence) -> None:
+    """Call ``op(b, d, h, w, *args)`` for every index of ``shape``, one thread per index."""
+    extra = "".join(f", a{k}" for k in range(len(args)))
+    kernel = _kernel("iwise", str(len(args)), lambda name: _IWISE.format(name=name, args=extra), {"op": op})
+    blocks, threads = _grid(int(np.prod(shape)))
+    kernel[blocks, threads](tuple(int(n) for n in shape), *args)
+    cuda.synchronize()
+
+
+def reduce(pre: Callable, combine: Callable, final: Callable, inputs: Sequence, out_shape: Sequence[int],
+           kstrides: Sequence[Sequence[int]], rshape: Sequence[int], rstrides: Sequence[Sequence[int]],
+           initial, result) -> None:
+    """Reduce ``pre(*inputs)`` over ``rshape`` for each output index (see the CPU back-end)."""
+    n_out = int(np.prod(out_shape))
+    n_red = int(np.prod(rshape))
+    n_chunks = max(1, min(n_red, REDUCE_THREADS // n_out))
+    partials = cuda.device_array((n_out, n_chunks), dtype=np.asarray(initial).dtype)
+    kernel = _kernel("reduce", str(len(inputs)), lambda name: _reduce_source(name, len(inputs)),
+                     {"pre": pre, "combine": combine})
+    # No grid-stride loop here: one thread per (output, chunk) task, so the grid covers them all.
+    threads = max(1, min(THREADS, n_out * n_chunks))
+    kernel[math.ceil(n_out * n_chunks / threads), threads](*inputs, tuple(int(n) for n in out_shape), _flat_strides(kstrides),
+                            tuple(int(n) for n in rshape), _flat_strides(rstrides), n_chunks, partials, initial)
+    finish = _kernel("reduce_final", "1", lambda name: _REDUCE_FINAL.format(name=name),
+                     {"combine": combine, "final": final})
+    threads = max(1, min(THREADS, n_out))
+    finish[math.ceil(n_out / threads), threads](partials, result)
+    cuda.synchronize()
+
+
+def view4d(array):
+    """A 4-d device-array view of an Array (element strides converted to bytes)."""
+    shape = array.shape + array.element_shape
+    itemsize = array.itemsize
+    inner = array.buffer.strides[1:]
+    strides = tuple(s * itemsize for s in array.strides) + tuple(inner)
+    if numba.config.ENABLE_CUDASIM:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+        from numpy.lib.stride_tricks import as_strided
+
+        host = array.buffer._ary[array.offset:]
+        return FakeCUDAArray(as_strided(host, shape=shape, strides=strides))
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return DeviceNDArray(shape, strides, array.buffer.dtype,
+                         gpu_data=array.buffer.gpu_data.view(array.offset * itemsize))

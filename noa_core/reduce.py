@@ -1,0 +1,204 @@
+"""Reductions over the whole array or chosen BDHW axes; reduced axes keep size 1 (results stay 4-d).
+
+Built-ins: :func:`sum`, :func:`mean`, :func:`min`, :func:`max`, :func:`var`, :func:`std`; a user's
+reduction goes through :func:`reduce_ewise`. Float sums accumulate in float64 (complex128), integer
+sums in int64/uint64 like NumPy; variance is two-pass (mean, then squared deviations) as NumPy's.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from noa_core import dtypes, layout
+from noa_core.array import Array, empty
+from noa_core.errors import DTypeError, ShapeError
+from noa_core.ewise import backend, common_device, flat_buffer, launch
+from noa_core.kernels import BUILTIN_OPS
+
+Axes = int | Sequence[int] | None
+
+
+def normalize_axes(axes: Axes) -> tuple[int, ...]:
+    """Axes as sorted indices in 0..3 (negative values count from the width); None means all."""
+    if axes is None:
+        return (0, 1, 2, 3)
+    values = (axes,) if isinstance(axes, int) else tuple(axes)
+    out = set()
+    for a in values:
+        if not isinstance(a, (int, np.integer)) or not -4 <= a < 4:
+            raise ShapeError(f"axis {a!r} is not one of 0..3 (batch, depth, height, width) or -4..-1")
+        out.add(int(a) % 4)
+    return tuple(sorted(out))
+
+
+def _reduce(inputs: Sequence[Array], pre: Callable, combine: Callable, final: Callable, initial,
+            axes: Axes, out_dtype: np.dtype) -> Array:
+    """Reduce ``pre(*inputs)`` with ``combine`` from ``initial``, then ``final``, over ``axes``."""
+    device = common_device(list(inputs))
+    for a in inputs:
+        if dtypes.element_shape_of(a.dtype):
+            raise DTypeError(f"reductions take scalar element types, not {a.dtype}")
+    if device == "cpu" and any(a.dtype == np.float16 for a in inputs):
+        # numba has no float16 arithmetic on the CPU: read through a float32 copy.
+        from noa_core.array import asarray
+
+        inputs = [asarray(a.numpy().astype(np.float32)) if a.dtype == np.float16 else a for a in inputs]
+    shape = layout.broadcast_shapes(*(a.shape for a in inputs))
+    strides = [layout.broadcast_strides(a.shape, a.strides, shape) for a in inputs]
+    reduced = normalize_axes(axes)
+    out_shape = tuple(1 if i in reduced else n for i, n in enumerate(shape))
+    rshape = tuple(n if i in reduced else 1 for i, n in enumerate(shape))
+    n_out = layout.element_count(out_shape)
+    out = empty(out_shape, out_dtype, "C", device)
+    if n_out == 0:
+        return out
+    # Reduced dimensions in the fastest order of the first input, merged where every input allows.
+    perm = layout.iteration_order(rshape, strides[0])
+    planned_shape, planned = layout.merge_dimensions(layout.permute(rshape, perm),
+                                                     *(layout.permute(st, perm) for st in strides))
+    kept = [tuple(0 if i in reduced else s for i, s in enumerate(st)) for st in strides]
+    compute_dtype = np.dtype(np.float32) if device == "cpu" and out_dtype == np.float16 else out_dtype
+    result = out if compute_dtype == out_dtype else empty(out_shape, compute_dtype, "C", device)
+    bufs = [flat_buffer(a)[0] for a in inputs]
+    backend(device).reduce(pre, combine, final, bufs, out_shape, kept, planned_shape, planned, initial,
+                           flat_buffer(result)[0])
+    if result is not out:
+        np.copyto(out.numpy(), result.numpy(), casting="unsafe")
+    return out
+
+
+def reduce_ewise(inputs: Array | Sequence[Array], initial, combine: Callable, *,
+                 preprocess: Callable | None = None, final: Callable | None = None, axes: Axes = None,
+                 dtype=None) -> Array:
+    """A user-defined reduction: ``final(combine(... combine(initial, preprocess(*x[i])) ...))``.
+
+    ``preprocess`` maps the inputs' elements at one index to an accumulator value (default: the
+    single input's element); ``combine(acc, acc) -> acc`` must be associative and commutative with
+    ``initial`` as identity (the order of combination is not specified); ``final`` maps the
+    accumulator to the result (default: identity). All three are Python functions numba can
+    compile. ``initial`` is a scalar whose type is the accumulator's; the result type is ``dtype``
+    (default: the accumulator's). Inputs broadcast together; reduced axes keep size 1.
+    """
+    ins = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if preprocess is None:
+        if len(ins) != 1:
+            raise ValueError(f"reduce_ewise with {len(ins)} inputs needs a preprocess function")
+        preprocess = BUILTIN_OPS["identity"]
+    acc = np.asarray(initial)
+    if acc.ndim != 0:
+        raise DTypeError(f"initial must be a scalar, got an array of shape {acc.shape}")
+    acc_dtype = dtypes.scalar_dtype(acc.dtype)
+    out_dtype = dtypes.scalar_dtype(dtype) if dtype is not None else acc_dtype
+    return _reduce(ins, preprocess, combine, final or BUILTIN_OPS["identity"], acc_dtype.type(initial), axes,
+                   out_dtype)
+
+
+def _sum_dtype(dt: np.dtype) -> np.dtype:
+    """Accumulator of a sum: int64/uint64 for integers (as NumPy), float64/complex128 for floats."""
+    if dt.kind in "bi":
+        return np.dtype(np.int64)
+    if dt.kind == "u":
+        return np.dtype(np.uint64)
+    return np.dtype(np.complex128 if dt.kind == "c" else np.float64)
+
+
+def _scalar_input(array: Array) -> np.dtype:
+    if dtypes.element_shape_of(array.dtype):
+        raise DTypeError(f"reductions take scalar element types, not {array.dtype}")
+    return array.dtype
+
+
+def sum(array: Array, axes: Axes = None) -> Array:  # noqa: A001 (mirrors numpy.sum)
+    """Sum over ``axes`` (all by default); integers sum in int64/uint64, floats in float64."""
+    dt = _scalar_input(array)
+    acc = _sum_dtype(dt)
+    out_dtype = dt if dt.kind in "fc" else acc
+    add, ident = BUILTIN_OPS["add"], BUILTIN_OPS["identity"]
+    return _reduce([array], ident, add, ident, acc.type(0), axes, out_dtype)
+
+
+def _count(array: Array, axes: Axes) -> int:
+    return math.prod(array.shape[i] for i in normalize_axes(axes))
+
+
+def _mean_wide(array: Array, axes: Axes) -> Array:
+    """The mean in float64 (complex128), not rounded to the input's type (used by var)."""
+    acc = np.dtype(np.complex128 if array.dtype.kind == "c" else np.float64)
+    add, ident = BUILTIN_OPS["add"], BUILTIN_OPS["identity"]
+    total = _reduce([array], ident, add, ident, acc.type(0), axes, acc)
+    launch(BUILTIN_OPS["divide"], [total, np.float64(_count(array, axes))], [total])
+    return total
+
+
+def _float_result(dt: np.dtype) -> np.dtype:
+    return dt if dt.kind in "fc" else np.dtype(np.float64)
+
+
+def mean(array: Array, axes: Axes = None) -> Array:
+    """Mean over ``axes``; the result type is NumPy's (float64 for integers). Empty: NaN."""
+    dt = _scalar_input(array)
+    wide = _mean_wide(array, axes)
+    out = empty(wide.shape, _float_result(dt), "C", array.device)
+    launch(BUILTIN_OPS["identity"], [wide], [out])
+    return out
+
+
+def _extremum(array: Array, axes: Axes, name: str) -> Array:
+    dt = _scalar_input(array)
+    if dt.kind == "c":
+        raise DTypeError(f"{name} is not defined for complex element type {dt}")
+    kept = math.prod(n for i, n in enumerate(array.shape) if i not in normalize_axes(axes))
+    if _count(array, axes) == 0 and kept > 0:
+        raise ShapeError(f"{name} of an empty reduction (shape {array.shape}, axes {normalize_axes(axes)}) has no "
+                         "identity")
+    compute = np.dtype(np.float32) if dt == np.float16 else dt
+    if compute.kind == "f":
+        initial = compute.type(np.inf if name == "min" else -np.inf)
+    elif compute.kind == "b":
+        initial = np.bool_(name == "min")
+    else:
+        info = np.iinfo(compute)
+        initial = compute.type(info.max if name == "min" else info.min)
+    op = BUILTIN_OPS["minimum" if name == "min" else "maximum"]
+    ident = BUILTIN_OPS["identity"]
+    return _reduce([array], ident, op, ident, initial, axes, dt)
+
+
+def min(array: Array, axes: Axes = None) -> Array:  # noqa: A001
+    """Minimum over ``axes``; NaN propagates as in NumPy. Refused over an empty axis."""
+    return _extremum(array, axes, "min")
+
+
+def max(array: Array, axes: Axes = None) -> Array:  # noqa: A001
+    """Maximum over ``axes``; NaN propagates as in NumPy. Refused over an empty axis."""
+    return _extremum(array, axes, "max")
+
+
+def _variance(array: Array, axes: Axes, ddof: int, final: str) -> Array:
+    dt = _scalar_input(array)
+    m = _mean_wide(array, axes)
+    shape = array.shape
+    sq = BUILTIN_OPS["squared_deviation_complex" if dt.kind == "c" else "squared_deviation"]
+    add, ident = BUILTIN_OPS["add"], BUILTIN_OPS["identity"]
+    total = _reduce([array, m.broadcast(shape)], sq, add, ident, np.float64(0), axes, np.dtype(np.float64))
+    # NumPy divides by max(n - ddof, 0): 0/0 is NaN and x/0 is inf, without raising.
+    divisor = np.float64(builtins.max(_count(array, axes) - ddof, 0))
+    result_dtype = np.dtype(dt.char.lower()) if dt.kind == "c" else _float_result(dt)
+    out = empty(total.shape, result_dtype, "C", array.device)
+    launch(BUILTIN_OPS["divide"], [total, divisor], [total])
+    launch(BUILTIN_OPS[final], [total], [out])
+    return out
+
+
+def var(array: Array, axes: Axes = None, ddof: int = 0) -> Array:
+    """Variance over ``axes`` with ``ddof`` delta degrees of freedom (two-pass, like NumPy)."""
+    return _variance(array, axes, ddof, "identity")
+
+
+def std(array: Array, axes: Axes = None, ddof: int = 0) -> Array:
+    """Standard deviation over ``axes`` with ``ddof`` delta degrees of freedom."""
+    return _variance(array, axes, ddof, "square_root")

@@ -1,0 +1,76 @@
+"""Numba runtime set-up, done once before any kernel is compiled.
+
+Two process-wide settings are decided here, and this module is imported by :mod:`noa_core.kernels`
+before any ``njit`` decorator runs:
+
+- the compilation cache directory: numba writes next to the sources (``__pycache__``) by default
+  and fails at decoration time when that is read-only (containers, Apptainer images, site-wide
+  installs). :func:`choose_cache_dir` picks a writable directory instead.
+- the threading layer: kernels may be launched from several Python threads at once (a web server);
+  numba's default ``workqueue`` layer is not safe for that, so the layer is pinned to
+  ``'threadsafe'`` (tbb, else OpenMP) unless the user chose one through ``NUMBA_THREADING_LAYER``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numba
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+# Arrays with fewer elements than this run on the serial twin of each kernel: waking the thread
+# pool costs more than the work (measured on 2 cores: break-even is around 16K-64K float32).
+SERIAL_THRESHOLD = 32768
+
+
+def _writable(directory: Path) -> bool:
+    """True when ``directory`` exists or can be created, and a file can be written in it."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory):
+            pass
+        return True
+    except OSError:
+        return False
+
+
+def choose_cache_dir(environ: Mapping[str, str] | None = None, package_dir: Path = PACKAGE_DIR) -> str | None:
+    """The directory numba should cache compiled kernels in; None keeps numba's default.
+
+    Order: ``NUMBA_CACHE_DIR`` if set and writable; the package's own ``__pycache__`` (numba's
+    default, returned as None) if writable; ``$XDG_CACHE_HOME/noa/numba`` or ``~/.cache/noa/numba``;
+    finally a directory under the system temp dir, which always exists.
+    """
+    env = os.environ if environ is None else environ
+    explicit = env.get("NUMBA_CACHE_DIR")
+    if explicit and _writable(Path(explicit)):
+        return explicit
+    if _writable(package_dir / "__pycache__") and _writable(package_dir / "kernels" / "__pycache__"):
+        return None
+    xdg = env.get("XDG_CACHE_HOME")
+    home_cache = Path(xdg) if xdg else Path(env.get("HOME", str(Path.home()))) / ".cache"
+    candidate = home_cache / "noa" / "numba"
+    if _writable(candidate):
+        return str(candidate)
+    fallback = Path(tempfile.gettempdir()) / f"noa-numba-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    fallback.mkdir(parents=True, exist_ok=True)
+    return str(fallback)
+
+
+def configure() -> None:
+    """Apply the cache directory and threading layer to ``numba.config`` (idempotent)."""
+    cache_dir = choose_cache_dir()
+    if cache_dir is not None:
+        numba.config.CACHE_DIR = cache_dir
+    elif os.environ.get("NUMBA_CACHE_DIR"):
+        # NUMBA_CACHE_DIR was set but is not writable: fall back to numba's in-tree default.
+        numba.config.CACHE_DIR = ""
+    if not os.environ.get("NUMBA_THREADING_LAYER"):
+        numba.config.THREADING_LAYER = "threadsafe"
+
+
+configure()

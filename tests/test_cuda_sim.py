@@ -1,0 +1,24 @@
+"""Run the CUDA kernel tests under numba's CUDA simulator, in their own process.
+
+The simulator replaces numba.cuda process-wide (NUMBA_ENABLE_CUDASIM must be set before numba is
+imported), so it cannot share a process with the CPU tests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cuda_kernels_under_the_simulator():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    result = subprocess.run([sys.executable, "-m", "pytest", "tests/cuda_sim", "-q", "-p", "no:cacheprovider"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    passed = re.search(r"(\d+) passed", result.stdout)
+    assert passed and int(passed.group(1)) > 0, result.stdout[-2000:]

@@ -1,0 +1,362 @@
+"""Element-wise kernels (ewise, copy, permute_copy, astype, fill, arithmetic) against NumPy."""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import noa_core as nc
+from noa_core import layout
+from noa_core.errors import BroadcastError, DeviceError, DTypeError, OverlapError, ReadOnlyError, StrideError
+
+SETTINGS = settings(max_examples=40, deadline=None)
+LAYOUTS = ("C", "F", "permuted", "sliced")
+
+shapes = st.tuples(*(st.integers(1, 5) for _ in range(3)), st.integers(0, 9)).map(
+    lambda s: (s[0], s[1], s[2], s[3]))
+
+
+def random_values(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.integers(0, 2, shape).astype(dt)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(max(info.min, -100), min(info.max, 100), shape, endpoint=True).astype(dt)
+    values = rng.standard_normal(shape) * 10
+    if dt.kind == "c":
+        values = values + 1j * rng.standard_normal(shape)
+    return values.astype(dt)
+
+
+def make_array(rng: np.random.Generator, shape, dtype, kind: str) -> nc.Array:
+    """An Array of ``shape`` holding random values, laid out as ``kind`` (C, F, permuted, sliced)."""
+    if kind == "C":
+        return nc.asarray(random_values(rng, shape, dtype))
+    if kind == "F":
+        return nc.asarray(random_values(rng, shape, dtype)).copy("F")
+    if kind == "permuted":
+        perm = tuple(rng.permutation(4))
+        inverse = layout.inverse_permutation(perm)
+        base = nc.asarray(random_values(rng, layout.permute(shape, inverse), dtype))
+        return base.permute(perm)
+    big = tuple(2 * n + 1 for n in shape)
+    base = nc.asarray(random_values(rng, big, dtype))
+    return base[tuple(slice(1, 1 + 2 * n, 2) for n in shape)]
+
+
+# -- layout helpers appended for the kernels -------------------------------------------------------
+
+
+def test_memory_span_and_overlap():
+    assert layout.memory_span(3, (1, 1, 2, 3), (6, 6, 3, 1)) == (3, 9)
+    assert layout.memory_span(3, (1, 1, 0, 3), (6, 6, 3, 1)) == (3, 3)
+    assert layout.memory_span(0, (1, 1, 1, 2), (2, 2, 2, 1), itemsize=4) == (0, 5)
+    assert layout.may_overlap(0, (1, 1, 1, 4), (4, 4, 4, 1), 3, (1, 1, 1, 4), (4, 4, 4, 1))
+    assert not layout.may_overlap(0, (1, 1, 1, 4), (4, 4, 4, 1), 4, (1, 1, 1, 4), (4, 4, 4, 1))
+    assert layout.same_elements(2, (8, 8, 4, 1), 2, (9, 8, 4, 1), (1, 2, 2, 4))
+    assert not layout.same_elements(2, (8, 8, 4, 1), 2, (8, 8, 1, 4), (1, 2, 2, 4))
+
+
+# -- copy, permute_copy ----------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(shape=shapes, kind=st.sampled_from(LAYOUTS), order=st.sampled_from("CFK"),
+       dtype=st.sampled_from(["float32", "float64", "int16", "uint8", "bool", "complex128", "float16"]),
+       seed=st.integers(0, 2**16))
+def test_copy_matches_numpy(shape, kind, order, dtype, seed):
+    a = make_array(np.random.default_rng(seed), shape, dtype, kind)
+    out = a.copy(order)
+    np.testing.assert_array_equal(out.numpy(), a.numpy())
+    assert out.dtype == a.dtype
+    expected = "F" if order == "F" or (order == "K" and a.order == "F") else "C"
+    assert out.are_contiguous(expected)
+
+
+@SETTINGS
+@given(shape=shapes, kind=st.sampled_from(LAYOUTS), perm=st.permutations(range(4)),
+       dtype=st.sampled_from(["float32", "int64", "uint16", "complex64"]), seed=st.integers(0, 2**16))
+def test_permute_copy_matches_numpy(shape, kind, perm, dtype, seed):
+    a = make_array(np.random.default_rng(seed), shape, dtype, kind)
+    out = a.permute_copy(perm)
+    np.testing.assert_array_equal(out.numpy(), np.transpose(a.numpy(), perm))
+    assert out.are_contiguous("C")
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 70, 130), (3, 1, 64, 64), (1, 9, 33, 100), (2, 3, 129, 65)])
+def test_permute_copy_tiled_transpose(shape):
+    # Shapes large enough for the cache-blocked path, with partial edge tiles.
+    x = np.random.default_rng(1).random(shape, dtype=np.float32)
+    for perm in [(0, 1, 3, 2), (0, 2, 3, 1), (3, 1, 2, 0)]:
+        np.testing.assert_array_equal(nc.asarray(x).permute_copy(perm).numpy(), np.transpose(x, perm))
+
+
+def test_copy_large_parallel_and_transposed():
+    x = np.random.default_rng(2).random((2, 3, 170, 190), dtype=np.float32)
+    np.testing.assert_array_equal(nc.asarray(x).copy("F").numpy(), x)
+    np.testing.assert_array_equal(nc.asarray(x).permute_copy((1, 0, 3, 2)).numpy(), x.transpose(1, 0, 3, 2))
+
+
+@pytest.mark.parametrize("element", [nc.vector("float32", 3), nc.matrix("float64", 2, 2), nc.vector("int8", 5)])
+@pytest.mark.parametrize("kind", ["C", "permuted", "sliced"])
+def test_copy_vector_elements(element, kind):
+    base = np.dtype(element).subdtype[0]
+    el_shape = np.dtype(element).subdtype[1]
+    rng = np.random.default_rng(3)
+    values = random_values(rng, (2, 3, 4, 5) + el_shape, base)
+    a = nc.asarray(values, dtype=element)
+    if kind == "permuted":
+        a = a.permute((1, 0, 3, 2))
+    elif kind == "sliced":
+        a = a[:, ::2, 1:, ::2]
+    for order in "CF":
+        out = a.copy(order)
+        np.testing.assert_array_equal(out.numpy(), a.numpy())
+    np.testing.assert_array_equal(a.permute_copy((0, 1, 3, 2)).numpy(), np.swapaxes(a.numpy(), 2, 3))
+
+
+def test_copy_and_fill_empty():
+    a = nc.zeros((2, 0, 3, 4))
+    assert a.copy("F").shape == (2, 0, 3, 4)
+    assert a.fill(3).shape == (2, 0, 3, 4)
+    assert (a + 1).shape == (2, 0, 3, 4)
+
+
+# -- fill ------------------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(shape=shapes, kind=st.sampled_from(LAYOUTS), dtype=st.sampled_from(["float32", "int8", "complex64", "bool"]),
+       value=st.integers(-5, 5))
+def test_fill_matches_numpy(shape, kind, dtype, value):
+    a = make_array(np.random.default_rng(0), shape, dtype, kind)
+    a.fill(value)
+    np.testing.assert_array_equal(a.numpy(), np.full(shape, value, dtype=dtype))
+
+
+def test_fill_vector_and_matrix():
+    v = nc.empty((2, 1, 3, 4), nc.vector("float32", 3), order="F")
+    v.fill([1, 2, 3])
+    assert (v.numpy() == np.array([1, 2, 3], np.float32)).all()
+    m = nc.empty((5, 1, 1, 1), nc.matrix("float64", 4, 4))
+    m.fill(np.eye(4))
+    assert (m.numpy() == np.eye(4)).all()
+
+
+# -- astype ----------------------------------------------------------------------------------------
+
+CAST_TYPES = ["bool", "int8", "uint8", "int32", "int64", "uint32", "float16", "float32", "float64", "complex64"]
+
+
+@SETTINGS
+@given(shape=shapes, kind=st.sampled_from(LAYOUTS), src=st.sampled_from(CAST_TYPES), dst=st.sampled_from(CAST_TYPES),
+       seed=st.integers(0, 2**16))
+def test_astype_matches_numpy(shape, kind, src, dst, seed):
+    a = make_array(np.random.default_rng(seed), shape, src, kind)
+    x = a.numpy()
+    if np.dtype(dst).kind in "iub" and np.dtype(src).kind in "fc":
+        # Out-of-range float to integer is undefined in C and NumPy: compare in-range values only.
+        a.fill(0) if np.dtype(dst).kind == "u" else None
+        x = a.numpy()
+    out = a.astype(dst)
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = x.astype(dst)
+    assert out.dtype == np.dtype(dst)
+    np.testing.assert_array_equal(out.numpy(), expected)
+    assert out.order in ("C", "F") or out.size == 0
+
+
+def test_astype_clamp():
+    x = nc.asarray(np.array([np.nan, 1e10, -1e10, 3.7, -3.7, np.inf, -np.inf]))
+    np.testing.assert_array_equal(x.astype("int32", clamp=True).numpy().ravel(),
+                                  [0, 2**31 - 1, -(2**31), 3, -3, 2**31 - 1, -(2**31)])
+    np.testing.assert_array_equal(x.astype("uint8", clamp=True).numpy().ravel(), [0, 255, 0, 3, 0, 255, 0])
+    f = x.astype("float32", clamp=True).numpy().ravel()
+    assert np.isnan(f[0]) and f[1] == 1e10 and f[5] == np.finfo(np.float32).max
+    big = nc.asarray(np.array([1e300, -1e300]))
+    np.testing.assert_array_equal(big.astype("float32", clamp=True).numpy().ravel(),
+                                  [np.finfo(np.float32).max, np.finfo(np.float32).min])
+    ints = nc.asarray(np.array([-300, -5, 70000], np.int64))
+    np.testing.assert_array_equal(ints.astype("uint16", clamp=True).numpy().ravel(), [0, 0, 65535])
+    np.testing.assert_array_equal(ints.astype("int8", clamp=True).numpy().ravel(), [-128, -5, 127])
+    np.testing.assert_array_equal(nc.asarray(np.array([2**40], np.float32)).astype("int32", clamp=True).numpy().ravel(),
+                                  [2147483520])
+
+
+# -- ewise and arithmetic --------------------------------------------------------------------------
+
+ARITH_TYPES = ["float32", "float64", "int32", "uint8", "int8", "complex64", "float16"]
+OPS = [operator.add, operator.sub, operator.mul, operator.truediv]
+
+
+@SETTINGS
+@given(shape=shapes, ka=st.sampled_from(LAYOUTS + ("broadcast",)), kb=st.sampled_from(LAYOUTS + ("broadcast",)),
+       ta=st.sampled_from(ARITH_TYPES), tb=st.sampled_from(ARITH_TYPES), op=st.sampled_from(OPS),
+       seed=st.integers(0, 2**16))
+def test_arithmetic_matches_numpy(shape, ka, kb, ta, tb, op, seed):
+    rng = np.random.default_rng(seed)
+
+    def operand(kind, dtype):
+        if kind == "broadcast":  # a size-1 dimension, broadcast by the operator
+            small = tuple(1 if i in (1, 3) else n for i, n in enumerate(shape))
+            return make_array(rng, small, dtype, "C")
+        return make_array(rng, shape, dtype, kind)
+
+    a, b = operand(ka, ta), operand(kb, tb)
+    if op is operator.truediv and "complex64" in (ta, tb):
+        # numba raises ZeroDivisionError on complex division by zero (NumPy gives inf/nan).
+        nc.ewise([b, 1], b, lambda v, one: one if v == 0 else v)
+    with np.errstate(all="ignore"):
+        expected = op(a.numpy(), b.numpy())
+    out = op(a, b)
+    assert out.dtype == expected.dtype
+    assert out.shape == expected.shape
+    tol = 1e-3 if np.float16 in (a.dtype, b.dtype) else 1e-6
+    np.testing.assert_allclose(out.numpy(), expected, rtol=tol, atol=tol, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int16", "float16", "complex128"])
+def test_arithmetic_with_scalars(dtype):
+    x = random_values(np.random.default_rng(4), (2, 1, 3, 4), dtype)
+    a = nc.asarray(x)
+    for got, want in [(a + 2, x + 2), (3 - a, 3 - x), (a * 0.5, x * 0.5), (2 / (a * 0 + 4), 2 / (x * 0 + 4)),
+                      (-a, -x), (a - np.float32(1.5), x - np.float32(1.5))]:
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-3)
+
+
+def test_arithmetic_bool_subtract_refused():
+    b = nc.asarray(np.array([True, False]))
+    with pytest.raises(DTypeError, match="subtract"):
+        b - b
+
+
+def test_ewise_user_function_several_outputs_and_scalars():
+    rng = np.random.default_rng(5)
+    x, y = rng.random((2, 3, 4, 5)), rng.random((1, 1, 4, 5))
+    s, d = nc.empty(x.shape, "float64"), nc.empty(x.shape, "float32", order="F")
+
+    def sum_diff(a, b, k):
+        return a + b * k, a - b
+
+    nc.ewise([nc.asarray(x), nc.asarray(y), 2.0], [s, d], sum_diff)
+    np.testing.assert_allclose(s.numpy(), x + 2 * y)
+    np.testing.assert_allclose(d.numpy(), (x - y).astype(np.float32), rtol=1e-6)
+
+
+def test_ewise_in_place_and_builtin_names():
+    x = nc.asarray(np.arange(12, dtype=np.float32).reshape(3, 4))
+    nc.ewise([x, x], x, "multiply")
+    np.testing.assert_array_equal(x.numpy().ravel(), np.arange(12) ** 2)
+    nc.ewise([x, 1], x, operator.add)
+    np.testing.assert_array_equal(x.numpy().ravel(), np.arange(12) ** 2 + 1)
+
+
+def test_ewise_large_parallel_strided():
+    rng = np.random.default_rng(6)
+    x = rng.random((4, 8, 64, 130)).astype(np.float32)
+    a = nc.asarray(x)[:, :, ::2, 1:]
+    out = nc.empty(a.shape, "float64", order="F")
+    nc.ewise([a, a.permute((0, 1, 2, 3))], out, lambda u, v: u * v + 1)
+    np.testing.assert_allclose(out.numpy(), x[:, :, ::2, 1:].astype(np.float64) ** 2 + 1, rtol=1e-6)
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+
+def test_broadcast_output_refused():
+    out = nc.zeros((1, 1, 1, 4)).broadcast((1, 1, 3, 4))
+    with pytest.raises(StrideError, match=r"broadcast \(stride-0\)"):
+        nc.ewise([1.0], out, "identity")
+
+
+def test_overlapping_output_refused():
+    x = nc.zeros((1, 1, 4, 4))
+    with pytest.raises(OverlapError, match="overlaps an input"):
+        nc.ewise([x[:, :, :3, :]], x[:, :, 1:, :], "identity")
+    with pytest.raises(OverlapError, match="overlaps an input"):
+        nc.ewise([x], x.permute((0, 1, 3, 2)), "identity")
+    with pytest.raises(OverlapError, match="two outputs"):
+        nc.ewise([1.0], [x, x], lambda v: (v, v))
+    nc.ewise([x[:, :, :2, :]], x[:, :, 2:, :], "identity")  # disjoint halves are fine
+
+
+def test_non_broadcastable_shapes_named():
+    a, b = nc.zeros((1, 1, 3, 4)), nc.zeros((1, 1, 2, 4))
+    with pytest.raises(BroadcastError, match=r"\(1, 1, 3, 4\).*\(1, 1, 2, 4\)"):
+        a + b
+    with pytest.raises(BroadcastError, match=r"\(1, 1, 2, 4\).*\(1, 1, 3, 4\)"):
+        nc.ewise([b], nc.zeros((1, 1, 3, 4)), "identity")
+
+
+def test_unwritable_output_refused():
+    x = np.zeros((3, 4), np.float32)
+    x.flags.writeable = False
+    with pytest.raises(ReadOnlyError, match="read-only"):
+        nc.ewise([1.0], nc.asarray(x), "identity")
+
+
+def test_mixed_devices_refused():
+    if not nc.cuda_available():
+        with pytest.raises(DeviceError, match="not available"):
+            nc.zeros((1, 1, 2, 2), device="cuda")
+        return
+    with pytest.raises(DeviceError, match="cpu and cuda|cuda and cpu"):
+        nc.zeros((2, 2)) + nc.zeros((2, 2), device="cuda")
+
+
+def test_vector_elements_refused_by_ewise():
+    v = nc.zeros((1, 1, 2, 2), nc.vector("float32", 2))
+    with pytest.raises(DTypeError, match="scalar element types"):
+        nc.ewise([v], nc.zeros((1, 1, 2, 2)), "identity")
+    with pytest.raises(DTypeError):
+        v + 1
+
+
+# -- runtime: compilation cache directory ----------------------------------------------------------
+
+
+def test_choose_cache_dir(tmp_path):
+    from noa_core.runtime import choose_cache_dir
+
+    package = tmp_path / "pkg"
+    (package / "kernels").mkdir(parents=True)
+    assert choose_cache_dir({"HOME": str(tmp_path)}, package) is None  # writable package: numba's default
+    explicit = tmp_path / "explicit"
+    assert choose_cache_dir({"NUMBA_CACHE_DIR": str(explicit)}, package) == str(explicit)
+    # A file where __pycache__ should be: unwritable even for root (chmod does not stop root).
+    package = tmp_path / "readonly_pkg"
+    package.mkdir()
+    (package / "__pycache__").write_text("")
+    assert choose_cache_dir({"XDG_CACHE_HOME": str(tmp_path / "xdg")}, package) == str(tmp_path / "xdg" / "noa" / "numba")
+    assert choose_cache_dir({"HOME": str(tmp_path / "home")}, package) == str(tmp_path / "home" / ".cache" / "noa" / "numba")
+    blocked = tmp_path / "blocked"
+    blocked.write_text("")
+    fallback = choose_cache_dir({"NUMBA_CACHE_DIR": str(blocked / "x"), "XDG_CACHE_HOME": str(blocked / "y")}, package)
+    assert fallback is not None and not fallback.startswith(str(blocked))
+
+
+def test_unwritable_cache_dir_falls_back_in_a_subprocess(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file, so no directory can be created here")
+    code = ("import noa_core as nc, numba, numpy as np;"
+            "x = nc.asarray(np.arange(6.0)); assert ((x + 1).numpy() == np.arange(6.0) + 1).all();"
+            "print(numba.config.CACHE_DIR)")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(blocked / "cache"), XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    chosen = result.stdout.strip()
+    assert not chosen.startswith(str(blocked))

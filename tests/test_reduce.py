@@ -1,0 +1,130 @@
+"""Reductions (sum, mean, min, max, var, std, reduce_ewise) against NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import noa_core as nc
+from noa_core.errors import DTypeError, ShapeError
+from test_kernels import LAYOUTS, make_array  # pytest puts tests/ on sys.path (rootdir-relative imports)
+
+SETTINGS = settings(max_examples=40, deadline=None)
+shapes = st.tuples(*(st.integers(1, 5) for _ in range(3)), st.integers(1, 40)).map(tuple)
+axes_strategy = st.one_of(st.none(), st.sets(st.integers(0, 3), min_size=1).map(tuple))
+
+
+def np_axes(axes):
+    return (0, 1, 2, 3) if axes is None else axes
+
+
+@SETTINGS
+@given(shape=shapes, kind=st.sampled_from(LAYOUTS), axes=axes_strategy,
+       dtype=st.sampled_from(["float32", "float64", "int8", "uint16", "int64", "bool", "float16", "complex64"]),
+       seed=st.integers(0, 2**16))
+def test_sum_mean_match_numpy(shape, kind, axes, dtype, seed):
+    a = make_array(np.random.default_rng(seed), shape, dtype, kind)
+    x = a.numpy()
+    for ours, theirs in [(nc.sum, np.sum), (nc.mean, np.mean)]:
+        got = ours(a, axes)
+        want = theirs(x, axis=np_axes(axes), keepdims=True)
+        assert got.dtype == want.dtype, (ours, got.dtype, want.dtype)
+        if dtype == "float16":
+            # NumPy accumulates float16 partly in float16; noa in float64: compare with the exact sum.
+            want = theirs(x.astype(np.float64), axis=np_axes(axes), keepdims=True).astype(np.float16)
+        assert got.shape == want.shape
+        tol = 2e-3 if dtype == "float16" else 1e-5
+        np.testing.assert_allclose(got.numpy(), want, rtol=tol, atol=tol)
+
+
+@SETTINGS
+@given(shape=shapes, kind=st.sampled_from(LAYOUTS), axes=axes_strategy,
+       dtype=st.sampled_from(["float32", "float64", "int16", "uint8", "bool"]), seed=st.integers(0, 2**16))
+def test_min_max_match_numpy(shape, kind, axes, dtype, seed):
+    a = make_array(np.random.default_rng(seed), shape, dtype, kind)
+    for ours, theirs in [(nc.min, np.min), (nc.max, np.max)]:
+        got = ours(a, axes)
+        want = theirs(a.numpy(), axis=np_axes(axes), keepdims=True)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+@SETTINGS
+@given(shape=shapes, kind=st.sampled_from(LAYOUTS), axes=axes_strategy, ddof=st.integers(0, 2),
+       dtype=st.sampled_from(["float32", "float64", "int32", "complex128"]), seed=st.integers(0, 2**16))
+def test_var_std_match_numpy(shape, kind, axes, ddof, dtype, seed):
+    a = make_array(np.random.default_rng(seed), shape, dtype, kind)
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for ours, theirs in [(nc.var, np.var), (nc.std, np.std)]:
+                got = ours(a, axes, ddof=ddof)
+                want = theirs(a.numpy(), axis=np_axes(axes), keepdims=True, ddof=ddof)
+                assert got.dtype == want.dtype
+                np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+def test_large_float32_sum_is_accurate():
+    # 2**22 values: float32 pairwise in NumPy vs float64 accumulation here; both near exact.
+    x = np.random.default_rng(0).random((4, 1, 1024, 1024), dtype=np.float32)
+    exact = x.astype(np.float64).sum()
+    got = float(nc.sum(nc.asarray(x)).numpy().ravel()[0])
+    assert abs(got - exact) / exact < 1e-7
+    np.testing.assert_allclose(nc.sum(nc.asarray(x), (2, 3)).numpy(), x.sum(axis=(2, 3), keepdims=True), rtol=1e-6)
+    np.testing.assert_allclose(nc.mean(nc.asarray(x), (0,)).numpy(), x.mean(axis=0, keepdims=True), rtol=1e-6)
+
+
+def test_nan_propagates_in_min_max():
+    x = np.arange(10, dtype=np.float64)
+    x[3] = np.nan
+    assert np.isnan(nc.min(nc.asarray(x)).numpy()).all()
+    assert np.isnan(nc.max(nc.asarray(x)).numpy()).all()
+
+
+def test_empty_reductions():
+    e = nc.zeros((2, 0, 3, 4))
+    assert nc.sum(e).numpy().ravel()[0] == 0
+    assert nc.sum(e, (1,)).shape == (2, 1, 3, 4)
+    assert nc.min(e, (0, 2, 3)).shape == (1, 0, 1, 1)
+    with pytest.raises(ShapeError, match="empty"):
+        nc.min(e)
+    with np.errstate(all="ignore"):
+        assert np.isnan(nc.mean(e).numpy()).all()
+
+
+def test_reduce_ewise_user_functions():
+    rng = np.random.default_rng(1)
+    x, w = rng.random((2, 3, 40, 50)), rng.random((1, 1, 40, 50))
+
+    def weighted(v, k):
+        return v * k
+
+    def add(a, b):
+        return a + b
+
+    def halve(a):
+        return a / 2
+
+    got = nc.reduce_ewise([nc.asarray(x), nc.asarray(w)], 0.0, add, preprocess=weighted, final=halve, axes=(2, 3))
+    np.testing.assert_allclose(got.numpy(), (x * w).sum(axis=(2, 3), keepdims=True) / 2)
+
+    def count_positive(v):
+        return 1 if v > 0.5 else 0
+
+    n = nc.reduce_ewise(nc.asarray(x), np.int64(0), add, preprocess=count_positive)
+    assert n.numpy().ravel()[0] == (x > 0.5).sum() and n.dtype == np.int64
+
+
+def test_reduction_errors():
+    with pytest.raises(DTypeError):
+        nc.min(nc.zeros((2, 2), "complex64"))
+    with pytest.raises(DTypeError):
+        nc.sum(nc.zeros((2, 2), nc.vector("float32", 3)))
+    with pytest.raises(ShapeError, match="axis"):
+        nc.sum(nc.zeros((2, 2)), (4,))
+    with pytest.raises(ValueError, match="preprocess"):
+        nc.reduce_ewise([nc.zeros((2, 2)), nc.zeros((2, 2))], 0.0, lambda a, b: a + b)
