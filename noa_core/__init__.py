@@ -14,12 +14,28 @@ from noa_core.errors import (
     ShapeError,
     StrideError,
 )
-from noa_core.ewise import astype, copy, ewise, fill, permute_copy
-from noa_core.iwise import iwise
-from noa_core.reduce import max, mean, min, reduce_ewise, std, sum, var
-from noa_core.devices import cuda_available
 
 __version__ = "0.1.0"
+
+# The kernel functions import numba (about 0.3 s): load them on first use so that reading a header
+# (`noa info`) stays fast.
+_LAZY = {
+    **dict.fromkeys(("astype", "copy", "ewise", "fill", "permute_copy"), "noa_core.elementwise"),
+    "iwise": "noa_core.indexwise",
+    **dict.fromkeys(("max", "mean", "min", "reduce_ewise", "std", "sum", "var"), "noa_core.reduction"),
+    "cuda_available": "noa_core.devices",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'noa_core' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "Array", "arange", "asarray", "empty", "full", "ones", "zeros", "matrix", "vector", "layout",

@@ -8,8 +8,9 @@ whatever the file size. Array logic is delegated to :mod:`noa_core.array`, the k
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,10 +22,6 @@ from noa_core.errors import ShapeError
 
 Progress = Callable[[int, int], None]
 PathLike = str | Path
-
-# Bytes of output per streamed block: big enough to amortise kernel launches, small enough that a
-# block of every operand fits comfortably in memory.
-BLOCK_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -72,9 +69,9 @@ def info(path: PathLike, read: ReadOptions = DEFAULT_READ) -> dict:
         "kind": array.kind,
         "ndim": array.ndim,
         "pixel_size": list(meta.pixel_size),
-        "pixel_unit": meta.pixel_unit,
+        "pixel_unit": meta.unit,
         "origin": list(meta.origin),
-        "statistics": dict(meta.statistics) if meta.statistics else None,
+        "statistics": dataclasses.asdict(meta.statistics) if meta.statistics else None,
         "labels": list(meta.labels),
         "axes": meta.axes,
         "notices": list(meta.notices),
@@ -82,23 +79,24 @@ def info(path: PathLike, read: ReadOptions = DEFAULT_READ) -> dict:
 
 
 def stats(path: PathLike, *, per_batch: bool = False, read: ReadOptions = DEFAULT_READ, device: str = "cpu") -> dict:
-    """Min, max, mean and std computed from the data, over the whole file or per batch index."""
-    from noa_core import reduce
+    """Min, max, mean and std computed from the data, over the whole file and optionally per batch."""
+    from noa_core import reduction
 
     array, _ = _read(path, read)
     if array.size == 0:
         raise ShapeError(f"{path}: the array of shape {array.shape} is empty; it has no statistics")
+    array = array.to(device)
 
-    def of(view: Array) -> dict:
-        view = view.to(device)
-        return {
-            "min": float(reduce.min(view)), "max": float(reduce.max(view)),
-            "mean": float(reduce.mean(view)), "std": float(reduce.std(view)),
-        }
+    def table(axes) -> dict[str, np.ndarray]:
+        return {name: getattr(reduction, name)(array, axes).to("cpu").numpy().reshape(-1)
+                for name in ("min", "max", "mean", "std")}
 
-    result = {"path": str(path), "shape": list(array.shape), **of(array)}
+    whole = {name: float(values[0]) for name, values in table(None).items()}
+    result = {"path": str(path), "shape": list(array.shape), **whole}
     if per_batch:
-        result["per_batch"] = [{"batch": b, **of(array[b])} for b in range(array.shape[0])]
+        rows = table((1, 2, 3))
+        result["per_batch"] = [{"batch": b, **{name: float(v[b]) for name, v in rows.items()}}
+                               for b in range(array.shape[0])]
     return result
 
 
@@ -111,7 +109,7 @@ def permute(src: PathLike, dst: PathLike, axes: Sequence[int], *, read: ReadOpti
     perm = layout.check_permutation(axes)
     array, meta = _read(src, read)
     label = f"noa permute --axes {','.join(map(str, perm))}"
-    return _stream(dst, [array.permute(perm)], None, meta.permuted(perm), label,
+    return _stream(dst, [array.permute(perm)], _converter("checked"), meta.permute(perm), label,
                    overwrite=overwrite, device=device, progress=progress)
 
 
@@ -121,7 +119,7 @@ def broadcast(src: PathLike, dst: PathLike, shape: Sequence[int], *, read: ReadO
     target = layout.as_shape4(shape)
     array, meta = _read(src, read)
     label = f"noa broadcast --shape {','.join(map(str, target))}"
-    return _stream(dst, [array.broadcast(target)], None, meta.broadcasted(target), label,
+    return _stream(dst, [array.broadcast(target)], _converter("checked"), meta.broadcast(target), label,
                    overwrite=overwrite, device=device, progress=progress)
 
 
@@ -135,8 +133,8 @@ def copy(src: PathLike, dst: PathLike, *, order: str = "C", dtype=None, clamp: b
     out_dtype = None if dtype is None else dtypes.scalar_dtype(dtype)
     out_order = resolve_copy_order(array, order)
     words = [f"--order {out_order}"] + ([f"--dtype {out_dtype}"] if out_dtype is not None else [])
-    return _stream(dst, [array], None, meta, "noa copy " + " ".join(words), order=out_order, dtype=out_dtype,
-                   clamp=clamp, overwrite=overwrite, device=device, progress=progress)
+    return _stream(dst, [array], _converter("clamp" if clamp else "checked"), meta, "noa copy " + " ".join(words),
+                   order=out_order, dtype=out_dtype, overwrite=overwrite, device=device, progress=progress)
 
 
 def ewise(expression: str, srcs: Sequence[PathLike], dst: PathLike, *, dtype=None, read: ReadOptions = DEFAULT_READ,
@@ -154,77 +152,65 @@ def ewise(expression: str, srcs: Sequence[PathLike], dst: PathLike, *, dtype=Non
         out_dtype = compiled.result_dtype([a.dtype for a in arrays])
         if out_dtype == np.bool_:
             out_dtype = np.dtype("uint8")  # image formats store no booleans: 0 and 1
-    # The output describes the same pixels as the first input of full shape.
-    first = next(meta for array, meta in inputs if array.shape == shape) if any(
-        a.shape == shape for a in arrays) else inputs[0][1].broadcasted(shape)
-    views = [a.broadcast(shape) for a in arrays]
-    return _stream(dst, views, compiled, first, f"noa ewise {expression!r}"[:80], dtype=out_dtype,
-                   overwrite=overwrite, device=device, progress=progress)
+    # The output describes the pixels of the first input that has the full shape.
+    meta = next((m for a, m in inputs if a.shape == shape), None) or inputs[0][1].broadcast(shape)
+    return _stream(dst, [a.broadcast(shape) for a in arrays], _evaluator(compiled), meta,
+                   f"noa ewise {expression}"[:80], dtype=out_dtype, overwrite=overwrite, device=device,
+                   progress=progress)
 
 
 def warmup() -> float:
     """Compile the common kernels into the on-disk cache; returns the seconds it took."""
-    from noa_core import kernels
+    from noa_core.warmup import warmup as compile_kernels
 
     start = time.perf_counter()
-    kernels.warmup()
+    compile_kernels()
     return time.perf_counter() - start
 
 
 # -- streaming ------------------------------------------------------------------------------------
 
-
-def blocks(shape: layout.Shape4, itemsize: int, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple]:
-    """Index tuples covering ``shape`` in C order, each holding at most ``block_bytes`` when possible.
-
-    Blocks are runs of whole outer slices: whole batches, else whole sections, else whole rows.
-    """
-    per = [int(np.prod(shape[i + 1:])) * itemsize for i in range(4)]  # bytes of one index along axis i
-    for axis in range(4):
-        if per[axis] <= block_bytes or axis == 3:
-            step = max(1, block_bytes // max(per[axis], 1))
-            outer = [range(n) for n in shape[:axis]]
-            for index in np.ndindex(*[len(r) for r in outer]) if axis else [()]:
-                for start in range(0, shape[axis], step):
-                    yield tuple(index) + (slice(start, min(start + step, shape[axis])),)
-            return
+Compute = Callable[[list[Array], Array], None]
 
 
-def _stream(dst: PathLike, views: list[Array], expression, meta, label: str, *, order: str = "C", dtype=None,
-            clamp: bool = False, overwrite: bool, device: str, progress: Progress) -> list[str]:
-    """Write the element-wise result of ``views`` (one view copied, or an expression) to ``dst``."""
-    from noa_core import io
-    from noa_core.ewise import ewise as run_ewise
+def _converter(mode: str) -> Compute:
+    from noa_core.elementwise import convert_into
 
-    shape = views[0].shape
-    out_dtype = dtypes.element_dtype(dtype) if dtype is not None else views[0].dtype
-    element = expression.numba_function() if expression is not None else None
-    with io.create(dst, shape, out_dtype, meta, order=order, overwrite=overwrite, label=label) as writer:
-        chunks = list(blocks(shape, out_dtype.itemsize))
-        for done, index in enumerate(chunks, 1):
-            target = writer.array[index]
-            sources = [view[index] for view in views]
-            if device != "cpu":
-                result = _compute_on(device, sources, element, out_dtype, order, clamp)
-                result.to("cpu").copy_to(target) if hasattr(result, "copy_to") else np.copyto(
-                    target.numpy(), result.to("cpu").numpy())
-            elif element is None:
-                sources[0].astype(out_dtype, clamp=clamp, out=target)
-            else:
-                run_ewise(sources, [target], element)
-            writer.block_written(index)
-            progress(done, len(chunks))
-    return list(writer.notices)
+    return lambda blocks, out: convert_into(blocks[0], out, mode=mode)
 
 
-def _compute_on(device: str, sources: list[Array], element, out_dtype, order: str, clamp: bool) -> Array:
+def _evaluator(expression) -> Compute:
+    from noa_core.elementwise import ewise as run_ewise
+
+    element = expression.numba_function()
+    return lambda blocks, out: run_ewise(blocks, [out], element)
+
+
+def _on_device(compute: Compute, device: str) -> Compute:
+    """Run ``compute`` on ``device``: tiles go there and the result comes back into the output tile."""
+    if device == "cpu":
+        return compute
     from noa_core.array import empty
-    from noa_core.ewise import ewise as run_ewise
+    from noa_core.devices import require_cuda
+    from noa_core.elementwise import convert_into
 
-    on_device = [s.copy("C").to(device) for s in sources]
-    out = empty(sources[0].shape, out_dtype, order, device)
-    if element is None:
-        on_device[0].astype(out_dtype, clamp=clamp, out=out)
-    else:
-        run_ewise(on_device, [out], element)
-    return out
+    require_cuda()
+
+    def on_device(blocks: list[Array], out: Array) -> None:
+        result = empty(out.shape, out.dtype, device=device)
+        compute([block.to(device) for block in blocks], result)
+        convert_into(result.to("cpu"), out)
+
+    return on_device
+
+
+def _stream(dst: PathLike, sources: list[Array], compute: Compute, meta, label: str, *, dtype=None,
+            order: str = "C", overwrite: bool, device: str, progress: Progress) -> list[str]:
+    """Create ``dst`` and fill it tile by tile with ``compute`` over ``sources``; return notices."""
+    from noa_core import io
+
+    out_dtype = dtypes.element_dtype(dtype) if dtype is not None else sources[0].dtype
+    work = _on_device(compute, device)
+    with io.create(dst, sources[0].shape, out_dtype, meta, order=order, overwrite=overwrite, label=label) as writer:
+        io.fill(writer, sources, work, progress=progress)
+    return list(writer.notices)

@@ -39,6 +39,12 @@ def volume():
         return np.array(f.data), f.voxel_size.copy()
 
 
+def write_stack(path, data):
+    """An MRC image stack (ispg 0), as motion-correction software writes movies."""
+    with mrcfile.new(path, data) as f:
+        f.set_image_stack()
+
+
 def mrc_data(path):
     with mrcfile.open(path, permissive=True) as f:
         return np.array(f.data), f.header.copy(), f.voxel_size.copy()
@@ -83,31 +89,40 @@ def test_info_on_every_shared_file():
     assert by_name["emd_3197.map.gz"]["shape"] == [1, 20, 20, 20]
 
 
-def test_permute_matches_numpy_and_moves_the_header(tmp_path, volume):
-    data, voxel = volume
+def test_permute_matches_numpy_and_moves_the_header(tmp_path):
+    volume = np.random.default_rng(2).normal(size=(6, 7, 8)).astype(np.float32)  # Z, Y, X
+    src = tmp_path / "aniso.mrc"
+    with mrcfile.new(src, volume) as f:
+        f.voxel_size = (1.5, 2.5, 3.5)  # x, y, z
+        f.header.origin = (10.0, 20.0, 30.0)
     out = tmp_path / "p.mrc"
-    result = noa("permute", EXAMPLE_MAP, out, "--axes", "0,3,2,1")
+    result = noa("permute", src, out, "--axes", "0,3,2,1")  # swap depth (Z) and width (X)
     assert result.returncode == 0, result.stderr
-    got, header, got_voxel = mrc_data(out)
-    assert np.array_equal(got, data.transpose(2, 1, 0))
-    assert (got_voxel.x, got_voxel.y, got_voxel.z) == pytest.approx((voxel.z, voxel.y, voxel.x))
+    got, header, voxel = mrc_data(out)
+    assert np.array_equal(got, volume.transpose(2, 1, 0))
+    assert (float(voxel.x), float(voxel.y), float(voxel.z)) == pytest.approx((3.5, 2.5, 1.5))
+    origin = header.origin
+    assert (float(origin.x), float(origin.y), float(origin.z)) == pytest.approx((30.0, 20.0, 10.0))
     assert any(b"noa permute" in bytes(label) for label in header.label[: int(header.nlabl)])
+    assert mrcfile.validate(str(out), print_file=open(os.devnull, "w"))
 
 
 def test_broadcast_and_ewise_gain_correction(tmp_path):
     rng = np.random.default_rng(0)
     movie = rng.normal(size=(6, 16, 12)).astype(np.float32)
     gain = rng.uniform(0.5, 1.5, size=(16, 12)).astype(np.float32)
-    mrcfile.new(tmp_path / "movie.mrcs", movie).close()
+    write_stack(tmp_path / "movie.mrcs", movie)
     mrcfile.new(tmp_path / "gain.mrc", gain).close()
     result = noa("ewise", "a * b", tmp_path / "movie.mrcs", tmp_path / "gain.mrc", "-o", tmp_path / "corrected.mrc")
     assert result.returncode == 0, result.stderr
     corrected, header, _ = mrc_data(tmp_path / "corrected.mrc")
     assert np.allclose(corrected, movie * gain)
     assert header.ispg == 0  # still an image stack
+    assert json.loads(noa("info", tmp_path / "corrected.mrc", "--json").stdout)["shape"] == [6, 1, 16, 12]
     result = noa("broadcast", tmp_path / "gain.mrc", tmp_path / "gains.mrcs", "--shape", "6,1,16,12")
     assert result.returncode == 0, result.stderr
-    assert np.array_equal(mrc_data(tmp_path / "gains.mrcs")[0], np.broadcast_to(gain, (6, 16, 12)))
+    gains, header, _ = mrc_data(tmp_path / "gains.mrcs")
+    assert np.array_equal(gains, np.broadcast_to(gain, (6, 16, 12))) and header.ispg == 0
 
 
 def test_copy_orders_types_and_formats(tmp_path, volume):
@@ -134,12 +149,13 @@ def test_copy_orders_types_and_formats(tmp_path, volume):
 
 def test_stats_matches_numpy(tmp_path):
     stack = np.random.default_rng(1).normal(size=(3, 8, 9)).astype(np.float32)
-    mrcfile.new(tmp_path / "s.mrcs", stack).close()
+    write_stack(tmp_path / "s.mrcs", stack)
     result = noa("stats", tmp_path / "s.mrcs", "--per-batch", "--json")
     assert result.returncode == 0, result.stderr
     got = json.loads(result.stdout)
     assert got["mean"] == pytest.approx(float(stack.mean()), rel=1e-5)
     assert got["std"] == pytest.approx(float(stack.std()), rel=1e-5)
+    assert len(got["per_batch"]) == 3
     for b, row in enumerate(got["per_batch"]):
         assert row["min"] == pytest.approx(float(stack[b].min()))
         assert row["max"] == pytest.approx(float(stack[b].max()))

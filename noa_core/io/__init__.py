@@ -20,7 +20,7 @@ from noa_core.array import Array, asarray
 from noa_core.errors import FileFormatError
 from noa_core.io import formats, mrc, tiff
 from noa_core.io.metadata import Metadata, Statistics
-from noa_core.io.stream import Writer, copy_into, create
+from noa_core.io.stream import Writer, copy_into, create, fill
 
 __all__ = ["read", "open", "write", "create", "copy_into", "Metadata", "Statistics", "Writer"]
 

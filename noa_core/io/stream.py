@@ -12,13 +12,13 @@ import itertools
 import math
 import mmap as mmap_module
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 from noa_core import layout
 from noa_core.array import Array, asarray
-from noa_core.errors import DTypeError, FileFormatError, LayoutError, ShapeError
+from noa_core.errors import FileFormatError, LayoutError, ShapeError
 from noa_core.io import atomic, formats, mapped, mrc, tiff
 from noa_core.io.metadata import Metadata, Statistics
 from noa_core.layout import Shape4
@@ -124,19 +124,11 @@ def tiles(shape: Shape4, tile: Shape4, strides: Sequence[int]) -> Iterator[tuple
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_conversion(source: np.dtype, target: np.dtype) -> None:
-    if source.kind == "c" and target.kind != "c":
-        raise DTypeError(f"cannot store complex {source} as {target}: the imaginary part would be lost")
+def _convert(dst: Array, src: Array) -> None:
+    """``dst[...] = src`` with a checked conversion: values the output type cannot hold are refused."""
+    from noa_core.elementwise import convert_into
 
-
-def _copy_block(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[...] = src``, refusing values that the output type cannot hold (no silent wrap-around)."""
-    if src.dtype != dst.dtype and dst.dtype.kind in "iu" and src.size:
-        info = np.iinfo(dst.dtype)
-        lo, hi = src.min(), src.max()
-        if not (info.min <= lo and hi <= info.max):  # NaN fails both comparisons
-            raise DTypeError(f"values {lo}..{hi} do not fit {dst.dtype} ({info.min}..{info.max})")
-    np.copyto(dst, src, casting="unsafe")
+    convert_into(src, dst, mode="checked")
 
 
 class Writer:
@@ -289,9 +281,8 @@ class Writer:
             raise LayoutError(f"{self.path}: sections {index}..{index + k - 1} are outside 0..{len(self._written) - 1}")
         if self._written[index:index + k].any():
             raise LayoutError(f"{self.path}: sections {index}..{index + k - 1} were already written")
-        _check_conversion(src.dtype, self.dtype)
         sections = self.array.numpy().reshape(-1, h, w)[index:index + k]
-        _copy_block(sections, src)
+        _convert(asarray(sections), asarray(src))
         self._stats.add(sections)
         mapped.release(sections)
         self._written[index:index + k] = True
@@ -308,24 +299,41 @@ def create(path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata:
     return Writer(path, shape, dtype, metadata, order, overwrite, label)
 
 
+Compute = Callable[[list[Array], Array], None]
+
+
+def fill(writer: Writer, sources: Sequence[Array], compute: Compute, *, block_bytes: int = BLOCK_BYTES,
+         progress: Callable[[int, int], None] | None = None) -> None:
+    """Fill ``writer`` tile by tile with ``compute(source_tiles, output_tile)``.
+
+    Sources broadcast onto the output shape. Tiles are planned so that each spans at most
+    ``block_bytes`` of mapping in the output and in every source; header statistics are taken from
+    each output tile as it is written, and the pages of every tile are released afterwards.
+    ``progress(done, total)`` is called after each tile.
+    """
+    srcs = [s if s.shape == writer.shape else s.broadcast(writer.shape) for s in map(asarray, sources)]
+    out = writer.array
+    layouts = [(out.strides, writer.dtype.itemsize)] + [(s.strides, s.itemsize) for s in srcs]
+    tile = plan_tile(writer.shape, layouts, block_bytes)
+    out_np = out.numpy()
+    stats = RunningStatistics()
+    keys = list(tiles(writer.shape, tile, out.strides))
+    for done, key in enumerate(keys, 1):
+        blocks = [s[key] for s in srcs]
+        compute(blocks, out[key])
+        stats.add(out_np[key])
+        for block in blocks:
+            mapped.release(block.numpy())
+        mapped.release(out_np[key])
+        if progress is not None:
+            progress(done, len(keys))
+    writer._stats, writer._complete = stats, True
+
+
 def copy_into(source: Array | np.ndarray, writer: Writer, *, block_bytes: int = BLOCK_BYTES) -> None:
     """Copy a (possibly permuted or broadcast) source view into ``writer``, tile by tile.
 
     The source broadcasts onto the output shape. Values are converted to the output dtype; an
     integer output refuses values it cannot hold, and complex cannot become real.
     """
-    src = asarray(source)
-    if src.shape != writer.shape:
-        src = src.broadcast(writer.shape)
-    _check_conversion(src.dtype, writer.dtype)
-    src_np, dst_np = src.numpy(), writer.array.numpy()
-    tile = plan_tile(writer.shape, [(writer.array.strides, writer.dtype.itemsize), (src.strides, src.itemsize)],
-                     block_bytes)
-    stats = RunningStatistics()
-    for key in tiles(writer.shape, tile, writer.array.strides):
-        dst, block = dst_np[key], src_np[key]
-        _copy_block(dst, block)
-        stats.add(dst)
-        mapped.release(block)
-        mapped.release(dst)
-    writer._stats, writer._complete = stats, True
+    fill(writer, [asarray(source)], lambda blocks, dst: _convert(dst, blocks[0]), block_bytes=block_bytes)

@@ -285,32 +285,83 @@ def _clamp_bounds(source: np.dtype, target: np.dtype) -> tuple[np.generic, np.ge
     return lo, hi
 
 
+CONVERSION_MODES = ("cast", "clamp", "checked")
+
+
+def _check_range(source: Array, target: np.dtype) -> None:
+    """Raise DTypeError when some value of ``source`` cannot be represented in ``target``."""
+    from noa_core.reduction import max as reduce_max
+    from noa_core.reduction import min as reduce_min
+
+    if source.dtype.kind == "c" and target.kind != "c":
+        raise DTypeError(f"cannot convert complex {source.dtype} to {target}: the imaginary part would be lost")
+    if target.kind not in "iuf" or source.dtype.kind == "b" or source.size == 0:
+        return
+    if target.kind == "f":
+        if source.dtype.kind != "f" or np.finfo(source.dtype).max <= np.finfo(target).max:
+            return
+        limits = (float(np.finfo(target).min), float(np.finfo(target).max))
+    else:
+        if source.dtype.kind in "iu" and np.can_cast(source.dtype, target):
+            return
+        limits = (int(np.iinfo(target).min), int(np.iinfo(target).max))
+    lo = reduce_min(source).numpy().reshape(-1)[0]
+    hi = reduce_max(source).numpy().reshape(-1)[0]
+    if target.kind == "f":  # NaN and inf carry over; only finite values beyond the range overflow
+        lo, hi = (lo if np.isfinite(lo) else 0), (hi if np.isfinite(hi) else 0)
+    if np.isnan(lo) or np.isnan(hi):
+        raise DTypeError(f"{source.dtype} values include NaN, which {target} cannot hold; clamp them (--clamp, NaN -> 0)")
+    if lo < limits[0] or hi > limits[1]:
+        raise DTypeError(
+            f"values {lo}..{hi} of {source.dtype} do not fit {target} ({limits[0]}..{limits[1]}); "
+            "clamp them (--clamp) or choose a wider type"
+        )
+
+
+def convert_into(source: Array, out: Array, *, mode: str = "cast") -> Array:
+    """Write ``source`` (broadcast onto ``out``'s shape) into ``out``, converting to ``out.dtype``.
+
+    ``mode`` says what happens to values the target type cannot hold: 'cast' converts like C and
+    NumPy's ``astype`` (complex to real keeps the real part; out-of-range float to integer is
+    undefined); 'clamp' clamps to the target's range, NaN becoming 0 for integer targets (float
+    targets keep NaN; complex targets are not clamped); 'checked' raises DTypeError naming the
+    values and the range, and refuses complex to real. Returns ``out``.
+    """
+    if mode not in CONVERSION_MODES:
+        raise ValueError(f"conversion mode {mode!r} is not one of {CONVERSION_MODES}")
+    target = out.dtype
+    if target == source.dtype:
+        launch(BUILTIN_OPS["identity"], [source], [out], raw=True)
+        return out
+    if dtypes.element_shape_of(target) or dtypes.element_shape_of(source.dtype):
+        raise DTypeError(f"conversion between scalar element types only; {source.dtype} to {target} is not supported")
+    if target.kind == "b":
+        launch(BUILTIN_OPS["nonzero"], [source], [out])
+        return out
+    if mode == "checked":
+        _check_range(source, target)
+    bounds = _clamp_bounds(source.dtype, target) if mode == "clamp" else None
+    if bounds is not None:
+        op = BUILTIN_OPS["clamp_nan_to_zero" if target.kind in "iu" else "clamp_keep_nan"]
+        launch(op, [source, *bounds], [out])
+    elif source.dtype.kind == "c" and target.kind != "c":
+        launch(BUILTIN_OPS["real_part"], [source], [out])
+    else:
+        launch(BUILTIN_OPS["identity"], [source], [out])
+    return out
+
+
 def astype(array: Array, dtype, *, clamp: bool = False) -> Array:
     """A new array of element type ``dtype`` (same layout order as ``array`` when packed).
 
-    Without ``clamp``, a C-style cast like NumPy's ``astype`` (complex to real keeps the real part;
-    out-of-range float to integer is undefined). With ``clamp=True``, values are clamped to the
-    target's range and NaN becomes 0 for integer targets (float targets keep NaN; complex targets
-    are not clamped).
+    Without ``clamp``, a C-style cast like NumPy's ``astype``; with ``clamp=True``, values are
+    clamped to the target's range (see :func:`convert_into`).
     """
     target = dtypes.element_dtype(dtype)
     if target == array.dtype:
         return copy(array, "K")
-    if dtypes.element_shape_of(target) or dtypes.element_shape_of(array.dtype):
-        raise DTypeError(f"astype converts scalar element types; {array.dtype} to {target} is not supported")
     out = empty(array.shape, target, resolve_copy_order(array, "K"), array.device)
-    if target.kind == "b":
-        launch(BUILTIN_OPS["nonzero"], [array], [out])
-        return out
-    bounds = _clamp_bounds(array.dtype, target) if clamp else None
-    if bounds is not None:
-        op = BUILTIN_OPS["clamp_nan_to_zero" if target.kind in "iu" else "clamp_keep_nan"]
-        launch(op, [array, *bounds], [out])
-    elif array.dtype.kind == "c" and target.kind != "c":
-        launch(BUILTIN_OPS["real_part"], [array], [out])
-    else:
-        launch(BUILTIN_OPS["identity"], [array], [out])
-    return out
+    return convert_into(array, out, mode="clamp" if clamp else "cast")
 
 
 # -- arithmetic (used by Array's operators) -------------------------------------------------------

@@ -16,7 +16,7 @@ import numpy as np
 from noa_core import dtypes, layout
 from noa_core.array import Array, empty
 from noa_core.errors import DTypeError, ShapeError
-from noa_core.ewise import backend, common_device, flat_buffer, launch
+from noa_core.elementwise import backend, common_device, flat_buffer, launch
 from noa_core.kernels import BUILTIN_OPS
 
 Axes = int | Sequence[int] | None
