@@ -178,32 +178,32 @@ class Array:
 
     def copy(self, order: str = "C") -> Array:
         """A new packed array in 'C' or 'F' order ('K' keeps F for F arrays, C otherwise)."""
-        from noa_core.ewise import copy
+        from noa_core.elementwise import copy
 
         return copy(self, order)
 
     def permute_copy(self, perm: Sequence[int]) -> Array:
         """A new C-contiguous array holding ``self.permute(perm)`` (cache-blocked, parallel)."""
-        from noa_core.ewise import permute_copy
+        from noa_core.elementwise import permute_copy
 
         return permute_copy(self, perm)
 
     def astype(self, dtype, *, clamp: bool = False) -> Array:
         """A converted copy; ``clamp=True`` clamps to the target range (NaN -> 0 for integers)."""
-        from noa_core.ewise import astype
+        from noa_core.elementwise import astype
 
         return astype(self, dtype, clamp=clamp)
 
     def fill(self, value) -> Array:
         """Set every element to ``value`` in place; returns self."""
-        from noa_core.ewise import fill
+        from noa_core.elementwise import fill
 
         return fill(self, value)
 
     # -- arithmetic (new arrays; result type as numpy.result_type; operands broadcast) ------------
 
     def _arith(self, name: str, *operands) -> Array:
-        from noa_core.ewise import arithmetic
+        from noa_core.elementwise import arithmetic
 
         if not all(isinstance(x, (Array, int, float, complex, bool, np.generic)) for x in operands):
             return NotImplemented
