@@ -78,6 +78,7 @@ def test_info_json_matches_mrcfile():
     assert "1, 20, 20, 20" in text.stdout
 
 
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data (real files from other software) is absent")
 def test_info_on_every_shared_file():
     files = sorted(p for p in SHARED.iterdir() if p.suffix != ".md")
     result = noa("info", *files, "--json")
