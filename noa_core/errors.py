@@ -95,6 +95,10 @@ class OutputExistsError(FileFormatError, FileExistsError):
     """The output exists and overwriting was not asked for."""
 
 
+class OutputIsInputError(OutputExistsError):
+    """The output path names one of the inputs."""
+
+
 class WriteDTypeError(FileFormatError, DTypeError):
     """The array's element type cannot be stored in the chosen format without an explicit dtype."""
 

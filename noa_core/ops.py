@@ -18,7 +18,7 @@ import numpy as np
 
 from noa_core import dtypes, layout
 from noa_core.array import Array
-from noa_core.errors import ShapeError
+from noa_core.errors import OutputIsInputError, ShapeError
 
 Progress = Callable[[int, int], None]
 PathLike = str | Path
@@ -107,6 +107,7 @@ def permute(src: PathLike, dst: PathLike, axes: Sequence[int], *, read: ReadOpti
             overwrite: bool = False, device: str = "cpu", progress: Progress = _no_progress) -> list[str]:
     """Write ``src`` with its BDHW axes reordered; the header follows the axes."""
     perm = layout.check_permutation(axes)
+    check_distinct(dst, [src])
     array, meta = _read(src, read)
     label = f"noa permute --axes {','.join(map(str, perm))}"
     return _stream(dst, [array.permute(perm)], _converter("checked"), meta.permute(perm), label,
@@ -117,6 +118,7 @@ def broadcast(src: PathLike, dst: PathLike, shape: Sequence[int], *, read: ReadO
               overwrite: bool = False, device: str = "cpu", progress: Progress = _no_progress) -> list[str]:
     """Write ``src`` with size-1 dimensions repeated to reach ``shape``."""
     target = layout.as_shape4(shape)
+    check_distinct(dst, [src])
     array, meta = _read(src, read)
     label = f"noa broadcast --shape {','.join(map(str, target))}"
     return _stream(dst, [array.broadcast(target)], _converter("checked"), meta.broadcast(target), label,
@@ -129,6 +131,7 @@ def copy(src: PathLike, dst: PathLike, *, order: str = "C", dtype=None, clamp: b
     """Copy ``src`` to ``dst`` (format from the extension), in C, F or K order, maybe as ``dtype``."""
     from noa_core.array import resolve_copy_order
 
+    check_distinct(dst, [src])
     array, meta = _read(src, read)
     out_dtype = None if dtype is None else dtypes.scalar_dtype(dtype)
     out_order = resolve_copy_order(array, order)
@@ -143,6 +146,7 @@ def ewise(expression: str, srcs: Sequence[PathLike], dst: PathLike, *, dtype=Non
     from noa_core.expr import compile_expression
 
     compiled = compile_expression(expression, len(srcs))
+    check_distinct(dst, srcs)
     inputs = [_read(src, read) for src in srcs]
     arrays = [array for array, _ in inputs]
     shape = layout.broadcast_shapes(*(a.shape for a in arrays))
@@ -202,6 +206,13 @@ def _on_device(compute: Compute, device: str) -> Compute:
         convert_into(result.to("cpu"), out)
 
     return on_device
+
+
+def check_distinct(dst: PathLike, srcs: Sequence[PathLike]) -> None:
+    """Refuse an output that is one of the inputs: inputs are never modified, even with overwrite."""
+    for src in srcs:
+        if Path(dst).exists() and Path(src).exists() and Path(dst).samefile(src):
+            raise OutputIsInputError(f"{dst}: the output is the input file {src}; write to a new file")
 
 
 def _stream(dst: PathLike, sources: list[Array], compute: Compute, meta, label: str, *, dtype=None,

@@ -238,6 +238,24 @@ def test_input_is_never_modified(tmp_path):
     assert src.read_bytes() == before
 
 
+def test_output_may_not_be_the_input_even_with_force(tmp_path):
+    src = tmp_path / "in.mrc"
+    shutil.copy(EXAMPLE_MAP, src)
+    before = src.read_bytes()
+    assert_user_error(noa("permute", src, src, "--axes", "0,1,3,2", "--force"), "is the input")
+    assert_user_error(noa("ewise", "a * 2", src, "-o", src, "--force"), "is the input")
+    assert src.read_bytes() == before
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(tmp_path):
+    from noa_core.devices import cuda_available
+
+    if cuda_available():
+        pytest.skip("a GPU is present")
+    assert_user_error(noa("copy", EXAMPLE_MAP, tmp_path / "o.mrc", "--device", "cuda"), "CUDA")
+    assert not (tmp_path / "o.mrc").exists()
+
+
 def test_internal_errors_exit_1_with_a_hint(monkeypatch, capsys):
     from noa_cli import main
     from noa_core import ops
