@@ -274,6 +274,49 @@ def warmup(quiet: Quiet = False) -> None:
     report.done(f"kernels compiled and cached in {seconds:.1f} s", quiet)
 
 
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")] = 8000,
+    data_root: Annotated[
+        Optional[Path], typer.Option("--data-root", help="Folder that server-side paths are relative to (env NOA_DATA_ROOT).")
+    ] = None,
+    state_dir: Annotated[
+        Optional[Path], typer.Option("--state-dir", help="Where job state is kept (default DATA_ROOT/.noa-jobs).")
+    ] = None,
+    api_key: Annotated[
+        Optional[str], typer.Option("--api-key", help="Require this X-API-Key on /v1 (env NOA_API_KEY).")
+    ] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Operations run at once (default 2).")] = None,
+    max_body_bytes: Annotated[Optional[int], typer.Option("--max-body-bytes", min=1, help="Largest request body.")] = None,
+    max_voxels: Annotated[Optional[int], typer.Option("--max-voxels", min=1, help="Largest output, in voxels.")] = None,
+    cors_origin: Annotated[
+        Optional[list[str]], typer.Option("--cors-origin", help="Allow browser requests from this origin (repeatable).")
+    ] = None,
+    tmp_dir: Annotated[
+        Optional[Path], typer.Option("--tmp-dir", help="Folder for upload scratch files (tmpfs such as /dev/shm is fastest).")
+    ] = None,
+    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
+) -> None:
+    """Start the HTTP service (uvicorn); options override NOA_* environment variables.
+
+    Example: noa serve --data-root /data/em --api-key "$KEY" --port 8000
+    """
+    import uvicorn
+
+    from server.app import create_app
+    from server.settings import Settings
+
+    try:
+        settings = Settings.from_env(data_root=data_root, state_dir=state_dir, api_key=api_key, workers=workers,
+                                     max_body_bytes=max_body_bytes, max_voxels=max_voxels, cors_origins=cors_origin,
+                                     tmp_dir=tmp_dir)
+        service = create_app(settings)
+    except ValueError as exc:  # a bad setting (e.g. NOA_WORKERS=abc, a missing data root): usage, not a crash
+        raise click.UsageError(str(exc)) from None
+    uvicorn.run(service, host=host, port=port, log_level=log_level)
+
+
 # -- entry point -----------------------------------------------------------------------------------
 
 

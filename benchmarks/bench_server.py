@@ -1,0 +1,209 @@
+"""Throughput and latency of the HTTP service on loopback.
+
+Two workloads, each against a fresh ``uvicorn`` process started like the container starts it:
+
+- ``info`` of a server-side file (``POST /v1/paths/info``, JSON in and out);
+- ``permute`` of a 128 KiB upload (``POST /v1/upload/permute``, multipart in, file out), with the
+  upload folders on the default disk and, where there is one, on tmpfs (``NOA_TMP_DIR=/dev/shm``).
+
+The load comes from a separate process: ``wrk`` when it is installed (``apt-get install -y wrk``),
+else a Python asyncio/httpx client in a child process (slower: it competes harder for the cores,
+so its figures understate the server). Prints one table of measured figures against the goals.
+
+    python benchmarks/bench_server.py [--duration 10] [--connections 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import mrcfile
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = "bench-key"
+BOUNDARY = "noa-bench-boundary"
+# name: (requests/s goal, p99 goal in ms or None)
+GOALS = {"info (server-side file)": (1000, None), "permute (128 KiB upload)": (300, 50.0)}
+
+
+def make_inputs(root: Path) -> bytes:
+    """Copy the EMD map into the data root; return the 128 KiB upload (a 128x256 float32 image)."""
+    shutil.copy(REPO / "examples" / "data" / "emd_3197.map", root / "emd.map")
+    path = root / "upload.mrc"
+    with mrcfile.new(path) as f:
+        f.set_data(np.random.default_rng(0).random((128, 256), dtype=np.float32))
+    return path.read_bytes()
+
+
+def multipart(payload: bytes) -> bytes:
+    parts = [f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="axes"\r\n\r\n{a}\r\n' for a in (0, 1, 3, 2)]
+    head = "".join(parts) + (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="upload.mrc"\r\n'
+                             "Content-Type: application/octet-stream\r\n\r\n")
+    return head.encode() + payload + f"\r\n--{BOUNDARY}--\r\n".encode()
+
+
+def start_server(root: Path, tmp: Path) -> tuple[subprocess.Popen, str]:
+    """uvicorn as the container runs it (settings from NOA_* variables), without access logs."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "NOA_DATA_ROOT": str(root), "NOA_API_KEY": KEY, "NOA_TMP_DIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "server.app:create_app", "--host",
+                             "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"],
+                            cwd=REPO, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("the server did not become ready in 300 s")
+
+
+# -- load generators -------------------------------------------------------------------------------------
+
+
+def lua_string(data: bytes) -> str:
+    """``data`` as a Lua string literal (decimal escapes for everything but plain printable ASCII)."""
+    return '"' + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}" for b in data) + '"'
+
+
+def run_wrk(url: str, body: bytes, content_type: str, duration: int, connections: int, workdir: Path) -> dict:
+    script = workdir / "request.lua"
+    script.write_text(f'wrk.method = "POST"\nwrk.body = {lua_string(body)}\n'
+                      f'wrk.headers["Content-Type"] = "{content_type}"\nwrk.headers["X-API-Key"] = "{KEY}"\n')
+    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "--timeout", "10s",
+                          "-s", str(script), url], capture_output=True, text=True, check=True).stdout
+
+    def millis(label: str) -> float:
+        value, unit = re.search(rf"^\s*{label}\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()
+        return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), "p50": millis("50%"),
+            "p99": millis("99%"), "requests": total,
+            "failed": (int(bad.group(1)) if bad else 0) + (sum(map(int, errors.groups())) if errors else 0)}
+
+
+def _python_client(url: str, body: bytes, content_type: str, duration: int, connections: int, queue) -> None:
+    async def main() -> None:
+        latencies: list[float] = []
+        failed = 0
+        headers = {"Content-Type": content_type, "X-API-Key": KEY}
+        async with httpx.AsyncClient(limits=httpx.Limits(max_connections=connections), timeout=10) as client:
+            end = time.perf_counter() + duration
+
+            async def worker() -> None:
+                nonlocal failed
+                while time.perf_counter() < end:
+                    start = time.perf_counter()
+                    response = await client.post(url, content=body, headers=headers)
+                    latencies.append(time.perf_counter() - start)
+                    failed += response.status_code >= 300
+
+            began = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(connections)))
+            elapsed = time.perf_counter() - began
+        ms = np.array(latencies) * 1e3
+        queue.put({"rps": len(ms) / elapsed, "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)),
+                   "requests": len(ms), "failed": failed})
+
+    asyncio.run(main())
+
+
+def run_python(url: str, body: bytes, content_type: str, duration: int, connections: int, workdir: Path) -> dict:
+    queue = multiprocessing.Queue()
+    child = multiprocessing.Process(target=_python_client, args=(url, body, content_type, duration, connections, queue))
+    child.start()
+    result = queue.get(timeout=duration + 120)
+    child.join()
+    return result
+
+
+# -- main -------------------------------------------------------------------------------------------------
+
+
+def wait_empty(folder: Path, timeout: float = 30.0) -> int:
+    """Temporary entries left once the requests still in flight when the client stopped are done."""
+    deadline = time.monotonic() + timeout
+    while any(folder.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return len(list(folder.iterdir()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Benchmark the noa HTTP service on loopback.")
+    parser.add_argument("--duration", type=int, default=10, help="seconds per workload")
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--client", choices=["auto", "wrk", "python"], default="auto")
+    args = parser.parse_args()
+    use_wrk = args.client == "wrk" or (args.client == "auto" and shutil.which("wrk") is not None)
+    run = run_wrk if use_wrk else run_python
+
+    results, leftovers = {}, 0
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch)
+        root = work / "root"
+        root.mkdir()
+        upload = multipart(make_inputs(root))
+        info = (json.dumps({"path": "emd.map"}).encode(), "application/json")
+        permute = (upload, f"multipart/form-data; boundary={BOUNDARY}")
+        # Upload folders on the default disk (the ops' atomic writer fsyncs each output), then on
+        # tmpfs (NOA_TMP_DIR=/dev/shm, where fsync is free), when the machine has one.
+        setups = [("disk", work / "tmp", {"info (server-side file)": ("/v1/paths/info", *info),
+                                          "permute (128 KiB upload)": ("/v1/upload/permute", *permute)})]
+        if Path("/dev/shm").is_dir():
+            shm = Path(tempfile.mkdtemp(prefix="noa-bench-", dir="/dev/shm"))
+            setups.append(("tmpfs", shm, {"permute (128 KiB upload)": ("/v1/upload/permute", *permute)}))
+        for label, tmp, loads in setups:
+            tmp.mkdir(exist_ok=True)
+            proc, url = start_server(root, tmp)
+            try:
+                for name, (path, body, content_type) in loads.items():
+                    run(url + path, body, content_type, 2, args.connections, work)  # warm-up, not reported
+                    results[(name, label)] = run(url + path, body, content_type, args.duration, args.connections,
+                                                 work)
+                leftovers += wait_empty(tmp)
+            finally:
+                proc.terminate()
+                proc.wait(30)
+            if label == "tmpfs":
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(f"\nnoa server benchmark: {cores} cores shared by server and client; client "
+          f"{'wrk -t1' if use_wrk else 'python/httpx'}, {args.connections} connections, {args.duration} s per "
+          f"workload, loopback, server workers=2\n")
+    print(f"{'workload':<26}{'upload tmp':>11}{'req/s':>8}{'goal':>8}{'p50 ms':>8}{'p99 ms':>8}{'goal':>7}"
+          f"{'requests':>10}{'failed':>7}  verdict")
+    for (name, label), r in results.items():
+        rps_goal, p99_goal = GOALS[name]
+        ok = r["rps"] >= rps_goal and (p99_goal is None or r["p99"] <= p99_goal) and r["failed"] == 0
+        print(f"{name:<26}{label:>11}{r['rps']:>8.0f}{'>=' + str(rps_goal):>8}{r['p50']:>8.2f}{r['p99']:>8.2f}"
+              f"{'<' + str(int(p99_goal)) if p99_goal else '-':>7}{r['requests']:>10}{r['failed']:>7}  "
+              f"{'meets goal' if ok else 'BELOW GOAL'}")
+    print(f"\ntemporary files left by the server: {leftovers}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Liveness and readiness probes (never behind the API key: orchestrators call them)."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Depends
+
+from server.models import Health
+from server.problems import documented, problem_response
+from server.service import Service, service
+
+router = APIRouter(tags=["health"])
+PROBE_TIMEOUT_S = 2.0
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness: the process answers")
+async def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get("/readyz", response_model=Health, responses=documented(503),
+            summary="Readiness: kernels compiled and the data root reachable")
+async def readyz(svc: Annotated[Service, Depends(service)]):
+    checks = {"kernels": svc.kernels}
+    root = svc.settings.data_root
+    if root is not None:
+        checks["data_root"] = "reachable" if await _reachable(root) else "unreachable"
+    failing = [f"{name}: {state}" for name, state in checks.items() if state not in ("compiled", "reachable")]
+    if failing:
+        return problem_response(503, "not ready: " + ", ".join(failing), "/readyz", slug="not-ready",
+                                title="Not ready", headers={"Retry-After": "1"})
+    return Health(status="ready", checks=checks)
+
+
+async def _reachable(root) -> bool:
+    """Whether the data root is a readable, writable folder; a hung network mount counts as unreachable."""
+    with anyio.move_on_after(PROBE_TIMEOUT_S):
+        return await anyio.to_thread.run_sync(lambda: os.access(root, os.R_OK | os.W_OK | os.X_OK)
+                                              and os.path.isdir(root), abandon_on_cancel=True)
+    return False

@@ -1,0 +1,94 @@
+"""The running service's state: the worker pool, the sandbox, the job store and readiness.
+
+All noa_core work runs in one bounded pool of ``settings.workers`` threads, each pinned to
+``settings.kernel_threads`` numba threads (numba's thread count is per calling thread), so the
+kernels of all workers together fit the cores and the event loop never computes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from fastapi import Request
+
+from noa_core import ops
+from server.jobs import JobStore
+from server.problems import ProblemError
+from server.sandbox import Sandbox
+from server.settings import Settings
+
+T = TypeVar("T")
+log = logging.getLogger("noa.server")
+SHUTDOWN_GRACE_S = 10.0
+
+
+def _pin_kernel_threads(count: int) -> None:
+    import numba
+
+    # NUMBA_NUM_THREADS (the pool numba launches) caps what a thread may ask for.
+    numba.set_num_threads(min(count, numba.config.NUMBA_NUM_THREADS))
+
+
+class Service:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        root = settings.data_root
+        if root is not None and not root.is_dir():
+            # A typo in --data-root must stop the server, not create an empty root.
+            raise ValueError(f"data root {root} is not a folder")
+        self.sandbox = None if root is None else Sandbox(root, settings.jobs_dir)
+        self.jobs = None if root is None else JobStore(settings.jobs_dir)
+        self._pool = ThreadPoolExecutor(settings.workers, "noa-worker", initializer=_pin_kernel_threads,
+                                        initargs=(settings.kernel_threads,))
+        self._warmup: Future | None = None
+
+    def start(self) -> None:
+        """Compile the kernels in a worker thread; /readyz reports ready once that is done."""
+        self._warmup = self._pool.submit(ops.warmup)
+        self._warmup.add_done_callback(_log_warmup)
+
+    def stop(self) -> None:
+        if self.jobs is not None:
+            self.jobs.stop()
+            self.jobs.wait_idle(SHUTDOWN_GRACE_S)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def kernels(self) -> str:
+        if self._warmup is None or not self._warmup.done():
+            return "compiling"
+        return "failed" if self._warmup.exception() is not None else "compiled"
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
+        return self._pool.submit(fn, *args)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker thread; the event loop only waits."""
+        return await asyncio.wrap_future(self._pool.submit(fn, *args))
+
+    def paths(self) -> Sandbox:
+        if self.sandbox is None:
+            raise ProblemError(403, "paths-disabled", "Server-side paths disabled",
+                               "this server was started without a data root; upload the files instead")
+        return self.sandbox
+
+    def job_store(self) -> JobStore:
+        self.paths()
+        assert self.jobs is not None
+        return self.jobs
+
+
+def _log_warmup(future: Future) -> None:
+    if future.exception() is not None:
+        log.error("kernel warm-up failed; /readyz reports not ready", exc_info=future.exception())
+    else:
+        log.info("kernels compiled in %.1f s", future.result())
+
+
+async def service(request: Request) -> Service:
+    """Dependency: the app's Service (async: FastAPI runs a plain def dependency in a thread)."""
+    return request.app.state.service

@@ -1,0 +1,93 @@
+"""The service's configuration: one frozen dataclass, built from environment variables and CLI options.
+
+``noa serve`` passes its options as overrides; a container (or ``uvicorn --factory``) gets the same
+settings from ``NOA_*`` environment variables alone, so both start the identical app.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "NOA_"
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (the affinity mask, which containers restrict)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the app factory needs.
+
+    ``data_root`` None disables server-side paths and jobs (uploads still work).
+    ``state_dir`` None means ``<data_root>/.noa-jobs``. ``tmp_dir`` None means the system's.
+    """
+
+    data_root: Path | None = None
+    state_dir: Path | None = None
+    api_key: str | None = None
+    max_body_bytes: int = 1 << 30
+    max_voxels: int = 1 << 31
+    workers: int = 2
+    cors_origins: tuple[str, ...] = ()
+    tmp_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if self.max_body_bytes < 1 or self.max_voxels < 1:
+            raise ValueError("max_body_bytes and max_voxels must be positive")
+        # Resolve once so that every later containment check compares canonical paths.
+        for name in ("data_root", "state_dir", "tmp_dir"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, Path(value).expanduser().resolve())
+        if self.api_key == "":
+            object.__setattr__(self, "api_key", None)
+
+    @property
+    def jobs_dir(self) -> Path | None:
+        if self.state_dir is not None:
+            return self.state_dir
+        return None if self.data_root is None else self.data_root / ".noa-jobs"
+
+    @property
+    def kernel_threads(self) -> int:
+        """Numba threads per worker, so that workers x kernel threads fit the cores."""
+        return max(1, available_cores() // self.workers)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Settings from ``NOA_<FIELD>`` variables, then ``overrides`` (None values are ignored)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            text = env.get(ENV_PREFIX + field.name.upper())
+            if text is not None and text != "":
+                values[field.name] = _parse(field.name, text)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "cors_origins" in values:
+            values["cors_origins"] = tuple(values["cors_origins"])
+        return cls(**values)
+
+
+def _parse(name: str, text: str) -> Any:
+    if name in ("max_body_bytes", "max_voxels", "workers"):
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{ENV_PREFIX}{name.upper()}={text!r} is not an integer") from None
+    if name == "cors_origins":
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    if name == "api_key":
+        return text
+    return Path(text)

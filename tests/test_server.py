@@ -1,0 +1,558 @@
+"""The HTTP service's own machinery, in process: settings, sandbox, problems, auth, limits, jobs, OpenAPI.
+
+Operations end to end (against a real uvicorn, compared with the CLI) are in test_server_live.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+warnings.filterwarnings("ignore", message=".*httpx.*")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from noa_core import errors  # noqa: E402
+from noa_core.expr import ExpressionError  # noqa: E402
+from server import operations  # noqa: E402
+from server.app import create_app  # noqa: E402
+from server.jobs import JobStore  # noqa: E402
+from server.limits import check_voxels  # noqa: E402
+from server.problems import MEDIA_TYPE, ProblemError, classify  # noqa: E402
+from server.sandbox import Sandbox  # noqa: E402
+from server.settings import Settings  # noqa: E402
+
+KEY = "test-key-123"
+AUTH = {"X-API-Key": KEY}
+
+
+def assert_problem(response, status: int, slug: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].split(";")[0] == MEDIA_TYPE
+    body = response.json()
+    assert {"type", "title", "status", "detail", "instance"} <= body.keys()
+    assert body["status"] == status
+    assert body["instance"] == response.request.url.path
+    if slug is not None:
+        assert body["type"] == f"urn:noa:problem:{slug}"
+    assert "Traceback" not in response.text
+    return body
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    data = tmp_path / "root"
+    (data / "sub").mkdir(parents=True)
+    (data / "sub" / "a.map").write_bytes(b"not really an mrc")
+    return data
+
+
+@pytest.fixture
+def client(root, tmp_path):
+    settings = Settings(data_root=root, api_key=KEY, max_body_bytes=4096, tmp_dir=tmp_path / "tmp")
+    (tmp_path / "tmp").mkdir()
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        yield c
+
+
+# -- settings ---------------------------------------------------------------------------------------
+
+
+def test_settings_from_env_then_overrides(tmp_path):
+    env = {"NOA_DATA_ROOT": str(tmp_path), "NOA_API_KEY": "k", "NOA_WORKERS": "3", "NOA_MAX_VOXELS": "10",
+           "NOA_CORS_ORIGINS": "http://a.example, http://b.example", "NOA_MAX_BODY_BYTES": ""}
+    settings = Settings.from_env(env, workers=1, api_key=None)
+    assert settings.data_root == tmp_path.resolve()
+    assert settings.api_key == "k"  # None overrides nothing
+    assert settings.workers == 1
+    assert settings.max_voxels == 10
+    assert settings.max_body_bytes == Settings().max_body_bytes  # empty variable = unset
+    assert settings.cors_origins == ("http://a.example", "http://b.example")
+    assert settings.jobs_dir == tmp_path.resolve() / ".noa-jobs"
+    assert Settings.from_env(env, state_dir=tmp_path / "s").jobs_dir == (tmp_path / "s").resolve()
+    assert Settings().jobs_dir is None
+
+
+def test_settings_reject_nonsense():
+    with pytest.raises(ValueError):
+        Settings(workers=0)
+    with pytest.raises(ValueError):
+        Settings(max_voxels=0)
+    assert Settings(api_key="").api_key is None  # an empty key must not mean "every key matches ''"
+
+
+def test_kernel_threads_fit_the_cores():
+    from server.settings import available_cores
+
+    for workers in (1, 2, 3, 64):
+        threads = Settings(workers=workers).kernel_threads
+        assert threads >= 1
+        assert workers * threads <= max(available_cores(), workers)
+
+
+# -- sandbox ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path, status", [
+    ("../secret", 403), ("sub/../../secret", 403), ("..", 403), ("/etc/passwd", 403),
+    ("sub%2F..%2F..%2Fsecret", 403), ("%2e%2e/secret", 403), ("%2E%2E%2Fsecret", 403), ("sub\\..\\x", 403),
+    ("a\x00b", 403), ("bad\udc80", 403), ("\ud800", 403), ("", 400), (".", 403), ("x" * 2000, 400),
+    (".noa-jobs/abc.json", 403),
+])
+def test_sandbox_refuses(root, path, status):
+    sandbox = Sandbox(root, root / ".noa-jobs")
+    with pytest.raises(ProblemError) as caught:
+        sandbox.resolve(path)
+    assert caught.value.status == status
+
+
+def test_sandbox_follows_symlinks(root, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.map").write_bytes(b"x")
+    (root / "out").symlink_to(outside)
+    (root / "inside").symlink_to(root / "sub")
+    sandbox = Sandbox(root)
+    with pytest.raises(ProblemError) as caught:
+        sandbox.resolve("out/secret.map")
+    assert caught.value.status == 403
+    with pytest.raises(ProblemError):
+        sandbox.resolve("out/new.map")  # an output through a link that leaves the root
+    assert sandbox.resolve("inside/a.map") == (root / "sub" / "a.map").resolve()
+    assert sandbox.resolve("sub/./a.map") == (root / "sub" / "a.map").resolve()
+    assert sandbox.relative(sandbox.resolve("sub/new.mrc")) == "sub/new.mrc"
+
+
+# -- problems ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exc, status", [
+    (errors.MissingFileError("x"), 404), (errors.OutputExistsError("x"), 409), (errors.TruncatedFileError("x"), 422),
+    (errors.WriteDTypeError("x"), 422), (errors.UnknownFormatError("x"), 422), (ExpressionError("x"), 400),
+    (errors.PermutationError("x"), 400), (errors.BroadcastError("x"), 422), (errors.ShapeError("x"), 422),
+    (errors.DTypeError("x"), 422), (errors.DeviceError("x"), 400), (errors.NoaError("x"), 422),
+])
+def test_noa_errors_map_by_type(exc, status):
+    assert classify(exc).status == status
+
+
+def test_internal_errors_are_not_classified():
+    assert classify(RuntimeError("boom")) is None
+    assert classify(OSError("disk")) is None
+
+
+def test_check_voxels():
+    check_voxels([[1, 20, 20, 20]], 8000)
+    check_voxels([[1, 1, 4, 4], [3, 1, 1, 4]], 48)  # the broadcast of the two: (3,1,4,4)
+    with pytest.raises(ProblemError) as caught:
+        check_voxels([[1, 1, 4, 4], [3, 1, 1, 4]], 47)
+    assert caught.value.status == 422
+    with pytest.raises(ProblemError):
+        check_voxels([[1, 1, 1, 5], [7, 1, 1]], 34)  # a target of lower rank is padded on the left
+
+
+# -- the app over HTTP (no operation needs to succeed here) ----------------------------------------
+
+
+def test_health_needs_no_key(client):
+    assert client.get("/healthz").json() == {"status": "ok", "checks": {}}
+    ready = client.get("/readyz")
+    assert ready.status_code in (200, 503)
+    if ready.status_code == 503:
+        assert_problem(ready, 503, "not-ready")
+
+
+@pytest.mark.parametrize("headers, detail", [({}, "required"), ({"X-API-Key": "wrong"}, "invalid"),
+                                             ({"X-API-Key": KEY + "x"}, "invalid")])
+def test_api_key_required(client, headers, detail):
+    response = client.post("/v1/paths/info", json={"path": "sub/a.map"}, headers=headers)
+    body = assert_problem(response, 401, "unauthorized")
+    assert detail in body["detail"]
+    assert response.headers["www-authenticate"].startswith("APIKey")
+    assert KEY not in response.text
+
+
+def test_api_key_checked_before_the_body_is_read(client):
+    # Over the body limit and unauthenticated: the key is checked first, nothing is read.
+    response = client.post("/v1/upload/info", files={"file": ("a.mrc", b"x" * 10_000)})
+    assert_problem(response, 401)
+
+
+def test_no_key_configured_means_open(root):
+    with TestClient(create_app(Settings(data_root=root)), raise_server_exceptions=False) as c:
+        assert_problem(c.post("/v1/paths/info", json={"path": "../x"}), 403, "path-refused")
+        assert "security" not in json.dumps(c.get("/openapi.json").json()["paths"])
+
+
+def test_body_limit_by_content_length(client):
+    response = client.post("/v1/upload/info", files={"file": ("a.mrc", b"x" * 10_000)}, headers=AUTH)
+    assert_problem(response, 413, "body-too-large")
+
+
+@pytest.mark.parametrize("path, status", [
+    ("../secret.map", 403), ("/etc/passwd", 403), ("sub/../../x.map", 403), ("..%2F..%2Fetc%2Fpasswd", 403),
+    ("%2e%2e/x.map", 403), (".noa-jobs/x.json", 403), ("a\\b.map", 403),
+])
+def test_path_routes_refuse_escapes(client, path, status):
+    assert_problem(client.post("/v1/paths/info", json={"path": path}, headers=AUTH), status, "path-refused")
+    assert_problem(client.post("/v1/paths/permute", json={"src": "sub/a.map", "dst": path, "axes": [0, 1, 3, 2]},
+                               headers=AUTH), status, "path-refused")
+    assert_problem(client.post("/v1/jobs", json={"operation": "copy", "src": path, "dst": "o.mrc"}, headers=AUTH),
+                   status, "path-refused")
+
+
+def test_download_refuses_encoded_traversal(client):
+    # httpx would normalise a raw '../'; the live tests send that over a socket.
+    for url in ("/v1/files/..%2F..%2Fetc%2Fpasswd", "/v1/files/sub%2F..%2F..%2Fx", "/v1/files/%2e%2e%2fx"):
+        assert_problem(client.get(url, headers=AUTH), 403, "path-refused")
+    assert_problem(client.get("/v1/files/sub/none.map", headers=AUTH), 404, "file-not-found")
+    got = client.get("/v1/files/sub/a.map", headers=AUTH)
+    assert got.status_code == 200 and got.content == b"not really an mrc"
+
+
+@pytest.mark.parametrize("url, body", [
+    ("/v1/paths/permute", {"src": "sub/a.map", "dst": "o.map", "axes": [0, 1, 2]}),
+    ("/v1/paths/permute", {"src": "sub/a.map", "dst": "o.map", "axes": [0, 1, 2, 4]}),
+    ("/v1/paths/broadcast", {"src": "sub/a.map", "dst": "o.map", "shape": [1, 2, 3, 4, 5]}),
+    ("/v1/paths/broadcast", {"src": "sub/a.map", "dst": "o.map", "shape": [-1]}),
+    ("/v1/paths/copy", {"src": "sub/a.map", "dst": "o.map", "dtype": "float128"}),
+    ("/v1/paths/copy", {"src": "sub/a.map", "dst": "o.map", "order": "X"}),
+    ("/v1/paths/info", {"path": "sub/a.map", "colour": "blue"}),
+    ("/v1/paths/ewise", {"expression": "a", "srcs": [], "dst": "o.map"}),
+    ("/v1/jobs", {"operation": "explode", "path": "sub/a.map"}),
+])
+def test_malformed_parameters_are_400(client, url, body):
+    problem = assert_problem(client.post(url, json=body, headers=AUTH), 400, "invalid-parameters")
+    assert problem["errors"]
+
+
+def test_unknown_route_and_method(client):
+    assert_problem(client.get("/v1/nothing", headers=AUTH), 404)
+    response = client.delete("/healthz")
+    assert_problem(response, 405)
+    assert response.headers["allow"] == "GET"
+    # Allow names every method of the path, not just those of the first route that matched it.
+    assert client.put("/v1/jobs/" + "0" * 32, headers=AUTH).headers["allow"] == "DELETE, GET"
+
+
+def test_internal_errors_hide_details(client, monkeypatch):
+    def explode(*args):
+        raise RuntimeError("secret /srv/internal/path")
+
+    monkeypatch.setattr(operations, "run_on_paths", explode)
+    response = client.post("/v1/paths/info", json={"path": "sub/a.map"}, headers=AUTH)
+    body = assert_problem(response, 500)
+    assert "secret" not in response.text and "reference" in body["detail"]
+
+
+def test_noa_errors_name_files_as_the_client_did(client, root):
+    response = client.post("/v1/paths/info", json={"path": "sub/missing.map"}, headers=AUTH)
+    body = assert_problem(response, 404, "file-not-found")
+    assert str(root) not in body["detail"] and "sub/missing.map" in body["detail"]
+
+
+def test_upload_errors_leave_no_temporary_files(client, tmp_path):
+    response = client.post("/v1/upload/permute", data={"axes": ["0", "1", "3", "2"]},
+                           files={"file": ("junk.mrc", b"\x01" * 1500)}, headers=AUTH)
+    body = assert_problem(response, 422, "unreadable-file")
+    assert body["detail"].startswith("junk.mrc")
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_cors_off_unless_configured(root):
+    headers = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST"}
+    with TestClient(create_app(Settings(data_root=root))) as c:
+        assert "access-control-allow-origin" not in c.get("/healthz", headers=headers).headers
+    settings = Settings(data_root=root, api_key=KEY, cors_origins=("http://app.example",))
+    with TestClient(create_app(settings)) as c:
+        preflight = c.options("/v1/paths/info", headers={**headers, "Access-Control-Request-Headers": "X-API-Key"})
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == "http://app.example"
+        refused = c.post("/v1/paths/info", json={"path": "x"}, headers={"Origin": "http://app.example"})
+        assert refused.status_code == 401  # CORS headers even on early refusals
+        assert refused.headers["access-control-allow-origin"] == "http://app.example"
+
+
+def test_paths_disabled_without_data_root():
+    with TestClient(create_app(Settings()), raise_server_exceptions=False) as c:
+        assert_problem(c.post("/v1/paths/info", json={"path": "a.map"}), 403, "paths-disabled")
+        assert_problem(c.post("/v1/jobs", json={"operation": "info", "path": "a.map"}), 403, "paths-disabled")
+
+
+# -- OpenAPI ------------------------------------------------------------------------------------------
+
+
+def test_openapi_documents_every_response(client):
+    schema = client.get("/openapi.json").json()
+    assert client.get("/docs").status_code == 200
+    assert schema["components"]["securitySchemes"]["APIKeyHeader"]["name"] == "X-API-Key"
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            assert "HTTPValidationError" not in json.dumps(responses), path  # validation errors are 400s
+            for status, response in responses.items():
+                if status[0] in "45":
+                    assert list(response["content"]) == [MEDIA_TYPE], (path, method, status)
+            if path.startswith("/v1"):
+                assert "401" in responses and operation["security"], path
+                assert "400" in responses, path
+    for op in ("info", "stats", "permute", "broadcast", "copy", "ewise"):
+        assert f"/v1/upload/{op}" in schema["paths"] and f"/v1/paths/{op}" in schema["paths"]
+    assert "image/tiff" in schema["paths"]["/v1/upload/copy"]["post"]["responses"]["200"]["content"]
+
+
+# -- jobs, with stand-in work (the store knows nothing of ops) --------------------------------------
+
+
+def _start(fn):
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(fn)
+    pool.shutdown(wait=False)
+    return future
+
+
+def _wait(store: JobStore, job_id: str, statuses=("succeeded", "failed", "cancelled"), timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if store.snapshot(job_id)["status"] in statuses:
+            return store.get(job_id)
+        time.sleep(0.01)
+    raise AssertionError(f"job {job_id} still {store.get(job_id).status}")
+
+
+def test_job_runs_and_survives_restart(tmp_path):
+    store = JobStore(tmp_path)
+
+    def work(progress):
+        for i in range(1, 4):
+            progress(i, 3)
+        return {"output": "o.mrc", "notices": []}
+
+    job = store.submit("permute", {"src": "a"}, work, _start)
+    done = _wait(store, job.id)
+    assert done.status == "succeeded" and done.public()["progress"] == {"done": 3, "total": 3}
+    again = JobStore(tmp_path).get(job.id)
+    assert again.status == "succeeded" and again.result == {"output": "o.mrc", "notices": []}
+
+
+def test_job_failure_is_a_problem(tmp_path):
+    store = JobStore(tmp_path)
+
+    def work(progress):
+        raise errors.BroadcastError("shapes (1,1,2,2) and (1,1,3,3) cannot be broadcast")
+
+    job = _wait(store, store.submit("broadcast", {}, work, _start).id)
+    assert job.status == "failed"
+    assert job.error["status"] == 422 and "cannot be broadcast" in job.error["detail"]
+    assert job.error["instance"] == f"/v1/jobs/{job.id}"
+
+
+def test_job_cancel_stops_between_blocks(tmp_path):
+    store = JobStore(tmp_path)
+    started, blocks = threading.Event(), []
+
+    def work(progress):
+        for i in range(1, 1000):
+            started.set()
+            time.sleep(0.005)
+            progress(i, 1000)
+            blocks.append(i)
+        return {}
+
+    job = store.submit("copy", {}, work, _start)
+    assert started.wait(5)
+    assert store.cancel(job.id)["cancel_requested"]
+    assert _wait(store, job.id).status == "cancelled"
+    assert len(blocks) < 999
+    assert store.cancel(job.id) is None  # a finished job is forgotten
+    with pytest.raises(ProblemError):
+        store.get(job.id)
+    assert not (tmp_path / f"{job.id}.json").exists()
+
+
+def test_running_jobs_become_interrupted_on_restart(tmp_path):
+    store = JobStore(tmp_path)
+    release = threading.Event()
+
+    def work(progress):
+        release.wait(5)
+        progress(1, 1)
+        return {}
+
+    job = store.submit("copy", {}, work, _start)
+    _wait(store, job.id, ("running",))
+    # A crash: the process dies, the state file still says running.
+    restarted = JobStore(tmp_path).get(job.id)
+    assert restarted.status == "failed" and restarted.error["type"].endswith("interrupted")
+    release.set()
+    # A graceful stop records the same.
+    store2 = JobStore(tmp_path / "b")
+    release2 = threading.Event()
+
+    def slow(progress):
+        release2.wait(5)
+        progress(1, 2)
+        return {}
+
+    job2 = store2.submit("copy", {}, slow, _start)
+    _wait(store2, job2.id, ("running",))
+    store2.stop()
+    release2.set()
+    store2.wait_idle(5)
+    assert store2.get(job2.id).status == "failed"
+    assert json.loads((tmp_path / "b" / f"{job2.id}.json").read_text())["error"]["detail"].startswith("interrupted")
+
+
+def test_unreadable_state_files_are_skipped(tmp_path):
+    (tmp_path / "broken.json").write_text("{not json")
+    assert JobStore(tmp_path)._jobs == {}
+
+
+def test_job_routes_over_http(client, root):
+    response = client.post("/v1/jobs", json={"operation": "info", "path": "sub/a.map"}, headers=AUTH)
+    assert response.status_code == 202
+    location = response.headers["location"]
+    assert location == f"/v1/jobs/{response.json()['id']}"
+    deadline = time.monotonic() + 10
+    while (state := client.get(location, headers=AUTH).json())["status"] in ("queued", "running"):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert state["status"] == "failed" and state["error"]["status"] == 422  # not an MRC file
+    assert_problem(client.get(location + "/result", headers=AUTH), 409, "job-not-succeeded")
+    assert client.delete(location, headers=AUTH).status_code == 204
+    assert_problem(client.get(location, headers=AUTH), 404, "job-not-found")
+    assert_problem(client.get("/v1/jobs/" + "0" * 32, headers=AUTH), 404, "job-not-found")
+    assert_problem(client.get("/v1/jobs/not-an-id", headers=AUTH), 400, "invalid-parameters")
+    assert os.listdir(root / ".noa-jobs") == []
+
+
+def test_missing_data_root_stops_the_server(tmp_path):
+    with pytest.raises(ValueError, match="not a folder"):
+        create_app(Settings(data_root=tmp_path / "typo"))
+    assert not (tmp_path / "typo").exists()
+
+
+# -- plumbing, with noa_core.ops replaced by recorders (the live tests run the real ones) ------------
+
+
+class FakeOps:
+    """Records each call; writes ``size`` bytes as the output; reports ``blocks`` progress steps."""
+
+    def __init__(self, monkeypatch, size: int = 100, blocks: int = 3):
+        from noa_core import ops
+
+        self.calls: list[tuple[str, tuple, dict]] = []
+        self.size, self.blocks = size, blocks
+        for name in ("permute", "broadcast", "copy", "ewise"):
+            monkeypatch.setattr(ops, name, self._writer(name))
+        monkeypatch.setattr(ops, "info", self._info)
+        monkeypatch.setattr(ops, "stats", self._stats)
+
+    def _info(self, path, read):
+        self.calls.append(("info", (Path(path),), {"read": read}))
+        return {"path": str(path), "format": "mrc", "dtype": "float32", "shape": [1, 2, 3, 4],
+                "strides": [24, 12, 4, 1],
+                "order": "C", "kind": "volume", "ndim": 3, "notices": [f"{path}: a notice"]}
+
+    def _stats(self, path, *, per_batch, read):
+        self.calls.append(("stats", (Path(path),), {"per_batch": per_batch, "read": read}))
+        return {"path": str(path), "shape": [1, 2, 3, 4], "min": float("-inf"), "max": float("nan"), "mean": 1.0,
+                "std": 0.5}
+
+    def _writer(self, name):
+        def write(*args, progress=None, **kwargs):
+            self.calls.append((name, args, kwargs))
+            dst = Path(args[2] if name == "ewise" else args[1])
+            for i in range(1, self.blocks + 1):
+                progress(i, self.blocks)
+            dst.write_bytes(b"R" * self.size)
+            return [f"{dst}: written"]
+
+        return write
+
+
+def test_upload_plumbing(client, tmp_path, monkeypatch):
+    from noa_core.ops import ReadOptions
+
+    fake = FakeOps(monkeypatch)
+    response = client.post("/v1/upload/permute", data={"axes": ["0", "1", "3", "2"], "as_stack": "true"},
+                           files={"file": ("../../my file.map.gz", b"IN")}, headers=AUTH)
+    assert response.status_code == 200, response.text
+    assert response.content == b"R" * 100
+    assert response.headers["content-type"] == "application/octet-stream"
+    assert response.headers["content-disposition"] == 'attachment; filename="my_file_permute.mrc"'
+    assert json.loads(response.headers["noa-notices"]) == ["my_file_permute.mrc: written"]  # no server path
+    (name, (src, dst, axes), kwargs) = fake.calls[-1]
+    assert name == "permute" and axes == [0, 1, 3, 2] and kwargs["read"] == ReadOptions(as_stack=True)
+    assert kwargs["overwrite"] is False and src.name == "0-my_file.map.gz"
+    assert fake.calls[0][0] == "info"  # the shape was checked first
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_upload_plumbing_large_result_and_format(client, tmp_path, monkeypatch):
+    from server.operations import INLINE_BYTES
+
+    FakeOps(monkeypatch, size=INLINE_BYTES + 1)
+    response = client.post("/v1/upload/copy", data={"format": "tiff", "order": "F"},
+                           files={"file": ("a.mrc", b"IN")}, headers=AUTH)
+    assert response.status_code == 200 and len(response.content) == INLINE_BYTES + 1
+    assert response.headers["content-type"] == "image/tiff"
+    assert response.headers["content-disposition"] == 'attachment; filename="a_copy.tif"'
+    assert list((tmp_path / "tmp").iterdir()) == []  # removed once streamed
+
+
+def test_upload_json_plumbing(client, tmp_path, monkeypatch):
+    fake = FakeOps(monkeypatch)
+    info = client.post("/v1/upload/info", files={"file": ("x.map", b"IN")}, headers=AUTH).json()
+    assert info["path"] == "x.map" and info["notices"] == ["x.map: a notice"]
+    stats = client.post("/v1/upload/stats", data={"per_batch": "true"}, files={"file": ("x.map", b"IN")},
+                        headers=AUTH)
+    assert stats.status_code == 200
+    assert stats.json() == {"path": "x.map", "shape": [1, 2, 3, 4], "min": "-Infinity", "max": "NaN", "mean": 1.0,
+                            "std": 0.5}
+    assert fake.calls[-1][2]["per_batch"] is True
+    ewise = client.post("/v1/upload/ewise", data={"expression": "a * b", "dtype": "float64"},
+                        files=[("files", ("a.map", b"A")), ("files", ("b.map", b"B"))], headers=AUTH)
+    assert ewise.status_code == 200
+    name, (expression, srcs, dst), kwargs = fake.calls[-1]
+    assert expression == "a * b" and [p.name for p in srcs] == ["0-a.map", "1-b.map"] and kwargs["dtype"] == "float64"
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_path_plumbing(client, root, monkeypatch):
+    fake = FakeOps(monkeypatch)
+    response = client.post("/v1/paths/broadcast", json={"src": "sub/a.map", "dst": "sub/b.mrc", "shape": [2, 2, 3, 4],
+                                                         "overwrite": True}, headers=AUTH)
+    assert response.status_code == 201, response.text
+    assert response.json() == {"output": "sub/b.mrc", "notices": ["sub/b.mrc: written"]}
+    assert response.headers["location"] == "/v1/files/sub/b.mrc"
+    name, (src, dst, shape), kwargs = fake.calls[-1]
+    assert (src, dst, shape) == ((root / "sub/a.map").resolve(), (root / "sub/b.mrc").resolve(), [2, 2, 3, 4])
+    assert kwargs["overwrite"] is True
+    info = client.post("/v1/paths/info", json={"path": "sub/a.map"}, headers=AUTH).json()
+    assert info["path"] == "sub/a.map" and info["notices"] == ["sub/a.map: a notice"]
+    too_big = client.post("/v1/paths/broadcast", json={"src": "sub/a.map", "dst": "sub/c.mrc",
+                                                        "shape": [10**6, 10**6, 3, 4]}, headers=AUTH)
+    assert_problem(too_big, 422, "too-many-voxels")
+
+
+def test_job_plumbing_reports_progress(client, root, monkeypatch):
+    FakeOps(monkeypatch, blocks=5)
+    response = client.post("/v1/jobs", json={"operation": "copy", "src": "sub/a.map", "dst": "c.tif",
+                                             "dtype": "uint8", "clamp": True}, headers=AUTH)
+    assert response.status_code == 202
+    deadline = time.monotonic() + 10
+    while (state := client.get(response.headers["location"], headers=AUTH).json())["status"] != "succeeded":
+        assert time.monotonic() < deadline and state["status"] in ("queued", "running"), state
+        time.sleep(0.01)
+    assert state["progress"] == {"done": 5, "total": 5}
+    assert state["request"]["dtype"] == "uint8" and state["request"]["clamp"] is True
+    result = client.get(response.headers["location"] + "/result", headers=AUTH)
+    assert result.json() == {"output": "c.tif", "notices": ["c.tif: written"]}
