@@ -100,6 +100,8 @@ class JobStore:
                                  f"/v1/jobs/{job.id}", slug="interrupted", title="Job interrupted")
 
     def _save(self, job: Job) -> None:
+        if self._jobs.get(job.id) is not job:
+            return  # deleted: a cancelled job winding down must not write its record back
         data = job.public()
         del data["cancel_requested"]
         temporary = self.directory / f".{job.id}.{threading.get_ident()}.tmp"
@@ -164,17 +166,20 @@ class JobStore:
             return self.get(job_id).public()
 
     def cancel(self, job_id: str) -> dict[str, Any] | None:
-        """Cancel an active job (it stops at its next block); forget a finished one (returns None)."""
+        """Delete a job: an active one is also cancelled (it stops at its next block and its atomic
+        output is never renamed into place). Returns the active job's last state, None for a finished one.
+        """
         with self._lock:
             job = self.get(job_id)
+            state = None
             if job.status in ACTIVE:
                 job.cancel.set()
-                if job.status == "queued" and job.future is not None and job.future.cancel():
-                    self._finish(job, "cancelled")
-                return job.public()
+                if job.future is not None:
+                    job.future.cancel()
+                state = job.public()
             del self._jobs[job_id]
             (self.directory / f"{job_id}.json").unlink(missing_ok=True)
-            return None
+            return state
 
     def stop(self) -> None:
         """At shutdown: stop running jobs between blocks and record every active job as interrupted."""

@@ -369,11 +369,19 @@ def test_job_cancel_stops_between_blocks(tmp_path):
     job = store.submit("copy", {}, work, _start)
     assert started.wait(5)
     assert store.cancel(job.id)["cancel_requested"]
-    assert _wait(store, job.id).status == "cancelled"
-    assert len(blocks) < 999
-    assert store.cancel(job.id) is None  # a finished job is forgotten
-    with pytest.raises(ProblemError):
+    with pytest.raises(ProblemError):  # deleted at once
         store.get(job.id)
+    deadline = time.monotonic() + 10
+    while job.status != "cancelled":  # the worker stops at its next block
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert len(blocks) < 999
+    assert not (tmp_path / f"{job.id}.json").exists()  # the winding-down job wrote no record back
+    finished = store.submit("copy", {}, lambda progress: {}, _start)
+    assert _wait(store, finished.id).status == "succeeded"
+    assert store.cancel(finished.id) is None  # a finished job is simply deleted
+    with pytest.raises(ProblemError):
+        store.get(finished.id)
     assert not (tmp_path / f"{job.id}.json").exists()
 
 

@@ -54,10 +54,10 @@ async def result(svc: Svc, job_id: JobId):
     return JSONResponse(job["result"])
 
 
-@router.delete("/{job_id}", summary="Cancel an active job, or forget a finished one",
-               responses={202: {"description": "Cancellation requested (or done, for a queued job).",
+@router.delete("/{job_id}", summary="Delete a job, cancelling it if it is still active",
+               responses={202: {"description": "The active job was cancelled and deleted; its last state.",
                                 "model": JobStatus},
-                          204: {"description": "The finished job and its record were removed."},
+                          204: {"description": "The finished job and its record were deleted."},
                           **documented(400, 403, 404)}, status_code=202, response_model=None)
 async def cancel(svc: Svc, job_id: JobId) -> Any:
     job = svc.job_store().cancel(job_id)
