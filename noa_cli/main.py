@@ -188,7 +188,7 @@ def copy(
     paths: Paths,
     order: Annotated[str, typer.Option("--order", help="Memory order of the output: C, F, or K (keep the input's).")] = "C",
     dtype: Annotated[Optional[str], typer.Option("--dtype", help="Convert to this type (e.g. float32, int16, uint8).")] = None,
-    clamp: Annotated[bool, typer.Option("--clamp", help="Clamp values to the range of --dtype instead of wrapping.")] = False,
+    clamp: Annotated[bool, typer.Option("--clamp", help="Clamp values to the range of --dtype (NaN -> 0 for integers); without it, values that do not fit are refused.")] = False,
     to: Annotated[Optional[str], typer.Option("--to", help="With --out-dir: output format by extension (mrc, tif).")] = None,
     out_dir: OutDir = None,
     force: Force = False,

@@ -113,7 +113,7 @@ class CopyParams(OpParams):
     op_name = "copy"
     order: Literal["C", "F", "K"] = Field("C", description="Memory order of the output: C, F, or K (keep the input's).")
     dtype: DType = omittable(description="Convert to this element type.")
-    clamp: bool = Field(False, description="Clamp values to the range of dtype instead of wrapping.")
+    clamp: bool = Field(False, description="Clamp values to the range of dtype (NaN -> 0 for integers); without it, values that do not fit are refused (422).")
 
     def call(self, inputs, output, *, overwrite, progress):
         return ops.copy(inputs[0], output, order=self.order, dtype=self.dtype, clamp=self.clamp, read=self.read(),

@@ -144,6 +144,8 @@ def test_copy_orders_types_and_formats(tmp_path, volume):
     assert np.array_equal(tifffile.imread(tif), data)
 
     clamped = tmp_path / "u8.mrc"
+    assert_user_error(noa("copy", EXAMPLE_MAP, clamped, "--dtype", "uint8"), "do not fit uint8")  # negatives
+    assert not clamped.exists()
     assert noa("copy", EXAMPLE_MAP, clamped, "--dtype", "uint8", "--clamp").returncode == 0
     assert np.array_equal(mrc_data(clamped)[0], np.clip(data, 0, 255).astype(np.uint8))
 
