@@ -121,7 +121,9 @@ def _emit(node: ast.AST, names: tuple[str, ...], text: str) -> tuple[str, str]:
         raise ExpressionError(f"expression {text!r} uses unknown name {node.id!r}; inputs are {', '.join(names)}")
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         template = "({0} %s {1})" % _BINARY[type(node.op)]
-        return both(template, template, node.left, node.right)
+        # numba raises on a complex division by zero; true_divide gives NumPy's inf/nan instead.
+        scalar = "true_divide({0}, {1})" if isinstance(node.op, ast.Div) else template
+        return both(scalar, template, node.left, node.right)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         scalar, array = _UNARY[type(node.op)]
         return both(f"({scalar})", f"({array})", node.operand)
@@ -159,7 +161,9 @@ def _emit(node: ast.AST, names: tuple[str, ...], text: str) -> tuple[str, str]:
 
 
 def _define(source: str) -> Callable:
-    namespace: dict = {"np": np}
+    from noa_core.kernels import true_divide
+
+    namespace: dict = {"np": np, "true_divide": true_divide}
     exec(compile(source, "<noa expression>", "exec"), namespace)  # noqa: S102 - generated from a checked tree
     return namespace["element"]
 

@@ -48,6 +48,12 @@ def test_result_dtype_follows_numpy_promotion():
 def test_division_by_zero_follows_numpy():
     function = compile_expression("a / b", 2).numba_function()
     assert function(1.0, 0.0) == np.inf and np.isnan(function(0.0, 0.0))
+    # numba itself raises ZeroDivisionError for complex divisors; NumPy gives inf/nan.
+    with np.errstate(all="ignore"):
+        for a, b in [(np.complex64(1 - 2j), np.complex64(0)), (np.complex128(0), np.complex128(0)),
+                     (np.float32(-3), np.complex64(0)), (np.complex64(2 + 2j), np.float64(0))]:
+            got, expected = function(a, b), a / b
+            np.testing.assert_array_equal([got.real, got.imag], [expected.real, expected.imag])
 
 
 @pytest.mark.parametrize(

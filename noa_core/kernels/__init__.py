@@ -16,6 +16,10 @@ import math
 import sys
 from collections.abc import Callable
 
+import numpy as np
+from numba import types
+from numba.extending import overload, register_jitable
+
 from noa_core import runtime  # noqa: F401  (configures numba before any kernel is compiled)
 
 
@@ -46,8 +50,41 @@ def multiply(a, b):
     return a * b
 
 
-def divide(a, b):
+def true_divide(a, b):
+    """``a / b`` as NumPy computes it: a complex division by zero gives inf/nan, not an exception.
+
+    This Python body is what numba's CUDA simulator runs (NumPy scalars already behave so); compiled
+    code uses the overload below, because numba raises ZeroDivisionError for complex divisors even
+    with ``error_model='numpy'``.
+    """
     return a / b
+
+
+@register_jitable
+def _over_zero(x):
+    """``x / +0.0`` in IEEE arithmetic, written without a division that numba could trap."""
+    if x != x or x == 0:
+        return math.nan
+    return math.inf if x > 0 else -math.inf
+
+
+@overload(true_divide)
+def _true_divide_overload(a, b):
+    if not (isinstance(a, types.Complex) or isinstance(b, types.Complex)):
+        return lambda a, b: a / b
+    # The result keeps NumPy's promoted precision (complex64 stays complex64).
+    result = np.result_type(np.dtype(str(a)), np.dtype(str(b))).type
+
+    def complex_divide(a, b):
+        if b == 0:
+            return result(complex(_over_zero(a.real), _over_zero(a.imag)))
+        return result(a / b)
+
+    return complex_divide
+
+
+def divide(a, b):
+    return true_divide(a, b)
 
 
 def negate(a):

@@ -12,8 +12,10 @@ built around a user's function are compiled once per process and kept in memory.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -29,6 +31,10 @@ CHUNK = 1 << 15
 TILE_SMALL, TILE_LARGE = 64, 32
 # Below this edge length a dimension is too short for tiles to pay off.
 MIN_TILE_EDGE = 8
+
+# numba dates cache entries by this module's file only; the operators live in kernels/__init__.py.
+# Naming cached kernels after a digest of that file retires their entries when an operator changes.
+_OPS_DIGEST = hashlib.sha1(Path(__file__).with_name("__init__.py").read_bytes()).hexdigest()[:8]
 
 _LOCK = threading.Lock()
 _KERNELS: dict[tuple, Callable] = {}
@@ -223,7 +229,7 @@ def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str
     with _LOCK:
         kernel = _KERNELS.get(key)
         if kernel is None:
-            tag = "_".join(names) if builtin else f"user{len(_KERNELS)}"
+            tag = f"{'_'.join(names)}_{_OPS_DIGEST}" if builtin else f"user{len(_KERNELS)}"
             name = f"{kind}_{tag}_{variant}_{'par' if parallel else 'ser'}"
             namespace = {"np": np, "prange": numba.prange}
             namespace.update({k: _as_dispatcher(f) for k, f in ops.items()})
