@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 from noa_core import ops
 from noa_core.errors import NoaError
+from noa_core.io.atomic import scratch_outputs
 from server.limits import check_voxels
 from server.models import OpParams, PathRequest
 from server.problems import classify
@@ -151,7 +152,8 @@ def _run_on_saved(params: OpParams, inputs: list[Path], workdir: Path, out_forma
     if params.writes:
         fmt = out_format or infos[0]["format"]
         output = workdir / f"{_stem(name)}_{params.op_name}{EXTENSIONS[fmt]}"
-        notices = [names.text(n) for n in params.call(inputs, output, overwrite=False, progress=ignore_progress)]
+        with scratch_outputs():  # read back at once and deleted: no need to wait for the disk
+            notices = [names.text(n) for n in params.call(inputs, output, overwrite=False, progress=ignore_progress)]
         if output.stat().st_size > INLINE_BYTES:
             return FileResult(output, MEDIA_TYPES[fmt], notices)
         # Small results go back from memory: streaming a file costs a thread hop per chunk.

@@ -6,11 +6,31 @@ failure removes the temporary file, so nothing is left behind.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError
+
+# Whether commits wait for the data to reach the disk (fsync). Scratch outputs that are read back
+# at once and deleted (the HTTP service's upload results) skip it: it is most of their latency.
+_DURABLE: contextvars.ContextVar[bool] = contextvars.ContextVar("noa_durable_outputs", default=True)
+
+
+@contextlib.contextmanager
+def scratch_outputs() -> Iterator[None]:
+    """Within this block (this thread or task), outputs are renamed into place without fsync.
+
+    The rename stays atomic for readers; only durability across a power cut is given up.
+    """
+    token = _DURABLE.set(False)
+    try:
+        yield
+    finally:
+        _DURABLE.reset(token)
 
 
 def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
@@ -25,6 +45,16 @@ def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
     return p
 
 
+def _current_umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+# Read once: os.umask can only be read by setting it, which races with other threads' file creation.
+_UMASK = _current_umask()
+
+
 class TemporaryOutput:
     """A temporary file in the destination folder, renamed onto ``path`` by :meth:`commit`."""
 
@@ -37,11 +67,11 @@ class TemporaryOutput:
 
     def commit(self) -> None:
         """Make the temporary file durable and give it the final name (refusing to clobber unless asked)."""
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self.temp, 0o666 & ~umask)  # mkstemp makes 0600; an output is an ordinary file
-        with open(self.temp, "rb+") as f:
-            os.fsync(f.fileno())
+        durable = _DURABLE.get()
+        os.chmod(self.temp, 0o666 & ~_UMASK)  # mkstemp makes 0600; an output is an ordinary file
+        if durable:
+            with open(self.temp, "rb+") as f:
+                os.fsync(f.fileno())
         if self.overwrite:
             os.replace(self.temp, self.path)
         else:
@@ -57,7 +87,8 @@ class TemporaryOutput:
                 os.replace(self.temp, self.path)
             else:
                 os.unlink(self.temp)
-        _fsync_folder(self.path.parent)
+        if durable:
+            _fsync_folder(self.path.parent)
 
     def abort(self) -> None:
         """Remove the temporary file (idempotent)."""
