@@ -1,7 +1,8 @@
 """Jobs: path operations that outlive the request that started them, with progress and cancellation.
 
 Each job's state is one JSON file in the state directory, replaced atomically on every status
-change, so a restart keeps finished results. A job that was queued or running when the server
+change, so a restart keeps finished results. Records of jobs finished longer ago than the store's
+time to live are dropped (at start-up and whenever a job is submitted), so the store stays bounded. A job that was queued or running when the server
 stopped is recorded as ``failed`` (``interrupted``): its output was never committed, because ops
 writes atomically.
 """
@@ -34,6 +35,10 @@ class Cancelled(Exception):
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _age_seconds(stamp: str) -> float:
+    return (datetime.now(UTC) - datetime.fromisoformat(stamp.replace("Z", "+00:00"))).total_seconds()
 
 
 @dataclass
@@ -71,13 +76,16 @@ class Job:
 class JobStore:
     """Jobs by id, in memory and in ``directory``; ``submit`` hands the work to a worker pool."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, ttl_seconds: int = 0):
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.ttl_seconds = ttl_seconds
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
         self._stopping = False
         self._load()
+        with self._lock:
+            self._expire()
 
     def _load(self) -> None:
         for path in sorted(self.directory.glob("*.json")):
@@ -115,6 +123,7 @@ class JobStore:
         with self._lock:
             if self._stopping:
                 raise ProblemError(503, "shutting-down", "Shutting down", "the server is stopping; retry later")
+            self._expire()
             self._jobs[job.id] = job
             self._save(job)
         job.future = start(lambda: self._run(job, work))
@@ -150,6 +159,17 @@ class JobStore:
             job.result = result
             self._finish(job, "succeeded")
 
+    def _expire(self) -> None:
+        """Drop the records of jobs finished more than the time to live ago (the lock is held)."""
+        if not self.ttl_seconds:
+            return
+        for job in [j for j in self._jobs.values() if j.finished and _age_seconds(j.finished) > self.ttl_seconds]:
+            self._remove(job.id)
+
+    def _remove(self, job_id: str) -> None:
+        del self._jobs[job_id]
+        (self.directory / f"{job_id}.json").unlink(missing_ok=True)
+
     def _finish(self, job: Job, status: str) -> None:
         job.status, job.finished = status, _now()
         self._save(job)
@@ -177,8 +197,7 @@ class JobStore:
                 if job.future is not None:
                     job.future.cancel()
                 state = job.public()
-            del self._jobs[job_id]
-            (self.directory / f"{job_id}.json").unlink(missing_ok=True)
+            self._remove(job_id)
             return state
 
     def stop(self) -> None:

@@ -41,7 +41,7 @@ class Service:
             # A typo in --data-root must stop the server, not create an empty root.
             raise ValueError(f"data root {root} is not a folder")
         self.sandbox = None if root is None else Sandbox(root, settings.jobs_dir)
-        self.jobs = None if root is None else JobStore(settings.jobs_dir)
+        self.jobs = None if root is None else JobStore(settings.jobs_dir, settings.job_ttl)
         self._pool = ThreadPoolExecutor(settings.workers, "noa-worker", initializer=_pin_kernel_threads,
                                         initargs=(settings.kernel_threads,))
         self._warmup: Future | None = None

@@ -30,6 +30,8 @@ class Settings:
 
     ``data_root`` None disables server-side paths and jobs (uploads still work).
     ``state_dir`` None means ``<data_root>/.noa-jobs``. ``tmp_dir`` None means the system's.
+    ``job_ttl`` is how many seconds a finished job's record is kept (0: forever); the files a job
+    wrote are the client's and are never removed.
     """
 
     data_root: Path | None = None
@@ -40,12 +42,15 @@ class Settings:
     workers: int = 2
     cors_origins: tuple[str, ...] = ()
     tmp_dir: Path | None = None
+    job_ttl: int = 7 * 24 * 3600
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers}")
         if self.max_body_bytes < 1 or self.max_voxels < 1:
             raise ValueError("max_body_bytes and max_voxels must be positive")
+        if self.job_ttl < 0:
+            raise ValueError(f"job_ttl must be 0 (keep forever) or a number of seconds, got {self.job_ttl}")
         # Resolve once so that every later containment check compares canonical paths.
         for name in ("data_root", "state_dir", "tmp_dir"):
             value = getattr(self, name)
@@ -81,7 +86,7 @@ class Settings:
 
 
 def _parse(name: str, text: str) -> Any:
-    if name in ("max_body_bytes", "max_voxels", "workers"):
+    if name in ("max_body_bytes", "max_voxels", "workers", "job_ttl"):
         try:
             return int(text)
         except ValueError:

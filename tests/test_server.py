@@ -76,6 +76,7 @@ def test_settings_from_env_then_overrides(tmp_path):
     assert settings.jobs_dir == tmp_path.resolve() / ".noa-jobs"
     assert Settings.from_env(env, state_dir=tmp_path / "s").jobs_dir == (tmp_path / "s").resolve()
     assert Settings().jobs_dir is None
+    assert Settings.from_env({"NOA_JOB_TTL": "3600"}).job_ttl == 3600
 
 
 def test_settings_reject_nonsense():
@@ -83,6 +84,8 @@ def test_settings_reject_nonsense():
         Settings(workers=0)
     with pytest.raises(ValueError):
         Settings(max_voxels=0)
+    with pytest.raises(ValueError, match="job_ttl"):
+        Settings(job_ttl=-1)
     assert Settings(api_key="").api_key is None  # an empty key must not mean "every key matches ''"
 
 
@@ -340,6 +343,30 @@ def test_job_runs_and_survives_restart(tmp_path):
     assert done.status == "succeeded" and done.public()["progress"] == {"done": 3, "total": 3}
     again = JobStore(tmp_path).get(job.id)
     assert again.status == "succeeded" and again.result == {"output": "o.mrc", "notices": []}
+
+
+def test_finished_jobs_expire_after_their_time_to_live(tmp_path):
+    store = JobStore(tmp_path, ttl_seconds=1)
+    old = store.submit("permute", {"src": "a"}, lambda progress: {"output": "o.mrc"}, _start)
+    _wait(store, old.id)
+    time.sleep(1.2)
+    running = threading.Event()
+    fresh = store.submit("permute", {"src": "b"}, lambda progress: running.wait(10), _start)  # expires `old`
+    with pytest.raises(ProblemError) as info:
+        store.get(old.id)
+    assert info.value.status == 404
+    assert not (tmp_path / f"{old.id}.json").exists()
+    assert (tmp_path / f"{fresh.id}.json").exists()
+    time.sleep(1.2)
+    store.submit("permute", {"src": "c"}, lambda progress: None, _start)
+    assert store.get(fresh.id).status == "running"  # only finished jobs expire
+    running.set()
+    _wait(store, fresh.id)
+    time.sleep(1.2)
+    assert JobStore(tmp_path, ttl_seconds=0).get(fresh.id).status == "succeeded"  # 0 keeps records forever
+    with pytest.raises(ProblemError):
+        JobStore(tmp_path, ttl_seconds=1).get(fresh.id)  # expired at start-up
+    assert not (tmp_path / f"{fresh.id}.json").exists()
 
 
 def test_job_failure_is_a_problem(tmp_path):
