@@ -10,10 +10,15 @@ several runs is printed. GB/s counts bytes read plus bytes written. Usage:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 
+import numba
 import numpy as np
 
 import noa_core as nc
@@ -52,27 +57,42 @@ def main() -> None:
     def rand(shape):
         return rng.random(shape, dtype=np.float32)
 
-    # Copies: C -> C and F -> F move the same bytes and must take the same time.
+    # Copies: C -> C and F -> F move the same bytes and must take the same time. "new" rows allocate
+    # their output (first-touch page faults included, as for NumPy's copy); "into" rows write an
+    # existing array, which is what np.copyto, the bandwidth reference, does.
     copy_shape = (4, 1, 512, 512) if q else (16, 1, 1024, 1024)
     x = rand(copy_shape)
     c = nc.asarray(x)
     f = c.copy("F")
     xf = f.numpy()  # NumPy view of the F array (height and width swapped in memory)
+    c_out, f_out = nc.empty(copy_shape), nc.empty(copy_shape, order="F")
+    c_dst, f_dst = c_out.numpy(), f_out.numpy()
     nbytes = x.nbytes
-    rows.append(row("copy C->C", copy_shape, lambda: c.copy("C"), lambda: x.copy(order="C"),
+    rows.append(row("copy C->C new", copy_shape, lambda: c.copy("C"), lambda: x.copy(order="C"),
                     2 * nbytes, nbytes, args.repeat))
-    rows.append(row("copy F->F", copy_shape, lambda: f.copy("F"), lambda: np.array(xf, order="K"),
+    rows.append(row("copy F->F new", copy_shape, lambda: f.copy("F"), lambda: np.array(xf, order="K"),
                     2 * nbytes, nbytes, args.repeat))
+    rows.append(row("copy C->C into", copy_shape, lambda: nc.ewise([c], [c_out], "identity"),
+                    lambda: np.copyto(c_dst, x), 2 * nbytes, nbytes, args.repeat))
+    rows.append(row("copy F->F into", copy_shape, lambda: nc.ewise([f], [f_out], "identity"),
+                    lambda: np.copyto(f_dst, xf), 2 * nbytes, nbytes, args.repeat))
+    del c_out, f_out, c_dst, f_dst
 
-    # Transposes of height and width (the NumPy counterpart: ascontiguousarray of the view).
+    # Transposes of height and width (the NumPy counterpart: ascontiguousarray of the view, or
+    # copyto into an existing array for the "into" rows).
     shapes = [(1, 1, 1024, 1024), (1, 1, 2048, 1024), (16, 1, 256, 256), (1, 64, 128, 128)] if q else \
              [(1, 1, 4096, 4096), (1, 1, 16384, 8192), (64, 1, 512, 512), (1, 256, 256, 256)]
     for shape in shapes:
         x = rand(shape)
         a = nc.asarray(x)
-        rows.append(row("permute_copy (0,1,3,2)", shape, lambda: a.permute_copy((0, 1, 3, 2)),
+        view = a.permute((0, 1, 3, 2))
+        out = nc.empty(view.shape)
+        dst = out.numpy()
+        rows.append(row("permute_copy (0,1,3,2) new", shape, lambda: a.permute_copy((0, 1, 3, 2)),
                         lambda: np.ascontiguousarray(x.transpose(0, 1, 3, 2)), 2 * x.nbytes, x.nbytes, args.repeat))
-        del x, a
+        rows.append(row("permute (0,1,3,2) into", shape, lambda: nc.ewise([view], [out], "identity"),
+                        lambda: np.copyto(dst, x.transpose(0, 1, 3, 2)), 2 * x.nbytes, x.nbytes, args.repeat))
+        del x, a, view, out, dst
 
     # Broadcast multiply: a stack of images times one image.
     stack_shape, image_shape = ((16, 1, 512, 512), (1, 1, 512, 512)) if q else ((64, 1, 1024, 1024), (1, 1, 1024, 1024))
@@ -89,17 +109,32 @@ def main() -> None:
     rows.append(row("sum", red_shape, lambda: nc.sum(ra), lambda: r.sum(), r.nbytes, r.nbytes, args.repeat))
     rows.append(row("mean", red_shape, lambda: nc.mean(ra), lambda: r.mean(), r.nbytes, r.nbytes, args.repeat))
 
-    header = f"{'operation':<28}{'shape':<30}{'noa ms':>9}{'numpy ms':>10}{'vs numpy':>10}{'noa GB/s':>10}" \
+    header = f"{'operation':<30}{'shape':<30}{'noa ms':>9}{'numpy ms':>10}{'vs numpy':>10}{'noa GB/s':>10}" \
              f"{'copyto GB/s':>13}{'vs copyto':>11}"
     print(header)
     print("-" * len(header))
     for rw in rows:
-        print(f"{rw['name']:<28}{str(rw['shape']):<30}{rw['noa'] * 1e3:>9.2f}{rw['np'] * 1e3:>10.2f}"
+        print(f"{rw['name']:<30}{str(rw['shape']):<30}{rw['noa'] * 1e3:>9.2f}{rw['np'] * 1e3:>10.2f}"
               f"{rw['np'] / rw['noa']:>9.2f}x{rw['noa_gbs']:>10.1f}{rw['copy_gbs']:>13.1f}"
               f"{rw['noa_gbs'] / rw['copy_gbs']:>10.2f}x")
-    cc, ff = rows[0]["noa"], rows[1]["noa"]
-    print(f"F->F / C->C time: {ff / cc:.3f}   (threads: {__import__('numba').get_num_threads()}, "
-          f"layer: {__import__('numba').threading_layer()})")
+    print(f"F->F / C->C time: new {rows[1]['noa'] / rows[0]['noa']:.3f}, into {rows[3]['noa'] / rows[2]['noa']:.3f}"
+          f"   (threads: {numba.get_num_threads()}, layer: {numba.threading_layer()})")
+    cold, warm = first_call_latency()
+    print(f"first call (import noa_core + a small copy, new process): cold cache {cold:.2f} s, warm cache {warm:.2f} s")
+
+
+def first_call_latency() -> tuple[float, float]:
+    """Seconds for a new process to import noa_core and copy a small array, with an empty cache
+    (everything compiled) and then with the cache that run filled."""
+    script = "import numpy as np, noa_core as nc; nc.asarray(np.ones((1, 1, 4, 4), np.float32)).copy('F')"
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        times = []
+        for _ in range(2):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-c", script], env=env, check=True)
+            times.append(time.perf_counter() - start)
+    return times[0], times[1]
 
 
 if __name__ == "__main__":

@@ -88,10 +88,12 @@ def test_permute_copy_matches_numpy(shape, kind, perm, dtype, seed):
     assert out.are_contiguous("C")
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 70, 130), (3, 1, 64, 64), (1, 9, 33, 100), (2, 3, 129, 65)])
-def test_permute_copy_tiled_transpose(shape):
-    # Shapes large enough for the cache-blocked path, with partial edge tiles.
-    x = np.random.default_rng(1).random(shape, dtype=np.float32)
+@pytest.mark.parametrize("shape", [(1, 1, 70, 130), (3, 1, 64, 64), (1, 9, 33, 100), (2, 3, 129, 65), (1, 2, 256, 192)])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "uint16", "complex128"])
+def test_permute_copy_tiled_transpose(shape, dtype):
+    # Shapes large enough for the cache-blocked path: full tiles (written in micro-blocks) and
+    # partial edge tiles, for each tile size (it depends on the element size).
+    x = random_values(np.random.default_rng(1), shape, dtype)
     for perm in [(0, 1, 3, 2), (0, 2, 3, 1), (3, 1, 2, 0)]:
         np.testing.assert_array_equal(nc.asarray(x).permute_copy(perm).numpy(), np.transpose(x, perm))
 

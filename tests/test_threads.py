@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
@@ -33,4 +36,15 @@ def test_concurrent_kernels_from_a_thread_pool():
     with ThreadPoolExecutor(max_workers=8) as pool:
         for future in [pool.submit(work, seed) for seed in range(200)]:
             future.result()
-    assert numba.threading_layer() in ("tbb", "omp")
+    # tbb where its wheel is installed (a dependency on Linux x86-64), OpenMP otherwise.
+    from noa_core.runtime import load_tbb
+
+    assert numba.threading_layer() == ("tbb" if load_tbb() else "omp")
+
+
+def test_users_threading_layer_is_respected():
+    script = ("import numpy as np, numba, noa_core as nc; nc.asarray(np.ones((1, 1, 256, 256))).copy('F');"
+              "print(numba.threading_layer())")
+    env = dict(os.environ, NUMBA_THREADING_LAYER="omp")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "omp"
