@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numba import types
@@ -147,6 +147,25 @@ BUILTIN_OPS: dict[str, Callable] = {
               clamp_keep_nan, clamp_nan_to_zero, squared_deviation, squared_deviation_complex,
               minimum, maximum)
 }
+
+
+def transpose_plan(shape: Sequence[int], in_strides: Sequence[int], out_strides: Sequence[int],
+                   min_edge: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None:
+    """When a tiled transpose pays off, the planned (shape, input strides, output strides)
+    reordered so that the input is contiguous along dimension 2 and the output along 3; else None.
+
+    That is when the output is contiguous innermost but the input is not, and the input is
+    contiguous along another dimension; both edges of the tile must be at least ``min_edge`` long.
+    """
+    if out_strides[3] != 1 or in_strides[3] in (0, 1) or shape[3] < min_edge:
+        return None
+    for j in (2, 1, 0):
+        if in_strides[j] == 1 and shape[j] >= min_edge:
+            perm = [0, 1, 2, 3]
+            perm[j], perm[2] = 2, j
+            return (tuple(int(shape[p]) for p in perm), tuple(int(in_strides[p]) for p in perm),
+                    tuple(int(out_strides[p]) for p in perm))
+    return None
 
 
 def compile_template(source: str, name: str, module: str, namespace: dict) -> Callable:

@@ -21,7 +21,7 @@ import numba
 import numpy as np
 from numba.core.registry import CPUDispatcher
 
-from noa_core.kernels import BUILTIN_OPS, compile_template
+from noa_core.kernels import BUILTIN_OPS, compile_template, transpose_plan
 from noa_core.runtime import SERIAL_THRESHOLD
 
 # Elements per parallel task along the innermost dimension: large enough to amortise the task
@@ -261,16 +261,6 @@ def _parallel(count: int) -> bool:
 # -- entry points ------------------------------------------------------------------------------
 
 
-def _transpose_axis(shape: Sequence[int], in_strides: Sequence[int], out_strides: Sequence[int]) -> int | None:
-    """The outer dimension along which the input is contiguous, when a tiled transpose pays off."""
-    if out_strides[3] != 1 or in_strides[3] in (0, 1) or shape[3] < MIN_TILE_EDGE:
-        return None
-    for j in (2, 1, 0):
-        if in_strides[j] == 1 and shape[j] >= MIN_TILE_EDGE:
-            return j
-    return None
-
-
 def ewise(op: Callable, inputs: Sequence, outputs: Sequence[np.ndarray], shape: Sequence[int],
           in_strides: Sequence[Sequence[int] | None], out_strides: Sequence[Sequence[int]]) -> None:
     """Run ``outputs[...] = op(*inputs)`` over a planned, non-empty 4-d iteration space.
@@ -283,17 +273,12 @@ def ewise(op: Callable, inputs: Sequence, outputs: Sequence[np.ndarray], shape: 
     shape = tuple(int(n) for n in shape)
     arrays_in = [isinstance(x, np.ndarray) for x in inputs]
     if len(inputs) == 1 and arrays_in[0] and len(outputs) == 1:
-        j = _transpose_axis(shape, in_strides[0], out_strides[0])
-        if j is not None:
-            # Bring the input's contiguous dimension to position 2: the kernel swaps dims 2 and 3.
-            perm = [0, 1, 2, 3]
-            perm[j], perm[2] = 2, j
-            sh = tuple(shape[p] for p in perm)
-            si = tuple(int(in_strides[0][p]) for p in perm)
-            so = tuple(int(out_strides[0][p]) for p in perm)
+        plan = transpose_plan(shape, in_strides[0], out_strides[0], MIN_TILE_EDGE)
+        if plan is not None:
             tile = TILE_SMALL if outputs[0].itemsize <= 4 else TILE_LARGE
-            kernel = _kernel("transpose", "11", lambda name: _TRANSPOSE.format(name=name, micro=MICRO), {"op": op}, parallel)
-            kernel(inputs[0], outputs[0], sh, si, so, tile)
+            kernel = _kernel("transpose", "11", lambda name: _TRANSPOSE.format(name=name, micro=MICRO), {"op": op},
+                             parallel)
+            kernel(inputs[0], outputs[0], *plan, tile)
             return
     kinds = "".join("a" if a else "s" for a in arrays_in)
     strides = np.array([st for st, a in zip(in_strides, arrays_in) if a] + list(out_strides), dtype=np.int64)

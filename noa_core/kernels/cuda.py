@@ -3,6 +3,8 @@
 Same calling convention as :mod:`noa_core.kernels.cpu` (1-D buffers offset to element 0, planned
 shapes and strides), so the front-ends stay back-end agnostic. Kernels use grid-stride loops;
 consecutive threads take consecutive innermost indices, so stride-1 operands are coalesced.
+Transposes (input and output contiguous along different dimensions) go through a shared-memory
+tile instead, so that both the reads and the writes are coalesced.
 Kernels are compiled once per process (numba-cuda has no on-disk cache for generated code).
 """
 
@@ -16,9 +18,12 @@ import numba
 import numpy as np
 from numba import cuda
 
-from noa_core.kernels import compile_template
+from noa_core.kernels import compile_template, transpose_plan
 
 THREADS = 256
+# Transpose tiles: TILE x TILE elements per block, read and written by TILE x TILE_ROWS threads.
+TILE, TILE_ROWS = 32, 8
+MAX_GRID_Z = 65535
 MAX_BLOCKS = 4096
 # Threads cooperating on one reduced output (each takes every n-th reduced element, coalesced).
 # The simulator runs each thread as a Python thread: keep it small there.
@@ -40,6 +45,32 @@ def {name}({args}, shape, strides):
     n0, n1, n2, n3 = shape
     for t in range(cuda.grid(1), n0 * n1 * n2 * n3, cuda.gridsize(1)):""" + _DECOMPOSE + """
 {body}
+"""
+
+_TRANSPOSE = """
+def {name}(in0, out0, shape, si, so):
+    n0, n1, n2, n3 = shape
+    # One column of padding: reading a tile column then hits 32 different banks.
+    tile = cuda.shared.array(shape=(TILE, TILE + 1), dtype=tile_type)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    y0 = cuda.blockIdx.y * TILE  # along dim 2, where the input is contiguous
+    x0 = cuda.blockIdx.x * TILE  # along dim 3, where the output is contiguous
+    for plane in range(cuda.blockIdx.z, n0 * n1, cuda.gridDim.z):
+        i1 = plane % n1
+        i0 = plane // n1
+        bi = i0 * si[0] + i1 * si[1]
+        bo = i0 * so[0] + i1 * so[1]
+        y = y0 + tx
+        for k in range(ty, TILE, TILE_ROWS):
+            if y < n2 and x0 + k < n3:
+                tile[k, tx] = op(in0[bi + y * si[2] + (x0 + k) * si[3]])
+        cuda.syncthreads()
+        x = x0 + tx
+        for k in range(ty, TILE, TILE_ROWS):
+            if y0 + k < n2 and x < n3:
+                out0[bo + (y0 + k) * so[2] + x * so[3]] = tile[tx, k]
+        cuda.syncthreads()
 """
 
 _IWISE = """
@@ -109,13 +140,14 @@ def _device_function(op: Callable) -> Callable:
     return cuda.jit(device=True)(py_func)
 
 
-def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str, Callable]) -> Callable:
+def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str, Callable],
+            constants: dict | None = None) -> Callable:
     key = (kind, variant, tuple(ops.items()))
     with _LOCK:
         kernel = _KERNELS.get(key)
         if kernel is None:
             name = f"cuda_{kind}_{variant}_{len(_KERNELS)}"
-            namespace = {"cuda": cuda}
+            namespace = {"cuda": cuda, **(constants or {})}
             namespace.update({k: _device_function(f) for k, f in ops.items()})
             kernel = cuda.jit(compile_template(source(name), name, __name__, namespace))
             _KERNELS[key] = kernel
@@ -134,12 +166,28 @@ def _flat_strides(strides: Sequence[Sequence[int]]) -> tuple[int, ...]:
 def ewise(op: Callable, inputs: Sequence, outputs: Sequence, shape: Sequence[int],
           in_strides: Sequence[Sequence[int] | None], out_strides: Sequence[Sequence[int]]) -> None:
     """Run ``outputs[...] = op(*inputs)`` over a planned, non-empty 4-d iteration space."""
+    if len(inputs) == 1 and in_strides[0] is not None and len(outputs) == 1 and outputs[0].dtype.kind in "iufc":
+        plan = transpose_plan(shape, in_strides[0], out_strides[0], TILE_ROWS)
+        if plan is not None and plan[0][2] <= TILE * 65535:
+            _transpose(op, inputs[0], outputs[0], *plan)
+            return
     kinds = "".join("s" if st is None else "a" for st in in_strides)
     strides = _flat_strides([st for st in in_strides if st is not None] + list(out_strides))
     variant = f"{kinds}_{len(outputs)}"
     kernel = _kernel("ewise", variant, lambda name: _ewise_source(name, kinds, len(outputs)), {"op": op})
     blocks, threads = _grid(int(np.prod(shape)))
     kernel[blocks, threads](*inputs, *outputs, tuple(int(n) for n in shape), strides)
+    cuda.synchronize()
+
+
+def _transpose(op: Callable, source, out, shape: tuple[int, ...], si: tuple[int, ...], so: tuple[int, ...]) -> None:
+    """The tiled transpose: ``shape``, ``si``, ``so`` as planned by :func:`transpose_plan`."""
+    tile_type = numba.from_dtype(out.dtype)
+    constants = {"TILE": TILE, "TILE_ROWS": TILE_ROWS, "tile_type": tile_type}
+    kernel = _kernel("transpose", str(tile_type), lambda name: _TRANSPOSE.format(name=name), {"op": op}, constants)
+    n0, n1, n2, n3 = shape
+    grid = (math.ceil(n3 / TILE), math.ceil(n2 / TILE), min(n0 * n1, MAX_GRID_Z))
+    kernel[grid, (TILE, TILE_ROWS)](source, out, shape, si, so)
     cuda.synchronize()
 
 

@@ -52,6 +52,23 @@ def test_copy_permute_astype_fill(x):
     np.testing.assert_array_equal(host(a), np.full(x.shape, 3, np.float32))
 
 
+@pytest.mark.parametrize("shape,perm,dtype", [
+    ((1, 2, 40, 35), (0, 1, 3, 2), "float32"),  # partial tiles along both edges, two planes
+    ((2, 9, 1, 33), (3, 1, 2, 0), "complex64"),  # the input's contiguous dimension moves outermost
+    ((1, 1, 8, 64), (0, 1, 3, 2), "int8"),
+])
+def test_tiled_transpose(shape, perm, dtype):
+    values = np.arange(np.prod(shape)).reshape(shape) % 97
+    x = values.astype(dtype) * (1 + 1j if dtype == "complex64" else 1)
+    a = nc.asarray(x).to("cuda")
+    np.testing.assert_array_equal(host(a.permute_copy(perm)), np.transpose(x, perm))
+    from noa_core.kernels import cuda as cuda_kernels
+
+    assert any(key[0] == "transpose" for key in cuda_kernels._KERNELS)  # the tiled path ran
+    np.testing.assert_array_equal(host(a.permute(perm).astype("float64" if dtype != "complex64" else "complex128")),
+                                  np.transpose(x, perm).astype(np.complex128 if dtype == "complex64" else np.float64))
+
+
 def test_vector_elements(x):
     v = nc.empty((1, 2, 3, 4), nc.vector("float32", 3), device="cuda")
     v.fill([1, 2, 3])
