@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from numba import types
-from numba.extending import overload, register_jitable
+from numba.extending import overload
 
 from noa_core import runtime  # noqa: F401  (configures numba before any kernel is compiled)
 
@@ -60,16 +60,12 @@ def true_divide(a, b):
     return a / b
 
 
-@register_jitable
-def _over_zero(x):
-    """``x / +0.0`` in IEEE arithmetic, written without a division that numba could trap."""
-    if x != x or x == 0:
-        return math.nan
-    return math.inf if x > 0 else -math.inf
+def true_divide_typer(a, b):
+    """numba's implementation of :func:`true_divide` for the argument types ``a`` and ``b``.
 
-
-@overload(true_divide)
-def _true_divide_overload(a, b):
+    Registered for the CPU here and for CUDA by :mod:`noa_core.kernels.cuda` (numba-cuda keeps its
+    own registry); self-contained so that it compiles for either target.
+    """
     if not (isinstance(a, types.Complex) or isinstance(b, types.Complex)):
         return lambda a, b: a / b
     # The result keeps NumPy's promoted precision (complex64 stays complex64).
@@ -77,10 +73,17 @@ def _true_divide_overload(a, b):
 
     def complex_divide(a, b):
         if b == 0:
-            return result(complex(_over_zero(a.real), _over_zero(a.imag)))
+            # x / +0.0 in IEEE arithmetic, part by part, without a division numba could trap.
+            re, im = a.real, a.imag
+            re = math.nan if re != re or re == 0 else (math.inf if re > 0 else -math.inf)
+            im = math.nan if im != im or im == 0 else (math.inf if im > 0 else -math.inf)
+            return result(complex(re, im))
         return result(a / b)
 
     return complex_divide
+
+
+overload(true_divide)(true_divide_typer)
 
 
 def divide(a, b):

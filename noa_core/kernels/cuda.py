@@ -18,7 +18,7 @@ import numba
 import numpy as np
 from numba import cuda
 
-from noa_core.kernels import compile_template, transpose_plan
+from noa_core.kernels import compile_template, transpose_plan, true_divide, true_divide_typer
 
 THREADS = 256
 # Transpose tiles: TILE x TILE elements per block, read and written by TILE x TILE_ROWS threads.
@@ -28,6 +28,11 @@ MAX_BLOCKS = 4096
 # Threads cooperating on one reduced output (each takes every n-th reduced element, coalesced).
 # The simulator runs each thread as a Python thread: keep it small there.
 REDUCE_THREADS = 64 if numba.config.ENABLE_CUDASIM else 1 << 16
+
+if not numba.config.ENABLE_CUDASIM:  # the simulator runs true_divide's Python body
+    from numba.cuda.extending import overload as cuda_overload
+
+    cuda_overload(true_divide, target="cuda")(true_divide_typer)
 
 _LOCK = threading.Lock()
 _KERNELS: dict[tuple, Callable] = {}
