@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from noa_core.array import Array, empty
 from noa_core.errors import DTypeError, ShapeError
 from noa_core.elementwise import backend, common_device, flat_buffer, launch
 from noa_core.kernels import BUILTIN_OPS
+from noa_core.kernels import cpu as cpu_kernels
 
 Axes = int | Sequence[int] | None
 
@@ -202,3 +204,63 @@ def var(array: Array, axes: Axes = None, ddof: int = 0) -> Array:
 def std(array: Array, axes: Axes = None, ddof: int = 0) -> Array:
     """Standard deviation over ``axes`` with ``ddof`` delta degrees of freedom."""
     return _variance(array, axes, ddof, "square_root")
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Count, minimum, maximum, mean and sum of squared deviations from the mean (``m2``).
+
+    Minimum and maximum are None for complex data (they have no order); NaN propagates as in NumPy.
+    Two sets of moments of disjoint data merge exactly with :meth:`merge` (Chan et al.).
+    """
+
+    count: int
+    min: float | None
+    max: float | None
+    mean: float | complex
+    m2: float
+
+    def merge(self, other: Moments) -> Moments:
+        if other.count == 0:
+            return self
+        if self.count == 0:
+            return other
+        total = self.count + other.count
+        delta = other.mean - self.mean
+        return Moments(total, _nan_extreme(builtins.min, self.min, other.min), _nan_extreme(builtins.max, self.max, other.max),
+                       self.mean + delta * (other.count / total),
+                       self.m2 + other.m2 + abs(delta) ** 2 * (self.count * other.count / total))
+
+
+EMPTY_MOMENTS = Moments(0, None, None, 0.0, 0.0)
+
+
+def _nan_extreme(pick: Callable, a: float | None, b: float | None) -> float | None:
+    """``pick(a, b)`` where NaN wins (as in numpy.min/max) and None means no value."""
+    if a is None or b is None:
+        return b if a is None else a
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    return pick(a, b)
+
+
+def moments(array: Array) -> Moments:
+    """The :class:`Moments` of every element, in one parallel pass over memory (CPU).
+
+    Accumulates in float64 (complex128). Used for file header statistics, tile by tile.
+    """
+    dt = _scalar_input(array)
+    if array.size == 0:
+        return EMPTY_MOMENTS
+    if array.device != "cpu":
+        array = array.to("cpu")
+    if dt == np.float16:  # numba has no float16 arithmetic on the CPU
+        from noa_core.array import asarray
+
+        array = asarray(array.numpy().astype(np.float32))
+    planned_shape, (planned_strides,) = layout.plan_iteration(array.shape, array.strides)
+    flat, _ = flat_buffer(array)
+    count, lo, hi, mean, m2 = cpu_kernels.moments(flat, planned_shape, planned_strides)
+    if dt.kind == "c":
+        return Moments(int(count), None, None, complex(mean), float(m2))
+    return Moments(int(count), float(lo), float(hi), float(mean), float(m2))

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noa_core as nc
+from noa_core import reduction
 from noa_core.errors import DTypeError, ShapeError
 from test_kernels import LAYOUTS, make_array  # pytest puts tests/ on sys.path (rootdir-relative imports)
 
@@ -128,3 +129,43 @@ def test_reduction_errors():
         nc.sum(nc.zeros((2, 2)), (4,))
     with pytest.raises(ValueError, match="preprocess"):
         nc.reduce_ewise([nc.zeros((2, 2)), nc.zeros((2, 2))], 0.0, lambda a, b: a + b)
+
+
+# -- moments (file header statistics) -----------------------------------------------------------
+
+
+@SETTINGS
+@given(shape=st.tuples(*(st.integers(0, 4) for _ in range(3)), st.integers(0, 70000)).filter(
+           lambda s: np.prod(s) <= 300_000).map(tuple),
+       kind=st.sampled_from(LAYOUTS), dtype=st.sampled_from(["float32", "int16", "uint8", "complex64", "float16"]),
+       seed=st.integers(0, 2**16))
+def test_moments_match_numpy(shape, kind, dtype, seed):
+    # Widths past one chunk (32768) give several runs per row, merged with Chan's formula.
+    a = make_array(np.random.default_rng(seed), shape, dtype, kind)
+    x = a.numpy().astype(np.complex128 if dtype == "complex64" else np.float64)
+    m = reduction.moments(a)
+    assert m.count == x.size
+    if x.size == 0:
+        assert m == reduction.EMPTY_MOMENTS
+        return
+    np.testing.assert_allclose(m.mean, x.mean(), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(m.m2, np.sum(np.abs(x - x.mean()) ** 2), rtol=1e-9, atol=1e-9)
+    if dtype == "complex64":
+        assert m.min is None and m.max is None
+    else:
+        assert (m.min, m.max) == (x.min(), x.max())
+
+
+def test_moments_propagate_nan_and_merge_exactly():
+    x = np.arange(100_000, dtype=np.float32).reshape(1, 1, 4, 25_000)
+    halves = [reduction.moments(nc.asarray(x[:, :, :2])), reduction.moments(nc.asarray(x[:, :, 2:]))]
+    merged = halves[0].merge(halves[1])
+    whole = reduction.moments(nc.asarray(x))
+    assert merged.count == whole.count and (merged.min, merged.max) == (whole.min, whole.max)
+    np.testing.assert_allclose([merged.mean, merged.m2], [whole.mean, whole.m2], rtol=1e-12)
+    x[0, 0, 3, 7] = np.nan
+    m = reduction.moments(nc.asarray(x))
+    assert np.isnan(m.min) and np.isnan(m.max) and np.isnan(m.mean)
+    assert np.isnan(halves[0].merge(reduction.moments(nc.asarray(x[:, :, 2:]))).min)
+    with pytest.raises(DTypeError, match="scalar element types"):
+        reduction.moments(nc.empty((1, 1, 2, 2), nc.vector("float32", 3)))

@@ -335,3 +335,88 @@ def reduce(pre: Callable, combine: Callable, final: Callable, inputs: Sequence[n
 def view4d(array) -> np.ndarray:
     """The 4-d NumPy view of an Array handed to index-wise functions."""
     return array.numpy()
+
+
+# -- moments: count, min, max, mean and squared deviations in one memory pass -------------------
+
+
+def _moments_source(complex_input: bool) -> str:
+    # Each task takes one run of at most CHUNK elements: a first pass for min, max and the sum, a
+    # second pass, over the run still in cache, for the squared deviations from the run's mean.
+    # Runs are then merged with Chan et al.'s formula, which keeps the precision of two passes.
+    first = ("            s += v" if complex_input else
+             "            s += v\n            if v < lo or v != v:\n                lo = v\n"
+             "            if v > hi or v != v:\n                hi = v")
+    deviation = "d.real * d.real + d.imag * d.imag" if complex_input else "d * d"
+    zero = "0j" if complex_input else "0.0"
+    return f"""
+def moments_kernel(buf, shape, strides, chunk, counts, lows, highs, means, m2s):
+    n0, n1, n2, n3 = shape
+    s0, s1, s2, s3 = strides[0], strides[1], strides[2], strides[3]
+    n_chunks = (n3 + chunk - 1) // chunk
+    for task in prange(n0 * n1 * n2 * n_chunks):
+        c = task % n_chunks
+        r = task // n_chunks
+        i2 = r % n2
+        r = r // n2
+        i1 = r % n1
+        i0 = r // n1
+        start = c * chunk
+        m = min(n3 - start, chunk)
+        base = i0 * s0 + i1 * s1 + i2 * s2 + start * s3
+        s = {zero}
+        lo = np.inf
+        hi = -np.inf
+        for i in range(m):
+            v = buf[base + i * s3]
+{first}
+        mean = s / m
+        acc = 0.0
+        for i in range(m):
+            d = buf[base + i * s3] - mean
+            acc += {deviation}
+        counts[task] = m
+        lows[task] = lo
+        highs[task] = hi
+        means[task] = mean
+        m2s[task] = acc
+"""
+
+
+def moments(buf: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> tuple:
+    """(count, min, max, mean, sum of squared deviations) of a planned, non-empty 4-d operand.
+
+    Real inputs are accumulated in float64 (min and max propagate NaN, as NumPy's); complex ones in
+    complex128, with min and max left at +-inf (they have no order).
+    """
+    complex_input = buf.dtype.kind == "c"
+    shape = tuple(int(n) for n in shape)
+    count = int(np.prod(shape))
+    chunk = min(CHUNK, shape[3])
+    tasks = shape[0] * shape[1] * shape[2] * ((shape[3] + chunk - 1) // chunk)
+    parallel = _parallel(count)
+    kernel = _kernel("moments", "c" if complex_input else "r",
+                     lambda name: _moments_source(complex_input).replace("moments_kernel", name), {}, parallel)
+    counts = np.empty(tasks, np.int64)
+    lows, highs, m2s = np.empty(tasks), np.empty(tasks), np.empty(tasks)
+    means = np.empty(tasks, np.complex128 if complex_input else np.float64)
+    kernel(buf, shape, np.array(strides, dtype=np.int64), chunk, counts, lows, highs, means, m2s)
+    return _merge_moments(counts, lows, highs, means, m2s)
+
+
+@numba.njit(nogil=True, cache=True)
+def _merge_moments(counts, lows, highs, means, m2s):
+    n = counts[0]
+    lo, hi, mean, m2 = lows[0], highs[0], means[0], m2s[0]
+    for t in range(1, counts.shape[0]):
+        k = counts[t]
+        total = n + k
+        delta = means[t] - mean
+        mean = mean + delta * (k / total)
+        m2 = m2 + m2s[t] + abs(delta) ** 2 * (n * k / total)
+        n = total
+        if lows[t] < lo or lows[t] != lows[t]:
+            lo = lows[t]
+        if highs[t] > hi or highs[t] != highs[t]:
+            hi = highs[t]
+    return n, lo, hi, mean, m2
