@@ -40,6 +40,22 @@ OutDir = Annotated[
     typer.Option("--out-dir", help="Treat every PATH as an input and write each result into this folder (batch)."),
 ]
 Paths = Annotated[list[Path], typer.Argument(help="IN OUT, or several inputs with --out-dir.", show_default=False)]
+Scheduler = Annotated[
+    Optional[str],
+    typer.Option("--scheduler", help="Run on Dask (the dask extra of noa): 'local' starts worker processes on this "
+                 "machine, tcp://HOST:PORT uses a running scheduler (paths must be the same on its workers). "
+                 "Several inputs run as parallel tasks; one large input is split into tasks that each write "
+                 "their own tiles of the output."),
+]
+Workers = Annotated[
+    Optional[int],
+    typer.Option("--workers", min=1, help="With --scheduler local: worker processes (default one per core)."),
+]
+Resume = Annotated[
+    bool,
+    typer.Option("--resume", help="Skip inputs whose output exists: outputs are renamed into place when complete, "
+                 "so an existing one is finished (rerun an interrupted batch with it)."),
+]
 
 
 def _version(value: bool) -> None:
@@ -81,12 +97,36 @@ def _pairs(paths: list[Path], out_dir: Optional[Path], suffix: Optional[str] = N
 
 
 def _with_suffix(path: Path, suffix: str) -> str:
-    from noa_core.io import strip_image_suffix
+    from noa_core.io.formats import strip_image_suffix
 
     return strip_image_suffix(path.name) + suffix
 
 
-def _run_batch(pairs: list[tuple[Path, Path]], action, quiet: bool) -> None:
+def _execute(op, pairs: list[tuple[Path, Path]], *, force: bool, resume: bool, scheduler: Optional[str],
+             workers: Optional[int], quiet: bool) -> None:
+    """Write every pair with ``op`` (a noa_core.ops.FileOp): here, or on Dask with --scheduler."""
+    if resume and force:
+        raise click.UsageError("--resume skips existing outputs and --force replaces them; choose one")
+    if workers is not None and scheduler != "local":
+        raise click.UsageError("--workers sizes the cluster of --scheduler local")
+    if scheduler is not None:
+        from noa_core import cluster
+
+        with cluster.connect(scheduler, workers=workers) as client:
+            with report.progress(f"noa {op.name}: {len(pairs)} file(s) on {scheduler}", quiet) as progress:
+                results = cluster.run_batch(op, pairs, client, overwrite=force, resume=resume, progress=progress)
+        report.batch_results(results, quiet)
+        return
+    todo = pairs
+    if resume:
+        from noa_core.ops import split_complete
+
+        todo, complete = split_complete(pairs)
+        report.skipped([dst for _, dst in complete], quiet)
+    _run_batch(todo, lambda s, d, p: op(s, d, overwrite=force, progress=p), quiet, single=len(pairs) == 1)
+
+
+def _run_batch(pairs: list[tuple[Path, Path]], action, quiet: bool, single: bool) -> None:
     """Run ``action(src, dst, progress)`` for each pair; one failure does not stop the others."""
     from noa_core.errors import NoaError
 
@@ -96,10 +136,10 @@ def _run_batch(pairs: list[tuple[Path, Path]], action, quiet: bool) -> None:
             try:
                 notices = action(src, dst, progress)
             except (NoaError, OSError) as exc:
-                if len(pairs) == 1:
+                if single:
                     raise
                 failures.append((src, exc))
-                report.error(f"{src}: {report.one_line(exc)}")
+                report.failure(src, exc)
                 continue
         report.notices(notices, quiet)
         report.done(f"wrote {dst}", quiet)
@@ -137,6 +177,9 @@ def permute(
     axes: Annotated[str, typer.Option("--axes", help="New axis order, a permutation of 0,1,2,3 (B,D,H,W).")],
     out_dir: OutDir = None,
     force: Force = False,
+    resume: Resume = False,
+    scheduler: Scheduler = None,
+    workers: Workers = None,
     device: Device = "cpu",
     as_stack: AsStack = None,
     series: Series = None,
@@ -146,15 +189,11 @@ def permute(
 
     Example: noa permute volume.mrc volume_xzy.mrc --axes 0,3,2,1
     """
-    from noa_core import ops
+    from noa_core.ops import FileOp
 
-    perm = report.parse_ints(axes, "--axes")
-    read = _read_options(as_stack, series)
-    _run_batch(
-        _pairs(paths, out_dir),
-        lambda s, d, p: ops.permute(s, d, perm, read=read, overwrite=force, device=device, progress=p),
-        quiet,
-    )
+    op = FileOp("permute", {"axes": report.parse_ints(axes, "--axes"), "read": _read_options(as_stack, series),
+                            "device": device})
+    _execute(op, _pairs(paths, out_dir), force=force, resume=resume, scheduler=scheduler, workers=workers, quiet=quiet)
 
 
 @app.command()
@@ -163,6 +202,9 @@ def broadcast(
     shape: Annotated[str, typer.Option("--shape", help="Target BDHW shape, e.g. 10,1,64,64.")],
     out_dir: OutDir = None,
     force: Force = False,
+    resume: Resume = False,
+    scheduler: Scheduler = None,
+    workers: Workers = None,
     device: Device = "cpu",
     as_stack: AsStack = None,
     series: Series = None,
@@ -172,15 +214,11 @@ def broadcast(
 
     Example: noa broadcast gain.mrc gain_stack.mrc --shape 40,1,512,512
     """
-    from noa_core import ops
+    from noa_core.ops import FileOp
 
-    target = report.parse_ints(shape, "--shape")
-    read = _read_options(as_stack, series)
-    _run_batch(
-        _pairs(paths, out_dir),
-        lambda s, d, p: ops.broadcast(s, d, target, read=read, overwrite=force, device=device, progress=p),
-        quiet,
-    )
+    op = FileOp("broadcast", {"shape": report.parse_ints(shape, "--shape"), "read": _read_options(as_stack, series),
+                              "device": device})
+    _execute(op, _pairs(paths, out_dir), force=force, resume=resume, scheduler=scheduler, workers=workers, quiet=quiet)
 
 
 @app.command()
@@ -192,6 +230,9 @@ def copy(
     to: Annotated[Optional[str], typer.Option("--to", help="With --out-dir: output format by extension (mrc, tif).")] = None,
     out_dir: OutDir = None,
     force: Force = False,
+    resume: Resume = False,
+    scheduler: Scheduler = None,
+    workers: Workers = None,
     device: Device = "cpu",
     as_stack: AsStack = None,
     series: Series = None,
@@ -201,25 +242,37 @@ def copy(
 
     Example: noa copy stack.tif stack.mrc --order F --dtype float32
     """
-    from noa_core import ops
+    from noa_core.ops import FileOp
 
-    read = _read_options(as_stack, series)
+    op = FileOp("copy", {"order": order, "dtype": dtype, "clamp": clamp, "read": _read_options(as_stack, series),
+                         "device": device})
     suffix = None if to is None else "." + to.lstrip(".")
-    _run_batch(
-        _pairs(paths, out_dir, suffix),
-        lambda s, d, p: ops.copy(s, d, order=order, dtype=dtype, clamp=clamp, read=read, overwrite=force,
-                                 device=device, progress=p),
-        quiet,
-    )
+    _execute(op, _pairs(paths, out_dir, suffix), force=force, resume=resume, scheduler=scheduler, workers=workers,
+             quiet=quiet)
 
 
 @app.command()
 def ewise(
     expression: Annotated[str, typer.Argument(help="Expression over inputs a, b, c, ... e.g. 'a * b'.")],
-    inputs: Annotated[list[Path], typer.Argument(help="Input files, named a, b, c, ... in order.", show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Output file.")],
+    inputs: Annotated[
+        list[Path],
+        typer.Argument(help="Input files, named a, b, c, ... in order; with --out-dir, each is a in turn.",
+                       show_default=False),
+    ],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file.")] = None,
+    out_dir: Annotated[
+        Optional[Path],
+        typer.Option("--out-dir", help="Batch: every INPUT is a in turn, written into this folder under its own name."),
+    ] = None,
+    others: Annotated[
+        Optional[list[Path]],
+        typer.Option("--with", help="Inputs b, c, ... shared by every file of the batch (repeatable, in order)."),
+    ] = None,
     dtype: Annotated[Optional[str], typer.Option("--dtype", help="Output type (default: NumPy's result type).")] = None,
     force: Force = False,
+    resume: Resume = False,
+    scheduler: Scheduler = None,
+    workers: Workers = None,
     device: Device = "cpu",
     as_stack: AsStack = None,
     series: Series = None,
@@ -232,15 +285,21 @@ def ewise(
     min max clip where.
 
     Example (gain correction of a movie): noa ewise "a * b" movie.mrc gain.mrc -o corrected.mrc
-    """
-    from noa_core import ops
 
-    read = _read_options(as_stack, series)
-    with report.progress(f"ewise -> {output.name}", quiet) as progress:
-        notices = ops.ewise(expression, inputs, output, dtype=dtype, read=read, overwrite=force, device=device,
-                            progress=progress)
-    report.notices(notices, quiet)
-    report.done(f"wrote {output}", quiet)
+    Example (a batch of movies, one gain): noa ewise "a * b" movies/*.mrc --with gain.mrc --out-dir corrected/
+    """
+    from noa_core.ops import FileOp
+
+    if (output is None) == (out_dir is None):
+        raise click.UsageError("give either --output FILE or --out-dir FOLDER")
+    shared = list(others or [])
+    if output is not None:
+        pairs, shared = [(inputs[0], output)], inputs[1:] + shared
+    else:
+        pairs = _pairs(inputs, out_dir)
+    op = FileOp("ewise", {"expression": expression, "others": tuple(shared), "dtype": dtype,
+                          "read": _read_options(as_stack, series), "device": device})
+    _execute(op, pairs, force=force, resume=resume, scheduler=scheduler, workers=workers, quiet=quiet)
 
 
 @app.command()

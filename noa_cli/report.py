@@ -6,9 +6,14 @@ import contextlib
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from noa_core.ops import FileResult
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
 
@@ -36,6 +41,37 @@ def notices(lines: list[str] | None, quiet: bool) -> None:
 def done(message: str, quiet: bool) -> None:
     if not quiet:
         click.echo(message, err=True)
+
+
+def failure(src: Path, exc: BaseException) -> None:
+    """One line for an input that failed; noa's messages already name the file."""
+    line = one_line(exc)
+    error(line if str(src) in line else f"{src}: {line}")
+
+
+def skipped(paths: Iterable[Path], quiet: bool) -> None:
+    for path in paths:
+        done(f"skipped {path}: the output exists (--resume)", quiet)
+
+
+def batch_results(results: Sequence[FileResult], quiet: bool) -> None:
+    """Report a batch run elsewhere (results in input order): what was written or
+    skipped, then one line per failed input; raise BatchFailed when some failed.
+
+    A batch of one input fails with its own error, as when run here.
+    """
+    failed = [r for r in results if r.status == "failed"]
+    if len(results) == 1 and failed:
+        raise failed[0].error
+    for result in results:
+        if result.status == "written":
+            notices(list(result.notices), quiet)
+            done(f"wrote {result.dst}", quiet)
+    skipped([r.dst for r in results if r.status == "skipped"], quiet)
+    for result in failed:
+        failure(result.src, result.error)
+    if failed:
+        raise BatchFailed(f"{len(failed)} of {len(results)} inputs failed")
 
 
 def guarded(call: Callable[[], object], debug: bool) -> int:

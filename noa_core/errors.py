@@ -109,3 +109,7 @@ class OverlapError(StrideError):
 
 class ReadOnlyError(NoaError, ValueError):
     """An output is read-only (e.g. a memory-mapped file opened for reading)."""
+
+
+class SchedulerError(NoaError, RuntimeError):
+    """Dask is not installed, or the scheduler named by the user cannot be reached or used."""

@@ -106,47 +106,103 @@ def stats(path: PathLike, *, per_batch: bool = False, read: ReadOptions = DEFAUL
 def permute(src: PathLike, dst: PathLike, axes: Sequence[int], *, read: ReadOptions = DEFAULT_READ,
             overwrite: bool = False, device: str = "cpu", progress: Progress = _no_progress) -> list[str]:
     """Write ``src`` with its BDHW axes reordered; the header follows the axes."""
-    perm = layout.check_permutation(axes)
+    plan = plan_permute(src, axes, read=read)
     check_distinct(dst, [src])
-    array, meta = _read(src, read)
-    label = f"noa permute --axes {','.join(map(str, perm))}"
-    return _stream(dst, [array.permute(perm)], _converter("checked"), meta.permute(perm), label,
-                   overwrite=overwrite, device=device, progress=progress)
+    return _stream(dst, plan, overwrite=overwrite, device=device, progress=progress)
 
 
 def broadcast(src: PathLike, dst: PathLike, shape: Sequence[int], *, read: ReadOptions = DEFAULT_READ,
               overwrite: bool = False, device: str = "cpu", progress: Progress = _no_progress) -> list[str]:
     """Write ``src`` with size-1 dimensions repeated to reach ``shape``."""
-    target = layout.as_shape4(shape)
+    plan = plan_broadcast(src, shape, read=read)
     check_distinct(dst, [src])
-    array, meta = _read(src, read)
-    label = f"noa broadcast --shape {','.join(map(str, target))}"
-    return _stream(dst, [array.broadcast(target)], _converter("checked"), meta.broadcast(target), label,
-                   overwrite=overwrite, device=device, progress=progress)
+    return _stream(dst, plan, overwrite=overwrite, device=device, progress=progress)
 
 
 def copy(src: PathLike, dst: PathLike, *, order: str = "C", dtype=None, clamp: bool = False,
          read: ReadOptions = DEFAULT_READ, overwrite: bool = False, device: str = "cpu",
          progress: Progress = _no_progress) -> list[str]:
     """Copy ``src`` to ``dst`` (format from the extension), in C, F or K order, maybe as ``dtype``."""
-    from noa_core.array import resolve_copy_order
-
+    plan = plan_copy(src, order=order, dtype=dtype, clamp=clamp, read=read)
     check_distinct(dst, [src])
-    array, meta = _read(src, read)
-    out_dtype = None if dtype is None else dtypes.scalar_dtype(dtype)
-    out_order = resolve_copy_order(array, order)
-    words = [f"--order {out_order}"] + ([f"--dtype {out_dtype}"] if out_dtype is not None else [])
-    return _stream(dst, [array], _converter("clamp" if clamp else "checked"), meta, "noa copy " + " ".join(words),
-                   order=out_order, dtype=out_dtype, overwrite=overwrite, device=device, progress=progress)
+    return _stream(dst, plan, overwrite=overwrite, device=device, progress=progress)
 
 
 def ewise(expression: str, srcs: Sequence[PathLike], dst: PathLike, *, dtype=None, read: ReadOptions = DEFAULT_READ,
           overwrite: bool = False, device: str = "cpu", progress: Progress = _no_progress) -> list[str]:
     """Evaluate ``expression`` over the files ``srcs`` (named a, b, c, ...) with broadcasting."""
+    plan = plan_ewise(expression, srcs, dtype=dtype, read=read)
+    check_distinct(dst, srcs)
+    return _stream(dst, plan, overwrite=overwrite, device=device, progress=progress)
+
+
+# -- plans: what a file operation writes, decided from the input headers -------------------------
+
+
+@dataclass
+class Plan:
+    """An output described before it exists: sources viewed onto its shape, how a tile is computed,
+    its element type, order, metadata and label.
+
+    A driver creates the output and fills it tile by tile: :func:`_stream` in this process, or
+    :func:`noa_core.cluster.write_split` in Dask tasks over the same tiles (so both write the same bytes).
+    """
+
+    sources: list[Array]
+    compute: Compute
+    meta: object  # noa_core.io.Metadata (io is imported lazily)
+    label: str
+    dtype: np.dtype
+    order: str = "C"
+
+    @property
+    def shape(self) -> layout.Shape4:
+        return self.sources[0].shape
+
+    def compute_on(self, device: str) -> Compute:
+        """``compute`` running on ``device`` (tiles are moved there and back)."""
+        return _on_device(self.compute, device)
+
+
+def _plan(sources: list[Array], compute: Compute, meta, label: str, dtype=None, order: str = "C") -> Plan:
+    out_dtype = dtypes.element_dtype(dtype) if dtype is not None else sources[0].dtype
+    return Plan(sources, compute, meta, label, out_dtype, order)
+
+
+def plan_permute(src: PathLike, axes: Sequence[int], *, read: ReadOptions = DEFAULT_READ) -> Plan:
+    """The plan of :func:`permute` (reads the header and maps the data, nothing more)."""
+    perm = layout.check_permutation(axes)
+    array, meta = _read(src, read)
+    label = f"noa permute --axes {','.join(map(str, perm))}"
+    return _plan([array.permute(perm)], _converter("checked"), meta.permute(perm), label)
+
+
+def plan_broadcast(src: PathLike, shape: Sequence[int], *, read: ReadOptions = DEFAULT_READ) -> Plan:
+    """The plan of :func:`broadcast`."""
+    target = layout.as_shape4(shape)
+    array, meta = _read(src, read)
+    label = f"noa broadcast --shape {','.join(map(str, target))}"
+    return _plan([array.broadcast(target)], _converter("checked"), meta.broadcast(target), label)
+
+
+def plan_copy(src: PathLike, *, order: str = "C", dtype=None, clamp: bool = False,
+              read: ReadOptions = DEFAULT_READ) -> Plan:
+    """The plan of :func:`copy`."""
+    from noa_core.array import resolve_copy_order
+
+    array, meta = _read(src, read)
+    out_dtype = None if dtype is None else dtypes.scalar_dtype(dtype)
+    out_order = resolve_copy_order(array, order)
+    words = [f"--order {out_order}"] + ([f"--dtype {out_dtype}"] if out_dtype is not None else [])
+    return _plan([array], _converter("clamp" if clamp else "checked"), meta, "noa copy " + " ".join(words),
+                 out_dtype, out_order)
+
+
+def plan_ewise(expression: str, srcs: Sequence[PathLike], *, dtype=None, read: ReadOptions = DEFAULT_READ) -> Plan:
+    """The plan of :func:`ewise`."""
     from noa_core.expr import compile_expression
 
     compiled = compile_expression(expression, len(srcs))
-    check_distinct(dst, srcs)
     inputs = [_read(src, read) for src in srcs]
     arrays = [array for array, _ in inputs]
     shape = layout.broadcast_shapes(*(a.shape for a in arrays))
@@ -158,9 +214,83 @@ def ewise(expression: str, srcs: Sequence[PathLike], dst: PathLike, *, dtype=Non
             out_dtype = np.dtype("uint8")  # image formats store no booleans: 0 and 1
     # The output describes the pixels of the first input that has the full shape.
     meta = next((m for a, m in inputs if a.shape == shape), None) or inputs[0][1].broadcast(shape)
-    return _stream(dst, [a.broadcast(shape) for a in arrays], _evaluator(compiled), meta,
-                   f"noa ewise {expression}"[:80], dtype=out_dtype, overwrite=overwrite, device=device,
-                   progress=progress)
+    return _plan([a.broadcast(shape) for a in arrays], _evaluator(compiled), meta, f"noa ewise {expression}"[:80],
+                 out_dtype)
+
+
+# -- batches: one operation over many (input, output) pairs --------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class FileOp:
+    """One file operation and its options, to apply to many (input, output) pairs.
+
+    ``name`` is 'permute', 'broadcast', 'copy' or 'ewise'; ``options`` are that function's keyword
+    arguments except the paths, ``overwrite`` and ``progress`` (``device`` included). For 'ewise',
+    ``options`` hold ``expression`` and ``others``: the inputs b, c, ... that every pair shares
+    (the pair's input is ``a``). Plain data, so it pickles into Dask tasks by value.
+
+    Example: ``FileOp("permute", {"axes": (0, 1, 3, 2)})(src, dst)``.
+    """
+
+    name: str
+    options: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.name not in _PLANS:
+            raise ValueError(f"unknown file operation {self.name!r}; expected one of {', '.join(_PLANS)}")
+
+    @property
+    def device(self) -> str:
+        return self.options.get("device", "cpu")
+
+    def inputs(self, src: PathLike) -> list[PathLike]:
+        """Every file read for the pair whose input is ``src``."""
+        return [src, *self.options.get("others", ())]
+
+    def plan(self, src: PathLike) -> Plan:
+        """The plan for the pair whose input is ``src``."""
+        options = {k: v for k, v in self.options.items() if k not in ("device", "others", "expression")}
+        if self.name == "ewise":
+            return plan_ewise(self.options["expression"], self.inputs(src), **options)
+        return _PLANS[self.name](src, **options)
+
+    def __call__(self, src: PathLike, dst: PathLike, *, overwrite: bool = False,
+                 progress: Progress = _no_progress) -> list[str]:
+        """Write ``dst`` from ``src`` in this process, like the operation's own function; return notices."""
+        plan = self.plan(src)
+        check_distinct(dst, self.inputs(src))
+        return _stream(dst, plan, overwrite=overwrite, device=self.device, progress=progress)
+
+
+_PLANS: dict[str, Callable[..., Plan]] = {"permute": plan_permute, "broadcast": plan_broadcast, "copy": plan_copy,
+                                          "ewise": plan_ewise}
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """What became of one pair of a batch: 'written', 'skipped' (the output was complete) or 'failed'."""
+
+    src: Path
+    dst: Path
+    status: str
+    notices: tuple[str, ...] = ()
+    error: BaseException | None = None
+
+
+Pairs = list[tuple[Path, Path]]
+
+
+def split_complete(pairs: Sequence[tuple[PathLike, PathLike]]) -> tuple[Pairs, Pairs]:
+    """``(to_do, complete)``: pairs whose output does not exist yet, and those whose output does.
+
+    Outputs are written to a temporary file and renamed, so an existing output is a complete one:
+    resuming an interrupted batch skips those and redoes the others from scratch.
+    """
+    todo, done = [], []
+    for src, dst in pairs:
+        (done if Path(dst).exists() else todo).append((Path(src), Path(dst)))
+    return todo, done
 
 
 def warmup() -> float:
@@ -215,13 +345,11 @@ def check_distinct(dst: PathLike, srcs: Sequence[PathLike]) -> None:
             raise OutputIsInputError(f"{dst}: the output is the input file {src}; write to a new file")
 
 
-def _stream(dst: PathLike, sources: list[Array], compute: Compute, meta, label: str, *, dtype=None,
-            order: str = "C", overwrite: bool, device: str, progress: Progress) -> list[str]:
-    """Create ``dst`` and fill it tile by tile with ``compute`` over ``sources``; return notices."""
+def _stream(dst: PathLike, plan: Plan, *, overwrite: bool, device: str, progress: Progress) -> list[str]:
+    """Create ``dst`` and fill it tile by tile as ``plan`` says; return notices."""
     from noa_core import io
 
-    out_dtype = dtypes.element_dtype(dtype) if dtype is not None else sources[0].dtype
-    work = _on_device(compute, device)
-    with io.create(dst, sources[0].shape, out_dtype, meta, order=order, overwrite=overwrite, label=label) as writer:
-        io.fill(writer, sources, work, progress=progress)
+    with io.create(dst, plan.shape, plan.dtype, plan.meta, order=plan.order, overwrite=overwrite,
+                   label=plan.label) as writer:
+        io.fill(writer, plan.sources, plan.compute_on(device), progress=progress)
     return list(writer.notices)

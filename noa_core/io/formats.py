@@ -102,3 +102,13 @@ def output_format(path: Path) -> str:
         return "tiff"
     raise UnknownFormatError(f"{path}: extension: {ext or 'none'!r} is not one noa writes "
                              f"({' '.join(MRC_EXTENSIONS + TIFF_EXTENSIONS)})")
+
+
+def strip_image_suffix(name: str) -> str:
+    """``name`` without its image extension and compression suffix ('a.mrc.gz' -> 'a', 'b.ome.tif' -> 'b.ome')."""
+    stem = name
+    for suffixes in (COMPRESSION_EXTENSIONS, MRC_EXTENSIONS + TIFF_EXTENSIONS):
+        ext = Path(stem).suffix
+        if ext.lower() in suffixes:
+            stem = stem[:-len(ext)]
+    return stem

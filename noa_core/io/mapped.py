@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -52,14 +53,38 @@ def _mapping_of(array: np.ndarray) -> mmap.mmap | None:
     return None
 
 
-def release(array: np.ndarray) -> None:
-    """Drop from this process the resident pages spanned by ``array``, if it lives in a noa mapping."""
-    if not _CAN_RELEASE or array.size == 0:
-        return
+def _pages(array: np.ndarray) -> tuple[mmap.mmap, int, int] | None:
+    """The noa mapping under ``array`` and the page-aligned ``(start, length)`` that ``array`` spans in it."""
+    if array.size == 0:
+        return None
     mm = _mapping_of(array)
     if mm is None or mm.closed:
-        return
+        return None
     lo = array.ctypes.data - _SHARED[mm]
     hi = lo + sum((n - 1) * s for n, s in zip(array.shape, array.strides)) + array.itemsize
     start = lo - lo % mmap.PAGESIZE
-    mm.madvise(mmap.MADV_DONTNEED, start, min(hi, len(mm)) - start)
+    return mm, start, min(hi, len(mm)) - start
+
+
+def release(array: np.ndarray) -> None:
+    """Drop from this process the resident pages spanned by ``array``, if it lives in a noa mapping."""
+    span = _pages(array) if _CAN_RELEASE else None
+    if span is not None:
+        mm, start, length = span
+        mm.madvise(mmap.MADV_DONTNEED, start, length)
+
+
+def flush(arrays: Sequence[np.ndarray]) -> None:
+    """Write back to the file (one msync) the pages from the lowest to the highest byte the ``arrays``
+    span in one noa mapping; arrays in no noa mapping are skipped."""
+    spans = [span for span in map(_pages, arrays) if span is not None]
+    if spans:
+        mm = spans[0][0]
+        start = min(s for _, s, _ in spans)
+        end = max(s + n for _, s, n in spans)
+        mm.flush(start, end - start)
+
+
+def is_mapped(array: np.ndarray) -> bool:
+    """True when ``array`` views a file mapping made here (so other processes can map the same bytes)."""
+    return _mapping_of(array) is not None

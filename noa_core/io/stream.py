@@ -13,6 +13,9 @@ import math
 import mmap as mmap_module
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,49 +26,49 @@ from noa_core.io import atomic, formats, mapped, mrc, tiff
 from noa_core.io.metadata import Metadata, Statistics
 from noa_core.layout import Shape4
 
+if TYPE_CHECKING:
+    from noa_core.reduction import Moments
+
 BLOCK_BYTES = 128 << 20  # per-tile mapping budget, for the output and for the source alike
 GRANULE = 2 << 20
 
 
 class RunningStatistics:
-    """Minimum, maximum, mean and RMS deviation accumulated over blocks (float64; complex: RMS only)."""
+    """Minimum, maximum, mean and RMS deviation accumulated over blocks (float64; complex: RMS only).
 
-    def __init__(self) -> None:
-        self.count = 0
-        self.mean: complex | float = 0.0
-        self.m2 = 0.0
-        self.min: float | None = None
-        self.max: float | None = None
-        self.complex = False
+    Each block's moments come from one parallel pass (:func:`noa_core.reduction.moments`); blocks
+    merge with Chan et al.'s formula, so merging the same blocks in the same order gives the same
+    bits, whichever process computed them.
+    """
 
-    def add(self, block: np.ndarray) -> None:
-        n = block.size
-        if n == 0:
-            return
-        self.complex = np.iscomplexobj(block)
-        if self.complex:
-            mean = complex(block.mean(dtype=np.complex128))
-            m2 = float(np.sum(np.abs(np.subtract(block, mean, dtype=np.complex128)) ** 2))
+    def __init__(self, moments: Moments | None = None) -> None:
+        self.moments = moments
+
+    def add(self, block: np.ndarray | Array) -> None:
+        self.merge(RunningStatistics.of(block))
+
+    @classmethod
+    def of(cls, block: np.ndarray | Array) -> RunningStatistics:
+        """The statistics of one block."""
+        from noa_core.reduction import moments  # numba: not imported for reading headers
+
+        return cls(moments(block if isinstance(block, Array) else asarray(block)))
+
+    def merge(self, other: RunningStatistics) -> None:
+        """Add the values ``other`` accumulated."""
+        if self.moments is None or other.moments is None:
+            self.moments = other.moments if self.moments is None else self.moments
         else:
-            lo, hi = float(block.min()), float(block.max())
-            self.min = lo if self.min is None else min(self.min, lo)
-            self.max = hi if self.max is None else max(self.max, hi)
-            mean = float(block.mean(dtype=np.float64))
-            deviation = np.subtract(block, mean, dtype=np.float64).ravel()
-            m2 = float(np.dot(deviation, deviation))
-        total = self.count + n
-        delta = mean - self.mean
-        self.mean += delta * n / total
-        self.m2 += m2 + abs(delta) ** 2 * self.count * n / total
-        self.count = total
+            self.moments = self.moments.merge(other.moments)
 
     def result(self) -> Statistics:
-        if self.count == 0:
+        m = self.moments
+        if m is None or m.count == 0:
             return Statistics(None, None, None, None)
-        rms = math.sqrt(self.m2 / self.count)
-        if self.complex:  # MRC statistics are real numbers: only the RMS deviation means something
+        rms = math.sqrt(m.m2 / m.count)
+        if m.min is None:  # complex: MRC statistics are real numbers, only the RMS deviation means something
             return Statistics(None, None, None, rms)
-        return Statistics(self.min, self.max, float(self.mean), rms)
+        return Statistics(m.min, m.max, float(m.mean), rms)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,6 +125,48 @@ def tiles(shape: Shape4, tile: Shape4, strides: Sequence[int]) -> Iterator[tuple
 # ---------------------------------------------------------------------------------------------
 # Writer
 # ---------------------------------------------------------------------------------------------
+
+
+def _map_packed(path: os.PathLike, offset: int, dtype: np.dtype, shape: Shape4,
+                order: str) -> tuple[mmap_module.mmap, Array]:
+    """A writable BDHW Array over data packed in ``order`` at byte ``offset`` of ``path``."""
+    b, d, h, w = shape
+    mm, flat = mapped.map_output(path, offset, dtype, math.prod(shape))
+    stored = flat.reshape((b, d, w, h) if order == "F" else (b, d, h, w))
+    return mm, asarray(stored.transpose(0, 1, 3, 2) if order == "F" else stored)
+
+
+@dataclass(frozen=True)
+class Region:
+    """Where a :class:`Writer`'s data lie in its temporary file, for other processes to fill tiles of.
+
+    Picklable: a Dask task fills tiles of it by path (:meth:`fill`) and returns their statistics; the
+    Writer's owner then calls :meth:`Writer.complete`. The path must be the same on every machine
+    (a shared file system).
+    """
+
+    path: Path
+    offset: int
+    dtype: np.dtype
+    shape: Shape4
+    order: str
+
+    def fill(self, sources: Sequence[Array], keys: Sequence[tuple[slice, ...]],
+             compute: Compute) -> list[RunningStatistics]:
+        """:func:`fill_tile` for each of ``keys`` from any process: map the file, fill the tiles, flush
+        them, unmap; return the statistics of each tile."""
+        mm, out = _map_packed(self.path, self.offset, self.dtype, self.shape, self.order)
+        try:
+            stats = [fill_tile(sources, out, key, compute) for key in keys]
+            # On a network file system the tiles must reach the server before the task reports them done.
+            mapped.flush([out.numpy()[key] for key in keys])
+        finally:
+            del out
+            try:
+                mm.close()
+            except BufferError:
+                pass  # a view is still referenced (e.g. from a traceback); the mapping goes with it
+        return stats
 
 
 def _convert(dst: Array, src: Array) -> None:
@@ -188,7 +233,6 @@ class Writer:
         return False
 
     def _open(self) -> None:
-        b, d, h, w = self.shape
         count = math.prod(self.shape)
         if self.format == "mrc":
             self._extended, self._exttyp = self._extended_header()
@@ -206,9 +250,8 @@ class Writer:
         if self.format == "mrc" and self.order == "F":
             self.notices.append(f"{self.path}: stored column-major (mapc=2, mapr=1, maps=3): readers that "
                                 "ignore the axis mapping show the transpose")
-        self._mmap, flat = mapped.map_output(self._temp.temp, offset, self.dtype, count)
-        stored = flat.reshape((b, d, w, h) if self.order == "F" else (b, d, h, w))
-        self.array = asarray(stored.transpose(0, 1, 3, 2) if self.order == "F" else stored)
+        self._offset = offset
+        self._mmap, self.array = _map_packed(self._temp.temp, offset, self.dtype, self.shape, self.order)
 
     def _extended_header(self) -> tuple[bytes | None, str | None]:
         md = self.metadata
@@ -265,6 +308,14 @@ class Writer:
 
     # -- filling ----------------------------------------------------------------------------------
 
+    def region(self) -> Region:
+        """Where the data go in the temporary file, for tasks in other processes (see :class:`Region`)."""
+        return Region(self._temp.temp, self._offset, self.dtype, self.shape, self.order)
+
+    def complete(self, stats: RunningStatistics) -> None:
+        """Declare every element written (e.g. by tasks through :meth:`region`), with their statistics."""
+        self._stats, self._complete = stats, True
+
     def write_block(self, index: int, block) -> None:
         """Write consecutive sections starting at section ``index`` (section = ``b * depth + d``).
 
@@ -302,32 +353,47 @@ def create(path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata:
 Compute = Callable[[list[Array], Array], None]
 
 
+def plan_tiles(writer: Writer, sources: Sequence[Array], block_bytes: int = BLOCK_BYTES) -> list[tuple[slice, ...]]:
+    """The tiles :func:`fill` walks, in its order: each spans at most ``block_bytes`` of mapping in
+    the output and in every source (sources broadcast onto the output shape)."""
+    srcs = [s.broadcast(writer.shape) if s.shape != writer.shape else s for s in map(asarray, sources)]
+    out = writer.array
+    layouts = [(out.strides, writer.dtype.itemsize)] + [(s.strides, s.itemsize) for s in srcs]
+    tile = plan_tile(writer.shape, layouts, block_bytes)
+    return list(tiles(writer.shape, tile, out.strides))
+
+
+def fill_tile(sources: Sequence[Array], out: Array, key: tuple[slice, ...], compute: Compute) -> RunningStatistics:
+    """``compute`` one tile of ``out`` from the same tile of every source; return the tile's statistics.
+
+    The pages of the tile are released afterwards, in the output and in every source.
+    """
+    blocks = [(s if s.shape == out.shape else s.broadcast(out.shape))[key] for s in map(asarray, sources)]
+    compute(blocks, out[key])
+    written = out.numpy()[key]
+    stats = RunningStatistics.of(written)
+    for block in blocks:
+        mapped.release(block.numpy())
+    mapped.release(written)
+    return stats
+
+
 def fill(writer: Writer, sources: Sequence[Array], compute: Compute, *, block_bytes: int = BLOCK_BYTES,
          progress: Callable[[int, int], None] | None = None) -> None:
     """Fill ``writer`` tile by tile with ``compute(source_tiles, output_tile)``.
 
     Sources broadcast onto the output shape. Tiles are planned so that each spans at most
-    ``block_bytes`` of mapping in the output and in every source; header statistics are taken from
-    each output tile as it is written, and the pages of every tile are released afterwards.
-    ``progress(done, total)`` is called after each tile.
+    ``block_bytes`` of mapping in the output and in every source (:func:`plan_tiles`); header
+    statistics are taken from each output tile as it is written, and the pages of every tile are
+    released afterwards. ``progress(done, total)`` is called after each tile.
     """
-    srcs = [s if s.shape == writer.shape else s.broadcast(writer.shape) for s in map(asarray, sources)]
-    out = writer.array
-    layouts = [(out.strides, writer.dtype.itemsize)] + [(s.strides, s.itemsize) for s in srcs]
-    tile = plan_tile(writer.shape, layouts, block_bytes)
-    out_np = out.numpy()
+    keys = plan_tiles(writer, sources, block_bytes)
     stats = RunningStatistics()
-    keys = list(tiles(writer.shape, tile, out.strides))
     for done, key in enumerate(keys, 1):
-        blocks = [s[key] for s in srcs]
-        compute(blocks, out[key])
-        stats.add(out_np[key])
-        for block in blocks:
-            mapped.release(block.numpy())
-        mapped.release(out_np[key])
+        stats.merge(fill_tile(sources, writer.array, key, compute))
         if progress is not None:
             progress(done, len(keys))
-    writer._stats, writer._complete = stats, True
+    writer.complete(stats)
 
 
 def copy_into(source: Array | np.ndarray, writer: Writer, *, block_bytes: int = BLOCK_BYTES) -> None:

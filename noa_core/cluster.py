@@ -1,0 +1,332 @@
+"""File operations on Dask (the optional extra ``noa[dask]``): many files as tasks, and one large file
+split into tasks that each write their own tiles of the output.
+
+Nothing here imports dask at module level, so ``import noa_core`` and the CLI never load it; a missing
+install is reported on first use as a :class:`~noa_core.errors.SchedulerError`.
+
+- :func:`connect` gives a ``distributed.Client``: ``'local'`` starts a LocalCluster of processes sized
+  to this machine (workers x numba threads <= cores); ``tcp://host:port`` joins a running scheduler.
+- :func:`run_batch` applies a :class:`noa_core.ops.FileOp` to (input, output) pairs, as tasks of a
+  few consecutive pairs each: a failure is that pair's result and the others go on; ``resume`` skips
+  outputs that exist (writes are atomic, so an existing output is complete). A batch of one pending
+  pair is split instead.
+- :func:`write_split` writes one output with tasks over runs of its tiles: the client creates the
+  temporary output (header and full size, sparse), each task maps it by path and fills its tiles (the
+  tiles, and their order, of the single-process writer), the client merges the per-tile statistics
+  in tile order, writes the header and renames the file. The result is byte for byte the
+  single-process one, and no process maps more than a tile of the input and of the output at a time.
+
+Compiled kernels: LocalCluster workers get the client's numba cache directory (``NUMBA_CACHE_DIR``,
+see :mod:`noa_core.runtime`), and the first task of a batch or split runs alone, so the kernels it
+needs are compiled once and every other worker loads them from the cache. Workers of a remote
+cluster should have ``NUMBA_CACHE_DIR`` set to a shared folder in their environment, or get one from
+``connect(address, cache_dir=...)`` (a worker plugin, :func:`numba_cache_plugin`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+import os
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from noa_core import ops
+from noa_core.errors import LayoutError, NoaError, SchedulerError
+from noa_core.io.stream import BLOCK_BYTES, GRANULE, Region, RunningStatistics
+from noa_core.ops import FileOp, FileResult, PathLike, Progress
+
+if TYPE_CHECKING:
+    import distributed
+
+LOCAL = "local"
+MIN_BLOCK_BYTES = 4 * GRANULE  # a tile maps at least two granules per run: smaller budgets fit nothing
+
+
+def _distributed():
+    try:
+        import distributed
+    except ImportError:
+        raise SchedulerError("--scheduler needs Dask, which is not installed: install noa[dask] "
+                             "(pip install 'noa[dask]')") from None
+    return distributed
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which batch systems restrict)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def local_layout(workers: int | None = None, cores: int | None = None) -> tuple[int, int]:
+    """``(worker processes, numba threads per worker)`` for a LocalCluster on ``cores`` cores.
+
+    One single-threaded process per core by default: files are independent, and processes share
+    nothing (no GIL, no numba thread pool to oversubscribe). With ``workers`` given, each gets an equal
+    share of the cores, so workers x threads never exceeds the cores (at least one thread each).
+    """
+    cores = cores or available_cores()
+    count = workers or cores
+    if count < 1:
+        raise SchedulerError(f"workers: {count} is not a positive number of worker processes")
+    return count, max(1, cores // count)
+
+
+def numba_cache_plugin(directory: str) -> distributed.WorkerPlugin:
+    """A worker plugin pointing the numba kernel cache of every worker, present and future, at ``directory``.
+
+    Kernels are compiled lazily, so setting the directory when a worker starts (or joins) is early
+    enough. ``directory`` must be the same shared folder on every machine.
+    """
+    distributed = _distributed()
+
+    class NumbaCacheDir(distributed.WorkerPlugin):
+        name = "noa-numba-cache-dir"
+
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def setup(self, worker) -> None:
+            from noa_core import runtime
+
+            os.environ["NUMBA_CACHE_DIR"] = self.path
+            runtime.configure()
+
+    return NumbaCacheDir(directory)
+
+
+@contextlib.contextmanager
+def connect(scheduler: str = LOCAL, *, workers: int | None = None, cache_dir: str | None = None,
+            timeout: float | None = None) -> Iterator[distributed.Client]:
+    """A Dask client for ``scheduler``: 'local' (a LocalCluster, closed on exit) or ``tcp://host:port``.
+
+    'local' spawns worker processes, so a script using it needs the ``if __name__ == "__main__":`` guard.
+
+    Args:
+        workers: 'local' only: worker processes (default one per core; see :func:`local_layout`).
+        cache_dir: numba cache folder for the workers; for 'local' the default is this process's
+            (``NUMBA_CACHE_DIR`` or noa's choice), for an address the workers' own setting.
+        timeout: seconds to reach the scheduler and see a worker, else SchedulerError; by default
+            Dask's ``distributed.comm.timeouts.connect`` (30 s; environment variable
+            ``DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT``).
+    """
+    distributed = _distributed()
+    if timeout is None:
+        import dask.config
+        from dask.utils import parse_timedelta
+
+        timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
+    import numba
+
+    from noa_core import runtime  # noqa: F401 - applies noa's numba cache choice to numba.config
+
+    cluster = None
+    if scheduler == LOCAL:
+        count, threads = local_layout(workers)
+        env = {"NUMBA_NUM_THREADS": str(threads)}
+        shared = cache_dir or numba.config.CACHE_DIR  # '' is numba's in-tree cache, already shared
+        if shared:
+            env["NUMBA_CACHE_DIR"] = str(shared)
+        # dashboard_address=None would still bind the scheduler's HTTP server to 8787 (warning when taken);
+        # logs are silenced because noa reports every failure itself, per file.
+        cluster = distributed.LocalCluster(n_workers=count, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                           dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL, env=env)
+        client = distributed.Client(cluster)
+    else:
+        if workers is not None:
+            raise SchedulerError(f"{scheduler}: workers: only a 'local' cluster is sized by noa")
+        try:
+            client = distributed.Client(scheduler, timeout=timeout)
+        except ValueError as exc:
+            raise SchedulerError(f"{scheduler}: scheduler: not 'local' nor an address such as "
+                                 f"tcp://host:8786 ({exc})") from None
+        except (OSError, TimeoutError):
+            raise SchedulerError(f"{scheduler}: scheduler: not reachable within {timeout:g} s") from None
+    try:
+        if cluster is None:
+            try:
+                client.wait_for_workers(1, timeout=timeout)
+            except (OSError, TimeoutError):
+                raise SchedulerError(f"{scheduler}: scheduler: no worker joined within {timeout:g} s") from None
+            if cache_dir:
+                client.register_plugin(numba_cache_plugin(cache_dir))
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _key(op: FileOp, index: int, run: str) -> str:
+    return f"noa-{op.name}-{run}-{index}"
+
+
+def _warm_first(client: distributed.Client, fn: Callable, calls: Sequence[tuple],
+                keys: Sequence[str]) -> list[distributed.Future]:
+    """Submit ``fn(*calls[0])`` alone and wait for it, then the rest.
+
+    The first task compiles the kernels this operation needs into the shared cache; the others, on
+    any worker, load them from there instead of each compiling the same code at once.
+    """
+    distributed = _distributed()
+    first = client.submit(fn, *calls[0], key=keys[0], pure=False)
+    distributed.wait(first)
+    rest = [client.submit(fn, *call, key=key, pure=False) for call, key in zip(calls[1:], keys[1:])]
+    return [first, *rest]
+
+
+def _write_pair(op: FileOp, src: Path, dst: Path, overwrite: bool) -> FileResult:
+    """One task of a batch: a user error (bad input, existing output) is a result, not a task failure,
+    so that workers do not log it as a crash; anything else still fails the task."""
+    try:
+        return FileResult(src, dst, "written", tuple(op(src, dst, overwrite=overwrite)))
+    except (NoaError, OSError) as exc:
+        return FileResult(src, dst, "failed", error=exc)
+
+
+def _write_pairs(op: FileOp, pairs: list[tuple[Path, Path]], overwrite: bool) -> list[FileResult]:
+    """One task of a batch: a run of pairs, one after the other."""
+    return [_write_pair(op, src, dst, overwrite) for src, dst in pairs]
+
+
+def _file_runs(todo: list[tuple[Path, Path]], threads: int) -> list[list[tuple[Path, Path]]]:
+    """The first pair alone (it warms the kernel cache), then runs of consecutive pairs.
+
+    A small file takes a few milliseconds, about what scheduling one task costs, so files go in runs:
+    about 4 runs per worker thread to keep the workers evenly busy, each under BLOCK_BYTES of input.
+    """
+    first, rest = todo[:1], todo[1:]
+    sizes = [src.stat().st_size if src.is_file() else 0 for src, _ in rest]
+    mean = max(1, sum(sizes) // max(1, len(sizes)))
+    per_run = max(1, min(len(rest) // (4 * threads), BLOCK_BYTES // mean))
+    return [first] + [rest[i:i + per_run] for i in range(0, len(rest), per_run)]
+
+
+def run_batch(op: FileOp, pairs: Sequence[tuple[PathLike, PathLike]], client: distributed.Client, *,
+              overwrite: bool = False, resume: bool = False, block_bytes: int = BLOCK_BYTES,
+              on_result: Callable[[FileResult], None] | None = None,
+              progress: Progress | None = None) -> list[FileResult]:
+    """Write every pair's output with ``op`` on the cluster; one :class:`FileResult` per pair, in order.
+
+    A failed pair (bad input, an existing output without ``overwrite`` or ``resume``, a lost worker)
+    does not stop the others. ``resume`` skips pairs whose output exists. A single pending pair is
+    written by :func:`write_split` (``block_bytes``: its tile and task budget). ``on_result`` is
+    called as each pair finishes (skipped ones first); ``progress(done, total)`` counts pairs, or
+    tasks for a split file.
+    """
+    distributed = _distributed()
+    todo, complete = ops.split_complete(pairs) if resume else ([(Path(s), Path(d)) for s, d in pairs], [])
+    results: dict[tuple[Path, Path], FileResult] = {}
+
+    def record(result: FileResult) -> None:
+        results[(result.src, result.dst)] = result
+        if on_result is not None:
+            on_result(result)
+
+    for src, dst in complete:
+        record(FileResult(src, dst, "skipped"))
+    if len(todo) == 1:
+        src, dst = todo[0]
+        try:
+            record(FileResult(src, dst, "written", tuple(write_split(op, src, dst, client, overwrite=overwrite,
+                                                                     block_bytes=block_bytes, progress=progress))))
+        except (NoaError, OSError) as exc:
+            record(FileResult(src, dst, "failed", error=exc))
+    elif todo:
+        runs = _file_runs(todo, sum(client.nthreads().values()) or 1)
+        run = uuid.uuid4().hex[:8]
+        keys = [_key(op, i, run) for i in range(len(runs))]
+        futures = _warm_first(client, _write_pairs, [(op, pairs_, overwrite) for pairs_ in runs], keys)
+        pairs_of = dict(zip(keys, runs))
+        done = 0
+        for future in distributed.as_completed(futures):
+            try:
+                finished = future.result()
+            except Exception as exc:  # noqa: BLE001 - any failure, even a lost worker, belongs to these files only
+                finished = [FileResult(src, dst, "failed", error=exc) for src, dst in pairs_of[future.key]]
+            future.release()
+            for result in finished:
+                record(result)
+            done += len(finished)
+            if progress is not None:
+                progress(done, len(todo))
+    return [results[(Path(s), Path(d))] for s, d in pairs]
+
+
+def _fill_tiles(op: FileOp, src: PathLike, region: Region, keys: list[tuple[slice, ...]]) -> list[RunningStatistics]:
+    """One task of :func:`write_split`: re-plan from the headers, fill a run of tiles of the output."""
+    plan = op.plan(src)
+    return region.fill(plan.sources, keys, plan.compute_on(op.device))
+
+
+def _task_runs(keys: list[tuple[slice, ...]], itemsize: int, task_bytes: int) -> list[list[tuple[slice, ...]]]:
+    """Consecutive tiles grouped into ``ceil(output bytes / task_bytes)`` runs of about equal bytes.
+
+    Tiles are sized by the pages they map, not by the data they hold: a depth <-> width permutation
+    gets thousands of small ones, and one task per tile would cost more in scheduling than the copy.
+    """
+    sizes = [math.prod(k.stop - k.start for k in key) * itemsize for key in keys]
+    total = sum(sizes)
+    count = max(1, -(-total // task_bytes))
+    runs: list[list[tuple[slice, ...]]] = [[] for _ in range(count)]
+    before = 0
+    for key, size in zip(keys, sizes):
+        runs[min(count - 1, before * count // total)].append(key)
+        before += size
+    return [run for run in runs if run]
+
+
+def write_split(op: FileOp, src: PathLike, dst: PathLike, client: distributed.Client, *, overwrite: bool = False,
+                block_bytes: int = BLOCK_BYTES, progress: Progress | None = None) -> list[str]:
+    """Write one output with tasks over runs of its tiles, spread over the workers; return notices.
+
+    Tiles span at most ``block_bytes`` of mapping in the output and in every input, and each task
+    writes about ``block_bytes`` of output, so a worker's memory stays near its baseline plus two tiles.
+
+    Used when every input is memory-mapped (uncompressed, native byte order, stored plainly) and the
+    output is larger than ``block_bytes``; otherwise the pair is one task. The output must be on a
+    file system every worker sees at the same path. See the module documentation for the protocol.
+    """
+    from noa_core import io
+    from noa_core.io import mapped, stream
+
+    if block_bytes < MIN_BLOCK_BYTES:
+        raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES} (tiles are planned in "
+                          f"{GRANULE >> 20} MiB granules)")
+    distributed = _distributed()
+    plan = op.plan(src)
+    ops.check_distinct(dst, op.inputs(src))
+    small = math.prod(plan.shape) * plan.dtype.itemsize <= block_bytes
+    if small or not all(mapped.is_mapped(s.numpy()) for s in plan.sources):  # a file read into memory: one task
+        result = client.submit(_write_pair, op, Path(src), Path(dst), overwrite, pure=False).result()
+        if result.error is not None:
+            raise result.error
+        return list(result.notices)
+    with io.create(dst, plan.shape, plan.dtype, plan.meta, order=plan.order, overwrite=overwrite,
+                   label=plan.label) as writer:
+        runs = _task_runs(stream.plan_tiles(writer, plan.sources, block_bytes), plan.dtype.itemsize, block_bytes)
+        run = uuid.uuid4().hex[:8]
+        names = [_key(op, i, run) for i in range(len(runs))]
+        futures = _warm_first(client, _fill_tiles, [(op, src, writer.region(), keys) for keys in runs], names)
+        index = {name: i for i, name in enumerate(names)}
+        run_stats: list[list[RunningStatistics]] = [[] for _ in runs]
+        try:
+            for done, future in enumerate(distributed.as_completed(futures), 1):
+                run_stats[index[future.key]] = future.result()
+                future.release()
+                if progress is not None:
+                    progress(done, len(runs))
+        except BaseException:
+            client.cancel(futures)  # stop writing into an output about to be discarded
+            raise
+        merged = RunningStatistics()
+        for stats in itertools.chain.from_iterable(run_stats):  # tile order, as the single-process writer
+            merged.merge(stats)                                  # merges: the same bits
+        writer.complete(merged)
+    return list(writer.notices)
