@@ -44,12 +44,18 @@ def _writable(directory: Path) -> bool:
         return False
 
 
+# Returned by choose_cache_dir when no folder at all can be written: kernels are then compiled in
+# every process and kept in memory only.
+NO_CACHE = ""
+
+
 def choose_cache_dir(environ: Mapping[str, str] | None = None, package_dir: Path = PACKAGE_DIR) -> str | None:
     """The directory numba should cache compiled kernels in; None keeps numba's default.
 
     Order: ``NUMBA_CACHE_DIR`` if set and writable; the package's own ``__pycache__`` (numba's
     default, returned as None) if writable; ``$XDG_CACHE_HOME/noa/numba`` or ``~/.cache/noa/numba``;
-    finally a directory under the system temp dir, which always exists.
+    a directory under the system temp dir; :data:`NO_CACHE` when even that cannot be written (a
+    container with a read-only root and no writable /tmp).
     """
     env = os.environ if environ is None else environ
     explicit = env.get("NUMBA_CACHE_DIR")
@@ -62,9 +68,12 @@ def choose_cache_dir(environ: Mapping[str, str] | None = None, package_dir: Path
     candidate = home_cache / "noa" / "numba"
     if _writable(candidate):
         return str(candidate)
-    fallback = Path(tempfile.gettempdir()) / f"noa-numba-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
-    fallback.mkdir(parents=True, exist_ok=True)
-    return str(fallback)
+    try:
+        temp = tempfile.gettempdir()  # raises when no temporary folder is writable
+    except FileNotFoundError:
+        return NO_CACHE
+    fallback = Path(temp) / f"noa-numba-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    return str(fallback) if _writable(fallback) else NO_CACHE
 
 
 def load_tbb() -> bool:
@@ -83,10 +92,16 @@ def load_tbb() -> bool:
     return False
 
 
+# Whether compiled kernels are cached on disk (``cache=`` of every njit in noa_core).
+CACHE_ENABLED = True
+
+
 def configure() -> None:
     """Apply the cache directory and threading layer to ``numba.config`` (idempotent)."""
+    global CACHE_ENABLED
     cache_dir = choose_cache_dir()
-    if cache_dir is not None:
+    CACHE_ENABLED = cache_dir != NO_CACHE
+    if cache_dir:
         numba.config.CACHE_DIR = cache_dir
     elif os.environ.get("NUMBA_CACHE_DIR"):
         # NUMBA_CACHE_DIR was set but is not writable: fall back to numba's in-tree default.

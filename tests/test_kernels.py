@@ -348,6 +348,27 @@ def test_choose_cache_dir(tmp_path):
     assert fallback is not None and not fallback.startswith(str(blocked))
 
 
+def test_no_writable_folder_at_all_disables_the_cache(tmp_path, monkeypatch):
+    import tempfile
+
+    from noa_core import runtime
+
+    blocked = tmp_path / "blocked"
+    blocked.write_text("")
+    package = tmp_path / "readonly_pkg"
+    package.mkdir()
+    (package / "__pycache__").write_text("")
+
+    def no_temp() -> str:  # what tempfile.gettempdir raises on a read-only root without /tmp
+        raise FileNotFoundError("No usable temporary directory found")
+
+    monkeypatch.setattr(tempfile, "gettempdir", no_temp)
+    env = {"NUMBA_CACHE_DIR": str(blocked / "x"), "XDG_CACHE_HOME": str(blocked / "y"), "HOME": str(blocked)}
+    assert runtime.choose_cache_dir(env, package) == runtime.NO_CACHE
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(blocked))  # a temp dir that cannot be written
+    assert runtime.choose_cache_dir(env, package) == runtime.NO_CACHE
+
+
 def test_unwritable_cache_dir_falls_back_in_a_subprocess(tmp_path):
     import os
     import subprocess

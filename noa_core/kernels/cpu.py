@@ -22,6 +22,7 @@ import numpy as np
 from numba.core.registry import CPUDispatcher
 
 from noa_core.kernels import BUILTIN_OPS, compile_template, transpose_plan
+from noa_core import runtime
 from noa_core.runtime import SERIAL_THRESHOLD
 
 # Elements per parallel task along the innermost dimension: large enough to amortise the task
@@ -248,7 +249,8 @@ def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str
             namespace = {"np": np, "prange": numba.prange}
             namespace.update({k: _as_dispatcher(f) for k, f in ops.items()})
             func = compile_template(source(name), name, __name__, namespace)
-            kernel = numba.njit(parallel=parallel, nogil=True, cache=builtin, error_model="numpy",
+            kernel = numba.njit(parallel=parallel, nogil=True, cache=builtin and runtime.CACHE_ENABLED,
+                                error_model="numpy",
                                 fastmath=fastmath)(func)
             _KERNELS[key] = kernel
     return kernel
@@ -261,6 +263,19 @@ def _parallel(count: int) -> bool:
 # -- entry points ------------------------------------------------------------------------------
 
 
+def _read_only(x):
+    """A read-only view of an input array (scalars pass through).
+
+    numba compiles a separate version for read-only arrays, which is what memory-mapped files
+    give; passing every input as read-only halves the versions to compile and cache.
+    """
+    if not isinstance(x, np.ndarray) or not x.flags.writeable:
+        return x
+    view = x.view()
+    view.flags.writeable = False
+    return view
+
+
 def ewise(op: Callable, inputs: Sequence, outputs: Sequence[np.ndarray], shape: Sequence[int],
           in_strides: Sequence[Sequence[int] | None], out_strides: Sequence[Sequence[int]]) -> None:
     """Run ``outputs[...] = op(*inputs)`` over a planned, non-empty 4-d iteration space.
@@ -271,6 +286,7 @@ def ewise(op: Callable, inputs: Sequence, outputs: Sequence[np.ndarray], shape: 
     count = int(np.prod(shape))
     parallel = _parallel(count)
     shape = tuple(int(n) for n in shape)
+    inputs = [_read_only(x) for x in inputs]
     arrays_in = [isinstance(x, np.ndarray) for x in inputs]
     if len(inputs) == 1 and arrays_in[0] and len(outputs) == 1:
         plan = transpose_plan(shape, in_strides[0], out_strides[0], MIN_TILE_EDGE)
@@ -325,7 +341,7 @@ def reduce(pre: Callable, combine: Callable, final: Callable, inputs: Sequence[n
     variant = str(len(inputs))
     kernel = _kernel("reduce", variant, lambda name: _reduce_source(name, len(inputs)), ops, parallel,
                      fastmath={"reassoc"})
-    kernel(*inputs, tuple(int(n) for n in out_shape), kstrides, tuple(int(n) for n in rshape), rstrides,
+    kernel(*(_read_only(x) for x in inputs), tuple(int(n) for n in out_shape), kstrides, tuple(int(n) for n in rshape), rstrides,
            n_rc, n_ic, unit, partials, initial)
     finish = _kernel("reduce_final", "1", lambda name: _REDUCE_FINAL.format(name=name),
                      {"combine": combine, "final": final}, parallel and n_out >= SERIAL_THRESHOLD)
@@ -400,11 +416,11 @@ def moments(buf: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> tu
     counts = np.empty(tasks, np.int64)
     lows, highs, m2s = np.empty(tasks), np.empty(tasks), np.empty(tasks)
     means = np.empty(tasks, np.complex128 if complex_input else np.float64)
-    kernel(buf, shape, np.array(strides, dtype=np.int64), chunk, counts, lows, highs, means, m2s)
+    kernel(_read_only(buf), shape, np.array(strides, dtype=np.int64), chunk, counts, lows, highs, means, m2s)
     return _merge_moments(counts, lows, highs, means, m2s)
 
 
-@numba.njit(nogil=True, cache=True)
+@numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
 def _merge_moments(counts, lows, highs, means, m2s):
     n = counts[0]
     lo, hi, mean, m2 = lows[0], highs[0], means[0], m2s[0]
