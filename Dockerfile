@@ -31,8 +31,9 @@ RUN --mount=type=cache,target=/root/.cache/pip \
 # ---- runtime ---------------------------------------------------------------------------------------
 FROM ${BASE_IMAGE}
 
-# libgomp1: numba's OpenMP threading layer, the thread-safe one noa pins (kernels run from the
-# service's worker threads). Exact Debian versions are not pinned: security updates remove them.
+# noa pins a thread-safe numba threading layer (kernels run from the service's worker threads):
+# TBB, from the tbb wheel in the venv; libgomp1 gives the OpenMP fallback. Exact Debian versions
+# are not pinned: security updates remove them.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends libgomp1 \

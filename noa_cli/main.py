@@ -355,6 +355,9 @@ def serve(
     tmp_dir: Annotated[
         Optional[Path], typer.Option("--tmp-dir", help="Folder for upload scratch files (tmpfs such as /dev/shm is fastest).")
     ] = None,
+    job_ttl: Annotated[
+        Optional[int], typer.Option("--job-ttl", min=0, help="Seconds finished job records are kept (0: forever; default 7 days).")
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
 ) -> None:
     """Start the HTTP service (uvicorn); options override NOA_* environment variables.
@@ -369,7 +372,7 @@ def serve(
     try:
         settings = Settings.from_env(data_root=data_root, state_dir=state_dir, api_key=api_key, workers=workers,
                                      max_body_bytes=max_body_bytes, max_voxels=max_voxels, cors_origins=cors_origin,
-                                     tmp_dir=tmp_dir)
+                                     tmp_dir=tmp_dir, job_ttl=job_ttl)
         service = create_app(settings)
     except ValueError as exc:  # a bad setting (e.g. NOA_WORKERS=abc, a missing data root): usage, not a crash
         raise click.UsageError(str(exc)) from None
