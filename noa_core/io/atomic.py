@@ -20,6 +20,11 @@ from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError
 _DURABLE: contextvars.ContextVar[bool] = contextvars.ContextVar("noa_durable_outputs", default=True)
 
 
+def durable() -> bool:
+    """Whether outputs committed now must reach the disk (False inside :func:`scratch_outputs`)."""
+    return _DURABLE.get()
+
+
 @contextlib.contextmanager
 def scratch_outputs() -> Iterator[None]:
     """Within this block (this thread or task), outputs are renamed into place without fsync.
@@ -67,9 +72,9 @@ class TemporaryOutput:
 
     def commit(self) -> None:
         """Make the temporary file durable and give it the final name (refusing to clobber unless asked)."""
-        durable = _DURABLE.get()
+        must_sync = durable()
         os.chmod(self.temp, 0o666 & ~_UMASK)  # mkstemp makes 0600; an output is an ordinary file
-        if durable:
+        if must_sync:
             with open(self.temp, "rb+") as f:
                 os.fsync(f.fileno())
         if self.overwrite:
@@ -87,7 +92,7 @@ class TemporaryOutput:
                 os.replace(self.temp, self.path)
             else:
                 os.unlink(self.temp)
-        if durable:
+        if must_sync:
             _fsync_folder(self.path.parent)
 
     def abort(self) -> None:

@@ -280,7 +280,8 @@ class Writer:
                 self._scan_statistics()  # written directly through .array: read it back once
             with open(self._temp.temp, "r+b") as f:
                 f.write(self._header(self._stats.result()))
-        self._mmap.flush()
+        if atomic.durable():  # the page cache already serves readers; msync only matters for the disk
+            self._mmap.flush()
         self._release_mapping()
         self._temp.commit()
 
