@@ -44,8 +44,9 @@ _KERNELS: dict[tuple, Callable] = {}
 
 # -- templates ---------------------------------------------------------------------------------
 
-_EWISE = """
-def {name}({args}, shape, strides, unit, chunk):
+# The task loop of element-wise kernels: one task per run of at most ``chunk`` elements of a row,
+# so that a long row still spreads over every thread. Format fields: hoist (before the loop).
+_CHUNKED_TASKS = """
     n0, n1, n2, n3 = shape
     n_chunks = (n3 + chunk - 1) // chunk
 {hoist}
@@ -57,7 +58,10 @@ def {name}({args}, shape, strides, unit, chunk):
         i1 = r % n1
         i0 = r // n1
         start = c * chunk
-        m = min(n3 - start, chunk)
+        m = min(n3 - start, chunk)"""
+
+_EWISE = """
+def {name}({args}, shape, strides, unit, chunk):""" + _CHUNKED_TASKS + """
 {bases}
         if unit:
 {views}
@@ -365,20 +369,9 @@ def _moments_source(complex_input: bool) -> str:
              "            if v > hi or v != v:\n                hi = v")
     deviation = "d.real * d.real + d.imag * d.imag" if complex_input else "d * d"
     zero = "0j" if complex_input else "0.0"
+    tasks = _CHUNKED_TASKS.format(hoist="    s0, s1, s2, s3 = strides[0], strides[1], strides[2], strides[3]")
     return f"""
-def moments_kernel(buf, shape, strides, chunk, counts, lows, highs, means, m2s):
-    n0, n1, n2, n3 = shape
-    s0, s1, s2, s3 = strides[0], strides[1], strides[2], strides[3]
-    n_chunks = (n3 + chunk - 1) // chunk
-    for task in prange(n0 * n1 * n2 * n_chunks):
-        c = task % n_chunks
-        r = task // n_chunks
-        i2 = r % n2
-        r = r // n2
-        i1 = r % n1
-        i0 = r // n1
-        start = c * chunk
-        m = min(n3 - start, chunk)
+def moments_kernel(buf, shape, strides, chunk, counts, lows, highs, means, m2s):{tasks}
         base = i0 * s0 + i1 * s1 + i2 * s2 + start * s3
         s = {zero}
         lo = np.inf
