@@ -225,22 +225,18 @@ class Moments:
             return self
         if self.count == 0:
             return other
-        total = self.count + other.count
-        delta = other.mean - self.mean
-        return Moments(total, _nan_extreme(builtins.min, self.min, other.min), _nan_extreme(builtins.max, self.max, other.max),
-                       self.mean + delta * (other.count / total),
-                       self.m2 + other.m2 + abs(delta) ** 2 * (self.count * other.count / total))
+        count, mean, m2 = cpu_kernels.chan_merge(self.count, self.mean, self.m2, other.count, other.mean, other.m2)
+        return Moments(count, _extreme(BUILTIN_OPS["minimum"], self.min, other.min),
+                       _extreme(BUILTIN_OPS["maximum"], self.max, other.max), mean, m2)
 
 
 EMPTY_MOMENTS = Moments(0, None, None, 0.0, 0.0)
 
 
-def _nan_extreme(pick: Callable, a: float | None, b: float | None) -> float | None:
-    """``pick(a, b)`` where NaN wins (as in numpy.min/max) and None means no value."""
+def _extreme(pick: Callable, a: float | None, b: float | None) -> float | None:
+    """``pick(a, b)`` (a NaN-propagating minimum or maximum), where None means no value."""
     if a is None or b is None:
         return b if a is None else a
-    if math.isnan(a) or math.isnan(b):
-        return math.nan
     return pick(a, b)
 
 

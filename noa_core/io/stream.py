@@ -42,7 +42,9 @@ class RunningStatistics:
     """
 
     def __init__(self, moments: Moments | None = None) -> None:
-        self.moments = moments
+        from noa_core.reduction import EMPTY_MOMENTS  # numba: only outputs (which need it) get here
+
+        self.moments = EMPTY_MOMENTS if moments is None else moments
 
     def add(self, block: np.ndarray | Array) -> None:
         self.merge(RunningStatistics.of(block))
@@ -56,14 +58,11 @@ class RunningStatistics:
 
     def merge(self, other: RunningStatistics) -> None:
         """Add the values ``other`` accumulated."""
-        if self.moments is None or other.moments is None:
-            self.moments = other.moments if self.moments is None else self.moments
-        else:
-            self.moments = self.moments.merge(other.moments)
+        self.moments = self.moments.merge(other.moments)
 
     def result(self) -> Statistics:
         m = self.moments
-        if m is None or m.count == 0:
+        if m.count == 0:
             return Statistics(None, None, None, None)
         rms = math.sqrt(m.m2 / m.count)
         if m.min is None:  # complex: MRC statistics are real numbers, only the RMS deviation means something

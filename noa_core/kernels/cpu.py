@@ -20,6 +20,7 @@ from pathlib import Path
 import numba
 import numpy as np
 from numba.core.registry import CPUDispatcher
+from numba.extending import register_jitable
 
 from noa_core.kernels import BUILTIN_OPS, compile_template, transpose_plan
 from noa_core import runtime
@@ -38,6 +39,9 @@ MIN_TILE_EDGE = 8
 # numba dates cache entries by this module's file only; the operators live in kernels/__init__.py.
 # Naming cached kernels after a digest of that file retires their entries when an operator changes.
 _OPS_DIGEST = hashlib.sha1(Path(__file__).with_name("__init__.py").read_bytes()).hexdigest()[:8]
+
+# The NaN-propagating extrema, compiled, for the module's own jitted helpers.
+_minimum, _maximum = numba.njit(BUILTIN_OPS["minimum"]), numba.njit(BUILTIN_OPS["maximum"])
 
 _LOCK = threading.Lock()
 _KERNELS: dict[tuple, Callable] = {}
@@ -365,8 +369,7 @@ def _moments_source(complex_input: bool) -> str:
     # second pass, over the run still in cache, for the squared deviations from the run's mean.
     # Runs are then merged with Chan et al.'s formula, which keeps the precision of two passes.
     first = ("            s += v" if complex_input else
-             "            s += v\n            if v < lo or v != v:\n                lo = v\n"
-             "            if v > hi or v != v:\n                hi = v")
+             "            s += v\n            lo = minimum(lo, v)\n            hi = maximum(hi, v)")
     deviation = "d.real * d.real + d.imag * d.imag" if complex_input else "d * d"
     zero = "0j" if complex_input else "0.0"
     tasks = _CHUNKED_TASKS.format(hoist="    s0, s1, s2, s3 = strides[0], strides[1], strides[2], strides[3]")
@@ -405,7 +408,8 @@ def moments(buf: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> tu
     tasks = shape[0] * shape[1] * shape[2] * ((shape[3] + chunk - 1) // chunk)
     parallel = _parallel(count)
     kernel = _kernel("moments", "c" if complex_input else "r",
-                     lambda name: _moments_source(complex_input).replace("moments_kernel", name), {}, parallel)
+                     lambda name: _moments_source(complex_input).replace("moments_kernel", name),
+                     {"minimum": BUILTIN_OPS["minimum"], "maximum": BUILTIN_OPS["maximum"]}, parallel)
     counts = np.empty(tasks, np.int64)
     lows, highs, m2s = np.empty(tasks), np.empty(tasks), np.empty(tasks)
     means = np.empty(tasks, np.complex128 if complex_input else np.float64)
@@ -413,19 +417,21 @@ def moments(buf: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> tu
     return _merge_moments(counts, lows, highs, means, m2s)
 
 
+@register_jitable
+def chan_merge(n, mean, m2, k, other_mean, other_m2):
+    """Count, mean and squared deviations of two disjoint sets of values, from each set's
+    (Chan et al.: exact, and stable where sums of squares are not)."""
+    total = n + k
+    delta = other_mean - mean
+    return total, mean + delta * (k / total), m2 + other_m2 + abs(delta) ** 2 * (n * k / total)
+
+
 @numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
 def _merge_moments(counts, lows, highs, means, m2s):
     n = counts[0]
     lo, hi, mean, m2 = lows[0], highs[0], means[0], m2s[0]
     for t in range(1, counts.shape[0]):
-        k = counts[t]
-        total = n + k
-        delta = means[t] - mean
-        mean = mean + delta * (k / total)
-        m2 = m2 + m2s[t] + abs(delta) ** 2 * (n * k / total)
-        n = total
-        if lows[t] < lo or lows[t] != lows[t]:
-            lo = lows[t]
-        if highs[t] > hi or highs[t] != highs[t]:
-            hi = highs[t]
+        n, mean, m2 = chan_merge(n, mean, m2, counts[t], means[t], m2s[t])
+        lo = _minimum(lo, lows[t])
+        hi = _maximum(hi, highs[t])
     return n, lo, hi, mean, m2
