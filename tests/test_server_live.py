@@ -181,12 +181,17 @@ CASES = [
 CASE_IDS = [f"{c[0]}-{'-'.join(map(str, c[1].values()))}-{c[3][0]}" for c in CASES]
 
 
+def need_inputs(server: Server, names: list[str]) -> None:
+    """Skip the test when one of ``names`` is a file of ../shared/data that is absent."""
+    missing = [name for name in names if not (server.root / name).exists()]
+    if missing:
+        pytest.skip(f"{', '.join(missing)}: ../shared/data (real files from other software) is absent")
+
+
 def run_cli(tmp_path: Path, server: Server, op: str, params: dict, cli_args: list[str], inputs: list[str],
             ext: str) -> Path:
     expected = tmp_path / f"cli{ext}"
-    missing = [name for name in inputs if not (server.root / name).exists()]
-    if missing:
-        pytest.skip(f"{', '.join(missing)}: ../shared/data (real files from other software) is absent")
+    need_inputs(server, inputs)
     sources = [str(server.root / name) for name in inputs]
     if op == "ewise":
         noa("ewise", params["expression"], *sources, "-o", str(expected), *cli_args)
@@ -267,6 +272,7 @@ def test_jobs_match_cli(server, api, tmp_path, op, params, cli_args, inputs, ext
 
 @pytest.mark.parametrize("name", INPUTS)
 def test_info_and_stats_match_cli(server, api, name):
+    need_inputs(server, [name])
     cli_info = json.loads(noa("info", str(server.root / name), "--json").stdout.replace(f"{server.root}/", ""))
     cli_stats = json.loads(noa("stats", str(server.root / name), "--json", "--per-batch").stdout)
     for got in (api.post("/v1/paths/info", json={"path": name}).json(),
