@@ -29,8 +29,8 @@ import numba
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 # Arrays with fewer elements than this run on the serial twin of each kernel: waking the thread
-# pool costs more than the work (measured on 2 cores: break-even is around 16K-64K float32).
-SERIAL_THRESHOLD = 32768
+# pool costs more than the work (measured on 2 cores with TBB: break-even is around 256K float32).
+SERIAL_THRESHOLD = 1 << 18
 
 
 def _writable(directory: Path) -> bool:

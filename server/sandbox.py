@@ -8,7 +8,9 @@ an attack, never of a real file name) are refused before the file system is even
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path, PurePosixPath
 
 from server.problems import ProblemError
@@ -49,8 +51,7 @@ class Sandbox:
             raise _refuse(f"{relative!r}: absolute paths are refused; give a path relative to the data root")
         if ".." in pure.parts:
             raise _refuse(f"{relative!r}: '..' is not allowed in paths")
-        # resolve() follows every symlink, including one planted in a parent folder.
-        resolved = (self.root / pure).resolve()
+        resolved = self._follow(pure)
         if not resolved.is_relative_to(self.root):
             raise _refuse(f"{relative!r} resolves outside the data root")
         if resolved == self.root:
@@ -58,6 +59,28 @@ class Sandbox:
         if self.hidden is not None and resolved.is_relative_to(self.hidden):
             raise _refuse(f"{relative!r} is inside the job state directory")
         return resolved
+
+    def _follow(self, pure: PurePosixPath) -> Path:
+        """``root / pure`` with every symlink followed, including one planted in a parent folder.
+
+        The root is already canonical, so only the components below it are inspected (one lstat
+        each, where ``Path.resolve`` inspects every component from ``/``); the first symlink hands the
+        whole path to ``resolve``. A component that does not exist ends the walk, as in ``resolve``.
+        """
+        parts = pure.parts
+        path = str(self.root)
+        for i, part in enumerate(parts):
+            path = f"{path}/{part}"
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:  # missing, or a file used as a folder: nothing below can be a link
+                return Path(path, *parts[i + 1:])
+            if stat.S_ISLNK(mode):
+                try:
+                    return (self.root / pure).resolve()
+                except RuntimeError:  # what Path.resolve raises for a loop of links
+                    raise _refuse(f"{pure.as_posix()!r}: a loop of symbolic links", 400) from None
+        return Path(path)
 
     def relative(self, path: Path) -> str:
         """How a client names ``path`` (never the server's absolute layout)."""

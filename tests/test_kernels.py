@@ -99,7 +99,7 @@ def test_permute_copy_tiled_transpose(shape, dtype):
 
 
 def test_copy_large_parallel_and_transposed():
-    x = np.random.default_rng(2).random((2, 3, 170, 190), dtype=np.float32)
+    x = np.random.default_rng(2).random((2, 3, 210, 230), dtype=np.float32)  # past SERIAL_THRESHOLD
     np.testing.assert_array_equal(nc.asarray(x).copy("F").numpy(), x)
     np.testing.assert_array_equal(nc.asarray(x).permute_copy((1, 0, 3, 2)).numpy(), x.transpose(1, 0, 3, 2))
 
@@ -266,7 +266,7 @@ def test_ewise_in_place_and_builtin_names():
 
 def test_ewise_large_parallel_strided():
     rng = np.random.default_rng(6)
-    x = rng.random((4, 8, 64, 130)).astype(np.float32)
+    x = rng.random((4, 8, 160, 130)).astype(np.float32)  # the view is past SERIAL_THRESHOLD
     a = nc.asarray(x)[:, :, ::2, 1:]
     out = nc.empty(a.shape, "float64", order="F")
     nc.ewise([a, a.permute((0, 1, 2, 3))], out, lambda u, v: u * v + 1)

@@ -156,6 +156,34 @@ def test_moments_match_numpy(shape, kind, dtype, seed):
         assert (m.min, m.max) == (x.min(), x.max())
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16"])
+def test_moments_lanes_and_tail(dtype):
+    """Contiguous runs go through per-lane accumulators plus a scalar tail: a special value at any
+    position, lane or tail, counts; NaN wins over everything, and +-inf give inf extrema and a NaN mean."""
+    from noa_core.kernels.cpu import LANES
+
+    n = 5 * LANES + 7  # five full rows of lanes, then a tail
+    base = (np.arange(n) - n // 2 if dtype == "int16" else np.random.default_rng(0).normal(size=n)).astype(dtype)
+    for position in [0, 1, LANES - 1, LANES, 3 * LANES + 5, n - 7, n - 1]:
+        x = base.copy().reshape(1, 1, 1, n)
+        if dtype == "int16":
+            x[0, 0, 0, position] = np.iinfo(np.int16).min
+            m = reduction.moments(nc.asarray(x))
+            assert (m.min, m.max) == (x.min(), x.max())
+            np.testing.assert_allclose(m.mean, x.astype(np.float64).mean(), rtol=1e-12)
+            continue
+        x[0, 0, 0, position] = np.nan
+        m = reduction.moments(nc.asarray(x))
+        assert np.isnan(m.min) and np.isnan(m.max) and np.isnan(m.mean), position
+        x[0, 0, 0, position] = -np.inf
+        x[0, 0, 0, (position + LANES + 1) % n] = np.inf
+        m = reduction.moments(nc.asarray(x))
+        assert (m.min, m.max) == (-np.inf, np.inf) and np.isnan(m.mean), position
+        x[0, 0, 0, (position + LANES + 1) % n] = 0
+        m = reduction.moments(nc.asarray(x))
+        assert (m.min, m.max) == (-np.inf, x.max()) and m.mean == -np.inf, position
+
+
 def test_moments_propagate_nan_and_merge_exactly():
     x = np.arange(100_000, dtype=np.float32).reshape(1, 1, 4, 25_000)
     halves = [reduction.moments(nc.asarray(x[:, :, :2])), reduction.moments(nc.asarray(x[:, :, 2:]))]

@@ -10,7 +10,7 @@ import os
 import threading
 import time
 import warnings
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -128,6 +128,36 @@ def test_sandbox_follows_symlinks(root, tmp_path):
         sandbox.resolve("out/new.map")  # an output through a link that leaves the root
     assert sandbox.resolve("inside/a.map") == (root / "sub" / "a.map").resolve()
     assert sandbox.resolve("sub/./a.map") == (root / "sub" / "a.map").resolve()
+
+
+def test_sandbox_walk_agrees_with_path_resolve(tmp_path):
+    """The sandbox's own walk below the root gives what ``Path.resolve`` gives, on every path made of
+    these components: folders, files, links to folders (inside and out), links to files, dangling
+    and looping links, and names that do not exist."""
+    import itertools
+
+    root = tmp_path / "root"
+    (root / "d" / "e").mkdir(parents=True)
+    (root / "d" / "f.map").write_bytes(b"x")
+    (root / "file").write_bytes(b"x")
+    (tmp_path / "outside").mkdir()
+    links = {"to_d": root / "d", "to_out": tmp_path / "outside", "to_file": root / "d" / "f.map",
+             "dangling": root / "nowhere", "loop": root / "loop", "rel": Path("d/e")}
+    for name, target in links.items():
+        (root / name).symlink_to(target)
+        (root / "d" / f"{name}2").symlink_to(target)
+    sandbox = Sandbox(root)
+    names = ["d", "e", "f.map", "file", "missing", *links, *(f"{n}2" for n in links)]
+    for depth in (1, 2, 3):
+        for parts in itertools.product(names, repeat=depth):
+            pure = PurePosixPath(*parts)
+            try:
+                expected = (sandbox.root / pure).resolve()
+            except RuntimeError:  # a loop of links: refused, not a server error
+                with pytest.raises(ProblemError, match="loop of symbolic links"):
+                    sandbox._follow(pure)
+                continue
+            assert sandbox._follow(pure) == expected, pure
     assert sandbox.relative(sandbox.resolve("sub/new.mrc")) == "sub/new.mrc"
 
 

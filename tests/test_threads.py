@@ -11,12 +11,13 @@ import numba
 import numpy as np
 
 import noa_core as nc
+from noa_core.runtime import SERIAL_THRESHOLD
 
 
 def work(seed: int) -> None:
     rng = np.random.default_rng(seed)
     # Sizes on both sides of the serial threshold, so parallel and serial kernels interleave.
-    shape = (2, 1, 96, 200) if seed % 2 else (1, 1, 30, 40)
+    shape = (2, 1, -(-SERIAL_THRESHOLD // 400), 200) if seed % 2 else (1, 1, 30, 40)
     x = rng.random(shape, dtype=np.float32)
     y = rng.random((1, 1) + shape[2:], dtype=np.float32)
     a, b = nc.asarray(x), nc.asarray(y)
@@ -43,7 +44,7 @@ def test_concurrent_kernels_from_a_thread_pool():
 
 
 def test_users_threading_layer_is_respected():
-    script = ("import numpy as np, numba, noa_core as nc; nc.asarray(np.ones((1, 1, 256, 256))).copy('F');"
+    script = ("import numpy as np, numba, noa_core as nc; nc.asarray(np.ones((1, 1, 1024, 1024))).copy('F');"
               "print(numba.threading_layer())")
     env = dict(os.environ, NUMBA_THREADING_LAYER="omp")
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)

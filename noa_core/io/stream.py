@@ -96,6 +96,9 @@ def plan_tile(shape: Shape4, layouts: Sequence[tuple[Sequence[int], int]], budge
     elements per byte mapped wins (then the largest). A whole output section at a time is the
     common result; permutations that exchange an outer and an inner axis get square-ish tiles.
     """
+    whole = np.array([shape], np.int64)
+    if all(_footprints(whole, strides, size)[0] <= budget for strides, size in layouts):
+        return tuple(shape)  # the common small case: one tile, and no search
     options = [sorted({-(-n // (1 << k)) for k in range(max(n, 1).bit_length() + 1)}) for n in shape]
     grid = np.array(np.meshgrid(*options, indexing="ij"), np.int64).reshape(4, -1).T
     mapped_bytes = sum(_footprints(grid, strides, size) for strides, size in layouts)
@@ -363,18 +366,20 @@ def plan_tiles(writer: Writer, sources: Sequence[Array], block_bytes: int = BLOC
     return list(tiles(writer.shape, tile, out.strides))
 
 
-def fill_tile(sources: Sequence[Array], out: Array, key: tuple[slice, ...], compute: Compute) -> RunningStatistics:
+def fill_tile(sources: Sequence[Array], out: Array, key: tuple[slice, ...], compute: Compute, *,
+              release: bool = True) -> RunningStatistics:
     """``compute`` one tile of ``out`` from the same tile of every source; return the tile's statistics.
 
-    The pages of the tile are released afterwards, in the output and in every source.
+    With ``release``, the pages of the tile are dropped afterwards, in the output and in every source.
     """
     blocks = [(s if s.shape == out.shape else s.broadcast(out.shape))[key] for s in map(asarray, sources)]
     compute(blocks, out[key])
     written = out.numpy()[key]
     stats = RunningStatistics.of(written)
-    for block in blocks:
-        mapped.release(block.numpy())
-    mapped.release(written)
+    if release:
+        for block in blocks:
+            mapped.release(block.numpy())
+        mapped.release(written)
     return stats
 
 
@@ -389,8 +394,10 @@ def fill(writer: Writer, sources: Sequence[Array], compute: Compute, *, block_by
     """
     keys = plan_tiles(writer, sources, block_bytes)
     stats = RunningStatistics()
+    # One tile is the whole output: its mapping closes next, so dropping its pages first gains nothing.
+    release = len(keys) > 1
     for done, key in enumerate(keys, 1):
-        stats.merge(fill_tile(sources, writer.array, key, compute))
+        stats.merge(fill_tile(sources, writer.array, key, compute, release=release))
         if progress is not None:
             progress(done, len(keys))
     writer.complete(stats)

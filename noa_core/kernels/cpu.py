@@ -364,29 +364,89 @@ def view4d(array) -> np.ndarray:
 # -- moments: count, min, max, mean and squared deviations in one memory pass -------------------
 
 
+# Independent accumulators per run. LLVM does not vectorize a min/max reduction unless it may
+# assume there are no NaNs, which numba cannot promise; per-lane accumulators turn the reduction
+# into an element-wise update that it does vectorize (measured 3x faster on a 32K run).
+LANES = 64
+
+
+@numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
+def _run_sum_min_max(run):
+    """Sum (float64) and NaN-propagating min and max of a contiguous real 1-d run."""
+    n = run.shape[0]
+    rows = n // LANES
+    sums = np.zeros(LANES)
+    lows = np.full(LANES, np.inf)
+    highs = np.full(LANES, -np.inf)
+    for r in range(rows):
+        x = run[r * LANES:(r + 1) * LANES]
+        for k in range(LANES):
+            v = np.float64(x[k])
+            sums[k] += v
+            lows[k] = _minimum(v, lows[k])
+            highs[k] = _maximum(v, highs[k])
+    s, lo, hi = 0.0, np.inf, -np.inf
+    for k in range(LANES):
+        s += sums[k]
+        lo = _minimum(lows[k], lo)
+        hi = _maximum(highs[k], hi)
+    for i in range(rows * LANES, n):
+        v = np.float64(run[i])
+        s += v
+        lo = _minimum(v, lo)
+        hi = _maximum(v, hi)
+    return s, lo, hi
+
+
+@numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
+def _run_squared_deviations(run, mean):
+    """Sum of (x - mean)**2 over a contiguous real 1-d run, in float64."""
+    n = run.shape[0]
+    rows = n // LANES
+    sums = np.zeros(LANES)
+    for r in range(rows):
+        x = run[r * LANES:(r + 1) * LANES]
+        for k in range(LANES):
+            d = np.float64(x[k]) - mean
+            sums[k] += d * d
+    acc = 0.0
+    for k in range(LANES):
+        acc += sums[k]
+    for i in range(rows * LANES, n):
+        d = np.float64(run[i]) - mean
+        acc += d * d
+    return acc
+
+
 def _moments_source(complex_input: bool) -> str:
     # Each task takes one run of at most CHUNK elements: a first pass for min, max and the sum, a
     # second pass, over the run still in cache, for the squared deviations from the run's mean.
     # Runs are then merged with Chan et al.'s formula, which keeps the precision of two passes.
-    first = ("            s += v" if complex_input else
-             "            s += v\n            lo = minimum(lo, v)\n            hi = maximum(hi, v)")
+    first = ("                s += v" if complex_input else
+             "                s += v\n                lo = minimum(lo, v)\n                hi = maximum(hi, v)")
     deviation = "d.real * d.real + d.imag * d.imag" if complex_input else "d * d"
     zero = "0j" if complex_input else "0.0"
     tasks = _CHUNKED_TASKS.format(hoist="    s0, s1, s2, s3 = strides[0], strides[1], strides[2], strides[3]")
     return f"""
-def moments_kernel(buf, shape, strides, chunk, counts, lows, highs, means, m2s):{tasks}
+def moments_kernel(buf, shape, strides, chunk, unit, counts, lows, highs, means, m2s):{tasks}
         base = i0 * s0 + i1 * s1 + i2 * s2 + start * s3
-        s = {zero}
-        lo = np.inf
-        hi = -np.inf
-        for i in range(m):
-            v = buf[base + i * s3]
+        if {"False" if complex_input else "unit"}:
+            run = buf[base:base + m]
+            s, lo, hi = run_sum_min_max(run)
+            mean = s / m
+            acc = run_squared_deviations(run, mean)
+        else:
+            s = {zero}
+            lo = np.inf
+            hi = -np.inf
+            for i in range(m):
+                v = buf[base + i * s3]
 {first}
-        mean = s / m
-        acc = 0.0
-        for i in range(m):
-            d = buf[base + i * s3] - mean
-            acc += {deviation}
+            mean = s / m
+            acc = 0.0
+            for i in range(m):
+                d = buf[base + i * s3] - mean
+                acc += {deviation}
         counts[task] = m
         lows[task] = lo
         highs[task] = hi
@@ -409,11 +469,14 @@ def moments(buf: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> tu
     parallel = _parallel(count)
     kernel = _kernel("moments", "c" if complex_input else "r",
                      lambda name: _moments_source(complex_input).replace("moments_kernel", name),
-                     {"minimum": BUILTIN_OPS["minimum"], "maximum": BUILTIN_OPS["maximum"]}, parallel)
+                     {"minimum": BUILTIN_OPS["minimum"], "maximum": BUILTIN_OPS["maximum"],
+                      "run_sum_min_max": _run_sum_min_max, "run_squared_deviations": _run_squared_deviations},
+                     parallel)
     counts = np.empty(tasks, np.int64)
     lows, highs, m2s = np.empty(tasks), np.empty(tasks), np.empty(tasks)
     means = np.empty(tasks, np.complex128 if complex_input else np.float64)
-    kernel(_read_only(buf), shape, np.array(strides, dtype=np.int64), chunk, counts, lows, highs, means, m2s)
+    unit = shape[3] == 1 or strides[3] == 1
+    kernel(_read_only(buf), shape, np.array(strides, dtype=np.int64), chunk, unit, counts, lows, highs, means, m2s)
     return _merge_moments(counts, lows, highs, means, m2s)
 
 
