@@ -33,6 +33,9 @@ import httpx
 import mrcfile
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from server.settings import Settings  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 KEY = "bench-key"
 BOUNDARY = "noa-bench-boundary"
@@ -57,14 +60,14 @@ def multipart(payload: bytes) -> bytes:
 
 
 def start_server(root: Path, tmp: Path) -> tuple[subprocess.Popen, str]:
-    """uvicorn as the container runs it (settings from NOA_* variables), without access logs."""
+    """``noa serve`` as the container runs it (settings from NOA_* variables, default processes and
+    workers), logging warnings only."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "NOA_DATA_ROOT": str(root), "NOA_API_KEY": KEY, "NOA_TMP_DIR": str(tmp)}
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "server.app:create_app", "--host",
-                             "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"],
-                            cwd=REPO, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "noa_cli.main", "serve", "--host", "127.0.0.1", "--port", str(port),
+                             "--log-level", "warning"], cwd=REPO, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -190,10 +193,12 @@ def main() -> None:
             if label == "tmpfs":
                 shutil.rmtree(tmp, ignore_errors=True)
 
+    settings = Settings.from_env()  # what the server read from the same environment
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"\nnoa server benchmark: {cores} cores shared by server and client; client "
           f"{'wrk -t1' if use_wrk else 'python/httpx'}, {args.connections} connections, {args.duration} s per "
-          f"workload, loopback, server workers=2\n")
+          f"workload, loopback, server: {settings.processes} processes x {settings.workers} workers "
+          f"(noa serve defaults)\n")
     print(f"{'workload':<26}{'upload tmp':>11}{'req/s':>8}{'goal':>8}{'p50 ms':>8}{'p99 ms':>8}{'goal':>7}"
           f"{'requests':>10}{'failed':>7}  verdict")
     for (name, label), r in results.items():

@@ -346,7 +346,10 @@ def serve(
     api_key: Annotated[
         Optional[str], typer.Option("--api-key", help="Require this X-API-Key on /v1 (env NOA_API_KEY).")
     ] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Operations run at once (default 2).")] = None,
+    processes: Annotated[
+        Optional[int], typer.Option("--processes", min=1, help="Server processes (default: 2, or 1 on one core).")
+    ] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Operations run at once per process (default 2).")] = None,
     max_body_bytes: Annotated[Optional[int], typer.Option("--max-body-bytes", min=1, help="Largest request body.")] = None,
     max_voxels: Annotated[Optional[int], typer.Option("--max-voxels", min=1, help="Largest output, in voxels.")] = None,
     cors_origin: Annotated[
@@ -364,19 +367,19 @@ def serve(
 
     Example: noa serve --data-root /data/em --api-key "$KEY" --port 8000
     """
-    import uvicorn
-
-    from server.app import create_app
+    from server.run import prepare
     from server.settings import Settings
 
     try:
         settings = Settings.from_env(data_root=data_root, state_dir=state_dir, api_key=api_key, workers=workers,
-                                     max_body_bytes=max_body_bytes, max_voxels=max_voxels, cors_origins=cors_origin,
-                                     tmp_dir=tmp_dir, job_ttl=job_ttl)
-        service = create_app(settings)
+                                     processes=processes, max_body_bytes=max_body_bytes, max_voxels=max_voxels,
+                                     cors_origins=cors_origin, tmp_dir=tmp_dir, job_ttl=job_ttl)
+        serve_until_stopped = prepare(settings, host, port, log_level)
     except ValueError as exc:  # a bad setting (e.g. NOA_WORKERS=abc, a missing data root): usage, not a crash
         raise click.UsageError(str(exc)) from None
-    uvicorn.run(service, host=host, port=port, log_level=log_level)
+    except OSError as exc:
+        raise click.UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    serve_until_stopped()
 
 
 # -- entry point -----------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 All noa_core work runs in one bounded pool of ``settings.workers`` threads, each pinned to
 ``settings.kernel_threads`` numba threads (numba's thread count is per calling thread), so the
-kernels of all workers together fit the cores and the event loop never computes.
+kernels of all workers of all ``settings.processes`` server processes together fit the cores, and
+the event loop never computes.
 """
 
 from __future__ import annotations

@@ -32,6 +32,9 @@ class Settings:
     ``state_dir`` None means ``<data_root>/.noa-jobs``. ``tmp_dir`` None means the system's.
     ``job_ttl`` is how many seconds a finished job's record is kept (0: forever); the files a job
     wrote are the client's and are never removed.
+    ``processes`` server processes (uvicorn workers) each run ``workers`` operations at once. Several
+    processes, not more threads, because request handling is Python code that one process runs on
+    one core at a time (the GIL); jobs are shared through the state directory.
     """
 
     data_root: Path | None = None
@@ -40,13 +43,14 @@ class Settings:
     max_body_bytes: int = 1 << 30
     max_voxels: int = 1 << 31
     workers: int = 2
+    processes: int = dataclasses.field(default_factory=lambda: min(2, available_cores()))
     cors_origins: tuple[str, ...] = ()
     tmp_dir: Path | None = None
     job_ttl: int = 7 * 24 * 3600
 
     def __post_init__(self) -> None:
-        if self.workers < 1:
-            raise ValueError(f"workers must be at least 1, got {self.workers}")
+        if self.workers < 1 or self.processes < 1:
+            raise ValueError(f"workers and processes must be at least 1, got {self.workers} and {self.processes}")
         if self.max_body_bytes < 1 or self.max_voxels < 1:
             raise ValueError("max_body_bytes and max_voxels must be positive")
         if self.job_ttl < 0:
@@ -67,8 +71,19 @@ class Settings:
 
     @property
     def kernel_threads(self) -> int:
-        """Numba threads per worker, so that workers x kernel threads fit the cores."""
-        return max(1, available_cores() // self.workers)
+        """Numba threads per worker, so that processes x workers x kernel threads fit the cores."""
+        return max(1, available_cores() // (self.processes * self.workers))
+
+    def to_env(self) -> dict[str, str]:
+        """The ``NOA_*`` variables that :meth:`from_env` turns back into these settings (how server
+        processes started by uvicorn get them)."""
+        env = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "cors_origins":
+                value = ",".join(value)
+            env[ENV_PREFIX + f.name.upper()] = "" if value is None else str(value)
+        return env
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -86,7 +101,7 @@ class Settings:
 
 
 def _parse(name: str, text: str) -> Any:
-    if name in ("max_body_bytes", "max_voxels", "workers", "job_ttl"):
+    if name in ("max_body_bytes", "max_voxels", "workers", "processes", "job_ttl"):
         try:
             return int(text)
         except ValueError:

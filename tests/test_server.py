@@ -442,42 +442,97 @@ def test_job_cancel_stops_between_blocks(tmp_path):
     assert not (tmp_path / f"{job.id}.json").exists()
 
 
-def test_running_jobs_become_interrupted_on_restart(tmp_path):
+# A server process with one job that counts blocks for up to 60 s (progress every 10 ms); it prints
+# the job id, then waits for the job (or for a signal).
+_OTHER_PROCESS = """
+import sys, time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from server.jobs import JobStore
+
+store = JobStore(Path(sys.argv[1]))
+
+def work(progress):
+    for i in range(1, 6001):
+        time.sleep(0.01)
+        progress(i, 6000)
+    return {}
+
+job = store.submit("copy", {"src": "a"}, work, ThreadPoolExecutor(1).submit)
+print(job.id, flush=True)
+job.future.result()
+print(job.status, flush=True)
+"""
+
+
+def _other_process(directory: Path):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", _OTHER_PROCESS, str(directory)], stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[1])
+    return proc, proc.stdout.readline().strip()
+
+
+def test_jobs_are_shared_by_server_processes(tmp_path):
+    """Another process runs the job; this one sees its progress and cancels it through the shared records."""
+    proc, job_id = _other_process(tmp_path)
+    try:
+        store = JobStore(tmp_path)
+        deadline = time.monotonic() + 20
+        while store.snapshot(job_id)["progress"]["done"] == 0:  # progress reaches the record
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        state = store.snapshot(job_id)
+        assert state["status"] == "running" and state["progress"]["total"] == 6000
+        assert store.cancel(job_id)["cancel_requested"]
+        with pytest.raises(ProblemError):
+            store.get(job_id)
+        assert proc.stdout.readline().strip() == "cancelled"  # the owner stopped at its next block
+        assert proc.wait(20) == 0
+        assert not (tmp_path / f"{job_id}.json").exists()  # and wrote no record back
+    finally:
+        proc.kill()
+
+
+def test_running_jobs_become_interrupted_when_their_process_dies(tmp_path):
+    import signal
+
+    proc, job_id = _other_process(tmp_path)
+    store = JobStore(tmp_path)
+    assert _wait(store, job_id, ("running",)).status == "running"  # its owner is alive
+    proc.send_signal(signal.SIGKILL)  # a crash: the record still says running
+    proc.wait(20)
+    for reader in (store, JobStore(tmp_path)):  # a process already running, and one starting
+        job = reader.get(job_id)
+        assert job.status == "failed" and job.error["type"].endswith("interrupted")
+    assert json.loads((tmp_path / f"{job_id}.json").read_text())["status"] == "failed"
+
+
+def test_stopping_records_running_jobs_as_interrupted(tmp_path):
     store = JobStore(tmp_path)
     release = threading.Event()
 
-    def work(progress):
-        release.wait(5)
-        progress(1, 1)
-        return {}
-
-    job = store.submit("copy", {}, work, _start)
-    _wait(store, job.id, ("running",))
-    # A crash: the process dies, the state file still says running.
-    restarted = JobStore(tmp_path).get(job.id)
-    assert restarted.status == "failed" and restarted.error["type"].endswith("interrupted")
-    release.set()
-    # A graceful stop records the same.
-    store2 = JobStore(tmp_path / "b")
-    release2 = threading.Event()
-
     def slow(progress):
-        release2.wait(5)
+        release.wait(5)
         progress(1, 2)
         return {}
 
-    job2 = store2.submit("copy", {}, slow, _start)
-    _wait(store2, job2.id, ("running",))
-    store2.stop()
-    release2.set()
-    store2.wait_idle(5)
-    assert store2.get(job2.id).status == "failed"
-    assert json.loads((tmp_path / "b" / f"{job2.id}.json").read_text())["error"]["detail"].startswith("interrupted")
+    job = store.submit("copy", {}, slow, _start)
+    _wait(store, job.id, ("running",))
+    store.stop()
+    release.set()
+    store.wait_idle(5)
+    assert JobStore(tmp_path).get(job.id).status == "failed"
+    assert json.loads((tmp_path / f"{job.id}.json").read_text())["error"]["detail"].startswith("interrupted")
 
 
 def test_unreadable_state_files_are_skipped(tmp_path):
-    (tmp_path / "broken.json").write_text("{not json")
-    assert JobStore(tmp_path)._jobs == {}
+    (tmp_path / ("0" * 32 + ".json")).write_text("{not json")
+    store = JobStore(tmp_path)
+    with pytest.raises(ProblemError) as caught:
+        store.get("0" * 32)
+    assert caught.value.status == 404
 
 
 def test_job_routes_over_http(client, root):
@@ -495,7 +550,7 @@ def test_job_routes_over_http(client, root):
     assert_problem(client.get(location, headers=AUTH), 404, "job-not-found")
     assert_problem(client.get("/v1/jobs/" + "0" * 32, headers=AUTH), 404, "job-not-found")
     assert_problem(client.get("/v1/jobs/not-an-id", headers=AUTH), 400, "invalid-parameters")
-    assert os.listdir(root / ".noa-jobs") == []
+    assert os.listdir(root / ".noa-jobs") == [".lock"]  # no record left
 
 
 def test_missing_data_root_stops_the_server(tmp_path):

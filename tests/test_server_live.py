@@ -108,7 +108,9 @@ def server(tmp_path_factory) -> Iterator[Server]:
     shutil.copy(EXAMPLE_MAP, root / "emd_3197.map")
     env = {"NOA_DATA_ROOT": str(root), "NOA_API_KEY": KEY, "NOA_TMP_DIR": str(tmp),
            "NOA_MAX_BODY_BYTES": str(MAX_BODY), "NOA_MAX_VOXELS": str(MAX_VOXELS), "NOA_WORKERS": "2"}
-    argv = [sys.executable, "-m", "uvicorn", "--factory", "server.app:create_app", "--log-level", "warning"]
+    # Two server processes, as `noa serve` runs by default on two cores: every test also checks that
+    # requests (and jobs) are answered whichever process a connection lands on.
+    argv = [sys.executable, "-m", "noa_cli.main", "serve", "--processes", "2", "--log-level", "warning"]
     proc, url = start_server(argv, env, base / "server.log")
     yield Server(url, root, tmp, proc)
     stop_server(proc)
@@ -460,6 +462,57 @@ def test_jobs_survive_a_restart_via_noa_serve(tmp_path):
         stop_server(proc)
 
 
+def _children(pid: int) -> list[int]:
+    """The server processes ``noa serve`` (pid) started (multiprocessing's own helpers aside)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if (int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid
+                    and b"spawn_main" in (stat.parent / "cmdline").read_bytes()):
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            pass
+    return sorted(found)
+
+
+def _gone(pids: list[int], timeout: float = 60) -> bool:
+    deadline = time.monotonic() + timeout
+    while any(Path(f"/proc/{p}").exists() for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the supervisor is Linux's (elsewhere uvicorn's)")
+def test_server_processes_are_supervised(tmp_path):
+    """A server process that dies is replaced; SIGTERM stops them all; a killed parent takes them along."""
+    import signal
+
+    argv = [sys.executable, "-m", "noa_cli.main", "serve", "--processes", "2", "--log-level", "warning"]
+    proc, url = start_server(argv, {}, tmp_path / "log")
+    try:
+        first = _children(proc.pid)
+        assert len(first) == 2
+        os.kill(first[-1], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while (now := _children(proc.pid)) == first or len(now) < len(first):
+            assert time.monotonic() < deadline, now
+            time.sleep(0.1)
+        wait_for(url, "/readyz", 60, proc)
+        proc.terminate()
+        assert proc.wait(60) == 0
+        assert _gone(now)
+    finally:
+        stop_server(proc)
+    proc, url = start_server(argv, {}, tmp_path / "log")
+    children = _children(proc.pid)
+    assert len(children) == 2
+    proc.kill()  # no chance to stop anything itself
+    proc.wait()
+    assert _gone(children)
+
+
 # -- many at once ------------------------------------------------------------------------------------------
 
 
@@ -495,6 +548,27 @@ def test_concurrent_uploads_and_jobs(server, tmp_path):
         np.testing.assert_array_equal(result, reference)
     assert_no_temporary_files(server)
     assert sorted(p.name for p in (server.root / "many").iterdir()) == sorted(f"j{i}.mrc" for i in range(0, 40, 2))
+
+
+def test_every_process_answers_for_every_job(server):
+    """Fresh connections land on either server process; each one knows the job, its result, its deletion."""
+    def fresh(method: str, path: str, **kwargs) -> httpx.Response:
+        with httpx.Client(base_url=server.url, headers=AUTH, timeout=60,
+                          limits=httpx.Limits(max_keepalive_connections=0)) as client:
+            return client.request(method, path, **kwargs)
+
+    response = fresh("POST", "/v1/jobs", json={"operation": "stats", "path": "emd_3197.map"})
+    assert response.status_code == 202, response.text
+    location = response.headers["location"]
+    with server.client() as client:
+        state = wait_job(client, location)
+    assert state["status"] == "succeeded"
+    answers = [fresh("GET", location) for _ in range(20)] + [fresh("GET", location + "/result") for _ in range(10)]
+    assert all(r.status_code == 200 for r in answers)
+    assert all(r.json() == state for r in answers[:20]) and all(r.json() == state["result"] for r in answers[20:])
+    assert fresh("DELETE", location).status_code == 204
+    for _ in range(10):
+        assert_problem(fresh("GET", location), 404, "job-not-found")
 
 
 # -- the example client and schemathesis -------------------------------------------------------------------

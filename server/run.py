@@ -1,0 +1,121 @@
+"""Running the service (``noa serve``): one uvicorn process, or several.
+
+Several processes, because request handling is Python code that one process runs on one core at a
+time (the GIL), and its threads then spend their time handing the GIL over instead of working.
+
+On Linux each process listens on its own socket bound with ``SO_REUSEPORT``, and the kernel spreads
+new connections over them. (With one shared socket, whichever process wakes first accepts a whole
+burst of connections, and a client's keep-alive connections can all end up in one process.) The
+parent supervises: it replaces a process that died (that process's running jobs then read as
+interrupted), and on SIGTERM or SIGINT stops them all gracefully. Elsewhere, uvicorn's own workers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import uvicorn
+
+from server.app import create_app
+from server.settings import Settings
+
+FACTORY = "server.app:create_app"
+CRASH_LIMIT, CRASH_WINDOW_S = 5, 60.0  # more deaths than this in the window: give up instead of looping
+STOP_TIMEOUT_S = 30.0
+
+
+def prepare(settings: Settings, host: str, port: int, log_level: str) -> Callable[[], None]:
+    """Check the settings (by building the app) and claim the port; the returned function serves
+    until stopped. Raises ValueError for a bad setting and OSError for a port that cannot be had."""
+    app = create_app(settings)
+    if settings.processes == 1:
+        return lambda: uvicorn.run(app, host=host, port=port, log_level=log_level)
+    # Every process builds its app from the factory, which reads the settings from the environment.
+    os.environ.update(settings.to_env())
+    if not sys.platform.startswith("linux"):  # SO_REUSEPORT spreads connections only on Linux
+        return lambda: uvicorn.run(FACTORY, factory=True, workers=settings.processes, host=host, port=port,
+                                   log_level=log_level)
+    # SO_REUSEPORT would let us join another server's port: first a plain bind, which fails when
+    # anything holds the port (and picks one for port 0).
+    with _socket(host) as probe:
+        probe.bind((host, port))
+        port = probe.getsockname()[1]
+    # Held (bound, not listening) for the whole run, so that the port stays ours.
+    reserved = _listener(host, port)
+    return lambda: _supervise(reserved, settings.processes, host, log_level)
+
+
+def _socket(host: str) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: past TIME_WAIT connections
+    return sock
+
+
+def _listener(host: str, port: int) -> socket.socket:
+    sock = _socket(host)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _process_main(parent: int, host: str, port: int, log_level: str) -> None:
+    os.setpgrp()  # a terminal's Ctrl-C reaches the parent only, which stops each process once
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: stop too when the parent is killed outright
+    if os.getppid() != parent:  # the parent died before prctl
+        return
+    config = uvicorn.Config(FACTORY, factory=True, host=host, port=port, log_level=log_level)
+    uvicorn.Server(config).run(sockets=[_listener(host, port)])
+
+
+def _supervise(reserved: socket.socket, count: int, host: str, log_level: str) -> None:
+    port = reserved.getsockname()[1]
+    context = multiprocessing.get_context("spawn")
+    stopping = threading.Event()
+
+    def start() -> multiprocessing.process.BaseProcess:
+        process = context.Process(target=_process_main, args=(os.getpid(), host, port, log_level),
+                                  name="noa-server")
+        process.start()
+        return process
+
+    def stop(signum: int, frame: object) -> None:
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    children = [start() for _ in range(count)]
+    deaths: list[float] = []
+    try:
+        while not stopping.wait(0.5):
+            for i, process in enumerate(children):
+                if process.is_alive():
+                    continue
+                now = time.monotonic()
+                deaths = [t for t in deaths if now - t < CRASH_WINDOW_S] + [now]
+                if len(deaths) > CRASH_LIMIT:
+                    raise SystemExit(f"noa serve: server processes keep exiting (last with {process.exitcode}); "
+                                     "stopping")
+                print(f"noa serve: a server process exited with {process.exitcode}; starting another",
+                      file=sys.stderr, flush=True)
+                children[i] = start()
+    finally:
+        for process in children:
+            if process.is_alive():
+                process.terminate()  # SIGTERM: uvicorn finishes requests, the app records its jobs
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for process in children:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join()
+        reserved.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
