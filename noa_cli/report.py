@@ -11,11 +11,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
+import typer
 
 if TYPE_CHECKING:
     from noa_core.ops import FileResult
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
+# Typer 0.29 parses with a private copy of click, whose exceptions are not click's: both kinds count.
+_EXITS = (click.exceptions.Exit, typer.Exit)
+_ABORTS = (click.exceptions.Abort, typer.Abort)
+_CLI_ERRORS = (click.ClickException, typer.TyperException)
 
 
 class BatchFailed(Exception):
@@ -81,13 +86,17 @@ def guarded(call: Callable[[], object], debug: bool) -> int:
     try:
         result = call()
         return result if isinstance(result, int) else EXIT_OK
-    except click.exceptions.Exit as exc:
+    except _EXITS as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except _ABORTS:
         error("aborted")
         return EXIT_INTERNAL
-    except click.ClickException as exc:
-        exc.show()
+    except _CLI_ERRORS as exc:  # bad usage: click's own message (with the usage line) and its exit code, 2
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            error(exc.format_message())
         return exc.exit_code
     except BatchFailed as exc:
         error(str(exc))

@@ -36,6 +36,11 @@ def prepare(settings: Settings, host: str, port: int, log_level: str) -> Callabl
     """Check the settings (by building the app) and claim the port; the returned function serves
     until stopped. Raises ValueError for a bad setting and OSError for a port that cannot be had."""
     app = create_app(settings)
+    # A plain bind first: it fails when anything holds the port, where uvicorn would fail only after
+    # starting up, and SO_REUSEPORT would even join another server's port. (It picks one for port 0.)
+    with _socket(host) as probe:
+        probe.bind((host, port))
+        port = probe.getsockname()[1]
     if settings.processes == 1:
         return lambda: uvicorn.run(app, host=host, port=port, log_level=log_level)
     # Every process builds its app from the factory, which reads the settings from the environment.
@@ -43,11 +48,6 @@ def prepare(settings: Settings, host: str, port: int, log_level: str) -> Callabl
     if not sys.platform.startswith("linux"):  # SO_REUSEPORT spreads connections only on Linux
         return lambda: uvicorn.run(FACTORY, factory=True, workers=settings.processes, host=host, port=port,
                                    log_level=log_level)
-    # SO_REUSEPORT would let us join another server's port: first a plain bind, which fails when
-    # anything holds the port (and picks one for port 0).
-    with _socket(host) as probe:
-        probe.bind((host, port))
-        port = probe.getsockname()[1]
     # Held (bound, not listening) for the whole run, so that the port stays ours.
     reserved = _listener(host, port)
     return lambda: _supervise(reserved, settings.processes, host, log_level)

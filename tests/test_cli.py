@@ -33,6 +33,19 @@ def assert_user_error(result, *fragments):
         assert fragment in lines[0], (fragment, lines[0])
 
 
+@pytest.mark.parametrize("args, message", [
+    (["permute"], "Missing argument"), (["permute", "a.mrc", "b.mrc", "--bogus"], "No such option: --bogus"),
+    (["nosuch"], "No such command"), (["serve", "--workers", "0"], "Invalid value for '--workers'"),
+    (["serve", "--port", "70000"], "Invalid value for '--port'"),
+])
+def test_parser_errors_are_usage_errors(args, message):
+    """What the parser itself refuses: exit 2, click's usage line and error, no traceback, nothing internal."""
+    result = noa(*args)
+    assert result.returncode == 2, result.stderr
+    assert f"Error: {message}" in result.stderr and "Usage: noa" in result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
 @pytest.fixture()
 def volume():
     with mrcfile.open(EXAMPLE_MAP, permissive=True) as f:

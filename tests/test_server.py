@@ -82,6 +82,8 @@ def test_settings_from_env_then_overrides(tmp_path):
 def test_settings_reject_nonsense():
     with pytest.raises(ValueError):
         Settings(workers=0)
+    with pytest.raises(ValueError, match="processes"):
+        Settings(processes=0)
     with pytest.raises(ValueError):
         Settings(max_voxels=0)
     with pytest.raises(ValueError, match="job_ttl"):
@@ -92,10 +94,19 @@ def test_settings_reject_nonsense():
 def test_kernel_threads_fit_the_cores():
     from server.settings import available_cores
 
-    for workers in (1, 2, 3, 64):
-        threads = Settings(workers=workers).kernel_threads
-        assert threads >= 1
-        assert workers * threads <= max(available_cores(), workers)
+    for processes in (1, 2, 5):
+        for workers in (1, 2, 3, 64):
+            threads = Settings(workers=workers, processes=processes).kernel_threads
+            assert threads >= 1
+            assert processes * workers * threads <= max(available_cores(), processes * workers)
+
+
+def test_settings_travel_through_the_environment(tmp_path):
+    """How `noa serve` hands its settings to the server processes it starts."""
+    for settings in (Settings(), Settings(data_root=tmp_path, state_dir=tmp_path / "s", api_key="k", workers=3,
+                                          processes=4, cors_origins=("http://a.example", "http://b.example"),
+                                          tmp_dir=tmp_path, job_ttl=0, max_voxels=7, max_body_bytes=9)):
+        assert Settings.from_env(settings.to_env()) == settings
 
 
 # -- sandbox ----------------------------------------------------------------------------------------

@@ -462,6 +462,21 @@ def test_jobs_survive_a_restart_via_noa_serve(tmp_path):
         stop_server(proc)
 
 
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_noa_serve_refuses_clearly(server, tmp_path, processes):
+    """Exit 2 and one line, before anything listens: a port in use (here the live server's, whose
+    processes must not be joined through SO_REUSEPORT), a data root that is no folder, zero processes."""
+    port = server.url.rsplit(":", 1)[1]
+    cases = [(["--port", port], f"cannot listen on 127.0.0.1:{port}: Address already in use"),
+             (["--data-root", str(tmp_path / "missing")], "is not a folder"),
+             (["--processes", "0"], "--processes")]
+    for args, message in cases:
+        argv = [sys.executable, "-m", "noa_cli.main", "serve", "--processes", processes, *args]
+        result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
 def _children(pid: int) -> list[int]:
     """The server processes ``noa serve`` (pid) started (multiprocessing's own helpers aside)."""
     found = []
