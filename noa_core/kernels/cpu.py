@@ -241,8 +241,12 @@ def _op_name(op: Callable) -> str | None:
 
 
 def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str, Callable],
-            parallel: bool, fastmath: set[str] | bool = False) -> Callable:
-    """Compile (once) the kernel ``kind`` for ``variant`` around ``ops`` (names in the template)."""
+            parallel: bool, fastmath: set[str] | bool = False, helpers: dict[str, Callable] | None = None) -> Callable:
+    """Compile (once) the kernel ``kind`` for ``variant`` around ``ops`` (names in the template).
+
+    ``helpers`` are this module's own jitted functions that the template calls: unlike ops they
+    do not decide whether the kernel may be cached (an edit of this file retires its cache anyway).
+    """
     names = [_op_name(f) for f in ops.values()]
     builtin = all(n is not None for n in names)
     key = (kind, variant, tuple(ops.items()), parallel)
@@ -254,7 +258,7 @@ def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str
         if kernel is None:
             tag = f"{'_'.join(names)}_{_OPS_DIGEST}" if builtin else f"user{len(_KERNELS)}"
             name = f"{kind}_{tag}_{variant}_{'par' if parallel else 'ser'}"
-            namespace = {"np": np, "prange": numba.prange}
+            namespace = {"np": np, "prange": numba.prange, **(helpers or {})}
             namespace.update({k: _as_dispatcher(f) for k, f in ops.items()})
             func = compile_template(source(name), name, __name__, namespace)
             kernel = numba.njit(parallel=parallel, nogil=True, cache=builtin and runtime.CACHE_ENABLED,
@@ -469,9 +473,8 @@ def moments(buf: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> tu
     parallel = _parallel(count)
     kernel = _kernel("moments", "c" if complex_input else "r",
                      lambda name: _moments_source(complex_input).replace("moments_kernel", name),
-                     {"minimum": BUILTIN_OPS["minimum"], "maximum": BUILTIN_OPS["maximum"],
-                      "run_sum_min_max": _run_sum_min_max, "run_squared_deviations": _run_squared_deviations},
-                     parallel)
+                     {"minimum": BUILTIN_OPS["minimum"], "maximum": BUILTIN_OPS["maximum"]}, parallel,
+                     helpers={"run_sum_min_max": _run_sum_min_max, "run_squared_deviations": _run_squared_deviations})
     counts = np.empty(tasks, np.int64)
     lows, highs, m2s = np.empty(tasks), np.empty(tasks), np.empty(tasks)
     means = np.empty(tasks, np.complex128 if complex_input else np.float64)
