@@ -109,6 +109,39 @@ def test_errors_are_value_errors_and_noa_errors():
     assert issubclass(MissingFileError, FileNotFoundError) and issubclass(SizeError, ValueError)
 
 
+@pytest.mark.parametrize("lazy", [True, False])
+@pytest.mark.parametrize("compression", [None, "zlib"])
+def test_tiff_strip_past_the_end_is_refused_before_any_allocation(tmp_path, lazy, compression):
+    """A StripByteCounts far beyond the file (found by the mutation test below on a real file):
+    refused by name before tifffile reads the strip, which would first allocate the recorded count."""
+    import struct
+
+    import tifffile
+
+    path = tmp_path / "x.tif"
+    tifffile.imwrite(path, np.arange(50 * 50, dtype=np.uint8).reshape(50, 50), compression=compression,
+                     rowsperstrip=50)
+    with tifffile.TiffFile(path) as tif:
+        tag = tif.pages[0].tags["StripByteCounts"]
+        where, kind = tag.valueoffset, tag.dtype
+    raw = bytearray(path.read_bytes())
+    raw[where:where + (2 if kind == 3 else 4)] = struct.pack("<H" if kind == 3 else "<I",
+                                                              60_000 if kind == 3 else 757_731_592)
+    path.write_bytes(bytes(raw))
+    tracemalloc.start()
+    try:
+        if lazy and compression is None:  # the pixels, mapped where the image's shape puts them, are all there
+            array, _ = io.read(path, mmap=lazy)
+            np.testing.assert_array_equal(array.numpy()[0, 0], np.arange(50 * 50, dtype=np.uint8).reshape(50, 50))
+        else:
+            with pytest.raises(FileFormatError, match="StripOffsets/StripByteCounts"):
+                io.read(path, mmap=lazy)
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    assert peak < 4 << 20
+
+
 def _real_files() -> list[Path]:
     return sorted(p for p in DATA.iterdir() if p.suffix != ".md" and not p.name.endswith(".gz")) if DATA.is_dir() else []
 

@@ -143,8 +143,21 @@ def _load(path: Path, tif: tifffile.TiffFile, series, mmap: bool) -> np.ndarray:
     if mmap and offset is not None and dtype.isnative and offset + nbytes <= file_size:
         flat = mapped.map_input(path, offset, dtype, nbytes // dtype.itemsize)
         return flat.reshape(series.shape)
+    _check_segments(path, series, file_size)
     data = series.asarray()
     return data if data.dtype.isnative else data.astype(data.dtype.newbyteorder("="))
+
+
+def _check_segments(path: Path, series, file_size: int) -> None:
+    """Refuse strips or tiles that end past the file before tifffile reads them: a read of the
+    recorded byte count would first allocate that many bytes, whatever the file holds."""
+    for number, page in enumerate(series.pages):
+        if page is None:
+            continue
+        for offset, count in zip(page.dataoffsets, page.databytecounts):
+            if offset + count > file_size:
+                raise TruncatedFileError(f"{path}: StripOffsets/StripByteCounts (page {number}): a segment of {count} "
+                                         f"bytes at offset {offset} ends past the {file_size}-byte file")
 
 
 def read(path: Path, *, series: int | None = None, mmap: bool = True):
