@@ -220,8 +220,11 @@ class JobStore:
                                  f"/v1/jobs/{job.id}", slug="interrupted", title="Job interrupted")
 
     def _finish(self, job: Job, status: str) -> None:
-        """Record the end of an owned job, unless its record was deleted (then it just ends)."""
         job.status, job.finished = status, _now()
+        self._end(job)
+
+    def _end(self, job: Job) -> None:
+        """Record how an owned job ended, unless its record was deleted (then it just ends)."""
         if self._path(job.id).exists():
             self._write(job)
         self._own.pop(job.id, None)
@@ -255,8 +258,7 @@ class JobStore:
             with self._locked():
                 if self._stopping:
                     self._interrupt(job)
-                    self._write(job)
-                    self._own.pop(job.id, None)
+                    self._end(job)
                 else:
                     self._finish(job, "cancelled")
             return
@@ -330,8 +332,7 @@ class JobStore:
                 job.cancel.set()
                 if job.future is not None and job.future.cancel():
                     self._interrupt(job)
-                    self._write(job)
-                    self._own.pop(job.id, None)
+                    self._end(job)
 
     def wait_idle(self, timeout: float) -> None:
         """Wait (bounded) for running jobs to notice the cancellation and record their state."""

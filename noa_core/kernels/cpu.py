@@ -426,31 +426,24 @@ def _moments_source(complex_input: bool) -> str:
     # Each task takes one run of at most CHUNK elements: a first pass for min, max and the sum, a
     # second pass, over the run still in cache, for the squared deviations from the run's mean.
     # Runs are then merged with Chan et al.'s formula, which keeps the precision of two passes.
-    first = ("                s += v" if complex_input else
-             "                s += v\n                lo = minimum(lo, v)\n                hi = maximum(hi, v)")
+    # Contiguous real runs take the vectorized helpers; strided and complex ones the loops below.
+    first = ("s += v" if complex_input else "s += v\nlo = minimum(lo, v)\nhi = maximum(hi, v)").split("\n")
     deviation = "d.real * d.real + d.imag * d.imag" if complex_input else "d * d"
-    zero = "0j" if complex_input else "0.0"
+    loops = [f"s = {'0j' if complex_input else '0.0'}", "lo = np.inf", "hi = -np.inf",
+             "for i in range(m):", "    v = buf[base + i * s3]", *("    " + line for line in first),
+             "mean = s / m", "acc = 0.0",
+             "for i in range(m):", "    d = buf[base + i * s3] - mean", f"    acc += {deviation}"]
+    if complex_input:
+        body = _indent(loops, 2)
+    else:
+        fast = ["run = buf[base:base + m]", "s, lo, hi = run_sum_min_max(run)", "mean = s / m",
+                "acc = run_squared_deviations(run, mean)"]
+        body = "\n".join([_indent(["if unit:"], 2), _indent(fast, 3), _indent(["else:"], 2), _indent(loops, 3)])
     tasks = _CHUNKED_TASKS.format(hoist="    s0, s1, s2, s3 = strides[0], strides[1], strides[2], strides[3]")
     return f"""
 def moments_kernel(buf, shape, strides, chunk, unit, counts, lows, highs, means, m2s):{tasks}
         base = i0 * s0 + i1 * s1 + i2 * s2 + start * s3
-        if {"False" if complex_input else "unit"}:
-            run = buf[base:base + m]
-            s, lo, hi = run_sum_min_max(run)
-            mean = s / m
-            acc = run_squared_deviations(run, mean)
-        else:
-            s = {zero}
-            lo = np.inf
-            hi = -np.inf
-            for i in range(m):
-                v = buf[base + i * s3]
-{first}
-            mean = s / m
-            acc = 0.0
-            for i in range(m):
-                d = buf[base + i * s3] - mean
-                acc += {deviation}
+{body}
         counts[task] = m
         lows[task] = lo
         highs[task] = hi
