@@ -127,13 +127,15 @@ def _count(array: Array, axes: Axes) -> int:
     return math.prod(array.shape[i] for i in normalize_axes(axes))
 
 
-def _mean_wide(array: Array, axes: Axes) -> Array:
-    """The mean in float64 (complex128), not rounded to the input's type (used by var)."""
+def _mean(array: Array, axes: Axes, result_dtype: np.dtype | None = None) -> Array:
+    """The mean summed in float64 (complex128) and rounded to ``result_dtype`` (default: kept wide)."""
     acc = np.dtype(np.complex128 if array.dtype.kind == "c" else np.float64)
     add, ident = BUILTIN_OPS["add"], BUILTIN_OPS["identity"]
     total = _reduce([array], ident, add, ident, acc.type(0), axes, acc)
-    launch(BUILTIN_OPS["divide"], [total, np.float64(_count(array, axes))], [total])
-    return total
+    out = total if result_dtype in (None, acc) else empty(total.shape, result_dtype, "C", array.device)
+    # One launch divides in the accumulator's type and rounds into the result's.
+    launch(BUILTIN_OPS["divide"], [total, np.float64(_count(array, axes))], [out])
+    return out
 
 
 def _float_result(dt: np.dtype) -> np.dtype:
@@ -142,11 +144,7 @@ def _float_result(dt: np.dtype) -> np.dtype:
 
 def mean(array: Array, axes: Axes = None) -> Array:
     """Mean over ``axes``; the result type is NumPy's (float64 for integers). Empty: NaN."""
-    dt = _scalar_input(array)
-    wide = _mean_wide(array, axes)
-    out = empty(wide.shape, _float_result(dt), "C", array.device)
-    launch(BUILTIN_OPS["identity"], [wide], [out])
-    return out
+    return _mean(array, axes, _float_result(_scalar_input(array)))
 
 
 def _extremum(array: Array, axes: Axes, name: str) -> Array:
@@ -182,7 +180,7 @@ def max(array: Array, axes: Axes = None) -> Array:  # noqa: A001
 
 def _variance(array: Array, axes: Axes, ddof: int, final: str) -> Array:
     dt = _scalar_input(array)
-    m = _mean_wide(array, axes)
+    m = _mean(array, axes)
     shape = array.shape
     sq = BUILTIN_OPS["squared_deviation_complex" if dt.kind == "c" else "squared_deviation"]
     add, ident = BUILTIN_OPS["add"], BUILTIN_OPS["identity"]
