@@ -1,8 +1,10 @@
 """Benchmark noa's CPU kernels against NumPy, side by side, on float32.
 
 Every row times the noa operation, its NumPy counterpart and ``np.copyto`` between two arrays of
-the operation's output size (the bandwidth reference), interleaved in the same run; the median of
-several runs is printed. GB/s counts bytes read plus bytes written. Usage:
+the operation's output size (the bandwidth reference), one after the other in each of several
+rounds. Times are medians over the rounds; ratios are medians of the ratios taken within each round.
+Before every timed call a read of twice the last-level cache writes back what the previous call
+left dirty. GB/s counts bytes read plus bytes written. Usage:
 
     python benchmarks/bench_kernels.py [--quick] [--repeat N]
 """
@@ -17,6 +19,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numba
 import numpy as np
@@ -24,31 +28,59 @@ import numpy as np
 import noa_core as nc
 
 
-def median_times(funcs: list[Callable[[], object]], repeat: int) -> list[float]:
-    """Median wall time of each function, calling them in turn so that they see the same machine."""
+def last_level_cache_bytes() -> int:
+    """The size of the CPU's largest cache (sysfs), or 32 MiB where it cannot be read."""
+    sizes = []
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        text = entry.read_text().strip()
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+        sizes.append(int(text.rstrip("KM")) * scale)
+    return max(sizes, default=32 << 20)
+
+
+# Read before every timed call: it writes back the dirty lines the previous call left in the
+# caches, so no function pays for its predecessor's writes (a sum timed right after a 256 MB
+# copy did, and measured 30% slower than on its own).
+_SCRUB = np.ones(2 * last_level_cache_bytes() // 4, np.float32)
+
+
+def timings(funcs: list[Callable[[], object]], repeat: int) -> list[list[float]]:
+    """Wall times of each function over ``repeat`` rounds; a round calls every function once, in
+    turn, so that the functions of one round see the same machine."""
     for f in funcs:  # warm-up: compilation, page faults of fresh outputs
         f()
     samples: list[list[float]] = [[] for _ in funcs]
     for _ in range(repeat):
         for f, s in zip(funcs, samples):
+            _SCRUB.sum()
             t = time.perf_counter()
             f()
             s.append(time.perf_counter() - t)
-    return [statistics.median(s) for s in samples]
+    return samples
+
+
+def speedup(baseline: list[float], measured: list[float]) -> float:
+    """Median over rounds of baseline/measured time: a ratio taken within one round cancels the
+    slower drifts of a shared machine's memory bandwidth, which moves medians by 20-30%."""
+    return statistics.median(b / m for b, m in zip(baseline, measured))
 
 
 def row(name: str, shape, noa_f, numpy_f, bytes_moved: int, out_bytes: int, repeat: int) -> dict:
     ref_src = np.ones(out_bytes // 4, np.float32)
     ref_dst = np.empty_like(ref_src)
-    t_noa, t_np, t_copy = median_times([noa_f, numpy_f, lambda: np.copyto(ref_dst, ref_src)], repeat)
-    return {"name": name, "shape": shape, "noa": t_noa, "np": t_np, "noa_gbs": bytes_moved / t_noa / 1e9,
-            "copy_gbs": 2 * out_bytes / t_copy / 1e9}
+    noa, npy, copy = timings([noa_f, numpy_f, lambda: np.copyto(ref_dst, ref_src)], repeat)
+    # noa's bandwidth relative to copyto's: (bytes_moved / noa) / (2 * out_bytes / copy).
+    bandwidth_ratio = bytes_moved / (2 * out_bytes) * speedup(copy, noa)
+    return {"name": name, "shape": shape, "noa": statistics.median(noa), "np": statistics.median(npy),
+            "vs_np": speedup(npy, noa), "vs_copy": bandwidth_ratio,
+            "noa_gbs": bytes_moved / statistics.median(noa) / 1e9,
+            "copy_gbs": 2 * out_bytes / statistics.median(copy) / 1e9}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller shapes (seconds, not minutes)")
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=11)
     args = parser.parse_args()
     q = args.quick
     rng = np.random.default_rng(0)
@@ -76,6 +108,11 @@ def main() -> None:
                     lambda: np.copyto(c_dst, x), 2 * nbytes, nbytes, args.repeat))
     rows.append(row("copy F->F into", copy_shape, lambda: nc.ewise([f], [f_out], "identity"),
                     lambda: np.copyto(f_dst, xf), 2 * nbytes, nbytes, args.repeat))
+    # F->F time over C->C time, taken within each round.
+    c_new, f_new, c_into, f_into = timings([lambda: c.copy("C"), lambda: f.copy("F"),
+                                            lambda: nc.ewise([c], [c_out], "identity"),
+                                            lambda: nc.ewise([f], [f_out], "identity")], args.repeat)
+    f_over_c = speedup(f_new, c_new), speedup(f_into, c_into)
     del c_out, f_out, c_dst, f_dst
 
     # Transposes of height and width (the NumPy counterpart: ascontiguousarray of the view, or
@@ -108,6 +145,7 @@ def main() -> None:
     ra = nc.asarray(r)
     rows.append(row("sum", red_shape, lambda: nc.sum(ra), lambda: r.sum(), r.nbytes, r.nbytes, args.repeat))
     rows.append(row("mean", red_shape, lambda: nc.mean(ra), lambda: r.mean(), r.nbytes, r.nbytes, args.repeat))
+    ceiling = read_ceiling(r, ra, args.repeat)
 
     header = f"{'operation':<30}{'shape':<30}{'noa ms':>9}{'numpy ms':>10}{'vs numpy':>10}{'noa GB/s':>10}" \
              f"{'copyto GB/s':>13}{'vs copyto':>11}"
@@ -115,12 +153,26 @@ def main() -> None:
     print("-" * len(header))
     for rw in rows:
         print(f"{rw['name']:<30}{str(rw['shape']):<30}{rw['noa'] * 1e3:>9.2f}{rw['np'] * 1e3:>10.2f}"
-              f"{rw['np'] / rw['noa']:>9.2f}x{rw['noa_gbs']:>10.1f}{rw['copy_gbs']:>13.1f}"
-              f"{rw['noa_gbs'] / rw['copy_gbs']:>10.2f}x")
-    print(f"F->F / C->C time: new {rows[1]['noa'] / rows[0]['noa']:.3f}, into {rows[3]['noa'] / rows[2]['noa']:.3f}"
+              f"{rw['vs_np']:>9.2f}x{rw['noa_gbs']:>10.1f}{rw['copy_gbs']:>13.1f}{rw['vs_copy']:>10.2f}x")
+    print(f"F->F / C->C time: new {f_over_c[0]:.3f}, into {f_over_c[1]:.3f}"
           f"   (threads: {numba.get_num_threads()}, layer: {numba.threading_layer()})")
+    print(ceiling)
     cold, warm = first_call_latency()
     print(f"first call (import noa_core + a small copy, new process): cold cache {cold:.2f} s, warm cache {warm:.2f} s")
+
+
+def read_ceiling(r: np.ndarray, ra: nc.Array, repeat: int) -> str:
+    """A sum is bound by how fast the threads can read memory: NumPy's own sum, split into one slab
+    per thread and run on a thread pool (it releases the GIL), shows that ceiling on this machine."""
+    threads = numba.get_num_threads()
+    slabs = np.array_split(r.reshape(-1), threads)
+    with ThreadPoolExecutor(threads) as pool:
+        def split_sum():
+            return sum(pool.map(np.sum, slabs))
+        noa, npy, split = timings([lambda: nc.sum(ra), lambda: r.sum(), split_sum], repeat)
+    return (f"read ceiling: NumPy's sum split over {threads} threads {statistics.median(split) * 1e3:.2f} ms = "
+            f"{speedup(npy, split):.2f}x NumPy's sum; noa's sum {statistics.median(noa) * 1e3:.2f} ms = "
+            f"{speedup(npy, noa):.2f}x, {speedup(split, noa):.2f} of the ceiling")
 
 
 def first_call_latency() -> tuple[float, float]:
