@@ -89,13 +89,24 @@ def test_permute_copy_matches_numpy(shape, kind, perm, dtype, seed):
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 70, 130), (3, 1, 64, 64), (1, 9, 33, 100), (2, 3, 129, 65), (1, 2, 256, 192)])
-@pytest.mark.parametrize("dtype", ["float32", "float64", "uint16", "complex128"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "uint16", "int8", "bool", "complex128"])
 def test_permute_copy_tiled_transpose(shape, dtype):
-    # Shapes large enough for the cache-blocked path: full tiles (written in micro-blocks) and
-    # partial edge tiles, for each tile size (it depends on the element size).
+    # Shapes large enough for the cache-blocked path: full tiles (written in vector-transposed
+    # micro-blocks, one code path per element width) and partial edge tiles, for each tile size
+    # (it depends on the element size).
     x = random_values(np.random.default_rng(1), shape, dtype)
     for perm in [(0, 1, 3, 2), (0, 2, 3, 1), (3, 1, 2, 0)]:
         np.testing.assert_array_equal(nc.asarray(x).permute_copy(perm).numpy(), np.transpose(x, perm))
+
+
+@pytest.mark.parametrize("source, target", [("float32", "float64"), ("float64", "int16"), ("uint8", "float32")])
+def test_transposed_cast(source, target):
+    # A cast into a transposed layout takes the tiled path too: the cast fills the tile, the
+    # micro-blocks move the target type.
+    x = random_values(np.random.default_rng(4), (2, 1, 130, 200), source)
+    out = nc.empty((2, 1, 200, 130), target).permute((0, 1, 3, 2))
+    nc.ewise([nc.asarray(x)], [out], "identity")
+    np.testing.assert_array_equal(out.numpy(), x.astype(target))
 
 
 def test_copy_large_parallel_and_transposed():

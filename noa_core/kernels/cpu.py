@@ -19,8 +19,10 @@ from pathlib import Path
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
 from numba.core.registry import CPUDispatcher
-from numba.extending import register_jitable
+from numba.extending import intrinsic, register_jitable
 
 from noa_core.kernels import BUILTIN_OPS, compile_template, transpose_plan
 from noa_core import runtime
@@ -42,6 +44,53 @@ _OPS_DIGEST = hashlib.sha1(Path(__file__).with_name("__init__.py").read_bytes())
 
 # The NaN-propagating extrema, compiled, for the module's own jitted helpers.
 _minimum, _maximum = numba.njit(BUILTIN_OPS["minimum"]), numba.njit(BUILTIN_OPS["maximum"])
+
+
+
+@intrinsic
+def _transpose_block(typingctx, src, src_start, src_stride, dst, dst_start, dst_stride):
+    """``dst[dst_start + j*dst_stride + i] = src[src_start + i*src_stride + j]`` for i, j < MICRO.
+
+    MICRO vector loads, log2(MICRO) rounds of shuffles and MICRO vector stores. LLVM turns the
+    scalar version of this loop into 2 * MICRO**2 scalar moves; the shuffles it maps to the
+    target's own (unpack, blend, permute) instructions. Elements move as integers of their width,
+    so any element type takes the same code. Indices are not checked: callers stay in bounds.
+    """
+    sig = types.none(src, src_start, src_stride, dst, dst_start, dst_stride)
+
+    def codegen(context, builder, signature, args):
+        src_arr, src_off, src_step, dst_arr, dst_off, dst_step = args
+        width = context.get_abi_sizeof(context.get_data_type(signature.args[3].dtype)) * 8
+        element, vector = ir.IntType(width), ir.VectorType(ir.IntType(width), MICRO)
+
+        def rows(array, array_type, offset, step):
+            data = cgutils.create_struct_proxy(array_type)(context, builder, value=array).data
+            base = builder.bitcast(data, element.as_pointer())
+            return [builder.bitcast(builder.gep(base, [builder.add(offset, builder.mul(step, ir.Constant(step.type, i)))]),
+                                    vector.as_pointer()) for i in range(MICRO)]
+
+        block = [builder.load(p, align=width // 8)
+                 for p in rows(src_arr, signature.args[0], src_off, src_step)]
+        # Round d swaps bit d of the row index with bit d of the column index between rows i and
+        # i + d; after every round the block is transposed.
+        d = 1
+        while d < MICRO:
+            low = ir.Constant(ir.VectorType(ir.IntType(32), MICRO),
+                              [c if c & d == 0 else MICRO + c - d for c in range(MICRO)])
+            high = ir.Constant(ir.VectorType(ir.IntType(32), MICRO),
+                               [c + d if c & d == 0 else MICRO + c for c in range(MICRO)])
+            for i in range(MICRO):
+                if i & d == 0:
+                    a, b = block[i], block[i + d]
+                    block[i] = builder.shuffle_vector(a, b, low)
+                    block[i + d] = builder.shuffle_vector(a, b, high)
+            d *= 2
+        for value, p in zip(block, rows(dst_arr, signature.args[3], dst_off, dst_step)):
+            builder.store(value, p, align=width // 8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
 
 _LOCK = threading.Lock()
 _KERNELS: dict[tuple, Callable] = {}
@@ -106,14 +155,11 @@ def {name}(in0, out0, shape, si, so, tile):
             for y in range(ny):
                 row[y] = op(src[y])
         if ny == tile and nx == tile:
-            # Full tiles are written in {micro}x{micro} blocks of constant size, which LLVM unrolls
-            # into register transposes (measured ~30% faster than the plain loop below).
+            # Full tiles are written in {micro}x{micro} blocks, each transposed in vector registers.
+            flat = buf.reshape(tile * tile)
             for yy in range(0, tile, {micro}):
                 for xx in range(0, tile, {micro}):
-                    for y in range({micro}):
-                        dst = out0[bo + (yy + y) * s2 + xx:bo + (yy + y) * s2 + xx + {micro}]
-                        for x in range({micro}):
-                            dst[x] = buf[xx + x, yy + y]
+                    transpose_block(flat, xx * tile + yy, tile, out0, bo + yy * s2 + xx, s2)
         else:
             for y in range(ny):
                 dst = out0[bo + y * s2:bo + y * s2 + nx]
@@ -305,7 +351,7 @@ def ewise(op: Callable, inputs: Sequence, outputs: Sequence[np.ndarray], shape: 
         if plan is not None:
             tile = TILE_SMALL if outputs[0].itemsize <= 4 else TILE_LARGE
             kernel = _kernel("transpose", "11", lambda name: _TRANSPOSE.format(name=name, micro=MICRO), {"op": op},
-                             parallel)
+                             parallel, helpers={"transpose_block": _transpose_block})
             kernel(inputs[0], outputs[0], *plan, tile)
             return
     kinds = "".join("a" if a else "s" for a in arrays_in)
