@@ -84,6 +84,9 @@ def main() -> None:
     args = parser.parse_args()
     q = args.quick
     rng = np.random.default_rng(0)
+    # Touch and free 1 GiB first: on a fresh process the kernel compacts memory into huge pages
+    # during the first large allocations, and whichever row came first paid for it (up to 10x).
+    np.ones(1 << 28, np.float32)
     rows = []
 
     def rand(shape):

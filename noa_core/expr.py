@@ -9,6 +9,7 @@ checked tree. Nothing the user typed is ever evaluated as Python.
 from __future__ import annotations
 
 import ast
+import hashlib
 import math
 import string
 from collections.abc import Callable
@@ -176,7 +177,12 @@ def _compile_numba(source: str) -> Callable:
     if function is None:
         import numba
 
+        element = _define(source)
+        # The generated source is the whole definition of the function, so a digest of it names
+        # the kernels built around it for numba's on-disk cache (see kernels.cpu._op_name): the
+        # same expression compiles once per cache, not once per process.
+        element.noa_cache_tag = "expr" + hashlib.sha1(source.encode()).hexdigest()[:16]
         # error_model='numpy': division by zero gives inf/nan as in NumPy instead of raising.
-        function = numba.njit(nogil=True, error_model="numpy")(_define(source))
+        function = numba.njit(nogil=True, error_model="numpy")(element)
         _NUMBA_CACHE[source] = function
     return function

@@ -85,3 +85,46 @@ def test_limits():
         compile_expression("a", 0)
     with pytest.raises(ExpressionError, match="limit is 2000"):
         compile_expression("a + " * 600 + "a", 1)
+
+
+_CACHED_RUN = """
+import sys
+import numpy as np
+import noa_core as nc
+from noa_core.elementwise import ewise
+from noa_core.expr import compile_expression
+from noa_core.kernels import cpu
+
+text = sys.argv[1]
+x = np.arange(600 * 500, dtype=np.float32).reshape(1, 1, 600, 500)  # parallel and serial kernels
+out = nc.empty(x.shape, "float32")
+ewise([nc.asarray(x)], [out], compile_expression(text, 1).numba_function())
+small = nc.empty((1, 1, 2, 3), "float32")
+ewise([nc.asarray(x[:, :, :2, :3])], [small], compile_expression(text, 1).numba_function())
+expected = compile_expression(text, 1).evaluate_numpy(x)
+assert np.array_equal(out.numpy(), expected) and np.array_equal(small.numpy(), expected[:, :, :2, :3])
+stats = [k.stats for k in cpu._KERNELS.values()]
+print(sum(sum(s.cache_hits.values()) for s in stats), sum(sum(s.cache_misses.values()) for s in stats))
+"""
+
+
+def test_expression_kernels_are_cached_on_disk_across_processes(tmp_path):
+    """A second process evaluating the same expression loads its kernels from the cache (numba
+    counts hits and no misses); another expression gets kernels of its own, not the first's."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+
+    def run(text: str) -> tuple[int, int]:
+        result = subprocess.run([sys.executable, "-c", _CACHED_RUN, text], env=env, capture_output=True,
+                                text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        hits, misses = result.stdout.split()
+        return int(hits), int(misses)
+
+    assert run("a * 2 + 1")[1] > 0  # compiled and stored
+    hits, misses = run("a * 2 + 1")
+    assert hits >= 2 and misses == 0
+    assert run("a * 3 + 1")[1] > 0  # a different expression is not served the first one's kernels

@@ -6,8 +6,9 @@ serial twin for small arrays, where waking the thread pool costs more than the w
 over 1-D buffers already offset to element [0,0,0,0], and shapes/strides already planned by
 :func:`noa_core.layout.plan_iteration` (innermost dimension last, usually stride 1).
 
-Kernels built for :data:`noa_core.kernels.BUILTIN_OPS` are cached on disk (``cache=True``); kernels
-built around a user's function are compiled once per process and kept in memory.
+Kernels built for :data:`noa_core.kernels.BUILTIN_OPS` or for expressions of :mod:`noa_core.expr`
+are cached on disk (``cache=True``); kernels built around any other user function are compiled once
+per process and kept in memory.
 """
 
 from __future__ import annotations
@@ -281,9 +282,12 @@ def _as_dispatcher(op: Callable) -> CPUDispatcher:
 
 
 def _op_name(op: Callable) -> str | None:
-    """The built-in name of ``op`` (its kernels may be cached on disk), or None for a user's op."""
+    """A stable name for ``op``, under which its kernels may be cached on disk: a built-in's name,
+    or the tag noa_core.expr gives a compiled expression; None for any other user function."""
     name = getattr(op, "__name__", None)
-    return name if BUILTIN_OPS.get(name) is op else None
+    if BUILTIN_OPS.get(name) is op:
+        return name
+    return getattr(getattr(op, "py_func", op), "noa_cache_tag", None)
 
 
 def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str, Callable],
@@ -294,7 +298,7 @@ def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str
     do not decide whether the kernel may be cached (an edit of this file retires its cache anyway).
     """
     names = [_op_name(f) for f in ops.values()]
-    builtin = all(n is not None for n in names)
+    cacheable = all(n is not None for n in names)
     key = (kind, variant, tuple(ops.items()), parallel)
     kernel = _KERNELS.get(key)
     if kernel is not None:
@@ -302,12 +306,12 @@ def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str
     with _LOCK:
         kernel = _KERNELS.get(key)
         if kernel is None:
-            tag = f"{'_'.join(names)}_{_OPS_DIGEST}" if builtin else f"user{len(_KERNELS)}"
+            tag = f"{'_'.join(names)}_{_OPS_DIGEST}" if cacheable else f"user{len(_KERNELS)}"
             name = f"{kind}_{tag}_{variant}_{'par' if parallel else 'ser'}"
             namespace = {"np": np, "prange": numba.prange, **(helpers or {})}
             namespace.update({k: _as_dispatcher(f) for k, f in ops.items()})
             func = compile_template(source(name), name, __name__, namespace)
-            kernel = numba.njit(parallel=parallel, nogil=True, cache=builtin and runtime.CACHE_ENABLED,
+            kernel = numba.njit(parallel=parallel, nogil=True, cache=cacheable and runtime.CACHE_ENABLED,
                                 error_model="numpy",
                                 fastmath=fastmath)(func)
             _KERNELS[key] = kernel
