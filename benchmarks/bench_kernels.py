@@ -38,9 +38,10 @@ def last_level_cache_bytes() -> int:
     return max(sizes, default=32 << 20)
 
 
-# Read before every timed call: it writes back the dirty lines the previous call left in the
-# caches, so no function pays for its predecessor's writes (a sum timed right after a 256 MB
-# copy did, and measured 30% slower than on its own).
+# Read before every timed call: it evicts (writes back) what the previous call left dirty in the
+# shared last-level cache, so a function pays little for its predecessor's writes (a sum timed
+# right after a 256 MB copy did, and measured 30% slower than on its own). Lines dirty in other
+# cores' private caches, or in other sockets' caches, may remain.
 _SCRUB = np.ones(2 * last_level_cache_bytes() // 4, np.float32)
 
 
@@ -59,10 +60,10 @@ def timings(funcs: list[Callable[[], object]], repeat: int) -> list[list[float]]
     return samples
 
 
-def speedup(baseline: list[float], measured: list[float]) -> float:
-    """Median over rounds of baseline/measured time: a ratio taken within one round cancels the
+def paired_ratio(numerator: list[float], denominator: list[float]) -> float:
+    """Median over rounds of numerator/denominator time: a ratio taken within one round cancels the
     slower drifts of a shared machine's memory bandwidth, which moves medians by 20-30%."""
-    return statistics.median(b / m for b, m in zip(baseline, measured))
+    return statistics.median(n / d for n, d in zip(numerator, denominator))
 
 
 def row(name: str, shape, noa_f, numpy_f, bytes_moved: int, out_bytes: int, repeat: int) -> dict:
@@ -70,9 +71,9 @@ def row(name: str, shape, noa_f, numpy_f, bytes_moved: int, out_bytes: int, repe
     ref_dst = np.empty_like(ref_src)
     noa, npy, copy = timings([noa_f, numpy_f, lambda: np.copyto(ref_dst, ref_src)], repeat)
     # noa's bandwidth relative to copyto's: (bytes_moved / noa) / (2 * out_bytes / copy).
-    bandwidth_ratio = bytes_moved / (2 * out_bytes) * speedup(copy, noa)
+    bandwidth_ratio = bytes_moved / (2 * out_bytes) * paired_ratio(copy, noa)
     return {"name": name, "shape": shape, "noa": statistics.median(noa), "np": statistics.median(npy),
-            "vs_np": speedup(npy, noa), "vs_copy": bandwidth_ratio,
+            "vs_np": paired_ratio(npy, noa), "vs_copy": bandwidth_ratio,
             "noa_gbs": bytes_moved / statistics.median(noa) / 1e9,
             "copy_gbs": 2 * out_bytes / statistics.median(copy) / 1e9}
 
@@ -115,7 +116,7 @@ def main() -> None:
     c_new, f_new, c_into, f_into = timings([lambda: c.copy("C"), lambda: f.copy("F"),
                                             lambda: nc.ewise([c], [c_out], "identity"),
                                             lambda: nc.ewise([f], [f_out], "identity")], args.repeat)
-    f_over_c = speedup(f_new, c_new), speedup(f_into, c_into)
+    f_over_c = paired_ratio(f_new, c_new), paired_ratio(f_into, c_into)
     del c_out, f_out, c_dst, f_dst
 
     # Transposes of height and width (the NumPy counterpart: ascontiguousarray of the view, or
@@ -166,16 +167,16 @@ def main() -> None:
 
 def read_ceiling(r: np.ndarray, ra: nc.Array, repeat: int) -> str:
     """A sum is bound by how fast the threads can read memory: NumPy's own sum, split into one slab
-    per thread and run on a thread pool (it releases the GIL), shows that ceiling on this machine."""
+    per thread and run on a thread pool (it releases the GIL), estimates that ceiling here."""
     threads = numba.get_num_threads()
     slabs = np.array_split(r.reshape(-1), threads)
     with ThreadPoolExecutor(threads) as pool:
         def split_sum():
             return sum(pool.map(np.sum, slabs))
         noa, npy, split = timings([lambda: nc.sum(ra), lambda: r.sum(), split_sum], repeat)
-    return (f"read ceiling: NumPy's sum split over {threads} threads {statistics.median(split) * 1e3:.2f} ms = "
-            f"{speedup(npy, split):.2f}x NumPy's sum; noa's sum {statistics.median(noa) * 1e3:.2f} ms = "
-            f"{speedup(npy, noa):.2f}x, {speedup(split, noa):.2f} of the ceiling")
+    return (f"read ceiling (estimate): NumPy's sum split over {threads} threads {statistics.median(split) * 1e3:.2f} ms = "
+            f"{paired_ratio(npy, split):.2f}x NumPy's sum; noa's sum {statistics.median(noa) * 1e3:.2f} ms = "
+            f"{paired_ratio(npy, noa):.2f}x, {paired_ratio(split, noa):.2f} of the ceiling")
 
 
 def first_call_latency() -> tuple[float, float]:

@@ -14,9 +14,11 @@ import math
 import string
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from noa_core import runtime
 from noa_core.errors import NoaError
 
 
@@ -170,6 +172,7 @@ def _define(source: str) -> Callable:
 
 
 _NUMBA_CACHE: dict[str, Callable] = {}
+_MODULE_SOURCE = Path(__file__).read_bytes()
 
 
 def _compile_numba(source: str) -> Callable:
@@ -177,12 +180,13 @@ def _compile_numba(source: str) -> Callable:
     if function is None:
         import numba
 
-        element = _define(source)
-        # The generated source is the whole definition of the function, so a digest of it names
-        # the kernels built around it for numba's on-disk cache (see kernels.cpu._op_name): the
-        # same expression compiles once per cache, not once per process.
-        element.noa_cache_tag = "expr" + hashlib.sha1(source.encode()).hexdigest()[:16]
         # error_model='numpy': division by zero gives inf/nan as in NumPy instead of raising.
-        function = numba.njit(nogil=True, error_model="numpy")(element)
+        function = numba.njit(nogil=True, error_model="numpy")(_define(source))
+        # The generated source and this module (how it is compiled, what it may call) define the
+        # function, so a digest of both names the kernels built around it in numba's on-disk cache
+        # (see kernels.cpu._op_name): an expression compiles once per cache, not once per process.
+        # The service turns this off: its clients' expressions must not fill the disk.
+        if runtime.CACHE_EXPRESSIONS:
+            function.noa_cache_tag = "expr" + hashlib.sha1(_MODULE_SOURCE + source.encode()).hexdigest()[:16]
         _NUMBA_CACHE[source] = function
     return function

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 
-from noa_core import ops
+from noa_core import ops, runtime
 from server.jobs import JobStore
 from server.problems import ProblemError
 from server.sandbox import Sandbox
@@ -49,6 +49,9 @@ class Service:
 
     def start(self) -> None:
         """Compile the kernels in a worker thread; /readyz reports ready once that is done."""
+        # Clients' expressions are compiled once per process and kept in memory, not cached on
+        # disk: every distinct one would stay in the cache directory for good.
+        runtime.CACHE_EXPRESSIONS = False
         self._warmup = self._pool.submit(ops.warmup)
         self._warmup.add_done_callback(_log_warmup)
 

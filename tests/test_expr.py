@@ -95,7 +95,10 @@ from noa_core.elementwise import ewise
 from noa_core.expr import compile_expression
 from noa_core.kernels import cpu
 
+from noa_core import runtime
+
 text = sys.argv[1]
+runtime.CACHE_EXPRESSIONS = sys.argv[2] == "cache"  # as the service sets it: off
 x = np.arange(600 * 500, dtype=np.float32).reshape(1, 1, 600, 500)  # parallel and serial kernels
 out = nc.empty(x.shape, "float32")
 ewise([nc.asarray(x)], [out], compile_expression(text, 1).numba_function())
@@ -110,15 +113,16 @@ print(sum(sum(s.cache_hits.values()) for s in stats), sum(sum(s.cache_misses.val
 
 def test_expression_kernels_are_cached_on_disk_across_processes(tmp_path):
     """A second process evaluating the same expression loads its kernels from the cache (numba
-    counts hits and no misses); another expression gets kernels of its own, not the first's."""
+    counts hits and no misses); another expression gets kernels of its own, not the first's; with
+    runtime.CACHE_EXPRESSIONS off the cache directory is left alone."""
     import os
     import subprocess
     import sys
 
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
 
-    def run(text: str) -> tuple[int, int]:
-        result = subprocess.run([sys.executable, "-c", _CACHED_RUN, text], env=env, capture_output=True,
+    def run(text: str, cache: str = "cache") -> tuple[int, int]:
+        result = subprocess.run([sys.executable, "-c", _CACHED_RUN, text, cache], env=env, capture_output=True,
                                 text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-2000:]
         hits, misses = result.stdout.split()
@@ -128,3 +132,7 @@ def test_expression_kernels_are_cached_on_disk_across_processes(tmp_path):
     hits, misses = run("a * 2 + 1")
     assert hits >= 2 and misses == 0
     assert run("a * 3 + 1")[1] > 0  # a different expression is not served the first one's kernels
+    # With expression caching off (the service), nothing is loaded or stored for them.
+    files = sorted(p.name for p in tmp_path.rglob("*"))
+    assert run("a * 4 + 1", "off")[0] == 0
+    assert sorted(p.name for p in tmp_path.rglob("*")) == files

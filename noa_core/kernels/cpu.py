@@ -36,6 +36,7 @@ CHUNK = 1 << 15
 TILE_SMALL, TILE_LARGE = 64, 32
 # Edge of the blocks full tiles are written in (a multiple-of-it tile edge is required).
 MICRO = 8
+assert MICRO & (MICRO - 1) == 0, "the register transpose needs a power-of-two block edge"
 # Below this edge length a dimension is too short for tiles to pay off.
 MIN_TILE_EDGE = 8
 
@@ -54,32 +55,39 @@ def _transpose_block(typingctx, src, src_start, src_stride, dst, dst_start, dst_
 
     MICRO vector loads, log2(MICRO) rounds of shuffles and MICRO vector stores. LLVM turns the
     scalar version of this loop into 2 * MICRO**2 scalar moves; the shuffles it maps to the
-    target's own (unpack, blend, permute) instructions. Elements move as integers of their width,
-    so any element type takes the same code. Indices are not checked: callers stay in bounds.
+    target's own (unpack, blend, permute) instructions. Elements move as machine words of at most
+    64 bits (a 16-byte element as two), so any element type takes the same code. Accesses assume
+    no alignment (NumPy aligns a complex128 to 8 bytes only) and are not bounds-checked, even
+    under NUMBA_BOUNDSCHECK: callers stay in bounds.
     """
     sig = types.none(src, src_start, src_stride, dst, dst_start, dst_stride)
 
     def codegen(context, builder, signature, args):
         src_arr, src_off, src_step, dst_arr, dst_off, dst_step = args
-        width = context.get_abi_sizeof(context.get_data_type(signature.args[3].dtype)) * 8
-        element, vector = ir.IntType(width), ir.VectorType(ir.IntType(width), MICRO)
+        item_bits = context.get_abi_sizeof(context.get_data_type(signature.args[3].dtype)) * 8
+        word_bits = min(item_bits, 64)
+        words = item_bits // word_bits  # words per element
+        word, vector = ir.IntType(word_bits), ir.VectorType(ir.IntType(word_bits), MICRO * words)
 
         def rows(array, array_type, offset, step):
             data = cgutils.create_struct_proxy(array_type)(context, builder, value=array).data
-            base = builder.bitcast(data, element.as_pointer())
-            return [builder.bitcast(builder.gep(base, [builder.add(offset, builder.mul(step, ir.Constant(step.type, i)))]),
-                                    vector.as_pointer()) for i in range(MICRO)]
+            base = builder.bitcast(data, word.as_pointer())
+            starts = [builder.add(offset, builder.mul(step, ir.Constant(step.type, i))) for i in range(MICRO)]
+            return [builder.bitcast(builder.gep(base, [builder.mul(e, ir.Constant(e.type, words))]), vector.as_pointer())
+                    for e in starts]
 
-        block = [builder.load(p, align=width // 8)
-                 for p in rows(src_arr, signature.args[0], src_off, src_step)]
+        def mask(elements):
+            """A shuffle mask over element indices of the pair (a, b), spelled in words."""
+            return ir.Constant(ir.VectorType(ir.IntType(32), MICRO * words),
+                               [e * words + w for e in elements for w in range(words)])
+
+        block = [builder.load(p, align=1) for p in rows(src_arr, signature.args[0], src_off, src_step)]
         # Round d swaps bit d of the row index with bit d of the column index between rows i and
-        # i + d; after every round the block is transposed.
+        # i + d; after every round (MICRO is a power of two) the block is transposed.
         d = 1
         while d < MICRO:
-            low = ir.Constant(ir.VectorType(ir.IntType(32), MICRO),
-                              [c if c & d == 0 else MICRO + c - d for c in range(MICRO)])
-            high = ir.Constant(ir.VectorType(ir.IntType(32), MICRO),
-                               [c + d if c & d == 0 else MICRO + c for c in range(MICRO)])
+            low = mask([c if c & d == 0 else MICRO + c - d for c in range(MICRO)])
+            high = mask([c + d if c & d == 0 else MICRO + c for c in range(MICRO)])
             for i in range(MICRO):
                 if i & d == 0:
                     a, b = block[i], block[i + d]
@@ -87,7 +95,7 @@ def _transpose_block(typingctx, src, src_start, src_stride, dst, dst_start, dst_
                     block[i + d] = builder.shuffle_vector(a, b, high)
             d *= 2
         for value, p in zip(block, rows(dst_arr, signature.args[3], dst_off, dst_step)):
-            builder.store(value, p, align=width // 8)
+            builder.store(value, p, align=1)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -287,7 +295,7 @@ def _op_name(op: Callable) -> str | None:
     name = getattr(op, "__name__", None)
     if BUILTIN_OPS.get(name) is op:
         return name
-    return getattr(getattr(op, "py_func", op), "noa_cache_tag", None)
+    return getattr(op, "noa_cache_tag", None)
 
 
 def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str, Callable],
