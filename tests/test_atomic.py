@@ -72,3 +72,60 @@ def test_output_mode_follows_the_umask(tmp_path):
     _write(tmp_path / "out.mrc")
     mode = (tmp_path / "out.mrc").stat().st_mode & 0o777
     assert mode == 0o666 & ~atomic._UMASK
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+from noa_core.io import atomic
+temp = atomic.TemporaryOutput(Path(sys.argv[1]), overwrite=False)
+print(temp.temp, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # dies mid-write: no abort, no commit
+"""
+
+_LIVE_WRITER = """
+import sys, time
+from pathlib import Path
+from noa_core.io import atomic
+temp = atomic.TemporaryOutput(Path(sys.argv[1]), overwrite=False)
+print(temp.temp, flush=True)
+time.sleep(60)
+"""
+
+
+def _age(path, seconds: float) -> None:
+    past = os.stat(path).st_mtime - seconds
+    os.utime(path, (past, past))
+
+
+def test_the_next_writer_removes_what_a_killed_writer_left(tmp_path):
+    """A writer SIGKILLed mid-write leaves its temporary file; once it is older than the grace
+    period, the next writer of the same output removes it. Younger files, files of other outputs,
+    and files a live writer holds are left alone."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.mrc"
+    killed = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(out)], capture_output=True, text=True,
+                            timeout=120)
+    assert killed.returncode == -9
+    abandoned = tmp_path / os.path.basename(killed.stdout.strip())
+    assert abandoned.exists() and abandoned.name.endswith(atomic.TEMP_SUFFIX)
+    other = tmp_path / ".other.mrc.x1.noa-tmp"  # another output's
+    other.write_bytes(b"x")
+    _age(other, 2 * atomic.ABANDONED_AFTER_S)
+
+    live = subprocess.Popen([sys.executable, "-c", _LIVE_WRITER, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        held = tmp_path / os.path.basename(live.stdout.readline().strip())
+        assert abandoned.exists()  # too young to be taken for abandoned
+        for path in (abandoned, held):
+            _age(path, 2 * atomic.ABANDONED_AFTER_S)
+        data = _write(out)
+        assert not abandoned.exists()
+        assert held.exists() and other.exists()
+        np.testing.assert_array_equal(io.read(out)[0].numpy(), data)
+    finally:
+        live.kill()
+        live.wait()
+    assert atomic.remove_abandoned(out) == [held]  # its writer is gone now

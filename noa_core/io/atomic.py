@@ -1,19 +1,29 @@
 """Atomic outputs: write a temporary file beside the destination, then rename it into place.
 
 A reader never sees a half-written output, an existing file is replaced only when asked, and a
-failure removes the temporary file, so nothing is left behind.
+failure removes the temporary file, so nothing is left behind. A writer killed outright (SIGKILL,
+a lost cluster node) cannot clean up: its temporary file holds no lock any more, and a later
+process writing the same output (a rerun with --resume, say) removes it.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import os
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError
+
+try:
+    import fcntl
+except ImportError:  # Windows has none: abandoned temporary files are then left alone
+    fcntl = None
 
 # Whether commits wait for the data to reach the disk (fsync). Scratch outputs that are read back
 # at once and deleted (the HTTP service's upload results) skip it: it is most of their latency.
@@ -60,15 +70,103 @@ def _current_umask() -> int:
 _UMASK = _current_umask()
 
 
+# A temporary file younger than this may belong to a writer that has created it but not yet
+# locked it; only older unlocked ones are taken for abandoned.
+ABANDONED_AFTER_S = 60.0
+TEMP_SUFFIX = ".noa-tmp"
+
+
+def _try_lock(fd: int) -> bool | None:
+    """Take an exclusive lock on ``fd`` without waiting: True, False (someone holds it), or None
+    where the file system cannot lock."""
+    if fcntl is None:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None
+    return True
+
+
+def _remove_if_abandoned(temp: Path, now: float) -> bool:
+    """Remove ``temp`` if it is older than :data:`ABANDONED_AFTER_S` and nobody holds it locked."""
+    try:
+        fd = os.open(temp, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        if now - os.fstat(fd).st_mtime > ABANDONED_AFTER_S and _try_lock(fd):
+            os.unlink(temp)
+            return True
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return False
+
+
+def _temporaries(folder: Path) -> dict[str, list[Path]]:
+    """The temporary files in ``folder``, by the output name they were for."""
+    found: dict[str, list[Path]] = {}
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            name = entry.name
+            if name.startswith(".") and name.endswith(TEMP_SUFFIX):
+                output = name[1:-len(TEMP_SUFFIX)].rsplit(".", 1)[0]  # ".{output}.{random}.noa-tmp"
+                found.setdefault(output, []).append(folder / name)
+    return found
+
+
+def remove_abandoned(path: Path) -> list[Path]:
+    """Remove the temporary files of writers of ``path`` that died before finishing: those older
+    than :data:`ABANDONED_AFTER_S` that nobody holds locked. Returns what was removed."""
+    now = time.time()
+    return [t for t in _temporaries(path.parent).get(path.name, []) if _remove_if_abandoned(t, now)]
+
+
+# Folders this process has listed for temporary files, with what it found not yet looked at. Each
+# folder is listed once: a batch writing thousands of files into one folder must not list it for
+# every file (7 ms per listing of 10,000 entries). Temporary files that appear later are removed
+# by a later process (a rerun with --resume, say).
+_LISTED: collections.OrderedDict[Path, dict[str, list[Path]]] = collections.OrderedDict()
+_LISTED_MAX = 1024
+_LISTED_LOCK = threading.Lock()
+
+
+def _remove_leftovers(path: Path) -> None:
+    folder = path.parent.absolute()
+    with _LISTED_LOCK:
+        found = _LISTED.get(folder)
+        if found is None:
+            try:
+                found = _temporaries(folder)
+            except OSError:
+                return
+            _LISTED[folder] = found
+            if len(_LISTED) > _LISTED_MAX:
+                _LISTED.popitem(last=False)
+        candidates = found.pop(path.name, [])
+    now = time.time()
+    for temp in candidates:
+        _remove_if_abandoned(temp, now)
+
+
 class TemporaryOutput:
-    """A temporary file in the destination folder, renamed onto ``path`` by :meth:`commit`."""
+    """A temporary file in the destination folder, renamed onto ``path`` by :meth:`commit`.
+
+    The file stays locked (flock) while it exists, which tells a live writer from a dead one.
+    """
 
     def __init__(self, path: Path, overwrite: bool) -> None:
         self.path = path
         self.overwrite = overwrite
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".noa-tmp", dir=path.parent)
-        os.close(fd)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
+        self._lock_fd: int | None = fd
+        _try_lock(fd)
         self.temp = Path(name)
+        _remove_leftovers(path)
 
     def commit(self) -> None:
         """Make the temporary file durable and give it the final name (refusing to clobber unless asked)."""
@@ -92,6 +190,7 @@ class TemporaryOutput:
                 os.replace(self.temp, self.path)
             else:
                 os.unlink(self.temp)
+        self._unlock()
         if must_sync:
             _fsync_folder(self.path.parent)
 
@@ -101,6 +200,12 @@ class TemporaryOutput:
             os.unlink(self.temp)
         except FileNotFoundError:
             pass
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 def _fsync_folder(folder: Path) -> None:
