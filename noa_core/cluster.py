@@ -293,7 +293,6 @@ def write_split(op: FileOp, src: PathLike, dst: PathLike, client: distributed.Cl
     output is larger than ``block_bytes``; otherwise the pair is one task. The output must be on a
     file system every worker sees at the same path. See the module documentation for the protocol.
     """
-    from noa_core import io
     from noa_core.io import mapped, stream
 
     if block_bytes < MIN_BLOCK_BYTES:
@@ -301,15 +300,14 @@ def write_split(op: FileOp, src: PathLike, dst: PathLike, client: distributed.Cl
                           f"{GRANULE >> 20} MiB granules)")
     distributed = _distributed()
     plan = op.plan(src)
-    ops.check_distinct(dst, op.inputs(src))
+    ops.check_distinct(dst, plan.inputs)
     small = math.prod(plan.shape) * plan.dtype.itemsize <= block_bytes
     if small or not all(mapped.is_mapped(s.numpy()) for s in plan.sources):  # a file read into memory: one task
         result = client.submit(_write_pair, op, Path(src), Path(dst), overwrite, pure=False).result()
         if result.error is not None:
             raise result.error
         return list(result.notices)
-    with io.create(dst, plan.shape, plan.dtype, plan.meta, order=plan.order, overwrite=overwrite,
-                   label=plan.label) as writer:
+    with plan.create(dst, overwrite=overwrite) as writer:
         runs = _task_runs(stream.plan_tiles(writer, plan.sources, block_bytes), plan.dtype.itemsize, block_bytes)
         run = uuid.uuid4().hex[:8]
         names = [_key(op, i, run) for i in range(len(runs))]

@@ -106,34 +106,26 @@ def stats(path: PathLike, *, per_batch: bool = False, read: ReadOptions = DEFAUL
 def permute(src: PathLike, dst: PathLike, axes: Sequence[int], *, read: ReadOptions = DEFAULT_READ,
             overwrite: bool = False, device: str = "cpu", progress: Progress = _no_progress) -> list[str]:
     """Write ``src`` with its BDHW axes reordered; the header follows the axes."""
-    plan = plan_permute(src, axes, read=read)
-    check_distinct(dst, [src])
-    return _stream(dst, plan, overwrite=overwrite, device=device, progress=progress)
+    return _stream(dst, plan_permute(src, axes, read=read), overwrite=overwrite, device=device, progress=progress)
 
 
 def broadcast(src: PathLike, dst: PathLike, shape: Sequence[int], *, read: ReadOptions = DEFAULT_READ,
               overwrite: bool = False, device: str = "cpu", progress: Progress = _no_progress) -> list[str]:
     """Write ``src`` with size-1 dimensions repeated to reach ``shape``."""
-    plan = plan_broadcast(src, shape, read=read)
-    check_distinct(dst, [src])
-    return _stream(dst, plan, overwrite=overwrite, device=device, progress=progress)
+    return _stream(dst, plan_broadcast(src, shape, read=read), overwrite=overwrite, device=device, progress=progress)
 
 
 def copy(src: PathLike, dst: PathLike, *, order: str = "C", dtype=None, clamp: bool = False,
          read: ReadOptions = DEFAULT_READ, overwrite: bool = False, device: str = "cpu",
          progress: Progress = _no_progress) -> list[str]:
     """Copy ``src`` to ``dst`` (format from the extension), in C, F or K order, maybe as ``dtype``."""
-    plan = plan_copy(src, order=order, dtype=dtype, clamp=clamp, read=read)
-    check_distinct(dst, [src])
-    return _stream(dst, plan, overwrite=overwrite, device=device, progress=progress)
+    return _stream(dst, plan_copy(src, order=order, dtype=dtype, clamp=clamp, read=read), overwrite=overwrite, device=device, progress=progress)
 
 
 def ewise(expression: str, srcs: Sequence[PathLike], dst: PathLike, *, dtype=None, read: ReadOptions = DEFAULT_READ,
           overwrite: bool = False, device: str = "cpu", progress: Progress = _no_progress) -> list[str]:
     """Evaluate ``expression`` over the files ``srcs`` (named a, b, c, ...) with broadcasting."""
-    plan = plan_ewise(expression, srcs, dtype=dtype, read=read)
-    check_distinct(dst, srcs)
-    return _stream(dst, plan, overwrite=overwrite, device=device, progress=progress)
+    return _stream(dst, plan_ewise(expression, srcs, dtype=dtype, read=read), overwrite=overwrite, device=device, progress=progress)
 
 
 # -- plans: what a file operation writes, decided from the input headers -------------------------
@@ -141,13 +133,14 @@ def ewise(expression: str, srcs: Sequence[PathLike], dst: PathLike, *, dtype=Non
 
 @dataclass
 class Plan:
-    """An output described before it exists: sources viewed onto its shape, how a tile is computed,
-    its element type, order, metadata and label.
+    """An output described before it exists: the files it is read from, sources viewed onto its
+    shape, how a tile is computed, its element type, order, metadata and label.
 
     A driver creates the output and fills it tile by tile: :func:`_stream` in this process, or
     :func:`noa_core.cluster.write_split` in Dask tasks over the same tiles (so both write the same bytes).
     """
 
+    inputs: list[PathLike]
     sources: list[Array]
     compute: Compute
     meta: object  # noa_core.io.Metadata (io is imported lazily)
@@ -163,10 +156,18 @@ class Plan:
         """``compute`` running on ``device`` (tiles are moved there and back)."""
         return _on_device(self.compute, device)
 
+    def create(self, dst: PathLike, *, overwrite: bool):
+        """The :class:`noa_core.io.Writer` of ``dst`` for this output (a context manager)."""
+        from noa_core import io
 
-def _plan(sources: list[Array], compute: Compute, meta, label: str, dtype=None, order: str = "C") -> Plan:
+        return io.create(dst, self.shape, self.dtype, self.meta, order=self.order, overwrite=overwrite,
+                         label=self.label)
+
+
+def _plan(inputs: list[PathLike], sources: list[Array], compute: Compute, meta, label: str, dtype=None,
+          order: str = "C") -> Plan:
     out_dtype = dtypes.element_dtype(dtype) if dtype is not None else sources[0].dtype
-    return Plan(sources, compute, meta, label, out_dtype, order)
+    return Plan(inputs, sources, compute, meta, label, out_dtype, order)
 
 
 def plan_permute(src: PathLike, axes: Sequence[int], *, read: ReadOptions = DEFAULT_READ) -> Plan:
@@ -174,7 +175,7 @@ def plan_permute(src: PathLike, axes: Sequence[int], *, read: ReadOptions = DEFA
     perm = layout.check_permutation(axes)
     array, meta = _read(src, read)
     label = f"noa permute --axes {','.join(map(str, perm))}"
-    return _plan([array.permute(perm)], _converter("checked"), meta.permute(perm), label)
+    return _plan([src], [array.permute(perm)], _converter("checked"), meta.permute(perm), label)
 
 
 def plan_broadcast(src: PathLike, shape: Sequence[int], *, read: ReadOptions = DEFAULT_READ) -> Plan:
@@ -182,7 +183,7 @@ def plan_broadcast(src: PathLike, shape: Sequence[int], *, read: ReadOptions = D
     target = layout.as_shape4(shape)
     array, meta = _read(src, read)
     label = f"noa broadcast --shape {','.join(map(str, target))}"
-    return _plan([array.broadcast(target)], _converter("checked"), meta.broadcast(target), label)
+    return _plan([src], [array.broadcast(target)], _converter("checked"), meta.broadcast(target), label)
 
 
 def plan_copy(src: PathLike, *, order: str = "C", dtype=None, clamp: bool = False,
@@ -194,7 +195,7 @@ def plan_copy(src: PathLike, *, order: str = "C", dtype=None, clamp: bool = Fals
     out_dtype = None if dtype is None else dtypes.scalar_dtype(dtype)
     out_order = resolve_copy_order(array, order)
     words = [f"--order {out_order}"] + ([f"--dtype {out_dtype}"] if out_dtype is not None else [])
-    return _plan([array], _converter("clamp" if clamp else "checked"), meta, "noa copy " + " ".join(words),
+    return _plan([src], [array], _converter("clamp" if clamp else "checked"), meta, "noa copy " + " ".join(words),
                  out_dtype, out_order)
 
 
@@ -214,7 +215,7 @@ def plan_ewise(expression: str, srcs: Sequence[PathLike], *, dtype=None, read: R
             out_dtype = np.dtype("uint8")  # image formats store no booleans: 0 and 1
     # The output describes the pixels of the first input that has the full shape.
     meta = next((m for a, m in inputs if a.shape == shape), None) or inputs[0][1].broadcast(shape)
-    return _plan([a.broadcast(shape) for a in arrays], _evaluator(compiled), meta, f"noa ewise {expression}"[:80],
+    return _plan(list(srcs), [a.broadcast(shape) for a in arrays], _evaluator(compiled), meta, f"noa ewise {expression}"[:80],
                  out_dtype)
 
 
@@ -258,9 +259,7 @@ class FileOp:
     def __call__(self, src: PathLike, dst: PathLike, *, overwrite: bool = False,
                  progress: Progress = _no_progress) -> list[str]:
         """Write ``dst`` from ``src`` in this process, like the operation's own function; return notices."""
-        plan = self.plan(src)
-        check_distinct(dst, self.inputs(src))
-        return _stream(dst, plan, overwrite=overwrite, device=self.device, progress=progress)
+        return _stream(dst, self.plan(src), overwrite=overwrite, device=self.device, progress=progress)
 
 
 _PLANS: dict[str, Callable[..., Plan]] = {"permute": plan_permute, "broadcast": plan_broadcast, "copy": plan_copy,
@@ -346,10 +345,11 @@ def check_distinct(dst: PathLike, srcs: Sequence[PathLike]) -> None:
 
 
 def _stream(dst: PathLike, plan: Plan, *, overwrite: bool, device: str, progress: Progress) -> list[str]:
-    """Create ``dst`` and fill it tile by tile as ``plan`` says; return notices."""
+    """Create ``dst`` (never one of the plan's inputs) and fill it tile by tile as ``plan`` says;
+    return notices."""
     from noa_core import io
 
-    with io.create(dst, plan.shape, plan.dtype, plan.meta, order=plan.order, overwrite=overwrite,
-                   label=plan.label) as writer:
+    check_distinct(dst, plan.inputs)
+    with plan.create(dst, overwrite=overwrite) as writer:
         io.fill(writer, plan.sources, plan.compute_on(device), progress=progress)
     return list(writer.notices)

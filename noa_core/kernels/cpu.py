@@ -48,7 +48,6 @@ _OPS_DIGEST = hashlib.sha1(Path(__file__).with_name("__init__.py").read_bytes())
 _minimum, _maximum = numba.njit(BUILTIN_OPS["minimum"]), numba.njit(BUILTIN_OPS["maximum"])
 
 
-
 @intrinsic
 def _transpose_block(typingctx, src, src_start, src_stride, dst, dst_start, dst_stride):
     """``dst[dst_start + j*dst_stride + i] = src[src_start + i*src_stride + j]`` for i, j < MICRO.
@@ -480,7 +479,7 @@ def _run_squared_deviations(run, mean):
     return acc
 
 
-def _moments_source(complex_input: bool) -> str:
+def _moments_source(name: str, complex_input: bool) -> str:
     # Each task takes one run of at most CHUNK elements: a first pass for min, max and the sum, a
     # second pass, over the run still in cache, for the squared deviations from the run's mean.
     # Runs are then merged with Chan et al.'s formula, which keeps the precision of two passes.
@@ -499,7 +498,7 @@ def _moments_source(complex_input: bool) -> str:
         body = "\n".join([_indent(["if unit:"], 2), _indent(fast, 3), _indent(["else:"], 2), _indent(loops, 3)])
     tasks = _CHUNKED_TASKS.format(hoist="    s0, s1, s2, s3 = strides[0], strides[1], strides[2], strides[3]")
     return f"""
-def moments_kernel(buf, shape, strides, chunk, unit, counts, lows, highs, means, m2s):{tasks}
+def {name}(buf, shape, strides, chunk, unit, counts, lows, highs, means, m2s):{tasks}
         base = i0 * s0 + i1 * s1 + i2 * s2 + start * s3
 {body}
         counts[task] = m
@@ -523,7 +522,7 @@ def moments(buf: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> tu
     tasks = shape[0] * shape[1] * shape[2] * ((shape[3] + chunk - 1) // chunk)
     parallel = _parallel(count)
     kernel = _kernel("moments", "c" if complex_input else "r",
-                     lambda name: _moments_source(complex_input).replace("moments_kernel", name),
+                     lambda name: _moments_source(name, complex_input),
                      {"minimum": BUILTIN_OPS["minimum"], "maximum": BUILTIN_OPS["maximum"]}, parallel,
                      helpers={"run_sum_min_max": _run_sum_min_max, "run_squared_deviations": _run_squared_deviations})
     counts = np.empty(tasks, np.int64)

@@ -23,7 +23,7 @@ from noa_core.kernels import compile_template, transpose_plan, true_divide, true
 THREADS = 256
 # Transpose tiles: TILE x TILE elements per block, read and written by TILE x TILE_ROWS threads.
 TILE, TILE_ROWS = 32, 8
-MAX_GRID_Z = 65535
+MAX_GRID_YZ = 65535  # blocks along the grid's y and z (x allows 2**31 - 1)
 MAX_BLOCKS = 4096
 # Threads cooperating on one reduced output (each takes every n-th reduced element, coalesced).
 # The simulator runs each thread as a Python thread: keep it small there.
@@ -173,7 +173,7 @@ def ewise(op: Callable, inputs: Sequence, outputs: Sequence, shape: Sequence[int
     """Run ``outputs[...] = op(*inputs)`` over a planned, non-empty 4-d iteration space."""
     if len(inputs) == 1 and in_strides[0] is not None and len(outputs) == 1 and outputs[0].dtype.kind in "iufc":
         plan = transpose_plan(shape, in_strides[0], out_strides[0], TILE_ROWS)
-        if plan is not None and plan[0][2] <= TILE * 65535:
+        if plan is not None and plan[0][2] <= TILE * MAX_GRID_YZ:
             _transpose(op, inputs[0], outputs[0], *plan)
             return
     kinds = "".join("s" if st is None else "a" for st in in_strides)
@@ -191,7 +191,7 @@ def _transpose(op: Callable, source, out, shape: tuple[int, ...], si: tuple[int,
     constants = {"TILE": TILE, "TILE_ROWS": TILE_ROWS, "tile_type": tile_type}
     kernel = _kernel("transpose", str(tile_type), lambda name: _TRANSPOSE.format(name=name), {"op": op}, constants)
     n0, n1, n2, n3 = shape
-    grid = (math.ceil(n3 / TILE), math.ceil(n2 / TILE), min(n0 * n1, MAX_GRID_Z))
+    grid = (math.ceil(n3 / TILE), math.ceil(n2 / TILE), min(n0 * n1, MAX_GRID_YZ))
     kernel[grid, (TILE, TILE_ROWS)](source, out, shape, si, so)
     cuda.synchronize()
 
