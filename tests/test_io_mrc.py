@@ -66,13 +66,13 @@ def test_real_maps_match_mrcfile(name):
         assert array.shape == (1,) + expected.shape  # ispg 1: a volume
         np.testing.assert_array_equal(array.numpy()[0], expected)
         assert md.pixel_size == pytest.approx((float(voxel.z), float(voxel.y), float(voxel.x)))
-        assert md.start == (int(ref.header.nzstart), int(ref.header.nystart), int(ref.header.nxstart))
+        assert md.mrc.start == (int(ref.header.nzstart), int(ref.header.nystart), int(ref.header.nxstart))
         assert md.statistics.min == pytest.approx(float(ref.header.dmin))
         assert md.statistics.rms == pytest.approx(float(ref.header.rms))
-    assert md.kind == "volume" and md.mode == 2 and md.space_group == 1
+    assert md.kind == "volume" and md.mrc.mode == 2 and md.mrc.space_group == 1
     assert md.labels == ["::::EMDATABANK.org::::EMD-3197::::"]
     assert md.pixel_size == pytest.approx((11.4, 11.4, 11.4))
-    assert md.start == (0, 0, -2)
+    assert md.mrc.start == (0, 0, -2)
 
 
 @needs_data
@@ -92,7 +92,7 @@ def test_real_map_round_trip_keeps_header(tmp_path):
     assert mrcfile.validate(str(out), print_file=open("/dev/null", "w"))
     again, md2 = io.read(out)
     np.testing.assert_array_equal(again.numpy(), array.numpy())
-    assert md2.pixel_size == pytest.approx(md.pixel_size) and md2.start == md.start and md2.origin == md.origin
+    assert md2.pixel_size == pytest.approx(md.pixel_size) and md2.mrc.start == md.mrc.start and md2.origin == md.origin
     assert md2.labels[0] == md.labels[0] and md2.labels[1].startswith("noa ") and len(md2.labels) == 2
     with mrcfile.open(out) as ref:
         assert ref.header.nversion >= 20140
@@ -183,7 +183,7 @@ def test_mode_3_reads_as_complex(tmp_path):
     path = raw_mrc(tmp_path / "c.mrc", pairs.tobytes(), 4, 3, 2, 3)
     array, md = io.read(path)
     expected = (pairs[..., 0] + 1j * pairs[..., 1]).astype(np.complex64)
-    assert array.shape == (2, 1, 3, 4) and md.mode == 3
+    assert array.shape == (2, 1, 3, 4) and md.mrc.mode == 3
     np.testing.assert_array_equal(array.numpy()[:, 0], expected)
 
 
@@ -196,7 +196,7 @@ def test_mode_101_unpacks_low_nibble_first(tmp_path, nx):
     packed = (padded[..., 0::2] | (padded[..., 1::2] << 4)).astype(np.uint8)
     path = raw_mrc(tmp_path / "n.mrc", packed.tobytes(), nx, 3, 2, 101, ispg=1)
     array, md = io.read(path)
-    assert array.shape == (1, 2, 3, nx) and md.mode == 101
+    assert array.shape == (1, 2, 3, nx) and md.mrc.mode == 101
     np.testing.assert_array_equal(array.numpy()[0], values)
 
 
@@ -238,7 +238,7 @@ def test_axis_mapping_opens_a_permuted_view(tmp_path, crs):
     assert array.shape == (1,) + expected.shape
     np.testing.assert_array_equal(array.numpy()[0], expected)
     start = {crs[0]: 10, crs[1]: 20, crs[2]: 30}
-    assert md.start == (start[3], start[2], start[1])
+    assert md.mrc.start == (start[3], start[2], start[1])
     assert min(array.strides) >= 0
 
 
@@ -292,12 +292,12 @@ def test_extended_header_kept_or_dropped(tmp_path):
     data = np.arange(2 * 3 * 4, dtype=np.float32).tobytes()
     path = raw_mrc(tmp_path / "e.mrc", ext + data, 4, 3, 2, 2, nsymbt=len(ext), exttyp=b"FEI1")
     array, md = io.read(path)
-    assert md.extended_header == ext and md.exttyp == "FEI1"
+    assert md.mrc.extended_header == ext and md.mrc.exttyp == "FEI1"
     np.testing.assert_array_equal(array.numpy().ravel(), np.frombuffer(data, np.float32))
     assert io.write(tmp_path / "same.mrc", array, md) == []
-    assert io.read(tmp_path / "same.mrc")[1].extended_header == ext
+    assert io.read(tmp_path / "same.mrc")[1].mrc.extended_header == ext
     notices = io.write(tmp_path / "perm.mrc", array.permute((0, 1, 3, 2)), md.permute((0, 1, 3, 2)))
-    assert io.read(tmp_path / "perm.mrc")[1].extended_header is None
+    assert io.read(tmp_path / "perm.mrc")[1].mrc.extended_header is None
     assert any("extended header dropped" in n for n in md.permute((0, 1, 3, 2)).notices + notices)
     notices = io.write(tmp_path / "f.mrc", array, md, order="F")
     assert any("extended header dropped" in n for n in notices)

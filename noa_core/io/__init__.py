@@ -8,6 +8,9 @@ Entry points:
 - :func:`write`: an Array to a file, atomically, returning notices for the user.
 - :func:`create` and :func:`copy_into`: outputs filled block by block, for files larger than memory.
 
+Each format is one module implementing :class:`~noa_core.io.protocol.ImageFormat` (:mod:`.mrc`,
+:mod:`.tiff`), listed in :data:`noa_core.io.formats.FORMATS`.
+
 Every failure caused by a file raises a :class:`noa_core.errors.FileFormatError` subclass whose
 one-line message names the file and the header field.
 """
@@ -17,9 +20,9 @@ from __future__ import annotations
 import os
 
 from noa_core.array import Array, asarray
-from noa_core.errors import FileFormatError
-from noa_core.io import formats, mrc, tiff
+from noa_core.io import formats
 from noa_core.io.metadata import Metadata, Statistics
+from noa_core.io.protocol import ReadRequest
 from noa_core.io.stream import Writer, copy_into, create, fill
 
 __all__ = ["read", "open", "write", "create", "copy_into", "Metadata", "Statistics", "Writer"]
@@ -41,13 +44,7 @@ def read(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bo
     """
     p = formats.check_input(path)
     fmt, compression = formats.detect(p)
-    if fmt == "mrc":
-        if series is not None:
-            raise FileFormatError(f"{p}: series: MRC files hold one series; series= is for TIFF")
-        return mrc.read(p, compression, as_stack=as_stack, as_volume=as_volume, mmap=mmap)
-    if as_stack or as_volume:
-        raise FileFormatError(f"{p}: as_stack/as_volume: TIFF axes name their meaning; these options are for MRC")
-    return tiff.read(p, series=series, mmap=mmap)
+    return fmt.read(p, ReadRequest(compression, as_stack=as_stack, as_volume=as_volume, series=series, mmap=mmap))
 
 
 open = read  # noqa: A001 - ``noa_core.io.open`` reads the same way (lazily by default)

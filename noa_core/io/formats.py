@@ -1,13 +1,14 @@
-"""Which format a file is in: magic bytes first, the extension second; and the input path checks."""
+"""The registry of file formats, and choosing one: magic bytes first, the extension second.
+
+Adding a format is one module implementing :class:`~noa_core.io.protocol.ImageFormat` plus one line
+in :data:`FORMATS`. Also here: the checks every input path gets before any format sees it.
+"""
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
 
 from noa_core.errors import (
     CorruptFileError,
@@ -17,12 +18,23 @@ from noa_core.errors import (
     NotAFileError,
     UnknownFormatError,
 )
+from noa_core.io import compression, mrc, tiff
+from noa_core.io.protocol import ImageFormat
 
-MRC_EXTENSIONS = (".mrc", ".mrcs", ".map", ".st", ".ali", ".rec")
-TIFF_EXTENSIONS = (".tif", ".tiff")  # '.ome.tif' ends in '.tif'
-COMPRESSION_EXTENSIONS = {".gz": "gzip", ".bz2": "bzip2"}
-_TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
-_MRC_MAP_ID = (208, b"MAP ")  # offset and value of the MRC2014 'map' field
+# Signatures are tried in this order; messages list formats and extensions in it too.
+FORMATS: tuple[ImageFormat, ...] = (
+    mrc.FORMAT,
+    tiff.FORMAT,
+)
+HEAD_BYTES = 1024  # what detection reads: every signature lies in the first kilobyte
+
+
+def by_name(name: str) -> ImageFormat:
+    """The registered format called ``name`` (e.g. 'mrc'), or UnknownFormatError."""
+    for fmt in FORMATS:
+        if fmt.name == name:
+            return fmt
+    raise UnknownFormatError(f"format: {name!r} is not one noa knows ({', '.join(f.name for f in FORMATS)})")
 
 
 def check_input(path: str | os.PathLike) -> Path:
@@ -43,71 +55,77 @@ def check_input(path: str | os.PathLike) -> Path:
     return p
 
 
-def compression_of(head: bytes) -> str | None:
-    """'gzip', 'bzip2' or None, from the first bytes."""
-    if head.startswith(b"\x1f\x8b"):
-        return "gzip"
-    if head.startswith(b"BZh"):
-        return "bzip2"
-    return None
-
-
-def open_stream(path: Path, compression: str | None) -> BinaryIO:
-    """A binary stream of the (decompressed) file content."""
-    if compression == "gzip":
-        return gzip.open(path, "rb")
-    if compression == "bzip2":
-        return bz2.open(path, "rb")
-    return open(path, "rb")
-
-
-def detect(path: Path) -> tuple[str, str | None]:
-    """``(format, compression)`` of an input: format 'mrc' or 'tiff', compression 'gzip'/'bzip2'/None."""
-    with open(path, "rb") as f:
-        head = f.read(1024)
-    compression = compression_of(head)
+def _image_extension(path: Path) -> str:
+    """The lower-case extension naming the format, behind any compression suffix ('a.mrc.gz' -> '.mrc')."""
     suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] in COMPRESSION_EXTENSIONS:
+    if suffixes and suffixes[-1] in compression.EXTENSIONS:
         suffixes = suffixes[:-1]
-    ext = suffixes[-1] if suffixes else ""
-    if compression is not None:
+    return suffixes[-1] if suffixes else ""
+
+
+def _check_compression(fmt: ImageFormat, kind: str | None, path: Path) -> None:
+    if kind is not None and not fmt.compressed_input:
+        raise UnknownFormatError(f"{path}: compression: {kind}-compressed {fmt.title} is not supported; "
+                                 "decompress it first")
+
+
+def _none_of(titles: list[str]) -> str:
+    """'neither MRC nor TIFF', or 'none of A, B, C' for more formats."""
+    if len(titles) == 1:
+        return f"not {titles[0]}"
+    if len(titles) == 2:
+        return f"neither {titles[0]} nor {titles[1]}"
+    return f"none of {', '.join(titles)}"
+
+
+def detect(path: Path) -> tuple[ImageFormat, str | None]:
+    """``(format, compression)`` of an input, compression 'gzip'/'bzip2'/None.
+
+    A format whose signature the (decompressed) first bytes carry wins; failing that, one whose
+    extension the path has may claim it (MRC files before MRC2014 have no signature).
+    """
+    with open(path, "rb") as f:
+        head = f.read(HEAD_BYTES)
+    kind = compression.compression_of(head)
+    ext = _image_extension(path)
+    if kind is not None:
         try:
-            with open_stream(path, compression) as stream:
-                head = stream.read(1024)
+            with compression.open_stream(path, kind) as stream:
+                head = stream.read(HEAD_BYTES)
         except (OSError, EOFError, ValueError) as exc:
-            raise CorruptFileError(f"{path}: {compression} stream: cannot be decompressed ({exc})") from None
+            raise CorruptFileError(f"{path}: {kind} stream: cannot be decompressed ({exc})") from None
         if not head:
             raise EmptyFileError(f"{path}: size: the decompressed content is empty")
-    if head[:4] in _TIFF_MAGIC:
-        if compression is not None:
-            raise UnknownFormatError(f"{path}: compression: {compression}-compressed TIFF is not supported; "
-                                     "decompress it first")
-        return "tiff", None
-    offset, value = _MRC_MAP_ID
-    if head[offset:offset + 4] == value or ext in MRC_EXTENSIONS:
-        return "mrc", compression
-    if ext in TIFF_EXTENSIONS:
-        raise CorruptFileError(f"{path}: magic bytes: {head[:4]!r} is not a TIFF signature")
-    raise UnknownFormatError(
-        f"{path}: magic bytes: neither MRC nor TIFF (extension {ext or 'none'!r}; "
-        f"known: {' '.join(MRC_EXTENSIONS + TIFF_EXTENSIONS)}, optionally .gz/.bz2 for MRC)")
+    for fmt in FORMATS:
+        if fmt.detect(head, path):
+            _check_compression(fmt, kind, path)
+            return fmt, kind
+    for fmt in FORMATS:
+        if ext in fmt.extensions and fmt.claim_by_extension(head, path):
+            _check_compression(fmt, kind, path)
+            return fmt, kind
+    known = " ".join(e for fmt in FORMATS for e in fmt.extensions)
+    compressed = " and ".join(fmt.title for fmt in FORMATS if fmt.compressed_input)
+    optional = f", optionally {'/'.join(compression.EXTENSIONS)} for {compressed}" if compressed else ""
+    raise UnknownFormatError(f"{path}: magic bytes: {_none_of([fmt.title for fmt in FORMATS])} "
+                             f"(extension {ext or 'none'!r}; known: {known}{optional})")
 
 
-def output_format(path: Path) -> str:
-    """'mrc' or 'tiff' for an output path, from its extension."""
+def output_format(path: Path) -> ImageFormat:
+    """The format an output path asks for, from its extension."""
     ext = path.suffix.lower()
-    if ext in MRC_EXTENSIONS:
-        return "mrc"
-    if ext in TIFF_EXTENSIONS:
-        return "tiff"
+    for fmt in FORMATS:
+        if ext in fmt.output_extensions:
+            return fmt
     raise UnknownFormatError(f"{path}: extension: {ext or 'none'!r} is not one noa writes "
-                             f"({' '.join(MRC_EXTENSIONS + TIFF_EXTENSIONS)})")
+                             f"({' '.join(e for fmt in FORMATS for e in fmt.output_extensions)})")
 
 
 def strip_image_suffix(name: str) -> str:
     """``name`` without its image extension and compression suffix ('a.mrc.gz' -> 'a', 'b.ome.tif' -> 'b.ome')."""
+    image_extensions = tuple(e for fmt in FORMATS for e in fmt.extensions)
     stem = name
-    for suffixes in (COMPRESSION_EXTENSIONS, MRC_EXTENSIONS + TIFF_EXTENSIONS):
+    for suffixes in (tuple(compression.EXTENSIONS), image_extensions):
         ext = Path(stem).suffix
         if ext.lower() in suffixes:
             stem = stem[:-len(ext)]

@@ -1,9 +1,12 @@
 """What a file says about its array, and how that follows the array through permute and broadcast.
 
-Per-axis values (pixel size, origin, start index, sampling, cell angle) are kept for the depth,
-height and width axes only, in that order (Z, Y, X in MRC terms): the batch axis has no physical
-size. When an operation moves the batch axis into D, H or W, the new axis gets the "unknown"
-value (pixel size 0, origin 0, start 0, sampling unknown, angle 90).
+:class:`Metadata` is the header every format shares; fields only one format has live in that
+format's part of it (:attr:`Metadata.mrc`, defined in :mod:`noa_core.io.mrc`).
+
+Per-axis values (pixel size, origin, and the MRC start index, sampling and cell angle) are kept for
+the depth, height and width axes only, in that order (Z, Y, X in MRC terms): the batch axis has no
+physical size. When an operation moves the batch axis into D, H or W, the new axis gets the
+"unknown" value (pixel size 0, origin 0, start 0, sampling unknown, angle 90).
 """
 
 from __future__ import annotations
@@ -11,9 +14,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from noa_core import layout
 from noa_core.layout import Shape4
+
+if TYPE_CHECKING:
+    from noa_core.io.mrc import MrcFields
 
 Triple = tuple[float, float, float]
 
@@ -26,8 +33,11 @@ _ANGSTROMS_PER_UNIT = {
     "mm": 1e7, "millimeter": 1e7, "cm": 1e8, "centimeter": 1e8, "m": 1e10, "meter": 1e10,
     "inch": 2.54e8, "in": 2.54e8,
 }
-# The "no value" of each per-axis field, used for an axis that comes from the batch.
-_UNKNOWN = {"pixel_size": 0.0, "origin": 0.0, "start": 0, "sampling": 0, "cell_angles": 90.0}
+
+
+def permute_per_axis(values: Sequence, unknown, perm: Shape4) -> tuple:
+    """Per-D/H/W ``values`` after ``permute(perm)`` of BDHW: an axis from the batch gets ``unknown``."""
+    return layout.permute((unknown,) + tuple(values), perm)[1:]
 
 
 def angstroms_per_unit(unit: str | None) -> float | None:
@@ -52,24 +62,19 @@ class Metadata:
     """Everything noa reads from a file header and writes back.
 
     Attributes:
-        format: 'mrc' or 'tiff'.
+        format: name of the format the file was read in ('mrc', 'tiff'), for reporting only.
         shape: BDHW shape of the array this metadata describes.
-        dtype: element type as stored in the file (e.g. 'float32'; mode 3 reads as 'complex64').
-        mode: MRC mode number (None for TIFF).
+        dtype: element type as stored in the file (e.g. 'float32'; MRC mode 3 reads as 'complex64').
         pixel_size: per D, H, W axis, in ``unit`` (0 means unknown).
         unit: 'Å' for MRC; for TIFF what the file says (None when it says nothing).
         origin: per D, H, W axis, in ``unit`` (MRC origin fields).
-        start: MRC start indices (nxstart...) per D, H, W axis.
-        sampling: MRC mx/my/mz per D, H, W axis (0 when unknown: the axis size is written).
-        cell_angles: MRC cell angle opposite each of the D, H, W axes (gamma, beta, alpha).
-        space_group: MRC ispg as read (None for TIFF).
         labels: MRC labels, oldest first.
         statistics: header statistics, or None when the file has none.
         kind: 'image', 'image stack', 'volume' or 'volume stack'.
         order: how the file stores the data: 'C', 'F' or 'strided' (None for derived metadata).
         axes: how the file's axes map to BDHW, in words.
-        extended_header: MRC extended header bytes (None when absent or dropped).
-        exttyp: MRC extended header type (e.g. 'FEI1').
+        mrc: the MRC-only header fields (mode, start, sampling, ..., extended header), None when
+            the source was not an MRC file.
         path: the file read (None for derived metadata).
         series: TIFF series read.
         notices: things the user should know (dropped fields, series choice, transposed views...).
@@ -78,21 +83,15 @@ class Metadata:
     format: str
     shape: Shape4
     dtype: str
-    mode: int | None = None
     pixel_size: Triple = (0.0, 0.0, 0.0)
     unit: str | None = ANGSTROM
     origin: Triple = (0.0, 0.0, 0.0)
-    start: tuple[int, int, int] = (0, 0, 0)
-    sampling: tuple[int, int, int] = (0, 0, 0)
-    cell_angles: Triple = (90.0, 90.0, 90.0)
-    space_group: int | None = None
     labels: list[str] = field(default_factory=list)
     statistics: Statistics | None = None
     kind: str = ""
     order: str | None = None
     axes: str = ""
-    extended_header: bytes | None = None
-    exttyp: str | None = None
+    mrc: MrcFields | None = None
     path: str | None = None
     series: int | None = None
     notices: list[str] = field(default_factory=list)
@@ -109,33 +108,23 @@ class Metadata:
         return dataclasses.replace(self, shape=shape, kind=layout.kind(shape), order=None, path=None,
                                    notices=list(self.notices), labels=list(self.labels), **changes)
 
-    def _drop_extended_header(self, out: Metadata, why: str) -> None:
-        if out.extended_header is not None:
-            out.extended_header = None
-            out.exttyp = None
-            out.notices.append(f"extended header dropped: {why}, so it no longer matches the sections")
-
     def permute(self, perm: Sequence[int]) -> Metadata:
         """Metadata of ``array.permute(perm)``: per-axis values follow their axes."""
         perm4 = layout.check_permutation(perm)
-        per_axis = {}
-        for name, unknown in _UNKNOWN.items():
-            values = (unknown,) + tuple(getattr(self, name))
-            per_axis[name] = layout.permute(values, perm4)[1:]
-        out = self._derived(layout.permute(self.shape, perm4), **per_axis)
-        if perm4 != (0, 1, 2, 3):
-            self._drop_extended_header(out, f"axes permuted by {perm4}")
+        out = self._derived(layout.permute(self.shape, perm4),
+                            pixel_size=permute_per_axis(self.pixel_size, 0.0, perm4),
+                            origin=permute_per_axis(self.origin, 0.0, perm4))
+        if self.mrc is not None:
+            out.mrc = self.mrc.permute(perm4, out.notices)
         return out
 
     def broadcast(self, shape: int | Sequence[int]) -> Metadata:
         """Metadata of ``array.broadcast(shape)``: grown axes lose their MRC sampling."""
         target = layout.as_shape4(shape)
         layout.broadcast_strides(self.shape, layout.strides_for(self.shape), target)  # validates
-        grown = [old != new for old, new in zip(self.shape[1:], target[1:])]
-        sampling = tuple(0 if g else m for g, m in zip(grown, self.sampling))
-        out = self._derived(target, sampling=sampling)
-        if target != self.shape:
-            self._drop_extended_header(out, f"shape broadcast from {self.shape} to {target}")
+        out = self._derived(target)
+        if self.mrc is not None:
+            out.mrc = self.mrc.broadcast(self.shape, target, out.notices)
         return out
 
     def in_angstrom(self) -> tuple[Triple, Triple, str | None]:

@@ -1,5 +1,8 @@
 """MRC2014 files: header validation, reading as BDHW views, and header creation for writing.
 
+:data:`FORMAT` is the MRC :class:`~noa_core.io.protocol.ImageFormat`; the header fields only MRC has
+travel in :class:`MrcFields` (``Metadata.mrc``).
+
 noa parses and validates the 1024-byte header itself (with mrcfile's header dtype) so that every
 bad field gets its own one-line error before anything is allocated or mapped, then maps or reads
 the data. mrcfile is the oracle in the tests.
@@ -13,8 +16,10 @@ mz) and origin along X, Y, Z already, so they follow the axes without change; th
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -22,7 +27,7 @@ import numpy as np
 from mrcfile.dtypes import HEADER_DTYPE
 from numpy.lib.stride_tricks import as_strided
 
-from noa_core import __version__
+from noa_core import __version__, layout
 from noa_core.errors import (
     AxisMappingError,
     FileFormatError,
@@ -33,11 +38,15 @@ from noa_core.errors import (
     UnsupportedModeError,
     WriteDTypeError,
 )
-from noa_core.io import formats, mapped
-from noa_core.io.metadata import ANGSTROM, Metadata, Statistics
+from noa_core.io import mapped
+from noa_core.io.compression import open_stream
+from noa_core.io.metadata import ANGSTROM, Metadata, Statistics, Triple, permute_per_axis
+from noa_core.io.protocol import Created, OutputSpec, ReadRequest
 from noa_core.layout import Shape4
 
+EXTENSIONS = (".mrc", ".mrcs", ".map", ".st", ".ali", ".rec")
 HEADER_BYTES = 1024
+_MAP_ID = (208, b"MAP ")  # offset and value of the MRC2014 'map' field
 # Mode -> dtype of one stored value (mode 3 stores int16 pairs; 101 packs two 4-bit values a byte).
 _MODE_DTYPES = {0: "i1", 1: "i2", 2: "f4", 3: "i2", 4: "c8", 6: "u2", 12: "f2", 101: "u1"}
 _WRITE_MODES = {"int8": 0, "uint8": 0, "int16": 1, "float32": 2, "complex64": 4, "uint16": 6, "float16": 12}
@@ -51,6 +60,56 @@ _VOLUME_ISPG = range(1, 231)
 MAX_DATA_BYTES = 1 << 48
 MAX_LABELS = 10
 LABEL_BYTES = 80
+
+
+@dataclass(frozen=True)
+class MrcFields:
+    """The header fields only MRC has, per D, H, W axis where they are per axis (``Metadata.mrc``).
+
+    Attributes:
+        mode: MRC mode number as read.
+        start: start indices (nxstart...) per D, H, W axis.
+        sampling: mx/my/mz per D, H, W axis (0 when unknown: the axis size is written).
+        cell_angles: cell angle opposite each of the D, H, W axes (gamma, beta, alpha).
+        space_group: ispg as read.
+        extended_header: extended header bytes (None when absent or dropped).
+        exttyp: extended header type (e.g. 'FEI1').
+    """
+
+    mode: int | None = None
+    start: tuple[int, int, int] = (0, 0, 0)
+    sampling: tuple[int, int, int] = (0, 0, 0)
+    cell_angles: Triple = (90.0, 90.0, 90.0)
+    space_group: int | None = None
+    extended_header: bytes | None = None
+    exttyp: str | None = None
+
+    def permute(self, perm: Shape4, notices: list[str]) -> MrcFields:
+        """The fields of a BDHW array permuted by ``perm``: per-axis values follow their axes (an axis
+        from the batch gets start 0, sampling unknown, angle 90); the extended header goes unless
+        ``perm`` is the identity, with a notice added to ``notices``."""
+        out = dataclasses.replace(self, start=permute_per_axis(self.start, 0, perm),
+                                  sampling=permute_per_axis(self.sampling, 0, perm),
+                                  cell_angles=permute_per_axis(self.cell_angles, 90.0, perm))
+        if perm != (0, 1, 2, 3):
+            out = out._without_extended_header(f"axes permuted by {perm}", notices)
+        return out
+
+    def broadcast(self, shape: Shape4, target: Shape4, notices: list[str]) -> MrcFields:
+        """The fields of an array broadcast from ``shape`` to ``target``: grown axes lose their
+        sampling; the extended header goes when the shape changes, with a notice added to ``notices``."""
+        grown = [old != new for old, new in zip(shape[1:], target[1:])]
+        out = dataclasses.replace(self, sampling=tuple(0 if g else m for g, m in zip(grown, self.sampling)))
+        if target != shape:
+            out = out._without_extended_header(f"shape broadcast from {shape} to {target}", notices)
+        return out
+
+    def _without_extended_header(self, why: str, notices: list[str]) -> MrcFields:
+        if self.extended_header is None:
+            return self
+        notices.append(f"extended header dropped: {why}, so it no longer matches the sections")
+        return dataclasses.replace(self, extended_header=None, exttyp=None)
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,12 +237,11 @@ def _decode(raw: np.ndarray, header: np.record) -> np.ndarray:
     return out[..., :nx]
 
 
-def read(path: Path, compression: str | None, *, as_stack: bool | None = None, as_volume: bool | None = None,
-         mmap: bool = True):
+def _read(path: Path, compression: str | None, as_stack: bool | None, as_volume: bool | None, mmap: bool):
     """Read an MRC file: ``(Array, Metadata)``. Uncompressed native-order files map lazily."""
     from noa_core.array import asarray
 
-    with formats.open_stream(path, compression) as stream:
+    with open_stream(path, compression) as stream:
         raw_header = stream.read(HEADER_BYTES)
         header = parse_header(path, raw_header)
         nsymbt, nbytes, mode = int(header["nsymbt"]), data_bytes(header), int(header["mode"])
@@ -247,16 +305,18 @@ def _metadata(path: Path, header: np.record, array, mode: int, extended: bytes |
         notices.append(f"{path}: stored column-major (mapc=2, mapr=1): readers that ignore the axis "
                        "mapping show the transpose")
     exttyp = bytes(header["exttyp"]).decode("latin-1").strip("\x00 ") or None
-    return Metadata(
-        format="mrc", shape=array.shape, dtype=array.dtype.name, mode=mode,
-        pixel_size=(pixel_xyz[2], pixel_xyz[1], pixel_xyz[0]), unit=ANGSTROM,
-        origin=(float(origin["z"]), float(origin["y"]), float(origin["x"])),
-        start=(start_xyz[2], start_xyz[1], start_xyz[0]),
+    fields = MrcFields(
+        mode=mode, start=(start_xyz[2], start_xyz[1], start_xyz[0]),
         sampling=(max(m_xyz[2], 0), max(m_xyz[1], 0), max(m_xyz[0], 0)),
         cell_angles=(float(angles["gamma"]), float(angles["beta"]), float(angles["alpha"])),
-        space_group=int(header["ispg"]), labels=_labels(header), statistics=_statistics(header),
-        order=array.order, axes=axes, extended_header=extended,
-        exttyp=exttyp if extended else None, path=str(path), notices=notices,
+        space_group=int(header["ispg"]), extended_header=extended, exttyp=exttyp if extended else None,
+    )
+    return Metadata(
+        format=FORMAT.name, shape=array.shape, dtype=array.dtype.name,
+        pixel_size=(pixel_xyz[2], pixel_xyz[1], pixel_xyz[0]), unit=ANGSTROM,
+        origin=(float(origin["z"]), float(origin["y"]), float(origin["x"])),
+        labels=_labels(header), statistics=_statistics(header),
+        order=array.order, axes=axes, mrc=fields, path=str(path), notices=notices,
     )
 
 
@@ -274,9 +334,8 @@ def mode_for(dtype: np.dtype, path: Path) -> int:
                               f"{', '.join(WRITABLE_DTYPES)}") from None
 
 
-def _space_group(shape: Shape4, metadata: Metadata | None) -> int:
+def _space_group(shape: Shape4, source: int | None) -> int:
     b, d, _, _ = shape
-    source = metadata.space_group if metadata is not None else None
     if d > 1 and b > 1:
         return source if source in _VOLUME_STACK_ISPG else 401
     if d > 1:
@@ -298,26 +357,26 @@ def merge_labels(old: list[str], new: str) -> list[str]:
     return labels
 
 
-def make_header(shape: Shape4, dtype: np.dtype, order: str, metadata: Metadata | None, stats: Statistics,
-                labels: list[str], extended: bytes | None, exttyp: str | None, path: Path) -> bytes:
+def make_header(spec: OutputSpec, stats: Statistics, labels: list[str], extended: bytes | None,
+                exttyp: str | None) -> bytes:
     """The 1024 header bytes (little-endian, nversion 20141) describing an output array.
 
-    ``order`` 'F' stores each section column-major and records it as mapc=2, mapr=1, maps=3.
-    Pixel size and origin are converted to Å when the metadata unit allows.
+    ``spec.order`` 'F' stores each section column-major and records it as mapc=2, mapr=1, maps=3.
+    Pixel size and origin are converted to Å when the metadata unit allows; the MRC fields of the
+    metadata (sampling, start, cell angles, space group) are kept where they still fit.
     """
+    shape, dtype, order, metadata = spec.shape, spec.dtype, spec.order, spec.metadata
     b, d, h, w = shape
     header = np.zeros((), HEADER_DTYPE.newbyteorder("<"))
     cols, rows = (h, w) if order == "F" else (w, h)
     header["nx"], header["ny"], header["nz"] = cols, rows, b * d
-    header["mode"] = mode_for(dtype, path)
+    header["mode"] = mode_for(dtype, spec.path)
     header["mapc"], header["mapr"], header["maps"] = (2, 1, 3) if order == "F" else (1, 2, 3)
-    ispg = _space_group(shape, metadata)
+    fields = metadata.mrc if metadata is not None and metadata.mrc is not None else MrcFields()
+    ispg = _space_group(shape, fields.space_group)
     header["ispg"] = ispg
-    if metadata is not None:
-        pixel, origin, _ = metadata.in_angstrom()
-        sampling, start, angles = metadata.sampling, metadata.start, metadata.cell_angles
-    else:
-        pixel, origin, sampling, start, angles = (0.0,) * 3, (0.0,) * 3, (0, 0, 0), (0, 0, 0), (90.0,) * 3
+    pixel, origin = ((0.0,) * 3, (0.0,) * 3) if metadata is None else metadata.in_angstrom()[:2]
+    sampling, start, angles = fields.sampling, fields.start, fields.cell_angles
     # Sampling along X, Y, Z: the source's when known, else the axis size; an image stack samples 1
     # section and a volume stack's mz must be its volume depth (mrcfile and IMOD rely on both).
     mz = d if ispg in _VOLUME_STACK_ISPG or sampling[0] <= 0 else sampling[0]
@@ -350,10 +409,6 @@ def make_header(shape: Shape4, dtype: np.dtype, order: str, metadata: Metadata |
     return header.tobytes()
 
 
-def data_offset(extended: bytes | None) -> int:
-    return HEADER_BYTES + (len(extended) if extended else 0)
-
-
 def check_writable_shape(shape: Shape4, path: Path) -> None:
     """MRC sizes are 32-bit and positive."""
     b, d, h, w = shape
@@ -361,3 +416,80 @@ def check_writable_shape(shape: Shape4, path: Path) -> None:
         raise FileFormatError(f"{path}: shape: {shape} is empty; MRC sizes must be at least 1")
     if max(w, h, b * d) > np.iinfo(np.int32).max:
         raise SizeError(f"{path}: nx/ny/nz: shape {shape} exceeds the 32-bit MRC size fields")
+
+
+def _extended_header(spec: OutputSpec, notices: list[str]) -> tuple[bytes | None, str | None]:
+    """The source's extended header and its type when the output keeps its sections' layout; else
+    none, with a notice added to ``notices`` when one is dropped."""
+    md = spec.metadata
+    if md is None or md.mrc is None or md.mrc.extended_header is None:
+        return None, None
+    if md.shape == spec.shape and md.order in (None, spec.order):
+        return md.mrc.extended_header, md.mrc.exttyp
+    notices.append(f"{spec.path}: extended header dropped: the layout changed "
+                   f"({md.shape} {md.order} -> {spec.shape} {spec.order})")
+    return None, None
+
+
+def _output_header(spec: OutputSpec, stats: Statistics, extended: bytes | None, exttyp: str | None) -> bytes:
+    """The header of an output: the source's labels plus noa's, the given statistics."""
+    md = spec.metadata
+    labels = merge_labels(md.labels if md is not None else [], stamp_label(spec.label, layout.kind(spec.shape)))
+    return make_header(spec, stats, labels, extended, exttyp)
+
+
+class MrcFormat:
+    """MRC2014 files (and older ones without the 'MAP ' mark): the MRC :class:`~noa_core.io.protocol.ImageFormat`."""
+
+    name = "mrc"
+    title = "MRC"
+    extensions = EXTENSIONS
+    output_extensions = EXTENSIONS
+    media_type = "application/octet-stream"  # MRC has no registered media type
+    compressed_input = True
+    header_statistics = True
+
+    def detect(self, head: bytes, path: Path) -> bool:
+        offset, value = _MAP_ID
+        return head[offset:offset + len(value)] == value
+
+    def claim_by_extension(self, head: bytes, path: Path) -> bool:
+        return True  # files written before MRC2014 have no 'MAP ' mark
+
+    def read(self, path: Path, request: ReadRequest):
+        if request.series is not None:
+            raise FileFormatError(f"{path}: series: MRC files hold one series; series= is for TIFF")
+        return _read(path, request.compression, request.as_stack, request.as_volume, request.mmap)
+
+    def check_writable(self, dtype: np.dtype, shape: Shape4, path: Path) -> None:
+        mode_for(dtype, path)
+        check_writable_shape(shape, path)
+
+    def create(self, temp: Path, spec: OutputSpec) -> Created:
+        """The header (statistics unknown until :meth:`finish`) and extended header, then sparse room
+        for the data: no time is spent writing zeros."""
+        notices: list[str] = []
+        extended, exttyp = _extended_header(spec, notices)
+        md = spec.metadata
+        if md is not None and md.format != self.name:  # MRC metadata is already in Å
+            _, _, notice = md.in_angstrom()
+            if notice:
+                notices.append(f"{spec.path}: {notice}")
+        offset = HEADER_BYTES + (len(extended) if extended else 0)
+        with open(temp, "r+b") as f:
+            f.write(_output_header(spec, Statistics(None, None, None, None), extended, exttyp))
+            f.write(extended or b"")
+            f.truncate(offset + math.prod(spec.shape) * spec.dtype.itemsize)
+        if spec.order == "F":
+            notices.append(f"{spec.path}: stored column-major (mapc=2, mapr=1, maps=3): readers that "
+                           "ignore the axis mapping show the transpose")
+        return Created(offset, notices)
+
+    def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
+        """Rewrite the header with the statistics of the data (and a label stamped now)."""
+        extended, exttyp = _extended_header(spec, [])
+        with open(temp, "r+b") as f:
+            f.write(_output_header(spec, statistics, extended, exttyp))
+
+
+FORMAT = MrcFormat()

@@ -21,9 +21,10 @@ import numpy as np
 
 from noa_core import layout
 from noa_core.array import Array, asarray
-from noa_core.errors import FileFormatError, LayoutError, ShapeError
-from noa_core.io import atomic, formats, mapped, mrc, tiff
+from noa_core.errors import LayoutError, ShapeError
+from noa_core.io import atomic, formats, mapped
 from noa_core.io.metadata import Metadata, Statistics
+from noa_core.io.protocol import OutputSpec
 from noa_core.layout import Shape4
 
 if TYPE_CHECKING:
@@ -184,7 +185,8 @@ class Writer:
     ``array`` is a writable Array over the memory-mapped output (BDHW, packed in ``order``). Fill it
     with :func:`copy_into`, :meth:`write_block`, or directly; on a clean exit the header statistics
     are completed and the file is renamed into place; on an exception nothing is left behind.
-    Do not keep ``array`` after the ``with`` block.
+    Do not keep ``array`` after the ``with`` block. The format (from the extension) lays out the file
+    and writes its header; the Writer maps, fills and commits it.
     """
 
     def __init__(self, path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata: Metadata | None,
@@ -196,18 +198,12 @@ class Writer:
         self.order = layout.as_order(order)
         self.metadata = metadata
         self.notices: list[str] = []
-        self._label = label
+        self._spec = OutputSpec(self.path, self.shape, self.dtype, self.order, metadata, label)
         self._overwrite = overwrite
         self._stats = RunningStatistics()
         self._written = np.zeros(self.shape[0] * self.shape[1], bool)  # sections filled via write_block
         self._complete = False
-        if self.format == "mrc":
-            mrc.mode_for(self.dtype, self.path)
-            mrc.check_writable_shape(self.shape, self.path)
-        else:
-            tiff.check_dtype(self.dtype, self.path)
-            if math.prod(self.shape) == 0:
-                raise FileFormatError(f"{self.path}: shape: {self.shape} is empty; nothing to write")
+        self.format.check_writable(self.dtype, self.shape, self.path)
         self._temp: atomic.TemporaryOutput | None = None
         self._mmap: mmap_module.mmap | None = None
         self.array: Array | None = None
@@ -235,53 +231,15 @@ class Writer:
         return False
 
     def _open(self) -> None:
-        count = math.prod(self.shape)
-        if self.format == "mrc":
-            self._extended, self._exttyp = self._extended_header()
-            offset = mrc.data_offset(self._extended)
-            with open(self._temp.temp, "r+b") as f:
-                f.write(self._header(Statistics(None, None, None, None)))
-                f.write(self._extended or b"")
-                f.truncate(offset + count * self.dtype.itemsize)  # sparse: no time spent on zeros
-        else:
-            if self.order == "F":
-                self.notices.append(f"{self.path}: stored column-major (shaped axes "
-                                    f"{tiff.file_axes(self.shape, 'F')[1]}): readers that ignore the axes "
-                                    "show the transpose")
-            offset = tiff.create_file(self._temp.temp, self.shape, self.dtype, self.order, self.metadata)
-        if self.format == "mrc" and self.order == "F":
-            self.notices.append(f"{self.path}: stored column-major (mapc=2, mapr=1, maps=3): readers that "
-                                "ignore the axis mapping show the transpose")
-        self._offset = offset
-        self._mmap, self.array = _map_packed(self._temp.temp, offset, self.dtype, self.shape, self.order)
-
-    def _extended_header(self) -> tuple[bytes | None, str | None]:
-        md = self.metadata
-        if md is None or md.extended_header is None:
-            return None, None
-        if md.shape == self.shape and md.order in (None, self.order):
-            return md.extended_header, md.exttyp
-        self.notices.append(f"{self.path}: extended header dropped: the layout changed "
-                            f"({md.shape} {md.order} -> {self.shape} {self.order})")
-        return None, None
-
-    def _header(self, stats: Statistics) -> bytes:
-        md = self.metadata
-        if md is not None and md.format != "mrc":
-            _, _, notice = md.in_angstrom()
-            if notice and notice not in self.notices:
-                self.notices.append(f"{self.path}: {notice}")
-        labels = mrc.merge_labels(md.labels if md is not None else [],
-                                  mrc.stamp_label(self._label, layout.kind(self.shape)))
-        return mrc.make_header(self.shape, self.dtype, self.order, md, stats, labels, self._extended,
-                               self._exttyp, self.path)
+        created = self.format.create(self._temp.temp, self._spec)
+        self.notices.extend(created.notices)
+        self._offset = created.offset
+        self._mmap, self.array = _map_packed(self._temp.temp, created.offset, self.dtype, self.shape, self.order)
 
     def _finish(self) -> None:
-        if self.format == "mrc":
-            if not (self._complete or self._written.all()):
-                self._scan_statistics()  # written directly through .array: read it back once
-            with open(self._temp.temp, "r+b") as f:
-                f.write(self._header(self._stats.result()))
+        if self.format.header_statistics and not (self._complete or self._written.all()):
+            self._scan_statistics()  # written directly through .array: read it back once
+        self.format.finish(self._temp.temp, self._spec, self._stats.result())
         if atomic.durable():  # the page cache already serves readers; msync only matters for the disk
             self._mmap.flush()
         self._release_mapping()
@@ -346,7 +304,7 @@ def create(path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata:
            order: str = "C", overwrite: bool = False, label: str | None = None) -> Writer:
     """An output to fill block by block: ``with create(...) as out: copy_into(src, out)``.
 
-    The format follows the extension (.mrc/.mrcs/.map/.st/.ali/.rec or .tif/.tiff); the existing
+    The format follows the extension (see :func:`noa_core.io.formats.output_format`); the existing
     file is refused unless ``overwrite``; ``metadata`` (pixel size, origin, labels, ...) describes
     the output, e.g. ``read_metadata.permute(perm)``. Notices end up in ``out.notices``.
     """

@@ -8,11 +8,14 @@ error saying why, rather than guessed.
 Writing makes an ImageJ hyperstack (axes 'TZYX' without the size-1 ones) for uint8, uint16 and
 float32 images of at least 2 x 2 pixels in C order, otherwise a tifffile shaped file whose metadata records the axes ('TZXY' for
 column-major sections).
+
+:data:`FORMAT` is the TIFF :class:`~noa_core.io.protocol.ImageFormat`.
 """
 
 from __future__ import annotations
 
 import codecs
+import math
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
@@ -29,8 +32,12 @@ from noa_core.errors import (
     WriteDTypeError,
 )
 from noa_core.io import mapped
-from noa_core.io.metadata import Metadata
+from noa_core.io.metadata import Metadata, Statistics
+from noa_core.io.protocol import Created, OutputSpec, ReadRequest
 from noa_core.layout import Shape4
+
+EXTENSIONS = (".tif", ".tiff")  # '.ome.tif' ends in '.tif'
+_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")  # classic and BigTIFF, either byte order
 
 _BATCH_AXES = "IQT"
 _SPATIAL = {"Z": 1, "Y": 2, "X": 3}
@@ -160,7 +167,7 @@ def _check_segments(path: Path, series, file_size: int) -> None:
                                          f"bytes at offset {offset} ends past the {file_size}-byte file")
 
 
-def read(path: Path, *, series: int | None = None, mmap: bool = True):
+def _read(path: Path, series: int | None, mmap: bool):
     """Read one series of a TIFF file: ``(Array, Metadata)``."""
     from noa_core.array import asarray
 
@@ -189,7 +196,7 @@ def read(path: Path, *, series: int | None = None, mmap: bool = True):
     if array.order == "F":
         notices.append(f"{path}: stored column-major (axes {chosen.axes}): readers that ignore the axes show "
                        "the transpose")
-    metadata = Metadata(format="tiff", shape=array.shape, dtype=source_dtype, pixel_size=pixel, unit=unit,
+    metadata = Metadata(format=FORMAT.name, shape=array.shape, dtype=source_dtype, pixel_size=pixel, unit=unit,
                         order=array.order, axes=words, path=str(path), series=index, notices=notices)
     return array, metadata
 
@@ -232,3 +239,44 @@ def create_file(path: Path, shape: Shape4, dtype: np.dtype, order: str, metadata
     offset, _ = tifffile.imwrite(path, shape=stored, dtype=dtype, imagej=imagej, metadata=info,
                                  returnoffset=True, photometric="minisblack", **kwargs)
     return offset
+
+
+class TiffFormat:
+    """TIFF and BigTIFF files: the TIFF :class:`~noa_core.io.protocol.ImageFormat`."""
+
+    name = "tiff"
+    title = "TIFF"
+    extensions = EXTENSIONS
+    output_extensions = EXTENSIONS
+    media_type = "image/tiff"
+    compressed_input = False  # tifffile needs random access: the pages are found by offset
+    header_statistics = False  # TIFF has no header statistics
+
+    def detect(self, head: bytes, path: Path) -> bool:
+        return head[:4] in _MAGIC
+
+    def claim_by_extension(self, head: bytes, path: Path) -> bool:
+        raise CorruptFileError(f"{path}: magic bytes: {head[:4]!r} is not a TIFF signature")
+
+    def read(self, path: Path, request: ReadRequest):
+        if request.as_stack or request.as_volume:
+            raise FileFormatError(f"{path}: as_stack/as_volume: TIFF axes name their meaning; these options are for MRC")
+        return _read(path, request.series, request.mmap)
+
+    def check_writable(self, dtype: np.dtype, shape: Shape4, path: Path) -> None:
+        check_dtype(dtype, path)
+        if math.prod(shape) == 0:
+            raise FileFormatError(f"{path}: shape: {shape} is empty; nothing to write")
+
+    def create(self, temp: Path, spec: OutputSpec) -> Created:
+        notices = []
+        if spec.order == "F":
+            notices.append(f"{spec.path}: stored column-major (shaped axes {file_axes(spec.shape, 'F')[1]}): "
+                           "readers that ignore the axes show the transpose")
+        return Created(create_file(temp, spec.shape, spec.dtype, spec.order, spec.metadata), notices)
+
+    def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
+        pass  # the structure written by create is complete
+
+
+FORMAT = TiffFormat()

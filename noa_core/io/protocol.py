@@ -1,0 +1,114 @@
+"""The interface every file format implements, after noa C++'s image encoder concept (core/io/Encoders.hpp).
+
+A format is one object (``FORMAT`` in its module, e.g. :data:`noa_core.io.mrc.FORMAT`) listed in
+:data:`noa_core.io.formats.FORMATS`. Over the small common header, :class:`~noa_core.io.metadata.Metadata`,
+it says which files are its own (:meth:`ImageFormat.detect`), reads one as a BDHW array
+(:meth:`ImageFormat.read`), and writes an output in three steps driven by
+:class:`noa_core.io.stream.Writer`: refuse what it cannot store (:meth:`ImageFormat.check_writable`),
+lay out the file with room for the packed data (:meth:`ImageFormat.create`), and, once the data are
+written, complete the header (:meth:`ImageFormat.finish`). The Writer maps and fills the data itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from noa_core.io.metadata import Metadata, Statistics
+from noa_core.layout import Shape4
+
+if TYPE_CHECKING:
+    from noa_core.array import Array
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    """What a read was asked for, beside the path.
+
+    Attributes:
+        compression: 'gzip' or 'bzip2' when the file is a compressed stream (found by
+            :func:`noa_core.io.formats.detect`), else None.
+        as_stack: read the sections as a stack of images whatever the header says (MRC).
+        as_volume: read the sections as one volume (MRC).
+        series: which series to read (TIFF); None for the first, with a notice when there are several.
+        mmap: map uncompressed data read-only instead of loading it.
+    """
+
+    compression: str | None = None
+    as_stack: bool | None = None
+    as_volume: bool | None = None
+    series: int | None = None
+    mmap: bool = True
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """The output a :class:`~noa_core.io.stream.Writer` makes: the same for ``create`` and ``finish``.
+
+    Attributes:
+        path: the final output path (named in notices and errors; the data go to a temporary file).
+        shape: BDHW shape of the array written.
+        dtype: element type stored.
+        order: 'C', or 'F' for column-major sections.
+        metadata: what to carry from the source (pixel size, labels, ...), or None.
+        label: text of the label noa adds, where the format has labels (None: say what was written).
+    """
+
+    path: Path
+    shape: Shape4
+    dtype: np.dtype
+    order: str
+    metadata: Metadata | None
+    label: str | None
+
+
+@dataclass(frozen=True)
+class Created:
+    """What :meth:`ImageFormat.create` made: the byte offset of the packed data, and notices for the user."""
+
+    offset: int
+    notices: list[str] = field(default_factory=list)
+
+
+class ImageFormat(Protocol):
+    """One file format: detection, reading, and the steps of writing.
+
+    Attributes:
+        name: short name, e.g. 'mrc' (what :attr:`Metadata.format` holds for files read by it).
+        title: the name in messages, e.g. 'MRC'.
+        extensions: lower-case input extensions with their dot; the first is the usual one.
+        output_extensions: extensions of outputs written in this format.
+        media_type: the HTTP media type of the format's files.
+        compressed_input: whether gzip/bzip2-compressed files of this format are read.
+        header_statistics: whether :meth:`finish` writes statistics (the Writer computes them then).
+    """
+
+    name: str
+    title: str
+    extensions: tuple[str, ...]
+    output_extensions: tuple[str, ...]
+    media_type: str
+    compressed_input: bool
+    header_statistics: bool
+
+    def detect(self, head: bytes, path: Path) -> bool:
+        """Whether the first (decompressed) bytes of ``path`` carry this format's signature."""
+
+    def claim_by_extension(self, head: bytes, path: Path) -> bool:
+        """No format recognised ``head`` but ``path`` has one of this format's extensions: True to read it
+        as this format anyway; otherwise raise the error saying why it is not one."""
+
+    def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
+        """The file's BDHW array (lazily mapped where possible) and its metadata."""
+
+    def check_writable(self, dtype: np.dtype, shape: Shape4, path: Path) -> None:
+        """Refuse, with a WriteDTypeError or FileFormatError naming ``path``, what this format cannot store."""
+
+    def create(self, temp: Path, spec: OutputSpec) -> Created:
+        """Write the structure of an output into the empty file ``temp``, with room for the packed data."""
+
+    def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
+        """Complete the header of ``temp`` once the data are written (statistics are those of the data)."""
