@@ -1,0 +1,303 @@
+"""The format protocol and its registry: both real formats against mrcfile and tifffile, detection
+order, the MRC part of the metadata, and a throw-away format added by one registry entry."""
+
+from __future__ import annotations
+
+import ast
+import math
+from io import StringIO
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+import pytest
+import tifffile
+
+from noa_core import io
+from noa_core.errors import CorruptFileError, FileFormatError, UnknownFormatError, WriteDTypeError
+from noa_core.io import formats, mapped, mrc, tiff
+from noa_core.io.metadata import Metadata, Statistics
+from noa_core.io.protocol import Created, ImageFormat, OutputSpec, ReadRequest
+
+IO_DIR = Path(io.__file__).parent
+PROTOCOL_MEMBERS = [name for name in ImageFormat.__annotations__] + [
+    name for name, value in vars(ImageFormat).items() if callable(value) and not name.startswith("_")]
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_registered_format_implements_the_protocol():
+    assert {"detect", "claim_by_extension", "read", "check_writable", "create", "finish"} <= set(PROTOCOL_MEMBERS)
+    for fmt in formats.FORMATS:
+        missing = [name for name in PROTOCOL_MEMBERS if not hasattr(fmt, name)]
+        assert not missing, f"{fmt.name} lacks {missing}"
+        assert all(e.startswith(".") and e == e.lower() for e in fmt.extensions + fmt.output_extensions)
+        assert formats.by_name(fmt.name) is fmt
+
+
+def test_extensions_belong_to_one_format_each():
+    extensions = [e for fmt in formats.FORMATS for e in fmt.extensions]
+    assert len(extensions) == len(set(extensions))
+
+
+@pytest.mark.parametrize("fmt", formats.FORMATS, ids=lambda f: f.name)
+def test_output_format_and_suffixes_come_from_the_registry(fmt):
+    for ext in fmt.output_extensions:
+        assert formats.output_format(Path(f"a{ext.upper()}")) is fmt
+    for ext in fmt.extensions:
+        assert formats.strip_image_suffix(f"b.c{ext}") == "b.c"
+    assert formats.strip_image_suffix("a.mrc.gz") == "a" and formats.strip_image_suffix("b.ome.tif") == "b.ome"
+
+
+def test_unknown_names_and_extensions_are_refused():
+    with pytest.raises(UnknownFormatError, match="'zarr' is not one noa knows"):
+        formats.by_name("zarr")
+    with pytest.raises(UnknownFormatError, match=r"x\.png: extension: '\.png' is not one noa writes \(\.mrc .*\.tiff\)"):
+        formats.output_format(Path("x.png"))
+
+
+def test_no_format_name_outside_the_format_modules():
+    """Only mrc.py and tiff.py may spell a format's name: everything else goes through the registry."""
+    for path in sorted(IO_DIR.glob("*.py")):
+        if path.name in ("mrc.py", "tiff.py"):
+            continue
+        strings = {node.value for node in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+        assert not strings & {"mrc", "tiff", "MRC", "TIFF"}, path.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Detection: signatures first, in registry order; then extensions
+# ---------------------------------------------------------------------------------------------
+
+
+def test_signature_wins_over_extension(tmp_path):
+    tifffile.imwrite(tmp_path / "a.mrc", np.zeros((3, 4), np.uint16))
+    assert formats.detect(tmp_path / "a.mrc") == (tiff.FORMAT, None)
+    with mrcfile.new(tmp_path / "b.tif") as m:
+        m.set_data(np.zeros((3, 4), np.float32))
+    assert formats.detect(tmp_path / "b.tif") == (mrc.FORMAT, None)
+
+
+def test_extension_claims_or_refuses_files_without_signature(tmp_path):
+    with mrcfile.new(tmp_path / "old.mrc") as m:
+        m.set_data(np.arange(12, dtype=np.float32).reshape(3, 4))
+    raw = bytearray((tmp_path / "old.mrc").read_bytes())
+    raw[208:212] = b"\0\0\0\0"  # an MRC file from before MRC2014
+    (tmp_path / "old.mrc").write_bytes(bytes(raw))
+    assert formats.detect(tmp_path / "old.mrc") == (mrc.FORMAT, None)
+    np.testing.assert_array_equal(io.read(tmp_path / "old.mrc")[0].numpy().ravel(), np.arange(12))
+    (tmp_path / "bad.tif").write_bytes(b"hello" * 100)
+    with pytest.raises(CorruptFileError, match=r"bad\.tif: magic bytes: b'hell' is not a TIFF signature"):
+        formats.detect(tmp_path / "bad.tif")
+    (tmp_path / "bad.xyz").write_bytes(b"hello" * 100)
+    with pytest.raises(UnknownFormatError, match=r"magic bytes: neither MRC nor TIFF \(extension '\.xyz'; known: "
+                                                 r"\.mrc \.mrcs \.map \.st \.ali \.rec \.tif \.tiff, optionally "
+                                                 r"\.gz/\.bz2 for MRC\)"):
+        formats.detect(tmp_path / "bad.xyz")
+
+
+def test_compressed_input_only_where_the_format_reads_it(tmp_path):
+    import gzip
+
+    tifffile.imwrite(tmp_path / "a.tif", np.zeros((3, 4), np.uint16))
+    (tmp_path / "a.tif.gz").write_bytes(gzip.compress((tmp_path / "a.tif").read_bytes()))
+    with pytest.raises(UnknownFormatError, match="gzip-compressed TIFF is not supported; decompress it first"):
+        formats.detect(tmp_path / "a.tif.gz")
+    io.write(tmp_path / "b.mrc", np.ones((3, 4), np.float32))
+    (tmp_path / "b.mrc.gz").write_bytes(gzip.compress((tmp_path / "b.mrc").read_bytes()))
+    assert formats.detect(tmp_path / "b.mrc.gz") == (mrc.FORMAT, "gzip")
+
+
+def test_read_options_of_the_other_format_are_refused(tmp_path):
+    io.write(tmp_path / "a.mrc", np.ones((3, 4), np.float32))
+    io.write(tmp_path / "a.tif", np.ones((3, 4), np.float32))
+    with pytest.raises(FileFormatError, match="series: MRC files hold one series; series= is for TIFF"):
+        io.read(tmp_path / "a.mrc", series=0)
+    with pytest.raises(FileFormatError, match="as_stack/as_volume: TIFF axes name their meaning"):
+        io.read(tmp_path / "a.tif", as_volume=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Both real formats against their reference libraries
+# ---------------------------------------------------------------------------------------------
+
+
+def _read_mrcfile(path: Path) -> np.ndarray:
+    report = StringIO()
+    assert mrcfile.validate(str(path), print_file=report), report.getvalue()
+    with mrcfile.open(path) as m:
+        return np.array(m.data)
+
+
+def _read_tifffile(path: Path) -> np.ndarray:
+    return tifffile.imread(path)
+
+
+def _write_mrcfile(path: Path, data: np.ndarray) -> None:
+    with mrcfile.new(path) as m:
+        m.set_data(data)
+
+
+def _write_tifffile(path: Path, data: np.ndarray) -> None:
+    tifffile.imwrite(path, data, photometric="minisblack")
+
+
+REFERENCE = {"mrc": (".mrc", _read_mrcfile, _write_mrcfile), "tiff": (".tif", _read_tifffile, _write_tifffile)}
+
+
+@pytest.mark.parametrize("fmt", formats.FORMATS, ids=lambda f: f.name)
+@pytest.mark.parametrize("dtype", ["float32", "int16", "uint16"])
+def test_round_trips_against_the_reference_library(tmp_path, fmt, dtype):
+    ext, read_reference, write_reference = REFERENCE[fmt.name]
+    data = (np.arange(3 * 4 * 5) % 251).astype(dtype).reshape(3, 4, 5)
+    assert io.write(tmp_path / f"noa{ext}", data) == []
+    np.testing.assert_array_equal(read_reference(tmp_path / f"noa{ext}").reshape(data.shape), data)
+    write_reference(tmp_path / f"ref{ext}", data)
+    array, md = io.read(tmp_path / f"ref{ext}")
+    np.testing.assert_array_equal(array.numpy().reshape(data.shape), data)
+    assert md.format == fmt.name and (md.mrc is not None) == (fmt is mrc.FORMAT)
+
+
+@pytest.mark.parametrize("fmt", formats.FORMATS, ids=lambda f: f.name)
+def test_check_writable_refuses_before_any_file_exists(tmp_path, fmt):
+    ext = fmt.output_extensions[0]
+    with pytest.raises(WriteDTypeError):
+        io.create(tmp_path / f"a{ext}", (1, 1, 2, 2), "bool")
+    with pytest.raises(FileFormatError, match="shape: .* is empty"):
+        io.create(tmp_path / f"b{ext}", (1, 1, 0, 2), "float32")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_unit_notice_is_given_once(tmp_path):
+    md = Metadata(format="tiff", shape=(1, 1, 2, 3), dtype="float32", pixel_size=(0.0, 2.0, 2.0), unit="furlong")
+    notices = io.write(tmp_path / "a.mrc", np.ones((2, 3), np.float32), md, order="F")
+    assert [n.split(": ", 1)[1] for n in notices] == [
+        "pixel size unit 'furlong' is unknown; values written unchanged as Å",
+        "stored column-major (mapc=2, mapr=1, maps=3): readers that ignore the axis mapping show the transpose"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The MRC part of the metadata
+# ---------------------------------------------------------------------------------------------
+
+
+def _mrc_metadata(extended: bytes | None = b"x" * 128) -> Metadata:
+    fields = mrc.MrcFields(mode=2, start=(1, 2, 3), sampling=(4, 5, 6), cell_angles=(70.0, 80.0, 85.0),
+                           space_group=1, extended_header=extended, exttyp="FEI1" if extended else None)
+    return Metadata(format="mrc", shape=(1, 4, 5, 6), dtype="float32", pixel_size=(1.0, 2.0, 3.0), mrc=fields)
+
+
+def test_mrc_fields_follow_their_axes_through_permute():
+    md = _mrc_metadata()
+    out = md.permute((0, 3, 1, 2))
+    assert out.pixel_size == (3.0, 1.0, 2.0)
+    assert (out.mrc.start, out.mrc.sampling, out.mrc.cell_angles) == ((3, 1, 2), (6, 4, 5), (85.0, 70.0, 80.0))
+    assert out.mrc.extended_header is None and out.mrc.exttyp is None and out.mrc.space_group == 1
+    assert out.notices == ["extended header dropped: axes permuted by (0, 3, 1, 2), so it no longer matches the sections"]
+    from_batch = md.permute((1, 0, 2, 3))  # the batch axis becomes the depth: unknown values
+    assert (from_batch.mrc.start[0], from_batch.mrc.sampling[0], from_batch.mrc.cell_angles[0]) == (0, 0, 90.0)
+    same = md.permute((0, 1, 2, 3))
+    assert same.mrc == md.mrc and same.notices == [] and md.notices == []
+
+
+def test_mrc_fields_through_broadcast():
+    md = _mrc_metadata()
+    out = md.broadcast((3, 4, 5, 6))  # only the batch grows: sampling kept, sections no longer match
+    assert out.mrc.sampling == (4, 5, 6) and out.mrc.extended_header is None
+    assert out.notices == ["extended header dropped: shape broadcast from (1, 4, 5, 6) to (3, 4, 5, 6), "
+                           "so it no longer matches the sections"]
+    thin = Metadata(format="mrc", shape=(1, 1, 5, 6), dtype="float32", mrc=mrc.MrcFields(sampling=(1, 5, 6)))
+    assert thin.broadcast((1, 4, 5, 6)).mrc.sampling == (0, 5, 6)
+    assert _mrc_metadata(None).broadcast((2, 4, 5, 6)).notices == []
+    assert Metadata(format="tiff", shape=(1, 1, 5, 6), dtype="uint8").broadcast((2, 1, 5, 6)).mrc is None
+
+
+def test_mrc_fields_reach_the_written_header(tmp_path):
+    md = _mrc_metadata()
+    io.write(tmp_path / "a.mrc", np.zeros((4, 5, 6), np.float32), md)
+    _, back = io.read(tmp_path / "a.mrc")
+    assert back.mrc == md.mrc
+    with mrcfile.open(tmp_path / "a.mrc") as m:
+        assert m.header.exttyp == b"FEI1" and (int(m.header.mx), int(m.header.nzstart)) == (6, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# A throw-away format: one class and one registry entry
+# ---------------------------------------------------------------------------------------------
+
+
+class RawFormat:
+    """A 64-byte header (signature, BDHW shape, dtype, min/max) and packed C-ordered data."""
+
+    name = "raw"
+    title = "RAW"
+    extensions = (".raw",)
+    output_extensions = (".raw",)
+    media_type = "application/octet-stream"
+    compressed_input = False
+    header_statistics = True
+    SIGNATURE = b"NOARAW01"
+    HEADER = 64
+
+    def detect(self, head: bytes, path: Path) -> bool:
+        return head.startswith(self.SIGNATURE)
+
+    def claim_by_extension(self, head: bytes, path: Path) -> bool:
+        raise CorruptFileError(f"{path}: signature: not a RAW file")
+
+    def read(self, path: Path, request: ReadRequest):
+        from noa_core.array import asarray
+
+        head = path.read_bytes()[:self.HEADER]
+        shape = tuple(int(n) for n in np.frombuffer(head, "<i4", 4, 8))
+        dtype = np.dtype(head[24:32].rstrip(b"\0").decode())
+        low, high = np.frombuffer(head, "<f8", 2, 32)
+        flat = mapped.map_input(path, self.HEADER, dtype, math.prod(shape))
+        array = asarray(flat.reshape(shape))
+        return array, Metadata(format=self.name, shape=shape, dtype=dtype.name, path=str(path),
+                               statistics=Statistics(float(low), float(high), None, None))
+
+    def check_writable(self, dtype: np.dtype, shape, path: Path) -> None:
+        if dtype.kind not in "iuf":
+            raise FileFormatError(f"{path}: dtype: {dtype} cannot be stored in RAW")
+
+    def _header(self, spec: OutputSpec, statistics: Statistics) -> bytes:
+        stats = (statistics.min or 0.0, statistics.max or 0.0)
+        return (self.SIGNATURE + np.array(spec.shape, "<i4").tobytes() + spec.dtype.str.encode().ljust(8, b"\0")
+                + np.array(stats, "<f8").tobytes()).ljust(self.HEADER, b"\0")
+
+    def create(self, temp: Path, spec: OutputSpec) -> Created:
+        with open(temp, "r+b") as f:
+            f.write(self._header(spec, Statistics(None, None, None, None)))
+            f.truncate(self.HEADER + math.prod(spec.shape) * spec.dtype.itemsize)
+        return Created(self.HEADER, [f"{spec.path}: RAW keeps no pixel size"])
+
+    def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
+        with open(temp, "r+b") as f:
+            f.write(self._header(spec, statistics))
+
+
+def test_a_new_format_is_one_class_and_one_registry_entry(tmp_path, monkeypatch):
+    raw = RawFormat()
+    monkeypatch.setattr(formats, "FORMATS", formats.FORMATS + (raw,))
+    data = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 1, 3, 4)
+    assert io.write(tmp_path / "a.raw", data) == [f"{tmp_path / 'a.raw'}: RAW keeps no pixel size"]
+    assert formats.detect(tmp_path / "a.raw") == (raw, None)
+    assert formats.output_format(tmp_path / "b.RAW") is raw and formats.strip_image_suffix("c.raw") == "c"
+    array, md = io.read(tmp_path / "a.raw")
+    np.testing.assert_array_equal(array.numpy(), data)
+    assert md.format == "raw" and md.statistics.min == 0.0 and md.statistics.max == 23.0
+    # converting to and from the real formats goes through the same Writer
+    io.write(tmp_path / "a.mrc", array, md)
+    io.write(tmp_path / "back.raw", *io.read(tmp_path / "a.mrc"))
+    np.testing.assert_array_equal(io.read(tmp_path / "back.raw")[0].numpy(), data)
+    with pytest.raises(FileFormatError, match="complex64 cannot be stored in RAW"):
+        io.create(tmp_path / "c.raw", (1, 1, 2, 2), "complex64")
+    (tmp_path / "junk.xyz").write_bytes(b"hello" * 100)
+    with pytest.raises(UnknownFormatError, match=r"none of MRC, TIFF, RAW \(extension '\.xyz'; known: .* \.raw, "
+                                                 r"optionally \.gz/\.bz2 for MRC\)"):
+        io.read(tmp_path / "junk.xyz")
