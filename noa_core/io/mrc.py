@@ -21,7 +21,7 @@ import datetime
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 from mrcfile.dtypes import HEADER_DTYPE
@@ -43,6 +43,9 @@ from noa_core.io.compression import open_stream
 from noa_core.io.metadata import ANGSTROM, Metadata, Statistics, Triple, permute_per_axis
 from noa_core.io.protocol import Created, OutputSpec, ReadRequest
 from noa_core.layout import Shape4
+
+if TYPE_CHECKING:
+    from noa_core.array import Array
 
 EXTENSIONS = (".mrc", ".mrcs", ".map", ".st", ".ali", ".rec")
 HEADER_BYTES = 1024
@@ -456,7 +459,7 @@ class MrcFormat:
     def claim_by_extension(self, head: bytes, path: Path) -> bool:
         return True  # files written before MRC2014 have no 'MAP ' mark
 
-    def read(self, path: Path, request: ReadRequest):
+    def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
         if request.series is not None:
             raise FileFormatError(f"{path}: series: MRC files hold one series; series= is for TIFF")
         return _read(path, request.compression, request.as_stack, request.as_volume, request.mmap)

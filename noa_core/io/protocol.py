@@ -108,7 +108,8 @@ class ImageFormat(Protocol):
         """Refuse, with a WriteDTypeError or FileFormatError naming ``path``, what this format cannot store."""
 
     def create(self, temp: Path, spec: OutputSpec) -> Created:
-        """Write the structure of an output into the empty file ``temp``, with room for the packed data."""
+        """Lay out an output in ``temp`` (an empty file): header and structure, and room for the packed
+        data, whose offset it returns; the header statistics wait for :meth:`finish`."""
 
     def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
         """Complete the header of ``temp`` once the data are written (statistics are those of the data)."""

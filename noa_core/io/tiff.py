@@ -18,6 +18,7 @@ import codecs
 import math
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tifffile
@@ -35,6 +36,9 @@ from noa_core.io import mapped
 from noa_core.io.metadata import Metadata, Statistics
 from noa_core.io.protocol import Created, OutputSpec, ReadRequest
 from noa_core.layout import Shape4
+
+if TYPE_CHECKING:
+    from noa_core.array import Array
 
 EXTENSIONS = (".tif", ".tiff")  # '.ome.tif' ends in '.tif'
 _MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")  # classic and BigTIFF, either byte order
@@ -258,7 +262,7 @@ class TiffFormat:
     def claim_by_extension(self, head: bytes, path: Path) -> bool:
         raise CorruptFileError(f"{path}: magic bytes: {head[:4]!r} is not a TIFF signature")
 
-    def read(self, path: Path, request: ReadRequest):
+    def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
         if request.as_stack or request.as_volume:
             raise FileFormatError(f"{path}: as_stack/as_volume: TIFF axes name their meaning; these options are for MRC")
         return _read(path, request.series, request.mmap)
