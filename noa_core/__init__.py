@@ -1,6 +1,6 @@
 """noa_core: 4-d BDHW arrays with element strides, layout rules, kernels and MRC/TIFF files."""
 
-from noa_core import layout
+from noa_core import array, layout
 from noa_core.array import Array, arange, asarray, empty, full, ones, zeros
 from noa_core.dtypes import matrix, vector
 from noa_core.errors import (
@@ -16,6 +16,19 @@ from noa_core.errors import (
 )
 
 __version__ = "0.1.0"
+
+
+def _load_array_kernels() -> array.ArrayKernels:
+    """What Array.copy, astype, fill, its operators and .to run: element-wise functions and the
+    device transfer, which import Array themselves (and numba: loaded at their first use)."""
+    from noa_core import devices, elementwise
+
+    return array.ArrayKernels(copy=elementwise.copy, permute_copy=elementwise.permute_copy,
+                              astype=elementwise.astype, fill=elementwise.fill,
+                              arithmetic=elementwise.arithmetic, transfer=devices.transfer)
+
+
+array.install_kernels(_load_array_kernels)
 
 # The kernel functions import numba (about 0.3 s): load them on first use so that reading a header
 # (`noa info`) stays fast.

@@ -4,11 +4,17 @@ The buffer is a NumPy array on the CPU (a numba device array on CUDA) of shape
 ``(n, *element_shape)``: one row per element, so element ``e`` is ``buffer[e]`` whatever the
 element type. ``offset`` is the index of element ``[0, 0, 0, 0]``. Views share the buffer; every
 layout decision is delegated to :mod:`noa_core.layout`.
+
+The methods that run kernels (:meth:`Array.copy`, :meth:`~Array.astype`, :meth:`~Array.fill`, the
+arithmetic operators, :meth:`~Array.to`, ...) call :class:`ArrayKernels`, which the modules above
+this one provide (they import Array, so this module cannot import them): ``noa_core/__init__.py``
+installs them with :func:`install_kernels`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,6 +34,38 @@ def as_device(device: str) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class ArrayKernels:
+    """The functions behind the methods of :class:`Array` that run kernels."""
+
+    copy: Callable[[Array, str], Array]
+    permute_copy: Callable[[Array, Sequence[int]], Array]
+    astype: Callable[..., Array]  # (array, dtype, *, clamp)
+    fill: Callable[[Array, Any], Array]
+    arithmetic: Callable[..., Array]  # (name, *operands)
+    transfer: Callable[[Array, str], Array]
+
+
+_kernel_loader: Callable[[], ArrayKernels] | None = None
+_kernels: ArrayKernels | None = None
+
+
+def install_kernels(loader: Callable[[], ArrayKernels]) -> None:
+    """Make ``loader()`` the provider of :class:`ArrayKernels`; it runs at the first method call
+    that needs a kernel (so that importing noa_core does not import numba)."""
+    global _kernel_loader, _kernels
+    _kernel_loader, _kernels = loader, None
+
+
+def _array_kernels() -> ArrayKernels:
+    global _kernels
+    if _kernels is None:
+        if _kernel_loader is None:
+            raise RuntimeError("no kernels installed for Array; import noa_core, which installs them")
+        _kernels = _kernel_loader()
+    return _kernels
+
+
 class Array:
     """A 4-d BDHW array. Create one with :func:`empty`, :func:`zeros`, :func:`asarray`, ..."""
 
@@ -36,7 +74,7 @@ class Array:
     def __init__(self, buffer: Any, offset: int, shape: Sequence[int], strides: Sequence[int],
                  dtype: np.dtype, device: str = "cpu") -> None:
         shape4 = layout.as_shape4(shape)
-        if len(tuple(shape)) != 4:
+        if type(shape) is not Shape4 and len(tuple(shape)) != 4:
             raise ShapeError(f"Array needs a 4-d shape, got {tuple(shape)}; use noa_core.asarray to pad")
         strides4 = layout.check_strides(shape4, strides)
         extent = layout.memory_extent(shape4, strides4)
@@ -178,36 +216,26 @@ class Array:
 
     def copy(self, order: str = "C") -> Array:
         """A new packed array in 'C' or 'F' order ('K' keeps F for F arrays, C otherwise)."""
-        from noa_core.elementwise import copy
-
-        return copy(self, order)
+        return _array_kernels().copy(self, order)
 
     def permute_copy(self, perm: Sequence[int]) -> Array:
         """A new C-contiguous array holding ``self.permute(perm)`` (cache-blocked, parallel)."""
-        from noa_core.elementwise import permute_copy
-
-        return permute_copy(self, perm)
+        return _array_kernels().permute_copy(self, perm)
 
     def astype(self, dtype, *, clamp: bool = False) -> Array:
         """A converted copy; ``clamp=True`` clamps to the target range (NaN -> 0 for integers)."""
-        from noa_core.elementwise import astype
-
-        return astype(self, dtype, clamp=clamp)
+        return _array_kernels().astype(self, dtype, clamp=clamp)
 
     def fill(self, value) -> Array:
         """Set every element to ``value`` in place; returns self."""
-        from noa_core.elementwise import fill
-
-        return fill(self, value)
+        return _array_kernels().fill(self, value)
 
     # -- arithmetic (new arrays; result type as numpy.result_type; operands broadcast) ------------
 
     def _arith(self, name: str, *operands) -> Array:
-        from noa_core.elementwise import arithmetic
-
         if not all(isinstance(x, (Array, int, float, complex, bool, np.generic)) for x in operands):
             return NotImplemented
-        return arithmetic(name, *operands)
+        return _array_kernels().arithmetic(name, *operands)
 
     def __add__(self, other) -> Array:
         return self._arith("add", self, other)
@@ -241,9 +269,7 @@ class Array:
         target = as_device(device)
         if target == self._device:
             return self
-        from noa_core import devices
-
-        return devices.transfer(self, target)
+        return _array_kernels().transfer(self, target)
 
     # -- NumPy interop -------------------------------------------------------------------------------
 

@@ -1,42 +1,30 @@
-"""Element-wise operations: validate operands, broadcast, plan the order, pick the back-end, launch.
+"""Element-wise operations: :func:`ewise` and the functions built on it.
 
-:func:`ewise` is the general entry; :func:`copy`, :func:`permute_copy`, :func:`astype`,
-:func:`fill` and the arithmetic operators of :class:`~noa_core.array.Array` are built on it.
+:func:`copy`, :func:`permute_copy`, :func:`astype`, :func:`fill` and :func:`arithmetic` back the
+methods and operators of :class:`~noa_core.array.Array`; validation, planning and the launch
+itself are :mod:`noa_core.dispatch`'s.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
-from numbers import Number
 
 import numpy as np
 
 from noa_core import dtypes, layout
 from noa_core.array import Array, empty, resolve_copy_order
-from noa_core.errors import DeviceError, DTypeError, OverlapError, ReadOnlyError, ShapeError, StrideError
+from noa_core.dispatch import FLOAT16_COMPUTE, Operand, common_device, launch
+from noa_core.errors import DTypeError
 from noa_core.kernels import BUILTIN_OPS
-from noa_core.kernels import cpu as cpu_kernels
-
-Operand = Array | Number | np.generic
+from noa_core.reduction import max as reduce_max
+from noa_core.reduction import min as reduce_min
 
 # Python's operators map to the built-in element operators (whose kernels are cached on disk).
 _OPERATOR_ALIASES: dict[Callable, str] = {
     operator.add: "add", operator.sub: "subtract", operator.mul: "multiply", operator.truediv: "divide",
     operator.neg: "negate",
 }
-
-
-def backend(device: str):
-    """The kernel module of ``device``: :mod:`noa_core.kernels.cpu` or :mod:`noa_core.kernels.cuda`."""
-    if device == "cpu":
-        return cpu_kernels
-    from noa_core import devices
-
-    devices.require_cuda()
-    from noa_core.kernels import cuda as cuda_kernels
-
-    return cuda_kernels
 
 
 def resolve_op(op: str | Callable) -> Callable:
@@ -50,174 +38,6 @@ def resolve_op(op: str | Callable) -> Callable:
     if not callable(op):
         raise TypeError(f"op {op!r} is neither a built-in operator name nor a function")
     return op
-
-
-def common_device(arrays: Sequence[Array]) -> str:
-    """The device every array lives on; DeviceError naming both devices when they differ."""
-    device = arrays[0].device
-    for a in arrays[1:]:
-        if a.device != device:
-            raise DeviceError(f"operands live on different devices: {device} and {a.device}; move them with .to()")
-    return device
-
-
-def _address(array: Array) -> int:
-    """Address in bytes of element [0,0,0,0] (for overlap checks across distinct buffer objects)."""
-    buf = array.buffer
-    interface = getattr(buf, "__cuda_array_interface__", None) if array.device == "cuda" else None
-    base = interface["data"][0] if interface else buf.__array_interface__["data"][0]
-    return base + array.offset * array.itemsize
-
-
-def _check_outputs(outputs: Sequence[Array]) -> None:
-    shape = outputs[0].shape
-    for out in outputs:
-        if not isinstance(out, Array):
-            raise TypeError(f"outputs must be Arrays, got {type(out).__name__}")
-        if out.shape != shape:
-            raise ShapeError(f"outputs must share one shape, got {shape} and {out.shape}")
-        if layout.is_broadcast(out.shape, out.strides):
-            raise StrideError(
-                f"output of shape {out.shape} with strides {out.strides} has a broadcast (stride-0) dimension; "
-                "writing through it would race"
-            )
-        if not out.writable:
-            raise ReadOnlyError(f"output of shape {out.shape} is read-only")
-
-
-def _check_overlap(inputs: Sequence[tuple[Array, tuple]], outputs: Sequence[Array]) -> None:
-    """Refuse outputs overlapping an input other than element-for-element, or another output."""
-    def byte_layout(a: Array, strides) -> tuple:
-        return _address(a), tuple(s * a.itemsize for s in strides)
-
-    shape = outputs[0].shape
-    for i, out in enumerate(outputs):
-        o_addr, o_strides = byte_layout(out, out.strides)
-        for inp, strides in inputs:
-            i_addr, i_strides = byte_layout(inp, strides)
-            if not layout.may_overlap(o_addr, shape, o_strides, i_addr, shape, i_strides, max(out.itemsize, inp.itemsize)):
-                continue
-            if inp.itemsize == out.itemsize and layout.same_elements(o_addr, o_strides, i_addr, i_strides, shape):
-                continue  # in place: each element is read, then written, by the same iteration
-            raise OverlapError(
-                f"output (shape {out.shape}, strides {out.strides}) overlaps an input (shape {inp.shape}, "
-                f"strides {inp.strides}) other than element-for-element; write to a new array"
-            )
-        for other in outputs[i + 1:]:
-            a_addr, a_strides = byte_layout(other, other.strides)
-            if layout.may_overlap(o_addr, shape, o_strides, a_addr, shape, a_strides, max(out.itemsize, other.itemsize)):
-                raise OverlapError(f"two outputs of shape {shape} overlap (strides {out.strides} and {other.strides})")
-
-
-def flat_buffer(array: Array, word: np.dtype | None = None):
-    """The buffer as 1-D, starting at element [0,0,0,0], and the number of units per element.
-
-    Units are the scalar type, or ``word`` (an unsigned integer reinterpreting the bytes, used by
-    raw copies so that one kernel serves every element type of a given size).
-    """
-    buf = array.buffer
-    unit = word if word is not None else dtypes.base_of(array.dtype)
-    k = array.itemsize // unit.itemsize
-    if array.device == "cpu":
-        if not buf.flags.c_contiguous:
-            raise StrideError(f"the buffer of an array of shape {array.shape} is not contiguous")
-        flat = buf.reshape(-1)
-        if word is not None:
-            flat = flat.view(word)
-    else:
-        flat = buf.reshape(buf.shape[0] * (buf.size // max(buf.shape[0], 1)))
-    return flat[array.offset * k:], k
-
-
-def _fold_element_run(shape: tuple, strides: list[tuple], k: int) -> list[tuple[list[int], tuple, list[tuple]]]:
-    """Express elements of ``k`` packed units as an inner dimension of 4-d launches.
-
-    Returns ``(unit offsets per operand, shape, strides)`` per launch: one launch when the planned
-    shape has a free (size-1) outer dimension, else one per index of the outermost dimension.
-    """
-    scaled = [tuple(s * k for s in st) for st in strides]
-    if k == 1:
-        return [([0] * len(strides), shape, scaled)]
-    if shape[0] == 1:
-        merged_shape, merged = layout.merge_dimensions(shape[1:] + (k,), *(st[1:] + (1,) for st in scaled))
-        return [([0] * len(strides), merged_shape, list(merged))]
-    launches = []
-    for i in range(shape[0]):
-        for offsets, fshape, fstrides in _fold_element_run((1,) + shape[1:], strides, k):
-            launches.append(([o + i * st[0] for o, st in zip(offsets, scaled)], fshape, fstrides))
-    return launches
-
-
-def launch(op: Callable, inputs: Sequence[Operand], outputs: Sequence[Array], *, raw: bool = False) -> None:
-    """Validate, broadcast, plan and run ``outputs = op(*inputs)``.
-
-    ``raw`` marks a same-type copy: elements are moved as packed machine words, so any element type
-    (vectors, matrices, float16, complex) takes the same kernel.
-    """
-    outputs = list(outputs)
-    if not outputs:
-        raise ValueError("ewise needs at least one output")
-    _check_outputs(outputs)
-    arrays = [x for x in inputs if isinstance(x, Array)]
-    for x in inputs:
-        if not isinstance(x, (Array, Number, np.generic)):
-            raise TypeError(f"inputs must be Arrays or scalars, got {type(x).__name__}")
-    device = common_device(arrays + outputs)
-    shape = outputs[0].shape
-    broadcast = [(a, layout.broadcast_strides(a.shape, a.strides, shape)) for a in arrays]
-    _check_overlap(broadcast, outputs)
-    if not raw:
-        for a in arrays + outputs:
-            if dtypes.element_shape_of(a.dtype):
-                raise DTypeError(f"element-wise operators take scalar element types, not {a.dtype}; "
-                                 "copy, permute_copy and fill accept vectors and matrices")
-    if layout.element_count(shape) == 0:
-        return
-    if device == "cpu" and not raw and any(a.dtype == np.float16 for a in arrays + outputs):
-        _launch_via_float32(op, inputs, outputs)
-        return
-
-    strides_in = {id(a): st for a, st in broadcast}
-    planned_shape, planned = layout.plan_iteration(shape, *(o.strides for o in outputs),
-                                                   *(strides_in[id(x)] for x in inputs if isinstance(x, Array)))
-    word = np.dtype(f"u{_word_size(outputs[0].itemsize)}") if raw and device == "cpu" else None
-    flats = [flat_buffer(o, word) for o in outputs] + [flat_buffer(x, word) for x in inputs if isinstance(x, Array)]
-    k = flats[0][1]
-    kernels = backend(device)
-    n_out = len(outputs)
-    for offsets, fshape, fstrides in _fold_element_run(tuple(planned_shape), list(planned), k):
-        bufs = [f[o:] if o else f for (f, _), o in zip(flats, offsets)]
-        out_bufs, in_bufs = bufs[:n_out], iter(bufs[n_out:])
-        in_strides_iter = iter(fstrides[n_out:])
-        ins, in_strides = [], []
-        for x in inputs:
-            is_array = isinstance(x, Array)
-            ins.append(next(in_bufs) if is_array else x)
-            in_strides.append(next(in_strides_iter) if is_array else None)
-        kernels.ewise(op, ins, out_bufs, fshape, in_strides, fstrides[:n_out])
-
-
-def _word_size(itemsize: int) -> int:
-    """The widest machine word (8, 4, 2 or 1 bytes) that divides an element."""
-    return next(w for w in (8, 4, 2, 1) if itemsize % w == 0)
-
-
-def _launch_via_float32(op: Callable, inputs: Sequence[Operand], outputs: Sequence[Array]) -> None:
-    """numba has no float16 arithmetic on the CPU: compute in float32 and round with NumPy."""
-    from noa_core.array import asarray
-
-    f32 = np.dtype(np.float32)
-    def widen(x: Operand) -> Operand:
-        if isinstance(x, Array):
-            return asarray(x.numpy().astype(f32)) if x.dtype == np.float16 else x
-        return np.float32(x) if isinstance(x, np.float16) else x
-
-    ins = [widen(x) for x in inputs]
-    temps = [empty(o.shape, f32, resolve_copy_order(o, "K")) if o.dtype == np.float16 else o for o in outputs]
-    launch(op, ins, temps)
-    for o, t in zip(outputs, temps):
-        if t is not o:
-            np.copyto(o.numpy(), t.numpy(), casting="unsafe")
 
 
 # -- public functions ------------------------------------------------------------------------------
@@ -267,7 +87,9 @@ def fill(array: Array, value) -> Array:
 def _clamp_bounds(source: np.dtype, target: np.dtype) -> tuple[np.generic, np.generic] | None:
     """Target range expressed in the source's (real) type, or None when no clamping is needed."""
     src = np.dtype(source.char.lower()) if source.kind == "c" else source
-    src = np.dtype(np.float32) if src == np.float16 else src  # float16 is computed in float32
+    # float16 cannot hold every bound (uint16's 65535 rounds to inf): float16 sources compare in
+    # float32, which is also what the CPU computes them in.
+    src = FLOAT16_COMPUTE if src == np.float16 else src
     if target.kind == "f":
         if src.kind != "f" or np.finfo(src).max <= np.finfo(target).max:
             return None
@@ -290,9 +112,6 @@ CONVERSION_MODES = ("cast", "clamp", "checked")
 
 def _check_range(source: Array, target: np.dtype) -> None:
     """Raise DTypeError when some value of ``source`` cannot be represented in ``target``."""
-    from noa_core.reduction import max as reduce_max
-    from noa_core.reduction import min as reduce_min
-
     if source.dtype.kind == "c" and target.kind != "c":
         raise DTypeError(f"cannot convert complex {source.dtype} to {target}: the imaginary part would be lost")
     if target.kind not in "iuf" or source.dtype.kind == "b" or source.size == 0:

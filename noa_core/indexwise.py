@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 from noa_core import layout
 from noa_core.array import Array
-from noa_core.elementwise import backend, common_device
+from noa_core.dispatch import backend, common_device
 
 
 def iwise(shape: int | Sequence[int], op: Callable, *args) -> None:

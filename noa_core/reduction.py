@@ -16,8 +16,8 @@ import numpy as np
 
 from noa_core import dtypes, layout
 from noa_core.array import Array, empty
+from noa_core.dispatch import FLOAT16_COMPUTE, backend, common_device, computes_as, flat_buffer, launch, widened
 from noa_core.errors import DTypeError, ShapeError
-from noa_core.elementwise import backend, common_device, flat_buffer, launch
 from noa_core.kernels import BUILTIN_OPS
 from noa_core.kernels import cpu as cpu_kernels
 
@@ -44,11 +44,7 @@ def _reduce(inputs: Sequence[Array], pre: Callable, combine: Callable, final: Ca
     for a in inputs:
         if dtypes.element_shape_of(a.dtype):
             raise DTypeError(f"reductions take scalar element types, not {a.dtype}")
-    if device == "cpu" and any(a.dtype == np.float16 for a in inputs):
-        # numba has no float16 arithmetic on the CPU: read through a float32 copy.
-        from noa_core.array import asarray
-
-        inputs = [asarray(a.numpy().astype(np.float32)) if a.dtype == np.float16 else a for a in inputs]
+    inputs = [widened(a) for a in inputs]
     shape = layout.broadcast_shapes(*(a.shape for a in inputs))
     strides = [layout.broadcast_strides(a.shape, a.strides, shape) for a in inputs]
     reduced = normalize_axes(axes)
@@ -63,7 +59,7 @@ def _reduce(inputs: Sequence[Array], pre: Callable, combine: Callable, final: Ca
     planned_shape, planned = layout.merge_dimensions(layout.permute(rshape, perm),
                                                      *(layout.permute(st, perm) for st in strides))
     kept = [tuple(0 if i in reduced else s for i, s in enumerate(st)) for st in strides]
-    compute_dtype = np.dtype(np.float32) if device == "cpu" and out_dtype == np.float16 else out_dtype
+    compute_dtype = computes_as(out_dtype, device)
     result = out if compute_dtype == out_dtype else empty(out_shape, compute_dtype, "C", device)
     bufs = [flat_buffer(a)[0] for a in inputs]
     backend(device).reduce(pre, combine, final, bufs, out_shape, kept, planned_shape, planned, initial,
@@ -155,7 +151,9 @@ def _extremum(array: Array, axes: Axes, name: str) -> Array:
     if _count(array, axes) == 0 and kept > 0:
         raise ShapeError(f"{name} of an empty reduction (shape {array.shape}, axes {normalize_axes(axes)}) has no "
                          "identity")
-    compute = np.dtype(np.float32) if dt == np.float16 else dt
+    # The identity of a float16 reduction is a float32 infinity on every device: the accumulator
+    # is float32, as the CPU computes float16 anyway.
+    compute = FLOAT16_COMPUTE if dt == np.float16 else dt
     if compute.kind == "f":
         initial = compute.type(np.inf if name == "min" else -np.inf)
     elif compute.kind == "b":
@@ -248,10 +246,7 @@ def moments(array: Array) -> Moments:
         return EMPTY_MOMENTS
     if array.device != "cpu":
         array = array.to("cpu")
-    if dt == np.float16:  # numba has no float16 arithmetic on the CPU
-        from noa_core.array import asarray
-
-        array = asarray(array.numpy().astype(np.float32))
+    array = widened(array)
     planned_shape, (planned_strides,) = layout.plan_iteration(array.shape, array.strides)
     flat, _ = flat_buffer(array)
     count, lo, hi, mean, m2 = cpu_kernels.moments(flat, planned_shape, planned_strides)

@@ -1,0 +1,172 @@
+"""noa_core's modules import each other without cycles, lazy (function-level) imports included.
+
+Every ``import`` and ``from ... import`` of a noa_core module, at any depth of any file, is an edge;
+``from noa_core import x`` is an edge to the module ``noa_core.x`` when x is a module, else to
+``noa_core`` itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import noa_core
+
+Edges = dict[str, dict[str, str]]  # module -> imported module -> where ("file:line")
+
+
+def module_names(package_dir: Path, package: str) -> dict[str, Path]:
+    """Every module of the package, by dotted name (a package by its own name, for __init__.py)."""
+    names = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = path.relative_to(package_dir).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names[".".join((package, *parts))] = path
+    return names
+
+
+def _known(name: str, modules: dict[str, Path]) -> str | None:
+    """``name`` if it is a module, else its longest dotted prefix that is one (None: not ours)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_edges(package_dir: Path, package: str) -> Edges:
+    """The modules each module of the package imports, with where each import is written."""
+    modules = module_names(package_dir, package)
+    edges: Edges = {name: {} for name in modules}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: from the package holding this module, up level - 1
+                    base = name if is_package else name.rpartition(".")[0]
+                    for _ in range(node.level - 1):
+                        base = base.rpartition(".")[0]
+                    source = ".".join(p for p in (base, node.module) if p)
+                else:
+                    source = node.module or ""
+                targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source
+                           for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                imported = _known(target, modules)
+                if imported is not None and imported != name:
+                    edges[name].setdefault(imported, f"{path.relative_to(package_dir.parent)}:{node.lineno}")
+    return edges
+
+
+def cycles(edges: Edges) -> list[list[str]]:
+    """One cycle (``[a, b, ..., a]``) through each group of modules that import each other."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            connect(v)
+    return [_cycle_within(group, edges) for group in groups]
+
+
+def _cycle_within(group: list[str], edges: Edges) -> list[str]:
+    """A shortest cycle from the group's first module back to it, staying inside the group."""
+    start, members = group[0], set(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for v in frontier:
+            for w in sorted(edges[v]):
+                if w == start:
+                    return paths[v] + [start]
+                if w in members and w not in paths:
+                    paths[w] = paths[v] + [w]
+                    following.append(w)
+        frontier = following
+    raise AssertionError(f"no cycle through {group}")  # a strongly connected group always has one
+
+
+def describe(cycle: list[str], edges: Edges) -> str:
+    return " -> ".join(cycle) + "\n" + "\n".join(
+        f"    {a} imports {b} at {edges[a][b]}" for a, b in zip(cycle, cycle[1:]))
+
+
+def test_noa_core_has_no_import_cycles():
+    package_dir = Path(noa_core.__file__).parent
+    edges = import_edges(package_dir, "noa_core")
+    found = cycles(edges)
+    assert not found, "import cycles in noa_core:\n" + "\n".join(describe(c, edges) for c in found)
+
+
+def test_the_array_core_sits_below_the_kernels_that_serve_it():
+    edges = import_edges(Path(noa_core.__file__).parent, "noa_core")
+    assert set(edges["noa_core.array"]) <= {"noa_core.dtypes", "noa_core.layout", "noa_core.errors"}
+    assert set(edges["noa_core.layout"]) == {"noa_core.errors"}
+    for module in ("noa_core.reduction", "noa_core.indexwise"):
+        assert "noa_core.elementwise" not in edges[module]
+        assert "noa_core.dispatch" in edges[module]
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / "pkg" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root / "pkg"
+
+
+def test_lazy_relative_and_package_imports_are_edges(tmp_path):
+    package_dir = write_package(tmp_path, {
+        "__init__.py": "from pkg.low import thing\n__version__ = '1'\n",
+        "low.py": "def thing():\n    from . import high\n    return high\n",
+        "high.py": "import pkg.low\nfrom pkg.sub import leaf\n",
+        "sub/__init__.py": "",
+        "sub/leaf.py": "from .. import __version__\nfrom ..low import thing\n",
+    })
+    edges = import_edges(package_dir, "pkg")
+    assert edges == {
+        "pkg": {"pkg.low": "pkg/__init__.py:1"},
+        "pkg.low": {"pkg.high": "pkg/low.py:2"},
+        "pkg.high": {"pkg.low": "pkg/high.py:1", "pkg.sub.leaf": "pkg/high.py:2"},
+        "pkg.sub": {},
+        "pkg.sub.leaf": {"pkg": "pkg/sub/leaf.py:1", "pkg.low": "pkg/sub/leaf.py:2"},
+    }
+    found = cycles(edges)
+    assert found == [["pkg", "pkg.low", "pkg.high", "pkg.sub.leaf", "pkg"]]
+    assert "pkg.low imports pkg.high at pkg/low.py:2" in describe(found[0], edges)
+
+
+def test_an_acyclic_package_has_no_cycles(tmp_path):
+    package_dir = write_package(tmp_path, {
+        "__init__.py": "from pkg import a\n",
+        "a.py": "import numpy\nfrom pkg import b\n",
+        "b.py": "def f():\n    import pkg.c\n",
+        "c.py": "",
+    })
+    assert cycles(import_edges(package_dir, "pkg")) == []
