@@ -1,8 +1,11 @@
 """Layout rules of 4-d BDHW arrays, as small pure functions on 4-tuples.
 
 Shapes and strides are 4-tuples ``(batch, depth, height, width)``; strides count elements, not
-bytes. Nothing here touches memory: :mod:`noa_core.array` and the kernels call these functions and
-the tests check each of them exhaustively against brute-force definitions and NumPy.
+bytes. They have distinct types, :class:`Shape4` and :class:`Strides4`, so that a shape passed as
+strides (or the converse) is refused instead of silently computing nonsense; plain tuples and lists
+are accepted everywhere. Nothing here touches memory: :mod:`noa_core.array` and the kernels call
+these functions and the tests check each of them exhaustively against brute-force definitions and
+NumPy.
 
 Negative strides are refused everywhere (:class:`StrideError`): every function here assumes
 strides >= 0, and :func:`check_strides` is the single gate through which strides enter an Array.
@@ -16,15 +19,41 @@ from typing import Literal
 
 from noa_core.errors import BroadcastError, LayoutError, PermutationError, ReshapeError, ShapeError, StrideError
 
-Shape4 = tuple[int, int, int, int]
-Strides4 = tuple[int, int, int, int]
 Order = Literal["C", "F"]
+# An axis permutation of 0..3: ``out[i] = values[perm[i]]``.
+Permutation4 = tuple[int, int, int, int]
+
+
+class _Dims4(tuple):
+    """Four integers, BDHW. A plain tuple for comparison, hashing, pickling and JSON."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}{tuple.__repr__(self)}"
+
+    # Messages and f-strings show the plain tuple, as the user wrote it.
+    __str__ = tuple.__repr__
+
+
+class Shape4(_Dims4):
+    """Sizes of the batch, depth, height and width dimensions. Build one with :func:`as_shape4`."""
+
+    __slots__ = ()
+
+
+class Strides4(_Dims4):
+    """Element strides of the batch, depth, height and width dimensions. Build one with
+    :func:`as_strides4` or :func:`check_strides`."""
+
+    __slots__ = ()
+
 
 AXIS_NAMES = ("batch", "depth", "height", "width")
 # Orders that storage and copies may use. 'K' (keep) is resolved by the caller into C or F.
 ORDERS = ("C", "F")
 # F order swaps only height and width: iterating an F array in this order visits packed memory.
-F_SWAP: Shape4 = (0, 1, 3, 2)
+F_SWAP: Permutation4 = (0, 1, 3, 2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -32,8 +61,29 @@ F_SWAP: Shape4 = (0, 1, 3, 2)
 # ---------------------------------------------------------------------------------------------
 
 
+def _refuse_swap(shape: Sequence[int], strides: Sequence[int]) -> None:
+    """Raise LayoutError when a Strides4 is given as a shape or a Shape4 as strides."""
+    # Exact class checks: this runs several times per kernel launch.
+    if shape.__class__ is Strides4 or strides.__class__ is Shape4:
+        what = [part for part, wrong in (("the value given as the shape holds strides", shape.__class__ is Strides4),
+                                         ("the value given as the strides holds a shape", strides.__class__ is Shape4))
+                if wrong]
+        raise LayoutError(f"shape {shape} and strides {strides} are swapped: {' and '.join(what)}")
+
+
+def _refuse_strides_as_shape(shape: Sequence[int]) -> None:
+    if shape.__class__ is Strides4:
+        raise LayoutError(f"strides {shape} were given where a shape is expected")
+
+
 def as_shape4(shape: int | Sequence[int]) -> Shape4:
-    """Pad a shape of up to 4 dimensions on the left with 1s: ``(5,)`` -> ``(1, 1, 1, 5)``."""
+    """Pad a shape of up to 4 dimensions on the left with 1s: ``(5,)`` -> ``(1, 1, 1, 5)``.
+
+    Refuses a :class:`Strides4` (strides passed where a shape belongs).
+    """
+    if type(shape) is Shape4 and len(shape) == 4 and min(shape) >= 0:
+        return shape
+    _refuse_strides_as_shape(shape)
     if isinstance(shape, int):
         shape = (shape,)
     dims = tuple(shape)
@@ -45,7 +95,31 @@ def as_shape4(shape: int | Sequence[int]) -> Shape4:
     dims = tuple(int(n) for n in dims)
     if any(n < 0 for n in dims):
         raise ShapeError(f"shape {dims} has a negative size")
-    return (1,) * (4 - len(dims)) + dims  # type: ignore[return-value]
+    return Shape4((1,) * (4 - len(dims)) + dims)
+
+
+def as_strides4(strides: Sequence[int]) -> Strides4:
+    """Four non-negative integer element strides; refuses a :class:`Shape4` (a shape passed where
+    strides belong). Negative strides are not supported."""
+    if isinstance(strides, Shape4):
+        raise LayoutError(f"shape {strides} was given where strides are expected")
+    return _validated_strides(strides)
+
+
+def _validated_strides(strides: Sequence[int], shape: Sequence[int] | None = None) -> Strides4:
+    """``strides`` as a Strides4 after checking them; messages name ``shape`` when given."""
+    if type(strides) is Strides4 and len(strides) == 4 and min(strides) >= 0:
+        return strides
+    values = tuple(int(s) for s in strides)
+    if len(values) == 4 and min(values) >= 0:
+        return Strides4(values)
+    for_shape = "" if shape is None else f" for shape {shape}"
+    if len(values) != 4:
+        raise StrideError(f"strides {values} must have 4 values (BDHW){for_shape}")
+    raise StrideError(
+        f"strides {values}{for_shape} are negative; noa does not support negative strides "
+        "(make a contiguous copy first, e.g. numpy.ascontiguousarray)"
+    )
 
 
 def as_order(order: str) -> Order:
@@ -85,27 +159,22 @@ def kind(shape: Shape4) -> str:
 
 def strides_for(shape: Shape4, order: str = "C") -> Strides4:
     """Packed strides: C ``(D*H*W, H*W, W, 1)``; F ``(D*H*W, H*W, 1, H)`` (only H and W swap)."""
+    _refuse_strides_as_shape(shape)
     _, d, h, w = shape
     if as_order(order) == "C":
-        return (d * h * w, h * w, w, 1)
-    return (d * h * w, h * w, 1, h)
+        return Strides4((d * h * w, h * w, w, 1))
+    return Strides4((d * h * w, h * w, 1, h))
 
 
 def check_strides(shape: Shape4, strides: Sequence[int]) -> Strides4:
-    """Validate element strides: four non-negative integers (negative strides are not supported)."""
-    values = tuple(int(s) for s in strides)
-    if len(values) != 4:
-        raise StrideError(f"strides {values} must have 4 values (BDHW) for shape {shape}")
-    if any(s < 0 for s in values):
-        raise StrideError(
-            f"strides {values} for shape {shape} are negative; noa does not support negative strides "
-            "(make a contiguous copy first, e.g. numpy.ascontiguousarray)"
-        )
-    return values  # type: ignore[return-value]
+    """Validate element strides for ``shape``: four non-negative integers (see :func:`as_strides4`)."""
+    _refuse_swap(shape, strides)
+    return _validated_strides(strides, shape)
 
 
 def are_contiguous(shape: Shape4, strides: Strides4, order: str = "C") -> bool:
     """Whole-array contiguity: each dimension has size 1 or exactly the packed stride of ``order``."""
+    _refuse_swap(shape, strides)
     packed = strides_for(shape, order)
     return all(n == 1 or s == p for n, s, p in zip(shape, strides, packed))
 
@@ -135,6 +204,7 @@ def is_contiguous(shape: Shape4, strides: Strides4, order: str = "C") -> tuple[b
     always contiguous; broadcast dimensions (stride 0, size > 1) never are. For 'F', "inner" follows
     the F traversal: width is outside height.
     """
+    _refuse_swap(shape, strides)
     if as_order(order) == "C":
         return _is_contiguous_c(shape, strides)
     swapped = _is_contiguous_c(permute(shape, F_SWAP), permute(strides, F_SWAP))
@@ -152,6 +222,7 @@ def order_of(shape: Shape4, strides: Strides4) -> str:
 
 def memory_extent(shape: Shape4, strides: Strides4) -> int:
     """Number of elements from the first to the last addressed element, inclusive (0 if empty)."""
+    _refuse_swap(shape, strides)
     if element_count(shape) == 0:
         return 0
     return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
@@ -162,6 +233,7 @@ def is_broadcast(shape: Shape4, strides: Strides4) -> bool:
 
     Empty arrays are never broadcast: nothing is written through them.
     """
+    _refuse_swap(shape, strides)
     return element_count(shape) > 0 and any(n > 1 and s == 0 for n, s in zip(shape, strides))
 
 
@@ -170,7 +242,7 @@ def is_broadcast(shape: Shape4, strides: Strides4) -> bool:
 # ---------------------------------------------------------------------------------------------
 
 
-def check_permutation(perm: Sequence[int]) -> Shape4:
+def check_permutation(perm: Sequence[int]) -> Permutation4:
     """Return ``perm`` as a 4-tuple if it is a permutation of 0..3, else raise PermutationError."""
     try:
         values = tuple(int(p) for p in perm)
@@ -182,11 +254,12 @@ def check_permutation(perm: Sequence[int]) -> Shape4:
 
 
 def permute(values: Sequence, perm: Sequence[int]) -> tuple:
-    """Reorder a 4-tuple: ``out[i] = values[perm[i]]``."""
-    return tuple(values[p] for p in perm)
+    """Reorder a 4-tuple: ``out[i] = values[perm[i]]``; a Shape4 stays a Shape4, Strides4 Strides4."""
+    permuted = tuple(values[p] for p in perm)
+    return type(values)(permuted) if isinstance(values, _Dims4) else permuted
 
 
-def inverse_permutation(perm: Sequence[int]) -> Shape4:
+def inverse_permutation(perm: Sequence[int]) -> Permutation4:
     out = [0, 0, 0, 0]
     for i, p in enumerate(perm):
         out[p] = i
@@ -195,6 +268,8 @@ def inverse_permutation(perm: Sequence[int]) -> Shape4:
 
 def broadcast_strides(shape: Shape4, strides: Strides4, target: Shape4) -> Strides4:
     """Strides that view ``shape`` as ``target``: size-1 dimensions grow with stride 0."""
+    _refuse_swap(shape, strides)
+    _refuse_strides_as_shape(target)
     out = []
     for n, s, t in zip(shape, strides, target):
         if n == t:
@@ -203,13 +278,15 @@ def broadcast_strides(shape: Shape4, strides: Strides4, target: Shape4) -> Strid
             out.append(0)
         else:
             raise BroadcastError(f"cannot broadcast shape {shape} to shape {target}")
-    return tuple(out)  # type: ignore[return-value]
+    return Strides4(out)
 
 
 def broadcast_shapes(*shapes: Shape4) -> Shape4:
     """The common shape of several shapes; each dimension is 1 or the common size."""
     if not shapes:
         raise BroadcastError("broadcast_shapes needs at least one shape")
+    for shape in shapes:
+        _refuse_strides_as_shape(shape)
     out = list(shapes[0])
     for shape in shapes[1:]:
         for i, n in enumerate(shape):
@@ -218,7 +295,7 @@ def broadcast_shapes(*shapes: Shape4) -> Shape4:
             elif n != 1 and n != out[i]:
                 listed = ", ".join(str(s) for s in shapes)
                 raise BroadcastError(f"shapes {listed} cannot be broadcast together (dimension {AXIS_NAMES[i]})")
-    return tuple(out)  # type: ignore[return-value]
+    return Shape4(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,6 +305,7 @@ def broadcast_shapes(*shapes: Shape4) -> Shape4:
 
 def infer_shape(count: int, shape: int | Sequence[int]) -> Shape4:
     """Resolve one ``-1`` in a requested shape so that it holds ``count`` elements; pad to 4-d."""
+    _refuse_strides_as_shape(shape)
     dims = (shape,) if isinstance(shape, int) else tuple(int(n) for n in shape)
     if len(dims) > 4:
         raise ShapeError(f"shape {dims} has {len(dims)} dimensions; noa arrays have at most 4 (BDHW)")
@@ -253,6 +331,8 @@ def reshape_strides(shape: Shape4, strides: Strides4, new_shape: Shape4) -> Stri
     The sizes must hold the same element count. Groups of old dimensions that map onto groups of new
     dimensions must each be contiguous among themselves; size-1 dimensions are free.
     """
+    _refuse_swap(shape, strides)
+    _refuse_strides_as_shape(new_shape)
     if element_count(shape) != element_count(new_shape):
         raise ReshapeError(f"cannot reshape shape {shape} into shape {new_shape}: element counts differ")
     if element_count(shape) == 0:
@@ -282,7 +362,7 @@ def reshape_strides(shape: Shape4, strides: Strides4, new_shape: Shape4) -> Stri
     last = new_strides[ni - 1] if ni > 0 else 1
     for k in range(ni, 4):
         new_strides[k] = last
-    return tuple(new_strides)  # type: ignore[return-value]
+    return Strides4(new_strides)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,6 +376,7 @@ def slice_view(shape: Shape4, strides: Strides4, key) -> tuple[int, Shape4, Stri
     Returns ``(offset, shape, strides)`` with the offset in elements. An integer keeps its dimension
     with size 1, so the result is always BDHW. Negative steps are refused (no negative strides).
     """
+    _refuse_swap(shape, strides)
     items = key if isinstance(key, tuple) else (key,)
     if sum(1 for k in items if k is Ellipsis) > 1:
         raise LayoutError(f"index {key!r} has more than one Ellipsis")
@@ -329,7 +410,7 @@ def slice_view(shape: Shape4, strides: Strides4, key) -> tuple[int, Shape4, Stri
             new_strides.append(s)
         else:
             raise LayoutError(f"index {item!r} on the {AXIS_NAMES[axis]} axis must be an integer or a slice")
-    return offset, tuple(new_shape), tuple(new_strides)  # type: ignore[return-value]
+    return offset, Shape4(new_shape), Strides4(new_strides)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,23 +418,36 @@ def slice_view(shape: Shape4, strides: Strides4, key) -> tuple[int, Shape4, Stri
 # ---------------------------------------------------------------------------------------------
 
 
-def iteration_order(shape: Shape4, strides: Strides4) -> Shape4:
+def iteration_order(shape: Shape4, strides: Strides4) -> Permutation4:
     """The permutation that makes ``strides`` as rightmost as possible.
 
     Stable sort of the dimensions by decreasing stride, with size-1 dimensions moved outermost (their
     stride is meaningless). Applying it to a C array is the identity; to an F array it swaps H, W.
     """
+    _refuse_swap(shape, strides)
+    return _iteration_order(shape, strides)
+
+
+def _iteration_order(shape: Sequence[int], strides: Sequence[int]) -> Permutation4:
     return tuple(sorted(range(4), key=lambda i: (shape[i] != 1, -strides[i])))  # type: ignore[return-value]
 
 
-def merge_dimensions(shape: Shape4, *strides: Strides4) -> tuple[Shape4, tuple[Strides4, ...]]:
+def merge_dimensions(shape: Shape4, *strides: Strides4) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     """Merge neighbouring dimensions that are contiguous in every operand; pad on the left to 4-d.
 
     ``shape`` and each of ``strides`` must already be in iteration order (outermost first). Size-1
-    dimensions are dropped. The result addresses the same elements in the same order.
+    dimensions are dropped. The result addresses the same elements in the same order, as plain
+    tuples of ints: they are what the kernels (numba) receive.
     """
+    for st in strides:
+        _refuse_swap(shape, st)
+    return _merge_dimensions(shape, strides)
+
+
+def _merge_dimensions(shape: Sequence[int], strides: Sequence[Sequence[int]]
+                      ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     if element_count(shape) == 0:
-        return shape, strides
+        return tuple(shape), tuple(tuple(st) for st in strides)
     dims = [i for i in range(4) if shape[i] != 1]
     merged_shape: list[int] = []
     merged: list[list[int]] = [[] for _ in strides]
@@ -371,17 +465,19 @@ def merge_dimensions(shape: Shape4, *strides: Strides4) -> tuple[Shape4, tuple[S
     for m in merged:
         outer = m[0] * merged_shape[0] if m else 1
         out_strides.append((outer,) * pad + tuple(m))
-    return out_shape, tuple(out_strides)  # type: ignore[return-value]
+    return out_shape, tuple(out_strides)
 
 
-def plan_iteration(shape: Shape4, *strides: Strides4) -> tuple[Shape4, tuple[Strides4, ...]]:
+def plan_iteration(shape: Shape4, *strides: Strides4) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     """Fastest traversal for operands sharing ``shape``; the first strides (the output's) decide.
 
     Returns the permuted and merged shape and the strides of every operand in that order: a kernel
     iterating rightmost over the result touches memory as sequentially as the first operand allows.
     """
-    perm = iteration_order(shape, strides[0])
-    return merge_dimensions(permute(shape, perm), *(permute(s, perm) for s in strides))
+    for st in strides:
+        _refuse_swap(shape, st)
+    perm = _iteration_order(shape, strides[0])
+    return _merge_dimensions(tuple(shape[p] for p in perm), [tuple(st[p] for p in perm) for st in strides])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,6 +490,7 @@ def memory_span(offset: int, shape: Shape4, strides: Strides4, itemsize: int = 1
 
     ``offset`` and ``strides`` count units (elements, or bytes with ``itemsize`` the element size).
     """
+    _refuse_swap(shape, strides)
     if element_count(shape) == 0:
         return offset, offset
     return offset, offset + sum((n - 1) * s for n, s in zip(shape, strides)) + itemsize
@@ -410,4 +507,6 @@ def may_overlap(offset_a: int, shape_a: Shape4, strides_a: Strides4,
 
 def same_elements(offset_a: int, strides_a: Strides4, offset_b: int, strides_b: Strides4, shape: Shape4) -> bool:
     """True when two layouts of ``shape`` address exactly the same memory for every index."""
+    _refuse_swap(shape, strides_a)
+    _refuse_swap(shape, strides_b)
     return offset_a == offset_b and all(n == 1 or sa == sb for n, sa, sb in zip(shape, strides_a, strides_b))

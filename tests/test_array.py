@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 import noa_core as noa
 from noa_core.dtypes import SCALAR_NAMES
-from noa_core.errors import BroadcastError, DTypeError, PermutationError, ReshapeError, ShapeError, StrideError
+from noa_core.errors import (BroadcastError, DTypeError, LayoutError, PermutationError, ReshapeError, ShapeError,
+                             StrideError)
 
 
 def test_issue_examples():
@@ -123,6 +124,25 @@ def test_view_errors_name_shapes():
         a.permute((0, 1, 3, 2)).reshape(-1)
     with pytest.raises(ReshapeError, match="60 elements"):
         a.reshape((7, -1))
+
+
+def test_shape_and_strides_are_typed_and_refused_when_swapped():
+    a = noa.arange((1, 3, 4, 5))
+    assert type(a.shape) is noa.layout.Shape4 and type(a.strides) is noa.layout.Strides4
+    assert a.shape == (1, 3, 4, 5) and a.strides == (60, 20, 5, 1)
+    for view in (a.permute((0, 2, 1, 3)), a[:, 1:], a.reshape((3, 20)), a[:, :1].broadcast((2, 3, 4, 5))):
+        assert type(view.shape) is noa.layout.Shape4 and type(view.strides) is noa.layout.Strides4
+    with pytest.raises(LayoutError, match=r"strides \(60, 20, 5, 1\) were given where a shape is expected"):
+        noa.Array(a.buffer, 0, a.strides, a.shape, a.dtype)
+    with pytest.raises(LayoutError, match="where a shape is expected"):
+        a.broadcast(a.strides)
+    with pytest.raises(LayoutError, match="where a shape is expected"):
+        a.reshape(a.strides)
+    with pytest.raises(LayoutError, match="where a shape is expected"):
+        noa.zeros(a.strides)
+    # Plain tuples and lists keep working everywhere.
+    b = noa.Array(a.buffer, 0, [1, 3, 4, 5], [60, 20, 5, 1], a.dtype)
+    assert np.array_equal(np.asarray(b * 2), np.asarray(a) * 2)
 
 
 def test_reshape_copy_fallback():

@@ -1,6 +1,9 @@
 """Layout rules against brute-force definitions: every small case, then random ones (hypothesis)."""
 
+import copy
 import itertools
+import json
+import pickle
 
 import numpy as np
 import pytest
@@ -336,3 +339,114 @@ def test_memory_extent_and_broadcast_flags():
     assert layout.is_broadcast((2, 1, 1, 1), (0, 1, 1, 1))
     assert not layout.is_broadcast((1, 1, 1, 1), (0, 0, 0, 0))
     assert not layout.is_broadcast((0, 1, 2, 1), (0, 0, 0, 1))  # empty: nothing is written
+
+
+# --- Shape4 and Strides4: distinct types, so that swapped arguments are refused ---------------------
+
+
+# Every layout function that takes a shape and strides, called with ``(shape, strides)``.
+SHAPE_AND_STRIDES_FUNCTIONS = {
+    "check_strides": lambda sh, st: layout.check_strides(sh, st),
+    "are_contiguous C": lambda sh, st: layout.are_contiguous(sh, st, "C"),
+    "are_contiguous F": lambda sh, st: layout.are_contiguous(sh, st, "F"),
+    "is_contiguous C": lambda sh, st: layout.is_contiguous(sh, st, "C"),
+    "is_contiguous F": lambda sh, st: layout.is_contiguous(sh, st, "F"),
+    "order_of": layout.order_of,
+    "memory_extent": layout.memory_extent,
+    "is_broadcast": layout.is_broadcast,
+    "broadcast_strides": lambda sh, st: layout.broadcast_strides(sh, st, sh),
+    "reshape_strides": lambda sh, st: layout.reshape_strides(sh, st, sh),
+    "slice_view": lambda sh, st: layout.slice_view(sh, st, (..., slice(1, None))),
+    "iteration_order": layout.iteration_order,
+    "merge_dimensions": layout.merge_dimensions,
+    "plan_iteration": layout.plan_iteration,
+    "memory_span": lambda sh, st: layout.memory_span(1, sh, st, 4),
+    "may_overlap": lambda sh, st: layout.may_overlap(0, sh, st, 7, sh, st),
+    "same_elements": lambda sh, st: layout.same_elements(0, st, 0, st, sh),
+}
+
+
+def test_shape4_and_strides4_are_distinct_tuples():
+    shape, strides = layout.as_shape4((2, 3, 4)), layout.strides_for((1, 2, 3, 4))
+    assert type(shape) is layout.Shape4 and type(strides) is layout.Strides4
+    assert not isinstance(shape, layout.Strides4) and not isinstance(strides, layout.Shape4)
+    assert shape == (1, 2, 3, 4) and (1, 2, 3, 4) == shape and hash(shape) == hash((1, 2, 3, 4))
+    assert strides == [24, 12, 4, 1] or strides == (24, 12, 4, 1)
+    assert repr(shape) == "Shape4(1, 2, 3, 4)" and repr(strides) == "Strides4(24, 12, 4, 1)"
+    assert str(shape) == f"{shape}" == "(1, 2, 3, 4)"  # messages show the tuple the user wrote
+    assert layout.as_strides4([24, 12, 4, 1]) == strides and type(layout.as_strides4((0, 0, 0, 1))) is layout.Strides4
+    assert shape + (5,) == (1, 2, 3, 4, 5) and type(shape[1:]) is tuple
+
+
+def test_shape4_and_strides4_survive_pickle_json_and_copies():
+    shape, strides = layout.as_shape4((2, 3, 4)), layout.strides_for((1, 2, 3, 4), "F")
+    for value in (shape, strides):
+        for copied in (pickle.loads(pickle.dumps(value)), copy.deepcopy(value), copy.copy(value)):
+            assert copied == value and type(copied) is type(value)
+        assert json.loads(json.dumps(value)) == list(value)
+
+
+def test_results_keep_their_type_and_kernels_get_plain_tuples():
+    shape, strides = layout.as_shape4((2, 3, 4, 5)), layout.strides_for((2, 3, 4, 5))
+    perm = (0, 2, 1, 3)
+    assert type(layout.permute(shape, perm)) is layout.Shape4
+    assert type(layout.permute(strides, perm)) is layout.Strides4
+    assert type(layout.permute((1, 2, 3, 4), perm)) is tuple
+    _, sliced_shape, sliced_strides = layout.slice_view(shape, strides, (0,))
+    assert (type(sliced_shape), type(sliced_strides)) == (layout.Shape4, layout.Strides4)
+    assert type(layout.broadcast_shapes(shape, (1, 1, 1, 5))) is layout.Shape4
+    assert type(layout.broadcast_strides((1, 3, 4, 5), (60, 20, 5, 1), shape)) is layout.Strides4
+    assert type(layout.reshape_strides(shape, strides, (1, 1, 6, 20))) is layout.Strides4
+    assert type(layout.infer_shape(120, (-1, 20))) is layout.Shape4
+    # numba cannot type tuple subclasses: what plan_iteration hands to the kernels is plain.
+    for planned in (layout.plan_iteration(shape, strides), layout.plan_iteration((0, 1, 2, 3), strides)):
+        planned_shape, (planned_strides,) = planned
+        assert type(planned_shape) is tuple and type(planned_strides) is tuple
+
+
+def test_a_shape_is_refused_as_strides_and_strides_as_a_shape():
+    shape, strides = layout.as_shape4((1, 2, 3, 4)), layout.strides_for((1, 2, 3, 4))
+    with pytest.raises(LayoutError, match=r"strides \(24, 12, 4, 1\) were given where a shape is expected"):
+        layout.as_shape4(strides)
+    with pytest.raises(LayoutError, match=r"shape \(1, 2, 3, 4\) was given where strides are expected"):
+        layout.as_strides4(shape)
+    with pytest.raises(LayoutError, match="where a shape is expected"):
+        layout.strides_for(strides)
+    with pytest.raises(LayoutError, match="where a shape is expected"):
+        layout.broadcast_shapes(shape, strides)
+    with pytest.raises(LayoutError, match=r"shape \(24, 12, 4, 1\) and strides \(1, 2, 3, 4\) are swapped"):
+        layout.broadcast_strides(strides, shape, shape)  # the target is a shape, the first pair is swapped
+    with pytest.raises(LayoutError, match="where a shape is expected"):
+        layout.broadcast_strides(shape, strides, strides)  # strides given as the target shape
+    with pytest.raises(LayoutError, match="where a shape is expected"):
+        layout.reshape_strides(shape, strides, strides)
+    with pytest.raises(LayoutError, match="where a shape is expected"):
+        layout.infer_shape(24, strides)
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_AND_STRIDES_FUNCTIONS))
+def test_every_swapped_pair_is_refused_exhaustive(name):
+    """Typed arguments give the results of plain tuples; swapped ones (or one labelled wrongly)
+    are refused with a message naming both, whatever the values."""
+    function = SHAPE_AND_STRIDES_FUNCTIONS[name]
+    checked = 0
+    for plain_shape in SMALL_SHAPES:
+        shape = layout.as_shape4(plain_shape)
+        for plain_strides in layouts_of(plain_shape):
+            strides = layout.as_strides4(plain_strides)
+            assert function(shape, strides) == function(plain_shape, plain_strides)
+            for swapped_shape, swapped_strides in ((strides, shape), (strides, plain_shape), (plain_strides, shape)):
+                with pytest.raises(LayoutError, match="swapped") as refused:
+                    function(swapped_shape, swapped_strides)
+                assert f"shape {swapped_shape} and strides {swapped_strides}" in str(refused.value)
+            checked += 1
+    assert checked == len(SMALL_SHAPES) * 24 * 3
+
+
+def test_swapped_pairs_of_equal_values_are_refused_too():
+    """The types decide, not the values: a (1, 1, 1, 1) shape with strides (1, 1, 1, 1)."""
+    ones = (1, 1, 1, 1)
+    assert layout.are_contiguous(layout.as_shape4(ones), layout.as_strides4(ones))
+    with pytest.raises(LayoutError, match="the value given as the shape holds strides and the value given as the "
+                                          "strides holds a shape"):
+        layout.are_contiguous(layout.as_strides4(ones), layout.as_shape4(ones))
