@@ -21,7 +21,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from noa_core import dtypes, layout
-from noa_core.errors import DeviceError, LayoutError, ReshapeError, ShapeError, StrideError
+from noa_core.errors import DeviceError, ReshapeError, ShapeError, StrideError
 from noa_core.layout import Shape4, Strides4
 
 DEVICES = ("cpu", "cuda")
@@ -59,9 +59,7 @@ def install_kernels(loader: Callable[[], ArrayKernels]) -> None:
 
 def _array_kernels() -> ArrayKernels:
     global _kernels
-    if _kernels is None:
-        if _kernel_loader is None:
-            raise RuntimeError("no kernels installed for Array; import noa_core, which installs them")
+    if _kernels is None:  # the loader is installed when noa_core (the package) is imported
         _kernels = _kernel_loader()
     return _kernels
 

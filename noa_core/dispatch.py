@@ -54,7 +54,8 @@ def computes_as(dtype: np.dtype, device: str) -> np.dtype:
 
 
 def widened(operand: Operand) -> Operand:
-    """``operand``, or a float32 copy when it is float16 on the CPU (array or scalar)."""
+    """``operand``, or a float32 copy of a float16 array on the CPU or of a float16 scalar
+    (scalars go with the arrays of a launch, which decide the device)."""
     if isinstance(operand, Array):
         if operand.device == "cpu" and operand.dtype == np.float16:
             return asarray(operand.numpy().astype(FLOAT16_COMPUTE))
