@@ -1,7 +1,7 @@
 """Throughput of a batch of files on Dask (`noa ... --scheduler local`) against a plain loop.
 
 The same operation (permute --axes 0,1,3,2, so every file is transposed section by section) on the
-same generated files: a single-process loop calling noa_core.ops in turn, then noa_core.cluster.run_batch
+same generated files: a single-process loop calling noa_core.run.local.write in turn, then noa_core.run.cluster.run_batch
 on a LocalCluster of 1 and of 2 single-threaded worker processes. Kernels are warm in every case
 (the loop runs once untimed first; the cluster's first task warms the shared cache), and cluster
 start-up is reported apart from the batch time. Outputs go to a fresh folder each run; the best of
@@ -33,7 +33,8 @@ import mrcfile  # noqa: E402
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-from noa_core import cluster, ops  # noqa: E402
+from noa_core import operations  # noqa: E402
+from noa_core.run import cluster, local  # noqa: E402
 
 
 def make_files(folder: Path, count: int, shape: tuple[int, ...]) -> list[Path]:
@@ -63,7 +64,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each mode; the best is shown")
     args = parser.parse_args()
     shape = tuple(int(n) for n in args.shape.split(","))
-    op = ops.FileOp("permute", {"axes": (0, 1, 3, 2)})
+    op = operations.get("permute").task(axes=(0, 1, 3, 2))
     with tempfile.TemporaryDirectory(prefix="noa-bench-scale-") as tmp:
         root = Path(tmp)
         inputs = make_files(fresh(root / "in"), args.files, shape)
@@ -76,13 +77,13 @@ def main() -> None:
         for threads in sorted({1, cores}):  # a worker's setting, then the loop as `noa` runs it by default
             numba.set_num_threads(threads)
             out = fresh(root / "warm")
-            op(inputs[0], out / "x.mrcs")  # compile (or load) the kernels before timing the loop
+            local.write(op, inputs[0], out / "x.mrcs")  # compile (or load) the kernels before timing the loop
             times = []
             for _ in range(args.repeat):
                 out = fresh(root / "out")
                 start = time.perf_counter()
                 for src in inputs:
-                    op(src, out / src.name)
+                    local.write(op, src, out / src.name)
                 times.append(time.perf_counter() - start)
             rows.append((f"loop, {threads} thread(s)", 1, 0.0, min(times)))
         loop = rows[0][3]

@@ -34,7 +34,7 @@ import mrcfile
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from server.settings import Settings  # noqa: E402
+from noa_server.settings import Settings  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "bench-key"

@@ -1,4 +1,4 @@
-"""What the command line prints: one-line errors, notices, progress bars and info/stats tables."""
+"""What the command line prints: one-line errors, notices, per-file results and progress bars."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import contextlib
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,7 +14,7 @@ import click
 import typer
 
 if TYPE_CHECKING:
-    from noa_core.ops import FileResult
+    from noa_core.run import FileResult
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
 # Typer 0.29 parses with a private copy of click, whose exceptions are not click's: both kinds count.
@@ -54,27 +54,23 @@ def failure(src: Path, exc: BaseException) -> None:
     error(line if str(src) in line else f"{src}: {line}")
 
 
-def skipped(paths: Iterable[Path], quiet: bool) -> None:
-    for path in paths:
-        done(f"skipped {path}: the output exists (--resume)", quiet)
+def result(outcome: FileResult, count: int, quiet: bool) -> None:
+    """Report one pair of a batch of ``count`` as it ends: written (with its notices), skipped, or
+    failed (a lone pair's failure is left to :func:`finish`, which raises it)."""
+    if outcome.status == "written":
+        notices(list(outcome.notices), quiet)
+        done(f"wrote {outcome.dst}", quiet)
+    elif outcome.status == "skipped":
+        done(f"skipped {outcome.dst}: the output exists (--resume)", quiet)
+    elif count > 1:
+        failure(outcome.src, outcome.error)
 
 
-def batch_results(results: Sequence[FileResult], quiet: bool) -> None:
-    """Report a batch run elsewhere (results in input order): what was written or
-    skipped, then one line per failed input; raise BatchFailed when some failed.
-
-    A batch of one input fails with its own error, as when run here.
-    """
+def finish(results: Sequence[FileResult]) -> None:
+    """Raise what failed: a lone pair's own error, or BatchFailed naming how many of the batch failed."""
     failed = [r for r in results if r.status == "failed"]
     if len(results) == 1 and failed:
         raise failed[0].error
-    for result in results:
-        if result.status == "written":
-            notices(list(result.notices), quiet)
-            done(f"wrote {result.dst}", quiet)
-    skipped([r.dst for r in results if r.status == "skipped"], quiet)
-    for result in failed:
-        failure(result.src, result.error)
     if failed:
         raise BatchFailed(f"{len(failed)} of {len(results)} inputs failed")
 
@@ -115,13 +111,6 @@ def guarded(call: Callable[[], object], debug: bool) -> int:
         return EXIT_INTERNAL
 
 
-def parse_ints(text: str, option: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.replace(" ", "").split(","))
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint=option) from None
-
-
 @contextlib.contextmanager
 def progress(description: str, quiet: bool) -> Iterator[Callable[[int, int], None]]:
     """A ``callback(done, total)`` that shows a progress bar on stderr once work passes ~1 second.
@@ -154,44 +143,3 @@ def progress(description: str, quiet: bool) -> Iterator[Callable[[int, int], Non
     finally:
         if bar is not None:
             bar.stop()
-
-
-def _fmt(values) -> str:
-    if values is None:
-        return "-"
-    if isinstance(values, (list, tuple)):
-        return ", ".join(_fmt(v) for v in values)
-    if isinstance(values, float):
-        return f"{values:.6g}"
-    return str(values)
-
-
-def format_info(described: dict) -> str:
-    """Human-readable lines for the dict returned by ``noa_core.ops.info``."""
-    rows = [
-        ("file", described["path"]),
-        ("format", described["format"]),
-        ("dtype", described["dtype"] + (f" (MRC mode {described['mode']})" if described.get("mode") is not None else "")),
-        ("shape (BDHW)", _fmt(described["shape"])),
-        ("strides", _fmt(described["strides"]) + " (elements, as stored)"),
-        ("order", described["order"]),
-        ("kind", described["kind"]),
-        ("pixel size (DHW)", _fmt(described["pixel_size"]) + f" {described.get('pixel_unit') or ''}".rstrip()),
-        ("origin (DHW)", _fmt(described["origin"])),
-        ("statistics", ", ".join(f"{k} {_fmt(v)}" for k, v in (described.get("statistics") or {}).items()) or "-"),
-    ]
-    lines = [f"{name:<18}{value}" for name, value in rows]
-    for i, label in enumerate(described.get("labels") or []):
-        lines.append(f"{'labels' if i == 0 else '':<18}{label}")
-    for note in described.get("notices") or []:
-        lines.append(f"{'note':<18}{note}")
-    return "\n".join(lines)
-
-
-def format_stats(result: dict) -> str:
-    header = f"{'batch':>6} {'min':>14} {'max':>14} {'mean':>14} {'std':>14}"
-    rows = result["per_batch"] if "per_batch" in result else [dict(result, batch="all")]
-    lines = [header]
-    for row in rows:
-        lines.append(f"{row['batch']!s:>6} {row['min']:>14.6g} {row['max']:>14.6g} {row['mean']:>14.6g} {row['std']:>14.6g}")
-    return "\n".join(lines)

@@ -113,3 +113,15 @@ class ReadOnlyError(NoaError, ValueError):
 
 class SchedulerError(NoaError, RuntimeError):
     """Dask is not installed, or the scheduler named by the user cannot be reached or used."""
+
+
+class ParameterError(NoaError, ValueError):
+    """An operation's parameter is missing, unknown, of the wrong type or out of range.
+
+    ``param`` is the parameter's name (None when the call itself is wrong) and ``problem`` what is
+    wrong with it, so that a door can name the parameter its own way (``--axes``, ``axes``).
+    """
+
+    def __init__(self, problem: str, param: str | None = None):
+        super().__init__(problem if param is None else f"{param}: {problem}")
+        self.param, self.problem = param, problem

@@ -1,6 +1,6 @@
 """The app factory: ``create_app(settings)`` wires routes, errors, limits, auth and CORS.
 
-``uvicorn --factory server.app:create_app`` (the container) builds the settings from ``NOA_*``
+``uvicorn --factory noa_server.app:create_app`` (the container) builds the settings from ``NOA_*``
 environment variables; ``noa serve`` passes its own.
 """
 
@@ -14,13 +14,13 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Security
 from fastapi.middleware.cors import CORSMiddleware
 
-from noa_core import __version__
-from server import problems
-from server.auth import HEADER, ApiKeyMiddleware, declare_key
-from server.limits import BodyLimitMiddleware
-from server.routes import health, jobs, paths, uploads
-from server.service import Service
-from server.settings import Settings
+from noa_core import __version__, operations
+from noa_server import problems
+from noa_server.auth import HEADER, ApiKeyMiddleware, declare_key
+from noa_server.limits import BodyLimitMiddleware
+from noa_server.routes import health, jobs, paths, uploads
+from noa_server.service import Service
+from noa_server.settings import Settings
 
 DESCRIPTION = """Reshape, reorder and convert MRC and TIFF image stacks (4-d BDHW arrays).
 
@@ -30,7 +30,7 @@ can be downloaded from `/v1/files/...`). Errors are `application/problem+json` (
 """
 
 
-VERSIONED = (uploads, paths, jobs)  # route modules under /v1 (behind the API key)
+VERSIONED = (uploads, paths, jobs)  # route modules under /v1 (behind the API key), built from the registry
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -49,14 +49,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
 
     v1 = APIRouter(prefix="/v1")
-    for module in VERSIONED:
-        v1.include_router(module.router)
+    versioned = [module.router(operations.operations()) for module in VERSIONED]
+    for routes in versioned:
+        v1.include_router(routes)
     # For the Allow header of a 405, which must name the methods of every route at that path.
     app.state.route_methods = [
         (re.compile("^" + re.escape(prefix) + route.path_regex.pattern.removeprefix("^")), route.methods)
-        for prefix, modules in (("", [health]), (v1.prefix, VERSIONED))
-        for module in modules
-        for route in module.router.routes
+        for prefix, routers in (("", [health.router]), (v1.prefix, versioned))
+        for routes in routers
+        for route in routes.routes
     ]
     guarded: dict[str, Any] = {}
     if settings.api_key is not None:

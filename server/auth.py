@@ -12,7 +12,7 @@ import json
 from fastapi.security import APIKeyHeader
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from server.problems import MEDIA_TYPE, problem_body
+from noa_server.problems import MEDIA_TYPE, problem_body
 
 HEADER = "X-API-Key"
 declare_key = APIKeyHeader(name=HEADER, auto_error=False, description="The key the server was started with.")

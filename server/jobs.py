@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from server.problems import ProblemError, classify, internal_error, problem_body
+from noa_server.problems import ProblemError, classify, internal_error, problem_body
 
 log = logging.getLogger("noa.server")
 ACTIVE = ("queued", "running")

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.problems import MEDIA_TYPE, ProblemError, problem_body
+from noa_server.problems import MEDIA_TYPE, ProblemError, problem_body
 
 
 class BodyTooLarge(HTTPException):

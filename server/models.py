@@ -1,40 +1,30 @@
-"""Request and response bodies, and how each operation's parameters become a ``noa_core.ops`` call.
+"""Request and response bodies, derived from the operation declarations (:mod:`noa_core.operations`).
 
-One parameter model per operation serves all three doors: upload routes read it from form
-fields, path routes and jobs from JSON (where the request models add the server-side paths).
-``call`` is the only place that knows an operation's signature in ``ops``.
+For each operation: ``<Name>Params`` (its HTTP parameters; upload routes read them from form
+fields), ``<Name>Request`` (the same plus server-side paths, a strict JSON body for path routes)
+and ``<Name>Job`` (the same tagged with ``operation``, one member of the job union). The models are
+built once per operation from its :class:`~noa_core.operations.Param` types, so a new operation
+needs no edit here.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import functools
+import types
 from typing import Annotated, Any, ClassVar, Literal, Union
 
 from annotated_types import Interval
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-from noa_core import ops
-from noa_core.dtypes import SCALAR_NAMES
-from noa_core.expr import MAX_INPUTS, MAX_LENGTH
+from noa_core.io import formats
+from noa_core.operations import Choice, Flag, Integer, Integers, Operation, Param, Text
 
 RelPath = Annotated[str, Field(min_length=1, max_length=1024, description="A path relative to the data root.")]
-DType = Literal[SCALAR_NAMES]  # type: ignore[valid-type]
-Format = Literal["mrc", "tiff"]
+Format = Literal[tuple(fmt.name for fmt in formats.FORMATS)]  # type: ignore[valid-type]
 
 
 def _integral(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-# JSON Schema's "integer" includes 2.0, which pydantic's strict mode (used for JSON bodies) refuses.
-# (The bounds come first so that they land in the schema as minimum/maximum.)
-Axis = Annotated[int, Interval(ge=0, le=3), BeforeValidator(_integral)]
-Size = Annotated[int, Interval(ge=0, le=2**40), BeforeValidator(_integral)]
-Index = Annotated[int, Interval(ge=0, le=10_000), BeforeValidator(_integral)]
-Axes = Annotated[list[Axis], Field(
-    min_length=4, max_length=4, description="New order of the BDHW axes, a permutation of 0,1,2,3.")]
-Shape = Annotated[list[Size], Field(
-    min_length=1, max_length=4, description="Target shape, padded on the left with 1s to BDHW.")]
 
 
 def without_default(schema: dict[str, Any]) -> None:
@@ -51,84 +41,55 @@ def omittable(**kwargs: Any) -> Any:
     return Field(None, json_schema_extra=without_default, **kwargs)
 
 
+def _integer(low: int | None, high: int | None) -> Any:
+    # JSON Schema's "integer" includes 2.0, which pydantic's strict mode (used for JSON bodies) refuses.
+    # (The bounds come first so that they land in the schema as minimum/maximum.)
+    return Annotated[int, Interval(ge=low, le=high), BeforeValidator(_integral)]
+
+
+def _field(param: Param) -> tuple[Any, Any]:
+    """``(annotation, FieldInfo)`` of one declared parameter."""
+    kind = param.type
+    if isinstance(kind, Flag):
+        annotation: Any = bool
+    elif isinstance(kind, Integer):
+        annotation = _integer(kind.low, kind.high)
+    elif isinstance(kind, Integers):
+        annotation = Annotated[list[_integer(kind.low, kind.high)], Field(  # type: ignore[misc]
+            min_length=kind.min_length, max_length=kind.max_length)]
+    elif isinstance(kind, Choice):
+        annotation = Literal[kind.values]  # type: ignore[valid-type]
+    elif isinstance(kind, Text):
+        annotation = Annotated[str, Field(min_length=kind.min_length, max_length=kind.max_length)]
+    else:
+        raise TypeError(f"parameter {param.name}: no HTTP form for {kind!r}")
+    if param.required:
+        return annotation, Field(description=param.help)
+    if param.default is None:
+        return annotation, omittable(description=param.help)
+    return annotation, Field(param.default, description=param.help)
+
+
 class OpParams(BaseModel):
-    """How to read the inputs; every operation takes these."""
+    """An operation's HTTP parameters; ``declaration`` is the operation."""
 
-    op_name: ClassVar[str]
-    writes: ClassVar[bool] = True  # the operation produces an output file
-    checks_voxels: ClassVar[bool] = True  # the operation reads (or writes) every voxel
+    declaration: ClassVar[Operation]
 
-    as_stack: bool = omittable(description="Read an ambiguous MRC file as an image stack (true) or a volume (false).")
-    series: Index = omittable(description="TIFF series to read (default 0).")
-
-    def read(self) -> ops.ReadOptions:
-        return ops.ReadOptions(as_stack=self.as_stack, series=self.series)
-
-    def target_shapes(self) -> list[list[int]]:
-        """Shapes the output may take beyond the inputs' (for the voxel limit)."""
-        return []
-
-    def call(self, inputs: list[Path], output: Path | None, *, overwrite: bool, progress: ops.Progress) -> Any:
-        raise NotImplementedError
+    def values(self) -> dict[str, Any]:
+        """The parameter values given (or defaulted) for :meth:`Operation.options`."""
+        return {p.name: getattr(self, p.name) for p in self.declaration.params_for("http")}
 
 
-class InfoParams(OpParams):
-    op_name = "info"
-    writes = False
-    checks_voxels = False  # only the header is read
-
-    def call(self, inputs, output, *, overwrite, progress):
-        return ops.info(inputs[0], self.read())
+def _pascal(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
 
 
-class StatsParams(OpParams):
-    op_name = "stats"
-    writes = False
-    per_batch: bool = Field(False, description="Also give the statistics of each batch index.")
-
-    def call(self, inputs, output, *, overwrite, progress):
-        return ops.stats(inputs[0], per_batch=self.per_batch, read=self.read())
-
-
-class PermuteParams(OpParams):
-    op_name = "permute"
-    axes: Axes
-
-    def call(self, inputs, output, *, overwrite, progress):
-        return ops.permute(inputs[0], output, self.axes, read=self.read(), overwrite=overwrite, progress=progress)
-
-
-class BroadcastParams(OpParams):
-    op_name = "broadcast"
-    shape: Shape
-
-    def target_shapes(self) -> list[list[int]]:
-        return [self.shape]
-
-    def call(self, inputs, output, *, overwrite, progress):
-        return ops.broadcast(inputs[0], output, self.shape, read=self.read(), overwrite=overwrite, progress=progress)
-
-
-class CopyParams(OpParams):
-    op_name = "copy"
-    order: Literal["C", "F", "K"] = Field("C", description="Memory order of the output: C, F, or K (keep the input's).")
-    dtype: DType = omittable(description="Convert to this element type.")
-    clamp: bool = Field(False, description="Clamp values to the range of dtype (NaN -> 0 for integers); without it, values that do not fit are refused (422).")
-
-    def call(self, inputs, output, *, overwrite, progress):
-        return ops.copy(inputs[0], output, order=self.order, dtype=self.dtype, clamp=self.clamp, read=self.read(),
-                        overwrite=overwrite, progress=progress)
-
-
-class EwiseParams(OpParams):
-    op_name = "ewise"
-    expression: str = Field(min_length=1, max_length=MAX_LENGTH,
-                            description="Expression over the inputs a, b, c, ... e.g. 'a * b' (the CLI's language).")
-    dtype: DType = omittable(description="Output element type (default: NumPy's result type).")
-
-    def call(self, inputs, output, *, overwrite, progress):
-        return ops.ewise(self.expression, inputs, output, dtype=self.dtype, read=self.read(), overwrite=overwrite,
-                         progress=progress)
+@functools.cache
+def params_model(operation: Operation) -> type[OpParams]:
+    fields = {p.name: _field(p) for p in operation.params_for("http")}
+    model = create_model(f"{_pascal(operation.name)}Params", __base__=OpParams, **fields)  # type: ignore[call-overload]
+    model.declaration = operation
+    return model
 
 
 # -- server-side paths (JSON) ---------------------------------------------------------------------
@@ -150,7 +111,7 @@ class PathRequest(BaseModel):
 class _OneInput(PathRequest):
     path: RelPath
 
-    def input_paths(self):
+    def input_paths(self) -> list[str]:
         return [self.path]
 
 
@@ -158,110 +119,65 @@ class _Output(PathRequest):
     dst: RelPath = Field(description="Output path relative to the data root; the extension picks the format.")
     overwrite: bool = Field(False, description="Replace dst if it exists.")
 
-    def output_path(self):
+    def output_path(self) -> str | None:
         return self.dst
 
 
 class _WritesOne(_Output):
     src: RelPath
 
-    def input_paths(self):
+    def input_paths(self) -> list[str]:
         return [self.src]
 
 
-class InfoRequest(InfoParams, _OneInput):
-    model_config = _STRICT
+class _WritesSeveral(_Output):
+    srcs: list[RelPath]
 
-
-class StatsRequest(StatsParams, _OneInput):
-    model_config = _STRICT
-
-
-class PermuteRequest(PermuteParams, _WritesOne):
-    model_config = _STRICT
-
-
-class BroadcastRequest(BroadcastParams, _WritesOne):
-    model_config = _STRICT
-
-
-class CopyRequest(CopyParams, _WritesOne):
-    model_config = _STRICT
-
-
-class EwiseRequest(EwiseParams, _Output):
-    model_config = _STRICT
-    srcs: list[RelPath] = Field(min_length=1, max_length=MAX_INPUTS, description="Inputs, named a, b, c, ... in order.")
-
-    def input_paths(self):
+    def input_paths(self) -> list[str]:
         return list(self.srcs)
 
 
-# -- jobs: any path request, tagged with its operation ---------------------------------------------
+def _paths_base(operation: Operation) -> tuple[type[PathRequest], dict[str, Any]]:
+    if not operation.writes:
+        return _OneInput, {}
+    if operation.max_inputs == 1:
+        return _WritesOne, {}
+    srcs = Field(min_length=1, max_length=operation.max_inputs, description="Inputs, named a, b, c, ... in order.")
+    return _WritesSeveral, {"srcs": (list[RelPath], srcs)}
 
 
-class InfoJob(InfoRequest):
-    operation: Literal["info"]
+@functools.cache
+def request_model(operation: Operation) -> type[OpParams]:
+    """The JSON body of ``POST /v1/paths/NAME``: the parameters and the paths."""
+    base, fields = _paths_base(operation)
+    return _strict(f"{_pascal(operation.name)}Request", (params_model(operation), base), fields)
 
 
-class StatsJob(StatsRequest):
-    operation: Literal["stats"]
+def _strict(name: str, bases: tuple[type, ...], fields: dict[str, Any]) -> Any:
+    """A strict model class ``name`` deriving from ``bases`` with more ``fields`` (name: (annotation, info))."""
+
+    def body(namespace: dict[str, Any]) -> None:
+        namespace.update({"model_config": _STRICT, "__module__": __name__,
+                          "__annotations__": {key: annotation for key, (annotation, _) in fields.items()},
+                          **{key: info for key, (_, info) in fields.items()}})
+
+    return types.new_class(name, bases, exec_body=body)
 
 
-class PermuteJob(PermuteRequest):
-    operation: Literal["permute"]
+@functools.cache
+def job_model(operation: Operation) -> type[OpParams]:
+    """One member of the body of ``POST /v1/jobs``: a path request tagged with its operation."""
+    tag = (Literal[operation.name], Field(description="The operation to run."))  # type: ignore[valid-type]
+    return _strict(f"{_pascal(operation.name)}Job", (request_model(operation),), {"operation": tag})
 
 
-class BroadcastJob(BroadcastRequest):
-    operation: Literal["broadcast"]
-
-
-class CopyJob(CopyRequest):
-    operation: Literal["copy"]
-
-
-class EwiseJob(EwiseRequest):
-    operation: Literal["ewise"]
-
-
-JobRequest = Annotated[Union[InfoJob, StatsJob, PermuteJob, BroadcastJob, CopyJob, EwiseJob],
-                       Field(discriminator="operation")]
+def job_request(operations: list[Operation]) -> Any:
+    """The body of ``POST /v1/jobs``: any operation's job, told apart by ``operation``."""
+    members = tuple(job_model(op) for op in operations)
+    return Annotated[Union[members], Field(discriminator="operation")]  # type: ignore[valid-type]
 
 
 # -- responses -------------------------------------------------------------------------------------
-
-Number = float | Literal["NaN", "Infinity", "-Infinity"]  # JSON has no non-finite numbers
-
-
-class InfoResult(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    path: str
-    format: str
-    dtype: str
-    shape: list[int]
-    strides: list[int]
-    order: str
-    kind: str
-    ndim: int
-    notices: list[str]
-
-
-class BatchStats(BaseModel):
-    batch: int
-    min: Number
-    max: Number
-    mean: Number
-    std: Number
-
-
-class StatsResult(BaseModel):
-    path: str
-    shape: list[int]
-    min: Number
-    max: Number
-    mean: Number
-    std: Number
-    per_batch: list[BatchStats] | None = None
 
 
 class WriteResult(BaseModel):
@@ -269,23 +185,35 @@ class WriteResult(BaseModel):
     notices: list[str]
 
 
+def result_model(operation: Operation) -> Any:
+    """What a path route or job of ``operation`` answers with."""
+    return operation.result if operation.result is not None else WriteResult
+
+
 class Progress(BaseModel):
     done: int
     total: int
 
 
-class JobStatus(BaseModel):
-    id: str
-    operation: str
-    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
-    cancel_requested: bool
-    progress: Progress
-    created: str
-    started: str | None
-    finished: str | None
-    request: dict[str, Any]
-    error: dict[str, Any] | None = Field(description="The problem (RFC 9457) when the job failed.")
-    result: InfoResult | StatsResult | WriteResult | None = Field(description="The result once the job succeeded.")
+@functools.cache
+def job_status_model(operations: tuple[Operation, ...]) -> type[BaseModel]:
+    """``GET /v1/jobs/{id}``: a job's state, its result typed as any operation's result."""
+    results = tuple(dict.fromkeys(result_model(op) for op in operations))
+    return create_model(
+        "JobStatus",
+        id=(str, ...),
+        operation=(str, ...),
+        status=(Literal["queued", "running", "succeeded", "failed", "cancelled"], ...),
+        cancel_requested=(bool, ...),
+        progress=(Progress, ...),
+        created=(str, ...),
+        started=(str | None, ...),
+        finished=(str | None, ...),
+        request=(dict[str, Any], ...),
+        error=(dict[str, Any] | None, Field(description="The problem (RFC 9457) when the job failed.")),
+        result=(Union[results + (type(None),)], Field(  # type: ignore[valid-type]
+            description="The result once the job succeeded.")),
+    )
 
 
 class Health(BaseModel):

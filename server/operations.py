@@ -1,4 +1,4 @@
-"""What runs in a worker thread: check the voxel limit from ``ops.info``, then call the operation.
+"""What runs in a worker thread: plan the operation from the headers, check the voxel limit, run it.
 
 Both doors end here: :func:`run_on_paths` for files under the data root (path routes and jobs),
 :func:`run_on_uploads` for files the client sent. Neither touches array data itself.
@@ -16,16 +16,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from noa_core import ops
 from noa_core.errors import NoaError
+from noa_core.io import formats
 from noa_core.io.atomic import scratch_outputs
-from server.limits import check_voxels
-from server.models import OpParams, PathRequest
-from server.problems import classify
-from server.sandbox import Sandbox
+from noa_core.operations import Operation
+from noa_core.run import Progress
+from noa_server.limits import check_voxels
+from noa_server.models import OpParams, PathRequest
+from noa_server.problems import classify
+from noa_server.sandbox import Sandbox
 
-EXTENSIONS = {"mrc": ".mrc", "tiff": ".tif"}
-MEDIA_TYPES = {"mrc": "application/octet-stream", "tiff": "image/tiff"}  # MRC has no registered media type
+# Per format name: the extension of an upload's result and its media type.
+EXTENSIONS = {fmt.name: fmt.output_extensions[0] for fmt in formats.FORMATS}
+MEDIA_TYPES = {fmt.name: fmt.media_type for fmt in formats.FORMATS}
 INLINE_BYTES = 1 << 20  # results up to this size are sent from memory, larger ones streamed from disk
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -46,12 +49,23 @@ def plan(request: PathRequest, sandbox: Sandbox) -> Planned:
                    None if output is None else sandbox.resolve(output), sandbox)
 
 
-def _checked_infos(params: OpParams, inputs: Sequence[Path], max_voxels: int) -> list[dict]:
-    """``ops.info`` of every input, after refusing work over the voxel limit."""
-    infos = [ops.info(path, params.read()) for path in inputs]
-    if params.checks_voxels:
-        check_voxels([info["shape"] for info in infos] + params.target_shapes(), max_voxels)
-    return infos
+def _run(params: OpParams, inputs: Sequence[Path], output: Path | None, max_voxels: int, *, overwrite: bool,
+         progress: Progress) -> Any:
+    """Run ``params``' operation on files of this machine after refusing work over the voxel limit:
+    a writing one returns its notices, a reporting one its result."""
+    from noa_core.run.local import write_plan
+
+    operation: Operation = params.declaration
+    if operation.writes:
+        task = operation.task(params.values(), shared=inputs[1:])
+        plan = task.plan(inputs[0])
+        check_voxels([*plan.input_shapes, plan.shape], max_voxels)
+        return write_plan(plan, output, overwrite=overwrite, device=task.device, progress=progress)
+    options = operation.options(params.values())
+    if operation.reads_data:
+        check_voxels([options.open_input(path)[0].shape for path in inputs], max_voxels)
+    assert operation.report is not None
+    return operation.report(inputs[0], options)
 
 
 @dataclass(frozen=True)
@@ -85,22 +99,19 @@ def plan_and_run(request: PathRequest, sandbox: Sandbox, max_voxels: int) -> Any
     return run_on_paths(plan(request, sandbox), max_voxels, ignore_progress)
 
 
-def run_on_paths(planned: Planned, max_voxels: int, progress: ops.Progress) -> Any:
+def run_on_paths(planned: Planned, max_voxels: int, progress: Progress) -> Any:
     """Run a planned request; the JSON-ready result names files as the client did."""
     names = ClientNames({f"{planned.sandbox.root}/": ""})
     with names.in_errors():
         return _run_on_paths(planned, max_voxels, progress, names)
 
 
-def _run_on_paths(planned: Planned, max_voxels: int, progress: ops.Progress, names: ClientNames) -> Any:
+def _run_on_paths(planned: Planned, max_voxels: int, progress: Progress, names: ClientNames) -> Any:
     request = planned.request
     assert isinstance(request, OpParams)
-    infos = _checked_infos(request, planned.inputs, max_voxels)
-    if request.op_name == "info":
-        return for_client({**infos[0], "path": request.input_paths()[0]}, names)
-    overwrite = getattr(request, "overwrite", False)  # info and stats requests write nothing
-    result = request.call(planned.inputs, planned.output, overwrite=overwrite, progress=progress)
-    if request.writes:
+    overwrite = getattr(request, "overwrite", False)  # reports write nothing
+    result = _run(request, planned.inputs, planned.output, max_voxels, overwrite=overwrite, progress=progress)
+    if request.declaration.writes:
         return for_client({"output": planned.sandbox.relative(planned.output), "notices": result}, names)
     return for_client({**result, "path": request.input_paths()[0]}, names)
 
@@ -148,22 +159,26 @@ def run_on_uploads(params: OpParams, uploads: Sequence[Upload], tmp_dir: Path | 
 
 def _run_on_saved(params: OpParams, inputs: list[Path], workdir: Path, out_format: str | None, max_voxels: int,
                   name: str, names: ClientNames) -> FileResult | dict:
-    infos = _checked_infos(params, inputs, max_voxels)
-    if params.writes:
-        fmt = out_format or infos[0]["format"]
-        output = workdir / f"{_stem(name)}_{params.op_name}{EXTENSIONS[fmt]}"
+    if params.declaration.writes:
+        fmt = out_format or _format_of(inputs[0])
+        output = workdir / f"{_stem(name)}_{params.declaration.name}{EXTENSIONS[fmt]}"
         with scratch_outputs():  # read back at once and deleted: no need to wait for the disk
-            notices = [names.text(n) for n in params.call(inputs, output, overwrite=False, progress=ignore_progress)]
+            notices = [names.text(n) for n in _run(params, inputs, output, max_voxels, overwrite=False,
+                                                   progress=ignore_progress)]
         if output.stat().st_size > INLINE_BYTES:
             return FileResult(output, MEDIA_TYPES[fmt], notices)
         # Small results go back from memory: streaming a file costs a thread hop per chunk.
         content = output.read_bytes()
         shutil.rmtree(workdir, ignore_errors=True)
         return FileResult(output, MEDIA_TYPES[fmt], notices, content)
-    result = infos[0] if params.op_name == "info" else params.call(inputs, None, overwrite=False,
-                                                                     progress=ignore_progress)
+    result = _run(params, inputs, None, max_voxels, overwrite=False, progress=ignore_progress)
     shutil.rmtree(workdir, ignore_errors=True)
     return for_client({**result, "path": name}, names)
+
+
+def _format_of(path: Path) -> str:
+    """The format an upload is in (its output keeps it unless the client names another)."""
+    return formats.detect(formats.check_input(path))[0].name
 
 
 def ignore_progress(done: int, total: int) -> None:

@@ -53,6 +53,7 @@ _NOA_ERRORS: list[tuple[type[Exception], int, str, str]] = [
     (errors.FileFormatError, 422, "unreadable-file", "File cannot be read or written as asked"),
     (ExpressionError, 400, "invalid-expression", "Invalid expression"),
     (errors.PermutationError, 400, "invalid-axes", "Invalid axes"),
+    (errors.ParameterError, 400, "invalid-parameter", "Invalid parameter"),
     (errors.DeviceError, 400, "invalid-device", "Invalid device"),
     (errors.LayoutError, 422, "incompatible-shape", "The data's shape does not allow this"),
     (errors.DTypeError, 422, "incompatible-dtype", "The data's element type does not allow this"),

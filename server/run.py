@@ -24,10 +24,10 @@ from collections.abc import Callable
 
 import uvicorn
 
-from server.app import create_app
-from server.settings import Settings
+from noa_server.app import create_app
+from noa_server.settings import Settings
 
-FACTORY = "server.app:create_app"
+FACTORY = "noa_server.app:create_app"
 CRASH_LIMIT, CRASH_WINDOW_S = 5, 60.0  # more deaths than this in the window: give up instead of looping
 STOP_TIMEOUT_S = 30.0
 

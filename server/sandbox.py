@@ -13,7 +13,7 @@ import re
 import stat
 from pathlib import Path, PurePosixPath
 
-from server.problems import ProblemError
+from noa_server.problems import ProblemError
 
 _ENCODED = re.compile(r"%(2e|2f|5c|00)", re.IGNORECASE)
 MAX_PATH_CHARS = 1024

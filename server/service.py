@@ -16,11 +16,12 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 
-from noa_core import ops, runtime
-from server.jobs import JobStore
-from server.problems import ProblemError
-from server.sandbox import Sandbox
-from server.settings import Settings
+from noa_core import runtime
+from noa_core.run.warmup import warmup
+from noa_server.jobs import JobStore
+from noa_server.problems import ProblemError
+from noa_server.sandbox import Sandbox
+from noa_server.settings import Settings
 
 T = TypeVar("T")
 log = logging.getLogger("noa.server")
@@ -52,7 +53,7 @@ class Service:
         # Clients' expressions are compiled once per process and kept in memory, not cached on
         # disk: every distinct one would stay in the cache directory for good.
         runtime.CACHE_EXPRESSIONS = False
-        self._warmup = self._pool.submit(ops.warmup)
+        self._warmup = self._pool.submit(warmup)
         self._warmup.add_done_callback(_log_warmup)
 
     def stop(self) -> None:

@@ -271,19 +271,24 @@ def test_cuda_without_a_gpu_is_a_clear_error(tmp_path):
     assert not (tmp_path / "o.mrc").exists()
 
 
-def test_internal_errors_exit_1_with_a_hint(monkeypatch, capsys):
+def _broken(path, options):
+    raise RuntimeError("kaboom")
+
+
+def test_internal_errors_exit_1_with_a_hint(capsys):
     from noa_cli import main
-    from noa_core import ops
+    from noa_core import operations
 
-    def broken(*args, **kwargs):
-        raise RuntimeError("kaboom")
-
-    monkeypatch.setattr(ops, "info", broken)
-    with pytest.raises(SystemExit) as exit_info:
-        main.run(["info", str(EXAMPLE_MAP)])
-    assert exit_info.value.code == 1
-    err = capsys.readouterr().err
-    assert "kaboom" in err and "--debug" in err and "Traceback" not in err
-    with pytest.raises(SystemExit) as exit_info:
-        main.run(["--debug", "info", str(EXAMPLE_MAP)])
-    assert exit_info.value.code == 1 and "Traceback" in capsys.readouterr().err
+    operations.register(operations.Operation("broken", "Fails.", ("noa broken x.mrc",), report=_broken,
+                                             text=str))
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            main.run(["broken", str(EXAMPLE_MAP)])
+        assert exit_info.value.code == 1
+        err = capsys.readouterr().err
+        assert "kaboom" in err and "--debug" in err and "Traceback" not in err
+        with pytest.raises(SystemExit) as exit_info:
+            main.run(["--debug", "broken", str(EXAMPLE_MAP)])
+        assert exit_info.value.code == 1 and "Traceback" in capsys.readouterr().err
+    finally:
+        operations.unregister("broken")

@@ -1,4 +1,4 @@
-"""noa on Dask (noa_core.cluster, `--scheduler`): batches, resumption, one large file split over workers,
+"""noa on Dask (noa_core.run.cluster, `--scheduler`): batches, resumption, one large file split over workers,
 the shared kernel cache and the CLI, on a LocalCluster of 2 processes x 1 thread.
 
 Outputs are compared byte for byte with the single-process result, except the date in the label noa
@@ -18,7 +18,8 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from noa_core import cluster, io, ops  # noqa: E402
+from noa_core import io, operations  # noqa: E402
+from noa_core.run import cluster, local, split_complete  # noqa: E402
 from noa_core.errors import CorruptFileError, OutputExistsError, SchedulerError, TruncatedFileError  # noqa: E402
 
 NOA = [str(Path(sys.executable).parent / "noa")]
@@ -75,8 +76,8 @@ def test_batch_equals_single_process_byte_for_byte(tmp_path, client):
     scale = tmp_path / "scale.mrc"
     mrcfile.new(scale, np.full((1, 1, 1), 1.5, np.float32)).close()  # broadcasts onto every input
     for name, options in (("permute", {"axes": (0, 1, 3, 2)}),
-                          ("ewise", {"expression": "a * b - 1", "others": (scale,), "dtype": "float32"})):
-        op = ops.FileOp(name, options)
+                          ("ewise", {"expression": "a * b - 1", "dtype": "float32"})):
+        op = operations.get(name).task(options, shared=[scale] if name == "ewise" else [])
         (tmp_path / name).mkdir()
         (tmp_path / f"{name}-ref").mkdir()
         pairs = [(p, tmp_path / name / p.name) for p in inputs]
@@ -84,7 +85,7 @@ def test_batch_equals_single_process_byte_for_byte(tmp_path, client):
         assert [r.status for r in results] == ["written"] * len(inputs), [r.error for r in results]
         for src, dst in pairs:
             reference = tmp_path / f"{name}-ref" / src.name
-            op(src, reference)
+            local.write(op, src, reference)
             assert_same_file(dst, reference)
     _, meta = io.read(tmp_path / "permute" / "file04.mrc")
     assert meta.pixel_size == pytest.approx((3.5, 1.4, 2.0)) and meta.origin == (7.0, 4.0, -2.5)  # (D, H, W)
@@ -98,7 +99,7 @@ def test_a_corrupt_input_is_reported_and_the_rest_complete(tmp_path, client):
     out.mkdir()
     (out / "file05.mrc").write_bytes(b"not to be replaced")
     seen = []
-    results = cluster.run_batch(ops.FileOp("copy", {"order": "F"}), [(p, out / p.name) for p in inputs], client,
+    results = cluster.run_batch(operations.get("copy").task({"order": "F"}), [(p, out / p.name) for p in inputs], client,
                                 on_result=seen.append)
     failed = {r.src.name: r.error for r in results if r.status == "failed"}
     assert set(failed) == {"truncated.mrc", "garbage.tif", "file05.mrc"}
@@ -116,7 +117,7 @@ def test_resume_skips_complete_outputs(tmp_path, client):
     inputs = make_inputs(tmp_path / "in", 12)
     out = tmp_path / "out"
     out.mkdir()
-    op = ops.FileOp("permute", {"axes": (0, 2, 1, 3)})
+    op = operations.get("permute").task({"axes": (0, 2, 1, 3)})
     pairs = [(p, out / p.name) for p in inputs]
     cluster.run_batch(op, pairs[:8], client)  # an "interrupted" batch: 8 of 12 done
     before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
@@ -129,7 +130,7 @@ def test_resume_skips_complete_outputs(tmp_path, client):
     assert [r.status for r in resumed] == ["skipped"] * 8 + ["written"] * 4
     assert {name: (out / name).stat().st_mtime_ns for name in before} == before
     assert len(list(out.iterdir())) == 12
-    assert ops.split_complete(pairs) == ([], pairs)
+    assert split_complete(pairs) == ([], pairs)
 
 
 def test_a_second_worker_loads_kernels_from_the_shared_cache(tmp_path, client, cache_dir):
@@ -138,7 +139,7 @@ def test_a_second_worker_loads_kernels_from_the_shared_cache(tmp_path, client, c
     first, second = sorted(client.scheduler_info()["workers"])
     assert set(client.run(lambda: __import__("numba").config.CACHE_DIR).values()) == {str(cache_dir)}
     src = make_inputs(tmp_path / "in", 1)[0]
-    op = ops.FileOp("copy", {"dtype": "uint16", "clamp": True})  # a conversion no other test compiles
+    op = operations.get("copy").task({"dtype": "uint16", "clamp": True})  # a conversion no other test compiles
 
     def cache_files() -> dict[str, int]:
         return {str(p): p.stat().st_mtime_ns for p in cache_dir.rglob("*") if p.suffix in (".nbi", ".nbc")}
@@ -150,11 +151,11 @@ def test_a_second_worker_loads_kernels_from_the_shared_cache(tmp_path, client, c
         return sum(sum(s.cache_hits.values()) for s in stats), sum(sum(s.cache_misses.values()) for s in stats)
 
     before = cache_files()
-    client.submit(op, src, tmp_path / "a.mrc", workers=[first], pure=False).result()
+    client.submit(local.write, op, src, tmp_path / "a.mrc", workers=[first], pure=False).result()
     compiled = cache_files()
     assert len(compiled) > len(before)
     hits0, misses0 = client.run(kernel_stats, workers=[second])[second]
-    client.submit(op, src, tmp_path / "b.mrc", workers=[second], pure=False).result()
+    client.submit(local.write, op, src, tmp_path / "b.mrc", workers=[second], pure=False).result()
     assert cache_files() == compiled
     hits, misses = client.run(kernel_stats, workers=[second])[second]
     assert hits > hits0 and misses == misses0, (hits0, hits, misses0, misses)
@@ -184,13 +185,13 @@ def test_split_write_equals_single_process_byte_for_byte(tmp_path, client):
     for name, options, suffix in (("permute", {"axes": (0, 3, 2, 1)}, ".mrc"),
                                   ("copy", {"order": "F", "dtype": "float16"}, ".mrc"),
                                   ("copy", {"order": "C"}, ".tif")):  # TIFF data are one packed region too
-        op = ops.FileOp(name, options)
+        op = operations.get(name).task(options)
         ticks = []
         out, reference = tmp_path / f"{name}{suffix}", tmp_path / f"{name}-ref{suffix}"
         cluster.write_split(op, src, out, client, overwrite=True, block_bytes=cluster.MIN_BLOCK_BYTES,
                             progress=lambda done, total: ticks.append((done, total)))
         assert len(ticks) >= 2 and ticks[-1][0] == ticks[-1][1]  # really split, progress to the end
-        op(src, reference, overwrite=True)
+        local.write(op, src, reference, overwrite=True)
         assert_same_file(out, reference)
 
 
@@ -214,7 +215,7 @@ def test_out_of_core_permute_of_a_2gib_file_keeps_workers_small(tmp_path, client
         ramp = np.arange(1024, dtype=np.float32)
         for d in sections:
             f.data[d] = ramp[:, None] * 0.5 - ramp[None, :] + d
-    cluster.write_split(ops.FileOp("permute", {"axes": (0, 1, 3, 2)}), src, dst, client, block_bytes=32 << 20)
+    cluster.write_split(operations.get("permute").task({"axes": (0, 1, 3, 2)}), src, dst, client, block_bytes=32 << 20)
     peaks = client.run(_peak_rss_kib)
     print(f"worker peak resident memory (MiB): {sorted(v // 1024 for v in peaks.values())}")
     assert max(peaks.values()) < 512 * 1024, peaks  # the file is 2048 MiB
@@ -297,7 +298,7 @@ def test_cli_scheduler_errors_are_one_line(tmp_path):
 
 def test_core_and_cli_do_not_import_dask(tmp_path):
     src = make_inputs(tmp_path / "in", 1)[0]
-    code = ("import sys, noa_core, noa_core.cluster; from noa_cli.main import app\n"
+    code = ("import sys, noa_core, noa_core.run.cluster; from noa_cli.main import app\n"
             "for args in (['--help'], ['info', sys.argv[1]], ['permute', '--help']):\n"
             "    try: app(args, standalone_mode=False)\n"
             "    except SystemExit: pass\n"

@@ -14,13 +14,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from noa_core import layout
 from noa_core.layout import Shape4
-
-if TYPE_CHECKING:
-    from noa_core.io.mrc import MrcFields
 
 Triple = tuple[float, float, float]
 
@@ -33,6 +30,15 @@ _ANGSTROMS_PER_UNIT = {
     "mm": 1e7, "millimeter": 1e7, "cm": 1e8, "centimeter": 1e8, "m": 1e10, "meter": 1e10,
     "inch": 2.54e8, "in": 2.54e8,
 }
+
+
+class FormatFields(Protocol):
+    """A format's own header fields (``Metadata.mrc`` holds :class:`noa_core.io.mrc.MrcFields`): they
+    follow the array through permute and broadcast, adding notices for what they drop."""
+
+    def permute(self, perm: Shape4, notices: list[str]) -> FormatFields: ...
+
+    def broadcast(self, shape: Shape4, target: Shape4, notices: list[str]) -> FormatFields: ...
 
 
 def permute_per_axis(values: Sequence, unknown, perm: Shape4) -> tuple:
@@ -91,7 +97,7 @@ class Metadata:
     kind: str = ""
     order: str | None = None
     axes: str = ""
-    mrc: MrcFields | None = None
+    mrc: FormatFields | None = None
     path: str | None = None
     series: int | None = None
     notices: list[str] = field(default_factory=list)

@@ -1,12 +1,12 @@
-"""File operations on Dask (the optional extra ``noa[dask]``): many files as tasks, and one large file
-split into tasks that each write their own tiles of the output.
+"""The Dask driver (the optional extra ``noa[dask]``): many files as tasks, and one large file split
+into tasks that each write their own tiles of the output.
 
 Nothing here imports dask at module level, so ``import noa_core`` and the CLI never load it; a missing
 install is reported on first use as a :class:`~noa_core.errors.SchedulerError`.
 
 - :func:`connect` gives a ``distributed.Client``: ``'local'`` starts a LocalCluster of processes sized
   to this machine (workers x numba threads <= cores); ``tcp://host:port`` joins a running scheduler.
-- :func:`run_batch` applies a :class:`noa_core.ops.FileOp` to (input, output) pairs, as tasks of a
+- :func:`run_batch` applies a :class:`noa_core.operations.FileTask` to (input, output) pairs, as tasks of a
   few consecutive pairs each: a failure is that pair's result and the others go on; ``resume`` skips
   outputs that exist (writes are atomic, so an existing output is complete). A batch of one pending
   pair is split instead.
@@ -35,10 +35,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from noa_core import ops
 from noa_core.errors import LayoutError, NoaError, SchedulerError
 from noa_core.io.stream import BLOCK_BYTES, GRANULE, Region, RunningStatistics
-from noa_core.ops import FileOp, FileResult, PathLike, Progress
+from noa_core.operations import FileTask
+from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
+from noa_core.run.local import write_pair
 
 if TYPE_CHECKING:
     import distributed
@@ -163,8 +164,8 @@ def connect(scheduler: str = LOCAL, *, workers: int | None = None, cache_dir: st
             cluster.close()
 
 
-def _key(op: FileOp, index: int, run: str) -> str:
-    return f"noa-{op.name}-{run}-{index}"
+def _key(task: FileTask, index: int, run: str) -> str:
+    return f"noa-{task.name}-{run}-{index}"
 
 
 def _warm_first(client: distributed.Client, fn: Callable, calls: Sequence[tuple],
@@ -181,18 +182,10 @@ def _warm_first(client: distributed.Client, fn: Callable, calls: Sequence[tuple]
     return [first, *rest]
 
 
-def _write_pair(op: FileOp, src: Path, dst: Path, overwrite: bool) -> FileResult:
-    """One task of a batch: a user error (bad input, existing output) is a result, not a task failure,
-    so that workers do not log it as a crash; anything else still fails the task."""
-    try:
-        return FileResult(src, dst, "written", tuple(op(src, dst, overwrite=overwrite)))
-    except (NoaError, OSError) as exc:
-        return FileResult(src, dst, "failed", error=exc)
-
-
-def _write_pairs(op: FileOp, pairs: list[tuple[Path, Path]], overwrite: bool) -> list[FileResult]:
-    """One task of a batch: a run of pairs, one after the other."""
-    return [_write_pair(op, src, dst, overwrite) for src, dst in pairs]
+def _write_pairs(task: FileTask, pairs: list[tuple[Path, Path]], overwrite: bool) -> list[FileResult]:
+    """One task of a batch: a run of pairs, one after the other. A user error (bad input, existing
+    output) is a result, not a task failure, so that workers do not log it as a crash."""
+    return [write_pair(task, src, dst, overwrite) for src, dst in pairs]
 
 
 def _file_runs(todo: list[tuple[Path, Path]], threads: int) -> list[list[tuple[Path, Path]]]:
@@ -208,11 +201,11 @@ def _file_runs(todo: list[tuple[Path, Path]], threads: int) -> list[list[tuple[P
     return [first] + [rest[i:i + per_run] for i in range(0, len(rest), per_run)]
 
 
-def run_batch(op: FileOp, pairs: Sequence[tuple[PathLike, PathLike]], client: distributed.Client, *,
+def run_batch(task: FileTask, pairs: Sequence[tuple[PathLike, PathLike]], client: distributed.Client, *,
               overwrite: bool = False, resume: bool = False, block_bytes: int = BLOCK_BYTES,
               on_result: Callable[[FileResult], None] | None = None,
               progress: Progress | None = None) -> list[FileResult]:
-    """Write every pair's output with ``op`` on the cluster; one :class:`FileResult` per pair, in order.
+    """Write every pair's output with ``task`` on the cluster; one :class:`FileResult` per pair, in order.
 
     A failed pair (bad input, an existing output without ``overwrite`` or ``resume``, a lost worker)
     does not stop the others. ``resume`` skips pairs whose output exists. A single pending pair is
@@ -221,7 +214,7 @@ def run_batch(op: FileOp, pairs: Sequence[tuple[PathLike, PathLike]], client: di
     tasks for a split file.
     """
     distributed = _distributed()
-    todo, complete = ops.split_complete(pairs) if resume else ([(Path(s), Path(d)) for s, d in pairs], [])
+    todo, complete = split_complete(pairs) if resume else ([(Path(s), Path(d)) for s, d in pairs], [])
     results: dict[tuple[Path, Path], FileResult] = {}
 
     def record(result: FileResult) -> None:
@@ -234,15 +227,15 @@ def run_batch(op: FileOp, pairs: Sequence[tuple[PathLike, PathLike]], client: di
     if len(todo) == 1:
         src, dst = todo[0]
         try:
-            record(FileResult(src, dst, "written", tuple(write_split(op, src, dst, client, overwrite=overwrite,
+            record(FileResult(src, dst, "written", tuple(write_split(task, src, dst, client, overwrite=overwrite,
                                                                      block_bytes=block_bytes, progress=progress))))
         except (NoaError, OSError) as exc:
             record(FileResult(src, dst, "failed", error=exc))
     elif todo:
         runs = _file_runs(todo, sum(client.nthreads().values()) or 1)
         run = uuid.uuid4().hex[:8]
-        keys = [_key(op, i, run) for i in range(len(runs))]
-        futures = _warm_first(client, _write_pairs, [(op, pairs_, overwrite) for pairs_ in runs], keys)
+        keys = [_key(task, i, run) for i in range(len(runs))]
+        futures = _warm_first(client, _write_pairs, [(task, pairs_, overwrite) for pairs_ in runs], keys)
         pairs_of = dict(zip(keys, runs))
         done = 0
         for future in distributed.as_completed(futures):
@@ -259,10 +252,11 @@ def run_batch(op: FileOp, pairs: Sequence[tuple[PathLike, PathLike]], client: di
     return [results[(Path(s), Path(d))] for s, d in pairs]
 
 
-def _fill_tiles(op: FileOp, src: PathLike, region: Region, keys: list[tuple[slice, ...]]) -> list[RunningStatistics]:
+def _fill_tiles(task: FileTask, src: PathLike, region: Region,
+                keys: list[tuple[slice, ...]]) -> list[RunningStatistics]:
     """One task of :func:`write_split`: re-plan from the headers, fill a run of tiles of the output."""
-    plan = op.plan(src)
-    return region.fill(plan.sources, keys, plan.compute_on(op.device))
+    plan = task.plan(src)
+    return region.fill(plan.sources, keys, plan.compute_on(task.device))
 
 
 def _task_runs(keys: list[tuple[slice, ...]], itemsize: int, task_bytes: int) -> list[list[tuple[slice, ...]]]:
@@ -282,7 +276,7 @@ def _task_runs(keys: list[tuple[slice, ...]], itemsize: int, task_bytes: int) ->
     return [run for run in runs if run]
 
 
-def write_split(op: FileOp, src: PathLike, dst: PathLike, client: distributed.Client, *, overwrite: bool = False,
+def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distributed.Client, *, overwrite: bool = False,
                 block_bytes: int = BLOCK_BYTES, progress: Progress | None = None) -> list[str]:
     """Write one output with tasks over runs of its tiles, spread over the workers; return notices.
 
@@ -299,19 +293,18 @@ def write_split(op: FileOp, src: PathLike, dst: PathLike, client: distributed.Cl
         raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES} (tiles are planned in "
                           f"{GRANULE >> 20} MiB granules)")
     distributed = _distributed()
-    plan = op.plan(src)
-    ops.check_distinct(dst, plan.inputs)
+    plan = task.plan(src)
     small = math.prod(plan.shape) * plan.dtype.itemsize <= block_bytes
     if small or not all(mapped.is_mapped(s.numpy()) for s in plan.sources):  # a file read into memory: one task
-        result = client.submit(_write_pair, op, Path(src), Path(dst), overwrite, pure=False).result()
+        result = client.submit(write_pair, task, Path(src), Path(dst), overwrite, pure=False).result()
         if result.error is not None:
             raise result.error
         return list(result.notices)
     with plan.create(dst, overwrite=overwrite) as writer:
         runs = _task_runs(stream.plan_tiles(writer, plan.sources, block_bytes), plan.dtype.itemsize, block_bytes)
         run = uuid.uuid4().hex[:8]
-        names = [_key(op, i, run) for i in range(len(runs))]
-        futures = _warm_first(client, _fill_tiles, [(op, src, writer.region(), keys) for keys in runs], names)
+        names = [_key(task, i, run) for i in range(len(runs))]
+        futures = _warm_first(client, _fill_tiles, [(task, src, writer.region(), keys) for keys in runs], names)
         index = {name: i for i, name in enumerate(names)}
         run_stats: list[list[RunningStatistics]] = [[] for _ in runs]
         try:
@@ -328,3 +321,22 @@ def write_split(op: FileOp, src: PathLike, dst: PathLike, client: distributed.Cl
             merged.merge(stats)                                  # merges: the same bits
         writer.complete(merged)
     return list(writer.notices)
+
+
+class DaskDriver:
+    """Pairs written as Dask tasks on ``client``'s workers (see the module documentation)."""
+
+    def __init__(self, client: distributed.Client, *, block_bytes: int = BLOCK_BYTES) -> None:
+        self.client = client
+        self.block_bytes = block_bytes
+
+    def write(self, task: FileTask, src: PathLike, dst: PathLike, *, overwrite: bool = False,
+              progress: Progress | None = None) -> list[str]:
+        return write_split(task, src, dst, self.client, overwrite=overwrite, block_bytes=self.block_bytes,
+                           progress=progress)
+
+    def run_batch(self, task: FileTask, pairs: Sequence[tuple[PathLike, PathLike]], *, overwrite: bool = False,
+                  resume: bool = False, on_result: Callable[[FileResult], None] | None = None,
+                  progress: Progress | None = None) -> list[FileResult]:
+        return run_batch(task, pairs, self.client, overwrite=overwrite, resume=resume, block_bytes=self.block_bytes,
+                         on_result=on_result, progress=progress)

@@ -4,28 +4,31 @@
 machine code from the cache instead of compiling it (seconds per kernel).
 
 numba compiles one version per argument type, and an input read from a file is a read-only
-memory map while an array built in Python is writable: two types. So the file operations are run
-for real (through :class:`noa_core.ops.FileOp`, the path ``noa permute`` and the others take), on
-small files of every element type, and the in-memory variants are run besides.
+memory map while an array built in Python is writable: two types. So every registered operation
+runs for real, through the local driver, with the option sets its declaration lists
+(``Operation.warmup``), on small files of every element type; the in-memory variants run besides.
 """
 
 from __future__ import annotations
 
 import math
 import tempfile
+import time
 from pathlib import Path
 
 from noa_core.array import empty, full
 from noa_core.runtime import SERIAL_THRESHOLD
 
-# Element types that MRC and TIFF files hold; conversions are compiled between each and float32.
+# Element types that MRC and TIFF files hold.
 FILE_DTYPES = ("int8", "uint8", "int16", "uint16", "float16", "float32", "int32", "float64", "complex64")
 # Sizes that reach the serial twin and the parallel version of each kernel.
 COUNTS = (64, SERIAL_THRESHOLD)
 
 
-def warmup() -> None:
-    """Run every kernel variant a file operation can reach, serial and parallel, for FILE_DTYPES."""
+def warmup() -> float:
+    """Run every kernel variant a file operation can reach, serial and parallel, for FILE_DTYPES;
+    return the seconds it took."""
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="noa-warmup-") as folder:
         for count in COUNTS:
             for name in FILE_DTYPES:
@@ -33,31 +36,36 @@ def warmup() -> None:
     for count in COUNTS:
         for name in FILE_DTYPES:
             _in_memory(name, count)
+    return time.perf_counter() - start
+
+
+def _suffix(dtype: str) -> str:
+    from noa_core import io
+
+    return ".mrc" if dtype in io.mrc.WRITABLE_DTYPES else ".tif"
 
 
 def _file_operations(folder: Path, name: str, count: int) -> None:
-    from noa_core import io, reduction
-    from noa_core.ops import FileOp
+    from noa_core import io, operations
+    from noa_core.run import local
 
     width = math.isqrt(count) + 1
-    suffix = ".mrc" if name in io.mrc.WRITABLE_DTYPES else ".tif"
-    src = folder / f"{name}-{count}{suffix}"
-    io.write(src, full((1, 2, width, width), 1, dtype=name), overwrite=True)
-    out = folder / f"out{suffix}"
-    FileOp("permute", {"axes": (0, 1, 3, 2)})(src, out, overwrite=True)
-    FileOp("broadcast", {"shape": (2, 2, width, width)})(src, out, overwrite=True)
-    FileOp("copy", {"order": "F"})(src, out, overwrite=True)
-    if name == "complex64":
-        FileOp("copy", {"dtype": "float32", "clamp": True})(src, folder / "out.mrc", overwrite=True)  # the real part
-        return
-    array, _ = io.read(src)  # what `noa stats` reduces: a read-only memory map
-    for reduce_ in (reduction.min, reduction.max, reduction.mean, reduction.std):
-        reduce_(array)
-        reduce_(array, (1, 2, 3))
-    wide = folder / f"wide-{count}.tif"
-    for clamp in (False, True):
-        FileOp("copy", {"dtype": "float32", "clamp": clamp})(src, wide, overwrite=True)
-        FileOp("copy", {"dtype": name, "clamp": clamp})(wide, out, overwrite=True)
+    shape = (1, 2, width, width)
+    sources: dict[str, Path] = {}
+
+    def source(dtype: str) -> Path:
+        if dtype not in sources:
+            sources[dtype] = folder / f"{dtype}-{count}{_suffix(dtype)}"
+            io.write(sources[dtype], full(shape, 1, dtype=dtype), overwrite=True)
+        return sources[dtype]
+
+    for operation in operations.operations():
+        for dtype, values in operation.warmup(name, shape) if operation.warmup else ():
+            if operation.writes:
+                out = folder / f"out{_suffix(values.get('dtype') or dtype)}"
+                local.write(operation.task(values), source(dtype), out, overwrite=True)
+            else:
+                operation.describe(source(dtype), values)
 
 
 def _in_memory(name: str, count: int) -> None:

@@ -8,9 +8,9 @@ from typing import Annotated
 import anyio
 from fastapi import APIRouter, Depends
 
-from server.models import Health
-from server.problems import documented, problem_response
-from server.service import Service, service
+from noa_server.models import Health
+from noa_server.problems import documented, problem_response
+from noa_server.service import Service, service
 
 router = APIRouter(tags=["health"])
 PROBE_TIMEOUT_S = 2.0

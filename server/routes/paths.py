@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import anyio
@@ -11,14 +13,15 @@ import anyio
 from fastapi import APIRouter, Depends
 from fastapi.responses import FileResponse, JSONResponse
 
-from server import operations
-from server.models import (BroadcastRequest, CopyRequest, EwiseRequest, InfoRequest, InfoResult, PathRequest,
-                           PermuteRequest, StatsRequest, StatsResult, WriteResult)
-from server.problems import ProblemError, documented
-from server.sandbox import Sandbox
-from server.service import Service, service
+from noa_core.errors import UnknownFormatError
+from noa_core.io import formats
+from noa_core.operations import Operation
+from noa_server import operations
+from noa_server.models import PathRequest, WriteResult, request_model
+from noa_server.problems import ProblemError, documented
+from noa_server.sandbox import Sandbox
+from noa_server.service import Service, service
 
-router = APIRouter(tags=["paths"])
 Svc = Annotated[Service, Depends(service)]
 READ_ERRORS = documented(400, 403, 404, 413, 422, 500)
 WRITE_RESPONSES = {
@@ -33,44 +36,49 @@ async def _run(svc: Service, request: PathRequest):
     return await svc.run(operations.plan_and_run, request, svc.paths(), svc.settings.max_voxels)
 
 
+async def _report(svc: Service, request: PathRequest) -> JSONResponse:
+    return JSONResponse(await _run(svc, request))
+
+
 async def _write(svc: Service, request: PathRequest) -> JSONResponse:
     result = await _run(svc, request)
     return JSONResponse(result, status_code=201, headers={"Location": "/v1/files/" + quote(result["output"])})
 
 
-@router.post("/paths/info", response_model=InfoResult, responses=READ_ERRORS, summary="Describe a server-side file")
-async def info(svc: Svc, request: InfoRequest):
-    return JSONResponse(await _run(svc, request))
+def _endpoint(operation: Operation) -> Callable[..., Any]:
+    """``POST /v1/paths/NAME``: a JSON body naming files under the data root."""
+    writes = operation.writes
+
+    async def on_paths(svc: Service, request: PathRequest) -> JSONResponse:
+        return await (_write(svc, request) if writes else _report(svc, request))
+
+    on_paths.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+        inspect.Parameter("svc", inspect.Parameter.KEYWORD_ONLY, annotation=Svc),
+        inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, annotation=request_model(operation))])
+    on_paths.__name__ = operation.name
+    return on_paths
 
 
-@router.post("/paths/stats", response_model=StatsResult, responses=READ_ERRORS,
-             summary="Min, max, mean and std of a server-side file")
-async def stats(svc: Svc, request: StatsRequest):
-    return JSONResponse(await _run(svc, request))
+def router(operations: list[Operation]) -> APIRouter:
+    """``POST /paths/NAME`` for each of ``operations``, and ``GET /files/...``."""
+    routes = APIRouter(tags=["paths"])
+    for operation in operations:
+        if operation.writes:
+            kind: dict[str, Any] = {"status_code": 201, "response_model": WriteResult, "responses": WRITE_RESPONSES}
+        else:
+            kind = {"response_model": operation.result, "responses": READ_ERRORS}
+        routes.add_api_route(f"/paths/{operation.name}", _endpoint(operation), methods=["POST"],
+                             summary=f"{operation.summary} (server-side files)", **kind)
+    routes.add_api_route("/files/{path:path}", download, methods=["GET"], response_class=FileResponse,
+                         summary="Download a file from the data root", responses=DOWNLOAD_RESPONSES)
+    return routes
 
 
-@router.post("/paths/permute", status_code=201, response_model=WriteResult, responses=WRITE_RESPONSES,
-             summary="Reorder the BDHW axes of a server-side file")
-async def permute(svc: Svc, request: PermuteRequest):
-    return await _write(svc, request)
-
-
-@router.post("/paths/broadcast", status_code=201, response_model=WriteResult, responses=WRITE_RESPONSES,
-             summary="Repeat size-1 dimensions of a server-side file")
-async def broadcast(svc: Svc, request: BroadcastRequest):
-    return await _write(svc, request)
-
-
-@router.post("/paths/copy", status_code=201, response_model=WriteResult, responses=WRITE_RESPONSES,
-             summary="Copy a server-side file to another order, element type or format (dst's extension)")
-async def copy(svc: Svc, request: CopyRequest):
-    return await _write(svc, request)
-
-
-@router.post("/paths/ewise", status_code=201, response_model=WriteResult, responses=WRITE_RESPONSES,
-             summary="Evaluate an element-wise expression over server-side files (a, b, c, ...)")
-async def ewise(svc: Svc, request: EwiseRequest):
-    return await _write(svc, request)
+DOWNLOAD_RESPONSES = {
+    200: {"description": "The file.", "content": {media: {"schema": {"type": "string", "format": "binary"}}
+                                                  for media in sorted(operations.MEDIA_TYPES.values())}},
+    **documented(400, 403, 404),
+}
 
 
 def _existing_file(sandbox: Sandbox, path: str) -> Path:
@@ -80,13 +88,14 @@ def _existing_file(sandbox: Sandbox, path: str) -> Path:
     return resolved
 
 
-@router.get("/files/{path:path}", response_class=FileResponse, summary="Download a file from the data root",
-            responses={200: {"description": "The file.", "content": {
-                media: {"schema": {"type": "string", "format": "binary"}} for media in ("application/octet-stream",
-                                                                                        "image/tiff")}},
-                **documented(400, 403, 404)})
+def media_type(path: Path) -> str:
+    """The media type of a file by its extension (formats without one are plain bytes)."""
+    try:
+        return formats.output_format(path).media_type
+    except UnknownFormatError:
+        return "application/octet-stream"
+
+
 async def download(svc: Svc, path: str):
     resolved = await anyio.to_thread.run_sync(_existing_file, svc.paths(), path)
-    tiff = resolved.suffix.lower() in (".tif", ".tiff")
-    return FileResponse(resolved, media_type="image/tiff" if tiff else "application/octet-stream",
-                        filename=resolved.name)
+    return FileResponse(resolved, media_type=media_type(resolved), filename=resolved.name)

@@ -9,8 +9,10 @@ a done-callback when the request is abandoned while the worker still runs.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import shutil
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,14 +22,12 @@ from fastapi import APIRouter, Depends, File, Form, UploadFile
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from noa_core.expr import MAX_INPUTS
-from server import operations
-from server.models import (BroadcastParams, CopyParams, EwiseParams, Format, InfoParams, InfoResult, OpParams,
-                           PermuteParams, StatsParams, StatsResult, without_default)
-from server.problems import documented
-from server.service import Service, service
+from noa_core.operations import Operation
+from noa_server import operations
+from noa_server.models import Format, OpParams, params_model, without_default
+from noa_server.problems import documented
+from noa_server.service import Service, service
 
-router = APIRouter(prefix="/upload", tags=["upload"])
 Svc = Annotated[Service, Depends(service)]
 OneFile = Annotated[UploadFile, File(description="An MRC or TIFF file.")]
 FormatField = Annotated[Format, Form(description="Output format (default: the input's).",
@@ -92,39 +92,36 @@ async def _run(svc: Service, params: OpParams, files: list[UploadFile], out_form
     return Response(outcome.content, media_type=outcome.media_type, headers=headers)
 
 
-@router.post("/info", response_model=InfoResult, responses=JSON_ERRORS, summary="Describe an uploaded file")
-async def info(svc: Svc, params: Annotated[InfoParams, Form()], file: OneFile):
-    return await _run(svc, params, [file])
+def _endpoint(operation: Operation) -> Callable[..., Any]:
+    """``POST /v1/upload/NAME``: the parameters as form fields, the file(s), maybe an output format."""
+    files = ("files", Annotated[list[UploadFile], File(description="Inputs, named a, b, c, ... in order.",
+                                                         min_length=1, max_length=operation.max_inputs)], ...)
+    one = ("file", OneFile, ...)
+    params = [("svc", Svc, ...), ("params", Annotated[params_model(operation), Form()], ...),
+              files if operation.max_inputs > 1 else one]
+    if operation.chooses_format:
+        params.append(("format", FormatField, None))
+
+    async def upload(svc: Service, params: OpParams, **given: Any) -> Response:
+        sent = given["files"] if "files" in given else [given["file"]]
+        return await _run(svc, params, sent, given.get("format"))
+
+    upload.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                           default=inspect.Parameter.empty if default is ... else default)
+         for name, annotation, default in params])
+    upload.__name__ = operation.name  # operationId: NAME_v1_upload_NAME_post
+    return upload
 
 
-@router.post("/stats", response_model=StatsResult, responses=JSON_ERRORS,
-             summary="Min, max, mean and std of an uploaded file")
-async def stats(svc: Svc, params: Annotated[StatsParams, Form()], file: OneFile):
-    return await _run(svc, params, [file])
-
-
-@router.post("/permute", response_class=FileResponse, responses=FILE_RESPONSES,
-             summary="Reorder the BDHW axes of an uploaded file")
-async def permute(svc: Svc, params: Annotated[PermuteParams, Form()], file: OneFile):
-    return await _run(svc, params, [file])
-
-
-@router.post("/broadcast", response_class=FileResponse, responses=FILE_RESPONSES,
-             summary="Repeat size-1 dimensions of an uploaded file")
-async def broadcast(svc: Svc, params: Annotated[BroadcastParams, Form()], file: OneFile):
-    return await _run(svc, params, [file])
-
-
-@router.post("/copy", response_class=FileResponse, responses=FILE_RESPONSES,
-             summary="Copy an uploaded file to another order, element type or format")
-async def copy(svc: Svc, params: Annotated[CopyParams, Form()], file: OneFile, format: FormatField = None):
-    return await _run(svc, params, [file], format)
-
-
-@router.post("/ewise", response_class=FileResponse, responses=FILE_RESPONSES,
-             summary="Evaluate an element-wise expression over uploaded files (a, b, c, ...)")
-async def ewise(svc: Svc, params: Annotated[EwiseParams, Form()],
-                files: Annotated[list[UploadFile], File(description="Inputs, named a, b, c, ... in order.",
-                                                        min_length=1, max_length=MAX_INPUTS)],
-                format: FormatField = None):
-    return await _run(svc, params, files, format)
+def router(operations: list[Operation]) -> APIRouter:
+    """The upload routes of ``operations``."""
+    routes = APIRouter(prefix="/upload", tags=["upload"])
+    for operation in operations:
+        if operation.writes:
+            kind = {"response_class": FileResponse, "responses": FILE_RESPONSES}
+        else:
+            kind = {"response_model": operation.result, "responses": JSON_ERRORS}
+        routes.add_api_route(f"/{operation.name}", _endpoint(operation), methods=["POST"],
+                             summary=f"{operation.summary} (uploaded files)", **kind)
+    return routes

@@ -1,0 +1,196 @@
+"""``noa NAME`` for every registered operation, built from its declaration when first asked for.
+
+A writing operation becomes ``noa NAME IN OUT [options]`` (or several inputs with ``--out-dir``,
+``--resume``, ``--scheduler``); one over several inputs ``noa NAME [ARGS] INPUTS... -o OUT`` (or
+``--out-dir`` with ``--with`` for the shared inputs); a reporting one ``noa NAME FILES... [--json]``.
+Parameters follow their declared types; nothing here knows any particular operation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import click
+import typer
+
+from noa_cli import report
+from noa_core.errors import ParameterError
+from noa_core.operations import FileTask, Flag, Integer, Integers, Operation, Param
+
+# -- options every writing command has (the driver's, not the operation's) -------------------------
+
+DRIVER_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "out_dir": (Annotated[Optional[Path], typer.Option(
+        "--out-dir", help="Treat every input as a batch and write each result into this folder under its own "
+        "name.")], None),
+    "force": (Annotated[bool, typer.Option("--force", "-f", help="Overwrite existing outputs.")], False),
+    "resume": (Annotated[bool, typer.Option(
+        "--resume", help="Skip inputs whose output exists: outputs are renamed into place when complete, so an "
+        "existing one is finished (rerun an interrupted batch with it).")], False),
+    "scheduler": (Annotated[Optional[str], typer.Option(
+        "--scheduler", help="Run on Dask (the dask extra of noa): 'local' starts worker processes on this machine, "
+        "tcp://HOST:PORT uses a running scheduler (paths must be the same on its workers). Several inputs run as "
+        "parallel tasks; one large input is split into tasks that each write their own tiles of the output.")],
+        None),
+    "workers": (Annotated[Optional[int], typer.Option(
+        "--workers", min=1, help="With --scheduler local: worker processes (default one per core).")], None),
+    "quiet": (Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors; no progress bar.")],
+              False),
+}
+TO = (Annotated[Optional[str], typer.Option(
+    "--to", help="With --out-dir: output format by extension (mrc, tif).")], None)
+AS_JSON = (Annotated[bool, typer.Option("--json", help="Print JSON for pipelines.")], False)
+
+
+def _annotation(param: Param) -> tuple[Any, Any]:
+    """``(typer annotation, default)`` of one declared parameter."""
+    kind = param.type
+    default = ... if param.required else param.default
+    if param.argument:
+        return Annotated[str, typer.Argument(help=param.help, show_default=False)], default
+    if isinstance(kind, Flag):
+        if param.default is None:  # true, false or not given: an --x/--no-x pair
+            return Annotated[Optional[bool], typer.Option(*param.cli_flags, help=param.help)], None
+        return Annotated[bool, typer.Option(*param.cli_flags, help=param.help)], default
+    if isinstance(kind, Integer):
+        return Annotated[Optional[int], typer.Option(*param.cli_flags, min=kind.low, max=kind.high,
+                                                     help=param.help)], default
+    # Integers are written '0,1,3,2'; choices and text are checked by the declaration, in one line.
+    return Annotated[Optional[str], typer.Option(*param.cli_flags, help=param.help)], default
+
+
+def option_values(operation: Operation, given: dict[str, Any]) -> dict[str, Any]:
+    """The CLI's values as the declaration's types: lists parsed, a bad value named by its flag."""
+    values = {}
+    for param in operation.params_for("cli"):
+        value = given[param.name]
+        if isinstance(param.type, Integers) and value is not None:
+            try:
+                value = param.type.parse(param.name, value)
+            except ParameterError as exc:
+                raise ParameterError(exc.problem, param.cli_flags[0]) from None
+        values[param.name] = value
+    return values
+
+
+def checked_task(operation: Operation, given: dict[str, Any], shared: list[Path]) -> FileTask:
+    try:
+        return operation.task(option_values(operation, given), shared=shared)
+    except ParameterError as exc:
+        param = next((p for p in operation.params if p.name == exc.param), None)
+        if param is None or param.argument:
+            raise
+        raise ParameterError(exc.problem, param.cli_flags[0]) from None
+
+
+def _help(operation: Operation) -> str:
+    examples = "\n\n".join(f"Example: {line}" for line in operation.examples)
+    return "\n\n".join(part for part in (operation.summary, operation.details, examples) if part)
+
+
+def _pairs(paths: list[Path], out_dir: Optional[Path], suffix: Optional[str] = None) -> list[tuple[Path, Path]]:
+    """(input, output) pairs: IN OUT, or every path into --out-dir (keeping names, maybe a new suffix)."""
+    if out_dir is None:
+        if len(paths) != 2:
+            raise click.UsageError(f"expected IN OUT (2 paths), got {len(paths)}; use --out-dir for several inputs")
+        return [(paths[0], paths[1])]
+    if not paths:
+        raise click.UsageError("--out-dir needs at least one input")
+    if suffix is None:
+        return [(p, out_dir / p.name) for p in paths]
+    from noa_core.io.formats import strip_image_suffix
+
+    return [(p, out_dir / (strip_image_suffix(p.name) + suffix)) for p in paths]
+
+
+def _execute(task: FileTask, pairs: list[tuple[Path, Path]], *, force: bool, resume: bool,
+             scheduler: Optional[str], workers: Optional[int], quiet: bool) -> None:
+    """Write every pair with ``task``: here, or on Dask with --scheduler; report each as it ends."""
+    if resume and force:
+        raise click.UsageError("--resume skips existing outputs and --force replaces them; choose one")
+    if workers is not None and scheduler != "local":
+        raise click.UsageError("--workers sizes the cluster of --scheduler local")
+    from noa_core import run
+
+    where = "" if scheduler is None else f" on {scheduler}"
+    with run.driver(scheduler, workers=workers) as driver:
+        with report.progress(f"noa {task.name}: {len(pairs)} file(s){where}", quiet) as progress:
+            results = driver.run_batch(task, pairs, overwrite=force, resume=resume, progress=progress,
+                                       on_result=lambda result: report.result(result, len(pairs), quiet))
+    report.finish(results)
+
+
+def _writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, Any, Any]]]:
+    """The command function of a writing operation, and its parameters."""
+    several = operation.max_inputs > 1
+    params = operation.params_for("cli")
+    arguments = [(p.name, *_annotation(p)) for p in params if p.argument]
+    options = [(p.name, *_annotation(p)) for p in params if not p.argument]
+    if several:
+        inputs = [("inputs", Annotated[list[Path], typer.Argument(
+            help="Input files, named a, b, c, ... in order; with --out-dir, each is a in turn.",
+            show_default=False)], ...),
+            ("output", Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file.")], None),
+            ("others", Annotated[Optional[list[Path]], typer.Option(
+                "--with", help="Inputs b, c, ... shared by every file of the batch (repeatable, in order).")],
+             None)]
+    else:
+        inputs = [("paths", Annotated[list[Path], typer.Argument(
+            help="IN OUT, or several inputs with --out-dir.", show_default=False)], ...)]
+    extra = [("to", *TO)] if operation.chooses_format else []
+    driver = [(name, *spec) for name, spec in DRIVER_OPTIONS.items()]
+
+    def command(**given: Any) -> None:
+        suffix = None if given.get("to") is None else "." + given["to"].lstrip(".")
+        if several:
+            if (given["output"] is None) == (given["out_dir"] is None):
+                raise click.UsageError("give either --output FILE or --out-dir FOLDER")
+            inputs_, shared = list(given["inputs"]), list(given["others"] or [])
+            if given["output"] is not None:
+                pairs, shared = [(inputs_[0], given["output"])], inputs_[1:] + shared
+            else:
+                pairs = _pairs(inputs_, given["out_dir"], suffix)
+        else:
+            shared, pairs = [], _pairs(given["paths"], given["out_dir"], suffix)
+        task = checked_task(operation, given, shared)
+        _execute(task, pairs, force=given["force"], resume=given["resume"], scheduler=given["scheduler"],
+                 workers=given["workers"], quiet=given["quiet"])
+
+    return command, arguments + inputs + options + extra + driver
+
+
+def _reporter(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, Any, Any]]]:
+    """The command function of a reporting operation, and its parameters."""
+    files = ("files", Annotated[list[Path], typer.Argument(help="MRC or TIFF files.", show_default=False)], ...)
+    params = [(p.name, *_annotation(p)) for p in operation.params_for("cli")]
+
+    def command(**given: Any) -> None:
+        try:
+            options = operation.options(option_values(operation, given))
+        except ParameterError as exc:
+            raise ParameterError(exc.problem, "--" + (exc.param or "").replace("_", "-")) from None
+        assert operation.report is not None and operation.text is not None
+        results = [operation.report(path, options) for path in given["files"]]
+        if given["as_json"]:
+            typer.echo(json.dumps(results if len(results) > 1 else results[0], indent=2))
+        else:
+            typer.echo("\n\n".join(operation.text(result) for result in results))
+
+    return command, [files, *params, ("as_json", *AS_JSON)]
+
+
+def build(operation: Operation) -> click.Command:
+    """The ``noa NAME`` command of ``operation``."""
+    command, params = (_writer if operation.writes else _reporter)(operation)
+    command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                           default=inspect.Parameter.empty if default is ... else default)
+         for name, annotation, default in params])
+    command.__annotations__ = {name: annotation for name, annotation, _ in params}
+    single = typer.Typer(add_completion=False, context_settings={"help_option_names": ["-h", "--help"]})
+    single.command(operation.name, help=_help(operation))(command)
+    return typer.main.get_command(single)

@@ -1,0 +1,102 @@
+"""The operation registry: one declaration per file operation, from which every door is derived.
+
+Each built-in operation is one module here (``info``, ``stats``, ``permute``, ...) defining
+``OPERATION``, an :class:`Operation`. The CLI builds ``noa NAME`` from it, the service its routes
+``/v1/upload/NAME``, ``/v1/paths/NAME`` and its job type, :mod:`noa_core.run` the local and Dask
+drivers and ``noa warmup`` the kernels to compile. Adding an operation is one declaration module
+(listed in :data:`BUILTIN`) plus its tests; a module outside noa can :func:`register` its own, and
+the modules named in ``NOA_OPERATIONS`` (comma-separated) are imported on first use, so that their
+operations reach every door, the service and its workers included.
+
+Example::
+
+    from noa_core import operations
+    from noa_core.run import local
+
+    local.write(operations.get("permute").task(axes=(0, 1, 3, 2)), "in.mrc", "out.mrc")
+    operations.get("info").describe("in.mrc")
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+
+from noa_core.errors import ParameterError
+from noa_core.operations.spec import (
+    REQUIRED,
+    Choice,
+    FileTask,
+    Flag,
+    Integer,
+    Integers,
+    Operation,
+    Options,
+    Param,
+    Text,
+)
+
+__all__ = ["BUILTIN", "REQUIRED", "Choice", "FileTask", "Flag", "Integer", "Integers", "Operation", "Options",
+           "Param", "Text", "get", "names", "operations", "register", "unregister"]
+
+BUILTIN = ("info", "stats", "permute", "broadcast", "copy", "ewise")  # modules of this package, in CLI order
+PLUGINS_VARIABLE = "NOA_OPERATIONS"
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_registry: dict[str, Operation] = {}
+_loaded = False
+
+
+def register(operation: Operation, *, replace: bool = False) -> Operation:
+    """Add ``operation`` to every door; a name already taken is refused unless ``replace``."""
+    _load()
+    if not _NAME.match(operation.name):
+        raise ParameterError(f"operation name {operation.name!r}: lower-case letters, digits and _ only")
+    if operation.name in _registry and not replace:
+        raise ParameterError(f"operation {operation.name!r} is already registered")
+    _registry[operation.name] = operation
+    return operation
+
+
+def unregister(name: str) -> None:
+    """Remove an operation (a test's throw-away one, say)."""
+    _load()
+    _registry.pop(name, None)
+
+
+def get(name: str) -> Operation:
+    """The operation called ``name``, or ParameterError listing the known ones."""
+    _load()
+    try:
+        return _registry[name]
+    except KeyError:
+        raise ParameterError(f"unknown operation {name!r}; expected one of {', '.join(_registry)}") from None
+
+
+def names() -> list[str]:
+    """Every operation's name, built-ins first in :data:`BUILTIN` order, then in registration order."""
+    _load()
+    return list(_registry)
+
+
+def operations() -> list[Operation]:
+    _load()
+    return list(_registry.values())
+
+
+def _load() -> None:
+    """Import the built-in declarations, then the modules named in NOA_OPERATIONS (once)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for name in BUILTIN:
+        operation = importlib.import_module(f"{__name__}.{name}").OPERATION
+        _registry[operation.name] = operation
+    for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_VARIABLE, "").split(","))):
+        try:
+            loaded = importlib.import_module(module)
+        except ImportError as exc:
+            raise ParameterError(f"{PLUGINS_VARIABLE}: cannot import {module!r} ({exc})") from None
+        if hasattr(loaded, "OPERATION"):
+            register(loaded.OPERATION, replace=True)

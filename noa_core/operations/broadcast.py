@@ -1,0 +1,33 @@
+"""noa broadcast: repeat size-1 dimensions to reach a shape (every other dimension must match)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noa_core.operations.spec import DEVICE, READING, REQUIRED, Integers, Operation, Options, Param
+
+
+def plan(inputs: list[Path], options: Options):
+    from noa_core import layout
+    from noa_core.operations.plan import converter, make_plan
+
+    array, meta = options.open_input(inputs[0])  # a missing or unreadable file is named first
+    target = layout.as_shape4(options.shape)
+    return make_plan(inputs, [array], [array.broadcast(target)], converter("checked"), meta.broadcast(target),
+                     f"noa broadcast --shape {','.join(map(str, target))}")
+
+
+def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
+    return [(dtype, {"shape": (2, *shape[1:])})]
+
+
+OPERATION = Operation(
+    name="broadcast",
+    summary="Repeat size-1 dimensions to reach SHAPE (every other dimension must match).",
+    examples=("noa broadcast gain.mrc gain_stack.mrc --shape 40,1,512,512",),
+    params=(Param("shape", Integers(1, 4, 0, 2**40), "Target BDHW shape, e.g. 10,1,64,64 (padded on the left "
+                  "with 1s).", default=REQUIRED),
+            *READING, DEVICE),
+    plan=plan,
+    warmup=warmup,
+)

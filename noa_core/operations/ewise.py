@@ -1,0 +1,52 @@
+"""noa ewise: an element-wise expression over files (a, b, c, ...), broadcasting size-1 dimensions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noa_core.operations.spec import DEVICE, ELEMENT_TYPES, READING, REQUIRED, Choice, Operation, Options, Param, Text
+
+# noa_core.expr.MAX_INPUTS and MAX_LENGTH (that module loads numba; a test keeps these equal)
+MAX_INPUTS = 26
+MAX_LENGTH = 2000
+
+
+def plan(inputs: list[Path], options: Options):
+    import numpy as np
+
+    from noa_core import dtypes, layout
+    from noa_core.expr import compile_expression
+    from noa_core.operations.plan import evaluator, make_plan
+
+    opened = [options.open_input(src) for src in inputs]  # missing or unreadable files are named first
+    compiled = compile_expression(options.expression, len(inputs))
+    arrays = [array for array, _ in opened]
+    shape = layout.broadcast_shapes(*(a.shape for a in arrays))
+    if options.dtype is not None:
+        out_dtype = dtypes.scalar_dtype(options.dtype)
+    else:
+        out_dtype = compiled.result_dtype([a.dtype for a in arrays])
+        if out_dtype == np.bool_:
+            out_dtype = np.dtype("uint8")  # image formats store no booleans: 0 and 1
+    # The output describes the pixels of the first input that has the full shape.
+    meta = next((m for a, m in opened if a.shape == shape), None) or opened[0][1].broadcast(shape)
+    return make_plan(inputs, arrays, [a.broadcast(shape) for a in arrays], evaluator(compiled), meta,
+                     f"noa ewise {options.expression}"[:80], out_dtype)
+
+
+OPERATION = Operation(
+    name="ewise",
+    summary="Compute an element-wise expression over files, broadcasting size-1 dimensions.",
+    details="Inputs are named a, b, c, ... in order. The language has + - * / // % **, comparisons, "
+            "and/or/not, 'x if cond else y', pi, e, and abs sqrt exp log log10 sin cos tan floor ceil "
+            "min max clip where.",
+    examples=('noa ewise "a * b" movie.mrc gain.mrc -o corrected.mrc',
+              'noa ewise "a * b" movies/*.mrc --with gain.mrc --out-dir corrected/'),
+    params=(Param("expression", Text(1, MAX_LENGTH), "Expression over the inputs a, b, c, ... e.g. 'a * b'.",
+                  default=REQUIRED, argument=True),
+            Param("dtype", Choice(ELEMENT_TYPES), "Output element type (default: NumPy's result type)."),
+            *READING, DEVICE),
+    max_inputs=MAX_INPUTS,
+    plan=plan,
+    chooses_format=True,
+)

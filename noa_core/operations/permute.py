@@ -1,0 +1,33 @@
+"""noa permute: reorder the BDHW axes; the header (pixel size, origin) follows the axes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noa_core.operations.spec import DEVICE, READING, REQUIRED, Integers, Operation, Options, Param
+
+
+def plan(inputs: list[Path], options: Options):
+    from noa_core import layout
+    from noa_core.operations.plan import converter, make_plan
+
+    array, meta = options.open_input(inputs[0])  # a missing or unreadable file is named first
+    perm = layout.check_permutation(options.axes)
+    return make_plan(inputs, [array], [array.permute(perm)], converter("checked"), meta.permute(perm),
+                     f"noa permute --axes {','.join(map(str, perm))}")
+
+
+def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
+    return [(dtype, {"axes": (0, 1, 3, 2)})]
+
+
+OPERATION = Operation(
+    name="permute",
+    summary="Reorder the BDHW axes; the header (pixel size, origin) follows the axes.",
+    examples=("noa permute volume.mrc volume_xzy.mrc --axes 0,3,2,1",),
+    params=(Param("axes", Integers(4, 4, 0, 3), "New order of the BDHW axes, a permutation of 0,1,2,3.",
+                  default=REQUIRED),
+            *READING, DEVICE),
+    plan=plan,
+    warmup=warmup,
+)

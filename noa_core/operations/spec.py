@@ -1,0 +1,328 @@
+"""How a file operation is declared: its parameters (typed, with help, defaults and checks) and what it does.
+
+A declaration is plain data plus functions, and importing one loads nothing heavy (no NumPy, no
+numba): ``noa --help`` lists every operation from their declarations. The doors derive their
+surface from it: the CLI command (:mod:`noa_cli.commands`), the HTTP routes and job type
+(:mod:`noa_server.routes`), the Dask tasks and warmup (:mod:`noa_core.run`).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from noa_core.errors import ParameterError
+
+if TYPE_CHECKING:
+    from noa_core.array import Array
+    from noa_core.io import Metadata
+    from noa_core.operations.plan import Plan
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()  # the default of a parameter that must be given
+
+
+# -- parameter types: what a value may be, checked the same way for every door ---------------------
+
+
+def _integer(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise ParameterError(f"{value!r} is not an integer", name)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ParameterError(f"{value!r} is not an integer", name) from None
+
+
+def _in_range(name: str, value: int, low: int | None, high: int | None) -> int:
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"{'' if low is None else low}..{'' if high is None else high}"
+        raise ParameterError(f"{value} is outside {bounds}", name)
+    return value
+
+
+@dataclass(frozen=True)
+class Flag:
+    """True or false (a CLI switch)."""
+
+    def check(self, name: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise ParameterError(f"{value!r} is not true or false", name)
+        return value
+
+
+@dataclass(frozen=True)
+class Integer:
+    """One integer within ``low..high`` (either bound may be open)."""
+
+    low: int | None = None
+    high: int | None = None
+
+    def check(self, name: str, value: Any) -> int:
+        return _in_range(name, _integer(name, value), self.low, self.high)
+
+
+@dataclass(frozen=True)
+class Integers:
+    """A list of integers: comma-separated on the CLI ('0,1,3,2'), a JSON array over HTTP."""
+
+    min_length: int = 1
+    max_length: int | None = None
+    low: int | None = None
+    high: int | None = None
+
+    def check(self, name: str, value: Any) -> tuple[int, ...]:
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise ParameterError(f"{value!r} is not a list of integers", name)
+        values = tuple(_in_range(name, _integer(name, v), self.low, self.high) for v in value)
+        if len(values) < self.min_length or (self.max_length is not None and len(values) > self.max_length):
+            wanted = (f"{self.min_length}" if self.max_length == self.min_length
+                      else f"{self.min_length} to {self.max_length if self.max_length is not None else 'any'}")
+            raise ParameterError(f"{len(values)} values given, {wanted} expected", name)
+        return values
+
+    def parse(self, name: str, text: str) -> tuple[int, ...]:
+        """The list written as text, '0,1,3,2' (spaces allowed)."""
+        try:
+            return tuple(int(part) for part in text.replace(" ", "").split(","))
+        except ValueError:
+            raise ParameterError(f"{text!r} is not a comma-separated list of integers", name) from None
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a fixed set of words."""
+
+    values: tuple[str, ...]
+
+    def check(self, name: str, value: Any) -> str:
+        if value not in self.values:
+            raise ParameterError(f"{value!r} is not one of {', '.join(self.values)}", name)
+        return value
+
+
+@dataclass(frozen=True)
+class Text:
+    """Free text of bounded length (an expression, a label)."""
+
+    min_length: int = 1
+    max_length: int | None = None
+
+    def check(self, name: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ParameterError(f"{value!r} is not text", name)
+        if len(value) < self.min_length or (self.max_length is not None and len(value) > self.max_length):
+            raise ParameterError(f"{len(value)} characters, {self.min_length} to {self.max_length or 'any'} "
+                                 "expected", name)
+        return value
+
+
+ParamType = Flag | Integer | Integers | Choice | Text
+Door = Literal["cli", "http"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of an operation.
+
+    Attributes:
+        name: the Python and JSON name (``per_batch``).
+        type: what a value may be (:class:`Flag`, :class:`Integer`, ...).
+        help: one sentence for ``--help`` and the OpenAPI description.
+        default: the value when not given; None means "not given" (the operation decides);
+            :data:`REQUIRED` means it must be given.
+        flags: CLI spellings (default ``--per-batch``); ``"--as-stack/--as-volume"`` is a
+            true/false/unset switch pair.
+        argument: on the CLI, a positional argument instead of an option.
+        doors: where the parameter is offered ('cli', 'http').
+    """
+
+    name: str
+    type: ParamType
+    help: str
+    default: Any = None
+    flags: tuple[str, ...] = ()
+    argument: bool = False
+    doors: frozenset[Door] = frozenset({"cli", "http"})
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    @property
+    def cli_flags(self) -> tuple[str, ...]:
+        return self.flags or ("--" + self.name.replace("_", "-"),)
+
+    def check(self, value: Any) -> Any:
+        """``value`` checked against the type; None stands for 'not given' where the default is None."""
+        if value is None and self.default is None:
+            return None
+        return self.type.check(self.name, value)
+
+
+# Element type names an operation may convert to (noa_core.dtypes.SCALAR_NAMES, without importing NumPy;
+# a test keeps the two equal).
+ELEMENT_TYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                 "float16", "float32", "float64", "complex64", "complex128")
+
+# -- parameters most operations share -------------------------------------------------------------
+
+AS_STACK = Param("as_stack", Flag(), "Read an ambiguous MRC file as an image stack (true) or a volume (false).",
+                 flags=("--as-stack/--as-volume",))
+SERIES = Param("series", Integer(0, 10_000), "TIFF series to read (default 0).")
+READING = (AS_STACK, SERIES)
+DEVICE = Param("device", Choice(("cpu", "cuda")), "Where kernels run: cpu or cuda.", default="cpu",
+               doors=frozenset({"cli"}))
+
+
+class Options(dict):
+    """The checked parameter values of one call, by name; also readable as attributes (``options.axes``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def open_input(self, path: str | Path) -> tuple[Array, Metadata]:
+        """An input read as :data:`READING` say (MRC stack or volume, TIFF series): lazily, header first."""
+        from noa_core import io
+
+        as_stack = self.get("as_stack")
+        return io.read(path, as_stack=as_stack is True or None, as_volume=as_stack is False or None,
+                       series=self.get("series"))
+
+
+# -- the declaration ------------------------------------------------------------------------------
+
+PlanFunction = Callable[[list[Path], Options], "Plan"]
+ReportFunction = Callable[[Path, Options], dict]
+# (dtype, shape) of a small warmup input -> [(dtype of the input to run on, options), ...]
+WarmupCases = Callable[[str, tuple[int, ...]], list[tuple[str, dict[str, Any]]]]
+
+
+@dataclass(frozen=True, eq=False)
+class Operation:
+    """One file operation, declared once; every door derives its surface from this.
+
+    An operation either writes an output file (``plan``: what to write, decided from the input
+    headers; a driver writes it) or reports on its input (``report``: a JSON-ready dict, shown by
+    ``text`` on the CLI and described by the ``result`` TypedDict over HTTP).
+
+    Attributes:
+        name: the command, route and job type (``noa NAME``, ``/v1/upload/NAME``).
+        summary: one line: the CLI's short help and the routes' summary.
+        examples: shell lines (``noa NAME ...``) for ``--help`` and the README table.
+        params: parameters in CLI order.
+        details: more help text for ``noa NAME --help``.
+        max_inputs: how many input files it reads: 1, or more named a, b, c, ... (the first is
+            the pair's input in a batch; the others are shared by every pair).
+        reads_data: the operation reads every voxel (a service's voxel limit applies); False for
+            header-only operations.
+        chooses_format: the output format may differ from the input's (CLI ``--to``, upload ``format``).
+        warmup: the kernel variants to compile ahead of time (``noa warmup``): option sets to run
+            on small inputs of each file element type.
+    """
+
+    name: str
+    summary: str
+    examples: tuple[str, ...]
+    params: tuple[Param, ...] = ()
+    details: str = ""
+    max_inputs: int = 1
+    plan: PlanFunction | None = None
+    report: ReportFunction | None = None
+    text: Callable[[dict], str] | None = None
+    result: type | None = None
+    reads_data: bool = True
+    chooses_format: bool = False
+    warmup: WarmupCases | None = None
+    _by_name: dict[str, Param] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if (self.plan is None) == (self.report is None):
+            raise ValueError(f"operation {self.name!r}: give either plan (writes a file) or report (returns JSON)")
+        if self.report is not None and self.max_inputs != 1:
+            raise ValueError(f"operation {self.name!r}: a report reads one input")
+        object.__setattr__(self, "_by_name", {p.name: p for p in self.params})
+
+    @property
+    def writes(self) -> bool:
+        return self.plan is not None
+
+    def params_for(self, door: Door) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if door in p.doors)
+
+    def options(self, values: Mapping[str, Any] | None = None, **more: Any) -> Options:
+        """Checked options from parameter values (defaults filled in); ParameterError names the first bad one."""
+        given = {**(values or {}), **more}
+        unknown = sorted(set(given) - set(self._by_name))
+        if unknown:
+            raise ParameterError(f"{self.name}: unknown parameter {unknown[0]!r}; parameters: "
+                                 f"{', '.join(self._by_name) or 'none'}")
+        options = Options()
+        for name, param in self._by_name.items():
+            if name in given:
+                options[name] = param.check(given[name])
+            elif param.required:
+                raise ParameterError("is required", name)
+            else:
+                options[name] = param.default
+        return options
+
+    def task(self, values: Mapping[str, Any] | None = None, *, shared: Sequence[str | Path] = (),
+             **more: Any) -> FileTask:
+        """A :class:`FileTask` of this (writing) operation with checked options."""
+        if not self.writes:
+            raise ParameterError(f"{self.name}: reports on its input and writes no file")
+        if len(shared) >= self.max_inputs:
+            raise ParameterError(f"{self.name}: reads at most {self.max_inputs} input(s); "
+                                 f"{len(shared) + 1} given")
+        return FileTask(self, self.options(values, **more), tuple(Path(p) for p in shared))
+
+    def describe(self, path: str | Path, values: Mapping[str, Any] | None = None, **more: Any) -> dict:
+        """Run a reporting operation on ``path``: its JSON-ready result."""
+        if self.report is None:
+            raise ParameterError(f"{self.name}: writes a file; run it through a driver (noa_core.run)")
+        return self.report(Path(path), self.options(values, **more))
+
+
+@dataclass(frozen=True, eq=False)
+class FileTask:
+    """A writing operation with its checked options, to apply to any number of (input, output) pairs.
+
+    ``shared`` are the inputs b, c, ... that every pair reads after its own input ``a``. Plain data
+    (the operation's functions pickle by reference), so it travels into Dask tasks.
+
+    Example: ``operations.get("permute").task(axes=(0, 1, 3, 2))``, then
+    ``noa_core.run.local.write(task, src, dst)``.
+    """
+
+    operation: Operation
+    options: Options
+    shared: tuple[Path, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.operation.name
+
+    @property
+    def device(self) -> str:
+        return self.options.get("device") or "cpu"
+
+    def inputs(self, src: str | Path) -> list[Path]:
+        """Every file read for the pair whose input is ``src``."""
+        return [Path(src), *self.shared]
+
+    def plan(self, src: str | Path) -> Plan:
+        """What the pair whose input is ``src`` writes, from the headers (no data is read)."""
+        assert self.operation.plan is not None
+        return self.operation.plan(self.inputs(src), self.options)

@@ -1,0 +1,79 @@
+"""noa stats: minimum, maximum, mean and standard deviation computed from the data (not the header)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from typing_extensions import NotRequired, TypedDict
+
+from noa_core.operations.spec import DEVICE, READING, Flag, Operation, Options, Param
+
+JsonFloat = float | Literal["NaN", "Infinity", "-Infinity"]  # JSON has no non-finite numbers
+
+
+class BatchStats(TypedDict):
+    batch: int
+    min: JsonFloat
+    max: JsonFloat
+    mean: JsonFloat
+    std: JsonFloat
+
+
+class StatsResult(TypedDict):
+    path: str
+    shape: list[int]
+    min: JsonFloat
+    max: JsonFloat
+    mean: JsonFloat
+    std: JsonFloat
+    per_batch: NotRequired[list[BatchStats] | None]
+
+
+STATISTICS = ("min", "max", "mean", "std")
+
+
+def compute(path: Path, options: Options) -> dict:
+    """Min, max, mean and std of the data, over the whole file and optionally per batch."""
+    from noa_core import reduction
+    from noa_core.errors import ShapeError
+    
+    array, _ = options.open_input(path)
+    if array.size == 0:
+        raise ShapeError(f"{path}: the array of shape {array.shape} is empty; it has no statistics")
+    array = array.to(options.device)
+
+    def table(axes) -> dict:
+        return {name: getattr(reduction, name)(array, axes).to("cpu").numpy().reshape(-1) for name in STATISTICS}
+
+    whole = {name: float(values[0]) for name, values in table(None).items()}
+    result = {"path": str(path), "shape": list(array.shape), **whole}
+    if options.per_batch:
+        rows = table((1, 2, 3))
+        result["per_batch"] = [{"batch": b, **{name: float(v[b]) for name, v in rows.items()}}
+                               for b in range(array.shape[0])]
+    return result
+
+
+def as_text(result: dict) -> str:
+    lines = [f"file {result['path']}", f"{'batch':>6} " + " ".join(f"{name:>14}" for name in STATISTICS)]
+    for row in result.get("per_batch") or [dict(result, batch="all")]:
+        lines.append(f"{row['batch']!s:>6} " + " ".join(f"{row[name]:>14.6g}" for name in STATISTICS))
+    return "\n".join(lines)
+
+
+def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
+    # complex data have no order, so no minimum or maximum
+    return [] if dtype.startswith("complex") else [(dtype, {"per_batch": True})]
+
+
+OPERATION = Operation(
+    name="stats",
+    summary="Min, max, mean and standard deviation computed from the data (not the header).",
+    examples=("noa stats movie.mrc --per-batch",),
+    params=(Param("per_batch", Flag(), "Also give the statistics of each batch index (one line per image).", default=False), *READING, DEVICE),
+    report=compute,
+    text=as_text,
+    result=StatsResult,
+    warmup=warmup,
+)

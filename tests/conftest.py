@@ -1,0 +1,100 @@
+"""Helpers every layer's tests share: where the data are, the CLI as a user runs it, and the checks of
+files and problems against independent readers (mrcfile, tifffile)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+import pytest
+import tifffile
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"  # real files written by other software (absent: those tests skip)
+EXAMPLE_MAP = REPO / "examples" / "data" / "emd_3197.map"  # EMD-3197, the bundled copy
+NOA = [str(Path(sys.executable).parent / "noa")]
+PROBLEM = "application/problem+json"
+_DATE = re.compile(rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}(:\d{2})?")  # the time stamp of noa's MRC label
+
+
+def noa(*args, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The installed ``noa`` command, run as a user runs it."""
+    environment = dict(os.environ, COLUMNS="200", **(env or {}))
+    return subprocess.run(NOA + [str(a) for a in args], capture_output=True, text=True, cwd=cwd, env=environment,
+                          timeout=300)
+
+
+def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    """Exit code 2, one line on stderr naming the problem, no traceback."""
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def assert_problem(response, status: int, slug: str | None = None) -> dict:
+    """An RFC 9457 problem with ``status`` (and type ``urn:noa:problem:SLUG``), never a traceback or a server path."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].split(";")[0] == PROBLEM
+    body = response.json()
+    assert {"type", "title", "status", "detail", "instance"} <= body.keys() and body["status"] == status
+    assert body["instance"] == response.request.url.path
+    if slug is not None:
+        assert body["type"] == f"urn:noa:problem:{slug}", body
+    assert "Traceback" not in response.text and str(REPO) not in response.text
+    return body
+
+
+def load(path: Path) -> np.ndarray:
+    """The stored data, read by the format's reference library (not by noa)."""
+    if path.suffix.lower() in (".tif", ".tiff"):
+        return tifffile.imread(path)
+    with mrcfile.open(path, permissive=True) as f:
+        return np.array(f.data)
+
+
+def assert_same_data(got: Path, expected: Path) -> None:
+    """The same values, type and shape, as the reference libraries read them."""
+    a, b = load(got), load(expected)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_array_equal(a, b)
+
+
+def assert_same_file(a: Path, b: Path) -> None:
+    """Byte for byte the same file, but for the time stamp in noa's MRC label."""
+    x, y = a.read_bytes(), b.read_bytes()
+    assert len(x) == len(y), (a, b)
+    assert _DATE.sub(b"<date>", x[:1024]) == _DATE.sub(b"<date>", y[:1024]), (a, b)
+    assert x[1024:] == y[1024:], (a, b)
+
+
+def write_mrc(path: Path, data: np.ndarray, *, stack: bool = False, voxel_size=None) -> np.ndarray:
+    """An MRC file written by mrcfile (as other software writes them); returns the data as stored."""
+    with mrcfile.new(path, data, overwrite=True) as f:
+        if stack:
+            f.set_image_stack()
+        if voxel_size is not None:
+            f.voxel_size = voxel_size
+        return np.array(f.data)
+
+
+def mrc_data(path: Path) -> tuple[np.ndarray, np.recarray, np.recarray]:
+    """Data, header and voxel size of an MRC file, as mrcfile reads them."""
+    with mrcfile.open(path, permissive=True) as f:
+        return np.array(f.data), f.header.copy(), f.voxel_size.copy()
+
+
+def need_shared(*names: str) -> list[Path]:
+    """The real files ``names`` of ../shared/data; the test skips when that folder is absent."""
+    paths = [SHARED / name for name in names]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        pytest.skip(f"{', '.join(missing)}: ../shared/data (real files from other software) is absent")
+    return paths
