@@ -19,6 +19,9 @@ SHARED = REPO.parent / "shared" / "data"  # real files written by other software
 EXAMPLE_MAP = REPO / "examples" / "data" / "emd_3197.map"  # EMD-3197, the bundled copy
 NOA = [str(Path(sys.executable).parent / "noa")]
 PROBLEM = "application/problem+json"
+# The mark for tests that read ../shared/data throughout (need_shared below: a test that needs named files).
+needs_data = pytest.mark.skipif(not SHARED.is_dir(),
+                                reason=f"real test files not found at {SHARED} (shared/ beside the checkout)")
 _DATE = re.compile(rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}(:\d{2})?")  # the time stamp of noa's MRC label
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import noa_core as nc
 from noa_core import reduction
 from noa_core.errors import DTypeError, ShapeError
-from test_kernels import LAYOUTS, make_array  # pytest puts tests/ on sys.path (rootdir-relative imports)
+from test_kernels import LAYOUTS, make_array  # pytest puts tests/core/ on sys.path (rootdir-relative imports)
 
 SETTINGS = settings(max_examples=40, deadline=None)
 shapes = st.tuples(*(st.integers(1, 5) for _ in range(3)), st.integers(1, 40)).map(tuple)

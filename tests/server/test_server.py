@@ -17,6 +17,7 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
+from conftest import REPO, assert_problem, write_mrc
 
 warnings.filterwarnings("ignore", message=".*httpx.*")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -33,19 +34,6 @@ from noa_server.settings import Settings  # noqa: E402
 
 KEY = "test-key-123"
 AUTH = {"X-API-Key": KEY}
-
-
-def assert_problem(response, status: int, slug: str | None = None) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].split(";")[0] == MEDIA_TYPE
-    body = response.json()
-    assert {"type", "title", "status", "detail", "instance"} <= body.keys()
-    assert body["status"] == status
-    assert body["instance"] == response.request.url.path
-    if slug is not None:
-        assert body["type"] == f"urn:noa:problem:{slug}"
-    assert "Traceback" not in response.text
-    return body
 
 
 @pytest.fixture
@@ -485,7 +473,7 @@ def _other_process(directory: Path):
     import sys
 
     proc = subprocess.Popen([sys.executable, "-c", _OTHER_PROCESS, str(directory)], stdout=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parents[1])
+                            cwd=REPO)
     return proc, proc.stdout.readline().strip()
 
 
@@ -577,15 +565,8 @@ def test_missing_data_root_stops_the_server(tmp_path):
 # -- plumbing, in process, with the real operations on small files the tests write with mrcfile -------
 
 
-def small_mrc(path: Path, data: np.ndarray, *, stack: bool = False) -> np.ndarray:
-    with mrcfile.new(path, data.astype(np.float32), overwrite=True) as f:
-        if stack:
-            f.set_image_stack()
-    return data.astype(np.float32)
-
-
 def test_upload_plumbing(client, tmp_path):
-    data = small_mrc(tmp_path / "in.mrc", np.arange(2 * 3 * 4).reshape(2, 3, 4))
+    data = write_mrc(tmp_path / "in.mrc", np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4))
     sent = gzip.compress((tmp_path / "in.mrc").read_bytes())
     response = client.post("/v1/upload/permute", data={"axes": ["0", "1", "3", "2"], "as_stack": "true"},
                            files={"file": ("../../my file.map.gz", sent)}, headers=AUTH)
@@ -603,7 +584,7 @@ def test_upload_plumbing(client, tmp_path):
 
 def test_upload_plumbing_large_result_and_format(client, tmp_path, monkeypatch):
     monkeypatch.setattr(operations, "INLINE_BYTES", 64)  # any result is streamed from its file
-    data = small_mrc(tmp_path / "a.mrc", np.arange(12).reshape(3, 4))
+    data = write_mrc(tmp_path / "a.mrc", np.arange(12, dtype=np.float32).reshape(3, 4))
     response = client.post("/v1/upload/copy", data={"format": "tiff", "order": "F"},
                            files={"file": ("a.mrc", (tmp_path / "a.mrc").read_bytes())}, headers=AUTH)
     assert response.status_code == 200, response.text
@@ -615,7 +596,7 @@ def test_upload_plumbing_large_result_and_format(client, tmp_path, monkeypatch):
 
 
 def test_upload_json_plumbing(client, tmp_path):
-    data = small_mrc(tmp_path / "x.mrc", np.array([[[-np.inf, 1], [2, 3]], [[4, 5], [6, 7]]]), stack=True)
+    data = write_mrc(tmp_path / "x.mrc", np.array([[[-np.inf, 1], [2, 3]], [[4, 5], [6, 7]]], np.float32), stack=True)
     sent = (tmp_path / "x.mrc").read_bytes()
     info = client.post("/v1/upload/info", files={"file": ("x.map", sent)}, headers=AUTH).json()
     assert info["path"] == "x.map" and info["shape"] == [2, 1, 2, 2] and info["format"] == "mrc"
@@ -634,7 +615,7 @@ def test_upload_json_plumbing(client, tmp_path):
 
 
 def test_path_plumbing(client, root):
-    data = small_mrc(root / "sub" / "real.mrc", np.arange(12).reshape(3, 4))
+    data = write_mrc(root / "sub" / "real.mrc", np.arange(12, dtype=np.float32).reshape(3, 4))
     response = client.post("/v1/paths/broadcast", json={"src": "sub/real.mrc", "dst": "sub/b.mrc",
                                                          "shape": [2, 2, 3, 4], "overwrite": True}, headers=AUTH)
     assert response.status_code == 201, response.text
@@ -651,7 +632,7 @@ def test_path_plumbing(client, root):
 
 
 def test_job_plumbing_reports_progress(client, root):
-    data = small_mrc(root / "sub" / "real.mrc", np.arange(-6, 6).reshape(3, 4) * 50)
+    data = write_mrc(root / "sub" / "real.mrc", (np.arange(-6, 6).reshape(3, 4) * 50).astype(np.float32))
     response = client.post("/v1/jobs", json={"operation": "copy", "src": "sub/real.mrc", "dst": "c.tif",
                                              "dtype": "uint8", "clamp": True}, headers=AUTH)
     assert response.status_code == 202

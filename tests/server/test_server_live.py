@@ -22,19 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import mrcfile
 import numpy as np
 import pytest
-import tifffile
+from conftest import EXAMPLE_MAP, PROBLEM, REPO, SHARED, assert_problem, assert_same_data, load, noa
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-EXAMPLE_MAP = REPO / "examples" / "data" / "emd_3197.map"
 KEY = "live-test-key"
 AUTH = {"X-API-Key": KEY}
 MAX_BODY = 4 * 1024 * 1024
 MAX_VOXELS = 4_000_000
-PROBLEM = "application/problem+json"
 INPUTS = ["EMD-3197.map", "float32_10z_32y_40x.tiff", "zyx_uint16.tiff", "input4_float16.tiff"]
 
 
@@ -122,26 +117,11 @@ def api(server) -> Iterator[httpx.Client]:
         yield client
 
 
-def noa(*args: str) -> subprocess.CompletedProcess:
-    """The CLI, as a user runs it."""
-    result = subprocess.run([sys.executable, "-m", "noa_cli.main", *args], cwd=REPO, capture_output=True, text=True,
-                            timeout=300)
+def noa_ok(*args: str) -> subprocess.CompletedProcess:
+    """The CLI, as a user runs it (from the repository), which must succeed."""
+    result = noa(*args, cwd=REPO)
     assert result.returncode == 0, result.stderr
     return result
-
-
-def load(path: Path) -> np.ndarray:
-    """The stored data, read by the format's reference library (not by noa)."""
-    if path.suffix in (".tif", ".tiff"):
-        return tifffile.imread(path)
-    with mrcfile.open(path, permissive=True) as f:
-        return np.array(f.data)
-
-
-def assert_same_file(got: Path, expected: Path) -> None:
-    a, b = load(got), load(expected)
-    assert a.dtype == b.dtype and a.shape == b.shape
-    np.testing.assert_array_equal(a, b)
 
 
 def assert_no_temporary_files(server: Server, timeout: float = 5.0) -> None:
@@ -150,17 +130,6 @@ def assert_no_temporary_files(server: Server, timeout: float = 5.0) -> None:
     while (left := list(server.tmp.iterdir())) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert left == []
-
-
-def assert_problem(response: httpx.Response, status: int, slug: str | None = None) -> dict:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].split(";")[0] == PROBLEM
-    body = response.json()
-    assert {"type", "title", "status", "detail", "instance"} <= body.keys() and body["status"] == status
-    if slug:
-        assert body["type"] == f"urn:noa:problem:{slug}", body
-    assert "Traceback" not in response.text and str(REPO) not in response.text
-    return body
 
 
 # Each case: operation, form/JSON parameters, the CLI arguments after the command and input, input file(s),
@@ -196,9 +165,9 @@ def run_cli(tmp_path: Path, server: Server, op: str, params: dict, cli_args: lis
     need_inputs(server, inputs)
     sources = [str(server.root / name) for name in inputs]
     if op == "ewise":
-        noa("ewise", params["expression"], *sources, "-o", str(expected), *cli_args)
+        noa_ok("ewise", params["expression"], *sources, "-o", str(expected), *cli_args)
     else:
-        noa(op, *sources, str(expected), *cli_args)
+        noa_ok(op, *sources, str(expected), *cli_args)
     return expected
 
 
@@ -224,7 +193,7 @@ def test_upload_matches_cli(server, api, tmp_path, op, params, cli_args, inputs,
     assert isinstance(json.loads(response.headers["noa-notices"]), list)
     got = tmp_path / f"got{ext}"
     got.write_bytes(response.content)
-    assert_same_file(got, expected)
+    assert_same_data(got, expected)
     assert_no_temporary_files(server)
 
 
@@ -240,7 +209,7 @@ def test_paths_match_cli(server, api, tmp_path, op, params, cli_args, inputs, ex
     assert response.status_code == 201, response.text
     assert response.json()["output"] == dst
     assert response.headers["location"] == f"/v1/files/{dst}"
-    assert_same_file(server.root / dst, expected)
+    assert_same_data(server.root / dst, expected)
     downloaded = api.get(response.headers["location"])
     assert downloaded.content == (server.root / dst).read_bytes()
     assert_problem(api.post(f"/v1/paths/{op}", json={**body, "dst": dst}), 409, "output-exists")
@@ -269,14 +238,14 @@ def test_jobs_match_cli(server, api, tmp_path, op, params, cli_args, inputs, ext
     assert state["progress"]["done"] == state["progress"]["total"] >= 1
     result = api.get(response.headers["location"] + "/result").json()
     assert result == {"output": dst, "notices": state["result"]["notices"]}
-    assert_same_file(server.root / dst, expected)
+    assert_same_data(server.root / dst, expected)
 
 
 @pytest.mark.parametrize("name", INPUTS)
 def test_info_and_stats_match_cli(server, api, name):
     need_inputs(server, [name])
-    cli_info = json.loads(noa("info", str(server.root / name), "--json").stdout.replace(f"{server.root}/", ""))
-    cli_stats = json.loads(noa("stats", str(server.root / name), "--json", "--per-batch").stdout)
+    cli_info = json.loads(noa_ok("info", str(server.root / name), "--json").stdout.replace(f"{server.root}/", ""))
+    cli_stats = json.loads(noa_ok("stats", str(server.root / name), "--json", "--per-batch").stdout)
     for got in (api.post("/v1/paths/info", json={"path": name}).json(),
                 api.post("/v1/upload/info", files={"file": (name, (server.root / name).read_bytes())}).json()):
         assert got == {**cli_info, "path": name}
@@ -291,7 +260,7 @@ def test_info_and_stats_match_cli(server, api, name):
 def test_read_options_reach_ops(server, api):
     as_stack = api.post("/v1/paths/info", json={"path": "EMD-3197.map", "as_stack": True}).json()
     assert as_stack["shape"] == [20, 1, 20, 20]
-    cli = json.loads(noa("info", str(server.root / "EMD-3197.map"), "--as-stack", "--json").stdout)
+    cli = json.loads(noa_ok("info", str(server.root / "EMD-3197.map"), "--as-stack", "--json").stdout)
     assert as_stack == {**cli, "path": "EMD-3197.map"}
     assert_problem(api.post("/v1/paths/info", json={"path": "EMD-3197.map", "series": 1}), 422)
 
@@ -533,7 +502,7 @@ def test_server_processes_are_supervised(tmp_path):
 
 def test_concurrent_uploads_and_jobs(server, tmp_path):
     expected = tmp_path / "expected.mrc"
-    noa("permute", str(server.root / "EMD-3197.map"), str(expected), "--axes", "0,3,1,2")
+    noa_ok("permute", str(server.root / "EMD-3197.map"), str(expected), "--axes", "0,3,1,2")
     reference = load(expected)
     payload = (server.root / "EMD-3197.map").read_bytes()
     (server.root / "many").mkdir()
@@ -599,8 +568,8 @@ def test_example_client(server, tmp_path):
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     expected = tmp_path / "expected.mrc"
-    noa("permute", str(local), str(expected), "--axes", "0,1,3,2")
-    assert_same_file(tmp_path / "out" / "emd_permute.mrc", expected)
+    noa_ok("permute", str(local), str(expected), "--axes", "0,1,3,2")
+    assert_same_data(tmp_path / "out" / "emd_permute.mrc", expected)
     assert (tmp_path / "out" / "client-input.tif").exists()
     assert "job" in result.stdout and "succeeded" in result.stdout
 

@@ -1,4 +1,4 @@
-"""CUDA kernels on tiny shapes; run by tests/test_cuda_sim.py with NUMBA_ENABLE_CUDASIM=1.
+"""CUDA kernels on tiny shapes; run by tests/core/test_cuda_sim.py with NUMBA_ENABLE_CUDASIM=1.
 
 Tests marked ``gpu`` need real hardware and are skipped under the simulator and without a GPU.
 """

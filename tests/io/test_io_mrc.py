@@ -13,13 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mrcfile.dtypes import HEADER_DTYPE
+from conftest import SHARED as DATA, need_shared, needs_data
 
 import noa_core
 from noa_core import io
 from noa_core.errors import OutputExistsError, WriteDTypeError
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real test files not found at {DATA} (shared/ beside the checkout)")
 
 WRITABLE = ["float32", "int16", "uint16", "float16", "int8", "uint8", "complex64"]
 KINDS = {"image": (1, 1, 6, 5), "image stack": (3, 1, 6, 5), "volume": (1, 4, 6, 5), "volume stack": (2, 3, 6, 5)}
@@ -322,7 +321,6 @@ def test_open_is_read():
 
 
 def test_copy_of_real_file_with_shutil_still_reads(tmp_path):
-    if not DATA.is_dir():
-        pytest.skip(f"real test files not found at {DATA}")
-    shutil.copy(DATA / "EMD-3197.map", tmp_path / "x.rec")
+    (real,) = need_shared("EMD-3197.map")
+    shutil.copy(real, tmp_path / "x.rec")
     assert io.read(tmp_path / "x.rec")[0].shape == (1, 20, 20, 20)

@@ -18,10 +18,10 @@ from pathlib import Path
 import mrcfile
 import numpy as np
 import pytest
+from conftest import REPO
 
 from noa_core import io
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 BIN = Path(sys.executable).parent  # where this environment's `noa` is
 

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import tifffile
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from conftest import SHARED as DATA, needs_data
 
 import noa_core
 from noa_core import io
 from noa_core.errors import AxisMappingError, HeaderError
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real test files not found at {DATA} (shared/ beside the checkout)")
 
 # file -> (BDHW shape, transpose taking tifffile's series array to BDHW after adding missing axes)
 REAL = {

@@ -12,13 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
+SIM_TESTS = Path(__file__).resolve().parent / "cuda_sim"  # run by path, from the repository
 
 
 def test_cuda_kernels_under_the_simulator():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    result = subprocess.run([sys.executable, "-m", "pytest", "tests/cuda_sim", "-q", "-p", "no:cacheprovider"],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    argv = [sys.executable, "-m", "pytest", str(SIM_TESTS.relative_to(REPO)), "-q", "-p", "no:cacheprovider"]
+    result = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     passed = re.search(r"(\d+) passed", result.stdout)
     assert passed and int(passed.group(1)) > 0, result.stdout[-2000:]

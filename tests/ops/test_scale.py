@@ -6,8 +6,6 @@ appends ("noa 0.1.0 2026-01-31 12:34: ..."): it records the minute the file was 
 may differ there and nowhere else.
 """
 
-import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,15 +13,13 @@ from pathlib import Path
 import mrcfile
 import numpy as np
 import pytest
+from conftest import assert_same_file, noa
 
 pytest.importorskip("distributed")
 
 from noa_core import io, operations  # noqa: E402
 from noa_core.run import cluster, local, split_complete  # noqa: E402
 from noa_core.errors import CorruptFileError, OutputExistsError, SchedulerError, TruncatedFileError  # noqa: E402
-
-NOA = [str(Path(sys.executable).parent / "noa")]
-_DATE = re.compile(rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}")
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +32,6 @@ def client(cache_dir):
     """Two single-threaded worker processes sharing a fresh (empty) kernel cache."""
     with cluster.connect("local", workers=2, cache_dir=str(cache_dir)) as c:
         yield c
-
-
-def assert_same_file(a: Path, b: Path) -> None:
-    x, y = a.read_bytes(), b.read_bytes()
-    assert len(x) == len(y), (a, b)
-    assert _DATE.sub(b"<date>", x[:1024]) == _DATE.sub(b"<date>", y[:1024]), (a, b)
-    assert x[1024:] == y[1024:], (a, b)
 
 
 def make_inputs(folder: Path, count: int) -> list[Path]:
@@ -238,11 +227,6 @@ def test_out_of_core_permute_of_a_2gib_file_keeps_workers_small(tmp_path, client
 
 
 # -- the command line -------------------------------------------------------------------------------
-
-
-def noa(*args, env=None):
-    env = dict(os.environ, COLUMNS="200", **(env or {}))
-    return subprocess.run(NOA + [str(a) for a in args], capture_output=True, text=True, env=env, timeout=300)
 
 
 def test_cli_scheduler_local_batch_single_file_and_exit_codes(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mrcfile.dtypes import HEADER_DTYPE
+from conftest import SHARED as DATA, needs_data
 
 from noa_core import io
 from noa_core.errors import (
@@ -25,9 +26,6 @@ from noa_core.errors import (
     UnknownFormatError,
     UnsupportedModeError,
 )
-
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real test files not found at {DATA} (shared/ beside the checkout)")
 
 
 def good_mrc(tmp_path: Path, name="x.mrc") -> Path:

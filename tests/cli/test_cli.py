@@ -3,34 +3,13 @@
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import mrcfile
 import numpy as np
 import pytest
 import tifffile
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
-EXAMPLE_MAP = ROOT / "examples" / "data" / "emd_3197.map"
-NOA = [str(Path(sys.executable).parent / "noa")]
-
-
-def noa(*args, cwd=None):
-    env = dict(os.environ, COLUMNS="200")
-    return subprocess.run(NOA + [str(a) for a in args], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
-
-
-def assert_user_error(result, *fragments):
-    """Exit code 2, one line on stderr naming the problem, no traceback."""
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
+from conftest import EXAMPLE_MAP, SHARED, assert_user_error, mrc_data, noa, write_mrc
 
 
 @pytest.mark.parametrize("args, message", [
@@ -50,17 +29,6 @@ def test_parser_errors_are_usage_errors(args, message):
 def volume():
     with mrcfile.open(EXAMPLE_MAP, permissive=True) as f:
         return np.array(f.data), f.voxel_size.copy()
-
-
-def write_stack(path, data):
-    """An MRC image stack (ispg 0), as motion-correction software writes movies."""
-    with mrcfile.new(path, data) as f:
-        f.set_image_stack()
-
-
-def mrc_data(path):
-    with mrcfile.open(path, permissive=True) as f:
-        return np.array(f.data), f.header.copy(), f.voxel_size.copy()
 
 
 def test_version_and_help():
@@ -125,7 +93,7 @@ def test_broadcast_and_ewise_gain_correction(tmp_path):
     rng = np.random.default_rng(0)
     movie = rng.normal(size=(6, 16, 12)).astype(np.float32)
     gain = rng.uniform(0.5, 1.5, size=(16, 12)).astype(np.float32)
-    write_stack(tmp_path / "movie.mrcs", movie)
+    write_mrc(tmp_path / "movie.mrcs", movie, stack=True)  # as motion-correction software writes movies
     mrcfile.new(tmp_path / "gain.mrc", gain).close()
     result = noa("ewise", "a * b", tmp_path / "movie.mrcs", tmp_path / "gain.mrc", "-o", tmp_path / "corrected.mrc")
     assert result.returncode == 0, result.stderr
@@ -165,7 +133,7 @@ def test_copy_orders_types_and_formats(tmp_path, volume):
 
 def test_stats_matches_numpy(tmp_path):
     stack = np.random.default_rng(1).normal(size=(3, 8, 9)).astype(np.float32)
-    write_stack(tmp_path / "s.mrcs", stack)
+    write_mrc(tmp_path / "s.mrcs", stack, stack=True)
     result = noa("stats", tmp_path / "s.mrcs", "--per-batch", "--json")
     assert result.returncode == 0, result.stderr
     got = json.loads(result.stdout)
