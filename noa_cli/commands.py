@@ -8,9 +8,10 @@ Parameters follow their declared types; nothing here knows any particular operat
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -64,27 +65,26 @@ def _annotation(param: Param) -> tuple[Any, Any]:
 
 
 def option_values(operation: Operation, given: dict[str, Any]) -> dict[str, Any]:
-    """The CLI's values as the declaration's types: lists parsed, a bad value named by its flag."""
+    """The CLI's values as the declaration's types (lists written '0,1,3,2' parsed)."""
     values = {}
     for param in operation.params_for("cli"):
         value = given[param.name]
         if isinstance(param.type, Integers) and value is not None:
-            try:
-                value = param.type.parse(param.name, value)
-            except ParameterError as exc:
-                raise ParameterError(exc.problem, param.cli_flags[0]) from None
+            value = param.type.parse(param.name, value)
         values[param.name] = value
     return values
 
 
-def checked_task(operation: Operation, given: dict[str, Any], shared: list[Path]) -> FileTask:
+@contextlib.contextmanager
+def flags_in_errors(operation: Operation) -> Iterator[None]:
+    """A bad parameter named as the user typed it: ``--axes``, not ``axes``."""
     try:
-        return operation.task(option_values(operation, given), shared=shared)
+        yield
     except ParameterError as exc:
         param = next((p for p in operation.params if p.name == exc.param), None)
         if param is None or param.argument:
             raise
-        raise ParameterError(exc.problem, param.cli_flags[0]) from None
+        raise ParameterError(exc.problem, param.cli_flags[0].split("/")[0]) from None
 
 
 def _help(operation: Operation) -> str:
@@ -156,7 +156,8 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
                 pairs = _pairs(inputs_, given["out_dir"], suffix)
         else:
             shared, pairs = [], _pairs(given["paths"], given["out_dir"], suffix)
-        task = checked_task(operation, given, shared)
+        with flags_in_errors(operation):
+            task = operation.task(option_values(operation, given), shared=shared)
         _execute(task, pairs, force=given["force"], resume=given["resume"], scheduler=given["scheduler"],
                  workers=given["workers"], quiet=given["quiet"])
 
@@ -169,10 +170,8 @@ def _reporter(operation: Operation) -> tuple[Callable[..., None], list[tuple[str
     params = [(p.name, *_annotation(p)) for p in operation.params_for("cli")]
 
     def command(**given: Any) -> None:
-        try:
+        with flags_in_errors(operation):
             options = operation.options(option_values(operation, given))
-        except ParameterError as exc:
-            raise ParameterError(exc.problem, "--" + (exc.param or "").replace("_", "-")) from None
         assert operation.report is not None and operation.text is not None
         results = [operation.report(path, options) for path in given["files"]]
         if given["as_json"]:

@@ -8,7 +8,7 @@ layout decision is delegated to :mod:`noa_core.layout`.
 The methods that run kernels (:meth:`Array.copy`, :meth:`~Array.astype`, :meth:`~Array.fill`, the
 arithmetic operators, :meth:`~Array.to`, ...) call :class:`ArrayKernels`, which the modules above
 this one provide (they import Array, so this module cannot import them): ``noa_core/__init__.py``
-installs them with :func:`install_kernels`.
+installs their loader as :data:`noa_core.providers.array_kernels`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from noa_core import dtypes, layout
+from noa_core import dtypes, layout, providers
 from noa_core.errors import DeviceError, ReshapeError, ShapeError, StrideError
 from noa_core.layout import Shape4, Strides4
 
@@ -46,21 +46,14 @@ class ArrayKernels:
     transfer: Callable[[Array, str], Array]
 
 
-_kernel_loader: Callable[[], ArrayKernels] | None = None
 _kernels: ArrayKernels | None = None
 
 
-def install_kernels(loader: Callable[[], ArrayKernels]) -> None:
-    """Make ``loader()`` the provider of :class:`ArrayKernels`; it runs at the first method call
-    that needs a kernel (so that importing noa_core does not import numba)."""
-    global _kernel_loader, _kernels
-    _kernel_loader, _kernels = loader, None
-
-
 def _array_kernels() -> ArrayKernels:
+    """Loaded at the first method call that needs a kernel, so that importing noa_core skips numba."""
     global _kernels
-    if _kernels is None:  # the loader is installed when noa_core (the package) is imported
-        _kernels = _kernel_loader()
+    if _kernels is None:  # the provider is installed when noa_core (the package) is imported
+        _kernels = providers.array_kernels()
     return _kernels
 
 

@@ -38,7 +38,7 @@ from noa_core.operations.spec import (
 )
 
 __all__ = ["BUILTIN", "REQUIRED", "Choice", "FileTask", "Flag", "Integer", "Integers", "Operation", "Options",
-           "Param", "Text", "get", "names", "operations", "register", "unregister"]
+           "Param", "Text", "get", "markdown_table", "names", "operations", "register", "unregister"]
 
 BUILTIN = ("info", "stats", "permute", "broadcast", "copy", "ewise")  # modules of this package, in CLI order
 PLUGINS_VARIABLE = "NOA_OPERATIONS"
@@ -82,6 +82,15 @@ def names() -> list[str]:
 def operations() -> list[Operation]:
     _load()
     return list(_registry.values())
+
+
+def markdown_table() -> str:
+    """The README's table of operations: command, what it does, an example (``python -m noa_core.operations``)."""
+    rows = ["| command | what it does | example |", "| --- | --- | --- |"]
+    for operation in operations():
+        cells = (f"`noa {operation.name}`", operation.summary, f"`{operation.examples[0]}`")
+        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(rows) + "\n"
 
 
 def _load() -> None:
