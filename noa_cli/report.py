@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 import time
 import traceback
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from noa_core.run import FileResult
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
 # Typer 0.29 parses with a private copy of click, whose exceptions are not click's: both kinds count.
 _EXITS = (click.exceptions.Exit, typer.Exit)
 _ABORTS = (click.exceptions.Abort, typer.Abort)
@@ -25,6 +27,28 @@ _CLI_ERRORS = (click.ClickException, typer.TyperException)
 
 class BatchFailed(Exception):
     """Some inputs of a batch failed (each was already reported)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (how Slurm, Kubernetes and Docker cancel). A BaseException, as KeyboardInterrupt,
+    so that no ``except Exception`` stops it and every writer's ``with`` block discards its temporary file."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    # Once is enough: a second SIGTERM must not interrupt the clean-up the first one started.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated
+
+
+@contextlib.contextmanager
+def terminated_by_sigterm() -> Iterator[None]:
+    """Within this block, SIGTERM raises :class:`Terminated` in the main thread (Python runs signal
+    handlers there only; worker threads and numba kernels finish their tile and are then abandoned)."""
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def one_line(exc: BaseException) -> str:
@@ -80,7 +104,8 @@ def guarded(call: Callable[[], object], debug: bool) -> int:
     from noa_core.errors import NoaError
 
     try:
-        result = call()
+        with terminated_by_sigterm():
+            result = call()
         return result if isinstance(result, int) else EXIT_OK
     except _EXITS as exc:
         return exc.exit_code
@@ -102,7 +127,10 @@ def guarded(call: Callable[[], object], debug: bool) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         error("interrupted")
-        return 130
+        return EXIT_INTERRUPTED
+    except Terminated:
+        error("terminated")
+        return EXIT_TERMINATED
     except Exception as exc:  # noqa: BLE001 - the last resort: never a bare traceback
         if debug:
             traceback.print_exc()
