@@ -7,9 +7,11 @@ Both doors end here: :func:`run_on_paths` for files under the data root (path ro
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,10 +28,16 @@ from noa_server.models import OpParams, PathRequest
 from noa_server.problems import classify
 from noa_server.sandbox import Sandbox
 
+try:
+    import fcntl
+except ImportError:  # no flock (Windows): upload folders of killed processes are then left alone
+    fcntl = None
+
 # Per format name: the extension of an upload's result and its media type.
 EXTENSIONS = {fmt.name: fmt.output_extensions[0] for fmt in formats.FORMATS}
 MEDIA_TYPES = {fmt.name: fmt.media_type for fmt in formats.FORMATS}
 INLINE_BYTES = 1 << 20  # results up to this size are sent from memory, larger ones streamed from disk
+UPLOAD_PREFIX = "noa-upload-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -141,7 +149,7 @@ def run_on_uploads(params: OpParams, uploads: Sequence[Upload], tmp_dir: Path | 
     Nothing is left behind, except a large result file: its folder (``FileResult.path.parent``) is
     for the response to remove once sent.
     """
-    workdir = Path(tempfile.mkdtemp(prefix="noa-upload-", dir=tmp_dir))
+    workdir = new_upload_folder(tmp_dir)
     inputs = [workdir / f"{i}-{safe_name(upload.filename)}" for i, upload in enumerate(uploads)]
     given = {str(path): upload.filename or "upload" for path, upload in zip(inputs, uploads, strict=True)}
     names = ClientNames({**given, f"{workdir}/": ""})
@@ -153,7 +161,7 @@ def run_on_uploads(params: OpParams, uploads: Sequence[Upload], tmp_dir: Path | 
             return _run_on_saved(params, inputs, workdir, out_format, max_voxels, uploads[0].filename or "upload",
                                  names)
     except BaseException:
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_upload_folder(workdir)
         raise
 
 
@@ -169,11 +177,80 @@ def _run_on_saved(params: OpParams, inputs: list[Path], workdir: Path, out_forma
             return FileResult(output, MEDIA_TYPES[fmt], notices)
         # Small results go back from memory: streaming a file costs a thread hop per chunk.
         content = output.read_bytes()
-        shutil.rmtree(workdir, ignore_errors=True)
+        remove_upload_folder(workdir)
         return FileResult(output, MEDIA_TYPES[fmt], notices, content)
     result = _run(params, inputs, None, max_voxels, overwrite=False, progress=ignore_progress)
-    shutil.rmtree(workdir, ignore_errors=True)
+    remove_upload_folder(workdir)
     return for_client({**result, "path": name}, names)
+
+
+# -- upload folders: each locked (flock on the folder itself) while it exists ------------------------
+# A server process killed outright cannot remove its folders; its locks go with it, so a process
+# starting later tells them from a live process's folders, even one of another container.
+
+_HELD: set[int] = set()  # descriptors of this process's upload folders, each holding its folder's lock
+_HELD_LOCK = threading.Lock()
+
+
+def new_upload_folder(tmp_dir: Path | None) -> Path:
+    """A fresh folder for one upload request, locked for as long as it exists."""
+    _release_removed()
+    while True:
+        workdir = Path(tempfile.mkdtemp(prefix=UPLOAD_PREFIX, dir=tmp_dir))
+        if fcntl is None:
+            return workdir
+        fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            # Blocks while a starting process, which found it unlocked, removes it; then try another.
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock: the folder is simply not protected
+            pass
+        if os.fstat(fd).st_nlink:
+            with _HELD_LOCK:
+                _HELD.add(fd)
+            return workdir
+        os.close(fd)
+
+
+def remove_upload_folder(workdir: Path) -> None:
+    """Remove an upload folder and release its lock."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    _release_removed()
+
+
+def _release_removed() -> None:
+    """Close the locks of folders that are gone (the response removes a large result's folder)."""
+    with _HELD_LOCK:
+        gone = {fd for fd in _HELD if os.fstat(fd).st_nlink == 0}
+        _HELD.difference_update(gone)
+    for fd in gone:
+        os.close(fd)
+
+
+def remove_abandoned_uploads(tmp_dir: Path | None) -> list[Path]:
+    """Remove the upload folders under ``tmp_dir`` that no live process holds locked (those of server
+    processes that were killed); return them."""
+    if fcntl is None:
+        return []
+    folder = Path(tempfile.gettempdir() if tmp_dir is None else tmp_dir)
+    return [path for path in folder.glob(UPLOAD_PREFIX + "*") if _remove_if_unlocked(path)]
+
+
+def _remove_if_unlocked(workdir: Path) -> bool:
+    try:
+        fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:  # not a folder (or a link to one): not ours
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held by a live process, or no flock here: cannot tell, keep it
+        os.close(fd)
+        return False
+    try:
+        shutil.rmtree(workdir, ignore_errors=True)  # under the lock: its creator waits, then takes another
+    finally:
+        os.close(fd)
+    return True
 
 
 def _format_of(path: Path) -> str:

@@ -19,6 +19,7 @@ from fastapi import Request
 from noa_core import runtime
 from noa_core.run.warmup import warmup
 from noa_server.jobs import JobStore
+from noa_server.operations import remove_abandoned_uploads
 from noa_server.problems import ProblemError
 from noa_server.sandbox import Sandbox
 from noa_server.settings import Settings
@@ -49,7 +50,10 @@ class Service:
         self._warmup: Future | None = None
 
     def start(self) -> None:
-        """Compile the kernels in a worker thread; /readyz reports ready once that is done."""
+        """Remove what killed server processes left in the upload folder; compile the kernels in a
+        worker thread (/readyz reports ready once that is done)."""
+        for folder in remove_abandoned_uploads(self.settings.tmp_dir):
+            log.info("removed %s, the upload folder of a server process that was killed", folder)
         # Clients' expressions are compiled once per process and kept in memory, not cached on
         # disk: every distinct one would stay in the cache directory for good.
         runtime.CACHE_EXPRESSIONS = False
