@@ -95,6 +95,10 @@ class OutputExistsError(FileFormatError, FileExistsError):
     """The output exists and overwriting was not asked for."""
 
 
+class NoSpaceError(FileFormatError):
+    """The disk (or quota) has no room for an output; found before any data are written."""
+
+
 class OutputIsInputError(OutputExistsError):
     """The output path names one of the inputs."""
 

@@ -4,20 +4,37 @@ Only mappings made here are ever released: they are shared file mappings (``MAP_
 ``madvise(MADV_DONTNEED)`` merely unmaps pages that the page cache still holds (dirty pages are
 written back by the kernel). On private or anonymous memory the same call would discard data, so
 a mapping noa did not make is never touched.
+
+Inputs are mapped so that views (permuted, broadcast, sliced) cost nothing to plan, but a file
+truncated by someone else while it is mapped turns the next access into SIGBUS, which kills the
+process without a word. So the data of a view are read with ``pread`` instead (:func:`read_view`):
+a file that shrank gives a short read, reported as an error naming the file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import mmap
+import os
+import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from noa_core.errors import TruncatedFileError
 
 # mmap object -> address of its first byte. Weak, so a closed and dropped mapping leaves no trace.
 _SHARED: weakref.WeakKeyDictionary[mmap.mmap, int] = weakref.WeakKeyDictionary()
 _CAN_RELEASE = hasattr(mmap, "MADV_DONTNEED") and hasattr(mmap.mmap, "madvise")
+# input mapping -> (descriptor kept open for pread, path for messages); the descriptor closes with the mapping
+_INPUTS: weakref.WeakKeyDictionary[mmap.mmap, tuple[int, Path]] = weakref.WeakKeyDictionary()
+RUN_BYTES = 8 << 20  # a view is read in runs of at most this many contiguous bytes (and at least one element)
+PARALLEL_BYTES = 4 << 20  # smaller views are read by one thread
 
 
 def _register(mm: mmap.mmap) -> None:
@@ -28,10 +45,101 @@ def _register(mm: mmap.mmap) -> None:
 
 def map_input(path: Path, offset: int, dtype: np.dtype, count: int) -> np.ndarray:
     """A read-only 1-d view of ``count`` items of ``dtype`` at byte ``offset`` of ``path``."""
-    with open(path, "rb") as f:
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except BaseException:
+        os.close(fd)
+        raise
     _register(mm)
+    _INPUTS[mm] = (fd, Path(path))
+    weakref.finalize(mm, os.close, fd)
     return np.frombuffer(mm, dtype=dtype, count=count, offset=offset)
+
+
+_SCRATCH = threading.local()
+_READERS: list[tuple[ThreadPoolExecutor, int]] = []
+
+
+def _readers() -> tuple[ThreadPoolExecutor, int]:
+    """The threads that read runs (pread releases the GIL) and their count: as many as the kernels
+    use (NUMBA_NUM_THREADS, which a Dask worker sets to its share of the cores), else one per core."""
+    if not _READERS:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        count = int(os.environ.get("NUMBA_NUM_THREADS") or cores)
+        _READERS.append((ThreadPoolExecutor(count, "noa-read"), count))
+    return _READERS[0]
+
+
+@contextlib.contextmanager
+def scratch_buffers() -> Iterator[None]:
+    """Reuse this thread's read buffers (:func:`read_view`) within the block, and free them after it."""
+    try:
+        yield
+    finally:
+        _SCRATCH.__dict__.pop("buffers", None)
+
+
+def _scratch(nbytes: int, slot: int) -> np.ndarray:
+    """Buffer ``slot`` of this thread, reused from tile to tile: fresh pages for every tile would cost
+    a page fault (and zeroing) per 4 KiB, more than the read itself."""
+    buffers = _SCRATCH.__dict__.setdefault("buffers", {})
+    have = buffers.get(slot)
+    if have is None or have.size < nbytes:
+        have = buffers[slot] = np.empty(nbytes, np.uint8)
+    return have[:nbytes]
+
+
+def read_view(array: np.ndarray, slot: int = 0) -> np.ndarray:
+    """The values of ``array`` in memory, read with ``pread`` when it views a noa input mapping (else
+    ``array`` itself): same shape, dtype and values, never a page fault on the file.
+
+    Dimensions are taken by increasing stride: the inner ones whose span fits :data:`RUN_BYTES` are
+    read as one contiguous run per index of the outer ones (gaps of a strided view included), and
+    broadcast dimensions (stride 0) once. The result lives in this thread's buffer ``slot`` until the
+    next read into that slot (one slot per source of a tile). Raises TruncatedFileError when the file
+    has shrunk.
+    """
+    mm = _mapping_of(array)
+    if mm is None or mm not in _INPUTS or array.size == 0:
+        return array
+    fd, path = _INPUTS[mm]
+    start = array.ctypes.data - _SHARED[mm]  # file offset of the first element (mappings start at 0)
+    dims = sorted((i for i in range(array.ndim) if array.strides[i] != 0 and array.shape[i] > 1),
+                  key=lambda i: array.strides[i])
+    inner, span = 0, array.itemsize
+    while inner < len(dims):
+        wider = span + (array.shape[dims[inner]] - 1) * array.strides[dims[inner]]
+        if wider > RUN_BYTES and inner > 0:
+            break
+        inner, span = inner + 1, wider
+    outer = dims[inner:][::-1]  # slowest first
+    runs = math.prod(array.shape[i] for i in outer)
+    buffer = _scratch(runs * span, slot)
+    strides = list(array.strides)
+    step = span
+    for i in reversed(outer):
+        strides[i] = step
+        step *= array.shape[i]
+    offsets = [start + sum(k * array.strides[i] for k, i in zip(index, outer))
+               for index in np.ndindex(*(array.shape[i] for i in outer))]
+    view = memoryview(buffer)
+
+    def read_runs(first: int, stop: int) -> bool:
+        """Read runs ``first..stop-1``; False when one came back short."""
+        return all(os.preadv(fd, [view[run * span:(run + 1) * span]], offsets[run]) == span
+                   for run in range(first, stop))
+
+    # One thread copies from the page cache at a fraction of the memory's speed: read runs side by side,
+    # in a few batches per thread (a task per run would cost more than a small run's read).
+    pool, threads = _readers()
+    batches = 1 if runs * span < PARALLEL_BYTES else min(runs, 4 * threads)
+    bounds = [runs * b // batches for b in range(batches + 1)]
+    complete = read_runs(0, runs) if batches == 1 else all(pool.map(read_runs, bounds[:-1], bounds[1:]))
+    if not complete:
+        raise TruncatedFileError(f"{path}: data: the file changed size while being read (it holds "
+                                 f"{os.fstat(fd).st_size} bytes now)")
+    return as_strided(buffer.view(array.dtype), array.shape, tuple(strides), writeable=False)
 
 
 def map_output(path: Path, offset: int, dtype: np.dtype, count: int) -> tuple[mmap.mmap, np.ndarray]:

@@ -8,6 +8,7 @@ statistics are accumulated tile by tile (Chan's parallel mean/variance), so the 
 
 from __future__ import annotations
 
+import errno
 import itertools
 import math
 import mmap as mmap_module
@@ -21,7 +22,7 @@ import numpy as np
 
 from noa_core import layout
 from noa_core.array import Array, asarray
-from noa_core.errors import LayoutError, ShapeError
+from noa_core.errors import LayoutError, NoSpaceError, ShapeError
 from noa_core.io import atomic, formats, mapped
 from noa_core.io.metadata import Metadata, Statistics
 from noa_core.io.protocol import OutputSpec
@@ -160,7 +161,8 @@ class Region:
         them, unmap; return the statistics of each tile."""
         mm, out = _map_packed(self.path, self.offset, self.dtype, self.shape, self.order)
         try:
-            stats = [fill_tile(sources, out, key, compute) for key in keys]
+            with mapped.scratch_buffers():
+                stats = [fill_tile(sources, out, key, compute) for key in keys]
             # On a network file system the tiles must reach the server before the task reports them done.
             mapped.flush([out.numpy()[key] for key in keys])
         finally:
@@ -234,7 +236,20 @@ class Writer:
         created = self.format.create(self._temp.temp, self._spec)
         self.notices.extend(created.notices)
         self._offset = created.offset
+        self._reserve(created.offset + math.prod(self.shape) * self.dtype.itemsize)
         self._mmap, self.array = _map_packed(self._temp.temp, created.offset, self.dtype, self.shape, self.order)
+
+    def _reserve(self, size: int) -> None:
+        """Allocate the whole file now: writing through a mapping into a sparse file that finds the disk
+        full is a SIGBUS, which kills the process and leaves the temporary file; here it is an error."""
+        try:
+            with open(self._temp.temp, "r+b") as f:
+                os.posix_fallocate(f.fileno(), 0, size)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise NoSpaceError(f"{self.path}: no space left on device for its {size} bytes") from None
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system that cannot: sparse, as before
+                raise
 
     def _finish(self) -> None:
         if self.format.header_statistics and not (self._complete or self._written.all()):
@@ -328,15 +343,15 @@ def fill_tile(sources: Sequence[Array], out: Array, key: tuple[slice, ...], comp
               release: bool = True) -> RunningStatistics:
     """``compute`` one tile of ``out`` from the same tile of every source; return the tile's statistics.
 
-    With ``release``, the pages of the tile are dropped afterwards, in the output and in every source.
+    Sources are read into memory with ``pread`` (:func:`noa_core.io.mapped.read_view`). With
+    ``release``, the output pages of the tile are dropped afterwards.
     """
-    blocks = [(s if s.shape == out.shape else s.broadcast(out.shape))[key] for s in map(asarray, sources)]
-    compute(blocks, out[key])
+    views = [(s if s.shape == out.shape else s.broadcast(out.shape))[key] for s in map(asarray, sources)]
+    # Read with pread, not through the input mappings: a file truncated meanwhile is an error, not SIGBUS.
+    compute([asarray(mapped.read_view(view.numpy(), slot)) for slot, view in enumerate(views)], out[key])
     written = out.numpy()[key]
     stats = RunningStatistics.of(written)
     if release:
-        for block in blocks:
-            mapped.release(block.numpy())
         mapped.release(written)
     return stats
 
@@ -354,10 +369,11 @@ def fill(writer: Writer, sources: Sequence[Array], compute: Compute, *, block_by
     stats = RunningStatistics()
     # One tile is the whole output: its mapping closes next, so dropping its pages first gains nothing.
     release = len(keys) > 1
-    for done, key in enumerate(keys, 1):
-        stats.merge(fill_tile(sources, writer.array, key, compute, release=release))
-        if progress is not None:
-            progress(done, len(keys))
+    with mapped.scratch_buffers():
+        for done, key in enumerate(keys, 1):
+            stats.merge(fill_tile(sources, writer.array, key, compute, release=release))
+            if progress is not None:
+                progress(done, len(keys))
     writer.complete(stats)
 
 
