@@ -377,6 +377,23 @@ def fill(writer: Writer, sources: Sequence[Array], compute: Compute, *, block_by
     writer.complete(stats)
 
 
+def batch_statistics(source: Array, *, block_bytes: int = BLOCK_BYTES) -> list[RunningStatistics]:
+    """The statistics of each batch entry of ``source`` in one pass, tile by tile: bounded memory, and
+    tiles of a file are read with ``pread`` (a file truncated meanwhile is an error, not SIGBUS)."""
+    b, d, h, w = source.shape
+    entry = layout.Shape4((1, d, h, w))
+    tile = plan_tile(entry, [(source.strides, source.itemsize)], block_bytes)
+    per_batch = []
+    with mapped.scratch_buffers():
+        for index in range(b):
+            stats = RunningStatistics()
+            for key in tiles(entry, tile, source.strides):
+                view = source[(slice(index, index + 1), *key[1:])]
+                stats.merge(RunningStatistics.of(mapped.read_view(view.numpy())))
+            per_batch.append(stats)
+    return per_batch
+
+
 def copy_into(source: Array | np.ndarray, writer: Writer, *, block_bytes: int = BLOCK_BYTES) -> None:
     """Copy a (possibly permuted or broadcast) source view into ``writer``, tile by tile.
 

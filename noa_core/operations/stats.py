@@ -34,25 +34,54 @@ STATISTICS = ("min", "max", "mean", "std")
 
 
 def compute(path: Path, options: Options) -> dict:
-    """Min, max, mean and std of the data, over the whole file and optionally per batch."""
-    from noa_core import reduction
-    from noa_core.errors import ShapeError
-    
+    """Min, max, mean and std of the data, over the whole file and optionally per batch.
+
+    On the CPU: one pass over the file in tiles (bounded memory; Chan's merge of per-tile moments).
+    On CUDA: the array is moved to the device and reduced there.
+    """
+    from noa_core.errors import DTypeError, ShapeError
+
     array, _ = options.open_input(path)
     if array.size == 0:
         raise ShapeError(f"{path}: the array of shape {array.shape} is empty; it has no statistics")
-    array = array.to(options.device)
+    if array.dtype.kind == "c":
+        raise DTypeError(f"{path}: min and max are not defined for complex data ({array.dtype})")
+    measure = _on_cpu if options.device == "cpu" else _on_device
+    whole, per_batch = measure(array, options.device, options.per_batch)
+    result = {"path": str(path), "shape": list(array.shape), **whole}
+    if options.per_batch:
+        result["per_batch"] = [{"batch": b, **row} for b, row in enumerate(per_batch)]
+    return result
+
+
+def _row(found) -> dict:
+    """A row of the result from :class:`noa_core.io.Statistics` (the RMS deviation is NumPy's std)."""
+    return {"min": found.min, "max": found.max, "mean": found.mean, "std": found.rms}
+
+
+def _on_cpu(array, device: str, per_batch: bool) -> tuple[dict, list[dict]]:
+    from noa_core.io.stream import RunningStatistics, batch_statistics
+
+    batches = batch_statistics(array)
+    total = RunningStatistics()
+    for stats in batches:
+        total.merge(stats)
+    return _row(total.result()), [_row(stats.result()) for stats in batches]
+
+
+def _on_device(array, device: str, per_batch: bool) -> tuple[dict, list[dict]]:
+    from noa_core import reduction
+
+    array = array.to(device)
 
     def table(axes) -> dict:
         return {name: getattr(reduction, name)(array, axes).to("cpu").numpy().reshape(-1) for name in STATISTICS}
 
     whole = {name: float(values[0]) for name, values in table(None).items()}
-    result = {"path": str(path), "shape": list(array.shape), **whole}
-    if options.per_batch:
-        rows = table((1, 2, 3))
-        result["per_batch"] = [{"batch": b, **{name: float(v[b]) for name, v in rows.items()}}
-                               for b in range(array.shape[0])]
-    return result
+    if not per_batch:
+        return whole, []
+    rows = table((1, 2, 3))
+    return whole, [{name: float(values[b]) for name, values in rows.items()} for b in range(array.shape[0])]
 
 
 def as_text(result: dict) -> str:

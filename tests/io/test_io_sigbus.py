@@ -22,8 +22,9 @@ def test_an_input_truncated_after_it_was_mapped_is_an_error(tmp_path):
     write_mrc(pristine, np.arange(64 * 256 * 256, dtype=np.float32).reshape(64, 256, 256))  # 16 MiB
     code = textwrap.dedent(f"""
         import os, shutil
-        from noa_core import operations
+        from noa_core import io, operations
         from noa_core.errors import TruncatedFileError
+        from noa_core.io.stream import batch_statistics
         from noa_core.run import local
 
         for axes in ((0, 1, 2, 3), (0, 2, 1, 3)):  # a plain copy, and a permutation crossing sections
@@ -34,11 +35,19 @@ def test_an_input_truncated_after_it_was_mapped_is_an_error(tmp_path):
                 local.write_plan(plan, {str(tmp_path / 'out.mrc')!r})
             except TruncatedFileError as exc:
                 print("refused:", exc)
+
+        shutil.copy({str(pristine)!r}, {str(src)!r})  # what `noa stats` reads: tiles of the mapped input
+        array, _ = io.read({str(src)!r})
+        os.truncate({str(src)!r}, 1024 + (8 << 20))
+        try:
+            batch_statistics(array)
+        except TruncatedFileError as exc:
+            print("refused:", exc)
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # -7 would be SIGBUS
     lines = done.stdout.splitlines()
-    assert len(lines) == 2 and all("in.mrc: data: the file changed size while being read" in x for x in lines), lines
+    assert len(lines) == 3 and all("in.mrc: data: the file changed size while being read" in x for x in lines), lines
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mrc", "pristine.mrc"]  # no output, no temporary file
 
 

@@ -605,7 +605,7 @@ def test_upload_json_plumbing(client, tmp_path):
     assert stats.status_code == 200, stats.text
     body = stats.json()
     assert body["path"] == "x.map" and body["min"] == "-Infinity" and body["max"] == 7.0 and body["std"] == "NaN"
-    assert body["per_batch"][1] == {"batch": 1, "min": 4.0, "max": 7.0, "mean": 5.5, "std": float(np.std(data[1]))}
+    assert body["per_batch"][1] == {"batch": 1, "min": 4.0, "max": 7.0, "mean": 5.5, "std": float(np.std(data[1], dtype=np.float64))}
     ewise = client.post("/v1/upload/ewise", data={"expression": "a * b", "dtype": "float64", "format": "tiff"},
                         files=[("files", ("a.map", sent)), ("files", ("b.map", sent))], headers=AUTH)
     assert ewise.status_code == 200, ewise.text
