@@ -1,0 +1,114 @@
+"""File to file, end to end as a user runs it: each `noa` command paired in turns with the least any
+file-to-file tool must do, `dd if=IN of=OUT bs=16M conv=fsync` (read the file, write it, make it
+durable), on a float32 MRC volume (default 1 GiB, (256, 1024, 1024)).
+
+Every round runs each command once and its yardstick right after it; the ratio of a row is the median
+of its per-round ratios (noa time / yardstick time). Peak resident memory of each noa process (file-
+backed pages of memory maps included) comes from wait4's rusage. Yardsticks: `dd` for writing
+commands, a NumPy memmap script computing min, max, mean and std for `noa stats`, `zcat > /dev/null`
+for the gzip row (decompression is the limit there). Goals are those of issue 15.
+
+    python benchmarks/bench_files.py [--shape 256,1024,1024] [--rounds 3] [--folder DIR] [--only copy,stats]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+
+NOA = str(Path(sys.executable).parent / "noa")
+NUMPY_STATS = ("import sys, numpy as np, mrcfile; d = mrcfile.mmap(sys.argv[1], permissive=True).data; "
+               "print(d.min(), d.max(), d.mean(dtype=np.float64), d.std(dtype=np.float64))")
+
+
+def run(command: list[str] | str) -> tuple[float, int]:
+    """Wall seconds and peak RSS (KiB) of one command, which must succeed."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, shell=isinstance(command, str), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"{command} failed ({proc.returncode}): {proc.stderr.read().decode()[-500:]}")
+    return elapsed, usage.ru_maxrss
+
+
+def make_volume(path: Path, shape: tuple[int, int, int]) -> None:
+    """A float32 volume written section by section (never the whole array in memory)."""
+    with mrcfile.new_mmap(path, shape, mrc_mode=2, overwrite=True) as f:
+        rng = np.random.default_rng(0)
+        block = rng.normal(0, 1, shape[1:]).astype(np.float32)
+        for z in range(shape[0]):
+            f.data[z] = block + z
+        f.voxel_size = 1.5
+
+
+def rows(folder: Path, volume: Path, gz: Path) -> list[tuple[str, list[str] | str, list[str] | str, float]]:
+    out_mrc, out_tif = folder / "out.mrc", folder / "out.tif"
+    dd = f"dd if={volume} of={folder / 'dd.out'} bs=16M conv=fsync status=none"
+    return [
+        ("noa copy vol.mrc out.mrc", [NOA, "copy", str(volume), str(out_mrc), "-f"], dd, 1.3),
+        ("noa permute --axes 0,1,3,2", [NOA, "permute", str(volume), str(out_mrc), "--axes", "0,1,3,2", "-f"], dd, 1.5),
+        ("noa permute --axes 0,2,1,3", [NOA, "permute", str(volume), str(out_mrc), "--axes", "0,2,1,3", "-f"], dd, 1.5),
+        ("noa copy --order F", [NOA, "copy", str(volume), str(out_mrc), "--order", "F", "-f"], dd, 1.5),
+        ("noa copy --dtype float16", [NOA, "copy", str(volume), str(out_mrc), "--dtype", "float16", "-f"], dd, 1.5),
+        ("noa copy vol.mrc out.tif", [NOA, "copy", str(volume), str(out_tif), "-f"], dd, 1.5),
+        ("noa stats vol.mrc (vs NumPy memmap)", [NOA, "stats", str(volume)],
+         [sys.executable, "-c", NUMPY_STATS, str(volume)], 0.5),
+        ("noa copy vol.mrc.gz out.mrc (vs zcat)", [NOA, "copy", str(gz), str(out_mrc), "-f"],
+         f"zcat {gz} > /dev/null", None),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shape", default="256,1024,1024", help="D,H,W of the float32 volume")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--folder", type=Path, default=None, help="where the files go (default: a temporary folder)")
+    parser.add_argument("--only", default="", help="comma-separated words; keep rows whose name has one")
+    args = parser.parse_args()
+    shape = tuple(int(n) for n in args.shape.split(","))
+    folder = Path(tempfile.mkdtemp(prefix="noa-bench-files-", dir=args.folder))
+    try:
+        volume, gz = folder / "vol.mrc", folder / "vol.mrc.gz"
+        make_volume(volume, shape)
+        with open(volume, "rb") as src, gzip.open(gz, "wb", compresslevel=1) as dst:
+            shutil.copyfileobj(src, dst, 16 << 20)
+        print(f"volume {shape} float32, {volume.stat().st_size / 2**30:.2f} GiB; gzip {gz.stat().st_size / 2**30:.2f} "
+              f"GiB; {os.cpu_count()} cores; {args.rounds} rounds")
+        subprocess.run([NOA, "warmup", "-q"], check=True)
+        wanted = [w for w in args.only.split(",") if w]
+        table = [r for r in rows(folder, volume, gz) if not wanted or any(w in r[0] for w in wanted)]
+        print(f"{'command':<40}{'noa s':>8}{'yardstick s':>13}{'ratio':>8}{'goal':>7}{'peak RSS MiB':>14}  verdict")
+        for name, command, yardstick, goal in table:
+            run(command)  # once untimed: the page cache holds the input, as in every timed round
+            ratios, times, base, peaks = [], [], [], []
+            for _ in range(args.rounds):
+                t, rss = run(command)
+                y, _ = run(yardstick)
+                ratios.append(t / y)
+                times.append(t)
+                base.append(y)
+                peaks.append(rss / 1024)
+            ratio = statistics.median(ratios)
+            verdict = "-" if goal is None else ("met" if ratio <= goal and max(peaks) <= 512 else "MISSED")
+            print(f"{name:<40}{statistics.median(times):>8.2f}{statistics.median(base):>13.2f}{ratio:>8.2f}"
+                  f"{goal if goal else '-':>7}{max(peaks):>14.0f}  {verdict}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
