@@ -5,6 +5,7 @@ Entry points:
 - :func:`read` (alias :func:`open`): ``(Array, Metadata)`` from a file; the format comes from the
   magic bytes, then the extension. Large uncompressed files are memory-mapped read-only, so
   opening a 50 GB file only reads its header.
+- :func:`probe`: shape, strides, element type and metadata from the header alone (no data read).
 - :func:`write`: an Array to a file, atomically, returning notices for the user.
 - :func:`create` and :func:`copy_into`: outputs filled block by block, for files larger than memory.
 
@@ -22,10 +23,10 @@ import os
 from noa_core.array import Array, asarray
 from noa_core.io import formats
 from noa_core.io.metadata import Metadata, Statistics
-from noa_core.io.protocol import ReadRequest
+from noa_core.io.protocol import Probe, ReadRequest
 from noa_core.io.stream import Writer, copy_into, create, fill
 
-__all__ = ["read", "open", "write", "create", "copy_into", "Metadata", "Statistics", "Writer"]
+__all__ = ["read", "open", "probe", "Probe", "write", "create", "copy_into", "Metadata", "Statistics", "Writer"]
 
 
 def read(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bool | None = None,
@@ -42,9 +43,25 @@ def read(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bo
     Returns:
         The BDHW array (a permuted view when the file's axes are not Z, Y, X) and its metadata.
     """
+    return _format_and_request(path, as_stack, as_volume, series, mmap, "read")
+
+
+def probe(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bool | None = None,
+          series: int | None = None) -> Probe:
+    """What :func:`read` would give, from the header alone: BDHW shape, strides, dtype and metadata.
+
+    No data are read or decompressed (a compressed MRC: its first kilobyte and extended header), yet
+    the header's sizes are checked against what the file can hold. Arguments as for :func:`read`.
+    """
+    return _format_and_request(path, as_stack, as_volume, series, True, "probe")
+
+
+def _format_and_request(path, as_stack, as_volume, series, mmap, method: str):
+    """Detect the format of ``path`` and call its ``read`` or ``probe``."""
     p = formats.check_input(path)
     fmt, compression = formats.detect(p)
-    return fmt.read(p, ReadRequest(compression, as_stack=as_stack, as_volume=as_volume, series=series, mmap=mmap))
+    request = ReadRequest(compression, as_stack=as_stack, as_volume=as_volume, series=series, mmap=mmap)
+    return getattr(fmt, method)(p, request)
 
 
 open = read  # noqa: A001 - ``noa_core.io.open`` reads the same way (lazily by default)

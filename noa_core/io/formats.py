@@ -7,17 +7,9 @@ in :data:`FORMATS`. Also here: the checks every input path gets before any forma
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
-from noa_core.errors import (
-    CorruptFileError,
-    EmptyFileError,
-    FileFormatError,
-    MissingFileError,
-    NotAFileError,
-    UnknownFormatError,
-)
+from noa_core.errors import EmptyFileError, UnknownFormatError
 from noa_core.io import compression, mrc, tiff
 from noa_core.io.protocol import ImageFormat
 
@@ -38,21 +30,11 @@ def by_name(name: str) -> ImageFormat:
 
 
 def check_input(path: str | os.PathLike) -> Path:
-    """The path of a readable, non-empty regular file, or a specific error."""
+    """The path of a readable, non-empty regular file, or a specific error (checked on the opened file,
+    which a FIFO cannot block: see :func:`noa_core.io.compression.open_input`)."""
     p = Path(path)
-    try:
-        info = p.stat()
-    except FileNotFoundError:
-        raise MissingFileError(f"{p}: path: no such file") from None
-    except OSError as exc:
-        raise FileFormatError(f"{p}: path: cannot be accessed ({exc.strerror})") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise NotAFileError(f"{p}: path: is a directory, not a file")
-    if not stat.S_ISREG(info.st_mode):
-        raise NotAFileError(f"{p}: path: is not a regular file")
-    if info.st_size == 0:
-        raise EmptyFileError(f"{p}: size: the file is empty (0 bytes)")
-    return p
+    with compression.open_input(p):
+        return p
 
 
 def _image_extension(path: Path) -> str:
@@ -84,18 +66,15 @@ def detect(path: Path) -> tuple[ImageFormat, str | None]:
     A format whose signature the (decompressed) first bytes carry wins; failing that, one whose
     extension the path has may claim it (MRC files before MRC2014 have no signature).
     """
-    with open(path, "rb") as f:
+    with compression.open_input(path) as f:
         head = f.read(HEAD_BYTES)
-    kind = compression.compression_of(head)
+        kind = compression.compression_of(head)
+        if kind is not None:
+            f.seek(0)
+            head = compression.Decompressed(path, kind, f).read(HEAD_BYTES)
+            if not head:
+                raise EmptyFileError(f"{path}: size: the decompressed content is empty")
     ext = _image_extension(path)
-    if kind is not None:
-        try:
-            with compression.open_stream(path, kind) as stream:
-                head = stream.read(HEAD_BYTES)
-        except (OSError, EOFError, ValueError) as exc:
-            raise CorruptFileError(f"{path}: {kind} stream: cannot be decompressed ({exc})") from None
-        if not head:
-            raise EmptyFileError(f"{path}: size: the decompressed content is empty")
     for fmt in FORMATS:
         if fmt.detect(head, path):
             _check_compression(fmt, kind, path)

@@ -19,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -39,9 +41,9 @@ from noa_core.errors import (
     WriteDTypeError,
 )
 from noa_core.io import mapped
-from noa_core.io.compression import open_stream
+from noa_core.io.compression import CHUNK_BYTES, Decompressed, open_input
 from noa_core.io.metadata import ANGSTROM, Metadata, Statistics, Triple, permute_per_axis
-from noa_core.io.protocol import Created, OutputSpec, ReadRequest
+from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.layout import Shape4
 
 if TYPE_CHECKING:
@@ -61,6 +63,8 @@ _VOLUME_STACK_ISPG = range(401, 631)
 _VOLUME_ISPG = range(1, 231)
 # Above this, a claimed data size is refused outright (256 TiB): no real file is that large.
 MAX_DATA_BYTES = 1 << 48
+# The extended header is held in memory: above this (64 MiB, far beyond any real one) it is refused.
+MAX_EXTENDED_BYTES = 64 << 20
 MAX_LABELS = 10
 LABEL_BYTES = 80
 
@@ -150,8 +154,10 @@ def parse_header(path: Path, raw: bytes) -> np.record:
     maps = (int(header["mapc"]), int(header["mapr"]), int(header["maps"]))
     if sorted(maps) != [1, 2, 3]:
         raise AxisMappingError(f"{path}: mapc/mapr/maps: {maps} is not a permutation of (1, 2, 3)")
-    if int(header["nsymbt"]) < 0:
-        raise SizeError(f"{path}: nsymbt: extended header size {int(header['nsymbt'])} is negative")
+    nsymbt = int(header["nsymbt"])
+    if not 0 <= nsymbt <= MAX_EXTENDED_BYTES:
+        raise SizeError(f"{path}: nsymbt: extended header size {nsymbt} is "
+                        f"{'negative' if nsymbt < 0 else f'over the {MAX_EXTENDED_BYTES}-byte limit'}")
     if data_bytes(header) > MAX_DATA_BYTES:
         raise SizeError(f"{path}: nx/ny/nz: {int(header['nx'])} x {int(header['ny'])} x {int(header['nz'])} "
                         f"in mode {mode} is {data_bytes(header)} bytes, beyond any real file")
@@ -214,11 +220,11 @@ def _statistics(header: np.record) -> Statistics:
 # ---------------------------------------------------------------------------------------------
 
 
-def _read_exactly(stream: BinaryIO, count: int, path: Path, what: str) -> bytearray:
+def _read_exactly(stream, count: int, path: Path, what: str) -> bytearray:
     """``count`` bytes, grown chunk by chunk so memory only follows bytes that really exist."""
     out = bytearray()
     while len(out) < count:
-        chunk = stream.read(min(count - len(out), 1 << 24))
+        chunk = stream.read(min(count - len(out), CHUNK_BYTES))
         if not chunk:
             raise TruncatedFileError(f"{path}: {what}: the header promises {count} bytes, the file holds {len(out)}")
         out += chunk
@@ -234,64 +240,134 @@ def _decode(raw: np.ndarray, header: np.record) -> np.ndarray:
         out.real, out.imag = pairs[..., 0], pairs[..., 1]
         return out
     packed = raw.reshape(nz, ny, (nx + 1) // 2)
-    out = np.empty((nz, ny, 2 * packed.shape[2]), np.uint8)
+    out = np.empty((nz, ny, nx), np.uint8)  # packed in C order, as the layout of every read assumes
     out[..., 0::2] = packed & 0x0F
-    out[..., 1::2] = packed >> 4
-    return out[..., :nx]
+    out[..., 1::2] = packed[..., :nx // 2] >> 4
+    return out
 
 
-def _read(path: Path, compression: str | None, as_stack: bool | None, as_volume: bool | None, mmap: bool):
+def _file_dtype(header: np.record) -> np.dtype:
+    """The type of one stored value, in the file's byte order (mode 0 with IMOD's unsigned flag: uint8)."""
+    mode = int(header["mode"])
+    if mode == 0 and _is_unsigned_mode0(header):
+        return np.dtype("u1")
+    order = header.dtype["nx"].byteorder
+    return np.dtype(_MODE_DTYPES[mode]).newbyteorder(order if order in "<>" else "=")
+
+
+def _array_dtype(header: np.record) -> np.dtype:
+    """The element type of the array a read gives: the stored type, native, or the decoded one."""
+    return {3: np.dtype(np.complex64), 101: np.dtype(np.uint8)}.get(int(header["mode"]),
+                                                                    _file_dtype(header).newbyteorder("="))
+
+
+def _bdhw_layout(path: Path, header: np.record, as_stack: bool | None,
+                 as_volume: bool | None) -> tuple[Shape4, layout.Strides4, str]:
+    """BDHW shape and element strides of the array a read gives (its sections are packed in C order),
+    and the axis mapping in words."""
+    nx, ny, nz = (int(header[k]) for k in ("nx", "ny", "nz"))
+    crs = (int(header["mapc"]), int(header["mapr"]), int(header["maps"]))
+    # per X, Y, Z (1, 2, 3): the size and element stride of the disk axis (columns, rows, sections) holding it
+    disk = dict(zip(crs, ((nx, 1), (ny, nx), (nz, nx * ny))))
+    (sz_n, sz), (h, sy), (w, sx) = disk[3], disk[2], disk[1]
+    batch, depth, why = _bdhw_split(path, header, sz_n, as_stack, as_volume)
+    words = f"mapc={crs[0]} mapr={crs[1]} maps={crs[2]}; {why}"
+    return layout.as_shape4((batch, depth, h, w)), layout.as_strides4((depth * sz, sz, sy, sx)), words
+
+
+def _read_header(path: Path, source, file: BinaryIO, compressed: bool) -> tuple[np.record, bytes | None]:
+    """The validated header and the extended header, read from ``source`` (the file, or its content when
+    ``compressed``); the sizes it declares are checked against what the file can hold first."""
+    header = parse_header(path, source.read(HEADER_BYTES))
+    nsymbt = int(header["nsymbt"])
+    total = HEADER_BYTES + nsymbt + data_bytes(header)
+    if compressed:
+        source.check_size(total, "nsymbt/nx/ny/nz/mode")
+    else:
+        size = os.fstat(file.fileno()).st_size
+        if size < total:
+            raise TruncatedFileError(f"{path}: nx/ny/nz/mode: the header promises {total} bytes "
+                                     f"(extended header {nsymbt}), the file holds {size}")
+    extended = bytes(_read_exactly(source, nsymbt, path, "nsymbt")) if nsymbt else None
+    return header, extended
+
+
+def _open(path: Path, kind: str | None, file: BinaryIO) -> BinaryIO | Decompressed:
+    """What the content of ``file`` is read from: the file itself, or its decompressor."""
+    return file if kind is None else Decompressed(path, kind, file)
+
+
+def _spill(path: Path, source: Decompressed, nbytes: int, dtype: np.dtype) -> np.ndarray:
+    """The next ``nbytes`` of ``source`` in native byte order, through an unlinked temporary file mapped
+    read-only: memory stays bounded however far the content expands."""
+    folder = tempfile.gettempdir()
+    room = os.statvfs(folder)
+    if nbytes > room.f_bavail * room.f_frsize:
+        raise SizeError(f"{path}: nx/ny/nz/mode: decompressing the {nbytes} bytes of data needs more room than "
+                        f"{folder} has ({room.f_bavail * room.f_frsize} bytes free)")
+    with tempfile.NamedTemporaryFile(prefix="noa-", suffix=".decompressed", dir=folder) as temp:
+        for start in range(0, nbytes, CHUNK_BYTES):  # whole items per chunk: CHUNK_BYTES is a multiple of 8
+            chunk = source.read(min(CHUNK_BYTES, nbytes - start))
+            if len(chunk) < min(CHUNK_BYTES, nbytes - start):
+                raise TruncatedFileError(f"{path}: data: the header promises {nbytes} bytes, the stream holds "
+                                         f"{start + len(chunk)}")
+            temp.write(chunk if dtype.isnative else np.frombuffer(chunk, dtype).byteswap().tobytes())
+        temp.flush()
+        return mapped.map_input(Path(temp.name), 0, dtype.newbyteorder("="), nbytes // dtype.itemsize)
+
+
+def _read_data(path: Path, header: np.record, source, file: BinaryIO, request: ReadRequest) -> np.ndarray:
+    """The stored values as a flat array (mapped where possible); a compressed stream is checked to its end."""
+    nbytes, file_dtype = data_bytes(header), _file_dtype(header)
+    count = nbytes // file_dtype.itemsize
+    if request.compression is not None:
+        if request.mmap:
+            flat = _spill(path, source, nbytes, file_dtype)
+        else:
+            flat = np.frombuffer(_read_exactly(source, nbytes, path, "data"), file_dtype, count)
+        source.finish(HEADER_BYTES + int(header["nsymbt"]) + nbytes)
+        return flat
+    offset = HEADER_BYTES + int(header["nsymbt"])
+    if request.mmap and file_dtype.isnative and int(header["mode"]) not in (3, 101):
+        return mapped.map_input(path, offset, file_dtype, count)
+    file.seek(offset)
+    flat = np.empty(count, file_dtype)
+    if file.readinto(flat.view(np.uint8)) != nbytes:
+        raise TruncatedFileError(f"{path}: data: the file changed size while being read")
+    return flat
+
+
+def _read(path: Path, request: ReadRequest):
     """Read an MRC file: ``(Array, Metadata)``. Uncompressed native-order files map lazily."""
     from noa_core.array import asarray
 
-    with open_stream(path, compression) as stream:
-        raw_header = stream.read(HEADER_BYTES)
-        header = parse_header(path, raw_header)
-        nsymbt, nbytes, mode = int(header["nsymbt"]), data_bytes(header), int(header["mode"])
-        offset = HEADER_BYTES + nsymbt
-        if compression is None:
-            size = path.stat().st_size
-            if size < offset + nbytes:
-                raise TruncatedFileError(f"{path}: nx/ny/nz/mode: the header promises {offset + nbytes} bytes "
-                                         f"(extended header {nsymbt}), the file holds {size}")
-        extended = bytes(_read_exactly(stream, nsymbt, path, "nsymbt")) if nsymbt else None
-        order = header.dtype["nx"].byteorder
-        file_dtype = np.dtype(_MODE_DTYPES[mode]).newbyteorder(order if order in "<>" else "=")
-        if mode == 0 and _is_unsigned_mode0(header):
-            file_dtype = np.dtype("u1")
-        count = nbytes // file_dtype.itemsize
-        lazy = mmap and compression is None and mode not in (3, 101) and file_dtype.isnative
-        if lazy:
-            flat = mapped.map_input(path, offset, file_dtype, count)
-        elif compression is None:
-            stream.seek(offset)
-            flat = np.empty(count, file_dtype)
-            if stream.readinto(flat.view(np.uint8)) != nbytes:
-                raise TruncatedFileError(f"{path}: data: the file changed size while being read")
-        else:
-            flat = np.frombuffer(_read_exactly(stream, nbytes, path, "data"), file_dtype, count)
+    with open_input(path) as file:
+        source = _open(path, request.compression, file)
+        header, extended = _read_header(path, source, file, request.compression is not None)
+        flat = _read_data(path, header, source, file, request)
     if not flat.dtype.isnative:  # big-endian file: swap in place rather than holding two copies
         flat = flat.byteswap(inplace=True).view(flat.dtype.newbyteorder("="))
     nx, ny, nz = (int(header[k]) for k in ("nx", "ny", "nz"))
-    disk = _decode(flat, header) if mode in (3, 101) else flat.reshape(nz, ny, nx)
-    zyx, axes = _to_zyx(header, disk)
-    batch, depth, why = _bdhw_split(path, header, zyx.shape[0], as_stack, as_volume)
-    sz, sy, sx = zyx.strides
-    bdhw = as_strided(zyx, (batch, depth) + zyx.shape[1:], (depth * sz, sz, sy, sx), writeable=not lazy)
+    disk = _decode(flat, header) if int(header["mode"]) in (3, 101) else flat.reshape(nz, ny, nx)
+    shape, strides, axes = _bdhw_layout(path, header, request.as_stack, request.as_volume)
+    bdhw = as_strided(disk, shape, tuple(s * disk.itemsize for s in strides), writeable=disk.flags.writeable)
     array = asarray(bdhw)
-    return array, _metadata(path, header, array, mode, extended, f"{axes}; {why}")
+    return array, _metadata(path, header, array.shape, array.dtype, array.order, extended, axes)
 
 
-def _to_zyx(header: np.record, disk: np.ndarray) -> tuple[np.ndarray, str]:
-    """The (sections, rows, columns) array viewed as (Z, Y, X), with the mapping in words."""
-    crs = (int(header["mapc"]), int(header["mapr"]), int(header["maps"]))
-    axis_of = {crs[2]: 0, crs[1]: 1, crs[0]: 2}  # X/Y/Z number (1/2/3) -> disk axis
-    perm = (axis_of[3], axis_of[2], axis_of[1])
-    words = f"mapc={crs[0]} mapr={crs[1]} maps={crs[2]}"
-    return disk.transpose(perm), words
+def _probe(path: Path, request: ReadRequest) -> Probe:
+    """What :func:`_read` gives, from the header and extended header alone."""
+    with open_input(path) as file:
+        header, extended = _read_header(path, _open(path, request.compression, file), file,
+                                        request.compression is not None)
+    shape, strides, axes = _bdhw_layout(path, header, request.as_stack, request.as_volume)
+    dtype = _array_dtype(header)
+    return Probe(shape, strides, dtype,
+                 _metadata(path, header, shape, dtype, layout.order_of(shape, strides), extended, axes))
 
 
-def _metadata(path: Path, header: np.record, array, mode: int, extended: bytes | None, axes: str) -> Metadata:
+def _metadata(path: Path, header: np.record, shape: Shape4, dtype: np.dtype, order: str, extended: bytes | None,
+              axes: str) -> Metadata:
     crs = (int(header["mapc"]), int(header["mapr"]), int(header["maps"]))
     start_crs = (int(header["nxstart"]), int(header["nystart"]), int(header["nzstart"]))
     start_xyz = [0, 0, 0]
@@ -304,22 +380,22 @@ def _metadata(path: Path, header: np.record, array, mode: int, extended: bytes |
     origin = header["origin"]
     angles = header["cellb"]
     notices = []
-    if array.order == "F":
+    if order == "F":
         notices.append(f"{path}: stored column-major (mapc=2, mapr=1): readers that ignore the axis "
                        "mapping show the transpose")
     exttyp = bytes(header["exttyp"]).decode("latin-1").strip("\x00 ") or None
     fields = MrcFields(
-        mode=mode, start=(start_xyz[2], start_xyz[1], start_xyz[0]),
+        mode=int(header["mode"]), start=(start_xyz[2], start_xyz[1], start_xyz[0]),
         sampling=(max(m_xyz[2], 0), max(m_xyz[1], 0), max(m_xyz[0], 0)),
         cell_angles=(float(angles["gamma"]), float(angles["beta"]), float(angles["alpha"])),
         space_group=int(header["ispg"]), extended_header=extended, exttyp=exttyp if extended else None,
     )
     return Metadata(
-        format=FORMAT.name, shape=array.shape, dtype=array.dtype.name,
+        format=FORMAT.name, shape=shape, dtype=dtype.name,
         pixel_size=(pixel_xyz[2], pixel_xyz[1], pixel_xyz[0]), unit=ANGSTROM,
         origin=(float(origin["z"]), float(origin["y"]), float(origin["x"])),
         labels=_labels(header), statistics=_statistics(header),
-        order=array.order, axes=axes, mrc=fields, path=str(path), notices=notices,
+        order=order, axes=axes, mrc=fields, path=str(path), notices=notices,
     )
 
 
@@ -441,6 +517,11 @@ def _output_header(spec: OutputSpec, stats: Statistics, extended: bytes | None, 
     return make_header(spec, stats, labels, extended, exttyp)
 
 
+def _check_series(path: Path, request: ReadRequest) -> None:
+    if request.series is not None:
+        raise FileFormatError(f"{path}: series: MRC files hold one series; series= is for TIFF")
+
+
 class MrcFormat:
     """MRC2014 files (and older ones without the 'MAP ' mark): the MRC :class:`~noa_core.io.protocol.ImageFormat`."""
 
@@ -460,9 +541,12 @@ class MrcFormat:
         return True  # files written before MRC2014 have no 'MAP ' mark
 
     def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
-        if request.series is not None:
-            raise FileFormatError(f"{path}: series: MRC files hold one series; series= is for TIFF")
-        return _read(path, request.compression, request.as_stack, request.as_volume, request.mmap)
+        _check_series(path, request)
+        return _read(path, request)
+
+    def probe(self, path: Path, request: ReadRequest) -> Probe:
+        _check_series(path, request)
+        return _probe(path, request)
 
     def check_writable(self, dtype: np.dtype, shape: Shape4, path: Path) -> None:
         mode_for(dtype, path)

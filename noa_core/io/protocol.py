@@ -3,7 +3,7 @@
 A format is one object (``FORMAT`` in its module, e.g. :data:`noa_core.io.mrc.FORMAT`) listed in
 :data:`noa_core.io.formats.FORMATS`. Over the small common header, :class:`~noa_core.io.metadata.Metadata`,
 it says which files are its own (:meth:`ImageFormat.detect`), reads one as a BDHW array
-(:meth:`ImageFormat.read`), and writes an output in three steps driven by
+(:meth:`ImageFormat.read`) or only what its header says of it (:meth:`ImageFormat.probe`), and writes an output in three steps driven by
 :class:`noa_core.io.stream.Writer`: refuse what it cannot store (:meth:`ImageFormat.check_writable`),
 lay out the file with room for the packed data (:meth:`ImageFormat.create`), and, once the data are
 written, complete the header (:meth:`ImageFormat.finish`). The Writer maps and fills the data itself.
@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from noa_core import layout
 from noa_core.io.metadata import Metadata, Statistics
-from noa_core.layout import Shape4
+from noa_core.layout import Shape4, Strides4
 
 if TYPE_CHECKING:
     from noa_core.array import Array
@@ -42,6 +43,39 @@ class ReadRequest:
     as_volume: bool | None = None
     series: int | None = None
     mmap: bool = True
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What an input's header says, its data unread: the BDHW shape and element strides that a read
+    gives, the element type of the array, and the metadata.
+
+    The header's sizes were checked against what the file can hold, so a probe that succeeds never
+    promises more data than there are bytes (compressed: than the stream can expand to).
+    """
+
+    shape: Shape4
+    strides: Strides4
+    dtype: np.dtype
+    metadata: Metadata
+
+    def __post_init__(self) -> None:
+        # size-1 dimensions take their packed C stride, as in every Array (such a stride is never used)
+        packed = layout.strides_for(self.shape)
+        object.__setattr__(self, "strides", layout.as_strides4(
+            tuple(s if n != 1 else p for n, s, p in zip(self.shape, self.strides, packed))))
+
+    @property
+    def order(self) -> str:
+        return layout.order_of(self.shape, self.strides)
+
+    @property
+    def kind(self) -> str:
+        return layout.kind(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return layout.ndim(self.shape)
 
 
 @dataclass(frozen=True)
@@ -103,6 +137,9 @@ class ImageFormat(Protocol):
 
     def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
         """The file's BDHW array (lazily mapped where possible) and its metadata."""
+
+    def probe(self, path: Path, request: ReadRequest) -> Probe:
+        """What :meth:`read` would give, from the header alone: no data are read or decompressed."""
 
     def check_writable(self, dtype: np.dtype, shape: Shape4, path: Path) -> None:
         """Refuse, with a WriteDTypeError or FileFormatError naming ``path``, what this format cannot store."""

@@ -15,14 +15,20 @@ column-major sections).
 from __future__ import annotations
 
 import codecs
+import lzma
 import math
+import os
 import xml.etree.ElementTree as ElementTree
+import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 import tifffile
+from numpy.lib.stride_tricks import as_strided
 
+from noa_core import layout
 from noa_core.errors import (
     AxisMappingError,
     CorruptFileError,
@@ -33,8 +39,9 @@ from noa_core.errors import (
     WriteDTypeError,
 )
 from noa_core.io import mapped
+from noa_core.io.compression import open_input
 from noa_core.io.metadata import Metadata, Statistics
-from noa_core.io.protocol import Created, OutputSpec, ReadRequest
+from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.layout import Shape4
 
 if TYPE_CHECKING:
@@ -139,70 +146,151 @@ def _pixel_size(tif: tifffile.TiffFile, series: int, axes: str) -> tuple[tuple[f
     return (sizes.get("Z", 0.0), sizes.get("Y", 0.0), sizes.get("X", 0.0)), _unescape(unit) if unit else None
 
 
-def _load(path: Path, tif: tifffile.TiffFile, series, mmap: bool) -> np.ndarray:
-    """The series data in its own axes order; memory-mapped read-only when it is stored plainly."""
-    dtype = np.dtype(series.dtype).newbyteorder(tif.byteorder)
+def _declared_bytes(path: Path, series, file_size: int) -> None:
+    """Refuse a series whose size is more than the file can hold, before tifffile allocates it."""
+    dtype = np.dtype(series.dtype)
     nbytes = int(np.prod(series.shape, dtype=object)) * dtype.itemsize
-    file_size = path.stat().st_size
     uncompressed = all(getattr(p, "compression", 1) == 1 for p in series.pages[:1] if p is not None)
     limit = file_size if uncompressed else file_size * _MAX_EXPANSION
     if nbytes > limit:
         error = TruncatedFileError if uncompressed else SizeError
         raise error(f"{path}: ImageWidth/ImageLength/series shape: {series.shape} {dtype.name} is {nbytes} bytes, "
                     f"more than the {file_size}-byte file can hold")
-    offset = series.dataoffset
-    if mmap and offset is not None and dtype.isnative and offset + nbytes <= file_size:
-        flat = mapped.map_input(path, offset, dtype, nbytes // dtype.itemsize)
-        return flat.reshape(series.shape)
-    _check_segments(path, series, file_size)
-    data = series.asarray()
-    return data if data.dtype.isnative else data.astype(data.dtype.newbyteorder("="))
 
 
-def _check_segments(path: Path, series, file_size: int) -> None:
-    """Refuse strips or tiles that end past the file before tifffile reads them: a read of the
-    recorded byte count would first allocate that many bytes, whatever the file holds."""
+def _check_ome_sizes(path: Path, tif: tifffile.TiffFile, file_size: int) -> None:
+    """Refuse OME sizes that the file cannot hold before tifffile sizes its series by them (tifffile lists
+    every plane an OME image claims, so ``SizeX="2000000000"`` alone takes gigabytes)."""
+    try:
+        root = ElementTree.fromstring(tif.ome_metadata)
+    except ElementTree.ParseError as exc:
+        raise CorruptFileError(f"{path}: OME metadata: not well-formed XML ({exc})") from None
+    for number, pixels in enumerate(e for e in root.iter() if e.tag.rsplit("}", 1)[-1] == "Pixels"):
+        sizes = {}
+        for axis in "XYZCT":
+            text = pixels.get(f"Size{axis}", "1")
+            if not text.isdigit() or int(text) < 1:
+                raise HeaderError(f"{path}: OME metadata: image {number} Size{axis}={text!r} is not a positive integer")
+            sizes[axis] = int(text)
+        if math.prod(sizes.values()) > file_size * _MAX_EXPANSION:
+            claimed = " x ".join(f"Size{a}={n}" for a, n in sizes.items())
+            raise SizeError(f"{path}: OME metadata: image {number} claims {claimed} pixels, more than the "
+                            f"{file_size}-byte file can hold")
+
+
+def _check_segments(path: Path, file: BinaryIO, series, file_size: int) -> None:
+    """Refuse strips or tiles that end past the file, or that decode to more than a strip or tile of the
+    page holds, before tifffile reads them: it would first allocate whatever they claim or expand to."""
     for number, page in enumerate(series.pages):
         if page is None:
             continue
+        decoder = _BOUNDED_DECODERS.get(int(page.compression))
+        limit = math.prod(page.chunks) * page.dtype.itemsize if page.dtype is not None else 0
         for offset, count in zip(page.dataoffsets, page.databytecounts):
             if offset + count > file_size:
                 raise TruncatedFileError(f"{path}: StripOffsets/StripByteCounts (page {number}): a segment of {count} "
                                          f"bytes at offset {offset} ends past the {file_size}-byte file")
+            if decoder is not None and _expands_past(decoder, os.pread(file.fileno(), count, offset), limit):
+                raise SizeError(f"{path}: StripByteCounts (page {number}): the {count}-byte segment at offset "
+                                f"{offset} decodes to more than the {limit} bytes a segment of the page holds")
 
 
-def _read(path: Path, series: int | None, mmap: bool):
-    """Read one series of a TIFF file: ``(Array, Metadata)``."""
-    from noa_core.array import asarray
-
+def _expands_past(make_decoder, data: bytes, limit: int) -> bool:
+    """Whether ``data`` decodes to more than ``limit`` bytes (decoding at most one byte more; a damaged
+    segment is left for tifffile to report)."""
     try:
-        with tifffile.TiffFile(path) as tif:
-            count = len(tif.series)
-            if count == 0:
-                raise CorruptFileError(f"{path}: series: the TIFF holds no image")
-            index = 0 if series is None else int(series)
-            if not 0 <= index < count:
-                raise HeaderError(f"{path}: series: {series} is not in 0..{count - 1}")
-            chosen = tif.series[index]
-            notices = []
-            if series is None and count > 1:
-                notices.append(f"{path}: {count} series; read series 0 ({chosen.axes} {chosen.shape}); "
-                               f"pass series=N (0..{count - 1}) to read another")
-            data = _load(path, tif, chosen, mmap)
-            bdhw, words = map_axes(path, data, chosen.axes)
+        return len(make_decoder().decompress(data, limit + 1)) > limit
+    except (zlib.error, lzma.LZMAError):
+        return False
+
+
+# TIFF compression code -> a streaming decoder whose output can be bounded (deflate, LZMA)
+_BOUNDED_DECODERS = {8: zlib.decompressobj, 32946: zlib.decompressobj, 34925: lzma.LZMADecompressor}
+
+
+def _load(path: Path, tif: tifffile.TiffFile, file: BinaryIO, series, file_size: int, mmap: bool) -> np.ndarray:
+    """The series data in its own axes order; memory-mapped read-only when it is stored plainly."""
+    dtype = np.dtype(series.dtype).newbyteorder(tif.byteorder)
+    nbytes = int(np.prod(series.shape, dtype=object)) * dtype.itemsize
+    offset = series.dataoffset
+    if mmap and offset is not None and dtype.isnative and offset + nbytes <= file_size:
+        flat = mapped.map_input(path, offset, dtype, nbytes // dtype.itemsize)
+        return flat.reshape(series.shape)
+    _check_segments(path, file, series, file_size)
+    data = series.asarray()
+    return data if data.dtype.isnative else data.astype(data.dtype.newbyteorder("="))
+
+
+def _layout_only(tif: tifffile.TiffFile, file: BinaryIO, series, file_size: int) -> np.ndarray:
+    """A stand-in for the series data with the shape and C strides a read gives, over a single element:
+    only its shape and strides are ever looked at, never its values."""
+    dtype = np.dtype(series.dtype)
+    strides, step = [], dtype.itemsize
+    for n in reversed(series.shape):
+        strides.insert(0, step)
+        step *= n
+    return as_strided(np.zeros(1, dtype), series.shape, strides, writeable=False)
+
+
+Take = Callable[[tifffile.TiffFile, BinaryIO, Any, int], np.ndarray]
+
+
+def _parsed(path: Path, series: int | None, take: Take) -> tuple[np.ndarray, Metadata]:
+    """Open the chosen series of ``path`` and hand it to ``take`` (the data, or a layout-only stand-in):
+    the BDHW view of what ``take`` returns, and the metadata."""
+    try:
+        with open_input(path) as file, tifffile.TiffFile(file, name=path.name) as tif:
+            file_size = os.fstat(file.fileno()).st_size
+            if tif.is_ome:
+                _check_ome_sizes(path, tif, file_size)
+            index, chosen, notices = _choose_series(path, tif, series)
+            _declared_bytes(path, chosen, file_size)
+            bdhw, words = map_axes(path, take(tif, file, chosen, file_size), chosen.axes)
             pixel, unit = _pixel_size(tif, index, chosen.axes)
-            source_dtype = np.dtype(chosen.dtype).name
     except FileFormatError:
         raise
     except Exception as exc:  # tifffile raises many types on damaged files; each becomes one error
         raise CorruptFileError(f"{path}: TIFF structure: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
-    array = asarray(bdhw)
-    if array.order == "F":
+    shape = layout.as_shape4(bdhw.shape)
+    order = layout.order_of(shape, layout.as_strides4(tuple(s // bdhw.itemsize for s in bdhw.strides)))
+    if order == "F":
         notices.append(f"{path}: stored column-major (axes {chosen.axes}): readers that ignore the axes show "
                        "the transpose")
-    metadata = Metadata(format=FORMAT.name, shape=array.shape, dtype=source_dtype, pixel_size=pixel, unit=unit,
-                        order=array.order, axes=words, path=str(path), series=index, notices=notices)
-    return array, metadata
+    metadata = Metadata(format=FORMAT.name, shape=shape, dtype=np.dtype(chosen.dtype).name, pixel_size=pixel,
+                        unit=unit, order=order, axes=words, path=str(path), series=index, notices=notices)
+    return bdhw, metadata
+
+
+def _choose_series(path: Path, tif: tifffile.TiffFile, series: int | None):
+    """``(index, series, notices)`` of the series asked for (the first by default, with a notice when there are more)."""
+    count = len(tif.series)
+    if count == 0:
+        raise CorruptFileError(f"{path}: series: the TIFF holds no image")
+    index = 0 if series is None else int(series)
+    if not 0 <= index < count:
+        raise HeaderError(f"{path}: series: {series} is not in 0..{count - 1}")
+    chosen = tif.series[index]
+    notices = []
+    if series is None and count > 1:
+        notices.append(f"{path}: {count} series; read series 0 ({chosen.axes} {chosen.shape}); "
+                       f"pass series=N (0..{count - 1}) to read another")
+    return index, chosen, notices
+
+
+def _read(path: Path, request: ReadRequest):
+    """Read one series of a TIFF file: ``(Array, Metadata)``."""
+    from noa_core.array import asarray
+
+    bdhw, metadata = _parsed(path, request.series, lambda tif, file, series, size: _load(
+        path, tif, file, series, size, request.mmap))
+    return asarray(bdhw), metadata
+
+
+def _probe(path: Path, request: ReadRequest) -> Probe:
+    """What :func:`_read` gives, from the TIFF structure alone."""
+    view, metadata = _parsed(path, request.series, _layout_only)
+    strides = layout.as_strides4(tuple(s // view.itemsize for s in view.strides))
+    return Probe(metadata.shape, strides, np.dtype(view.dtype), metadata)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,6 +333,11 @@ def create_file(path: Path, shape: Shape4, dtype: np.dtype, order: str, metadata
     return offset
 
 
+def _check_request(path: Path, request: ReadRequest) -> None:
+    if request.as_stack or request.as_volume:
+        raise FileFormatError(f"{path}: as_stack/as_volume: TIFF axes name their meaning; these options are for MRC")
+
+
 class TiffFormat:
     """TIFF and BigTIFF files: the TIFF :class:`~noa_core.io.protocol.ImageFormat`."""
 
@@ -263,9 +356,12 @@ class TiffFormat:
         raise CorruptFileError(f"{path}: magic bytes: {head[:4]!r} is not a TIFF signature")
 
     def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
-        if request.as_stack or request.as_volume:
-            raise FileFormatError(f"{path}: as_stack/as_volume: TIFF axes name their meaning; these options are for MRC")
-        return _read(path, request.series, request.mmap)
+        _check_request(path, request)
+        return _read(path, request)
+
+    def probe(self, path: Path, request: ReadRequest) -> Probe:
+        _check_request(path, request)
+        return _probe(path, request)
 
     def check_writable(self, dtype: np.dtype, shape: Shape4, path: Path) -> None:
         check_dtype(dtype, path)

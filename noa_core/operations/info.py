@@ -28,18 +28,19 @@ def describe(path: Path, options: Options) -> dict:
     import dataclasses
 
     from noa_core import dtypes
-    
-    array, meta = options.open_input(path)
+
+    probe = options.probe_input(path)
+    meta = probe.metadata
     return {
         "path": str(path),
         "format": meta.format,
-        "dtype": str(dtypes.base_of(array.dtype)),
+        "dtype": str(dtypes.base_of(probe.dtype)),
         "mode": meta.mrc.mode if meta.mrc is not None else None,  # MRC's element type code
-        "shape": list(array.shape),
-        "strides": list(array.strides),
-        "order": array.order,
-        "kind": array.kind,
-        "ndim": array.ndim,
+        "shape": list(probe.shape),
+        "strides": list(probe.strides),
+        "order": probe.order,
+        "kind": probe.kind,
+        "ndim": probe.ndim,
         "pixel_size": list(meta.pixel_size),
         "pixel_unit": meta.unit,
         "origin": list(meta.origin),

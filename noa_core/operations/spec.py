@@ -18,7 +18,7 @@ from noa_core.errors import ParameterError
 
 if TYPE_CHECKING:
     from noa_core.array import Array
-    from noa_core.io import Metadata
+    from noa_core.io import Metadata, Probe
     from noa_core.operations.plan import Plan
 
 
@@ -196,9 +196,18 @@ class Options(dict):
         """An input read as :data:`READING` say (MRC stack or volume, TIFF series): lazily, header first."""
         from noa_core import io
 
+        return io.read(path, **self._reading())
+
+    def probe_input(self, path: str | Path) -> Probe:
+        """What :meth:`open_input` would give, from the header alone (no data read or decompressed)."""
+        from noa_core import io
+
+        return io.probe(path, **self._reading())
+
+    def _reading(self) -> dict[str, Any]:
         as_stack = self.get("as_stack")
-        return io.read(path, as_stack=as_stack is True or None, as_volume=as_stack is False or None,
-                       series=self.get("series"))
+        return {"as_stack": as_stack is True or None, "as_volume": as_stack is False or None,
+                "series": self.get("series")}
 
 
 # -- the declaration ------------------------------------------------------------------------------
