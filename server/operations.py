@@ -64,14 +64,14 @@ def _run(params: OpParams, inputs: Sequence[Path], output: Path | None, max_voxe
     from noa_core.run.local import write_plan
 
     operation: Operation = params.declaration
+    options = operation.options(params.values())
+    if operation.reads_data:  # from the headers, before planning decompresses or maps anything
+        check_voxels([options.probe_input(path).shape for path in inputs], max_voxels)
     if operation.writes:
         task = operation.task(params.values(), shared=inputs[1:])
         plan = task.plan(inputs[0])
         check_voxels([*plan.input_shapes, plan.shape], max_voxels)
         return write_plan(plan, output, overwrite=overwrite, device=task.device, progress=progress)
-    options = operation.options(params.values())
-    if operation.reads_data:
-        check_voxels([options.open_input(path)[0].shape for path in inputs], max_voxels)
     assert operation.report is not None
     return operation.report(inputs[0], options)
 

@@ -1,0 +1,71 @@
+"""Uploads that claim or expand to far more voxels than the service allows (issue 20, item 12): the
+limit is checked from the headers, before any data are decompressed."""
+
+from __future__ import annotations
+
+import bz2
+import tracemalloc
+import warnings
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+import pytest
+from conftest import assert_problem
+
+warnings.filterwarnings("ignore", message=".*httpx.*")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from noa_server.app import create_app  # noqa: E402
+from noa_server.settings import Settings  # noqa: E402
+
+MAX_VOXELS = 1000
+SHAPE = (16, 1024, 1024)  # nz, ny, nx: 64 MiB of float32
+DATA_BYTES = 4 * SHAPE[0] * SHAPE[1] * SHAPE[2]
+
+
+@pytest.fixture
+def client(tmp_path):
+    (tmp_path / "tmp").mkdir()
+    with TestClient(create_app(Settings(max_voxels=MAX_VOXELS, tmp_dir=tmp_path / "tmp")),
+                    raise_server_exceptions=False) as c:
+        yield c
+
+
+def claiming_header(tmp_path: Path) -> bytes:
+    """1024 header bytes, written by mrcfile, of a float32 volume of SHAPE."""
+    with mrcfile.new(tmp_path / "h.mrc", np.zeros((1, 1, 1), np.float32), overwrite=True) as f:
+        f.header.nz, f.header.ny, f.header.nx = SHAPE
+    return (tmp_path / "h.mrc").read_bytes()[:1024]
+
+
+def zeros_bz2(header: bytes) -> bytes:
+    """``header`` then DATA_BYTES zeros, bzip2-compressed (a few hundred bytes)."""
+    compressor = bz2.BZ2Compressor()
+    block = bytes(DATA_BYTES // SHAPE[0])
+    return b"".join([compressor.compress(header), *(compressor.compress(block) for _ in range(SHAPE[0])),
+                     compressor.flush()])
+
+
+@pytest.mark.parametrize("operation", ["copy", "stats", "permute"])
+def test_the_voxel_limit_comes_before_any_data_is_read(client, tmp_path, operation):
+    """A stream holding the header alone: reading any data would fail as truncated; the limit answers first."""
+    sent = bz2.compress(claiming_header(tmp_path))
+    form = {"axes": ["0", "1", "3", "2"]} if operation == "permute" else {}
+    response = client.post(f"/v1/upload/{operation}", data=form, files={"file": ("bomb.mrc.bz2", sent)})
+    body = assert_problem(response, 422, "too-many-voxels")
+    assert f"limit is {MAX_VOXELS}" in body["detail"]
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_bzip2_bomb_upload_is_refused_without_decompressing_it(client, tmp_path):
+    sent = zeros_bz2(claiming_header(tmp_path))
+    assert len(sent) < 4096 and len(bz2.decompress(sent)) == 1024 + DATA_BYTES  # the oracle: what it holds
+    tracemalloc.start()
+    try:
+        response = client.post("/v1/upload/copy", files={"file": ("bomb.mrc.bz2", sent)})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert_problem(response, 422, "too-many-voxels")
+    assert peak < DATA_BYTES // 8, peak
