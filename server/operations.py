@@ -13,9 +13,9 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 from noa_core.errors import NoaError
@@ -37,6 +37,7 @@ except ImportError:  # no flock (Windows): upload folders of killed processes ar
 EXTENSIONS = {fmt.name: fmt.output_extensions[0] for fmt in formats.FORMATS}
 MEDIA_TYPES = {fmt.name: fmt.media_type for fmt in formats.FORMATS}
 INLINE_BYTES = 1 << 20  # results up to this size are sent from memory, larger ones streamed from disk
+PROC_FD = "/proc/self/fd"  # /proc/self/fd/N: the file descriptor N has open, whatever its path is now
 UPLOAD_PREFIX = "noa-upload-"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -87,7 +88,8 @@ class ClientNames:
     names: dict[str, str]
 
     def text(self, message: str) -> str:
-        for server_path, client_name in self.names.items():
+        # Longest first: a server path may begin another ('/proc/self/fd/1' and '/proc/self/fd/12/').
+        for server_path, client_name in sorted(self.names.items(), key=lambda item: -len(item[0])):
             message = message.replace(server_path, client_name)
         return message
 
@@ -108,17 +110,51 @@ def plan_and_run(request: PathRequest, sandbox: Sandbox, max_voxels: int) -> Any
 
 
 def run_on_paths(planned: Planned, max_voxels: int, progress: Progress) -> Any:
-    """Run a planned request; the JSON-ready result names files as the client did."""
-    names = ClientNames({f"{planned.sandbox.root}/": ""})
-    with names.in_errors():
-        return _run_on_paths(planned, max_voxels, progress, names)
+    """Run a planned request on the files its paths name when it runs; the JSON-ready result names
+    files as the client did."""
+    with ExitStack() as opened:
+        inputs, output, names = _open(planned, opened)
+        with names.in_errors():
+            return _run_on_paths(planned, inputs, output, max_voxels, progress, names)
 
 
-def _run_on_paths(planned: Planned, max_voxels: int, progress: Progress, names: ClientNames) -> Any:
+def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None, ClientNames]:
+    """The planned files opened beneath the root (:meth:`Sandbox.open`), as paths for noa_core that no
+    symlink swapped in later can redirect, and the client's names for them (closed by ``opened``).
+
+    An input is a link named as the client's file (its extension tells the format) to ``/proc/self/fd/N``,
+    which is the opened file itself. The output is ``/proc/self/fd/N/NAME`` in its opened folder: the
+    temporary file is created there and renamed there, and a rename never follows a symlink.
+    """
+    sandbox = planned.sandbox
+    names = {f"{sandbox.root}/": ""}
+    inputs = []
+    links = new_upload_folder(sandbox.scratch)
+    opened.callback(remove_upload_folder, links)
+    for i, relative in enumerate(planned.request.input_paths()):
+        fd, _ = sandbox.open(relative)
+        opened.callback(os.close, fd)
+        link = links / str(i) / PurePosixPath(relative).name
+        link.parent.mkdir()
+        link.symlink_to(f"{PROC_FD}/{fd}")
+        names[str(link)] = relative
+        inputs.append(link)
+    dst = planned.request.output_path()
+    if dst is None:
+        return inputs, None, ClientNames(names)
+    fd, path = sandbox.open_folder(dst)
+    opened.callback(os.close, fd)
+    folder = PurePosixPath(dst).parent.as_posix()
+    names[f"{PROC_FD}/{fd}/"] = "" if folder == "." else f"{folder}/"
+    return inputs, Path(PROC_FD, str(fd), path.name), ClientNames(names)
+
+
+def _run_on_paths(planned: Planned, inputs: list[Path], output: Path | None, max_voxels: int, progress: Progress,
+                  names: ClientNames) -> Any:
     request = planned.request
     assert isinstance(request, OpParams)
     overwrite = getattr(request, "overwrite", False)  # reports write nothing
-    result = _run(request, planned.inputs, planned.output, max_voxels, overwrite=overwrite, progress=progress)
+    result = _run(request, inputs, output, max_voxels, overwrite=overwrite, progress=progress)
     if request.declaration.writes:
         return for_client({"output": planned.sandbox.relative(planned.output), "notices": result}, names)
     return for_client({**result, "path": request.input_paths()[0]}, names)
@@ -193,7 +229,7 @@ _HELD_LOCK = threading.Lock()
 
 
 def new_upload_folder(tmp_dir: Path | None) -> Path:
-    """A fresh folder for one upload request, locked for as long as it exists."""
+    """A fresh folder for one request's files (uploads, links to opened files), locked while it exists."""
     _release_removed()
     while True:
         workdir = Path(tempfile.mkdtemp(prefix=UPLOAD_PREFIX, dir=tmp_dir))
@@ -213,7 +249,7 @@ def new_upload_folder(tmp_dir: Path | None) -> Path:
 
 
 def remove_upload_folder(workdir: Path) -> None:
-    """Remove an upload folder and release its lock."""
+    """Remove a folder from :func:`new_upload_folder` and release its lock."""
     shutil.rmtree(workdir, ignore_errors=True)
     _release_removed()
 

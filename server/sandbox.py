@@ -4,13 +4,23 @@ A client names files by paths relative to ``--data-root``. :class:`Sandbox` turn
 an absolute one only when it stays inside the root after every symlink is followed; absolute paths,
 ``..`` segments, backslashes and percent-encoded dots or separators (a sign of double encoding or
 an attack, never of a real file name) are refused before the file system is even consulted.
+
+A check on paths alone races with anyone who can write under the root: a folder swapped for a
+symlink after the check would be followed. So files are then opened (:meth:`Sandbox.open`) beneath
+the root's descriptor along the checked, symlink-free path with no symlink followed on the way
+(``openat2`` with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``, or a walk of ``O_NOFOLLOW`` folder
+descriptors where the kernel lacks it): a symlink swapped in since is refused, never followed.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import re
 import stat
+import sys
+import weakref
 from pathlib import Path, PurePosixPath
 
 from noa_server.problems import ProblemError
@@ -21,6 +31,61 @@ MAX_PATH_CHARS = 1024
 
 def _refuse(detail: str, status: int = 403) -> ProblemError:
     return ProblemError(status, "path-refused", "Path refused", detail)
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+_SYS_OPENAT2 = 437  # Linux 5.6+, one number on every architecture (the shared table from 424 on)
+_RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x04, 0x08
+_OPENAT2_RETRIES = 8  # EAGAIN: a rename raced with the lookup; the kernel asks for another try
+_FOLDER = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+_openat2_usable = _libc is not None  # until the kernel (or a seccomp filter) says otherwise
+
+
+def _openat2(dir_fd: int, relative: str, flags: int) -> int:
+    how = _OpenHow(flags | os.O_CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS)
+    for _ in range(_OPENAT2_RETRIES):
+        fd = _libc.syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_long(dir_fd), ctypes.c_char_p(os.fsencode(relative)),
+                           ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+        if fd >= 0:
+            return fd
+        code = ctypes.get_errno()
+        if code != errno.EAGAIN:
+            break
+    raise OSError(code, os.strerror(code), relative)
+
+
+def _walk(dir_fd: int, relative: str, flags: int) -> int:
+    """What :func:`_openat2` does, one component at a time, each opened with O_NOFOLLOW."""
+    *folders, name = relative.split("/")
+    fd = dir_fd
+    try:
+        for folder in folders:
+            inner = os.open(folder, _FOLDER, dir_fd=fd)
+            if fd != dir_fd:
+                os.close(fd)
+            fd = inner
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        if fd != dir_fd:
+            os.close(fd)
+
+
+def open_beneath(dir_fd: int, relative: str, flags: int) -> int:
+    """Open ``relative`` (no ``..``, no empty or ``.`` components) beneath the folder ``dir_fd``
+    following no symlink at all; OSError (ELOOP or ENOTDIR) where one is met."""
+    global _openat2_usable
+    if _openat2_usable:
+        try:
+            return _openat2(dir_fd, relative, flags)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSYS, errno.EPERM):  # EPERM: a seccomp filter that does not know it
+                raise
+            _openat2_usable = False
+    return _walk(dir_fd, relative, flags)
 
 
 def _encodable(text: str) -> bool:
@@ -35,9 +100,12 @@ def _encodable(text: str) -> bool:
 class Sandbox:
     """Maps client paths into ``root``; ``hidden`` (the job state directory) is refused too."""
 
-    def __init__(self, root: Path, hidden: Path | None = None):
+    def __init__(self, root: Path, hidden: Path | None = None, scratch: Path | None = None):
         self.root = root.resolve()
         self.hidden = None if hidden is None else hidden.resolve()
+        self.scratch = scratch  # where a request may keep private files (None: the system's temporary folder)
+        self._root_fd = os.open(self.root, _FOLDER)
+        weakref.finalize(self, os.close, self._root_fd)
 
     def resolve(self, relative: str) -> Path:
         """The absolute path of ``relative`` inside the root, or a 400/403 problem."""
@@ -80,8 +148,40 @@ class Sandbox:
                     return (self.root / pure).resolve()
                 except RuntimeError:  # what Path.resolve raises for a loop of links
                     raise _refuse(f"{pure.as_posix()!r}: a loop of symbolic links", 400) from None
+                except OSError:  # the link was replaced while it was read (EINVAL: no longer a link)
+                    raise _refuse(f"{pure.as_posix()!r} changed while it was checked") from None
         return Path(path)
+
+    def open(self, relative: str, flags: int = os.O_RDONLY | os.O_NONBLOCK) -> tuple[int, Path]:
+        """A descriptor for the file ``relative`` names (by default for reading; O_NONBLOCK so that a
+        FIFO cannot block), and its checked path. See the module documentation."""
+        path = self.resolve(relative)
+        try:
+            return open_beneath(self._root_fd, path.relative_to(self.root).as_posix(), flags), path
+        except OSError as exc:
+            raise _opening_failed(relative, exc) from None
+
+    def open_folder(self, relative: str) -> tuple[int, Path]:
+        """A descriptor for the folder an output named ``relative`` goes in, and the output's checked path."""
+        path = self.resolve(relative)
+        try:
+            return open_beneath(self._root_fd, path.parent.relative_to(self.root).as_posix(), _FOLDER), path
+        except OSError as exc:
+            folder = PurePosixPath(relative).parent.as_posix()
+            raise _opening_failed(relative, exc, f"the folder {folder} does not exist") from None
 
     def relative(self, path: Path) -> str:
         """How a client names ``path`` (never the server's absolute layout)."""
         return path.relative_to(self.root).as_posix()
+
+
+def _opening_failed(relative: str, exc: OSError, missing: str = "no such file") -> Exception:
+    """The problem for a file that passed the checks but could not be opened: gone (404), or a
+    symlink swapped in after the check, or no permission (403). Anything else is the server's."""
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):  # a name over 255 bytes: no such file
+        return ProblemError(404, "file-not-found", "File or folder not found", f"{relative}: {missing}")
+    if exc.errno in (errno.ELOOP, errno.EXDEV, errno.EAGAIN):  # EAGAIN: renames kept racing with openat2
+        return _refuse(f"{relative!r} changed while it was opened: a symbolic link appeared in it")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return _refuse(f"{relative!r}: permission denied")
+    return exc

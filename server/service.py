@@ -43,7 +43,7 @@ class Service:
         if root is not None and not root.is_dir():
             # A typo in --data-root must stop the server, not create an empty root.
             raise ValueError(f"data root {root} is not a folder")
-        self.sandbox = None if root is None else Sandbox(root, settings.jobs_dir)
+        self.sandbox = None if root is None else Sandbox(root, settings.jobs_dir, settings.tmp_dir)
         self.jobs = None if root is None else JobStore(settings.jobs_dir, settings.job_ttl)
         self._pool = ThreadPoolExecutor(settings.workers, "noa-worker", initializer=_pin_kernel_threads,
                                         initargs=(settings.kernel_threads,))

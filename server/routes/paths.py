@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,6 +14,7 @@ import anyio
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import FileResponse, JSONResponse
+from starlette.types import Receive, Scope, Send
 
 from noa_core.errors import UnknownFormatError
 from noa_core.io import formats
@@ -81,11 +84,27 @@ DOWNLOAD_RESPONSES = {
 }
 
 
-def _existing_file(sandbox: Sandbox, path: str) -> Path:
-    resolved = sandbox.resolve(path)
-    if not resolved.is_file():
+class OpenedFileResponse(FileResponse):
+    """The file behind descriptor ``fd`` (through ``/proc/self/fd``: the file opened, whatever its path
+    holds now), which is closed once sent, also when the transfer fails midway."""
+
+    def __init__(self, fd: int, **kwargs: Any):
+        super().__init__(f"{operations.PROC_FD}/{fd}", stat_result=os.fstat(fd), **kwargs)
+        self.fd = fd
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            os.close(self.fd)
+
+
+def _open_file(sandbox: Sandbox, path: str) -> tuple[int, Path]:
+    fd, resolved = sandbox.open(path)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
         raise ProblemError(404, "file-not-found", "File not found", f"{path}: no such file")
-    return resolved
+    return fd, resolved
 
 
 def media_type(path: Path) -> str:
@@ -97,5 +116,5 @@ def media_type(path: Path) -> str:
 
 
 async def download(svc: Svc, path: str):
-    resolved = await anyio.to_thread.run_sync(_existing_file, svc.paths(), path)
-    return FileResponse(resolved, media_type=media_type(resolved), filename=resolved.name)
+    fd, resolved = await anyio.to_thread.run_sync(_open_file, svc.paths(), path)
+    return OpenedFileResponse(fd, media_type=media_type(resolved), filename=resolved.name)

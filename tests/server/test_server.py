@@ -164,6 +164,46 @@ def test_sandbox_walk_agrees_with_path_resolve(tmp_path):
     assert sandbox.relative(sandbox.resolve("sub/new.mrc")) == "sub/new.mrc"
 
 
+@pytest.mark.parametrize("walk", [False, True], ids=["openat2", "walk"])
+def test_sandbox_opens_what_it_checked(root, monkeypatch, walk):
+    """Files are opened beneath the root along the checked path (symlinks inside the root still
+    work: the check resolved them); what cannot be opened is a 404, never a server error."""
+    from noa_server import sandbox as sandbox_module
+
+    monkeypatch.setattr(sandbox_module, "_openat2_usable", sandbox_module._openat2_usable and not walk)
+    (root / "inside").symlink_to(root / "sub")
+    sandbox = Sandbox(root)
+    fd, path = sandbox.open("inside/a.map")
+    try:
+        assert os.read(fd, 100) == b"not really an mrc" and path == sandbox.root / "sub" / "a.map"
+    finally:
+        os.close(fd)
+    fd, path = sandbox.open_folder("inside/new.map")
+    try:
+        assert os.path.samefile(f"/proc/self/fd/{fd}", root / "sub") and path.name == "new.map"
+    finally:
+        os.close(fd)
+    for missing in ("sub/" + "x" * 300, "sub/none.map", "sub/a.map/x"):
+        with pytest.raises(ProblemError) as caught:
+            sandbox.open(missing)
+        assert caught.value.status == 404, missing
+    with pytest.raises(ProblemError, match="the folder nowhere does not exist") as caught:
+        sandbox.open_folder("nowhere/out.mrc")
+    assert caught.value.status == 404
+
+
+def test_path_errors_name_files_as_the_client_did(client, root):
+    """Inputs and outputs are opened beneath the root and handed to noa_core as /proc/self/fd paths;
+    its messages still name the client's files."""
+    write_mrc(root / "sub" / "real.mrc", np.arange(12, dtype=np.float32).reshape(3, 4))
+    body = {"src": "sub/real.mrc", "dst": "sub/copy.mrc"}
+    assert client.post("/v1/paths/copy", json=body, headers=AUTH).status_code == 201
+    exists = assert_problem(client.post("/v1/paths/copy", json=body, headers=AUTH), 409, "output-exists")
+    unreadable = assert_problem(client.post("/v1/paths/copy", json={"src": "sub/a.map", "dst": "c.mrc"}, headers=AUTH),
+                                422, "unreadable-file")
+    assert exists["detail"].startswith("sub/copy.mrc: ") and unreadable["detail"].startswith("sub/a.map: ")
+
+
 # -- problems ---------------------------------------------------------------------------------------
 
 
