@@ -144,7 +144,7 @@ def run(argv: Optional[list[str]] = None) -> None:
     """Console-script entry: exit 0 on success, 2 on bad usage or input, 1 on internal errors, 130 on
     Ctrl-C and 143 on SIGTERM (temporary outputs removed in both cases)."""
     args = sys.argv[1:] if argv is None else argv
-    sys.exit(report.guarded(lambda: app(args=args, prog_name="noa", standalone_mode=False), debug="--debug" in args))
+    report.leave(report.guarded(lambda: app(args=args, prog_name="noa", standalone_mode=False), debug="--debug" in args))
 
 
 if __name__ == "__main__":

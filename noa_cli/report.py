@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 import typer
@@ -126,17 +127,48 @@ def guarded(call: Callable[[], object], debug: bool) -> int:
         error(one_line(exc))
         return EXIT_USAGE
     except KeyboardInterrupt:
-        error("interrupted")
-        return EXIT_INTERRUPTED
+        return _stopped("interrupted", EXIT_INTERRUPTED)
     except Terminated:
-        error("terminated")
-        return EXIT_TERMINATED
+        return _stopped("terminated", EXIT_TERMINATED)
     except Exception as exc:  # noqa: BLE001 - the last resort: never a bare traceback
         if debug:
             traceback.print_exc()
         else:
             error(f"internal error: {type(exc).__name__}: {one_line(exc)} (rerun with 'noa --debug ...' for the traceback)")
         return EXIT_INTERNAL
+
+
+def leave(code: int) -> NoReturn:
+    """Exit with ``code``; after a signal at once, with the streams flushed: the signal may have landed
+    while a worker pool's queue or lock was half-updated, and the interpreter's exit, which joins the
+    pool's threads, would then wait forever. The work is abandoned anyway."""
+    if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def _stopped(message: str, code: int) -> int:
+    """Stopped by a signal: the ``with`` blocks have discarded their temporary files; remove any the
+    signal caught while it was being created (before a block owned it)."""
+    _remove_own_temporaries()
+    error(message)
+    return code
+
+
+def _remove_own_temporaries() -> None:
+    """Remove the temporary outputs this process still has open. A temporary output stays open (its
+    lock) until it is committed or discarded, so an open one is this process's and unfinished."""
+    from noa_core.io.atomic import TEMP_SUFFIX
+
+    with contextlib.suppress(OSError):  # no /proc (not Linux): the ``with`` blocks did what they could
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/self/fd/{fd}")  # a removed file reads 'PATH (deleted)'
+                name = os.path.basename(target)
+                if name.startswith(".") and name.endswith(TEMP_SUFFIX):
+                    os.unlink(target)
 
 
 @contextlib.contextmanager
