@@ -27,6 +27,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from noa_core.errors import TruncatedFileError
+from noa_core.io.compression import open_input
 
 # mmap object -> address of its first byte. Weak, so a closed and dropped mapping leaves no trace.
 _SHARED: weakref.WeakKeyDictionary[mmap.mmap, int] = weakref.WeakKeyDictionary()
@@ -45,7 +46,8 @@ def _register(mm: mmap.mmap) -> None:
 
 def map_input(path: Path, offset: int, dtype: np.dtype, count: int) -> np.ndarray:
     """A read-only 1-d view of ``count`` items of ``dtype`` at byte ``offset`` of ``path``."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    with open_input(path) as file:  # refuses a FIFO or device swapped in for the file, without blocking
+        fd = os.dup(file.fileno())
     try:
         mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except BaseException:
