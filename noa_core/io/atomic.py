@@ -107,15 +107,15 @@ def _remove_if_abandoned(temp: Path, now: float) -> bool:
     return False
 
 
-def _temporaries(folder: Path) -> dict[str, list[Path]]:
-    """The temporary files in ``folder``, by the output name they were for."""
-    found: dict[str, list[Path]] = {}
+def _temporaries(folder: Path) -> dict[str, list[str]]:
+    """The names of the temporary files in ``folder``, by the output name they were for."""
+    found: dict[str, list[str]] = {}
     with os.scandir(folder) as entries:
         for entry in entries:
             name = entry.name
             if name.startswith(".") and name.endswith(TEMP_SUFFIX):
                 output = name[1:-len(TEMP_SUFFIX)].rsplit(".", 1)[0]  # ".{output}.{random}.noa-tmp"
-                found.setdefault(output, []).append(folder / name)
+                found.setdefault(output, []).append(name)
     return found
 
 
@@ -123,34 +123,41 @@ def remove_abandoned(path: Path) -> list[Path]:
     """Remove the temporary files of writers of ``path`` that died before finishing: those older
     than :data:`ABANDONED_AFTER_S` that nobody holds locked. Returns what was removed."""
     now = time.time()
-    return [t for t in _temporaries(path.parent).get(path.name, []) if _remove_if_abandoned(t, now)]
+    temps = (path.parent / name for name in _temporaries(path.parent).get(path.name, []))
+    return [t for t in temps if _remove_if_abandoned(t, now)]
 
 
 # Folders this process has listed for temporary files, with what it found not yet looked at. Each
 # folder is listed once: a batch writing thousands of files into one folder must not list it for
 # every file (7 ms per listing of 10,000 entries). Temporary files that appear later are removed
-# by a later process (a rerun with --resume, say).
-_LISTED: collections.OrderedDict[Path, dict[str, list[Path]]] = collections.OrderedDict()
+# by a later process (a rerun with --resume, say). Folders are known by device and inode, not by path:
+# the service names them /proc/self/fd/N/, and descriptor numbers are reused.
+_LISTED: collections.OrderedDict[tuple[int, int], dict[str, list[str]]] = collections.OrderedDict()
 _LISTED_MAX = 1024
 _LISTED_LOCK = threading.Lock()
 
 
 def _remove_leftovers(path: Path) -> None:
     folder = path.parent.absolute()
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return
+    identity = (info.st_dev, info.st_ino)
     with _LISTED_LOCK:
-        found = _LISTED.get(folder)
+        found = _LISTED.get(identity)
         if found is None:
             try:
                 found = _temporaries(folder)
             except OSError:
                 return
-            _LISTED[folder] = found
+            _LISTED[identity] = found
             if len(_LISTED) > _LISTED_MAX:
                 _LISTED.popitem(last=False)
         candidates = found.pop(path.name, [])
     now = time.time()
-    for temp in candidates:
-        _remove_if_abandoned(temp, now)
+    for name in candidates:
+        _remove_if_abandoned(folder / name, now)
 
 
 class TemporaryOutput:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -129,3 +130,25 @@ def test_the_next_writer_removes_what_a_killed_writer_left(tmp_path):
         live.kill()
         live.wait()
     assert atomic.remove_abandoned(out) == [held]  # its writer is gone now
+
+
+def test_leftovers_are_found_by_folder_not_by_path(tmp_path):
+    """The service writes into /proc/self/fd/N/ folders, and descriptor numbers are reused: a listing
+    made through one folder's descriptor must not stand for another folder that later gets the number."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    fd = os.open(first, os.O_RDONLY | os.O_DIRECTORY)
+    via = Path(f"/proc/self/fd/{fd}")
+    atomic.TemporaryOutput(via / "out.mrc", overwrite=False).abort()  # lists `first` through the descriptor
+    os.close(fd)
+    left = second / ".out.mrc.killed.noa-tmp"  # what a killed writer left in the other folder
+    left.write_bytes(b"x")
+    _age(left, 2 * atomic.ABANDONED_AFTER_S)
+    reused = os.open(second, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert reused == fd  # the lowest free number: the same path now names the other folder
+        atomic.TemporaryOutput(via / "out.mrc", overwrite=False).abort()
+    finally:
+        os.close(reused)
+    assert not left.exists()
