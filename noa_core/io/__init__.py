@@ -18,9 +18,11 @@ one-line message names the file and the header field.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from noa_core.array import Array, asarray
+from noa_core.errors import FileFormatError
 from noa_core.io import formats
 from noa_core.io.metadata import Metadata, Statistics
 from noa_core.io.protocol import Probe, ReadRequest
@@ -30,7 +32,8 @@ __all__ = ["read", "open", "probe", "Probe", "write", "create", "copy_into", "Me
 
 
 def read(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bool | None = None,
-         series: int | None = None, mmap: bool = True) -> tuple[Array, Metadata]:
+         series: int | None = None, channel: int | None = None, level: int | None = None,
+         mmap: bool = True) -> tuple[Array, Metadata]:
     """Read an MRC (.mrc .mrcs .map .st .ali .rec, optionally .gz/.bz2) or TIFF file.
 
     Args:
@@ -38,30 +41,42 @@ def read(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bo
         as_stack: MRC only: read the sections as a stack of images ``(nz, 1, ny, nx)`` whatever ispg says.
         as_volume: MRC only: read the sections as one volume ``(1, nz, ny, nx)``.
         series: TIFF only: which series to read (default 0, with a notice when there are several).
+        channel: TIFF only: which channel to read (C axis or RGB samples); files whose channels cannot
+            map to the batch axis are refused without it.
+        level: TIFF only: which pyramid level to read (default 0, the full resolution).
         mmap: map uncompressed data read-only instead of loading it (the Array is then not writable).
 
     Returns:
         The BDHW array (a permuted view when the file's axes are not Z, Y, X) and its metadata.
     """
-    return _format_and_request(path, as_stack, as_volume, series, mmap, "read")
+    request = ReadRequest(as_stack=as_stack, as_volume=as_volume, series=series, channel=channel, level=level,
+                          mmap=mmap)
+    return _format_and_request(path, request, "read")
 
 
 def probe(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bool | None = None,
-          series: int | None = None) -> Probe:
+          series: int | None = None, channel: int | None = None, level: int | None = None) -> Probe:
     """What :func:`read` would give, from the header alone: BDHW shape, strides, dtype and metadata.
 
     No data are read or decompressed (a compressed MRC: its first kilobyte and extended header), yet
     the header's sizes are checked against what the file can hold. Arguments as for :func:`read`.
     """
-    return _format_and_request(path, as_stack, as_volume, series, True, "probe")
+    request = ReadRequest(as_stack=as_stack, as_volume=as_volume, series=series, channel=channel, level=level)
+    return _format_and_request(path, request, "probe")
 
 
-def _format_and_request(path, as_stack, as_volume, series, mmap, method: str):
+# Read options only some formats take: a format lists those it takes in ``read_options``.
+_FORMAT_READ_OPTIONS = {"channel": "channels", "level": "pyramid levels"}
+
+
+def _format_and_request(path, request: ReadRequest, method: str):
     """Detect the format of ``path`` and call its ``read`` or ``probe``."""
     p = formats.check_input(path)
     fmt, compression = formats.detect(p)
-    request = ReadRequest(compression, as_stack=as_stack, as_volume=as_volume, series=series, mmap=mmap)
-    return getattr(fmt, method)(p, request)
+    for name, what in _FORMAT_READ_OPTIONS.items():
+        if getattr(request, name) is not None and name not in getattr(fmt, "read_options", ()):
+            raise FileFormatError(f"{p}: {name}: {fmt.title} files have no {what}; {name}= is for TIFF")
+    return getattr(fmt, method)(p, dataclasses.replace(request, compression=compression))
 
 
 open = read  # noqa: A001 - ``noa_core.io.open`` reads the same way (lazily by default)

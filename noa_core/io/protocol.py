@@ -35,6 +35,8 @@ class ReadRequest:
         as_stack: read the sections as a stack of images whatever the header says (MRC).
         as_volume: read the sections as one volume (MRC).
         series: which series to read (TIFF); None for the first, with a notice when there are several.
+        channel: which channel (C axis or samples per pixel) to read (TIFF); None when the file has one.
+        level: which pyramid level to read (TIFF); None for the full resolution, level 0.
         mmap: map uncompressed data read-only instead of loading it.
     """
 
@@ -42,6 +44,8 @@ class ReadRequest:
     as_stack: bool | None = None
     as_volume: bool | None = None
     series: int | None = None
+    channel: int | None = None
+    level: int | None = None
     mmap: bool = True
 
 

@@ -15,12 +15,16 @@ column-major sections).
 from __future__ import annotations
 
 import codecs
+import contextlib
+import logging
 import lzma
 import math
 import os
+import re
 import xml.etree.ElementTree as ElementTree
 import zlib
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -40,7 +44,7 @@ from noa_core.errors import (
 )
 from noa_core.io import mapped
 from noa_core.io.compression import open_input
-from noa_core.io.metadata import Metadata, Statistics
+from noa_core.io.metadata import Metadata, Statistics, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.layout import Shape4
 
@@ -52,7 +56,10 @@ _MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")  # classic and BigTIFF
 
 _BATCH_AXES = "IQT"
 _SPATIAL = {"Z": 1, "Y": 2, "X": 3}
-_RESOLUTION_UNITS = {2: "inch", 3: "cm", 4: "mm", 5: "µm"}
+_CHANNEL_AXES = "CS"  # channels (C) and samples per pixel (S, RGB)
+_RESOLUTION_UNITS = {2: "inch", 3: "cm", 4: "mm", 5: "µm"}  # ResolutionUnit (4 and 5: tifffile's extension)
+_DISPLAY_DPI = 72.0
+_NO_UNIT = ("", "pixel", "pixels", "none")
 # Compressed pages cannot expand by more than this (deflate's limit is about 1032:1): a larger
 # claim is a corrupt header, refused before tifffile allocates anything.
 _MAX_EXPANSION = 1100
@@ -73,25 +80,53 @@ def _escape(text: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def map_axes(path: Path, data: np.ndarray, axes: str) -> tuple[np.ndarray, str]:
-    """A 4-d BDHW view of ``data`` whose dimensions are named by ``axes``, and the mapping in words."""
+def _select_channel(path: Path, data: np.ndarray, axes: str, channel: int | None) -> tuple[np.ndarray, str]:
+    """The data and axes with channel ``channel`` taken out of the C or S axis (None: all channels kept,
+    unless they are samples per pixel, which cannot map to BDHW)."""
+    present = [i for i, a in enumerate(axes) if a in _CHANNEL_AXES and data.shape[i] > 1]
+    if channel is None:
+        for i in present:
+            if axes[i] == "S":
+                raise AxisMappingError(f"{path}: axes {axes}: {data.shape[i]} samples per pixel (RGB or interleaved "
+                                       f"channels) cannot map to BDHW; {_choose_one(data.shape[i])}")
+        return data, axes
+    if len(present) > 1:
+        raise AxisMappingError(f"{path}: axes {axes}: both C and samples S hold channels; channel= picks "
+                               "from one axis of channels only")
+    count = data.shape[present[0]] if present else 1
+    if not 0 <= channel < count:
+        raise HeaderError(f"{path}: channel: {channel} is not in 0..{count - 1}")
+    if not present:
+        return data, axes
+    i = present[0]
+    return data[(slice(None),) * i + (channel,)], axes[:i] + axes[i + 1:]
+
+
+def _choose_one(count: int) -> str:
+    """How to read one of ``count`` channels, in the words of every door."""
+    return f"read one with channel=N (--channel N), N in 0..{count - 1}"
+
+
+def map_axes(path: Path, data: np.ndarray, axes: str, channel: int | None = None) -> tuple[np.ndarray, str]:
+    """A 4-d BDHW view of ``data`` whose dimensions are named by ``axes`` (channel ``channel`` only, when
+    given), and the mapping in words."""
+    data, axes = _select_channel(path, data, axes, channel)
     keep = [i for i, n in enumerate(data.shape) if n > 1]
     data = data[tuple(slice(None) if i in keep else 0 for i in range(data.ndim))]
     names = "".join(axes[i] for i in keep)
     for letter in names:
-        if letter == "S":
-            raise AxisMappingError(f"{path}: axes {axes}: samples per pixel (RGB or interleaved channels) "
-                                   "cannot map to BDHW; split the channels first")
         if letter not in _SPATIAL and letter not in _BATCH_AXES + "C":
             raise AxisMappingError(f"{path}: axes {axes}: axis {letter!r} has no BDHW counterpart "
                                    "(only Z, Y, X and batch-like I, Q, T, C are mapped)")
     batch = [i for i, a in enumerate(names) if a in _BATCH_AXES]
-    channel = names.find("C")
-    if channel >= 0:
+    channel_axis = names.find("C")
+    if channel_axis >= 0:
         if batch:
-            raise AxisMappingError(f"{path}: axes {axes}: channel axis C and batch axis "
-                                   f"{names[batch[0]]} are both larger than 1; BDHW has one batch axis")
-        batch = [channel]
+            count = data.shape[channel_axis]
+            raise AxisMappingError(f"{path}: axes {axes}: channel axis C ({count} channels) and batch axis "
+                                   f"{names[batch[0]]} are both larger than 1 and BDHW has one batch axis; "
+                                   f"{_choose_one(count)}")
+        batch = [channel_axis]
     if batch and batch != list(range(batch[0], batch[0] + len(batch))):
         raise AxisMappingError(f"{path}: axes {axes}: batch-like axes {''.join(names[i] for i in batch)} "
                                "are not adjacent, so they cannot merge into one batch axis")
@@ -110,46 +145,111 @@ def map_axes(path: Path, data: np.ndarray, axes: str) -> tuple[np.ndarray, str]:
     return data, f"{axes} -> {words}"
 
 
-def _ome_pixel_size(tif: tifffile.TiffFile, series: int) -> tuple[dict[str, float], str | None]:
+# -- pixel sizes: per axis letter (Z, Y, X), each with its unit, then in one unit ------------------
+
+Sizes = dict[str, tuple[float, str]]
+
+
+def _ome_sizes(tif: tifffile.TiffFile, series: int) -> Sizes:
+    """OME ``PhysicalSize{X,Y,Z}`` of image ``series`` with their units (OME's default unit is µm)."""
     root = ElementTree.fromstring(tif.ome_metadata)
-    images = [e for e in root.iter() if e.tag.endswith("}Image") or e.tag == "Image"]
-    pixels = next((e for e in images[series] if e.tag.endswith("Pixels")), None) if series < len(images) else None
+    images = [e for e in root.iter() if e.tag.rsplit("}", 1)[-1] == "Image"]
+    pixels = next((e for e in images[series] if e.tag.rsplit("}", 1)[-1] == "Pixels"), None) \
+        if series < len(images) else None
     if pixels is None:
-        return {}, None
-    sizes = {a: float(pixels.get(f"PhysicalSize{a}")) for a in "XYZ" if pixels.get(f"PhysicalSize{a}")}
-    return sizes, pixels.get("PhysicalSizeXUnit", "µm")
+        return {}
+    sizes = {a: (float(pixels.get(f"PhysicalSize{a}", 0)), pixels.get(f"PhysicalSize{a}Unit", "µm")) for a in "ZYX"}
+    return {a: size for a, size in sizes.items() if size[0] > 0}
 
 
-def _pixel_size(tif: tifffile.TiffFile, series: int, axes: str) -> tuple[tuple[float, float, float], str | None]:
-    """Pixel size per D, H, W and its unit, from OME, ImageJ, shaped metadata or resolution tags."""
-    if tif.is_ome:
-        sizes, unit = _ome_pixel_size(tif, series)
-        return (sizes.get("Z", 0.0), sizes.get("Y", 0.0), sizes.get("X", 0.0)), unit
-    page = tif.series[series].keyframe
-    sizes: dict[str, float] = {}
-    # The resolution tags describe the page's columns and rows, whichever axes those are.
-    for tag, letter in (("XResolution", axes[-1]), ("YResolution", axes[-2] if len(axes) > 1 else "")):
-        value = page.tags.get(tag)
-        if value is not None and value.value[0] > 0:
-            sizes[letter] = value.value[1] / value.value[0]
-    extra: dict = {}
+def _extra_metadata(tif: tifffile.TiffFile) -> dict:
+    """The ImageJ or tifffile "shaped" metadata (spacing, unit, ...), or an empty dict."""
     if tif.is_imagej:
-        extra = tif.imagej_metadata or {}
-    elif tif.is_shaped and tif.shaped_metadata:
-        extra = tif.shaped_metadata[0]
-    if "spacing" in extra:
-        sizes["Z"] = float(extra["spacing"])
+        return tif.imagej_metadata or {}
+    if tif.is_shaped and tif.shaped_metadata:
+        return tif.shaped_metadata[0]
+    return {}
+
+
+def _metadata_unit(extra: dict) -> str | None:
+    """The length unit ImageJ or tifffile metadata name, None when they name none ('pixel' is none)."""
     unit = extra.get("unit")
-    if unit is None:
+    if not isinstance(unit, str) or unit.strip().lower() in _NO_UNIT:
+        return None
+    return _unescape(unit).strip()
+
+
+def _resolution_sizes(path: Path, page, unit: str | None, notices: list[str]) -> Sizes:
+    """The X and Y pixel sizes XResolution and YResolution (pixels per unit) give, in ``unit`` (from
+    ImageJ or tifffile metadata) or else in ResolutionUnit; none, with a notice, when they name no
+    length (tags absent, ResolutionUnit none, or 72 dpi: many writers' default, a screen's resolution)."""
+    per_unit = {letter: value.value[0] / value.value[1] for tag, letter in (("XResolution", "X"), ("YResolution", "Y"))
+                if (value := page.tags.get(tag)) is not None and value.value[0] > 0 and value.value[1] > 0}
+    unknown = None
+    if not per_unit:
+        unknown = "the file has no XResolution/YResolution tags"
+    elif unit is None:
         unit_tag = page.tags.get("ResolutionUnit")
-        unit = _RESOLUTION_UNITS.get(int(unit_tag.value)) if unit_tag is not None else None
-    return (sizes.get("Z", 0.0), sizes.get("Y", 0.0), sizes.get("X", 0.0)), _unescape(unit) if unit else None
+        code = int(unit_tag.value) if unit_tag is not None else 2  # TIFF's default unit is the inch
+        unit = _RESOLUTION_UNITS.get(code)
+        if unit is None:
+            unknown = f"XResolution/YResolution have no length unit (ResolutionUnit {'none' if code == 1 else code})"
+        elif code == 2 and set(per_unit.values()) == {_DISPLAY_DPI}:
+            unknown = "XResolution/YResolution say 72 dpi, many writers' default, not a pixel size"
+    if unknown is not None:
+        notices.append(f"{path}: pixel size unknown: {unknown}")
+        return {}
+    return {letter: (1.0 / value, unit) for letter, value in per_unit.items()}
+
+
+def _in_one_unit(path: Path, sizes: Sizes, notices: list[str]) -> tuple[tuple[float, float, float], str | None]:
+    """Pixel size per Z, Y, X in the unit of the first axis that has one (X first); an axis whose unit
+    cannot be converted to it stays unknown, with a notice."""
+    if not sizes:
+        return (0.0, 0.0, 0.0), None
+    unit = next(sizes[a][1] for a in "XYZ" if a in sizes)
+    scale = angstroms_per_unit(unit)
+    converted = {}
+    for letter, (value, own_unit) in sizes.items():
+        own_scale = angstroms_per_unit(own_unit)
+        if own_unit == unit:
+            converted[letter] = value
+        elif scale and own_scale:
+            converted[letter] = value * own_scale / scale
+        else:
+            notices.append(f"{path}: pixel size of {letter} unknown: its unit {own_unit!r} is not comparable "
+                           f"with {unit!r}")
+    return tuple(converted.get(a, 0.0) for a in "ZYX"), unit
+
+
+def _pixel_size(path: Path, tif: tifffile.TiffFile, index: int, level, notices: list[str]):
+    """Pixel size per D, H, W and its unit. XResolution and YResolution belong to the axes named X and
+    Y wherever they lie; ImageJ or tifffile ``spacing`` is the Z step; OME ``PhysicalSize*`` win where
+    present. A pyramid level's sizes are level 0's scaled by the level's shape."""
+    series = tif.series[index]
+    extra = _extra_metadata(tif)
+    unit = _metadata_unit(extra)
+    sizes = _ome_sizes(tif, index) if tif.is_ome else {}
+    if not {"X", "Y"} <= sizes.keys():
+        sizes = {**_resolution_sizes(path, series.keyframe, unit, notices), **sizes}
+    spacing_unit = unit or next((u for _, u in sizes.values()), None)
+    if "Z" not in sizes and float(extra.get("spacing", 0)) > 0 and spacing_unit is not None:
+        sizes["Z"] = (float(extra["spacing"]), spacing_unit)
+    sizes = {a: (v * _level_scale(series, level, a), u) for a, (v, u) in sizes.items()}
+    return _in_one_unit(path, sizes, notices)
+
+
+def _level_scale(series, level, letter: str) -> float:
+    """How many level-0 pixels one pixel of pyramid ``level`` spans along axis ``letter``."""
+    i = series.axes.find(letter)
+    return series.shape[i] / level.shape[i] if i >= 0 else 1.0
 
 
 def _declared_bytes(path: Path, series, file_size: int) -> None:
-    """Refuse a series whose size is more than the file can hold, before tifffile allocates it."""
+    """Refuse a series whose size is more than the file can hold, before tifffile allocates it. Sizes
+    count stored bits: 1-bit and 12-bit samples are packed, so they take less than their NumPy type."""
     dtype = np.dtype(series.dtype)
-    nbytes = int(np.prod(series.shape, dtype=object)) * dtype.itemsize
+    nbytes = -(-int(np.prod(series.shape, dtype=object)) * _stored_bits(series) // 8)
     uncompressed = all(getattr(p, "compression", 1) == 1 for p in series.pages[:1] if p is not None)
     limit = file_size if uncompressed else file_size * _MAX_EXPANSION
     if nbytes > limit:
@@ -208,12 +308,18 @@ def _expands_past(make_decoder, data: bytes, limit: int) -> bool:
 _BOUNDED_DECODERS = {8: zlib.decompressobj, 32946: zlib.decompressobj, 34925: lzma.LZMADecompressor}
 
 
+def _stored_bits(series) -> int:
+    """Bits per stored sample (1 for bilevel, 12 for packed 12-bit, else the NumPy type's)."""
+    return int(series.keyframe.bitspersample)
+
+
 def _load(path: Path, tif: tifffile.TiffFile, file: BinaryIO, series, file_size: int, mmap: bool) -> np.ndarray:
     """The series data in its own axes order; memory-mapped read-only when it is stored plainly."""
     dtype = np.dtype(series.dtype).newbyteorder(tif.byteorder)
     nbytes = int(np.prod(series.shape, dtype=object)) * dtype.itemsize
     offset = series.dataoffset
-    if mmap and offset is not None and dtype.isnative and offset + nbytes <= file_size:
+    unpacked = _stored_bits(series) == dtype.itemsize * 8
+    if mmap and offset is not None and unpacked and dtype.isnative and offset + nbytes <= file_size:
         flat = mapped.map_input(path, offset, dtype, nbytes // dtype.itemsize)
         return flat.reshape(series.shape)
     _check_segments(path, file, series, file_size)
@@ -235,34 +341,37 @@ def _layout_only(tif: tifffile.TiffFile, file: BinaryIO, series, file_size: int)
 Take = Callable[[tifffile.TiffFile, BinaryIO, Any, int], np.ndarray]
 
 
-def _parsed(path: Path, series: int | None, take: Take) -> tuple[np.ndarray, Metadata]:
-    """Open the chosen series of ``path`` and hand it to ``take`` (the data, or a layout-only stand-in):
-    the BDHW view of what ``take`` returns, and the metadata."""
+def _parsed(path: Path, request: ReadRequest, take: Take) -> tuple[np.ndarray, Metadata]:
+    """Open the series, level and channel of ``path`` that ``request`` asks for and hand the series to ``take``
+    (the data, or a layout-only stand-in): the BDHW view of what ``take`` returns, and the metadata."""
+    notices: list[str] = []
     try:
-        with open_input(path) as file, tifffile.TiffFile(file, name=path.name) as tif:
+        with _library_messages(path, notices), open_input(path) as file, \
+                tifffile.TiffFile(file, name=path.name) as tif:
             file_size = os.fstat(file.fileno()).st_size
             if tif.is_ome:
                 _check_ome_sizes(path, tif, file_size)
-            index, chosen, notices = _choose_series(path, tif, series)
-            _declared_bytes(path, chosen, file_size)
-            bdhw, words = map_axes(path, take(tif, file, chosen, file_size), chosen.axes)
-            pixel, unit = _pixel_size(tif, index, chosen.axes)
+            index, series = _choose_series(path, tif, request.series, notices)
+            level = _choose_level(path, series, request.level, notices)
+            _declared_bytes(path, level, file_size)
+            bdhw, words = map_axes(path, take(tif, file, level, file_size), level.axes, request.channel)
+            pixel, unit = _pixel_size(path, tif, index, level, notices)
     except FileFormatError:
         raise
     except Exception as exc:  # tifffile raises many types on damaged files; each becomes one error
-        raise CorruptFileError(f"{path}: TIFF structure: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        raise CorruptFileError(f"{path}: TIFF structure: {_in_words(exc)}") from None
     shape = layout.as_shape4(bdhw.shape)
     order = layout.order_of(shape, layout.as_strides4(tuple(s // bdhw.itemsize for s in bdhw.strides)))
     if order == "F":
-        notices.append(f"{path}: stored column-major (axes {chosen.axes}): readers that ignore the axes show "
+        notices.append(f"{path}: stored column-major (axes {level.axes}): readers that ignore the axes show "
                        "the transpose")
-    metadata = Metadata(format=FORMAT.name, shape=shape, dtype=np.dtype(chosen.dtype).name, pixel_size=pixel,
+    metadata = Metadata(format=FORMAT.name, shape=shape, dtype=np.dtype(level.dtype).name, pixel_size=pixel,
                         unit=unit, order=order, axes=words, path=str(path), series=index, notices=notices)
     return bdhw, metadata
 
 
-def _choose_series(path: Path, tif: tifffile.TiffFile, series: int | None):
-    """``(index, series, notices)`` of the series asked for (the first by default, with a notice when there are more)."""
+def _choose_series(path: Path, tif: tifffile.TiffFile, series: int | None, notices: list[str]):
+    """``(index, series)`` asked for (the first by default, with a notice when there are more)."""
     count = len(tif.series)
     if count == 0:
         raise CorruptFileError(f"{path}: series: the TIFF holds no image")
@@ -270,25 +379,93 @@ def _choose_series(path: Path, tif: tifffile.TiffFile, series: int | None):
     if not 0 <= index < count:
         raise HeaderError(f"{path}: series: {series} is not in 0..{count - 1}")
     chosen = tif.series[index]
-    notices = []
     if series is None and count > 1:
         notices.append(f"{path}: {count} series; read series 0 ({chosen.axes} {chosen.shape}); "
                        f"pass series=N (0..{count - 1}) to read another")
-    return index, chosen, notices
+    return index, chosen
+
+
+def _choose_level(path: Path, series, level: int | None, notices: list[str]):
+    """The pyramid level asked for (level 0, the full resolution, by default, with a notice when there are more)."""
+    count = len(series.levels)
+    index = 0 if level is None else int(level)
+    if not 0 <= index < count:
+        raise HeaderError(f"{path}: level: {level} is not in 0..{count - 1} (pyramid levels of the series)")
+    if level is None and count > 1:
+        notices.append(f"{path}: {count} pyramid levels; read level 0 ({series.shape}); "
+                       f"pass level=N (--level N, 0..{count - 1}) to read another")
+    return series.levels[index]
+
+
+class _ToNotices(logging.Filter):
+    """On tifffile's logger: while a read collects them, its messages become that read's notices instead of
+    lines on stderr (per thread or task: the service reads files side by side)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        collected = _COLLECTING.get()
+        if collected is None:
+            return True
+        path, notices = collected
+        notices.append(f"{path}: {_library_words(record.getMessage())}")
+        return False
+
+
+_COLLECTING: ContextVar[tuple[Path, list[str]] | None] = ContextVar("tiff_notices", default=None)
+logging.getLogger("tifffile").addFilter(_ToNotices())
+
+
+@contextlib.contextmanager
+def _library_messages(path: Path, notices: list[str]):
+    """tifffile's log messages about ``path`` go to ``notices`` while the block runs."""
+    token = _COLLECTING.set((path, notices))
+    try:
+        yield
+    finally:
+        _COLLECTING.reset(token)
+
+
+# tifffile's words -> the user's: '<COMPRESSION.LZW: 5> requires the 'imagecodecs' package' -> 'LZW
+# compression needs imagecodecs (pip install imagecodecs)'.
+_REWORDINGS = (
+    (re.compile(r"<(COMPRESSION|PREDICTOR)\.(\w+): \d+> requires the '(\w+)' package"),
+     lambda m: f"{m[2]} {m[1].lower()} needs {m[3]} (pip install {m[3]})"),
+    (re.compile(r"No module named '(\w+)'"), lambda m: f"this file needs {m[1]} (pip install {m[1]})"),
+    (re.compile(r"<(COMPRESSION|PREDICTOR)\.(\w+): \d+> not (supported|implemented)"),
+     lambda m: f"{m[2]} {m[1].lower()} is not supported"),
+    (re.compile(r"(\d+) is not a known (COMPRESSION|PREDICTOR)"),
+     lambda m: f"{m[2].lower()} code {m[1]} is not a TIFF {m[2].lower()} noa knows"),
+    (re.compile(r"<tifffile\.TiffPage (\d+) @\d+>"), lambda m: f"page {m[1]}:"),
+    (re.compile(r"<tifffile\.\w+ @\d+> ?"), lambda m: ""),
+    (re.compile(r"<(\w+)\.(\w+): (\d+)>"), lambda m: f"{m[1].lower()} {m[2]} ({m[3]})"),
+)
+
+
+def _library_words(text: str) -> str:
+    """One line of a library's message in the user's words: no exception or enum class names."""
+    line = text.strip().splitlines()[0] if text.strip() else "unreadable"
+    for pattern, words in _REWORDINGS:
+        line = pattern.sub(words, line)
+    return line
+
+
+def _in_words(exc: BaseException) -> str:
+    """What an exception from tifffile or a codec says about the file, in the user's words."""
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    return _library_words(text or "the file structure cannot be parsed")
 
 
 def _read(path: Path, request: ReadRequest):
     """Read one series of a TIFF file: ``(Array, Metadata)``."""
     from noa_core.array import asarray
 
-    bdhw, metadata = _parsed(path, request.series, lambda tif, file, series, size: _load(
+    bdhw, metadata = _parsed(path, request, lambda tif, file, series, size: _load(
         path, tif, file, series, size, request.mmap))
     return asarray(bdhw), metadata
 
 
 def _probe(path: Path, request: ReadRequest) -> Probe:
     """What :func:`_read` gives, from the TIFF structure alone."""
-    view, metadata = _parsed(path, request.series, _layout_only)
+    view, metadata = _parsed(path, request, _layout_only)
     strides = layout.as_strides4(tuple(s // view.itemsize for s in view.strides))
     return Probe(metadata.shape, strides, np.dtype(view.dtype), metadata)
 
@@ -317,20 +494,27 @@ def create_file(path: Path, shape: Shape4, dtype: np.dtype, order: str, metadata
     stored, axes = file_axes(shape, order)
     # tifffile cannot read back ImageJ metadata of 1-pixel-wide or -high images: shaped files then.
     imagej = dtype.name in IMAGEJ_DTYPES and order == "C" and min(shape[2:]) > 1
-    pixel = metadata.pixel_size if metadata is not None else (0.0, 0.0, 0.0)
-    unit = metadata.unit if metadata is not None else None
     info: dict = {"axes": axes}
-    if pixel[0] > 0:
-        info["spacing"] = pixel[0]
-    if unit:
-        info["unit"] = _escape(unit) if imagej else unit
-    kwargs = {}
-    column, row = (pixel[1], pixel[2]) if order == "F" else (pixel[2], pixel[1])
-    if column > 0 and row > 0:
-        kwargs["resolution"] = (1.0 / column, 1.0 / row)
-    offset, _ = tifffile.imwrite(path, shape=stored, dtype=dtype, imagej=imagej, metadata=info,
-                                 returnoffset=True, photometric="minisblack", **kwargs)
+    offset, _ = tifffile.imwrite(path, shape=stored, dtype=dtype, imagej=imagej, returnoffset=True,
+                                 photometric="minisblack", **_calibration(metadata, info, imagej))
     return offset
+
+
+def _calibration(metadata: Metadata | None, info: dict, imagej: bool) -> dict[str, Any]:
+    """tifffile's arguments recording the pixel size: ``spacing`` (Z) and ``unit`` in the metadata ``info``,
+    XResolution for X and YResolution for Y, whichever the page's columns are. A pixel size nobody gave
+    (0) writes nothing, so it reads back unknown: tifffile's default XResolution/YResolution 1 with
+    ResolutionUnit none name no length, and no unit is written without a size."""
+    depth, height, width = metadata.pixel_size if metadata is not None else (0.0, 0.0, 0.0)
+    if depth > 0:
+        info["spacing"] = depth
+    kwargs: dict[str, Any] = {"metadata": info}
+    if width > 0 and height > 0:
+        # ResolutionUnit none: the unit is the metadata's (tifffile's default tag would say inch)
+        kwargs.update(resolution=(1.0 / width, 1.0 / height), resolutionunit="NONE")
+    if metadata is not None and metadata.unit and (depth > 0 or "resolution" in kwargs):
+        info["unit"] = _escape(metadata.unit) if imagej else metadata.unit
+    return kwargs
 
 
 def _check_request(path: Path, request: ReadRequest) -> None:
@@ -348,6 +532,7 @@ class TiffFormat:
     media_type = "image/tiff"
     compressed_input = False  # tifffile needs random access: the pages are found by offset
     header_statistics = False  # TIFF has no header statistics
+    read_options = ("series", "channel", "level")
 
     def detect(self, head: bytes, path: Path) -> bool:
         return head[:4] in _MAGIC

@@ -178,7 +178,10 @@ ELEMENT_TYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "
 AS_STACK = Param("as_stack", Flag(), "Read an ambiguous MRC file as an image stack (true) or a volume (false).",
                  flags=("--as-stack/--as-volume",))
 SERIES = Param("series", Integer(0, 10_000), "TIFF series to read (default 0).")
-READING = (AS_STACK, SERIES)
+CHANNEL = Param("channel", Integer(0, 10_000), "TIFF channel (C axis or RGB sample) to read; needed when the "
+                "channels cannot be the batch axis.")
+LEVEL = Param("level", Integer(0, 100), "TIFF pyramid level to read (default 0, the full resolution).")
+READING = (AS_STACK, SERIES, CHANNEL, LEVEL)
 DEVICE = Param("device", Choice(("cpu", "cuda")), "Where kernels run: cpu or cuda.", default="cpu",
                doors=frozenset({"cli"}))
 
@@ -193,7 +196,8 @@ class Options(dict):
             raise AttributeError(name) from None
 
     def open_input(self, path: str | Path) -> tuple[Array, Metadata]:
-        """An input read as :data:`READING` say (MRC stack or volume, TIFF series): lazily, header first."""
+        """An input read as :data:`READING` say (MRC stack or volume, TIFF series, channel and level): lazily,
+        header first."""
         from noa_core import io
 
         return io.read(path, **self._reading())
@@ -207,7 +211,7 @@ class Options(dict):
     def _reading(self) -> dict[str, Any]:
         as_stack = self.get("as_stack")
         return {"as_stack": as_stack is True or None, "as_volume": as_stack is False or None,
-                "series": self.get("series")}
+                **{param.name: self.get(param.name) for param in (SERIES, CHANNEL, LEVEL)}}
 
 
 # -- the declaration ------------------------------------------------------------------------------
