@@ -2,8 +2,13 @@
 
 ``compile_expression("a * b + 1", 2)`` parses the text with :mod:`ast`, accepts only arithmetic,
 comparisons, conditional expressions and a fixed list of math functions over the names ``a``,
-``b``, ``c`` ... (one per input, in order), and builds a numba-compiled element function from the
-checked tree. Nothing the user typed is ever evaluated as Python.
+``b``, ``c`` ... (one per input, in order), and folds the parts made of constants alone. For the
+element types of the inputs, :meth:`Expression.numba_function` then writes one statement per
+operation, each computed in the type NumPy gives it (NEP 50: Python constants are "weak"), and
+numba compiles that. Nothing the user typed is ever evaluated as Python.
+
+Every step is bounded, so no expression can hang a process: the text's length, the tree's size
+and depth, and the size of folded integer constants are limited before the work they would cost.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ import ast
 import hashlib
 import math
 import string
-from collections.abc import Callable
-from dataclasses import dataclass
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,60 +33,127 @@ class ExpressionError(NoaError, ValueError):
     """An expression is not valid in noa's expression language."""
 
 
-# Functions users may call: name -> (arity, scalar template for numba, array template for NumPy).
-FUNCTIONS: dict[str, tuple[int, str, str]] = {
-    "abs": (1, "np.abs({0})", "np.abs({0})"),
-    "sqrt": (1, "np.sqrt({0})", "np.sqrt({0})"),
-    "exp": (1, "np.exp({0})", "np.exp({0})"),
-    "log": (1, "np.log({0})", "np.log({0})"),
-    "log10": (1, "np.log10({0})", "np.log10({0})"),
-    "sin": (1, "np.sin({0})", "np.sin({0})"),
-    "cos": (1, "np.cos({0})", "np.cos({0})"),
-    "tan": (1, "np.tan({0})", "np.tan({0})"),
-    "floor": (1, "np.floor({0})", "np.floor({0})"),
-    "ceil": (1, "np.ceil({0})", "np.ceil({0})"),
-    "min": (2, "min({0}, {1})", "np.minimum({0}, {1})"),
-    "max": (2, "max({0}, {1})", "np.maximum({0}, {1})"),
-    "clip": (3, "min(max({0}, {1}), {2})", "np.minimum(np.maximum({0}, {1}), {2})"),
-    "where": (3, "({1} if {0} else {2})", "np.where({0}, {1}, {2})"),
-}
-CONSTANTS = {"pi": repr(math.pi), "e": repr(math.e)}
 MAX_INPUTS = 26
 MAX_LENGTH = 2000
+# Operations, names and constants in one expression: compile time grows with them (the worst
+# accepted expression compiles in a few seconds, see tests/core/test_expr_hostile.py).
+MAX_NODES = 300
+# Nesting (a chain of n additions is n deep): the checks below recurse once per level.
+MAX_DEPTH = 100
+# Folded integers stay below 2**1024: larger ones fit no element type (not even as a float64),
+# and the bound keeps folding (9**9**9) from running away.
+MAX_CONSTANT_BITS = 1024
+# Compiled element functions kept in this process with the kernels built around them, least
+# recently used dropped first (the service may set it, as it sets runtime.CACHE_EXPRESSIONS). Each
+# costs about the same (about 5 MB with one kernel), so a count is the knob. numba never returns the
+# machine code of a dropped function, though (LLVM's MCJIT keeps it until the process exits, numba
+# issues 5976 and 6707): dropping frees the Python side only, and what bounds a long-running
+# process's memory is the number of distinct expressions it compiles (compiled_count) before it
+# is replaced.
+CACHE_SIZE = 32
 
-_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.Pow: "**"}
-_COMPARE = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
-_UNARY = {ast.USub: ("-{0}", "-{0}"), ast.UAdd: ("+{0}", "+{0}"), ast.Not: ("not {0}", "np.logical_not({0})")}
-_BOOL = {ast.And: ("and", "np.logical_and"), ast.Or: ("or", "np.logical_or")}
+_BINARY = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "true_divide",
+           ast.FloorDiv: "floor_divide", ast.Mod: "remainder", ast.Pow: "power"}
+_COMPARE = {ast.Lt: "less", ast.LtE: "less_equal", ast.Gt: "greater", ast.GtE: "greater_equal",
+            ast.Eq: "equal", ast.NotEq: "not_equal"}
+_UNARY = {ast.USub: "negative", ast.UAdd: "positive", ast.Not: "logical_not"}
+_BOOL = {ast.And: "logical_and", ast.Or: "logical_or"}
+# Functions users may call: name -> (arity, operation). clip and where are built from these.
+FUNCTIONS: dict[str, tuple[int, str]] = {
+    "abs": (1, "absolute"), "sqrt": (1, "sqrt"), "exp": (1, "exp"), "log": (1, "log"), "log10": (1, "log10"),
+    "sin": (1, "sin"), "cos": (1, "cos"), "tan": (1, "tan"), "floor": (1, "floor"), "ceil": (1, "ceil"),
+    "min": (2, "minimum"), "max": (2, "maximum"), "clip": (3, "clip"), "where": (3, "where"),
+}
+CONSTANTS = {"pi": math.pi, "e": math.e}
+
+# How each operation is written in the element function, over operands already in its loop type.
+_TEMPLATES = {
+    "add": "{0} + {1}", "subtract": "{0} - {1}", "multiply": "{0} * {1}", "true_divide": "true_divide({0}, {1})",
+    "floor_divide": "{0} // {1}", "remainder": "{0} % {1}", "power": "{0} ** {1}",
+    "less": "{0} < {1}", "less_equal": "{0} <= {1}", "greater": "{0} > {1}", "greater_equal": "{0} >= {1}",
+    "equal": "{0} == {1}", "not_equal": "{0} != {1}",
+    # NumPy's truth of a value (NaN is true).
+    "logical_and": "({0} != 0) and ({1} != 0)", "logical_or": "({0} != 0) or ({1} != 0)", "logical_not": "{0} == 0",
+    "negative": "-{0}", "positive": "+{0}", "absolute": "abs({0})",
+    **{name: f"np.{name}({{0}})" for name in ("sqrt", "exp", "log", "log10", "sin", "cos", "tan", "floor", "ceil")},
+    # NaN-propagating, like NumPy's.
+    "minimum": "({0} if {0} <= {1} or {0} != {0} else {1})", "maximum": "({0} if {0} >= {1} or {0} != {0} else {1})",
+}
+# The operators on Python constants (folding), with Python's rules (which NumPy uses for them).
+# and/or/not are NumPy's logical functions, which give NumPy booleans: those are not folded.
+_FOLD: dict[str, Callable] = {
+    "add": lambda x, y: x + y, "subtract": lambda x, y: x - y, "multiply": lambda x, y: x * y,
+    "true_divide": lambda x, y: x / y, "floor_divide": lambda x, y: x // y, "remainder": lambda x, y: x % y,
+    "power": lambda x, y: x ** y, "less": lambda x, y: x < y, "less_equal": lambda x, y: x <= y,
+    "greater": lambda x, y: x > y, "greater_equal": lambda x, y: x >= y, "equal": lambda x, y: x == y,
+    "not_equal": lambda x, y: x != y, "negative": lambda x: -x, "positive": lambda x: +x,
+}
+_SYMBOLS = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/", "floor_divide": "//", "remainder": "%",
+            "power": "**", "less": "<", "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==",
+            "not_equal": "!=", "logical_and": "and", "logical_or": "or", "logical_not": "not", "negative": "-",
+            "positive": "+", "absolute": "abs", "minimum": "min", "maximum": "max"}
+# Comparisons with an integer constant outside the other side's type are decided by its sign alone.
+_BEYOND = {"less": (True, False), "less_equal": (True, False), "greater": (False, True),
+           "greater_equal": (False, True), "equal": (False, False), "not_equal": (True, True)}
+_SWAPPED = {"less": "greater", "less_equal": "greater_equal", "greater": "less", "greater_equal": "less_equal"}
+_ORDERED = {"less", "less_equal", "greater", "greater_equal", "minimum", "maximum"}
+# numba has no float16 arithmetic on the CPU: values NumPy keeps in float16 are computed in float32
+# and rounded when stored (the policy of noa_core.dispatch).
+_CASTS = {dt.name: f"t_{dt.name}" for dt in map(np.dtype, "?bhilqBHILQefdFD")}
+_NAMESPACE_CASTS = {f"t_{name}": (np.float32 if name == "float16" else np.dtype(name).type) for name in _CASTS}
+
+
+@dataclass(frozen=True)
+class Node:
+    """A checked operation (``op``: 'input', 'constant', 'where' or a NumPy ufunc's name) on ``args``;
+    ``value`` is an input's name or a constant; ``text`` the user's words for it (for messages)."""
+
+    op: str
+    args: tuple[Node, ...] = ()
+    value: object = None
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class _Value:
+    """An operand while writing the element function: a variable ``code`` of NumPy type ``dtype``,
+    or a Python ``constant`` (weak: ``dtype`` None; ``code`` is then the user's words for it)."""
+
+    code: str
+    dtype: np.dtype | None = None
+    constant: object = None
 
 
 @dataclass(frozen=True)
 class Expression:
-    """A checked expression: its text, input names, and two sources generated from its tree.
-
-    ``source`` is the element function numba compiles (scalars in, scalar out); ``array_source``
-    is the same expression over NumPy arrays, which fixes the result dtype by NumPy's promotion
-    rules and serves as an independent reference.
-    """
+    """A checked, folded expression over inputs ``names``, typed and compiled per input types."""
 
     text: str
     names: tuple[str, ...]
-    source: str
-    array_source: str
+    tree: Node
+    _typed: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def evaluate_numpy(self, *arrays: np.ndarray) -> np.ndarray:
-        """The expression evaluated by NumPy on whole arrays (broadcasting as NumPy does)."""
-        function = _define(self.array_source)
-        with np.errstate(all="ignore"):
-            return np.asarray(function(*arrays))
+    def source(self, *dtypes) -> str:
+        """The element function for inputs of ``dtypes`` (scalars in, scalar out), as Python text."""
+        return self._typed_for(dtypes)[0]
 
-    def result_dtype(self, dtypes: list[np.dtype]) -> np.dtype:
+    def result_dtype(self, dtypes: Sequence) -> np.dtype:
         """The dtype NumPy gives this expression on inputs of ``dtypes`` (the output's default)."""
-        return self.evaluate_numpy(*(np.ones(1, dtype=dt) for dt in dtypes)).dtype
+        return self._typed_for(tuple(dtypes))[1]
 
-    def numba_function(self) -> Callable:
-        """The element function compiled by numba (once per expression)."""
-        return _compile_numba(self.source)
+    def numba_function(self, *dtypes) -> Callable:
+        """The element function for inputs of ``dtypes``, compiled by numba (once per source)."""
+        return _compile_numba(self.source(*dtypes))
+
+    def _typed_for(self, dtypes: tuple) -> tuple[str, np.dtype]:
+        key = tuple(np.dtype(dt) for dt in dtypes)
+        typed = self._typed.get(key)
+        if typed is None:
+            if len(key) != len(self.names):
+                raise ExpressionError(f"expression {_shown(self.text)} takes {len(self.names)} input(s), "
+                                      f"got {len(key)}")
+            typed = self._typed[key] = _Writer(self.text, dict(zip(self.names, key))).function(self.tree)
+        return typed
 
 
 def input_names(count: int) -> tuple[str, ...]:
@@ -93,100 +167,336 @@ def compile_expression(text: str, count: int) -> Expression:
     names = input_names(count)
     if len(text) > MAX_LENGTH:
         raise ExpressionError(f"expression is {len(text)} characters long; the limit is {MAX_LENGTH}")
+    stripped = text.strip()
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = ast.parse(stripped, mode="eval")
     except SyntaxError as exc:
-        raise ExpressionError(f"expression {text!r} is not valid: {exc.msg} at column {exc.offset}") from None
-    scalar, array = _emit(tree.body, names, text)
-    signature = f"def element({', '.join(names)}):\n    return "
-    return Expression(text=text, names=names, source=signature + scalar + "\n", array_source=signature + array + "\n")
+        raise ExpressionError(f"expression {_shown(text)} is not valid: {exc.msg} at column {exc.offset}") from None
+    except (RecursionError, MemoryError):
+        raise ExpressionError(f"expression {_shown(text)} is nested too deeply") from None
+    _check_size(tree.body, text)
+    return Expression(text=text, names=names, tree=_Reader(names, text, stripped).node(tree.body))
 
 
-def _emit(node: ast.AST, names: tuple[str, ...], text: str) -> tuple[str, str]:
-    """(scalar source, array source) for a checked node; anything else raises ExpressionError."""
+_TOO_LARGE = f"is too large a number (over 2**{MAX_CONSTANT_BITS})"
 
-    def both(template_scalar: str, template_array: str, *children: ast.AST) -> tuple[str, str]:
-        parts = [_emit(child, names, text) for child in children]
-        return (template_scalar.format(*(p[0] for p in parts)), template_array.format(*(p[1] for p in parts)))
 
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float, bool):
-        return repr(node.value), repr(node.value)
-    if isinstance(node, ast.Name):
-        if node.id in names:
-            return node.id, node.id
-        if node.id in CONSTANTS:
-            return CONSTANTS[node.id], CONSTANTS[node.id]
-        if len(node.id) == 1 and node.id in string.ascii_lowercase:
+def _refused(text: str, words: str, problem: str) -> ExpressionError:
+    """The error for the part ``words`` of expression ``text``: both quoted, then the problem."""
+    return ExpressionError(f"expression {_shown(text)}: {_shown(words)} {problem}")
+
+
+def _shown(text: str) -> str:
+    """The expression quoted for a message (a long one cut short, so the message stays one short line)."""
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
+def _check_size(root: ast.AST, text: str) -> None:
+    """Refuse a tree with more than MAX_NODES nodes or deeper than MAX_DEPTH (walked without recursion)."""
+    count, stack = 0, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if depth > MAX_DEPTH:
+            raise ExpressionError(f"expression {_shown(text)} is nested more than {MAX_DEPTH} levels deep; "
+                                  "split it up")
+        if count > MAX_NODES:
+            raise ExpressionError(f"expression {_shown(text)} has more than {MAX_NODES} terms and operations; "
+                                  "split it up")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node)
+                     if not isinstance(child, (ast.operator, ast.cmpop, ast.unaryop, ast.boolop, ast.expr_context)))
+
+
+class _Reader:
+    """The checked, folded :class:`Node` tree of a parsed expression."""
+
+    def __init__(self, names: tuple[str, ...], text: str, stripped: str):
+        self.names, self.text, self.stripped = names, text, stripped
+
+    def node(self, node: ast.AST) -> Node:
+        words = ast.get_source_segment(self.stripped, node) or type(node).__name__
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float, bool):
+            return self.constant(node.value, words)
+        if isinstance(node, ast.Name):
+            return self.name(node.id, words)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            return self.operation(_BINARY[type(node.op)], [node.left, node.right], words)
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return self.operation(_UNARY[type(node.op)], [node.operand], words)
+        if isinstance(node, ast.BoolOp) and type(node.op) in _BOOL:
+            return self.chain(_BOOL[type(node.op)], [self.node(value) for value in node.values], words)
+        if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
+            # a < b < c means (a < b) and (b < c), element by element.
+            operands = [self.node(operand) for operand in (node.left, *node.comparators)]
+            pairs = [self.fold(_COMPARE[type(op)], (left, right), words)
+                     for op, left, right in zip(node.ops, operands, operands[1:])]
+            return self.chain("logical_and", pairs, words)
+        if isinstance(node, ast.IfExp):
+            return self.operation("where", [node.test, node.body, node.orelse], words)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+            return self.call(node.func.id, node.args, words)
+        raise _refused(self.text, words, "is not allowed (arithmetic, comparisons and math functions only)")
+
+    def constant(self, value, words: str) -> Node:
+        if type(value) is int and value.bit_length() > MAX_CONSTANT_BITS:
+            raise _refused(self.text, words, _TOO_LARGE)
+        return Node("constant", value=value, text=words)
+
+    def name(self, name: str, words: str) -> Node:
+        if name in self.names:
+            return Node("input", value=name, text=words)
+        if name in CONSTANTS:
+            return self.constant(CONSTANTS[name], words)
+        if len(name) == 1 and name in string.ascii_lowercase:
             raise ExpressionError(
-                f"expression {text!r} uses input {node.id!r}, but only {len(names)} input(s) were given "
-                f"({', '.join(names)})"
+                f"expression {_shown(self.text)} uses input {name!r}, but only {len(self.names)} input(s) were given "
+                f"({', '.join(self.names)})"
             )
-        raise ExpressionError(f"expression {text!r} uses unknown name {node.id!r}; inputs are {', '.join(names)}")
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        template = "({0} %s {1})" % _BINARY[type(node.op)]
-        # numba raises on a complex division by zero; true_divide gives NumPy's inf/nan instead.
-        scalar = "true_divide({0}, {1})" if isinstance(node.op, ast.Div) else template
-        return both(scalar, template, node.left, node.right)
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        scalar, array = _UNARY[type(node.op)]
-        return both(f"({scalar})", f"({array})", node.operand)
-    if isinstance(node, ast.BoolOp) and type(node.op) in _BOOL:
-        word, function = _BOOL[type(node.op)]
-        slots = [f"{{{i}}}" for i in range(len(node.values))]
-        array = slots[0]
-        for slot in slots[1:]:
-            array = f"{function}({array}, {slot})"
-        # bool() keeps Python's and/or from returning an operand, so the result is a bool as in NumPy.
-        return both("(" + f" {word} ".join(f"bool({slot})" for slot in slots) + ")", array, *node.values)
-    if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
-        operands = [node.left, *node.comparators]
-        pairs = [f"({{{i}}} {_COMPARE[type(op)]} {{{i + 1}}})" for i, op in enumerate(node.ops)]
-        array = pairs[0]
-        for pair in pairs[1:]:
-            array = f"np.logical_and({array}, {pair})"
-        return both("(" + " and ".join(pairs) + ")", array, *operands)
-    if isinstance(node, ast.IfExp):
-        return both("({1} if {0} else {2})", "np.where({0}, {1}, {2})", node.test, node.body, node.orelse)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
-        name = node.func.id
+        raise ExpressionError(
+            f"expression {_shown(self.text)} uses unknown name {name!r}; inputs are {', '.join(self.names)}"
+        )
+
+    def call(self, name: str, args: list[ast.AST], words: str) -> Node:
         if name not in FUNCTIONS:
             raise ExpressionError(
-                f"expression {text!r} calls unknown function {name!r}; available: {', '.join(sorted(FUNCTIONS))}"
+                f"expression {_shown(self.text)} calls unknown function {name!r}; "
+                f"available: {', '.join(sorted(FUNCTIONS))}"
             )
-        arity, scalar, array = FUNCTIONS[name]
-        if len(node.args) != arity:
-            raise ExpressionError(f"function {name!r} takes {arity} argument(s), got {len(node.args)}")
-        return both(scalar, array, *node.args)
-    snippet = ast.get_source_segment(text.strip(), node) or type(node).__name__
-    raise ExpressionError(
-        f"expression {text!r}: {snippet!r} is not allowed (arithmetic, comparisons and math functions only)"
-    )
+        arity, op = FUNCTIONS[name]
+        if len(args) != arity:
+            raise ExpressionError(f"function {name!r} takes {arity} argument(s), got {len(args)}")
+        if op == "clip":  # clip(x, low, high) is min(max(x, low), high), as NumPy computes it
+            x, low, high = (self.node(arg) for arg in args)
+            return Node("minimum", (Node("maximum", (x, low), text=words), high), text=words)
+        return self.operation(op, args, words)
+
+    def operation(self, op: str, args: list[ast.AST], words: str) -> Node:
+        return self.fold(op, tuple(self.node(arg) for arg in args), words)
+
+    def chain(self, op: str, operands: list[Node], words: str) -> Node:
+        result = operands[0]
+        for operand in operands[1:]:
+            result = self.fold(op, (result, operand), words)
+        return result
+
+    def fold(self, op: str, args: tuple[Node, ...], words: str) -> Node:
+        """``op`` on ``args``; computed now when every argument is a Python constant and ``op`` is
+        an operator (functions of constants give NumPy scalars, which are not weak: not folded)."""
+        if op not in _FOLD or any(arg.op != "constant" for arg in args):
+            return Node(op, args, text=words)
+        values = [arg.value for arg in args]
+        if op == "power" and _too_large_power(*values) or op == "multiply" and _too_large_product(*values):
+            raise _refused(self.text, words, _TOO_LARGE)
+        try:
+            value = _FOLD[op](*values)
+        except ZeroDivisionError:
+            raise _refused(self.text, words, "divides by zero") from None
+        except OverflowError:
+            raise _refused(self.text, words, _TOO_LARGE) from None
+        if isinstance(value, complex):
+            raise _refused(self.text, words, "is a complex number; use real constants")
+        return self.constant(value, words)
+
+
+def _too_large_power(base, exponent) -> bool:
+    """Whether an integer ``base ** exponent`` would exceed MAX_CONSTANT_BITS (decided before computing it)."""
+    if type(base) not in (int, bool) or type(exponent) not in (int, bool) or exponent <= 0 or abs(base) <= 1:
+        return False
+    return exponent * math.log2(abs(base)) > MAX_CONSTANT_BITS
+
+
+def _too_large_product(x, y) -> bool:
+    return type(x) is int and type(y) is int and x.bit_length() + y.bit_length() > MAX_CONSTANT_BITS + 1
+
+
+class _Writer:
+    """The element function of a tree for given input types: one statement per operation, each in
+    the type NumPy computes it in."""
+
+    def __init__(self, text: str, inputs: dict[str, np.dtype]):
+        self.text, self.inputs, self.lines = text, inputs, []
+
+    def function(self, tree: Node) -> tuple[str, np.dtype]:
+        """(source of ``element(a, b, ...)``, result dtype)."""
+        result = self.value(tree)
+        if result.dtype is None:  # the whole expression is a constant: NumPy makes it an array
+            result = self.assign(self.literal(result.constant, np.asarray(result.constant).dtype, tree),
+                                 np.asarray(result.constant).dtype)
+        body = "".join(f"    {line}\n" for line in self.lines)
+        return f"def element({', '.join(self.inputs)}):\n{body}    return {result.code}\n", result.dtype
+
+    def value(self, node: Node) -> _Value:
+        if node.op == "input":
+            return _Value(node.value, self.inputs[node.value])
+        if node.op == "constant":
+            return _Value(node.text, None, node.value)
+        operands = [self.value(arg) for arg in node.args]
+        if node.op == "where":
+            return self.where(node, *operands)
+        return self.ufunc(node, operands)
+
+    def ufunc(self, node: Node, operands: list[_Value]) -> _Value:
+        loop = self.loop(node, operands)
+        *ins, out = loop
+        if node.op in _BEYOND:
+            decided = self.beyond_range(node.op, operands, ins[0])
+            if decided is not None:
+                return self.assign(repr(decided), np.dtype(bool))
+        if node.op in _ORDERED and ins[0].kind == "c":
+            raise _refused(self.text, node.text, "compares complex values, which have no order")
+        if node.op == "power" and ins[1].kind in "iu" and any(
+                v.dtype is None and v.constant < 0 for v in operands[1:]):
+            raise _refused(self.text, node.text, "raises integers to a negative power, which NumPy refuses too "
+                                                 "(write a float exponent: -1.0)")
+        codes = [self.operand(value, dtype, node) for value, dtype in zip(operands, ins)]
+        if node.op == "power" and out.kind in "iu":
+            return self.integer_power(*codes, out)
+        template = _TEMPLATES[node.op]
+        if node.op == "floor_divide" and ins[0] == np.int64:  # numba gives 0 for MIN // -1, NumPy MIN
+            template = "(-{0} if {1} == -1 else {0} // {1})"
+        return self.assign(template.format(*codes), out)
+
+    def loop(self, node: Node, operands: list[_Value]) -> tuple[np.dtype, ...]:
+        """NumPy's loop types for ``node``'s ufunc on these operands (weak constants by their Python type)."""
+        ufunc = getattr(np, node.op)
+        # A Python bool is no weaker than NumPy's (the lowest type); resolve_dtypes takes int and float.
+        given = tuple(v.dtype if v.dtype is not None else
+                      np.dtype(bool) if type(v.constant) is bool else type(v.constant) for v in operands)
+        try:
+            return ufunc.resolve_dtypes(given + (None,))
+        except (TypeError, np.exceptions.DTypePromotionError):
+            types = " and ".join(getattr(t, "name", None) or f"a Python {t.__name__}" for t in given)
+            symbol = _SYMBOLS.get(node.op, node.op)
+            raise _refused(self.text, node.text, f"uses {symbol!r}, which is not defined for {types} values") from None
+
+    @staticmethod
+    def beyond_range(op: str, operands: list[_Value], dtype: np.dtype) -> bool | None:
+        """The result of comparing an integer type with an integer constant beyond its range (NumPy
+        compares the true values), else None."""
+        if dtype.kind not in "iu":
+            return None
+        info = np.iinfo(dtype)
+        for side, value in enumerate(operands):
+            if value.dtype is None and type(value.constant) is int and not info.min <= value.constant <= info.max:
+                above = value.constant > info.max
+                # `constant < x` is `x > constant`.
+                return _BEYOND[_SWAPPED.get(op, op) if side == 0 else op][0 if above else 1]
+        return None
+
+    def where(self, node: Node, condition: _Value, *branches: _Value) -> _Value:
+        """``x if c else y``: NumPy's np.where, whose type is the branches' result type; constants
+        are converted to it as np.where does (integers wrap around)."""
+        result = np.result_type(*(v.dtype if v.dtype is not None else v.constant for v in branches))
+        codes = []
+        for value in branches:
+            if value.dtype is None:
+                with np.errstate(all="ignore"):
+                    try:
+                        converted = np.asarray(value.constant).astype(result).item()
+                    except OverflowError:
+                        raise self.too_large(node, result) from None
+                codes.append(self.literal(converted, result, node))
+            else:
+                codes.append(self.operand(value, result, node))
+        test = condition.code if condition.dtype is not None else repr(bool(condition.constant))
+        return self.assign(f"({codes[0]} if {test} != 0 else {codes[1]})", result)
+
+    def operand(self, value: _Value, dtype: np.dtype, node: Node) -> str:
+        """``value`` converted to ``dtype`` (a constant must fit an integer type, as NumPy requires)."""
+        if value.dtype is None:
+            if dtype.kind in "iu" and not np.iinfo(dtype).min <= value.constant <= np.iinfo(dtype).max:
+                raise _refused(self.text, value.code, f"is out of range for {dtype} values (NumPy refuses it too)")
+            return self.literal(value.constant, dtype, node)
+        return value.code if value.dtype == dtype else f"{_CASTS[dtype.name]}({value.code})"
+
+    def literal(self, constant, dtype: np.dtype, node: Node) -> str:
+        """Python text for ``constant`` as a value of ``dtype``."""
+        if dtype.kind == "b":
+            return repr(bool(constant))
+        if dtype.kind in "iu":
+            return f"{_CASTS[dtype.name]}({int(constant)})"
+        try:
+            number = complex(constant) if dtype.kind == "c" else float(constant)
+        except OverflowError:
+            raise self.too_large(node, dtype) from None
+        if dtype.kind == "c":
+            return f"{_CASTS[dtype.name]}(complex({_real(number.real)}, {_real(number.imag)}))"
+        return f"{_CASTS[dtype.name]}({_real(number)})"
+
+    def integer_power(self, base: str, exponent: str, dtype: np.dtype) -> _Value:
+        """``base ** exponent`` by squaring in ``dtype``, wrapping around as NumPy does (numba's own
+        integer power turns to floating point beyond an exponent of 65536). At most 64 rounds; a
+        negative exponent (which NumPy refuses) gives 1."""
+        cast = _CASTS[dtype.name]
+        result = self.assign("1", dtype)
+        name = result.code
+        self.lines += [f"{name}_base, {name}_exponent = {base}, {exponent}",
+                       f"while {name}_exponent > 0:",
+                       f"    if {name}_exponent & 1:",
+                       f"        {name} = {cast}({name} * {name}_base)",
+                       f"    {name}_base = {cast}({name}_base * {name}_base)",
+                       f"    {name}_exponent >>= 1"]
+        return result
+
+    def too_large(self, node: Node, dtype: np.dtype) -> ExpressionError:
+        return _refused(self.text, node.text, f"holds a constant too large for {dtype} (NumPy refuses it too)")
+
+    def assign(self, code: str, dtype: np.dtype) -> _Value:
+        name = f"t{len(self.lines)}"
+        self.lines.append(f"{name} = {_CASTS[dtype.name]}({code})")
+        return _Value(name, dtype)
+
+
+def _real(number: float) -> str:
+    """Python text for a float (inf and nan are names in the element function's namespace)."""
+    return repr(number) if math.isfinite(number) else str(number)
 
 
 def _define(source: str) -> Callable:
     from noa_core.kernels import true_divide
 
-    namespace: dict = {"np": np, "true_divide": true_divide}
+    namespace: dict = {"np": np, "true_divide": true_divide, "inf": math.inf, "nan": math.nan, **_NAMESPACE_CASTS}
     exec(compile(source, "<noa expression>", "exec"), namespace)  # noqa: S102 - generated from a checked tree
     return namespace["element"]
 
 
-_NUMBA_CACHE: dict[str, Callable] = {}
+_NUMBA_CACHE: OrderedDict[str, Callable] = OrderedDict()
+_NUMBA_LOCK = threading.Lock()
+_COMPILED = [0]  # element functions compiled by this process, dropped ones included
 _MODULE_SOURCE = Path(__file__).read_bytes()
 
 
 def _compile_numba(source: str) -> Callable:
-    function = _NUMBA_CACHE.get(source)
-    if function is None:
-        import numba
+    with _NUMBA_LOCK:
+        function = _NUMBA_CACHE.get(source)
+        if function is not None:
+            _NUMBA_CACHE.move_to_end(source)
+            return function
+    import numba
 
-        # error_model='numpy': division by zero gives inf/nan as in NumPy instead of raising.
-        function = numba.njit(nogil=True, error_model="numpy")(_define(source))
-        # The generated source and this module (how it is compiled, what it may call) define the
-        # function, so a digest of both names the kernels built around it in numba's on-disk cache
-        # (see kernels.cpu._op_name): an expression compiles once per cache, not once per process.
-        # The service turns this off: its clients' expressions must not fill the disk.
-        if runtime.CACHE_EXPRESSIONS:
-            function.noa_cache_tag = "expr" + hashlib.sha1(_MODULE_SOURCE + source.encode()).hexdigest()[:16]
+    # error_model='numpy': division by zero gives inf/nan as in NumPy instead of raising.
+    function = numba.njit(nogil=True, error_model="numpy")(_define(source))
+    # The generated source and this module (how it is compiled, what it may call) define the
+    # function, so a digest of both names the kernels built around it in numba's on-disk cache
+    # (see kernels.cpu._op_name): an expression compiles once per cache, not once per process.
+    # The service turns this off: its clients' expressions must not fill the disk.
+    if runtime.CACHE_EXPRESSIONS:
+        function.noa_cache_tag = "expr" + hashlib.sha1(_MODULE_SOURCE + source.encode()).hexdigest()[:16]
+    with _NUMBA_LOCK:
         _NUMBA_CACHE[source] = function
+        _COMPILED[0] += 1
+        while len(_NUMBA_CACHE) > max(CACHE_SIZE, 1):
+            _forget(_NUMBA_CACHE.popitem(last=False)[1])
     return function
+
+
+def compiled_count() -> int:
+    """How many element functions this process has compiled (each keeps its machine code until exit)."""
+    return _COMPILED[0]
+
+
+def _forget(function: Callable) -> None:
+    """Drop the kernels built around an evicted element function, so that its memory is freed."""
+    from noa_core.kernels import cpu
+
+    cpu.forget(function)

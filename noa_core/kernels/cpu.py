@@ -325,6 +325,13 @@ def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str
     return kernel
 
 
+def forget(op: Callable) -> None:
+    """Drop the kernels built around ``op`` (an evicted expression), so that their memory can go."""
+    with _LOCK:
+        for key in [key for key in _KERNELS if any(f is op for _, f in key[2])]:
+            del _KERNELS[key]
+
+
 def _parallel(count: int) -> bool:
     return count >= SERIAL_THRESHOLD and numba.get_num_threads() > 1
 

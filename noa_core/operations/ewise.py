@@ -22,12 +22,11 @@ def plan(inputs: list[Path], options: Options):
     compiled = compile_expression(options.expression, len(inputs))
     arrays = [array for array, _ in opened]
     shape = layout.broadcast_shapes(*(a.shape for a in arrays))
+    out_dtype = compiled.result_dtype([a.dtype for a in arrays])  # typing refuses bad constants before any output
     if options.dtype is not None:
         out_dtype = dtypes.scalar_dtype(options.dtype)
-    else:
-        out_dtype = compiled.result_dtype([a.dtype for a in arrays])
-        if out_dtype == np.bool_:
-            out_dtype = np.dtype("uint8")  # image formats store no booleans: 0 and 1
+    elif out_dtype == np.bool_:
+        out_dtype = np.dtype("uint8")  # image formats store no booleans: 0 and 1
     # The output describes the pixels of the first input that has the full shape.
     meta = next((m for a, m in opened if a.shape == shape), None) or opened[0][1].broadcast(shape)
     return make_plan(inputs, arrays, [a.broadcast(shape) for a in arrays], evaluator(compiled), meta,

@@ -71,11 +71,10 @@ def converter(mode: str) -> Compute:
 
 
 def evaluator(expression) -> Compute:
-    """Tiles computed by a compiled expression over every source."""
+    """Tiles computed by a compiled expression over every source (typed for the sources' types)."""
     from noa_core.elementwise import ewise as run_ewise
 
-    element = expression.numba_function()
-    return lambda blocks, out: run_ewise(blocks, [out], element)
+    return lambda blocks, out: run_ewise(blocks, [out], expression.numba_function(*(b.dtype for b in blocks)))
 
 
 def on_device(compute: Compute, device: str) -> Compute:

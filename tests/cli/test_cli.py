@@ -9,7 +9,7 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
-from conftest import EXAMPLE_MAP, SHARED, assert_user_error, mrc_data, noa, write_mrc
+from conftest import EXAMPLE_MAP, SHARED, assert_user_error, load, mrc_data, noa, write_mrc
 
 
 @pytest.mark.parametrize("args, message", [
@@ -260,3 +260,37 @@ def test_internal_errors_exit_1_with_a_hint(capsys):
         assert exit_info.value.code == 1 and "Traceback" in capsys.readouterr().err
     finally:
         operations.unregister("broken")
+
+
+# -- issue 20, items 7-9: hostile expressions -----------------------------------------------------
+
+HOSTILE_INT8 = np.array([[-128, -1, 0, 1], [2, 5, 100, 127]], dtype=np.int8)
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("a + 9**9**9", "too large a number"), ("a + 2**100000", "too large a number"),
+    ("a * 1000", "'1000' is out of range for int8"), ("1 // 0 + a", "'1 // 0' divides by zero"),
+    ("a ** -1", "negative power"), ("+".join(["a"] * 1000), "nested more than 100 levels"),
+])
+def test_ewise_refuses_hostile_expressions_in_one_line_at_once(tmp_path, expression, message):
+    write_mrc(tmp_path / "a.mrc", HOSTILE_INT8)
+    result = noa("ewise", expression, tmp_path / "a.mrc", "-o", tmp_path / "out.mrc")
+    assert_user_error(result, message)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mrc"]  # no output, no temporary
+
+
+@pytest.mark.parametrize("expression, reference", [
+    ("(a * 100) // 7", lambda a: (a * 100) // 7),  # int8 intermediates, as NumPy computes them
+    ("a + 1e999", lambda a: a + 1e999),
+    ("not not a", lambda a: np.logical_not(np.logical_not(a)).astype(np.uint8)),
+    ("0 < a < 3 <= 3", lambda a: ((0 < a) & (a < 3)).astype(np.uint8)),
+])
+def test_ewise_computes_what_numpy_computes(tmp_path, expression, reference):
+    write_mrc(tmp_path / "a.mrc", HOSTILE_INT8)
+    result = noa("ewise", expression, tmp_path / "a.mrc", "-o", tmp_path / "out.tif")  # TIFF keeps every type
+    assert result.returncode == 0, result.stderr
+    with np.errstate(all="ignore"):
+        expected = reference(HOSTILE_INT8)
+    got = load(tmp_path / "out.tif").reshape(expected.shape)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)

@@ -30,8 +30,8 @@ def test_numba_and_numpy_forms_agree_with_a_reference(text, reference, a, b):
     x, y = np.array([a]), np.array([b])
     with np.errstate(all="ignore"):
         expected = reference(x, y)
-    assert np.allclose(expression.evaluate_numpy(x, y), expected, equal_nan=True)
-    assert np.allclose(expression.numba_function()(a, b), expected[0], equal_nan=True, rtol=1e-12)
+    assert expression.result_dtype([x.dtype, y.dtype]) == expected.dtype
+    assert np.allclose(expression.numba_function(x.dtype, y.dtype)(a, b), expected[0], equal_nan=True, rtol=1e-12)
 
 
 def test_result_dtype_follows_numpy_promotion():
@@ -46,13 +46,14 @@ def test_result_dtype_follows_numpy_promotion():
 
 
 def test_division_by_zero_follows_numpy():
-    function = compile_expression("a / b", 2).numba_function()
+    expression = compile_expression("a / b", 2)
+    function = expression.numba_function(np.float64, np.float64)
     assert function(1.0, 0.0) == np.inf and np.isnan(function(0.0, 0.0))
     # numba itself raises ZeroDivisionError for complex divisors; NumPy gives inf/nan.
     with np.errstate(all="ignore"):
         for a, b in [(np.complex64(1 - 2j), np.complex64(0)), (np.complex128(0), np.complex128(0)),
                      (np.float32(-3), np.complex64(0)), (np.complex64(2 + 2j), np.float64(0))]:
-            got, expected = function(a, b), a / b
+            got, expected = expression.numba_function(a.dtype, b.dtype)(a, b), a / b
             np.testing.assert_array_equal([got.real, got.imag], [expected.real, expected.imag])
 
 
@@ -101,10 +102,10 @@ text = sys.argv[1]
 runtime.CACHE_EXPRESSIONS = sys.argv[2] == "cache"  # as the service sets it: off
 x = np.arange(600 * 500, dtype=np.float32).reshape(1, 1, 600, 500)  # parallel and serial kernels
 out = nc.empty(x.shape, "float32")
-ewise([nc.asarray(x)], [out], compile_expression(text, 1).numba_function())
+ewise([nc.asarray(x)], [out], compile_expression(text, 1).numba_function("float32"))
 small = nc.empty((1, 1, 2, 3), "float32")
-ewise([nc.asarray(x[:, :, :2, :3])], [small], compile_expression(text, 1).numba_function())
-expected = compile_expression(text, 1).evaluate_numpy(x)
+ewise([nc.asarray(x[:, :, :2, :3])], [small], compile_expression(text, 1).numba_function("float32"))
+expected = eval(text, {"a": x})  # the test's own "a * k + 1", evaluated by NumPy
 assert np.array_equal(out.numpy(), expected) and np.array_equal(small.numpy(), expected[:, :, :2, :3])
 stats = [k.stats for k in cpu._KERNELS.values()]
 print(sum(sum(s.cache_hits.values()) for s in stats), sum(sum(s.cache_misses.values()) for s in stats))
