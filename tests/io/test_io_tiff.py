@@ -42,6 +42,11 @@ def test_real_tiff_metadata():
     assert md.pixel_size == pytest.approx((0.05445500181716341, 1 / 2.295473, 1 / 2.295473))
     _, md = io.read(DATA / "input4_float16.tiff")
     assert md.unit == "inch" and md.pixel_size == pytest.approx((2.0, 1.0, 0.5))
+    _, md = io.read(DATA / "float32_10z_32y_40x.tiff")  # shaped unit mm over the ResolutionUnit inch
+    assert md.unit == "mm" and md.pixel_size == pytest.approx((4.0, 1.0, 1.0))
+    _, md = io.read(DATA / "zyx_uint16.tiff")  # XResolution 1 per no unit (tifffile's default): unknown
+    assert md.pixel_size == (0.0, 0.0, 0.0) and md.unit is None
+    assert any("pixel size unknown" in n for n in md.notices)
     array, md = io.read(DATA / "multiseries.ome.tiff")
     assert md.pixel_size == pytest.approx((1.0, 0.65, 0.65)) and md.unit == "µm"
     assert any("series=N" in n for n in md.notices) and md.series == 0

@@ -211,6 +211,12 @@ def test_encoded_files_read_as_written(tmp_path, data, options):
     assert array.dtype == data.dtype.newbyteorder("=") and io.probe(path).shape == (3, 1, 20, 30)
 
 
+def test_jpeg_reads_as_tifffile_decodes_it(tmp_path):
+    image = (np.add.outer(np.arange(32), np.arange(48)) * 2).astype(np.uint8)
+    tifffile.imwrite(tmp_path / "j.tif", image, compression="jpeg", photometric="minisblack")
+    np.testing.assert_array_equal(io.read(tmp_path / "j.tif")[0].numpy()[0, 0], tifffile.imread(tmp_path / "j.tif"))
+
+
 def test_one_bit_pages_read(tmp_path):
     bits = RNG.integers(0, 2, (3, 20, 30)).astype(bool)
     tifffile.imwrite(tmp_path / "b.tif", bits)
