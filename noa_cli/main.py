@@ -116,6 +116,11 @@ def serve(
     job_ttl: Annotated[
         Optional[int], typer.Option("--job-ttl", min=0, help="Seconds finished job records are kept (0: forever; default 7 days).")
     ] = None,
+    max_expressions: Annotated[
+        Optional[int], typer.Option("--max-expressions", min=0, help="Replace a server process once it has compiled "
+                                    "this many distinct expressions (their machine code is never freed; ~5 MB each; "
+                                    "0: never; default 200).")
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
 ) -> None:
     """Start the HTTP service (uvicorn); options override NOA_* environment variables.
@@ -128,7 +133,8 @@ def serve(
     try:
         settings = Settings.from_env(data_root=data_root, state_dir=state_dir, api_key=api_key, workers=workers,
                                      processes=processes, max_body_bytes=max_body_bytes, max_voxels=max_voxels,
-                                     cors_origins=cors_origin, tmp_dir=tmp_dir, job_ttl=job_ttl)
+                                     cors_origins=cors_origin, tmp_dir=tmp_dir, job_ttl=job_ttl,
+                                     max_expressions=max_expressions)
         serve_until_stopped = prepare(settings, host, port, log_level)
     except ValueError as exc:  # a bad setting (e.g. NOA_WORKERS=abc, a missing data root): usage, not a crash
         raise click.UsageError(str(exc)) from None

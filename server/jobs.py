@@ -334,6 +334,11 @@ class JobStore:
                     self._interrupt(job)
                     self._end(job)
 
+    def busy(self) -> bool:
+        """Whether this process runs (or has queued) a job."""
+        with self._locked():
+            return any(job.status in ACTIVE for job in self._own.values())
+
     def wait_idle(self, timeout: float) -> None:
         """Wait (bounded) for running jobs to notice the cancellation and record their state."""
         futures.wait([job.future for job in list(self._own.values()) if job.future is not None], timeout)

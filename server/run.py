@@ -8,6 +8,10 @@ new connections over them. (With one shared socket, whichever process wakes firs
 burst of connections, and a client's keep-alive connections can all end up in one process.) The
 parent supervises: it replaces a process that died (that process's running jobs then read as
 interrupted), and on SIGTERM or SIGINT stops them all gracefully. Elsewhere, uvicorn's own workers.
+
+A process that has compiled ``max_expressions`` client expressions stops gracefully once idle
+(numba never gives compiled code back): the parent starts a fresh one in its place, and a lone
+process (``--processes 1``) executes itself anew, keeping its pid.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ from collections.abc import Callable
 
 import uvicorn
 
+from noa_server import service
 from noa_server.app import create_app
 from noa_server.settings import Settings
 
 FACTORY = "noa_server.app:create_app"
 CRASH_LIMIT, CRASH_WINDOW_S = 5, 60.0  # more deaths than this in the window: give up instead of looping
+RETIRED_EXIT = 75  # a process that stopped to be replaced (EX_TEMPFAIL), not one that died
 STOP_TIMEOUT_S = 30.0
 
 
@@ -42,7 +48,7 @@ def prepare(settings: Settings, host: str, port: int, log_level: str) -> Callabl
         probe.bind((host, port))
         port = probe.getsockname()[1]
     if settings.processes == 1:
-        return lambda: uvicorn.run(app, host=host, port=port, log_level=log_level)
+        return lambda: _serve_alone(app, host, port, log_level)
     # Every process builds its app from the factory, which reads the settings from the environment.
     os.environ.update(settings.to_env())
     if not sys.platform.startswith("linux"):  # SO_REUSEPORT spreads connections only on Linux
@@ -66,6 +72,19 @@ def _listener(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _serve(config: uvicorn.Config, **run: object) -> bool:
+    """Run a uvicorn server until it stops; True when it stopped to retire (see the module doc)."""
+    server = uvicorn.Server(config)
+    service.on_retire(lambda: setattr(server, "should_exit", True))
+    server.run(**run)
+    return service.RETIRING.is_set()
+
+
+def _serve_alone(app: object, host: str, port: int, log_level: str) -> None:
+    if _serve(uvicorn.Config(app, host=host, port=port, log_level=log_level)):
+        os.execv(sys.executable, sys.orig_argv)  # the same command in a fresh process, with the same pid
+
+
 def _process_main(parent: int, host: str, port: int, log_level: str) -> None:
     os.setpgrp()  # a terminal's Ctrl-C reaches the parent only, which stops each process once
     libc = ctypes.CDLL(None, use_errno=True)
@@ -73,7 +92,8 @@ def _process_main(parent: int, host: str, port: int, log_level: str) -> None:
     if os.getppid() != parent:  # the parent died before prctl
         return
     config = uvicorn.Config(FACTORY, factory=True, host=host, port=port, log_level=log_level)
-    uvicorn.Server(config).run(sockets=[_listener(host, port)])
+    if _serve(config, sockets=[_listener(host, port)]):
+        sys.exit(RETIRED_EXIT)
 
 
 def _supervise(reserved: socket.socket, count: int, host: str, log_level: str) -> None:
@@ -97,6 +117,11 @@ def _supervise(reserved: socket.socket, count: int, host: str, log_level: str) -
         while not stopping.wait(0.5):
             for i, process in enumerate(children):
                 if process.is_alive():
+                    continue
+                if process.exitcode == RETIRED_EXIT:
+                    print("noa serve: a server process retired after compiling its expressions; starting a fresh one",
+                          file=sys.stderr, flush=True)
+                    children[i] = start()
                     continue
                 now = time.monotonic()
                 deaths = [t for t in deaths if now - t < CRASH_WINDOW_S] + [now]

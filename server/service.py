@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from fastapi import Request
 
-from noa_core import runtime
+from noa_core import expr, runtime
 from noa_core.run.warmup import warmup
 from noa_server.jobs import JobStore
 from noa_server.operations import remove_abandoned_uploads
@@ -25,6 +26,15 @@ from noa_server.sandbox import Sandbox
 from noa_server.settings import Settings
 
 T = TypeVar("T")
+# Set when this process retired itself (retire_if_spent); how its server stops is installed by
+# noa_server.run, which owns the uvicorn Server (none when the app runs under another server).
+RETIRING = threading.Event()
+_STOP_SERVER: list[Callable[[], None]] = []
+
+
+def on_retire(stop_server: Callable[[], None]) -> None:
+    """Make ``stop_server()`` what a retiring process calls (uvicorn: ``server.should_exit = True``)."""
+    _STOP_SERVER[:] = [stop_server]
 log = logging.getLogger("noa.server")
 SHUTDOWN_GRACE_S = 10.0
 
@@ -60,6 +70,20 @@ class Service:
         self._warmup = self._pool.submit(warmup)
         self._warmup.add_done_callback(_log_warmup)
 
+    def retire_if_spent(self) -> None:
+        """Once this process has compiled ``max_expressions`` expressions and runs no job, ask its
+        server to stop (gracefully) so that a fresh process replaces it: see :mod:`noa_server.run`."""
+        limit = self.settings.max_expressions
+        if not limit or expr.compiled_count() < limit or RETIRING.is_set():
+            return
+        if self.jobs is not None and self.jobs.busy():
+            return  # the next request checks again
+        log.info("compiled %d expressions; this process is replaced to give their memory back",
+                 expr.compiled_count())
+        RETIRING.set()
+        for stop_server in _STOP_SERVER:
+            stop_server()
+
     def stop(self) -> None:
         if self.jobs is not None:
             self.jobs.stop()
@@ -73,11 +97,13 @@ class Service:
         return "failed" if self._warmup.exception() is not None else "compiled"
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
-        return self._pool.submit(fn, *args)
+        future = self._pool.submit(fn, *args)
+        future.add_done_callback(lambda _: self.retire_if_spent())
+        return future
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread; the event loop only waits."""
-        return await asyncio.wrap_future(self._pool.submit(fn, *args))
+        return await asyncio.wrap_future(self.submit(fn, *args))
 
     def paths(self) -> Sandbox:
         if self.sandbox is None:

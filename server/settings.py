@@ -32,6 +32,8 @@ class Settings:
     ``state_dir`` None means ``<data_root>/.noa-jobs``. ``tmp_dir`` None means the system's.
     ``job_ttl`` is how many seconds a finished job's record is kept (0: forever); the files a job
     wrote are the client's and are never removed.
+    ``max_expressions``: a process that has compiled this many distinct client expressions is
+    replaced by a fresh one once idle (numba never gives compiled code back; each costs ~5 MB; 0: never).
     ``processes`` server processes (uvicorn workers) each run ``workers`` operations at once. Several
     processes, not more threads, because request handling is Python code that one process runs on
     one core at a time (the GIL); jobs are shared through the state directory.
@@ -47,12 +49,15 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     tmp_dir: Path | None = None
     job_ttl: int = 7 * 24 * 3600
+    max_expressions: int = 200
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.processes < 1:
             raise ValueError(f"workers and processes must be at least 1, got {self.workers} and {self.processes}")
         if self.max_body_bytes < 1 or self.max_voxels < 1:
             raise ValueError("max_body_bytes and max_voxels must be positive")
+        if self.max_expressions < 0:
+            raise ValueError(f"max_expressions must be 0 (never replace) or a count, got {self.max_expressions}")
         if self.job_ttl < 0:
             raise ValueError(f"job_ttl must be 0 (keep forever) or a number of seconds, got {self.job_ttl}")
         # Resolve once so that every later containment check compares canonical paths.
@@ -101,7 +106,7 @@ class Settings:
 
 
 def _parse(name: str, text: str) -> Any:
-    if name in ("max_body_bytes", "max_voxels", "workers", "processes", "job_ttl"):
+    if name in ("max_body_bytes", "max_voxels", "workers", "processes", "job_ttl", "max_expressions"):
         try:
             return int(text)
         except ValueError:

@@ -30,7 +30,7 @@ READ_ERRORS = documented(400, 403, 404, 413, 422, 500)
 WRITE_RESPONSES = {
     201: {"description": "Written; Location is where to download the output.",
           "headers": {"Location": {"description": "/v1/files/<output>", "schema": {"type": "string"}}}},
-    **documented(400, 403, 404, 409, 413, 422, 500),
+    **documented(400, 403, 404, 409, 413, 422, 500, 507),
 }
 
 

@@ -41,7 +41,7 @@ FILE_RESPONSES: dict[int | str, dict[str, Any]] = {
         "headers": {"Noa-Notices": {"description": "JSON list of notices about the output (ASCII).",
                                     "schema": {"type": "string"}}},
     },
-    **documented(400, 413, 422, 500),
+    **documented(400, 413, 422, 500, 507),
 }
 JSON_ERRORS = documented(400, 413, 422, 500)
 
