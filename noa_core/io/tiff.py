@@ -1,13 +1,19 @@
-"""TIFF files (plain, ImageJ hyperstacks, OME, tifffile "shaped") as BDHW arrays.
+"""TIFF files (plain, ImageJ hyperstacks, OME, tifffile "shaped", pyramids) as BDHW arrays.
 
 Reading maps tifffile's series axes onto BDHW: Z -> depth; I, Q, T -> batch (C too when nothing
-else is batched); Y, X -> height, width. Axes of size 1 carry no data and are dropped. Any other
-axis of size > 1 (RGB samples 'S', a channel axis beside a time axis, ...) is refused with an
-error saying why, rather than guessed.
+else is batched); Y, X -> height, width. Axes of size 1 carry no data and are dropped. Channels that
+cannot be the batch (RGB samples 'S', a C axis beside T or Q) are read one at a time (``channel``);
+any other axis of size > 1 is refused with an error saying why, rather than guessed. A pyramid reads
+level 0 unless ``level`` names another. Compressed and packed data are decoded by tifffile with
+imagecodecs; tifffile's log messages become notices and its errors one line in the user's words.
+
+Pixel sizes: XResolution/YResolution belong to the axes named X and Y, in the unit ImageJ or tifffile
+metadata name, else in ResolutionUnit; ImageJ ``spacing`` is the Z step; OME ``PhysicalSize*`` with
+their units win. Tags that name no length (absent, ResolutionUnit none, 72 dpi) leave it unknown (0).
 
 Writing makes an ImageJ hyperstack (axes 'TZYX' without the size-1 ones) for uint8, uint16 and
-float32 images of at least 2 x 2 pixels in C order, otherwise a tifffile shaped file whose metadata records the axes ('TZXY' for
-column-major sections).
+float32 images of at least 2 x 2 pixels in C order, otherwise a tifffile shaped file whose metadata
+records the axes ('TZXY' for column-major sections). An unknown pixel size writes no unit or spacing.
 
 :data:`FORMAT` is the TIFF :class:`~noa_core.io.protocol.ImageFormat`.
 """
