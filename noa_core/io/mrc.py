@@ -21,12 +21,13 @@ import datetime
 import math
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
-from mrcfile.dtypes import HEADER_DTYPE
+from mrcfile.dtypes import HEADER_DTYPE, get_ext_header_dtype
 from numpy.lib.stride_tricks import as_strided
 
 from noa_core import __version__, layout
@@ -56,9 +57,19 @@ _MAP_ID = (208, b"MAP ")  # offset and value of the MRC2014 'map' field
 _MODE_DTYPES = {0: "i1", 1: "i2", 2: "f4", 3: "i2", 4: "c8", 6: "u2", 12: "f2", 101: "u1"}
 _WRITE_MODES = {"int8": 0, "uint8": 0, "int16": 1, "float32": 2, "complex64": 4, "uint16": 6, "float16": 12}
 WRITABLE_DTYPES = tuple(_WRITE_MODES)
-# IMOD marks mode-0 files as unsigned with a stamp and bit 0 of its flags (header bytes 152, 156).
+# IMOD's stamp and flags (header bytes 152, 156): under the stamp, bit 0 of the flags SET means mode 0
+# holds signed bytes, CLEAR unsigned (MRC_FLAGS_SBYTES, readBytesSigned in IMOD's libcfshr/b3dutil.c).
 _IMOD_STAMP = 1146047817
+_IMOD_SIGNED_BYTES = 1
 _IMOD_STAMP_AT, _IMOD_FLAGS_AT = 152 - 112, 156 - 112  # offsets inside the 'extra2' field
+# How uint8 data are written (write option 'uint8_mode'): widened to mode 6, which every reader agrees
+# on (mrcfile does the same), or as IMOD's unsigned mode 0, which only IMOD reads as unsigned.
+UINT8_MODES = ("widen", "imod")
+# Names under which an ispg-0 file with mz == nz is a stack all the same (RELION's particle stacks,
+# IMOD's tilt series and aligned stacks); under any other name such a file is a map written the old way.
+_STACK_NAMES = (".mrcs", ".st", ".ali")
+# Extended header types MRC2014 readers know (mrcfile.validate's list).
+_EXTTYPES = ("CCP4", "MRCO", "SERI", "AGAR", "FEI1", "FEI2", "HDF5")
 _VOLUME_STACK_ISPG = range(401, 631)
 _VOLUME_ISPG = range(1, 231)
 # Above this, a claimed data size is refused outright (256 TiB): no real file is that large.
@@ -81,6 +92,8 @@ class MrcFields:
         space_group: ispg as read.
         extended_header: extended header bytes (None when absent or dropped).
         exttyp: extended header type (e.g. 'FEI1').
+        dropped: why the source's extended header was dropped on the way (permute, broadcast), for the
+            output's notice; None when nothing was dropped.
     """
 
     mode: int | None = None
@@ -90,6 +103,7 @@ class MrcFields:
     space_group: int | None = None
     extended_header: bytes | None = None
     exttyp: str | None = None
+    dropped: str | None = None
 
     def permute(self, perm: Shape4, notices: list[str]) -> MrcFields:
         """The fields of a BDHW array permuted by ``perm``: per-axis values follow their axes (an axis
@@ -115,7 +129,7 @@ class MrcFields:
         if self.extended_header is None:
             return self
         notices.append(f"extended header dropped: {why}, so it no longer matches the sections")
-        return dataclasses.replace(self, extended_header=None, exttyp=None)
+        return dataclasses.replace(self, extended_header=None, exttyp=None, dropped=why)
 
 
 
@@ -172,17 +186,46 @@ def data_bytes(header: np.record) -> int:
     return nx * ny * nz * np.dtype(_MODE_DTYPES[mode]).itemsize * (2 if mode == 3 else 1)
 
 
-def _is_unsigned_mode0(header: np.record) -> bool:
+def _imod_flags(header: np.record) -> int | None:
+    """IMOD's flags when the header carries IMOD's stamp, else None."""
     extra = bytes(header["extra2"])
-    order = header.dtype["nx"].byteorder if header.dtype["nx"].byteorder in "<>" else "="
+    order = _header_order(header)
     stamp = int(np.frombuffer(extra, f"{order}i4", count=1, offset=_IMOD_STAMP_AT)[0])
-    flags = int(np.frombuffer(extra, f"{order}i4", count=1, offset=_IMOD_FLAGS_AT)[0])
-    return stamp == _IMOD_STAMP and bool(flags & 1)
+    if stamp != _IMOD_STAMP:
+        return None
+    return int(np.frombuffer(extra, f"{order}i4", count=1, offset=_IMOD_FLAGS_AT)[0])
+
+
+def _header_order(header: np.record) -> str:
+    order = header.dtype["nx"].byteorder
+    return order if order in "<>" else "="
+
+
+def _is_unsigned_mode0(header: np.record) -> bool:
+    """IMOD's rule: stamped with the signed-bytes bit clear. Unstamped mode 0 is signed (MRC2014)."""
+    flags = _imod_flags(header)
+    return flags is not None and not flags & _IMOD_SIGNED_BYTES
+
+
+def _mode0_notice(path: Path, header: np.record) -> str | None:
+    """What the user should know about how mode-0 bytes were read: only unstamped files are a choice."""
+    if int(header["mode"]) != 0 or _imod_flags(header) is not None:
+        return None
+    return (f"{path}: mode 0 without IMOD's stamp: bytes read as signed (-128..127), as MRC2014 says; "
+            "files IMOD wrote as unsigned carry its stamp")
+
+
+def _ispg0_volume(path: Path, header: np.record, sections: int) -> bool:
+    """A map written the old way (RELION, cryoDRGN): ispg 0 with mz == nz > 1, not under a stack's name."""
+    name = path.name.lower().removesuffix(".gz").removesuffix(".bz2")
+    return (int(header["ispg"]) == 0 and sections > 1 and int(header["mz"]) == sections
+            and not name.endswith(_STACK_NAMES))
 
 
 def _bdhw_split(path: Path, header: np.record, nz_xyz: int, as_stack: bool | None,
-                as_volume: bool | None) -> tuple[int, int, str]:
-    """``(batch, depth, why)`` for the Z extent of a file, from ispg/mz or the caller's override."""
+                as_volume: bool | None, notices: list[str]) -> tuple[int, int, str]:
+    """``(batch, depth, why)`` for the Z extent of a file, from ispg/mz or the caller's override; a
+    choice the user may want to override is added to ``notices``."""
     if as_stack and as_volume:
         raise LayoutError(f"{path}: as_stack and as_volume cannot both be True")
     ispg, mz = int(header["ispg"]), int(header["mz"])
@@ -197,6 +240,10 @@ def _bdhw_split(path: Path, header: np.record, nz_xyz: int, as_stack: bool | Non
         return nz_xyz // mz, mz, f"ispg {ispg}: volume stack"
     if ispg in _VOLUME_ISPG:
         return 1, nz_xyz, f"ispg {ispg}: volume"
+    if _ispg0_volume(path, header, nz_xyz):
+        notices.append(f"{path}: ispg 0 with mz = nz = {nz_xyz}: read as a volume (a map written the way "
+                       "RELION writes them); pass --as-stack to read an image stack")
+        return 1, nz_xyz, f"ispg 0, mz = nz = {nz_xyz}: volume"
     if ispg == 0:
         return nz_xyz, 1, "ispg 0: image stack" if nz_xyz > 1 else "ispg 0: image"
     raise HeaderError(f"{path}: ispg: space group {ispg} is neither 0 (images), 1-230 (volume) nor "
@@ -247,12 +294,11 @@ def _decode(raw: np.ndarray, header: np.record) -> np.ndarray:
 
 
 def _file_dtype(header: np.record) -> np.dtype:
-    """The type of one stored value, in the file's byte order (mode 0 with IMOD's unsigned flag: uint8)."""
+    """The type of one stored value, in the file's byte order (mode 0 by IMOD's rule: see _is_unsigned_mode0)."""
     mode = int(header["mode"])
     if mode == 0 and _is_unsigned_mode0(header):
         return np.dtype("u1")
-    order = header.dtype["nx"].byteorder
-    return np.dtype(_MODE_DTYPES[mode]).newbyteorder(order if order in "<>" else "=")
+    return np.dtype(_MODE_DTYPES[mode]).newbyteorder(_header_order(header))
 
 
 def _array_dtype(header: np.record) -> np.dtype:
@@ -261,16 +307,16 @@ def _array_dtype(header: np.record) -> np.dtype:
                                                                     _file_dtype(header).newbyteorder("="))
 
 
-def _bdhw_layout(path: Path, header: np.record, as_stack: bool | None,
-                 as_volume: bool | None) -> tuple[Shape4, layout.Strides4, str]:
+def _bdhw_layout(path: Path, header: np.record, as_stack: bool | None, as_volume: bool | None,
+                 notices: list[str]) -> tuple[Shape4, layout.Strides4, str]:
     """BDHW shape and element strides of the array a read gives (its sections are packed in C order),
-    and the axis mapping in words."""
+    and the axis mapping in words; notices for the user are added to ``notices``."""
     nx, ny, nz = (int(header[k]) for k in ("nx", "ny", "nz"))
     crs = (int(header["mapc"]), int(header["mapr"]), int(header["maps"]))
     # per X, Y, Z (1, 2, 3): the size and element stride of the disk axis (columns, rows, sections) holding it
     disk = dict(zip(crs, ((nx, 1), (ny, nx), (nz, nx * ny))))
     (sz_n, sz), (h, sy), (w, sx) = disk[3], disk[2], disk[1]
-    batch, depth, why = _bdhw_split(path, header, sz_n, as_stack, as_volume)
+    batch, depth, why = _bdhw_split(path, header, sz_n, as_stack, as_volume, notices)
     words = f"mapc={crs[0]} mapr={crs[1]} maps={crs[2]}; {why}"
     return layout.as_shape4((batch, depth, h, w)), layout.as_strides4((depth * sz, sz, sy, sx)), words
 
@@ -349,10 +395,11 @@ def _read(path: Path, request: ReadRequest):
         flat = flat.byteswap(inplace=True).view(flat.dtype.newbyteorder("="))
     nx, ny, nz = (int(header[k]) for k in ("nx", "ny", "nz"))
     disk = _decode(flat, header) if int(header["mode"]) in (3, 101) else flat.reshape(nz, ny, nx)
-    shape, strides, axes = _bdhw_layout(path, header, request.as_stack, request.as_volume)
+    notices: list[str] = []
+    shape, strides, axes = _bdhw_layout(path, header, request.as_stack, request.as_volume, notices)
     bdhw = as_strided(disk, shape, tuple(s * disk.itemsize for s in strides), writeable=disk.flags.writeable)
     array = asarray(bdhw)
-    return array, _metadata(path, header, array.shape, array.dtype, array.order, extended, axes)
+    return array, _metadata(path, header, array.shape, array.dtype, array.order, extended, axes, notices)
 
 
 def _probe(path: Path, request: ReadRequest) -> Probe:
@@ -360,14 +407,21 @@ def _probe(path: Path, request: ReadRequest) -> Probe:
     with open_input(path) as file:
         header, extended = _read_header(path, _open(path, request.compression, file), file,
                                         request.compression is not None)
-    shape, strides, axes = _bdhw_layout(path, header, request.as_stack, request.as_volume)
+    notices: list[str] = []
+    shape, strides, axes = _bdhw_layout(path, header, request.as_stack, request.as_volume, notices)
     dtype = _array_dtype(header)
     return Probe(shape, strides, dtype,
-                 _metadata(path, header, shape, dtype, layout.order_of(shape, strides), extended, axes))
+                 _metadata(path, header, shape, dtype, layout.order_of(shape, strides), extended, axes, notices))
+
+
+def _pixel_size(cell: float, sampling: int) -> float:
+    """Cell length over sampling; 0 (unknown) unless both are positive and finite."""
+    size = cell / sampling if sampling > 0 else 0.0
+    return size if math.isfinite(size) and size > 0 else 0.0
 
 
 def _metadata(path: Path, header: np.record, shape: Shape4, dtype: np.dtype, order: str, extended: bytes | None,
-              axes: str) -> Metadata:
+              axes: str, notices: list[str]) -> Metadata:
     crs = (int(header["mapc"]), int(header["mapr"]), int(header["maps"]))
     start_crs = (int(header["nxstart"]), int(header["nystart"]), int(header["nzstart"]))
     start_xyz = [0, 0, 0]
@@ -376,10 +430,11 @@ def _metadata(path: Path, header: np.record, shape: Shape4, dtype: np.dtype, ord
     m_xyz = (int(header["mx"]), int(header["my"]), int(header["mz"]))
     cell = header["cella"]
     cell_xyz = (float(cell["x"]), float(cell["y"]), float(cell["z"]))
-    pixel_xyz = tuple(c / m if m > 0 else 0.0 for c, m in zip(cell_xyz, m_xyz))
+    pixel_xyz = tuple(_pixel_size(c, m) for c, m in zip(cell_xyz, m_xyz))
     origin = header["origin"]
     angles = header["cellb"]
-    notices = []
+    if _mode0_notice(path, header):
+        notices.append(_mode0_notice(path, header))
     if order == "F":
         notices.append(f"{path}: stored column-major (mapc=2, mapr=1): readers that ignore the axis "
                        "mapping show the transpose")
@@ -388,7 +443,8 @@ def _metadata(path: Path, header: np.record, shape: Shape4, dtype: np.dtype, ord
         mode=int(header["mode"]), start=(start_xyz[2], start_xyz[1], start_xyz[0]),
         sampling=(max(m_xyz[2], 0), max(m_xyz[1], 0), max(m_xyz[0], 0)),
         cell_angles=(float(angles["gamma"]), float(angles["beta"]), float(angles["alpha"])),
-        space_group=int(header["ispg"]), extended_header=extended, exttyp=exttyp if extended else None,
+        space_group=int(header["ispg"]), extended_header=_little_endian_records(extended, exttyp, header),
+        exttyp=exttyp if extended else None,
     )
     return Metadata(
         format=FORMAT.name, shape=shape, dtype=dtype.name,
@@ -397,6 +453,51 @@ def _metadata(path: Path, header: np.record, shape: Shape4, dtype: np.dtype, ord
         labels=_labels(header), statistics=_statistics(header),
         order=order, axes=axes, mrc=fields, path=str(path), notices=notices,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Extended headers
+# ---------------------------------------------------------------------------------------------
+
+
+def _records_dtype(exttyp: str | None, order: str = "<") -> np.dtype | None:
+    """mrcfile's dtype of one FEI1/FEI2 per-section record, None for other types."""
+    return get_ext_header_dtype((exttyp or "").encode("latin-1"), order)
+
+
+def _little_endian_records(extended: bytes | None, exttyp: str | None, header: np.record) -> bytes | None:
+    """The extended header as noa keeps it: FEI records of a big-endian file swapped to little-endian,
+    the byte order of every MRC noa writes (other types are kept as read)."""
+    dtype = _records_dtype(exttyp, _header_order(header))
+    if extended is None or dtype is None or _header_order(header) != ">":
+        return extended
+    whole = len(extended) // dtype.itemsize * dtype.itemsize
+    records = np.frombuffer(extended, dtype, count=whole // dtype.itemsize)
+    return records.astype(dtype.newbyteorder("<")).tobytes() + extended[whole:]
+
+
+def section_records(fields: MrcFields, sections: int) -> list[dict] | None:
+    """Per-section pixel size (Y, X in Å) and tilt angle (degrees) of an FEI1/FEI2 extended header; None
+    for other types or a header too short for ``sections`` records (as mrcfile's ``indexed_extended_header``)."""
+    dtype = _records_dtype(fields.exttyp)
+    extended = fields.extended_header or b""
+    if dtype is None or len(extended) < sections * dtype.itemsize:
+        return None
+    records = np.frombuffer(extended, dtype, count=sections)
+    if sections and int(records["Metadata size"][0]) != dtype.itemsize:
+        return None
+    metres = 1e10  # FEI records hold SI units; noa reports Å
+    return [{"pixel_size": [float(r["Pixel size Y"]) * metres, float(r["Pixel size X"]) * metres],
+             "tilt_angle": float(r["Alpha tilt"])} for r in records]
+
+
+def _writable_exttyp(extended: bytes, exttyp: str | None) -> str | None:
+    """The type to record for an extended header kept in an output, None when it cannot be named: a
+    typeless block of 80-character text records is a pre-2014 CCP4 symmetry block."""
+    if exttyp in _EXTTYPES:
+        return exttyp
+    is_text = all(32 <= c < 127 for c in extended)
+    return "CCP4" if exttyp is None and len(extended) % 80 == 0 and is_text else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -411,6 +512,41 @@ def mode_for(dtype: np.dtype, path: Path) -> int:
     except KeyError:
         raise WriteDTypeError(f"{path}: mode: dtype {np.dtype(dtype).name} has no MRC mode; pass dtype= one of "
                               f"{', '.join(WRITABLE_DTYPES)}") from None
+
+
+def uint8_mode(options: Mapping[str, str], path: Path) -> str:
+    """The write option 'uint8_mode' ('widen' unless given), checked."""
+    mode = options.get("uint8_mode", "widen")
+    if mode not in UINT8_MODES:
+        raise WriteDTypeError(f"{path}: uint8_mode: {mode!r} is not one of {', '.join(UINT8_MODES)}")
+    return mode
+
+
+def stored_dtype(dtype: np.dtype, options: Mapping[str, str], path: Path) -> np.dtype:
+    """The element type stored for ``dtype``: uint8 is widened to uint16 (mode 6) unless IMOD's unsigned
+    mode 0 is asked for, since MRC2014 readers (mrcfile, RELION) read mode 0 as signed."""
+    if np.dtype(dtype) == np.uint8 and uint8_mode(options, path) == "widen":
+        return np.dtype(np.uint16)
+    return np.dtype(dtype)
+
+
+def _uint8_notice(options: Mapping[str, str], path: Path) -> str:
+    """How uint8 data were stored, and what other readers will see."""
+    if uint8_mode(options, path) == "widen":
+        return (f"{path}: uint8 data stored as uint16 (mode 6) so that every MRC reader sees the same values; "
+                "uint8_mode=imod writes IMOD's unsigned mode 0")
+    return (f"{path}: uint8 data stored as IMOD's unsigned mode 0 (stamp, signed-bytes flag clear): IMOD reads "
+            "them as 0..255, strict MRC2014 readers (mrcfile, RELION) as signed bytes")
+
+
+def _imod_extra(dtype: np.dtype) -> bytes:
+    """The 'extra2' bytes of a mode-0 output: IMOD's stamp with the signed-bytes bit set for int8, clear
+    for (IMOD-style) uint8; nothing for other modes."""
+    extra = bytearray(84)
+    if np.dtype(dtype) in (np.int8, np.uint8):
+        flags = _IMOD_SIGNED_BYTES if np.dtype(dtype) == np.int8 else 0
+        extra[_IMOD_STAMP_AT:_IMOD_STAMP_AT + 8] = np.array([_IMOD_STAMP, flags], "<i4").tobytes()
+    return bytes(extra)
 
 
 def _space_group(shape: Shape4, source: int | None) -> int:
@@ -438,13 +574,15 @@ def merge_labels(old: list[str], new: str) -> list[str]:
 
 def make_header(spec: OutputSpec, stats: Statistics, labels: list[str], extended: bytes | None,
                 exttyp: str | None) -> bytes:
-    """The 1024 header bytes (little-endian, nversion 20141) describing an output array.
+    """The 1024 header bytes (little-endian, nversion 20141) describing an output array stored as
+    :func:`stored_dtype` says (``spec.dtype`` with ``spec.write_options``).
 
     ``spec.order`` 'F' stores each section column-major and records it as mapc=2, mapr=1, maps=3.
     Pixel size and origin are converted to Å when the metadata unit allows; the MRC fields of the
     metadata (sampling, start, cell angles, space group) are kept where they still fit.
     """
-    shape, dtype, order, metadata = spec.shape, spec.dtype, spec.order, spec.metadata
+    shape, order, metadata = spec.shape, spec.order, spec.metadata
+    dtype = stored_dtype(spec.dtype, spec.write_options, spec.path)
     b, d, h, w = shape
     header = np.zeros((), HEADER_DTYPE.newbyteorder("<"))
     cols, rows = (h, w) if order == "F" else (w, h)
@@ -478,10 +616,7 @@ def make_header(spec: OutputSpec, stats: Statistics, labels: list[str], extended
     header["nversion"] = 20141
     header["map"] = b"MAP "
     header["machst"] = (0x44, 0x44, 0, 0)
-    if np.dtype(dtype) == np.uint8:
-        extra = bytearray(84)
-        extra[_IMOD_STAMP_AT:_IMOD_STAMP_AT + 8] = np.array([_IMOD_STAMP, 1], "<i4").tobytes()
-        header["extra2"] = bytes(extra)
+    header["extra2"] = _imod_extra(dtype)
     header["nlabl"] = len(labels)
     for i, text in enumerate(labels):
         header["label"][i] = text.encode("latin-1", "replace")[:LABEL_BYTES]
@@ -498,16 +633,26 @@ def check_writable_shape(shape: Shape4, path: Path) -> None:
 
 
 def _extended_header(spec: OutputSpec, notices: list[str]) -> tuple[bytes | None, str | None]:
-    """The source's extended header and its type when the output keeps its sections' layout; else
+    """The source's extended header and its type when the output keeps its sections in their order
+    (same shape; element type and order within sections may change) and the type can be named; else
     none, with a notice added to ``notices`` when one is dropped."""
     md = spec.metadata
     if md is None or md.mrc is None or md.mrc.extended_header is None:
+        if md is not None and md.mrc is not None and md.mrc.dropped:  # by permute or broadcast
+            notices.append(f"{spec.path}: extended header dropped: {md.mrc.dropped}, so it no longer matches "
+                           "the sections")
         return None, None
-    if md.shape == spec.shape and md.order in (None, spec.order):
-        return md.mrc.extended_header, md.mrc.exttyp
-    notices.append(f"{spec.path}: extended header dropped: the layout changed "
-                   f"({md.shape} {md.order} -> {spec.shape} {spec.order})")
-    return None, None
+    extended = md.mrc.extended_header
+    if md.shape != spec.shape or md.order not in (None, "C", "F"):  # 'strided': sections are not along Z
+        notices.append(f"{spec.path}: extended header dropped: the sections changed ({md.shape} {md.order} -> "
+                       f"{spec.shape}), so its records no longer match them")
+        return None, None
+    exttyp = _writable_exttyp(extended, md.mrc.exttyp)
+    if exttyp is None:
+        notices.append(f"{spec.path}: extended header dropped: its type ({md.mrc.exttyp or 'none given'}) is not "
+                       f"one MRC2014 readers know ({', '.join(_EXTTYPES)})")
+        return None, None
+    return extended, exttyp
 
 
 def _output_header(spec: OutputSpec, stats: Statistics, extended: bytes | None, exttyp: str | None) -> bytes:
@@ -554,8 +699,10 @@ class MrcFormat:
 
     def create(self, temp: Path, spec: OutputSpec) -> Created:
         """The header (statistics unknown until :meth:`finish`) and extended header, then sparse room
-        for the data: no time is spent writing zeros."""
-        notices: list[str] = []
+        for the data: no time is spent writing zeros. uint8 data may be stored widened (see
+        :func:`stored_dtype`): the returned ``dtype`` says so."""
+        dtype = stored_dtype(spec.dtype, spec.write_options, spec.path)
+        notices = [_uint8_notice(spec.write_options, spec.path)] if spec.dtype == np.uint8 else []
         extended, exttyp = _extended_header(spec, notices)
         md = spec.metadata
         if md is not None and md.format != self.name:  # MRC metadata is already in Å
@@ -566,11 +713,11 @@ class MrcFormat:
         with open(temp, "r+b") as f:
             f.write(_output_header(spec, Statistics(None, None, None, None), extended, exttyp))
             f.write(extended or b"")
-            f.truncate(offset + math.prod(spec.shape) * spec.dtype.itemsize)
+            f.truncate(offset + math.prod(spec.shape) * dtype.itemsize)
         if spec.order == "F":
             notices.append(f"{spec.path}: stored column-major (mapc=2, mapr=1, maps=3): readers that "
                            "ignore the axis mapping show the transpose")
-        return Created(offset, notices)
+        return Created(offset, notices, dtype)
 
     def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
         """Rewrite the header with the statistics of the data (and a label stamped now)."""

@@ -11,6 +11,7 @@ written, complete the header (:meth:`ImageFormat.finish`). The Writer maps and f
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -93,6 +94,7 @@ class OutputSpec:
         order: 'C', or 'F' for column-major sections.
         metadata: what to carry from the source (pixel size, labels, ...), or None.
         label: text of the label noa adds, where the format has labels (None: say what was written).
+        write_options: format-specific choices by name (MRC: ``uint8_mode``); a format ignores others.
     """
 
     path: Path
@@ -101,14 +103,17 @@ class OutputSpec:
     order: str
     metadata: Metadata | None
     label: str | None
+    write_options: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Created:
-    """What :meth:`ImageFormat.create` made: the byte offset of the packed data, and notices for the user."""
+    """What :meth:`ImageFormat.create` made: the byte offset of the packed data, notices for the user, and
+    the element type stored when the format widens the one asked for (MRC uint8 -> uint16; None: as asked)."""
 
     offset: int
     notices: list[str] = field(default_factory=list)
+    dtype: np.dtype | None = None
 
 
 class ImageFormat(Protocol):

@@ -13,7 +13,7 @@ import itertools
 import math
 import mmap as mmap_module
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -154,6 +154,7 @@ class Region:
     dtype: np.dtype
     shape: Shape4
     order: str
+    values_dtype: np.dtype | None = None  # the type asked for, when the format stores a wider one
 
     def fill(self, sources: Sequence[Array], keys: Sequence[tuple[slice, ...]],
              compute: Compute) -> list[RunningStatistics]:
@@ -162,7 +163,8 @@ class Region:
         mm, out = _map_packed(self.path, self.offset, self.dtype, self.shape, self.order)
         try:
             with mapped.scratch_buffers():
-                stats = [fill_tile(sources, out, key, compute) for key in keys]
+                into = storing(self.values_dtype or self.dtype, compute)
+                stats = [fill_tile(sources, out, key, into) for key in keys]
             # On a network file system the tiles must reach the server before the task reports them done.
             mapped.flush([out.numpy()[key] for key in keys])
         finally:
@@ -181,6 +183,23 @@ def _convert(dst: Array, src: Array) -> None:
     convert_into(src, dst, mode="checked")
 
 
+def storing(values_dtype: np.dtype, compute: Compute) -> Compute:
+    """``compute`` for an output whose values are of ``values_dtype`` (the type asked for) when the format may
+    store a wider type (MRC stores uint8 as uint16): values are computed, checked and clamped for the type
+    asked, then widened, so ``--dtype uint8 --clamp`` still clamps to 0..255."""
+    def widened(blocks: list[Array], out: Array) -> None:
+        if out.dtype == values_dtype:
+            compute(blocks, out)
+            return
+        from noa_core.array import empty
+
+        scratch = empty(out.shape, values_dtype)
+        compute(blocks, scratch)
+        _convert(out, scratch)
+
+    return widened
+
+
 class Writer:
     """An output file being filled; use through :func:`create` as a context manager.
 
@@ -192,15 +211,18 @@ class Writer:
     """
 
     def __init__(self, path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata: Metadata | None,
-                 order: str, overwrite: bool, label: str | None) -> None:
+                 order: str, overwrite: bool, label: str | None,
+                 write_options: Mapping[str, str] | None = None) -> None:
         self.path = atomic.check_output(path, overwrite)
         self.format = formats.output_format(self.path)
         self.shape = layout.as_shape4(shape)
-        self.dtype = np.dtype(dtype)
+        self.dtype = np.dtype(dtype)  # what the file stores, once created (MRC widens uint8)
+        self.values_dtype = self.dtype  # the type values are converted to, whatever the file stores
         self.order = layout.as_order(order)
         self.metadata = metadata
         self.notices: list[str] = []
-        self._spec = OutputSpec(self.path, self.shape, self.dtype, self.order, metadata, label)
+        self._spec = OutputSpec(self.path, self.shape, self.dtype, self.order, metadata, label,
+                                dict(write_options or {}))
         self._overwrite = overwrite
         self._stats = RunningStatistics()
         self._written = np.zeros(self.shape[0] * self.shape[1], bool)  # sections filled via write_block
@@ -235,6 +257,7 @@ class Writer:
     def _open(self) -> None:
         created = self.format.create(self._temp.temp, self._spec)
         self.notices.extend(created.notices)
+        self.dtype = created.dtype or self.dtype  # what the file stores (MRC widens uint8)
         self._offset = created.offset
         self._reserve(created.offset + math.prod(self.shape) * self.dtype.itemsize)
         self._mmap, self.array = _map_packed(self._temp.temp, created.offset, self.dtype, self.shape, self.order)
@@ -286,7 +309,7 @@ class Writer:
 
     def region(self) -> Region:
         """Where the data go in the temporary file, for tasks in other processes (see :class:`Region`)."""
-        return Region(self._temp.temp, self._offset, self.dtype, self.shape, self.order)
+        return Region(self._temp.temp, self._offset, self.dtype, self.shape, self.order, self.values_dtype)
 
     def complete(self, stats: RunningStatistics) -> None:
         """Declare every element written (e.g. by tasks through :meth:`region`), with their statistics."""
@@ -309,21 +332,24 @@ class Writer:
         if self._written[index:index + k].any():
             raise LayoutError(f"{self.path}: sections {index}..{index + k - 1} were already written")
         sections = self.array.numpy().reshape(-1, h, w)[index:index + k]
-        _convert(asarray(sections), asarray(src))
+        storing(self.values_dtype, lambda blocks, dst: _convert(dst, blocks[0]))([asarray(src)], asarray(sections))
         self._stats.add(sections)
         mapped.release(sections)
         self._written[index:index + k] = True
 
 
 def create(path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata: Metadata | None = None, *,
-           order: str = "C", overwrite: bool = False, label: str | None = None) -> Writer:
+           order: str = "C", overwrite: bool = False, label: str | None = None,
+           write_options: Mapping[str, str] | None = None) -> Writer:
     """An output to fill block by block: ``with create(...) as out: copy_into(src, out)``.
 
     The format follows the extension (see :func:`noa_core.io.formats.output_format`); the existing
     file is refused unless ``overwrite``; ``metadata`` (pixel size, origin, labels, ...) describes
-    the output, e.g. ``read_metadata.permute(perm)``. Notices end up in ``out.notices``.
+    the output, e.g. ``read_metadata.permute(perm)``. ``write_options`` are the format's own choices
+    (MRC: ``uint8_mode`` 'widen' or 'imod'); the stored type may then differ from ``dtype``
+    (``out.dtype`` says). Notices end up in ``out.notices``.
     """
-    return Writer(path, shape, dtype, metadata, order, overwrite, label)
+    return Writer(path, shape, dtype, metadata, order, overwrite, label, write_options)
 
 
 Compute = Callable[[list[Array], Array], None]
@@ -366,6 +392,7 @@ def fill(writer: Writer, sources: Sequence[Array], compute: Compute, *, block_by
     released afterwards. ``progress(done, total)`` is called after each tile.
     """
     keys = plan_tiles(writer, sources, block_bytes)
+    compute = storing(writer.values_dtype, compute)
     stats = RunningStatistics()
     # One tile is the whole output: its mapping closes next, so dropping its pages first gains nothing.
     release = len(keys) > 1

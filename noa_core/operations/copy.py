@@ -6,6 +6,17 @@ from pathlib import Path
 
 from noa_core.operations.spec import DEVICE, ELEMENT_TYPES, READING, Choice, Flag, Operation, Options, Param
 
+# How an MRC output stores uint8 data (noa_core.io.mrc.UINT8_MODES; that module loads NumPy, a test keeps
+# these equal). Shared by the operations that can write uint8 from any input (copy, ewise).
+UINT8_MODE = Param("uint8_mode", Choice(("widen", "imod")),
+                   "MRC outputs: store uint8 as uint16 (widen: every reader agrees) or as IMOD's unsigned mode 0 "
+                   "(imod: only IMOD reads 0..255; MRC2014 readers see signed bytes).", default="widen")
+
+
+def write_options(options: Options) -> dict[str, str]:
+    """The output format's own choices among ``options``."""
+    return {"uint8_mode": options.uint8_mode}
+
 
 def plan(inputs: list[Path], options: Options):
     from noa_core import dtypes
@@ -17,7 +28,7 @@ def plan(inputs: list[Path], options: Options):
     out_order = resolve_copy_order(array, options.order)
     words = [f"--order {out_order}"] + ([f"--dtype {out_dtype}"] if out_dtype is not None else [])
     return make_plan(inputs, [array], [array], converter("clamp" if options.clamp else "checked"), meta,
-                     "noa copy " + " ".join(words), out_dtype, out_order)
+                     "noa copy " + " ".join(words), out_dtype, out_order, write_options(options))
 
 
 def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
@@ -38,7 +49,7 @@ OPERATION = Operation(
             Param("dtype", Choice(ELEMENT_TYPES), "Convert to this element type (e.g. float32, int16, uint8)."),
             Param("clamp", Flag(), "Clamp values to the range of dtype (NaN -> 0 for integers); without it, "
                   "values that do not fit are refused.", default=False),
-            *READING, DEVICE),
+            UINT8_MODE, *READING, DEVICE),
     plan=plan,
     chooses_format=True,
     warmup=warmup,

@@ -31,7 +31,7 @@ def describe(path: Path, options: Options) -> dict:
 
     probe = options.probe_input(path)
     meta = probe.metadata
-    return {
+    described = {
         "path": str(path),
         "format": meta.format,
         "dtype": str(dtypes.base_of(probe.dtype)),
@@ -49,6 +49,17 @@ def describe(path: Path, options: Options) -> dict:
         "axes": meta.axes,
         "notices": list(meta.notices),
     }
+    if meta.mrc is not None:
+        described.update(_extended_header(meta.mrc, probe.shape[0] * probe.shape[1]))
+    return described
+
+
+def _extended_header(fields, sections: int) -> dict:
+    """MRC's extended header: its type, size and, for FEI1/FEI2, each section's pixel size (Y, X, Å) and tilt."""
+    from noa_core.io.mrc import section_records
+
+    return {"exttyp": fields.exttyp, "extended_header_bytes": len(fields.extended_header or b""),
+            "sections": section_records(fields, sections)}
 
 
 def _values(values) -> str:
@@ -59,6 +70,14 @@ def _values(values) -> str:
     if isinstance(values, float):
         return f"{values:.6g}"
     return str(values)
+
+
+def _pixel_size(described: dict) -> str:
+    """Each axis's pixel size, 0 shown as 'unknown' (JSON keeps 0)."""
+    sizes = described["pixel_size"]
+    if not any(sizes):
+        return "unknown"
+    return ", ".join(_values(v) if v else "unknown" for v in sizes) + f" {described.get('pixel_unit') or ''}".rstrip()
 
 
 def as_text(described: dict) -> str:
@@ -72,10 +91,13 @@ def as_text(described: dict) -> str:
         ("strides", _values(described["strides"]) + " (elements, as stored)"),
         ("order", described["order"]),
         ("kind", described["kind"]),
-        ("pixel size (DHW)", _values(described["pixel_size"]) + f" {described.get('pixel_unit') or ''}".rstrip()),
+        ("pixel size (DHW)", _pixel_size(described)),
         ("origin (DHW)", _values(described["origin"])),
         ("statistics", ", ".join(f"{k} {_values(v)}" for k, v in (described.get("statistics") or {}).items()) or "-"),
     ]
+    if described.get("exttyp") or described.get("extended_header_bytes"):
+        rows.append(("extended header", f"{described['exttyp'] or 'no type'}, {described['extended_header_bytes']} "
+                                        "bytes"))
     lines = [f"{name:<18}{value}" for name, value in rows]
     for i, label in enumerate(described.get("labels") or []):
         lines.append(f"{'labels' if i == 0 else '':<18}{label}")

@@ -26,7 +26,8 @@ PathLike = str | Path
 @dataclass
 class Plan:
     """An output described before it exists: the files it is read from, sources viewed onto its
-    shape, how a tile is computed, its element type, order, metadata and label."""
+    shape, how a tile is computed, its element type, order, metadata and label, and the output
+    format's own choices (``write_options``, e.g. MRC's ``uint8_mode``)."""
 
     inputs: list[Path]
     sources: list[Array]
@@ -36,6 +37,7 @@ class Plan:
     dtype: np.dtype
     order: str = "C"
     input_shapes: list[layout.Shape4] = field(default_factory=list)
+    write_options: dict[str, str] = field(default_factory=dict)
 
     @property
     def shape(self) -> layout.Shape4:
@@ -51,16 +53,17 @@ class Plan:
 
         check_distinct(dst, self.inputs)
         return io.create(dst, self.shape, self.dtype, self.meta, order=self.order, overwrite=overwrite,
-                         label=self.label)
+                         label=self.label, write_options=self.write_options)
 
 
 def make_plan(inputs: Sequence[PathLike], read: Sequence[Array], sources: Sequence[Array], compute: Compute,
-              meta: Metadata, label: str, dtype=None, order: str = "C") -> Plan:
+              meta: Metadata, label: str, dtype=None, order: str = "C",
+              write_options: dict[str, str] | None = None) -> Plan:
     """A :class:`Plan` writing ``sources`` (viewed onto the output) computed from the arrays ``read``;
     the output type is ``dtype``, else the first source's."""
     out_dtype = dtypes.element_dtype(dtype) if dtype is not None else sources[0].dtype
     return Plan([Path(p) for p in inputs], list(sources), compute, meta, label, out_dtype, order,
-                [a.shape for a in read])
+                [a.shape for a in read], dict(write_options or {}))
 
 
 def converter(mode: str) -> Compute:

@@ -115,19 +115,18 @@ def test_round_trip_every_mode_kind_order(tmp_path, dtype, kind, order):
     notices = io.write(out, src, order=order)
     assert any("transpose" in n for n in notices) == (order == "F")
     back, md = io.read(out)
-    assert back.shape == shape and back.dtype == np.dtype(dtype) and md.kind == kind
+    stored = np.dtype("uint16" if dtype == "uint8" else dtype)  # uint8 is widened to mode 6 by default
+    assert back.shape == shape and back.dtype == stored and md.kind == kind
     assert back.order == order or min(shape[2:]) == 1
     np.testing.assert_array_equal(back.numpy(), data)
     with mrcfile.open(out, permissive=True) as ref:
         assert int(ref.header.mode) == {"float32": 2, "int16": 1, "uint16": 6, "float16": 12, "int8": 0,
-                                        "uint8": 0, "complex64": 4}[dtype]
+                                        "uint8": 6, "complex64": 4}[dtype]
         assert (int(ref.header.mapc), int(ref.header.mapr), int(ref.header.maps)) == ((2, 1, 3) if order == "F" else (1, 2, 3))
         disk = ref.data.reshape(shape[0], shape[1], *ref.data.shape[-2:])
         expected_disk = data.transpose(0, 1, 3, 2) if order == "F" else data
-        # mrcfile ignores the IMOD unsigned flag: compare uint8 bytes through an int8 view.
-        np.testing.assert_array_equal(disk.view(expected_disk.dtype) if dtype == "uint8" else disk, expected_disk)
-    if dtype != "uint8":  # mrcfile validates uint8 statistics as int8 (it ignores the IMOD flag)
-        assert mrcfile.validate(str(out), print_file=open("/dev/null", "w"))
+        np.testing.assert_array_equal(disk, expected_disk)
+    assert mrcfile.validate(str(out), print_file=open("/dev/null", "w"))
 
 
 @settings(max_examples=25, deadline=None)
@@ -179,7 +178,7 @@ def test_integer_conversion_refuses_values_that_do_not_fit(tmp_path):
 
 def test_mode_3_reads_as_complex(tmp_path):
     pairs = np.arange(2 * 3 * 4 * 2, dtype="<i2").reshape(2, 3, 4, 2) - 20
-    path = raw_mrc(tmp_path / "c.mrc", pairs.tobytes(), 4, 3, 2, 3)
+    path = raw_mrc(tmp_path / "c.mrcs", pairs.tobytes(), 4, 3, 2, 3)
     array, md = io.read(path)
     expected = (pairs[..., 0] + 1j * pairs[..., 1]).astype(np.complex64)
     assert array.shape == (2, 1, 3, 4) and md.mrc.mode == 3
@@ -211,13 +210,13 @@ def test_big_endian_file(tmp_path):
     np.testing.assert_array_equal(array.numpy()[0], data.astype("<f4"))
 
 
-def test_unsigned_mode_0_needs_the_imod_flag(tmp_path):
+def test_unsigned_mode_0_needs_the_imod_stamp_and_flag_clear(tmp_path):
     raw = bytes([0, 1, 200, 255])
     signed, _ = io.read(raw_mrc(tmp_path / "s.mrc", raw, 4, 1, 1, 0))
     assert signed.dtype == np.int8
     np.testing.assert_array_equal(signed.numpy().ravel(), np.frombuffer(raw, np.int8))
     extra = bytearray(84)
-    extra[40:48] = np.array([1146047817, 1], "<i4").tobytes()
+    extra[40:48] = np.array([1146047817, 0], "<i4").tobytes()  # IMOD: signed-bytes bit clear
     unsigned, _ = io.read(raw_mrc(tmp_path / "u.mrc", raw, 4, 1, 1, 0, extra2=bytes(extra)))
     assert unsigned.dtype == np.uint8
     np.testing.assert_array_equal(unsigned.numpy().ravel(), np.frombuffer(raw, np.uint8))
@@ -243,7 +242,7 @@ def test_axis_mapping_opens_a_permuted_view(tmp_path, crs):
 
 def test_ispg_and_overrides(tmp_path):
     data = np.arange(6 * 2 * 3, dtype=np.float32).tobytes()
-    stack = raw_mrc(tmp_path / "s.mrc", data, 3, 2, 6, 2, ispg=0)
+    stack = raw_mrc(tmp_path / "s.mrcs", data, 3, 2, 6, 2, ispg=0)
     volume = raw_mrc(tmp_path / "v.mrc", data, 3, 2, 6, 2, ispg=1)
     vstack = raw_mrc(tmp_path / "vs.mrc", data, 3, 2, 6, 2, ispg=401, mz=3)
     assert io.read(stack)[0].shape == (6, 1, 2, 3)
@@ -298,8 +297,8 @@ def test_extended_header_kept_or_dropped(tmp_path):
     notices = io.write(tmp_path / "perm.mrc", array.permute((0, 1, 3, 2)), md.permute((0, 1, 3, 2)))
     assert io.read(tmp_path / "perm.mrc")[1].mrc.extended_header is None
     assert any("extended header dropped" in n for n in md.permute((0, 1, 3, 2)).notices + notices)
-    notices = io.write(tmp_path / "f.mrc", array, md, order="F")
-    assert any("extended header dropped" in n for n in notices)
+    io.write(tmp_path / "f.mrc", array, md, order="F")  # the sections keep their order: kept
+    assert io.read(tmp_path / "f.mrc")[1].mrc.extended_header == ext
 
 
 def test_existing_output_refused_and_input_untouched(tmp_path):

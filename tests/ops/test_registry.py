@@ -84,8 +84,8 @@ def test_declared_limits_match_the_code_that_enforces_them():
 
 def test_options_fill_defaults_and_name_the_bad_parameter():
     copy = operations.get("copy")
-    assert copy.options() == {"order": "C", "dtype": None, "clamp": False, "as_stack": None, "series": None,
-                              "device": "cpu"}
+    assert copy.options() == {"order": "C", "dtype": None, "clamp": False, "uint8_mode": "widen", "as_stack": None,
+                              "series": None, "channel": None, "level": None, "device": "cpu"}
     assert copy.options(order="F", dtype="int16").order == "F"
     for values, param, fragment in (({"order": "X"}, "order", "not one of C, F, K"),
                                     ({"dtype": "float128"}, "dtype", "not one of"),
