@@ -405,7 +405,8 @@ def _choose_level(path: Path, series, level: int | None, notices: list[str]):
 
 class _ToNotices(logging.Filter):
     """On tifffile's logger: while a read collects them, its messages become that read's notices instead of
-    lines on stderr (per thread or task: the service reads files side by side)."""
+    lines on stderr (per thread or task: the service reads files side by side). tifffile logs while it
+    parses, in the reading thread; its decoding threads raise, and their errors reach the read."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         collected = _COLLECTING.get()
