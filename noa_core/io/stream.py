@@ -91,24 +91,27 @@ def _footprints(tiles_: np.ndarray, strides: Sequence[int], itemsize: int) -> np
     return runs * ((span + GRANULE - 1) // GRANULE + 1) * GRANULE
 
 
-def plan_tile(shape: Shape4, layouts: Sequence[tuple[Sequence[int], int]], budget: int = BLOCK_BYTES) -> Shape4:
+def plan_tile(shape: Shape4, layouts: Sequence[tuple[Sequence[int], int]], budget: int = BLOCK_BYTES,
+              whole: Sequence[int] = ()) -> Shape4:
     """Tile extents such that the tile spans at most ``budget`` bytes in every ``(strides, itemsize)`` layout.
 
-    Candidates halve each dimension repeatedly; among those within budget, the one moving the most
-    elements per byte mapped wins (then the largest). A whole output section at a time is the
-    common result; permutations that exchange an outer and an inner axis get square-ish tiles.
+    Candidates halve each dimension repeatedly (but the dimensions in ``whole``, which every tile
+    spans entirely); among those within budget, the one moving the most elements per byte mapped
+    wins (then the largest). A whole output section at a time is the common result; permutations
+    that exchange an outer and an inner axis get square-ish tiles.
     """
-    whole = np.array([shape], np.int64)
-    if all(_footprints(whole, strides, size)[0] <= budget for strides, size in layouts):
+    entire = np.array([shape], np.int64)
+    if all(_footprints(entire, strides, size)[0] <= budget for strides, size in layouts):
         return tuple(shape)  # the common small case: one tile, and no search
-    options = [sorted({-(-n // (1 << k)) for k in range(max(n, 1).bit_length() + 1)}) for n in shape]
+    options = [[n] if i in whole else sorted({-(-n // (1 << k)) for k in range(max(n, 1).bit_length() + 1)})
+               for i, n in enumerate(shape)]
     grid = np.array(np.meshgrid(*options, indexing="ij"), np.int64).reshape(4, -1).T
     mapped_bytes = sum(_footprints(grid, strides, size) for strides, size in layouts)
     worst = np.max([_footprints(grid, strides, size) for strides, size in layouts], axis=0)
     elements = np.prod(grid, axis=1)
     fits = worst <= budget
     if not fits.any():
-        return (1, 1, 1, 1)
+        return tuple(n if i in whole else 1 for i, n in enumerate(shape))  # type: ignore[return-value]
     score = np.where(fits, elements / mapped_bytes, -1.0)
     best = np.flatnonzero(score == score.max())
     choice = best[np.argmax(elements[best])]
@@ -278,8 +281,8 @@ class Writer:
         if self.format.header_statistics and not (self._complete or self._written.all()):
             self._scan_statistics()  # written directly through .array: read it back once
         self.format.finish(self._temp.temp, self._spec, self._stats.result())
-        if atomic.durable():  # the page cache already serves readers; msync only matters for the disk
-            self._mmap.flush()
+        # No msync: on Linux the fsync of the commit writes back the pages dirtied through the mapping
+        # too (they are dirty in the page cache), and a second pass over them cost a quarter of a copy.
         self._release_mapping()
         self._temp.commit()
 
@@ -355,13 +358,15 @@ def create(path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata:
 Compute = Callable[[list[Array], Array], None]
 
 
-def plan_tiles(writer: Writer, sources: Sequence[Array], block_bytes: int = BLOCK_BYTES) -> list[tuple[slice, ...]]:
+def plan_tiles(writer: Writer, sources: Sequence[Array], block_bytes: int = BLOCK_BYTES,
+               whole: Sequence[int] = ()) -> list[tuple[slice, ...]]:
     """The tiles :func:`fill` walks, in its order: each spans at most ``block_bytes`` of mapping in
-    the output and in every source (sources broadcast onto the output shape)."""
+    the output and in every source (sources broadcast onto the output shape), and all of the
+    dimensions in ``whole`` (a compute that reverses an axis needs the whole axis)."""
     srcs = [s.broadcast(writer.shape) if s.shape != writer.shape else s for s in map(asarray, sources)]
     out = writer.array
     layouts = [(out.strides, writer.dtype.itemsize)] + [(s.strides, s.itemsize) for s in srcs]
-    tile = plan_tile(writer.shape, layouts, block_bytes)
+    tile = plan_tile(writer.shape, layouts, block_bytes, whole)
     return list(tiles(writer.shape, tile, out.strides))
 
 
@@ -383,15 +388,16 @@ def fill_tile(sources: Sequence[Array], out: Array, key: tuple[slice, ...], comp
 
 
 def fill(writer: Writer, sources: Sequence[Array], compute: Compute, *, block_bytes: int = BLOCK_BYTES,
-         progress: Callable[[int, int], None] | None = None) -> None:
+         progress: Callable[[int, int], None] | None = None, whole: Sequence[int] = ()) -> None:
     """Fill ``writer`` tile by tile with ``compute(source_tiles, output_tile)``.
 
     Sources broadcast onto the output shape. Tiles are planned so that each spans at most
     ``block_bytes`` of mapping in the output and in every source (:func:`plan_tiles`); header
     statistics are taken from each output tile as it is written, and the pages of every tile are
-    released afterwards. ``progress(done, total)`` is called after each tile.
+    released afterwards. ``progress(done, total)`` is called after each tile; every tile spans the
+    dimensions in ``whole`` entirely.
     """
-    keys = plan_tiles(writer, sources, block_bytes)
+    keys = plan_tiles(writer, sources, block_bytes, whole)
     compute = storing(writer.values_dtype, compute)
     stats = RunningStatistics()
     # One tile is the whole output: its mapping closes next, so dropping its pages first gains nothing.

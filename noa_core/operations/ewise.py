@@ -4,8 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.copy import UINT8_MODE, write_options
-from noa_core.operations.spec import DEVICE, ELEMENT_TYPES, READING, REQUIRED, Choice, Operation, Options, Param, Text
+from noa_core.operations.spec import (
+    DEVICE,
+    ELEMENT_TYPES,
+    READING,
+    REQUIRED,
+    UINT8_MODE,
+    Choice,
+    Operation,
+    Options,
+    Param,
+    element_type_name,
+    Text,
+)
 
 # noa_core.expr.MAX_INPUTS and MAX_LENGTH (that module loads numba; a test keeps these equal)
 MAX_INPUTS = 26
@@ -31,7 +42,7 @@ def plan(inputs: list[Path], options: Options):
     # The output describes the pixels of the first input that has the full shape.
     meta = next((m for a, m in opened if a.shape == shape), None) or opened[0][1].broadcast(shape)
     return make_plan(inputs, arrays, [a.broadcast(shape) for a in arrays], evaluator(compiled), meta,
-                     f"noa ewise {options.expression}"[:80], out_dtype, write_options=write_options(options))
+                     f"noa ewise {options.expression}"[:80], out_dtype, write_options=options.write_options())
 
 
 OPERATION = Operation(
@@ -44,7 +55,8 @@ OPERATION = Operation(
               'noa ewise "a * b" movies/*.mrc --with gain.mrc --out-dir corrected/'),
     params=(Param("expression", Text(1, MAX_LENGTH), "Expression over the inputs a, b, c, ... e.g. 'a * b'.",
                   default=REQUIRED, argument=True),
-            Param("dtype", Choice(ELEMENT_TYPES), "Output element type (default: NumPy's result type)."),
+            Param("dtype", Choice(ELEMENT_TYPES, element_type_name),
+                  "Output element type (default: NumPy's result type)."),
             UINT8_MODE, *READING, DEVICE),
     max_inputs=MAX_INPUTS,
     plan=plan,

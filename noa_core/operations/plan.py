@@ -27,7 +27,8 @@ PathLike = str | Path
 class Plan:
     """An output described before it exists: the files it is read from, sources viewed onto its
     shape, how a tile is computed, its element type, order, metadata and label, and the output
-    format's own choices (``write_options``, e.g. MRC's ``uint8_mode``)."""
+    format's own choices (``write_options``, e.g. MRC's ``uint8_mode``). Every tile spans the
+    dimensions in ``whole_axes`` entirely (a compute that reverses an axis needs all of it)."""
 
     inputs: list[Path]
     sources: list[Array]
@@ -38,6 +39,7 @@ class Plan:
     order: str = "C"
     input_shapes: list[layout.Shape4] = field(default_factory=list)
     write_options: dict[str, str] = field(default_factory=dict)
+    whole_axes: tuple[int, ...] = ()
 
     @property
     def shape(self) -> layout.Shape4:
@@ -58,12 +60,12 @@ class Plan:
 
 def make_plan(inputs: Sequence[PathLike], read: Sequence[Array], sources: Sequence[Array], compute: Compute,
               meta: Metadata, label: str, dtype=None, order: str = "C",
-              write_options: dict[str, str] | None = None) -> Plan:
+              write_options: dict[str, str] | None = None, whole_axes: tuple[int, ...] = ()) -> Plan:
     """A :class:`Plan` writing ``sources`` (viewed onto the output) computed from the arrays ``read``;
     the output type is ``dtype``, else the first source's."""
     out_dtype = dtypes.element_dtype(dtype) if dtype is not None else sources[0].dtype
     return Plan([Path(p) for p in inputs], list(sources), compute, meta, label, out_dtype, order,
-                [a.shape for a in read], dict(write_options or {}))
+                [a.shape for a in read], dict(write_options or {}), whole_axes)
 
 
 def converter(mode: str) -> Compute:
@@ -78,6 +80,18 @@ def evaluator(expression) -> Compute:
     from noa_core.elementwise import ewise as run_ewise
 
     return lambda blocks, out: run_ewise(blocks, [out], expression.numba_function(*(b.dtype for b in blocks)))
+
+
+def reversing(compute: Compute, axes: tuple[int, ...]) -> Compute:
+    """``compute`` on tiles reversed along ``axes`` (of a plan whose tiles span those axes whole).
+
+    noa refuses negative strides, so the reversed tile is a copy (one tile of memory)."""
+    from noa_core.array import asarray
+
+    def run(blocks: list[Array], out: Array) -> None:
+        compute([asarray(np.ascontiguousarray(np.flip(block.numpy(), axes))) for block in blocks], out)
+
+    return run
 
 
 def on_device(compute: Compute, device: str) -> Compute:

@@ -99,11 +99,15 @@ class Integers:
 
 @dataclass(frozen=True)
 class Choice:
-    """One of a fixed set of words."""
+    """One of a fixed set of words; ``spelling`` maps other spellings a user may type onto them
+    (the CLI's ``--order f``, ``--dtype f4``); HTTP bodies must use the words themselves."""
 
     values: tuple[str, ...]
+    spelling: Callable[[str], str] | None = None
 
     def check(self, name: str, value: Any) -> str:
+        if self.spelling is not None and isinstance(value, str) and value not in self.values:
+            value = self.spelling(value)
         if value not in self.values:
             raise ParameterError(f"{value!r} is not one of {', '.join(self.values)}", name)
         return value
@@ -168,6 +172,16 @@ class Param:
         return self.type.check(self.name, value)
 
 
+def element_type_name(text: str) -> str:
+    """NumPy's name for a type spelling ('f4' -> 'float32'); ``text`` itself when NumPy knows none."""
+    import numpy as np
+
+    try:
+        return np.dtype(text).name
+    except TypeError:
+        return text
+
+
 # Element type names an operation may convert to (noa_core.dtypes.SCALAR_NAMES, without importing NumPy;
 # a test keeps the two equal).
 ELEMENT_TYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -186,6 +200,14 @@ DEVICE = Param("device", Choice(("cpu", "cuda")), "Where kernels run: cpu or cud
                doors=frozenset({"cli"}))
 
 
+# How an MRC output stores uint8 data (noa_core.io.mrc.UINT8_MODES; that module loads NumPy, a test keeps
+# these equal). For the operations that can write uint8 from any input (copy, ewise).
+UINT8_MODE = Param("uint8_mode", Choice(("widen", "imod")),
+                   "MRC outputs: store uint8 as uint16 (widen: every reader agrees) or as IMOD's unsigned mode 0 "
+                   "(imod: only IMOD reads 0..255; MRC2014 readers see signed bytes).", default="widen")
+WRITE_OPTIONS = ("uint8_mode",)  # what the output format, not the operation, decides with
+
+
 class Options(dict):
     """The checked parameter values of one call, by name; also readable as attributes (``options.axes``)."""
 
@@ -194,6 +216,10 @@ class Options(dict):
             return self[name]
         except KeyError:
             raise AttributeError(name) from None
+
+    def write_options(self) -> dict[str, Any]:
+        """The output format's own choices among these options (:data:`WRITE_OPTIONS`)."""
+        return {name: self[name] for name in WRITE_OPTIONS if name in self}
 
     def open_input(self, path: str | Path) -> tuple[Array, Metadata]:
         """An input read as :data:`READING` say (MRC stack or volume, TIFF series, channel and level): lazily,

@@ -301,7 +301,8 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
             raise result.error
         return list(result.notices)
     with plan.create(dst, overwrite=overwrite) as writer:
-        runs = _task_runs(stream.plan_tiles(writer, plan.sources, block_bytes), plan.dtype.itemsize, block_bytes)
+        keys = stream.plan_tiles(writer, plan.sources, block_bytes, plan.whole_axes)
+        runs = _task_runs(keys, plan.dtype.itemsize, block_bytes)
         run = uuid.uuid4().hex[:8]
         names = [_key(task, i, run) for i in range(len(runs))]
         futures = _warm_first(client, _fill_tiles, [(task, src, writer.region(), keys) for keys in runs], names)

@@ -17,7 +17,7 @@ def write_plan(plan: Plan, dst: PathLike, *, overwrite: bool = False, device: st
     from noa_core import io
 
     with plan.create(dst, overwrite=overwrite) as writer:
-        io.fill(writer, plan.sources, plan.compute_on(device), progress=progress)
+        io.fill(writer, plan.sources, plan.compute_on(device), progress=progress, whole=plan.whole_axes)
     return list(writer.notices)
 
 

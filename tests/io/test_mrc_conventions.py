@@ -187,9 +187,9 @@ def test_a_bad_uint8_mode_is_one_line(tmp_path):
 
 def test_the_declared_uint8_modes_are_the_formats():
     from noa_core.io import mrc
-    from noa_core.operations import copy as copy_operation
+    from noa_core.operations import spec
 
-    assert copy_operation.UINT8_MODE.type.values == mrc.UINT8_MODES
+    assert spec.UINT8_MODE.type.values == mrc.UINT8_MODES
 
 
 # ---------------------------------------------------------------------------------------------

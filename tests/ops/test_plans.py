@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import EXAMPLE_MAP, write_mrc
+from conftest import EXAMPLE_MAP, load, write_mrc
 from noa_core import operations
 from noa_core.errors import BroadcastError, OutputIsInputError, PermutationError
 from noa_core.io import mapped
@@ -129,3 +129,35 @@ def test_stats_match_numpy(tmp_path):
         per = [row[name] for row in result["per_batch"]]
         assert per == pytest.approx([float(reference(s.astype(np.float64))) for s in data], rel=1e-5), name
     assert "s.mrcs" in operations.get("stats").text(result)
+
+
+@pytest.mark.parametrize("order, suffix", [("C", ".mrc"), ("F", ".mrc"), ("C", ".tif")])
+def test_copy_flip_y_reverses_rows_in_every_tile(tmp_path, order, suffix):
+    from noa_core import io
+    from noa_core.io import stream
+
+    data = np.random.default_rng(2).normal(size=(40, 256, 200)).astype(np.float32)  # 8 MB: several 4 MiB tiles
+    write_mrc(tmp_path / "in.mrc", data)
+    plan = operations.get("copy").task(flip_y=True, order=order).plan(tmp_path / "in.mrc")
+    assert plan.whole_axes == (2,) and plan.label.endswith("--flip-y")
+    out = tmp_path / f"out{suffix}"
+    with plan.create(out, overwrite=True) as writer:
+        keys = stream.plan_tiles(writer, plan.sources, 4 << 20, plan.whole_axes)
+        assert len(keys) > 1 and all(key[2] == slice(0, 256) for key in keys)  # every tile has whole columns
+        io.fill(writer, plan.sources, plan.compute, block_bytes=4 << 20, whole=plan.whole_axes)
+    stored = load(out)
+    if order == "F":  # sections column-major (mrcfile ignores the recorded mapping)
+        stored = stored.transpose(0, 2, 1)
+    np.testing.assert_array_equal(stored.reshape(data.shape), data[:, ::-1, :])
+
+
+def test_flip_y_through_the_cli_matches_tifffile(tmp_path):
+    import tifffile
+
+    from conftest import noa
+
+    data = np.arange(6 * 5 * 7, dtype=np.uint16).reshape(6, 5, 7)
+    tifffile.imwrite(tmp_path / "in.tif", data, photometric="minisblack")
+    done = noa("copy", tmp_path / "in.tif", tmp_path / "out.mrc", "--flip-y")
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(load(tmp_path / "out.mrc"), np.flip(tifffile.imread(tmp_path / "in.tif"), axis=1))
