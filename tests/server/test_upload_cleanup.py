@@ -4,6 +4,7 @@ never a live process's folder."""
 from __future__ import annotations
 
 import os
+import time
 import signal
 import subprocess
 import sys
@@ -82,6 +83,9 @@ def test_upload_folder_locks_are_released(tmp_path):
         assert response.status_code == 200, response.text
 
     with TestClient(create_app(Settings(tmp_dir=tmp))) as client:
+        deadline = time.monotonic() + 300  # the warm-up opens files of its own: count after it
+        while client.get("/readyz").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
         upload()
         before = len(os.listdir("/proc/self/fd"))
         for _ in range(8):
