@@ -106,14 +106,16 @@ def test_flipped_bytes_in_a_gzip_are_refused_or_harmless(tmp_path):
     assert refused >= 40
 
 
-def test_a_damaged_gzip_exits_2_naming_the_crc(tmp_path):
+def test_a_damaged_gzip_exits_2_naming_the_stream(tmp_path):
+    """A flipped byte in the deflate data: damaged blocks, or more data than declared, depending on where
+    it lands (mrcfile's time-stamped label changes the stream from run to run); one line either way."""
     raw, _ = small_mrc(tmp_path)
     damaged = bytearray(gzip.compress(raw))
     damaged[len(damaged) // 2] ^= 0xFF
     with pytest.raises(OSError):  # the oracle: Python's own reader refuses it too
         gzip.decompress(bytes(damaged))
     (tmp_path / "bad.mrc.gz").write_bytes(damaged)
-    assert_user_error(noa("copy", "bad.mrc.gz", "out.mrc", cwd=tmp_path), "bad.mrc.gz: gzip stream: damaged")
+    assert_user_error(noa("copy", "bad.mrc.gz", "out.mrc", cwd=tmp_path), "bad.mrc.gz: gzip stream: ")
     assert not (tmp_path / "out.mrc").exists()
 
 
