@@ -24,9 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import mrcfile
-import numpy as np
-
 NOA = str(Path(sys.executable).parent / "noa")
 NUMPY_STATS = ("import sys, numpy as np, mrcfile; d = mrcfile.mmap(sys.argv[1], permissive=True).data; "
                "print(d.min(), d.max(), d.mean(dtype=np.float64), d.std(dtype=np.float64))")
@@ -45,14 +42,22 @@ def run(command: list[str] | str) -> tuple[float, int]:
     return elapsed, usage.ru_maxrss
 
 
+# Written in a child process: pages the benchmark itself maps would inflate the peak RSS reported for
+# every command it starts afterwards (a forked child's peak starts from its parent's resident size).
+MAKE_VOLUME = """
+import sys, mrcfile, numpy as np
+shape = tuple(int(n) for n in sys.argv[2].split(","))
+with mrcfile.new_mmap(sys.argv[1], shape, mrc_mode=2, overwrite=True) as f:
+    block = np.random.default_rng(0).normal(0, 1, shape[1:]).astype(np.float32)
+    for z in range(shape[0]):
+        f.data[z] = block + z
+    f.voxel_size = 1.5
+"""
+
+
 def make_volume(path: Path, shape: tuple[int, int, int]) -> None:
     """A float32 volume written section by section (never the whole array in memory)."""
-    with mrcfile.new_mmap(path, shape, mrc_mode=2, overwrite=True) as f:
-        rng = np.random.default_rng(0)
-        block = rng.normal(0, 1, shape[1:]).astype(np.float32)
-        for z in range(shape[0]):
-            f.data[z] = block + z
-        f.voxel_size = 1.5
+    subprocess.run([sys.executable, "-c", MAKE_VOLUME, str(path), ",".join(map(str, shape))], check=True)
 
 
 def rows(folder: Path, volume: Path, gz: Path) -> list[tuple[str, list[str] | str, list[str] | str, float]]:
