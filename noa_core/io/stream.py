@@ -159,15 +159,14 @@ class Region:
     order: str
     values_dtype: np.dtype | None = None  # the type asked for, when the format stores a wider one
 
-    def fill(self, sources: Sequence[Array], keys: Sequence[tuple[slice, ...]],
-             compute: Compute) -> list[RunningStatistics]:
+    def fill(self, reads: TileReads, keys: Sequence[tuple[slice, ...]]) -> list[RunningStatistics]:
         """:func:`fill_tile` for each of ``keys`` from any process: map the file, fill the tiles, flush
         them, unmap; return the statistics of each tile."""
         mm, out = _map_packed(self.path, self.offset, self.dtype, self.shape, self.order)
         try:
             with mapped.scratch_buffers():
-                into = storing(self.values_dtype or self.dtype, compute)
-                stats = [fill_tile(sources, out, key, into) for key in keys]
+                values_dtype = self.values_dtype or self.dtype
+                stats = [fill_tile(reads, out, key, values_dtype) for key in keys]
             # On a network file system the tiles must reach the server before the task reports them done.
             mapped.flush([out.numpy()[key] for key in keys])
         finally:
@@ -356,30 +355,48 @@ def create(path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata:
 
 
 Compute = Callable[[list[Array], Array], None]
+Key = tuple[slice, ...]
+# An output tile's key -> the source views it is computed from (lazy, any shapes) and how: ``compute(blocks,
+# out)`` gets those views read into memory and the output tile.
+TileReads = Callable[[Key], tuple[list[Array], Compute]]
+
+
+def same_tile(sources: Sequence[Array], shape: Shape4, compute: Compute) -> TileReads:
+    """The tile reads of sources viewed onto the output's ``shape`` (broadcast if need be): output tile
+    ``key`` is computed from the same tile of every source."""
+    views = [s if s.shape == shape else s.broadcast(shape) for s in map(asarray, sources)]
+    return lambda key: ([view[key] for view in views], compute)
 
 
 def plan_tiles(writer: Writer, sources: Sequence[Array], block_bytes: int = BLOCK_BYTES,
-               whole: Sequence[int] = ()) -> list[tuple[slice, ...]]:
+               whole: Sequence[int] = (), read_factor: float = 1.0) -> list[Key]:
     """The tiles :func:`fill` walks, in its order: each spans at most ``block_bytes`` of mapping in
     the output and in every source (sources broadcast onto the output shape), and all of the
-    dimensions in ``whole`` (a compute that reverses an axis needs the whole axis)."""
+    dimensions in ``whole`` (a compute that reverses an axis needs the whole axis).
+
+    ``sources`` may be empty when they do not map onto the output tile for tile (a binning, a crop);
+    then a tile's reads are taken to be ``read_factor`` times its own size and the budget shrinks so.
+    """
     srcs = [s.broadcast(writer.shape) if s.shape != writer.shape else s for s in map(asarray, sources)]
     out = writer.array
     layouts = [(out.strides, writer.dtype.itemsize)] + [(s.strides, s.itemsize) for s in srcs]
-    tile = plan_tile(writer.shape, layouts, block_bytes, whole)
+    budget = block_bytes if srcs else max(GRANULE, int(block_bytes / max(1.0, read_factor)))
+    tile = plan_tile(writer.shape, layouts, budget, whole)
     return list(tiles(writer.shape, tile, out.strides))
 
 
-def fill_tile(sources: Sequence[Array], out: Array, key: tuple[slice, ...], compute: Compute, *,
+def fill_tile(reads: TileReads, out: Array, key: Key, values_dtype: np.dtype | None = None, *,
               release: bool = True) -> RunningStatistics:
-    """``compute`` one tile of ``out`` from the same tile of every source; return the tile's statistics.
+    """Compute tile ``key`` of ``out`` as ``reads`` says; return the tile's statistics.
 
-    Sources are read into memory with ``pread`` (:func:`noa_core.io.mapped.read_view`). With
-    ``release``, the output pages of the tile are dropped afterwards.
+    Sources are read into memory with ``pread`` (:func:`noa_core.io.mapped.read_view`); values are
+    computed for ``values_dtype`` (see :func:`storing`). With ``release``, the output pages of the
+    tile are dropped afterwards.
     """
-    views = [(s if s.shape == out.shape else s.broadcast(out.shape))[key] for s in map(asarray, sources)]
+    views, compute = reads(key)
     # Read with pread, not through the input mappings: a file truncated meanwhile is an error, not SIGBUS.
-    compute([asarray(mapped.read_view(view.numpy(), slot)) for slot, view in enumerate(views)], out[key])
+    blocks = [asarray(mapped.read_view(view.numpy(), slot)) for slot, view in enumerate(views)]
+    storing(values_dtype or out.dtype, compute)(blocks, out[key])
     written = out.numpy()[key]
     stats = RunningStatistics.of(written)
     if release:
@@ -387,24 +404,29 @@ def fill_tile(sources: Sequence[Array], out: Array, key: tuple[slice, ...], comp
     return stats
 
 
-def fill(writer: Writer, sources: Sequence[Array], compute: Compute, *, block_bytes: int = BLOCK_BYTES,
-         progress: Callable[[int, int], None] | None = None, whole: Sequence[int] = ()) -> None:
+def fill(writer: Writer, sources: Sequence[Array], compute: Compute | None, *, block_bytes: int = BLOCK_BYTES,
+         progress: Callable[[int, int], None] | None = None, whole: Sequence[int] = (),
+         reads: TileReads | None = None, keys: Sequence[Key] | None = None) -> None:
     """Fill ``writer`` tile by tile with ``compute(source_tiles, output_tile)``.
 
     Sources broadcast onto the output shape. Tiles are planned so that each spans at most
     ``block_bytes`` of mapping in the output and in every source (:func:`plan_tiles`); header
     statistics are taken from each output tile as it is written, and the pages of every tile are
     released afterwards. ``progress(done, total)`` is called after each tile; every tile spans the
-    dimensions in ``whole`` entirely.
+    dimensions in ``whole`` entirely. With ``reads``, each tile's source views and compute come from
+    it instead of ``sources`` and ``compute``; ``keys`` are the tiles to walk when already planned.
     """
-    keys = plan_tiles(writer, sources, block_bytes, whole)
-    compute = storing(writer.values_dtype, compute)
+    if keys is None:
+        keys = plan_tiles(writer, sources if reads is None else [], block_bytes, whole)
+    if reads is None:
+        assert compute is not None
+        reads = same_tile(sources, writer.shape, compute)
     stats = RunningStatistics()
     # One tile is the whole output: its mapping closes next, so dropping its pages first gains nothing.
     release = len(keys) > 1
     with mapped.scratch_buffers():
         for done, key in enumerate(keys, 1):
-            stats.merge(fill_tile(sources, writer.array, key, compute, release=release))
+            stats.merge(fill_tile(reads, writer.array, key, writer.values_dtype, release=release))
             if progress is not None:
                 progress(done, len(keys))
     writer.complete(stats)

@@ -256,7 +256,7 @@ def _fill_tiles(task: FileTask, src: PathLike, region: Region,
                 keys: list[tuple[slice, ...]]) -> list[RunningStatistics]:
     """One task of :func:`write_split`: re-plan from the headers, fill a run of tiles of the output."""
     plan = task.plan(src)
-    return region.fill(plan.sources, keys, plan.compute_on(task.device))
+    return region.fill(plan.tile_reads(task.device), keys)
 
 
 def _task_runs(keys: list[tuple[slice, ...]], itemsize: int, task_bytes: int) -> list[list[tuple[slice, ...]]]:
@@ -301,7 +301,7 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
             raise result.error
         return list(result.notices)
     with plan.create(dst, overwrite=overwrite) as writer:
-        keys = stream.plan_tiles(writer, plan.sources, block_bytes, plan.whole_axes)
+        keys = plan.keys(writer, block_bytes)
         runs = _task_runs(keys, plan.dtype.itemsize, block_bytes)
         run = uuid.uuid4().hex[:8]
         names = [_key(task, i, run) for i in range(len(runs))]

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from noa_core.errors import NoaError
+from noa_core.io.stream import BLOCK_BYTES
 from noa_core.operations import FileTask
 from noa_core.operations.plan import Plan
 from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
@@ -17,7 +18,8 @@ def write_plan(plan: Plan, dst: PathLike, *, overwrite: bool = False, device: st
     from noa_core import io
 
     with plan.create(dst, overwrite=overwrite) as writer:
-        io.fill(writer, plan.sources, plan.compute_on(device), progress=progress, whole=plan.whole_axes)
+        io.fill(writer, plan.sources, None, progress=progress, reads=plan.tile_reads(device),
+                keys=plan.keys(writer, BLOCK_BYTES))
     return list(writer.notices)
 
 

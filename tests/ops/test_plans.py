@@ -161,3 +161,48 @@ def test_flip_y_through_the_cli_matches_tifffile(tmp_path):
     done = noa("copy", tmp_path / "in.tif", tmp_path / "out.mrc", "--flip-y")
     assert done.returncode == 0, done.stderr
     np.testing.assert_array_equal(load(tmp_path / "out.mrc"), np.flip(tifffile.imread(tmp_path / "in.tif"), axis=1))
+
+
+@pytest.mark.parametrize("scheduler", [None, "dask"])
+def test_plan_with_reads_computes_each_tile_from_its_own_source_region(tmp_path, scheduler):
+    """A plan whose tiles do not read the same tiles of the input (here: the mean of 2x2 blocks of H, W,
+    as a binning would): each output tile reads its own region, locally and in split Dask tasks alike."""
+    from noa_core import io
+    from noa_core.array import asarray
+    from noa_core.io import stream
+    from noa_core.operations.plan import make_plan
+
+    data = np.random.default_rng(5).normal(size=(24, 512, 300)).astype(np.float32)
+    write_mrc(tmp_path / "in.mrc", data)
+    source, meta = io.read(tmp_path / "in.mrc")
+    b, d, h, w = source.shape
+    shape = (b, d, h // 2, w // 2)
+
+    def binned(blocks, out):
+        x = blocks[0].numpy()
+        out.numpy()[...] = x.reshape(*x.shape[:2], x.shape[2] // 2, 2, x.shape[3] // 2, 2).mean(axis=(3, 5))
+
+    def reads(key):
+        region = (*key[:2], *(slice(k.start * 2, k.stop * 2) for k in key[2:]))
+        return [source[region]], binned
+
+    plan = make_plan([tmp_path / "in.mrc"], [source], [source], None, meta, "bin", shape=shape, reads=reads,
+                     read_factor=4)
+    out = tmp_path / "out.mrc"
+    with plan.create(out, overwrite=True) as writer:
+        keys = plan.keys(writer, 4 << 20)
+        assert len(keys) > 1  # several tiles, each planned with a quarter of the budget for its reads
+        if scheduler is None:
+            io.fill(writer, plan.sources, None, reads=plan.tile_reads(), keys=keys)
+        else:  # what a Dask task runs: the region filled by path, two runs of tiles, statistics merged
+            stats = stream.RunningStatistics()
+            half = len(keys) // 2
+            for run in (keys[:half], keys[half:]):
+                for tile_stats in writer.region().fill(plan.tile_reads(), run):
+                    stats.merge(tile_stats)
+            writer.complete(stats)
+    expected = data.reshape(24, 256, 2, 150, 2).mean(axis=(2, 4))
+    np.testing.assert_allclose(load(out), expected, rtol=1e-5, atol=1e-6)
+    with mrcfile.open(out) as f:
+        assert float(f.header.dmean) == pytest.approx(float(expected.mean()), rel=1e-5)
+    assert asarray(expected).shape == (1, 24, 256, 150)
