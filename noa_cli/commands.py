@@ -20,7 +20,7 @@ import typer
 
 from noa_cli import report
 from noa_core.errors import ParameterError
-from noa_core.operations import FileTask, Flag, Integer, Integers, Operation, Param
+from noa_core.operations import FileTask, Flag, Integer, Integers, Operation, Param, Real, Reals
 
 # -- options every writing command has (the driver's, not the operation's) -------------------------
 
@@ -60,7 +60,10 @@ def _annotation(param: Param) -> tuple[Any, Any]:
     if isinstance(kind, Integer):
         return Annotated[Optional[int], typer.Option(*param.cli_flags, min=kind.low, max=kind.high,
                                                      help=param.help)], default
-    # Integers are written '0,1,3,2'; choices and text are checked by the declaration, in one line.
+    if isinstance(kind, Real):
+        return Annotated[Optional[float], typer.Option(*param.cli_flags, min=kind.low, max=kind.high,
+                                                       help=param.help)], default
+    # Lists are written '0,1,3,2'; choices and text are checked by the declaration, in one line.
     return Annotated[Optional[str], typer.Option(*param.cli_flags, help=param.help)], default
 
 
@@ -69,7 +72,7 @@ def option_values(operation: Operation, given: dict[str, Any]) -> dict[str, Any]
     values = {}
     for param in operation.params_for("cli"):
         value = given[param.name]
-        if isinstance(param.type, Integers) and value is not None:
+        if isinstance(param.type, (Integers, Reals)) and value is not None:
             value = param.type.parse(param.name, value)
         values[param.name] = value
     return values

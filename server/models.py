@@ -17,7 +17,7 @@ from annotated_types import Interval
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from noa_core.io import formats
-from noa_core.operations import Choice, Flag, Integer, Integers, Operation, Param, Text
+from noa_core.operations import Choice, Flag, Integer, Integers, Operation, Param, Real, Reals, Text
 
 RelPath = Annotated[str, Field(min_length=1, max_length=1024, description="A path relative to the data root.")]
 Format = Literal[tuple(fmt.name for fmt in formats.FORMATS)]  # type: ignore[valid-type]
@@ -47,6 +47,10 @@ def _integer(low: int | None, high: int | None) -> Any:
     return Annotated[int, Interval(ge=low, le=high), BeforeValidator(_integral)]
 
 
+def _real(low: float | None, high: float | None) -> Any:
+    return Annotated[float, Interval(ge=low, le=high), Field(allow_inf_nan=False)]
+
+
 def _field(param: Param) -> tuple[Any, Any]:
     """``(annotation, FieldInfo)`` of one declared parameter."""
     kind = param.type
@@ -56,6 +60,11 @@ def _field(param: Param) -> tuple[Any, Any]:
         annotation = _integer(kind.low, kind.high)
     elif isinstance(kind, Integers):
         annotation = Annotated[list[_integer(kind.low, kind.high)], Field(  # type: ignore[misc]
+            min_length=kind.min_length, max_length=kind.max_length)]
+    elif isinstance(kind, Real):
+        annotation = _real(kind.low, kind.high)
+    elif isinstance(kind, Reals):
+        annotation = Annotated[list[_real(kind.low, kind.high)], Field(  # type: ignore[misc]
             min_length=kind.min_length, max_length=kind.max_length)]
     elif isinstance(kind, Choice):
         annotation = Literal[kind.values]  # type: ignore[valid-type]

@@ -34,11 +34,13 @@ from noa_core.operations.spec import (
     Operation,
     Options,
     Param,
+    Real,
+    Reals,
     Text,
 )
 
 __all__ = ["BUILTIN", "REQUIRED", "Choice", "FileTask", "Flag", "Integer", "Integers", "Operation", "Options",
-           "Param", "Text", "get", "markdown_table", "names", "operations", "register", "unregister"]
+           "Param", "Real", "Reals", "Text", "get", "markdown_table", "names", "operations", "register", "unregister"]
 
 BUILTIN = ("info", "stats", "permute", "broadcast", "copy", "ewise")  # modules of this package, in CLI order
 PLUGINS_VARIABLE = "NOA_OPERATIONS"

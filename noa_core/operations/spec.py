@@ -8,6 +8,7 @@ surface from it: the CLI command (:mod:`noa_cli.commands`), the HTTP routes and 
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,10 +84,7 @@ class Integers:
         if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
             raise ParameterError(f"{value!r} is not a list of integers", name)
         values = tuple(_in_range(name, _integer(name, v), self.low, self.high) for v in value)
-        if len(values) < self.min_length or (self.max_length is not None and len(values) > self.max_length):
-            wanted = (f"{self.min_length}" if self.max_length == self.min_length
-                      else f"{self.min_length} to {self.max_length if self.max_length is not None else 'any'}")
-            raise ParameterError(f"{len(values)} values given, {wanted} expected", name)
+        _check_length(name, len(values), self.min_length, self.max_length)
         return values
 
     def parse(self, name: str, text: str) -> tuple[int, ...]:
@@ -95,6 +93,62 @@ class Integers:
             return tuple(int(part) for part in text.replace(" ", "").split(","))
         except ValueError:
             raise ParameterError(f"{text!r} is not a comma-separated list of integers", name) from None
+
+
+def _real(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ParameterError(f"{value!r} is not a number", name)
+    if not math.isfinite(value):
+        raise ParameterError(f"{value!r} is not a finite number", name)
+    return float(value)
+
+
+def _real_in_range(name: str, value: float, low: float | None, high: float | None) -> float:
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"{'' if low is None else low}..{'' if high is None else high}"
+        raise ParameterError(f"{value:g} is outside {bounds}", name)
+    return value
+
+
+@dataclass(frozen=True)
+class Real:
+    """One finite number within ``low..high`` (either bound may be open): a pixel size, an angle."""
+
+    low: float | None = None
+    high: float | None = None
+
+    def check(self, name: str, value: Any) -> float:
+        return _real_in_range(name, _real(name, value), self.low, self.high)
+
+
+@dataclass(frozen=True)
+class Reals:
+    """A list of finite numbers: comma-separated on the CLI ('0.1,99.9'), a JSON array over HTTP."""
+
+    min_length: int = 1
+    max_length: int | None = None
+    low: float | None = None
+    high: float | None = None
+
+    def check(self, name: str, value: Any) -> tuple[float, ...]:
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+            raise ParameterError(f"{value!r} is not a list of numbers", name)
+        values = tuple(_real_in_range(name, _real(name, v), self.low, self.high) for v in value)
+        _check_length(name, len(values), self.min_length, self.max_length)
+        return values
+
+    def parse(self, name: str, text: str) -> tuple[float, ...]:
+        """The list written as text, '0.1,99.9' (spaces allowed)."""
+        try:
+            return tuple(float(part) for part in text.replace(" ", "").split(","))
+        except ValueError:
+            raise ParameterError(f"{text!r} is not a comma-separated list of numbers", name) from None
+
+
+def _check_length(name: str, count: int, low: int, high: int | None) -> None:
+    if count < low or (high is not None and count > high):
+        wanted = f"{low}" if high == low else f"{low} to {high if high is not None else 'any'}"
+        raise ParameterError(f"{count} values given, {wanted} expected", name)
 
 
 @dataclass(frozen=True)
@@ -129,7 +183,7 @@ class Text:
         return value
 
 
-ParamType = Flag | Integer | Integers | Choice | Text
+ParamType = Flag | Integer | Integers | Real | Reals | Choice | Text
 Door = Literal["cli", "http"]
 
 

@@ -23,7 +23,7 @@ from conftest import EXAMPLE_MAP, REPO, assert_user_error, load, noa, write_mrc
 from noa_core import dtypes, expr, operations
 from noa_core.errors import ParameterError
 from noa_core.operations import ewise as ewise_declaration
-from noa_core.operations.spec import Choice, Flag, Integer, Integers, Text
+from noa_core.operations.spec import Choice, Flag, Integer, Integers, Real, Reals, Text
 
 # -- a throw-away operation, declared here only ---------------------------------------------------------
 
@@ -33,7 +33,7 @@ def plan_offset(inputs, options):
     from noa_core.operations.plan import evaluator, make_plan
 
     array, meta = options.open_input(inputs[0])
-    compiled = compile_expression(f"a + {options.amount}", 1)
+    compiled = compile_expression(f"a * {options.scale!r} + {options.amount}", 1)
     return make_plan(inputs, [array], [array], evaluator(compiled), meta, f"noa offset --amount {options.amount}",
                      "float32")
 
@@ -43,6 +43,7 @@ OFFSET = operations.Operation(
     summary="Add a constant to every voxel.",
     examples=("noa offset in.mrc out.mrc --amount 5",),
     params=(operations.Param("amount", Integer(-100, 100), "What to add.", default=operations.REQUIRED),
+            operations.Param("scale", Real(0, 10), "What to multiply by first.", default=1.0),
             *operations.spec.READING, operations.spec.DEVICE),
     plan=plan_offset,
 )
@@ -114,6 +115,18 @@ def test_integers_accept_exactly_what_the_declaration_says(values):
             kind.check("axes", values)
 
 
+def test_real_numbers_are_finite_and_within_bounds():
+    assert Real(0, 10).check("scale", 2) == 2.0 and Reals(2, 2).parse("range", "0.1, 99.9") == (0.1, 99.9)
+    for bad, words in [(float("nan"), "not a finite number"), (float("inf"), "not a finite number"),
+                       (True, "not a number"), ("1", "not a number"), (-1, "outside 0..10")]:
+        with pytest.raises(ParameterError, match=words):
+            Real(0, 10).check("scale", bad)
+    with pytest.raises(ParameterError, match="3 values given, 2 expected"):
+        Reals(2, 2).check("range", [1, 2, 3])
+    with pytest.raises(ParameterError, match="not a comma-separated list of numbers"):
+        Reals().parse("range", "1,x")
+
+
 def test_parameter_types_refuse_wrong_kinds():
     with pytest.raises(ParameterError, match="not a list"):
         Integers().check("shape", "1,2")
@@ -153,9 +166,9 @@ def test_a_registered_operation_is_a_cli_command(offset, tmp_path, capsys):
     helped = capsys.readouterr().out
     assert done.value.code == 0 and "noa offset in.mrc out.mrc --amount 5" in helped and "--out-dir" in helped
     with pytest.raises(SystemExit) as done:
-        main.run(["offset", str(tmp_path / "in.mrc"), str(tmp_path / "out.mrc"), "--amount", "5"])
+        main.run(["offset", str(tmp_path / "in.mrc"), str(tmp_path / "out.mrc"), "--amount", "5", "--scale", "2.5"])
     assert done.value.code == 0, capsys.readouterr().err
-    np.testing.assert_array_equal(load(tmp_path / "out.mrc"), data + 5)
+    np.testing.assert_array_equal(load(tmp_path / "out.mrc"), data * 2.5 + 5)
     with pytest.raises(SystemExit) as done:  # the declared range, checked before any file is read
         main.run(["offset", str(tmp_path / "in.mrc"), str(tmp_path / "bad.mrc"), "--amount", "500"])
     assert done.value.code == 2 and not (tmp_path / "bad.mrc").exists()
@@ -183,9 +196,11 @@ def test_a_registered_operation_is_two_routes_and_a_job(offset, tmp_path):
         (tmp_path / "up.mrc").write_bytes(uploaded.content)
         np.testing.assert_array_equal(load(tmp_path / "up.mrc"), data - 3)
 
-        written = client.post("/v1/paths/offset", json={"src": "in.mrc", "dst": "p.mrc", "amount": 7})
+        written = client.post("/v1/paths/offset", json={"src": "in.mrc", "dst": "p.mrc", "amount": 7, "scale": 0.5})
         assert written.status_code == 201, written.text
-        np.testing.assert_array_equal(load(root / "p.mrc"), data + 7)
+        np.testing.assert_array_equal(load(root / "p.mrc"), data * 0.5 + 7)
+        too_large = client.post("/v1/paths/offset", json={"src": "in.mrc", "dst": "q.mrc", "amount": 7, "scale": 11})
+        assert too_large.status_code in (400, 422) and not (root / "q.mrc").exists()
         refused = client.post("/v1/paths/offset", json={"src": "in.mrc", "dst": "q.mrc", "amount": 7.5})
         assert refused.status_code == 400 and not (root / "q.mrc").exists()
 
