@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from noa_core import dtypes, layout
+from noa_core import dtypes, layout, user_kernels
 from noa_core.array import Array, empty, resolve_copy_order
 from noa_core.dispatch import FLOAT16_COMPUTE, Operand, common_device, launch
 from noa_core.errors import DTypeError
@@ -37,7 +37,8 @@ def resolve_op(op: str | Callable) -> Callable:
         return BUILTIN_OPS[_OPERATOR_ALIASES[op]]
     if not callable(op):
         raise TypeError(f"op {op!r} is neither a built-in operator name nor a function")
-    return op
+    # An equal lambda evaluated again reuses the kernels compiled for the first (user_kernels).
+    return user_kernels.canonical(op)
 
 
 # -- public functions ------------------------------------------------------------------------------
@@ -52,6 +53,10 @@ def ewise(inputs: Operand | Sequence[Operand], outputs: Array | Sequence[Array],
     results are cast to each output's type on store. Outputs must share one shape, be writable,
     have no broadcast dimension and overlap no input other than element-for-element (in place).
     Returns ``outputs``.
+
+    Kernels built around a Python function are cached by what defines it (code, closure values,
+    the globals it reads, defaults; :mod:`noa_core.user_kernels`), not by identity: a lambda
+    evaluated again in a loop compiles once.
     """
     ins = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from noa_core import layout
+from noa_core import layout, user_kernels
 from noa_core.array import Array
 from noa_core.dispatch import backend, common_device
 
@@ -18,7 +18,9 @@ def iwise(shape: int | Sequence[int], op: Callable, *args) -> None:
     they are. Each thread walks its indices in rightmost (C) order, but there is no guarantee on
     the order across indices: they run in parallel, so ``op`` must not depend on it (write each
     index's own output, or use atomics on CUDA). Arrays must share one device, which decides where
-    ``op`` runs (CPU when no array is given).
+    ``op`` runs (CPU when no array is given). Kernels are cached by what defines ``op`` (code,
+    closure values, globals read, defaults: see :mod:`noa_core.user_kernels`), so a lambda written
+    in a loop compiles once.
     """
     shape4 = layout.as_shape4(shape)
     arrays = [a for a in args if isinstance(a, Array)]
@@ -26,5 +28,6 @@ def iwise(shape: int | Sequence[int], op: Callable, *args) -> None:
     if layout.element_count(shape4) == 0:
         return
     kernels = backend(device)
+    op = user_kernels.canonical(op)  # equal functions share their compiled kernels
     views = [kernels.view4d(a) if isinstance(a, Array) else a for a in args]
     kernels.iwise(op, shape4, views)

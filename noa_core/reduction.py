@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from noa_core import dtypes, layout
+from noa_core import dtypes, layout, user_kernels
 from noa_core.array import Array, empty
 from noa_core.dispatch import FLOAT16_COMPUTE, backend, common_device, computes_as, flat_buffer, launch, widened
 from noa_core.errors import DTypeError, ShapeError
@@ -82,6 +82,10 @@ def reduce_ewise(inputs: Array | Sequence[Array], initial, combine: Callable, *,
     (default: the accumulator's). Inputs broadcast together; reduced axes keep size 1.
     """
     ins = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    # Equal functions (a lambda evaluated again) share their compiled kernels: see user_kernels.
+    combine = user_kernels.canonical(combine)
+    preprocess = None if preprocess is None else user_kernels.canonical(preprocess)
+    final = None if final is None else user_kernels.canonical(final)
     if preprocess is None:
         if len(ins) != 1:
             raise ValueError(f"reduce_ewise with {len(ins)} inputs needs a preprocess function")

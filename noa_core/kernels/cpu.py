@@ -102,6 +102,12 @@ def _transpose_block(typingctx, src, src_start, src_stride, dst, dst_start, dst_
 
 _LOCK = threading.Lock()
 _KERNELS: dict[tuple, Callable] = {}
+_BUILT = [0]  # kernels built by this process (forgotten ones included)
+
+
+def built_count() -> int:
+    """How many kernels this process has built (each compiles at its first call per argument types)."""
+    return _BUILT[0]
 
 # -- templates ---------------------------------------------------------------------------------
 
@@ -322,6 +328,7 @@ def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str
                                 error_model="numpy",
                                 fastmath=fastmath)(func)
             _KERNELS[key] = kernel
+            _BUILT[0] += 1
     return kernel
 
 

@@ -159,6 +159,13 @@ def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str
     return kernel
 
 
+def forget(op: Callable) -> None:
+    """Drop the kernels built around ``op`` (an evicted user function), so that their memory can go."""
+    with _LOCK:
+        for key in [key for key in _KERNELS if any(f is op for _, f in key[2])]:
+            del _KERNELS[key]
+
+
 def _grid(count: int) -> tuple[int, int]:
     threads = max(1, min(THREADS, count))
     return min(MAX_BLOCKS, math.ceil(count / threads)), threads
