@@ -25,11 +25,11 @@ __version__ = "0.1.0"
 def _load_array_kernels():
     """What Array.copy, astype, fill, its operators and .to run: element-wise functions and the
     device transfer, which import Array themselves (and numba)."""
-    from noa_core import array, devices, elementwise
+    from noa_core import array, devices, elementwise, interop
 
     return array.ArrayKernels(copy=elementwise.copy, permute_copy=elementwise.permute_copy,
                               astype=elementwise.astype, fill=elementwise.fill,
-                              arithmetic=elementwise.arithmetic, transfer=devices.transfer)
+                              arithmetic=elementwise.arithmetic, transfer=devices.transfer, interop=interop)
 
 
 providers.array_kernels = _load_array_kernels
@@ -41,6 +41,7 @@ _LAZY = {
     "iwise": "noa_core.indexwise",
     **dict.fromkeys(("max", "mean", "min", "reduce_ewise", "std", "sum", "var"), "noa_core.reduction"),
     "cuda_available": "noa_core.devices",
+    "from_dlpack": "noa_core.interop",
 }
 _SUBMODULES = ("array", "layout")  # `noa_core.layout` and `noa_core.array` as attributes, also lazily
 
@@ -61,5 +62,5 @@ __all__ = [
     "NoaError", "LayoutError", "ShapeError", "PermutationError", "BroadcastError", "ReshapeError",
     "StrideError", "DTypeError", "DeviceError", "__version__",
     "ewise", "iwise", "reduce_ewise", "sum", "mean", "min", "max", "var", "std", "copy", "permute_copy",
-    "astype", "fill", "cuda_available",
+    "astype", "fill", "cuda_available", "from_dlpack",
 ]

@@ -44,6 +44,9 @@ class ArrayKernels:
     fill: Callable[[Array, Any], Array]
     arithmetic: Callable[..., Array]  # (name, *operands)
     transfer: Callable[[Array, str], Array]
+    # noa_core.interop: DLPack and the CUDA Array Interface (to_dlpack, dlpack_device,
+    # cuda_array_interface, foreign_device, asarray_foreign).
+    interop: Any = None
 
 
 _kernels: ArrayKernels | None = None
@@ -276,6 +279,23 @@ class Array:
         return as_strided(buf[self._offset:], shape=self._shape + buf.shape[1:], strides=byte_strides,
                           writeable=self.writable)
 
+    # -- DLPack and CUDA Array Interface (noa_core.interop) -----------------------------------------
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule sharing this array's memory (``numpy.from_dlpack``, ``torch.from_dlpack``,
+        ``cupy.from_dlpack``); shape ``(B, D, H, W, *element_shape)``, strides in elements."""
+        return _array_kernels().interop.to_dlpack(self, stream=stream, max_version=max_version, dl_device=dl_device,
+                                                  copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(1, 0) on the CPU, (2, device id) on CUDA: DLPack's device types."""
+        return _array_kernels().interop.dlpack_device(self)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """Version 3 of the CUDA Array Interface (CuPy, PyTorch, numba); AttributeError on the CPU."""
+        return _array_kernels().interop.cuda_array_interface(self)
+
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         if copy:
             out = np.array(self.numpy(), dtype=dtype, copy=True)
@@ -338,18 +358,26 @@ def arange(shape: int | Sequence[int], start=0, step=1, dtype="float32", device:
     return out if as_device(device) == "cpu" else out.to(device)
 
 
-def asarray(obj, dtype=None, device: str = "cpu") -> Array:
-    """An Array from an Array, a NumPy array or anything NumPy accepts.
+def asarray(obj, dtype=None, device: str | None = None) -> Array:
+    """An Array from an Array, a NumPy array, a CuPy/PyTorch/JAX array or anything NumPy accepts.
 
     NumPy arrays are shared, not copied, when their dtype is supported, in native byte order and
     equal to ``dtype`` (if given): byte strides become element strides. Lower-rank input is padded on
     the left to BDHW. With a vector or matrix ``dtype``, the trailing dimensions of the input are the
-    element shape.
+    element shape. Objects with ``__cuda_array_interface__`` or ``__dlpack__`` (CuPy, PyTorch, JAX)
+    are shared where they live (CUDA memory gives a CUDA array) unless ``device`` says otherwise;
+    everything else, Arrays included, goes to ``device`` (default 'cpu').
     """
     if isinstance(obj, Array):
+        device = "cpu" if device is None else device
         if dtype is not None and dtypes.element_dtype(dtype) != obj.dtype:
             return asarray(obj.to("cpu").numpy(), dtype, device)
         return obj if obj.device == as_device(device) else obj.to(device)
+    if not isinstance(obj, np.ndarray) and (hasattr(obj, "__dlpack__") or hasattr(obj, "__cuda_array_interface__")):
+        interop = _array_kernels().interop
+        if interop.foreign_device(obj) is not None:
+            return interop.asarray_foreign(obj, dtype, device)
+    device = "cpu" if device is None else device
 
     x = obj if isinstance(obj, np.ndarray) else np.asarray(obj)
     if dtype is None:
