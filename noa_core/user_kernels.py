@@ -2,7 +2,7 @@
 
 ``noa.ewise(a, out, lambda v: v * 2.0)`` in a loop creates a new function object at every
 evaluation of the lambda, so a cache keyed by identity compiles the kernel again each time
-(~0.25-0.5 s). :func:`canonical` maps every user function to a *representative* that the kernel
+(0.25-0.5 s). :func:`canonical` maps every user function to a *representative* that the kernel
 caches of :mod:`noa_core.kernels.cpu` and :mod:`noa_core.kernels.cuda` key on; two functions get
 the same representative when numba would compile them to the same code:
 
@@ -14,13 +14,13 @@ the same representative when numba would compile them to the same code:
 
 Values compare by type and bits for scalars (``1``, ``1.0`` and ``True`` differ, so do ``0.0`` and
 ``-0.0``; NaN equals NaN), element by element for tuples, by content for NumPy arrays up to
-:data:`ARRAY_KEY_LIMIT` bytes (numba bakes them into the code), recursively for Python functions
-used as globals or captured, by identity for modules and numba dispatchers, and by their own
+:data:`ARRAY_KEY_LIMIT` bytes (numba bakes them into the code), by identity and code for Python
+functions used as globals or captured (numba calls only those it has registered, by identity:
+``register_jitable``, ``overload``), by identity for modules and numba dispatchers, and by their own
 equality for other hashable objects (types, dtypes, enums).
 
 A representative is a private copy of the first function seen: its closure cells, the globals its
-code reads and its defaults are frozen copies (arrays copied, helper functions frozen the same
-way), so numba, which reads globals and closures when it compiles each new argument type, never
+code reads and its defaults are frozen (arrays copied, other values shared), so numba, which reads globals and closures when it compiles each new argument type, never
 sees a value that changed after the key was taken.
 
 A function whose definition holds something that cannot be compared (a list, a dict, an array
@@ -50,9 +50,7 @@ import numpy as np
 CACHE_SIZE = 128
 # NumPy arrays in a function's definition are compared by content up to this size (hashing costs
 # about 1 ms per MB at every call); larger ones make the function uncacheable.
-ARRAY_KEY_LIMIT = 1 << 22
-# Helper functions are followed this deep (a helper calling a helper ...).
-MAX_DEPTH = 8
+ARRAY_KEY_LIMIT = 1 << 20
 
 _LOCK = threading.Lock()
 _CACHE: OrderedDict[tuple, Callable] = OrderedDict()
@@ -95,16 +93,21 @@ def _codes(code: types.CodeType):
 
 
 @functools.lru_cache(maxsize=1024)
-def _names_read(code: types.CodeType) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(global names, attribute names) the code and its nested code objects read."""
-    globals_read, attributes = [], []
+def _names_read(code: types.CodeType) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    """The global names the code and its nested code objects read, and for each, the attributes
+    read from it directly (``cfg.scale``: LOAD_GLOBAL then LOAD_ATTR/LOAD_METHOD)."""
+    globals_read: dict[str, list[str]] = {}
     for c in _codes(code):
+        previous = None
         for instruction in dis.get_instructions(c):
             if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
-                globals_read.append(instruction.argval)
-            elif instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
-                attributes.append(instruction.argval)
-    return tuple(dict.fromkeys(globals_read)), tuple(dict.fromkeys(attributes))
+                globals_read.setdefault(instruction.argval, [])
+                previous = instruction.argval
+                continue
+            if previous is not None and instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                globals_read[previous].append(instruction.argval)
+            previous = None
+    return tuple(globals_read), {g: tuple(dict.fromkeys(a)) for g, a in globals_read.items() if a}
 
 
 # -- keys ----------------------------------------------------------------------------------------
@@ -119,7 +122,7 @@ def _is_plain(value) -> bool:
     return isinstance(value, tuple) and all(_is_plain(v) for v in value)
 
 
-def _value_key(value, where: str, depth: int):
+def _value_key(value, where: str):
     """A hashable key equal for values numba compiles alike; UncacheableError naming ``where``."""
     kind = type(value)
     if kind in _EXACT:
@@ -131,7 +134,7 @@ def _value_key(value, where: str, depth: int):
     if isinstance(value, np.generic):
         return "numpy scalar", value.dtype.str, value.tobytes()
     if isinstance(value, tuple):
-        return kind, tuple(_value_key(v, where, depth) for v in value)
+        return kind, tuple(_value_key(v, where) for v in value)
     if isinstance(value, np.ndarray):
         if value.dtype.hasobject:
             raise UncacheableError(f"{where} is an array of Python objects")
@@ -141,7 +144,7 @@ def _value_key(value, where: str, depth: int):
         digest = hashlib.blake2b(np.ascontiguousarray(value).view(np.uint8).reshape(-1), digest_size=16).digest()
         return "ndarray", value.dtype.str, value.shape, value.flags.c_contiguous, value.flags.f_contiguous, digest
     if kind is types.FunctionType:
-        return "function", _function_key(value, depth + 1)
+        return "function", value, value.__code__  # a registered helper: numba knows it by identity
     if isinstance(value, types.ModuleType):
         return "module", value
     try:
@@ -151,15 +154,13 @@ def _value_key(value, where: str, depth: int):
     return kind, value  # dispatchers, builtins, types, dtypes, enums: their own equality
 
 
-def _function_key(function: types.FunctionType, depth: int = 0) -> tuple:
+def _function_key(function: types.FunctionType) -> tuple:
     """The key of a Python function: code, closure values, globals read, defaults."""
-    if depth > MAX_DEPTH:
-        raise UncacheableError(f"helper functions nest more than {MAX_DEPTH} deep (or call themselves)")
     code = function.__code__
     name = code.co_name
     closure = ()
     if function.__closure__:
-        closure = tuple(_value_key(_cell_value(cell), f"closure variable {var!r} of {name}", depth)
+        closure = tuple(_value_key(_cell_value(cell), f"closure variable {var!r} of {name}")
                         for var, cell in zip(code.co_freevars, function.__closure__))
     globals_read, attributes = _names_read(code)
     namespace = function.__globals__
@@ -172,15 +173,18 @@ def _function_key(function: types.FunctionType, depth: int = 0) -> tuple:
         if value is _MISSING:
             read.append((var, "missing"))
             continue
-        key = _value_key(value, f"global {var!r} read by {name}", depth)
-        if isinstance(value, types.ModuleType):
-            # numba reads ``module.attribute`` when it compiles: key the plain values it may read.
-            key += tuple((a, _value_key(v, f"{var}.{a}", depth)) for a in attributes
+        key = _value_key(value, f"global {var!r} read by {name}")
+        if isinstance(value, types.ModuleType) and var in attributes:
+            # numba reads ``module.attribute`` when it compiles: key the plain values it reads.
+            key += tuple((a, _value_key(v, f"{var}.{a}")) for a in attributes[var]
                          if _is_plain(v := getattr(value, a, _MISSING)))
         read.append((var, key))
-    defaults = _value_key(function.__defaults__ or (), f"a default argument of {name}", depth)
-    kwdefaults = tuple(sorted((k, _value_key(v, f"default argument {k!r} of {name}", depth))
-                              for k, v in (function.__kwdefaults__ or {}).items()))
+    defaults = kwdefaults = ()
+    if function.__defaults__:
+        defaults = _value_key(function.__defaults__, f"a default argument of {name}")
+    if function.__kwdefaults__:
+        kwdefaults = tuple(sorted((k, _value_key(v, f"default argument {k!r} of {name}"))
+                                  for k, v in function.__kwdefaults__.items()))
     return code, closure, tuple(read), defaults, kwdefaults
 
 
@@ -194,20 +198,18 @@ def _cell_value(cell: types.CellType):
 # -- representatives ---------------------------------------------------------------------------
 
 
-def _frozen_value(value, depth: int):
+def _frozen_value(value):
     """A copy of ``value`` that later changes to the original cannot reach."""
     if isinstance(value, np.ndarray):
         copy = value.copy(order="K")
         copy.flags.writeable = False
         return copy
-    if type(value) is types.FunctionType:
-        return _frozen_function(value, depth + 1)
     if type(value) is tuple:
-        return tuple(_frozen_value(v, depth) for v in value)
+        return tuple(_frozen_value(v) for v in value)
     return value
 
 
-def _frozen_function(function: types.FunctionType, depth: int = 0) -> types.FunctionType:
+def _frozen_function(function: types.FunctionType) -> types.FunctionType:
     """A private copy of ``function`` whose closure, globals read and defaults are frozen."""
     code = function.__code__
     namespace = function.__globals__
@@ -215,12 +217,12 @@ def _frozen_function(function: types.FunctionType, depth: int = 0) -> types.Func
     frozen_globals = {"__builtins__": builtin_names, "__name__": namespace.get("__name__", "noa_user")}
     for var in _names_read(code)[0]:
         if var in namespace:
-            frozen_globals[var] = _frozen_value(namespace[var], depth)
+            frozen_globals[var] = _frozen_value(namespace[var])
     closure = None
     if function.__closure__:
-        closure = tuple(types.CellType() if (v := _cell_value(cell)) is _MISSING else types.CellType(_frozen_value(v, depth))
+        closure = tuple(types.CellType() if (v := _cell_value(cell)) is _MISSING else types.CellType(_frozen_value(v))
                         for cell in function.__closure__)
-    defaults = _frozen_value(function.__defaults__, depth) if function.__defaults__ else None
+    defaults = _frozen_value(function.__defaults__) if function.__defaults__ else None
     copy = types.FunctionType(code, frozen_globals, function.__name__, defaults, closure)
     copy.__kwdefaults__ = dict(function.__kwdefaults__) if function.__kwdefaults__ else None
     copy.__qualname__ = function.__qualname__
@@ -270,13 +272,25 @@ class UncacheableFunctionWarning(UserWarning):
     """A user function is compiled per function object because its definition cannot be compared."""
 
 
+_BUILTIN_OPS: dict[str, Callable] = {}
+
+
+def _is_builtin(op: Callable) -> bool:
+    """A built-in element operator: its kernels are cached by name (on disk), never frozen."""
+    if not _BUILTIN_OPS:
+        from noa_core.kernels import BUILTIN_OPS
+
+        _BUILTIN_OPS.update(BUILTIN_OPS)
+    return _BUILTIN_OPS.get(op.__name__) is op
+
+
 def canonical(op: Callable) -> Callable:
     """The representative of a user function: the cached one compiled for an equal definition.
 
     Anything but a plain Python function (numba dispatchers, built-in operators, expressions) is
     returned as it is: kernels key on its identity, which is stable.
     """
-    if type(op) is not types.FunctionType:
+    if type(op) is not types.FunctionType or _is_builtin(op):
         return op
     try:
         key = ("value", _function_key(op))

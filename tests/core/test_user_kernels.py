@@ -161,6 +161,27 @@ def test_arrays_compare_by_content_and_jitted_helpers_by_identity(image):
     assert user_kernels.compiled_count() == before
 
 
+def test_registered_helpers_keep_their_identity_and_builtins_pass_through(image):
+    """numba knows register_jitable and overload functions by identity: they must not be copied."""
+    from numba.extending import register_jitable
+
+    from noa_core.kernels import BUILTIN_OPS, true_divide
+
+    @register_jitable
+    def twice(t):
+        return 2.0 * t
+
+    f, _ = defined("f = lambda v: twice(v) + 1.0", twice=twice)
+    np.testing.assert_array_equal(run(image, f), image.numpy() * 2.0 + 1.0)
+    z = nc.asarray(np.array([1 + 2j, -1j, 0j], dtype=np.complex128))
+    out = nc.empty(z.shape, "complex128")
+    nc.ewise([z, 0j], out, lambda u, v: true_divide(u, v))  # the overload: IEEE parts, no ZeroDivisionError
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(out.numpy(), z.numpy() / 0j)
+    for op in BUILTIN_OPS.values():
+        assert user_kernels.canonical(op) is op  # kernels cached on disk by name, as before
+
+
 def test_uncacheable_definitions_still_work_and_warn_once(image, monkeypatch):
     monkeypatch.setattr(user_kernels, "ARRAY_KEY_LIMIT", 16)
     table = np.array([1.0, 10.0, 100.0])  # 24 bytes: over the limit
