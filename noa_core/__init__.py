@@ -42,8 +42,9 @@ _LAZY = {
     **dict.fromkeys(("max", "mean", "min", "reduce_ewise", "std", "sum", "var"), "noa_core.reduction"),
     "cuda_available": "noa_core.devices",
     "from_dlpack": "noa_core.interop",
+    "rescale": "noa_core.fft",
 }
-_SUBMODULES = ("array", "layout")  # `noa_core.layout` and `noa_core.array` as attributes, also lazily
+_SUBMODULES = ("array", "layout", "fft", "signal", "geometry")  # `noa_core.layout` etc. as attributes, also lazily
 
 
 def __getattr__(name: str):
@@ -63,4 +64,5 @@ __all__ = [
     "StrideError", "DTypeError", "DeviceError", "__version__",
     "ewise", "iwise", "reduce_ewise", "sum", "mean", "min", "max", "var", "std", "copy", "permute_copy",
     "astype", "fill", "cuda_available", "from_dlpack",
+    "rescale", "fft", "signal", "geometry",
 ]

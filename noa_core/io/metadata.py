@@ -133,6 +133,15 @@ class Metadata:
             out.mrc = self.mrc.broadcast(self.shape, target, out.notices)
         return out
 
+    def resampled(self, shape: int | Sequence[int], pixel_size: Triple) -> Metadata:
+        """Metadata of the array resampled onto ``shape`` (a Fourier rescale) with ``pixel_size`` per D, H, W:
+        resized axes lose their MRC sampling, and the extended header goes when the shape changes."""
+        target = layout.as_shape4(shape)
+        out = self._derived(target, pixel_size=tuple(float(p) for p in pixel_size))
+        if self.mrc is not None:
+            out.mrc = self.mrc.broadcast(self.shape, target, out.notices)
+        return out
+
     def in_angstrom(self) -> tuple[Triple, Triple, str | None]:
         """Pixel size and origin in Ångström, and a notice when the unit could not be converted."""
         scale = angstroms_per_unit(self.unit)

@@ -42,7 +42,8 @@ from noa_core.operations.spec import (
 __all__ = ["BUILTIN", "REQUIRED", "Choice", "FileTask", "Flag", "Integer", "Integers", "Operation", "Options",
            "Param", "Real", "Reals", "Text", "get", "markdown_table", "names", "operations", "register", "unregister"]
 
-BUILTIN = ("info", "stats", "permute", "broadcast", "copy", "ewise")  # modules of this package, in CLI order
+BUILTIN = ("info", "stats", "permute", "broadcast", "copy", "ewise", "rescale", "filter", "powerspectrum",
+           "transform")  # modules of this package, in CLI order
 PLUGINS_VARIABLE = "NOA_OPERATIONS"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _registry: dict[str, Operation] = {}
@@ -104,7 +105,8 @@ def _load() -> None:
     for name in BUILTIN:
         operation = importlib.import_module(f"{__name__}.{name}").OPERATION
         _registry[operation.name] = operation
-    for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_VARIABLE, "").split(","))):
+    # (not the builtin filter: importing the operation module `filter` rebinds that name in this package)
+    for module in [m.strip() for m in os.environ.get(PLUGINS_VARIABLE, "").split(",") if m.strip()]:
         try:
             loaded = importlib.import_module(module)
         except ImportError as exc:

@@ -1,0 +1,302 @@
+"""Fourier transforms of BDHW arrays over H, W (2-d: every batch and depth slice) or D, H, W (3-d).
+
+The transforms are scipy.fft's on the CPU (``workers=`` the numba thread count, so a service
+worker keeps to its share of the cores) and cuFFT's through CuPy on CUDA (``pip install
+'noa[cupy]'``); noa writes no FFT of its own. The non-redundant dimension of a real transform is
+the **width**: a ``(B, 1, H, W)`` real array gives ``(B, 1, H, W // 2 + 1)`` complex values.
+``norm`` is NumPy's ("backward", "ortho", "forward"). Inputs may be C or F ordered or strided
+views; outputs are new C-contiguous arrays on the input's device.
+
+Example::
+
+    import noa_core as noa
+    spectrum = noa.fft.rfft(stack)                  # (B, 1, H, W // 2 + 1), complex64
+    back = noa.fft.irfft(spectrum, width=stack.shape[3])
+    half = noa.fft.resize(stack, (stack.shape[2] // 2, stack.shape[3] // 2))   # Fourier crop
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from noa_core import layout
+from noa_core.array import Array, asarray
+from noa_core.errors import DeviceError, DTypeError, ParameterError, ShapeError
+
+NORMS = ("backward", "ortho", "forward")
+CUPY_HINT = "install CuPy for cuFFT (pip install 'noa[cupy]', or the cupy-cudaXXx wheel of your CUDA version)"
+
+__all__ = ["rfft", "irfft", "fft", "ifft", "resize", "transform_axes", "workers", "NORMS"]
+
+
+def workers() -> int:
+    """Threads scipy.fft may use: numba's count for this thread (a service worker's share)."""
+    import numba
+
+    return max(1, int(numba.get_num_threads()))
+
+
+def transform_axes(shape: Sequence[int], ndim: int | None = None) -> tuple[int, ...]:
+    """The BDHW axes a transform of ``ndim`` dimensions runs over: (2, 3), or (1, 2, 3) for 3-d.
+
+    ``ndim`` None takes the array's own: 3 when the depth is above 1, else 2."""
+    shape4 = layout.as_shape4(shape)
+    if ndim is None:
+        ndim = 3 if shape4[1] > 1 else 2
+    if ndim not in (2, 3):
+        raise ParameterError(f"{ndim} is not 2 or 3", "ndim")
+    return (2, 3) if ndim == 2 else (1, 2, 3)
+
+
+def _array(x) -> Array:
+    return x if isinstance(x, Array) else asarray(x)
+
+
+def _check_norm(norm: str) -> str:
+    if norm not in NORMS:
+        raise ParameterError(f"{norm!r} is not one of {', '.join(NORMS)}", "norm")
+    return norm
+
+
+def _real_dtype(dtype: np.dtype, what: str) -> np.dtype:
+    if dtype.subdtype is not None:
+        raise DTypeError(f"{what}: element type {dtype} is not a scalar")
+    if dtype.kind == "c":
+        raise DTypeError(f"{what}: the input is complex ({dtype}); a real transform needs real values (use fft)")
+    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
+
+
+def _complex_dtype(dtype: np.dtype, what: str) -> np.dtype:
+    if dtype.subdtype is not None:
+        raise DTypeError(f"{what}: element type {dtype} is not a scalar")
+    return np.dtype(np.complex128) if dtype in (np.float64, np.complex128) else np.dtype(np.complex64)
+
+
+# -- CuPy bridge (cuFFT) ------------------------------------------------------------------------
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError:
+        raise DeviceError(f"FFTs on device 'cuda' need CuPy, which is not installed: {CUPY_HINT}") from None
+    return cupy
+
+
+def _to_cupy(array: Array):
+    cupy = _cupy()
+    from noa_core.kernels import cuda as cuda_kernels
+
+    view = cuda_kernels.view4d(array)
+    return cupy.asarray(view)
+
+
+def _from_cupy(values) -> Array:
+    from numba import cuda
+
+    cupy = _cupy()
+    values = cupy.ascontiguousarray(values)
+    flat = cuda.as_cuda_array(values.reshape(-1))
+    return Array(flat, 0, tuple(values.shape), layout.strides_for(tuple(values.shape), "C"),
+                 np.dtype(values.dtype), "cuda")
+
+
+# -- transforms ---------------------------------------------------------------------------------
+
+
+def _run(name: str, x: Array, axes: tuple[int, ...], norm: str, dtype: np.dtype, width: int | None = None) -> Array:
+    if x.device == "cuda":
+        cupy = _cupy()
+        values = _to_cupy(x).astype(dtype, copy=False)
+        transform = getattr(cupy.fft, name + "n")
+        shape = None if width is None else [x.shape[a] for a in axes[:-1]] + [width]
+        return _from_cupy(transform(values, s=shape, axes=axes, norm=norm))
+    import scipy.fft
+
+    values = x.numpy()
+    if values.dtype != dtype:
+        values = values.astype(dtype)
+    transform = getattr(scipy.fft, name + "n")
+    shape = None if width is None else [x.shape[a] for a in axes[:-1]] + [width]
+    if x.size == 0:  # scipy refuses empty axes: the result is empty too
+        out_shape = list(x.shape)
+        if name == "rfft":
+            out_shape[3] = x.shape[3] // 2 + 1
+        elif name == "irfft":
+            out_shape[3] = width
+        kind = np.float64 if dtype in (np.float64, np.complex128) else np.float32
+        out_dtype = kind if name == "irfft" else (np.complex128 if kind == np.float64 else np.complex64)
+        return asarray(np.zeros(out_shape, out_dtype))
+    return asarray(transform(values, s=shape, axes=axes, norm=norm, workers=workers()))
+
+
+def rfft(array, *, ndim: int | None = None, norm: str = "backward") -> Array:
+    """Real-to-complex transform over H, W (``ndim=2``) or D, H, W (``ndim=3``; default: 3 for a
+    volume, else 2). The width becomes ``W // 2 + 1``. Integer and float16 inputs are computed as
+    float32, float64 as float64 (complex64 / complex128 out)."""
+    x = _array(array)
+    axes = transform_axes(x.shape, ndim)
+    return _run("rfft", x, axes, _check_norm(norm), _real_dtype(x.dtype, "rfft"))
+
+
+def irfft(array, width: int | None = None, *, ndim: int | None = None, norm: str = "backward") -> Array:
+    """Complex-to-real inverse of :func:`rfft`: ``width`` is the real array's width (default
+    ``2 * (W - 1)``, even; give it for odd widths)."""
+    x = _array(array)
+    axes = transform_axes(x.shape, ndim)
+    if width is None:
+        width = 2 * (x.shape[3] - 1)
+    if width < 1 or width // 2 + 1 != x.shape[3]:
+        raise ShapeError(f"irfft: a width of {width} needs {width // 2 + 1} complex values per row; "
+                         f"the array of shape {x.shape} has {x.shape[3]}")
+    return _run("irfft", x, axes, _check_norm(norm), _complex_dtype(x.dtype, "irfft"), width)
+
+
+def fft(array, *, ndim: int | None = None, norm: str = "backward") -> Array:
+    """Complex-to-complex forward transform over H, W or D, H, W (real inputs are made complex)."""
+    x = _array(array)
+    axes = transform_axes(x.shape, ndim)
+    return _run("fft", x, axes, _check_norm(norm), _complex_dtype(x.dtype, "fft"))
+
+
+def ifft(array, *, ndim: int | None = None, norm: str = "backward") -> Array:
+    """Complex-to-complex inverse transform over H, W or D, H, W."""
+    x = _array(array)
+    axes = transform_axes(x.shape, ndim)
+    return _run("ifft", x, axes, _check_norm(norm), _complex_dtype(x.dtype, "ifft"))
+
+
+# -- Fourier resizing ---------------------------------------------------------------------------
+
+
+def _window_full(values, axis: int, old: int, new: int, xp=np):
+    """Frequencies of a full (two-sided) axis windowed from ``old`` to ``new`` samples.
+
+    Integer frequencies present in both sizes are kept; the rest are dropped (crop) or zero (pad).
+    An even size's Nyquist bin stands for both +n/2 and -n/2: cropping to an even size folds the
+    two bins into it, padding from an even size splits it in halves, as scipy.signal.resample does,
+    so the result is the band-limited interpolation of the input and stays real."""
+    if new == old:
+        return values
+    shape = list(values.shape)
+    shape[axis] = new
+    out = xp.zeros(shape, values.dtype)
+    n = min(old, new)
+    positive = n // 2 + 1 if n % 2 else n // 2  # 0 .. ceil(n/2)-1 (the Nyquist bin of an even n separately)
+    negative = (n - 1) // 2  # -1 .. -(n-1)//2
+
+    def at(index) -> tuple:
+        return (slice(None),) * axis + (index,)
+
+    out[at(slice(0, positive))] = values[at(slice(0, positive))]
+    if negative:
+        out[at(slice(new - negative, new))] = values[at(slice(old - negative, old))]
+    if n % 2 == 0:  # the Nyquist bin of the smaller even size
+        nyquist = n // 2
+        if new < old:  # fold +n/2 and -n/2 of the input into the output's single bin
+            out[at(nyquist)] = values[at(nyquist)] + values[at(old - nyquist)]
+        else:  # split the input's bin over +n/2 and -n/2 of the output
+            out[at(nyquist)] = values[at(nyquist)] * 0.5
+            out[at(new - nyquist)] = values[at(nyquist)] * 0.5
+    return out
+
+
+def _window_half(values, axis: int, old: int, new: int, xp=np):
+    """The non-redundant (width) axis of a real transform windowed from ``old`` to ``new`` real samples
+    (``old // 2 + 1`` to ``new // 2 + 1`` values), Nyquist bins as :func:`_window_full` treats them."""
+    if new == old:
+        return values
+    shape = list(values.shape)
+    shape[axis] = new // 2 + 1
+    out = xp.zeros(shape, values.dtype)
+    n = min(old, new)
+    keep = n // 2 + 1
+
+    def at(index) -> tuple:
+        return (slice(None),) * axis + (index,)
+
+    out[at(slice(0, keep))] = values[at(slice(0, keep))]
+    if n % 2 == 0:
+        # The bin at n/2 holds +n/2; its mirror -n/2 is implied by symmetry. Cropping folds both into
+        # the output's Nyquist bin (2x: the inverse takes it once); padding halves it (its mirror is explicit).
+        out[at(n // 2)] *= 2.0 if new < old else 0.5
+    return out
+
+
+def resize(array, shape: Sequence[int], *, ndim: int | None = None) -> Array:
+    """A real array resampled to ``shape`` by cropping or zero-padding its Fourier transform.
+
+    ``shape`` is the new (H, W), (D, H, W) or BDHW shape; batch (and, for 2-d, depth) stay. Values
+    keep their scale (a constant image stays that constant): the result is multiplied by the new
+    size over the old. Nyquist bins of even sizes are folded or split (see :func:`_window_full`), so
+    the result equals ``scipy.signal.resample`` along each axis in turn. Computed in float32
+    (float64 for float64 inputs)."""
+    x = _array(array)
+    axes = transform_axes(x.shape, ndim)
+    target = tuple(int(n) for n in shape)
+    if len(target) == 4:
+        target = tuple(target[a] for a in axes)
+    if len(target) != len(axes) or any(n < 1 for n in target):
+        raise ShapeError(f"resize: the new shape {tuple(shape)} must give {len(axes)} sizes of at least 1 for "
+                         f"the {len(axes)}-d transform of shape {x.shape}")
+    old = tuple(x.shape[a] for a in axes)
+    out_shape = list(x.shape)
+    for a, n in zip(axes, target):
+        out_shape[a] = n
+    real = _real_dtype(x.dtype, "resize")
+    if x.size == 0 or target == old:
+        return asarray(np.zeros(out_shape, real)) if x.size == 0 else x.astype(real)
+    spectrum = rfft(x, ndim=len(axes))
+    on_cuda = spectrum.device == "cuda"
+    # the windowing is plain array slicing: CuPy arrays take the same code on the device
+    xp = _cupy() if on_cuda else np
+    values = _to_cupy(spectrum) if on_cuda else spectrum.numpy()
+    for a, o, n in zip(axes[:-1], old[:-1], target[:-1]):
+        values = _window_full(values, a, o, n, xp)
+    values = _window_half(values, 3, old[-1], target[-1], xp)
+    values = xp.ascontiguousarray(values * (math.prod(target) / math.prod(old)))
+    windowed = _from_cupy(values) if on_cuda else asarray(values)
+    result = irfft(windowed, width=target[-1], ndim=len(axes))
+    return result if result.dtype == real else result.astype(real)
+
+
+def rescaled_sizes(sizes: Sequence[int], factor: float) -> tuple[int, ...]:
+    """Sizes scaled by ``factor`` as RELION's ``--rescale_angpix`` scales a box: ``round(n * factor)``,
+    made even (one less when odd); axes of size 1 stay 1. ShapeError when a size would fall below 2."""
+    if not factor > 0 or not math.isfinite(factor):
+        raise ParameterError(f"{factor!r} must be a finite number above 0", "factor")
+    out = []
+    for n in sizes:
+        if n == 1:
+            out.append(1)
+            continue
+        new = math.floor(n * factor + 0.5)
+        new -= new % 2
+        if new < 2:
+            raise ShapeError(f"rescale: a size of {n} scaled by {factor:g} leaves fewer than 2 pixels")
+        out.append(new)
+    return tuple(out)
+
+
+def rescale(array, factor: float | None = None, *, pixel_size: float | None = None,
+            from_pixel_size: float | None = None, ndim: int | None = None) -> Array:
+    """``array`` Fourier-rescaled (:func:`resize`) by ``factor`` (new size / old size), or from the
+    pixel size ``from_pixel_size`` to ``pixel_size`` (Å; ``factor = from_pixel_size / pixel_size``),
+    to an even box as RELION's ``relion_image_handler --rescale_angpix`` makes it (see
+    :func:`rescaled_sizes`). The pixel size that results is ``from_pixel_size * old / new`` per axis
+    (RELION writes that exact value, not the one asked for)."""
+    if (factor is None) == (pixel_size is None):
+        raise ParameterError("give either a factor or a pixel size", "factor")
+    if factor is None:
+        if from_pixel_size is None or not from_pixel_size > 0:
+            raise ParameterError(f"the input's pixel size is unknown ({from_pixel_size}); give it, or a factor",
+                                 "pixel_size")
+        if not pixel_size > 0:
+            raise ParameterError(f"{pixel_size:g} Å must be above 0", "pixel_size")
+        factor = from_pixel_size / pixel_size
+    x = _array(array)
+    axes = transform_axes(x.shape, ndim)
+    return resize(x, rescaled_sizes([x.shape[a] for a in axes], factor), ndim=len(axes))

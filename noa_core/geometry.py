@@ -1,0 +1,267 @@
+"""Affine transforms of image stacks (2-d) and volumes (3-d), and the matrices that describe them.
+
+:func:`transform_2d` and :func:`transform_3d` take the **inverse** matrix of each batch entry: the
+output index ``(y, x)`` (``(z, y, x)``) samples the input at ``M @ (y, x, 1)``, as
+``scipy.ndimage.affine_transform`` does (rows and columns in array-index order, never x first).
+Matrices are arrays of ``noa.matrix`` elements, shape ``(n, 1, 1, 1)`` with element shape ``(2, 3)``
+or ``(3, 3)`` for 2-d, ``(3, 4)`` or ``(4, 4)`` for 3-d (the last row of a square one is ignored),
+or anything NumPy reads as ``(n, rows, cols)``; ``n`` is 1 (one matrix for every entry) or the
+output's batch. :func:`affine_2d` and :func:`affine_3d` build them from a rotation (degrees,
+counter-clockwise with x right and y up; ZYZ Euler angles in 3-d), a shift (pixels, the content
+moves by it) and a scale (magnification) about the centre ``n // 2`` of each axis.
+
+Interpolation: 'nearest', 'linear' or 'cubic' (cubic B-spline with the exact prefilter: scipy's
+``order=3``). Borders: 'zero', 'clamp' or 'mirror' (half-sample symmetric; scipy's 'grid-constant',
+'nearest' and 'reflect'). Kernels: numba on the CPU (parallel over rows) and on CUDA.
+
+Example::
+
+    import noa_core as noa
+    out = noa.empty(stack.shape)
+    noa.geometry.transform_2d(stack, out, noa.geometry.affine_2d(stack.shape, rotate=30, shift=(0, 5)))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from noa_core.array import Array, asarray
+from noa_core.errors import DTypeError, ParameterError, ShapeError
+
+__all__ = ["transform_2d", "transform_3d", "affine_2d", "affine_3d", "rotate_2d", "euler_zyz",
+           "as_matrices", "INTERPOLATIONS", "BORDERS"]
+
+INTERPOLATIONS = ("linear", "cubic", "nearest")
+BORDERS = ("zero", "clamp", "mirror")
+_SCIPY_MODES = {"zero": "grid-constant", "clamp": "nearest", "mirror": "reflect"}
+_PREFILTER_PAD = 12  # scipy pads 'grid-constant' and 'nearest' inputs so before its spline prefilter
+
+
+# -- matrices -----------------------------------------------------------------------------------
+
+
+def rotate_2d(degrees: float) -> np.ndarray:
+    """The 2x2 rotation of the content by ``degrees`` counter-clockwise (x right, y up), acting on
+    ``(y, x)``."""
+    c, s = math.cos(math.radians(degrees)), math.sin(math.radians(degrees))
+    return np.array([[c, s], [-s, c]])
+
+
+def euler_zyz(rot: float, tilt: float, psi: float) -> np.ndarray:
+    """The 3x3 rotation Rz(psi) Ry(tilt) Rz(rot) (degrees, right-handed, active, RELION's angle names)
+    acting on ``(z, y, x)``."""
+    def rz(a: float) -> np.ndarray:
+        c, s = math.cos(math.radians(a)), math.sin(math.radians(a))
+        return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+    def ry(a: float) -> np.ndarray:
+        c, s = math.cos(math.radians(a)), math.sin(math.radians(a))
+        return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
+
+    xyz = rz(psi) @ ry(tilt) @ rz(rot)
+    return xyz[::-1, ::-1].copy()  # (x, y, z) -> (z, y, x)
+
+
+def _affine(shape: Sequence[int], linear: np.ndarray, shift: Sequence[float], scale: float | Sequence[float],
+            center: Sequence[float] | None) -> np.ndarray:
+    n = linear.shape[0]
+    centre = np.array([s // 2 for s in shape], float) if center is None else np.asarray(center, float)
+    scales = np.broadcast_to(np.asarray(scale, float), (n,))
+    if not np.all(scales > 0):
+        raise ParameterError(f"{tuple(scales)} must be above 0", "scale")
+    forward = np.eye(n + 1)
+    forward[:n, :n] = linear @ np.diag(scales)
+    forward[:n, n] = centre + np.asarray(shift, float) - forward[:n, :n] @ centre
+    return np.linalg.inv(forward)
+
+
+def affine_2d(shape: Sequence[int], rotate: float = 0.0, shift: Sequence[float] = (0.0, 0.0),
+              scale: float | Sequence[float] = 1.0, center: Sequence[float] | None = None) -> np.ndarray:
+    """The inverse 3x3 matrix for :func:`transform_2d` that scales (``scale`` or ``(sy, sx)``), then
+    rotates by ``rotate`` degrees, about ``center`` (default ``(H // 2, W // 2)`` of the BDHW or
+    (H, W) ``shape``), then shifts the content by ``shift = (dy, dx)`` pixels."""
+    hw = tuple(shape)[-2:]
+    return _affine(hw, rotate_2d(rotate), shift, scale, center)
+
+
+def affine_3d(shape: Sequence[int], euler: Sequence[float] = (0.0, 0.0, 0.0),
+              shift: Sequence[float] = (0.0, 0.0, 0.0), scale: float | Sequence[float] = 1.0,
+              center: Sequence[float] | None = None) -> np.ndarray:
+    """The inverse 4x4 matrix for :func:`transform_3d`: scale, rotate by the ZYZ Euler angles
+    ``(rot, tilt, psi)`` (:func:`euler_zyz`) about ``center`` (default ``n // 2`` of D, H, W), then
+    shift by ``(dz, dy, dx)``."""
+    dhw = tuple(shape)[-3:]
+    return _affine(dhw, euler_zyz(*euler), shift, scale, center)
+
+
+def as_matrices(matrices, ndim: int) -> np.ndarray:
+    """``(n, ndim, ndim + 1)`` float64 inverse matrices from noa matrix arrays, NumPy arrays or lists
+    (``(rows, cols)`` or ``(n, rows, cols)``, rows ``ndim`` or ``ndim + 1``)."""
+    if isinstance(matrices, Array):
+        values = matrices.to("cpu").numpy()
+        if values.ndim != 6 or values.shape[1:4] != (1, 1, 1):
+            raise ShapeError(f"matrices: an array of matrix elements of shape (n, 1, 1, 1) is expected, not "
+                             f"{matrices.shape} with element shape {matrices.element_shape}")
+        values = values.reshape(values.shape[0], *values.shape[4:])
+    else:
+        values = np.asarray(matrices, dtype=np.float64)
+        if values.ndim == 2:
+            values = values[None]
+    if values.ndim != 3 or values.shape[1] not in (ndim, ndim + 1) or values.shape[2] != ndim + 1:
+        raise ShapeError(f"matrices: {ndim}-d transforms take {ndim}x{ndim + 1} or {ndim + 1}x{ndim + 1} "
+                         f"matrices; got shape {values.shape[1:] if values.ndim == 3 else values.shape}")
+    values = np.ascontiguousarray(values[:, :ndim, :], dtype=np.float64)
+    if not np.isfinite(values).all():
+        raise ParameterError("the matrices hold values that are not finite numbers", "matrices")
+    return values
+
+
+# -- transforms ---------------------------------------------------------------------------------
+
+
+def _check(name: str, input: Array, output: Array, count: int, interp: str, border: str) -> None:
+    if interp not in INTERPOLATIONS:
+        raise ParameterError(f"{interp!r} is not one of {', '.join(INTERPOLATIONS)}", "interp")
+    if border not in BORDERS:
+        raise ParameterError(f"{border!r} is not one of {', '.join(BORDERS)}", "border")
+    if input.device != output.device:
+        from noa_core.errors import DeviceError
+
+        raise DeviceError(f"{name}: the input is on {input.device} and the output on {output.device}")
+    for what, array in (("input", input), ("output", output)):
+        if array.element_shape or array.dtype.kind not in "fiub":
+            raise DTypeError(f"{name}: the {what} of element type {array.dtype} is not real scalars")
+    if output.dtype not in (np.float32, np.float64):
+        raise DTypeError(f"{name}: the output must be float32 or float64, not {output.dtype}")
+    if not output.writable:
+        from noa_core.errors import ReadOnlyError
+
+        raise ReadOnlyError(f"{name}: the output is read-only (or broadcast)")
+    batch = output.shape[0]
+    if input.shape[0] not in (1, batch):
+        raise ShapeError(f"{name}: the input's batch of {input.shape[0]} (shape {input.shape}) must be 1 or the "
+                         f"output's, {batch} (shape {output.shape})")
+    if count not in (1, batch):
+        raise ShapeError(f"{name}: {count} matrices for an output batch of {batch}; give 1 or {batch}")
+
+
+def _prefiltered(values: np.ndarray, spatial: int, border: str) -> tuple[np.ndarray, float]:
+    """B-spline coefficients of ``values`` along its last ``spatial`` axes, exactly as scipy.ndimage
+    computes them before an ``order=3`` interpolation (padded for 'zero' and 'clamp'), and the offset
+    of the original samples in them."""
+    from scipy import ndimage
+
+    mode = _SCIPY_MODES[border]
+    pad = _PREFILTER_PAD if border in ("zero", "clamp") else 0
+    coefficients = values.astype(np.float64)
+    if pad:
+        widths = [(0, 0)] * (values.ndim - spatial) + [(pad, pad)] * spatial
+        coefficients = np.pad(coefficients, widths, mode="constant" if border == "zero" else "edge")
+    for axis in range(values.ndim - spatial, values.ndim):
+        coefficients = ndimage.spline_filter1d(coefficients, 3, axis=axis, output=np.float64, mode=mode)
+    return coefficients, float(pad)
+
+
+def _run(name: str, ndim: int, input: Array, output: Array, matrices, interp: str, border: str) -> Array:
+    from noa_core.kernels import transform as kernels
+
+    m = as_matrices(matrices, ndim)
+    _check(name, input, output, m.shape[0], interp, border)
+    if output.size == 0:
+        return output
+    if input.size == 0:
+        raise ShapeError(f"{name}: the input of shape {input.shape} is empty; there is nothing to sample")
+    real = output.dtype
+    device = output.device
+    codes = (kernels.INTERPOLATIONS[interp], kernels.BORDERS[border])
+    direct = interp != "cubic" and input.dtype == real  # the kernel reads the input where it lies
+    offset = 0.0
+    values = None
+    if device == "cpu" or not direct:
+        values = (input if device == "cpu" else input.to("cpu")).numpy()
+        values = values[:, 0] if ndim == 2 else values
+        if interp == "cubic":
+            values, offset = _prefiltered(values, ndim, border)
+            values = values.astype(real, copy=False)
+        elif values.dtype != real:
+            values = values.astype(real)
+    if device == "cpu":
+        out = output.numpy()
+        kernels.cpu_kernels()[f"{ndim}d"](values, out[:, 0] if ndim == 2 else out, m, *codes, offset)
+        return output
+    from numba import cuda
+
+    from noa_core.kernels import cuda as cuda_kernels
+
+    src = input if direct else asarray(np.ascontiguousarray(values[:, None] if ndim == 2 else values)).to("cuda")
+    src_view, dst_view = cuda_kernels.view4d(src), cuda_kernels.view4d(output)
+    if ndim == 2:
+        src_view, dst_view = src_view[:, 0], dst_view[:, 0]
+    kernels.launch_cuda(kernels.cuda_kernels()[f"{ndim}d"], output.size, src_view, dst_view, cuda.to_device(m),
+                        *codes, offset)
+    return output
+
+
+def transform_2d(input, output: Array, matrices, interp: str = "linear", border: str = "zero") -> Array:
+    """Fill ``output`` (B, 1, H', W') with each image of ``input`` ((B or 1), 1, H, W) sampled at the
+    inverse ``matrices`` (1 or B of them, see the module); returns ``output``. A volume (depth > 1)
+    is refused: use :func:`transform_3d`."""
+    x = input if isinstance(input, Array) else asarray(input)
+    for what, array in (("input", x), ("output", output)):
+        if array.shape[1] != 1:
+            raise ShapeError(f"transform_2d: the {what} of shape {array.shape} is a volume (depth "
+                             f"{array.shape[1]}); transform_2d takes images (B, 1, H, W): use transform_3d")
+    return _run("transform_2d", 2, x, output, matrices, interp, border)
+
+
+def transform_3d(input, output: Array, matrices, interp: str = "linear", border: str = "zero") -> Array:
+    """Fill ``output`` (B, D', H', W') with each volume of ``input`` ((B or 1), D, H, W) sampled at the
+    inverse ``matrices`` (1 or B of them); returns ``output``. A stack of images (depth 1) is
+    refused: use :func:`transform_2d`."""
+    x = input if isinstance(input, Array) else asarray(input)
+    for what, array in (("input", x), ("output", output)):
+        if array.shape[1] == 1:
+            raise ShapeError(f"transform_3d: the {what} of shape {array.shape} is not a volume (depth "
+                             f"{array.shape[1]}); transform_3d takes volumes (B, D, H, W): use transform_2d")
+    return _run("transform_3d", 3, x, output, matrices, interp, border)
+
+
+def read_matrices(path, ndim: int) -> np.ndarray:
+    """Inverse matrices from a file, as :func:`as_matrices` gives them: ``.npy`` holding ``(n, rows, cols)``
+    or ``(rows, cols)``, or text with one matrix per batch entry, rows of whitespace-separated numbers
+    (``ndim x ndim+1`` or square with the last row ``0 ... 0 1``; blank lines and ``#`` comments ignored).
+    ParameterError (``matrices``) names the file and what is wrong."""
+    from pathlib import Path
+
+    path = Path(path)
+    cols = ndim + 1
+    try:
+        if path.suffix.lower() == ".npy":
+            values = np.load(path, allow_pickle=False)
+        else:
+            values = np.loadtxt(path, dtype=np.float64, comments="#", ndmin=2)
+    except OSError as exc:
+        raise ParameterError(f"{path}: cannot be read ({exc.strerror or exc})", "matrices") from None
+    except ValueError as exc:
+        raise ParameterError(f"{path}: not a table of numbers ({str(exc).splitlines()[0]})", "matrices") from None
+    values = np.asarray(values, dtype=np.float64)
+    if path.suffix.lower() != ".npy":
+        if values.size == 0 or values.shape[1] != cols:
+            raise ParameterError(f"{path}: {ndim}-d matrices have rows of {cols} numbers; the file's rows have "
+                                 f"{values.shape[1] if values.size else 0}", "matrices")
+        rows = values.shape[0]
+        last = np.zeros(cols)
+        last[-1] = 1
+        square = rows % cols == 0 and np.allclose(values[cols - 1::cols], last)
+        per = cols if square else ndim
+        if rows % per:
+            raise ParameterError(f"{path}: {rows} rows do not make whole {ndim}x{cols} (or {cols}x{cols}) matrices",
+                                 "matrices")
+        values = values.reshape(rows // per, per, cols)
+    try:
+        return as_matrices(values, ndim)
+    except ShapeError as exc:
+        raise ParameterError(f"{path}: {exc}", "matrices") from None

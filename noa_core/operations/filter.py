@@ -1,0 +1,123 @@
+"""noa filter: RELION's band-pass (low-pass, high-pass, raised-cosine edge) and B-factor, per image or volume.
+
+Also home of :func:`whole_image_plan`, the plan that rescale, powerspectrum and transform share: every
+output tile holds whole images (stacks) or whole volumes, read from the same batch entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from noa_core.operations.spec import READING, Operation, Options, Param, Real
+
+WHOLE = (1, 2, 3)  # every tile spans D, H and W: whole images of a stack (D = 1), whole volumes
+
+
+def real_input(path: Path, options: Options, name: str):
+    """The input array and metadata; complex data are refused (these operations take real images)."""
+    from noa_core.errors import DTypeError
+
+    array, meta = options.open_input(path)
+    if array.dtype.kind == "c":
+        raise DTypeError(f"{path}: {name} takes real images; the file holds {array.dtype} values")
+    return array, meta
+
+
+def output_dtype(array):
+    """float64 stays float64; every other type is computed and written as float32."""
+    import numpy as np
+
+    return np.dtype(np.float64) if array.dtype == np.float64 else np.dtype(np.float32)
+
+
+def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str, images: Callable | None = None,
+                     working: float = 1.0, dtype=None, fill: Callable | None = None):
+    """A plan whose tile over batch entries ``key[0]`` is ``images(block, key)`` (a NumPy array of the
+    output tile's shape) for ``block`` the input's same batch entries, whole; or ``fill(block, key, out)``
+    fills the output tile ``out`` itself (on the device the task runs on).
+
+    ``working`` is the memory a tile needs per output byte beyond its input and output (FFT buffers):
+    it shrinks the tiles with the reads (``read_factor``)."""
+    import math
+
+    import numpy as np
+
+    from noa_core.operations.plan import make_plan
+
+    def reads(key):
+        def compute(blocks, out):
+            if fill is not None:
+                fill(blocks[0], key, out)
+            else:
+                np.copyto(out.numpy(), images(blocks[0], key), casting="same_kind")
+
+        return [array[(key[0], slice(None), slice(None), slice(None))]], compute
+
+    out_bytes = max(1, math.prod(out_shape[1:]))
+    read_factor = math.prod(array.shape[1:]) * array.itemsize / (out_bytes * np.dtype(dtype or np.float32).itemsize)
+    return make_plan(inputs, [array], [array], None, out_meta, label[:80], dtype or output_dtype(array),
+                     shape=out_shape, reads=reads, read_factor=read_factor + working, whole_axes=WHOLE)
+
+
+def input_pixel_size(meta, options: Options) -> float | None:
+    """The input's pixel size in Å: ``--angpix`` when given, else the header's width axis (None: unknown)."""
+    if options.get("angpix") is not None:
+        return options.angpix
+    pixel, _, _ = meta.in_angstrom()
+    return pixel[2] if pixel[2] > 0 else None
+
+
+def _words(options: Options, names: tuple[str, ...]) -> str:
+    return " ".join(f"--{n.replace('_', '-')} {options[n]:g}" for n in names if options.get(n) is not None)
+
+
+def plan(inputs: list[Path], options: Options):
+    from noa_core import signal
+    from noa_core.errors import ParameterError
+
+    array, meta = real_input(inputs[0], options, "filter")
+    try:
+        pixel = signal.check_bandpass(options.lowpass, options.highpass, input_pixel_size(meta, options),
+                                      options.edge_width, options.bfactor or 0.0)
+    except ParameterError as exc:
+        if exc.param == "pixel_size":  # the file's: say which option gives it
+            raise ParameterError(f"{inputs[0]}: the pixel size is unknown; give it with angpix (Å)", "angpix") from None
+        raise
+    ndim = 3 if array.shape[1] > 1 else 2
+    weights = None
+
+    def images(block, key):
+        nonlocal weights
+        from noa_core import signal as sig
+
+        if weights is None:  # the same for every tile: computed once per plan
+            sizes = block.shape[4 - ndim:]
+            weights = sig.bandpass_weights(sizes, pixel, options.lowpass, options.highpass, options.edge_width,
+                                           options.bfactor or 0.0)
+        axes = (2, 3) if ndim == 2 else (1, 2, 3)
+        return sig.multiply_spectrum(block, axes, weights).numpy()
+
+    label = "noa filter " + _words(options, ("lowpass", "highpass", "edge_width", "bfactor"))
+    return whole_image_plan(inputs, array, array.shape, meta, label, images, working=3.0)
+
+
+OPERATION = Operation(
+    name="filter",
+    summary="Band-pass each image (volumes in 3-d) as RELION does: low-pass, high-pass, raised-cosine edge, "
+            "B-factor.",
+    details="Resolutions are in Å at the header's pixel size (or --angpix). The edge is a raised cosine "
+            "--edge-width Fourier shells wide (RELION's --filter_edge_width, default 2) centred on the shell "
+            "round(width x pixel size / resolution). A lowpass finer than Nyquist (2 x pixel size) is refused. "
+            "The output is float32 (float64 stays float64).",
+    examples=("noa filter particles.mrcs filtered.mrcs --lowpass 8 --highpass 200",
+              "noa filter map.mrc sharpened.mrc --bfactor -80"),
+    params=(Param("lowpass", Real(0.0), "Low-pass resolution in Å: detail finer than it is removed."),
+            Param("highpass", Real(0.0), "High-pass resolution in Å: features coarser than it are removed."),
+            Param("edge_width", Real(0.0, 1000.0), "Width of the raised-cosine edge in Fourier shells (RELION's "
+                  "--filter_edge_width).", default=2.0),
+            Param("bfactor", Real(-10000.0, 10000.0), "B-factor in Å² applied as exp(-B/4 s²); negative sharpens."),
+            Param("angpix", Real(0.0), "Pixel size of the input in Å, when the header's is unknown or wrong."),
+            *READING),
+    plan=plan,
+)

@@ -1,0 +1,125 @@
+"""noa transform: rotate, shift and scale every image of a stack (or volume), or apply given matrices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noa_core.operations.spec import DEVICE, READING, Choice, Operation, Options, Param, Real, Reals, Text
+
+GEOMETRY = ("rotate", "shift", "scale", "euler")
+
+
+def matrices_for(array, options: Options, path: Path):
+    """The inverse matrices ``(n, ndim, ndim + 1)`` the options describe, checked against the input's kind
+    and batch, and the words of the output's label."""
+    import numpy as np
+
+    from noa_core import geometry
+    from noa_core.errors import ParameterError, ShapeError
+
+    volume = array.shape[1] > 1
+    ndim = 3 if volume else 2
+    given = [name for name in GEOMETRY if options.get(name) is not None]
+    explicit = [name for name in ("matrices", "matrix_values") if options.get(name) is not None]
+    if explicit and given:
+        raise ParameterError(f"give either matrices or {', '.join(given)}, not both", explicit[0])
+    if len(explicit) > 1:
+        raise ParameterError("give the matrices once: a file or a list", "matrices")
+    if not explicit and not given:
+        raise ParameterError("give rotate (images), euler (volumes), shift, scale or matrices", "rotate")
+    if volume and options.get("rotate") is not None:
+        raise ShapeError(f"{path}: the input of shape {array.shape} is a volume; rotate turns images: "
+                         "give euler ROT,TILT,PSI (ZYZ, degrees)")
+    if not volume and options.get("euler") is not None:
+        raise ShapeError(f"{path}: the input of shape {array.shape} is a stack of images; euler turns volumes: "
+                         "give rotate DEG")
+    shift = options.get("shift")
+    if shift is not None and len(shift) != ndim:
+        raise ParameterError(f"{len(shift)} values for the {'volume' if volume else 'images'} of shape {array.shape}; "
+                             f"give {'DZ,DY,DX' if volume else 'DY,DX'}", "shift")
+    if options.get("matrices") is not None:
+        m, words = geometry.read_matrices(options.matrices, ndim), f"--matrices {Path(options.matrices).name}"
+    elif options.get("matrix_values") is not None:
+        flat = np.asarray(options.matrix_values, np.float64)
+        size = ndim * (ndim + 1)
+        if flat.size % size:
+            raise ParameterError(f"{flat.size} numbers do not make whole {ndim}x{ndim + 1} matrices "
+                                 f"(rows of the {'volume' if volume else 'images'} of shape {array.shape})",
+                                 "matrix_values")
+        m, words = geometry.as_matrices(flat.reshape(-1, ndim, ndim + 1), ndim), "--matrices (list)"
+    else:
+        scale = options.get("scale") or 1.0
+        shift = shift or (0.0,) * ndim
+        if volume:
+            m = geometry.affine_3d(array.shape, euler=options.get("euler") or (0.0, 0.0, 0.0), shift=shift, scale=scale)
+        else:
+            m = geometry.affine_2d(array.shape, rotate=options.get("rotate") or 0.0, shift=shift, scale=scale)
+        m = geometry.as_matrices(m, ndim)
+        words = " ".join(f"--{name} {','.join(f'{v:g}' for v in value) if isinstance(value, tuple) else f'{value:g}'}"
+                         for name in GEOMETRY if (value := options.get(name)) is not None)
+    batch = array.shape[0]
+    if m.shape[0] not in (1, batch):
+        where = options.get("matrices") or "the list"
+        raise ParameterError(f"{where}: {m.shape[0]} matrices for the {batch} "
+                             f"{'volumes' if volume else 'images'} of shape {array.shape}; give 1 or {batch}",
+                             explicit[0] if explicit else "matrices")
+    return m, words
+
+
+def plan(inputs: list[Path], options: Options):
+    from noa_core.operations.filter import output_dtype, real_input, whole_image_plan
+
+    array, meta = real_input(inputs[0], options, "transform")
+    m, words = matrices_for(array, options, inputs[0])
+    volume = array.shape[1] > 1
+
+    def fill(block, key, out):
+        from noa_core import geometry
+
+        mine = m if m.shape[0] == 1 else m[key[0]]
+        run = geometry.transform_3d if volume else geometry.transform_2d
+        run(block, out, mine, options.interp, options.border)
+
+    label = f"noa transform {words} --interp {options.interp}"
+    return whole_image_plan(inputs, array, array.shape, meta, label, fill=fill, working=0.0,
+                            dtype=output_dtype(array))
+
+
+def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
+    # The kernel is compiled per float type; other inputs are converted to float32 first.
+    if dtype not in ("float32", "float64"):
+        return []
+    euler = (10.0, 20.0, 30.0) if shape[1] > 1 else None
+    cases = [{"interp": i, **({"euler": euler} if euler else {"rotate": 10.0})} for i in ("linear", "cubic", "nearest")]
+    return [(dtype, case) for case in cases]
+
+
+OPERATION = Operation(
+    name="transform",
+    summary="Rotate, shift and scale every image (volumes: ZYZ Euler angles) about its centre, or apply "
+            "given matrices.",
+    details="The centre is N//2 of each axis; the content is scaled, rotated (counter-clockwise with x right and y "
+            "up) and then shifted. --matrices FILE gives one inverse matrix per batch entry (or one for all): the "
+            "output pixel (y, x) samples the input at M @ (y, x, 1), as scipy.ndimage.affine_transform; a text file "
+            "of rows of whitespace-separated numbers, 2x3 or 3x3 per image (3x4 or 4x4 per volume), or a .npy of "
+            "shape (n, rows, cols). Over HTTP give matrix_values, a flat list of 2x3 (3x4) matrices. Pixel size and "
+            "origin are kept; the output is float32 (float64 stays float64).",
+    examples=("noa transform stack.mrcs rotated.mrcs --rotate 30 --shift 2.5,-4",
+              "noa transform map.mrc turned.mrc --euler 30,60,90 --interp cubic",
+              "noa transform tilts.st aligned.st --matrices xf.txt"),
+    params=(Param("rotate", Real(-36000.0, 36000.0), "Rotate images by DEG degrees, counter-clockwise."),
+            Param("euler", Reals(3, 3, -36000.0, 36000.0), "Rotate volumes by ZYZ Euler angles ROT,TILT,PSI (degrees)."),
+            Param("shift", Reals(2, 3, -1e6, 1e6), "Shift the content by DY,DX pixels (DZ,DY,DX for volumes)."),
+            Param("scale", Real(1e-3, 1e3), "Magnify the content by S."),
+            Param("matrices", Text(1, 4096), "File of inverse matrices, one per image (or one for all): text rows "
+                  "(2x3/3x3 per image, 3x4/4x4 per volume) or .npy.", doors=frozenset({"cli"})),
+            Param("matrix_values", Reals(6, 6 * 100_000), "Inverse matrices as one flat list, row by row: 2x3 per "
+                  "image, 3x4 per volume; 1 or one per batch entry.", doors=frozenset({"http"})),
+            Param("interp", Choice(("linear", "cubic", "nearest")), "Interpolation: linear, cubic (B-spline) or nearest.",
+                  default="linear"),
+            Param("border", Choice(("zero", "clamp", "mirror")), "Values outside the input: zero, clamp (edge) or "
+                  "mirror.", default="zero"),
+            *READING, DEVICE),
+    plan=plan,
+    warmup=warmup,
+)

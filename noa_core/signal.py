@@ -1,0 +1,180 @@
+"""Fourier filters and spectra of BDHW arrays: RELION's band-pass, B-factors, power spectra.
+
+Frequencies are measured per axis (``k / n`` cycles per pixel for integer frequency ``k`` of an axis
+of ``n`` samples), so rectangular images are handled; resolutions are in Ångström with the array's
+pixel size (square pixels: one size for every axis). Filters run over H, W (2-d: every image of a
+stack) or D, H, W (3-d: volumes), like :mod:`noa_core.fft`.
+
+Example::
+
+    import noa_core as noa
+    filtered = noa.signal.bandpass(stack, lowpass=8.0, highpass=200.0, pixel_size=1.06)
+    spectrum = noa.signal.power_spectrum(stack, log=True)           # centred, H x W
+    profile = noa.signal.power_spectrum(stack, rotational_average=True)   # (B, 1, 1, min(H, W) // 2 + 1)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from noa_core import fft as noa_fft
+from noa_core.array import Array, asarray
+from noa_core.errors import ParameterError
+
+DEFAULT_EDGE_WIDTH = 2.0  # RELION's --filter_edge_width: Fourier shells of the raised cosine
+__all__ = ["bandpass", "bandpass_weights", "check_bandpass", "multiply_spectrum", "power_spectrum", "frequencies", "DEFAULT_EDGE_WIDTH"]
+
+
+def frequencies(sizes: Sequence[int], half: bool = True) -> np.ndarray:
+    """|f| in cycles per pixel at every Fourier sample of a transform of ``sizes`` (the last axis
+    non-redundant when ``half``): ``sqrt(sum((k_a / n_a) ** 2))`` (float64)."""
+    squared = 0.0
+    for i, n in enumerate(sizes):
+        k = np.fft.rfftfreq(n) if (half and i == len(sizes) - 1) else np.fft.fftfreq(n)
+        shape = [1] * len(sizes)
+        shape[i] = k.size
+        squared = squared + (k ** 2).reshape(shape)
+    return np.sqrt(squared)
+
+
+def check_bandpass(lowpass: float | None, highpass: float | None, pixel_size: float | None,
+                   edge_width: float = DEFAULT_EDGE_WIDTH, bfactor: float = 0.0) -> float:
+    """The pixel size to filter with, after checking the request; ParameterError names the bad value."""
+    if lowpass is None and highpass is None and not bfactor:
+        raise ParameterError("give a lowpass, a highpass or a bfactor", "lowpass")
+    if pixel_size is None or not pixel_size > 0 or not math.isfinite(pixel_size):
+        raise ParameterError(f"the pixel size is unknown ({pixel_size}); resolutions in Å need it: give it",
+                             "pixel_size")
+    if lowpass is not None:
+        if not lowpass > 0:
+            raise ParameterError(f"{lowpass:g} Å must be above 0", "lowpass")
+        if lowpass < 2 * pixel_size:
+            raise ParameterError(f"{lowpass:g} Å is finer than Nyquist, 2 x the pixel size = {2 * pixel_size:g} Å",
+                                 "lowpass")
+    if highpass is not None:
+        if not highpass > 0:
+            raise ParameterError(f"{highpass:g} Å must be above 0", "highpass")
+        if lowpass is not None and highpass <= lowpass:
+            raise ParameterError(f"{highpass:g} Å must be coarser (larger) than the lowpass, {lowpass:g} Å", "highpass")
+    if not edge_width >= 0:
+        raise ParameterError(f"{edge_width:g} shells must be 0 or more", "edge_width")
+    return float(pixel_size)
+
+
+def bandpass_weights(sizes: Sequence[int], pixel_size: float, lowpass: float | None = None,
+                     highpass: float | None = None, edge_width: float = DEFAULT_EDGE_WIDTH,
+                     bfactor: float = 0.0) -> np.ndarray:
+    """The real weights of :func:`bandpass` over a half (rfft) transform of ``sizes`` (float64).
+
+    RELION's relion_image_handler rules, with its ``ori_size`` the width ``n = sizes[-1]``: a
+    resolution ``R`` is the shell ``round(n * pixel_size / R)``; the raised cosine spans ``edge_width``
+    shells centred on it: below ``(shell - edge_width / 2) / n`` cycles per pixel a low-pass keeps
+    everything, above ``(shell + edge_width / 2) / n`` nothing, between ``0.5 + 0.5 cos(pi (f - low) /
+    width)``; a high-pass is the complement. ``bfactor`` multiplies by ``exp(-bfactor / 4 * (f /
+    pixel_size) ** 2)`` (negative sharpens)."""
+    f = frequencies(sizes)
+    n = sizes[-1]
+    weights = np.ones_like(f)
+    half_edge = edge_width / 2
+
+    def edges(resolution: float) -> tuple[float, float]:
+        shell = round(n * pixel_size / resolution)
+        return max(0.0, (shell - half_edge) / n), (shell + half_edge) / n
+
+    if lowpass is not None:
+        low, high = edges(lowpass)
+        if high > low:
+            ramp = 0.5 + 0.5 * np.cos(np.pi * (f - low) / (high - low))
+            weights *= np.where(f < low, 1.0, np.where(f > high, 0.0, ramp))
+        else:
+            weights *= f <= low
+    if highpass is not None:
+        low, high = edges(highpass)
+        if high > low:
+            ramp = 0.5 - 0.5 * np.cos(np.pi * (f - low) / (high - low))
+            weights *= np.where(f < low, 0.0, np.where(f > high, 1.0, ramp))
+        else:
+            weights *= f >= low
+    if bfactor:
+        weights *= np.exp(-(bfactor / 4.0) * (f / pixel_size) ** 2)
+    return weights
+
+
+def multiply_spectrum(x: Array, axes: tuple[int, ...], weights: np.ndarray) -> Array:
+    """irfft(rfft(x) * weights) over ``axes``, on x's device, in x's real precision."""
+    spectrum = noa_fft.rfft(x, ndim=len(axes))
+    shape = (1,) * (4 - len(axes)) + weights.shape
+    if spectrum.device == "cuda":
+        cupy = noa_fft._cupy()
+        values = noa_fft._to_cupy(spectrum) * cupy.asarray(weights.reshape(shape).astype(np.float32))
+        filtered = noa_fft._from_cupy(values.astype(spectrum.dtype))
+    else:
+        values = spectrum.numpy()
+        values *= weights.reshape(shape).astype(values.real.dtype)
+        filtered = spectrum
+    return noa_fft.irfft(filtered, width=x.shape[3], ndim=len(axes))
+
+
+def bandpass(array, lowpass: float | None = None, highpass: float | None = None, *,
+             pixel_size: float | None = None, edge_width: float = DEFAULT_EDGE_WIDTH, bfactor: float = 0.0,
+             ndim: int | None = None) -> Array:
+    """``array`` low-passed to ``lowpass`` Å and/or high-passed to ``highpass`` Å, with a raised-cosine
+    edge ``edge_width`` Fourier shells wide, and a ``bfactor`` (Å², negative sharpens), as
+    ``relion_image_handler --lowpass --highpass --filter_edge_width --bfactor`` (see
+    :func:`bandpass_weights`). ``pixel_size`` in Å/pixel. A lowpass finer than Nyquist (below 2 x the
+    pixel size) is refused. 2-d per image, or 3-d for volumes (``ndim``)."""
+    x = array if isinstance(array, Array) else asarray(array)
+    pixel = check_bandpass(lowpass, highpass, pixel_size, edge_width, bfactor)
+    axes = noa_fft.transform_axes(x.shape, ndim)
+    sizes = tuple(x.shape[a] for a in axes)
+    if x.size == 0:
+        return noa_fft.resize(x, sizes, ndim=len(axes))
+    return multiply_spectrum(x, axes, bandpass_weights(sizes, pixel, lowpass, highpass, edge_width, bfactor))
+
+
+def _shells(sizes: Sequence[int]) -> tuple[np.ndarray, int]:
+    """Shell index of every sample of a centred full transform of ``sizes``, and the shell count:
+    ``round(|f| * min(sizes))``, shells ``0 .. min(sizes) // 2`` (corners beyond are left out)."""
+    f = np.fft.fftshift(frequencies(sizes, half=False))
+    smallest = min(sizes)
+    return np.rint(f * smallest).astype(np.int64), smallest // 2 + 1
+
+
+def power_spectrum(array, rotational_average: bool = False, log: bool = False, *, ndim: int | None = None) -> Array:
+    """The power spectrum ``|F|**2 / N`` (N samples per transform, so its mean is the mean of
+    ``x**2``), centred (zero frequency at ``n // 2`` of each axis, as ``numpy.fft.fftshift`` puts it):
+    the full H x W (or D x H x W) of each image, float32 (float64 for float64 inputs).
+
+    ``rotational_average``: the mean over each shell instead (shell ``round(|f| * min(n))`` with
+    ``|f|`` in cycles per pixel per axis), ``min(n) // 2 + 1`` values in the width: ``(B, D, 1, S)``
+    for 2-d, ``(B, 1, 1, S)`` for 3-d. ``log``: the natural logarithm of the result (of the average);
+    a power of 0 gives the log of the smallest normal float32."""
+    x = array if isinstance(array, Array) else asarray(array)
+    axes = noa_fft.transform_axes(x.shape, ndim)
+    sizes = tuple(x.shape[a] for a in axes)
+    real = np.dtype(np.float64) if x.dtype == np.float64 else np.dtype(np.float32)
+    if x.device == "cuda":
+        x = x.to("cpu")  # the spectrum and shells are computed on the host (one image's worth per call)
+    if x.size == 0:
+        shape = list(x.shape)
+        if rotational_average:
+            shape[axes[0]:] = [1] * (len(axes) - 1) + [min(sizes) // 2 + 1 if min(sizes) else 0]
+        return asarray(np.zeros(shape, real))
+    spectrum = noa_fft.fft(x, ndim=len(axes)).numpy()
+    power = (spectrum.real ** 2 + spectrum.imag ** 2) / math.prod(sizes)
+    power = np.fft.fftshift(power, axes=axes)
+    if rotational_average:
+        shells, count = _shells(sizes)
+        inside = (shells < count).reshape(-1)
+        index = shells.reshape(-1)[inside]
+        samples = np.bincount(index, minlength=count).astype(np.float64)
+        outer = x.shape[:axes[0]]
+        flat = power.reshape(math.prod(outer), -1)[:, inside]
+        sums = np.stack([np.bincount(index, weights=row, minlength=count) for row in flat])
+        power = (sums / samples).reshape(*outer, *([1] * (len(axes) - 1)), count)
+    if log:
+        power = np.log(np.maximum(power, np.finfo(np.float32).tiny))
+    return asarray(np.ascontiguousarray(power, dtype=real))

@@ -1,0 +1,53 @@
+"""The CUDA transform kernels and the FFT's CuPy requirement, on tiny shapes under numba's CUDA simulator
+(run by tests/core/test_cuda_sim.py with NUMBA_ENABLE_CUDASIM=1)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import noa_core as nc
+from noa_core import fft, geometry
+from noa_core.errors import DeviceError
+
+pytestmark = pytest.mark.skipif(not cuda.is_available(), reason="needs numba-cuda's simulator or a GPU")
+
+
+@pytest.mark.parametrize("interp", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("border", ["zero", "clamp", "mirror"])
+def test_transform_2d_on_cuda_equals_the_cpu(interp, border):
+    rng = np.random.default_rng(len(interp) * 7 + len(border))
+    values = rng.normal(size=(2, 1, 5, 6)).astype(np.float32)
+    matrices = np.stack([geometry.affine_2d((5, 6), rotate=a, shift=(0.5, -1), scale=1.1) for a in (25.0, -140.0)])
+    on_cpu = geometry.transform_2d(values, nc.zeros((2, 1, 4, 7)), matrices, interp, border)
+    on_gpu = geometry.transform_2d(nc.asarray(values).to("cuda"), nc.zeros((2, 1, 4, 7), device="cuda"), matrices,
+                                   interp, border)
+    np.testing.assert_allclose(on_gpu.to("cpu").numpy(), on_cpu.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("interp", ["linear", "cubic"])
+def test_transform_3d_on_cuda_equals_the_cpu(interp):
+    values = np.random.default_rng(3).normal(size=(1, 3, 4, 5)).astype(np.float32)
+    matrix = geometry.affine_3d(values.shape, euler=(20.0, 40.0, 60.0), shift=(0.2, 0.3, -0.4))
+    on_cpu = geometry.transform_3d(values, nc.zeros((1, 3, 4, 5)), matrix, interp, "mirror")
+    view = nc.asarray(values).to("cuda")
+    on_gpu = geometry.transform_3d(view, nc.zeros((1, 3, 4, 5), device="cuda"), matrix, interp, "mirror")
+    np.testing.assert_allclose(on_gpu.to("cpu").numpy(), on_cpu.numpy(), atol=1e-5)
+
+
+def test_integer_input_on_cuda_is_converted_first():
+    values = np.arange(20, dtype=np.int16).reshape(1, 1, 4, 5)
+    matrix = geometry.affine_2d((4, 5), rotate=90)
+    on_cpu = geometry.transform_2d(values, nc.zeros((1, 1, 4, 5)), matrix)
+    on_gpu = geometry.transform_2d(nc.asarray(values).to("cuda"), nc.zeros((1, 1, 4, 5), device="cuda"), matrix)
+    np.testing.assert_allclose(on_gpu.to("cpu").numpy(), on_cpu.numpy(), atol=1e-6)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed: cuFFT runs")
+def test_ffts_on_cuda_without_cupy_name_what_to_install():
+    x = nc.zeros((1, 1, 4, 4), device="cuda")
+    with pytest.raises(DeviceError, match="CuPy.*pip install"):
+        fft.rfft(x)
