@@ -319,6 +319,8 @@ def _device_buffer(pointer: int, count: int, dtype: np.dtype, element_shape: tup
     from numba import cuda
 
     shape = (count,) + element_shape
+    if count == 0:  # an empty array may carry a null pointer, which numba refuses to wrap
+        return cuda.device_array(shape, dtype)
     if numba.config.ENABLE_CUDASIM:  # device memory is host memory there
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
@@ -432,7 +434,7 @@ def foreign_device(obj: Any) -> str | None:
     """'cuda' or 'cpu' for objects :func:`asarray` shares through CUDA or DLPack; None otherwise."""
     if isinstance(obj, (Array, np.ndarray)):
         return None
-    if getattr(type(obj), "__cuda_array_interface__", None) is not None or hasattr(obj, "__cuda_array_interface__"):
+    if hasattr(obj, "__cuda_array_interface__"):  # a property may raise AttributeError for host memory
         return "cuda"
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         try:

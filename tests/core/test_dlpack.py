@@ -121,6 +121,14 @@ def test_element_types_and_vector_elements():
     assert back.shape == (1, 1, 2, 3) and back.dtype == m.dtype and np.shares_memory(back.numpy(), m.buffer)
 
 
+def test_empty_arrays_cross_both_ways():
+    a = nc.empty((2, 0, 3), "float32")
+    y = np.from_dlpack(a)
+    assert y.shape == (1, 2, 0, 3) and y.dtype == np.float32
+    b = nc.from_dlpack(np.zeros((0, 4), np.int16))
+    assert b.shape == (1, 1, 0, 4) and b.dtype == np.int16 and b.size == 0
+
+
 def test_copy_and_device_requests(volume):
     a = nc.asarray(volume)
     copied = np.from_dlpack(a, copy=True)

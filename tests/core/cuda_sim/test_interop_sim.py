@@ -80,6 +80,10 @@ def test_asarray_shares_cuda_array_interface_memory():
     assert nc.asarray(Interface(h), device="cpu").device == "cpu"  # moved only when asked
     with pytest.raises(StrideError, match="negative"):
         nc.asarray(Interface(h[::-1]))
+    empty = type("Empty", (), {"__cuda_array_interface__": {"shape": (0, 3), "strides": None, "typestr": "<f8",
+                                                            "data": (0, False), "version": 3}})()
+    e = nc.asarray(empty)  # a null pointer is fine when there is nothing to point at
+    assert e.device == "cuda" and e.shape == (1, 1, 0, 3) and e.size == 0
 
 
 def test_noa_cuda_arrays_exchange_themselves(volume):
