@@ -36,6 +36,7 @@ import builtins
 import dis
 import functools
 import hashlib
+import os
 import struct
 import sys
 import threading
@@ -265,7 +266,16 @@ def _warn_once(function: types.FunctionType, reason: str) -> None:
     warnings.warn(
         f"noa compiles {function.__qualname__} (line {code.co_firstlineno} of {code.co_filename}) anew for each "
         f"function object: {reason}, so its kernels cannot be cached by value",
-        UncacheableFunctionWarning, stacklevel=4)
+        UncacheableFunctionWarning, stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The stack level of the first frame outside noa_core (the user's call to ewise, iwise...)."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(2), 2  # warnings.warn counts _warn_once's frame as level 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class UncacheableFunctionWarning(UserWarning):

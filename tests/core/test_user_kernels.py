@@ -195,8 +195,9 @@ def test_uncacheable_definitions_still_work_and_warn_once(image, monkeypatch):
     messages = [str(w.message) for w in caught if issubclass(w.category, UncacheableFunctionWarning)]
     assert len(messages) <= 1  # once per code object (the three exec'd codes are equal)
     f, _ = defined("f = lambda v: v * table[0] + 0.5", table=table)
-    with pytest.warns(UncacheableFunctionWarning, match="global 'table' .* array of 24 bytes"):
+    with pytest.warns(UncacheableFunctionWarning, match="global 'table' .* array of 24 bytes") as record:
         np.testing.assert_array_equal(run(image, f), image.numpy() + 0.5)
+    assert record[0].filename == __file__  # attributed to the caller of ewise, not to noa's modules
     before = user_kernels.compiled_count()
     run(image, f)  # the same object again: its kernel, as before
     assert user_kernels.compiled_count() == before
