@@ -7,6 +7,7 @@ structures that CUDA memory goes through are tested here on host memory, against
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import sys
 
@@ -40,8 +41,8 @@ class Producer:
 class NoaCapsules:
     """Exports a CPU Array through interop.capsule (the code CUDA arrays use), for numpy.from_dlpack."""
 
-    def __init__(self, array: nc.Array):
-        self.array = array
+    def __init__(self, array: nc.Array, legacy: bool = False):
+        self.array, self.legacy = array, legacy
 
     def __dlpack_device__(self):
         return (interop.CPU, 0)
@@ -51,7 +52,8 @@ class NoaCapsules:
         shape, strides = interop._element_layout(a)
         pointer = a.buffer.ctypes.data + a.offset * a.itemsize
         return interop.capsule(pointer, (interop.CPU, 0), np.dtype(a.buffer.dtype), shape, strides, a,
-                               read_only=not a.writable, versioned=max_version is not None and max_version >= (1, 0))
+                               read_only=not a.writable,
+                               versioned=not self.legacy and max_version is not None and max_version >= (1, 0))
 
 
 def views(x: np.ndarray) -> dict[str, nc.Array]:
@@ -79,6 +81,22 @@ def test_numpy_reads_arrays_through_dlpack(volume, name, export):
         y[0, 0, 0, 0] = 1234.5
         assert a.numpy()[0, 0, 0, 0] == 1234.5
     assert a.__dlpack_device__() == (1, 0)
+
+
+def test_structures_match_dlpack_h():
+    """Sizes and offsets of dlpack.h v1.0 on a 64-bit platform (what every consumer reads)."""
+    assert ctypes.sizeof(interop.DLTensor) == 48 and interop.DLTensor.byte_offset.offset == 40
+    assert ctypes.sizeof(interop.DLManagedTensor) == 64 and interop.DLManagedTensor.deleter.offset == 56
+    assert ctypes.sizeof(interop.DLManagedTensorVersioned) == 80
+    assert interop.DLManagedTensorVersioned.flags.offset == 24
+    assert interop.DLManagedTensorVersioned.dl_tensor.offset == 32
+
+
+def test_unversioned_capsules_are_read_by_numpy(volume):
+    a = nc.asarray(volume)[:, ::2].permute((0, 1, 3, 2))
+    y = np.from_dlpack(NoaCapsules(a, legacy=True))
+    np.testing.assert_array_equal(y, a.numpy())
+    assert np.shares_memory(y, volume)
 
 
 def test_exported_tensors_are_released(volume):
