@@ -250,3 +250,19 @@ def test_cached_lambdas_match_numpy(shape, order, k):
     out = nc.empty(shape, "float64", order)
     nc.ewise([a, a], out, lambda u, v: u * k - v * v)
     np.testing.assert_allclose(out.numpy(), x * k - x * x, rtol=1e-15)
+
+
+def test_threads_admitting_equal_lambdas_share_one_representative(image):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def scaled(k):
+        return lambda v: v * k - 0.125
+
+    before = user_kernels.compiled_count()
+    with ThreadPoolExecutor(4) as pool:
+        representatives = list(pool.map(lambda _: user_kernels.canonical(scaled(6.5)), range(16)))
+        results = list(pool.map(lambda _: run(image, scaled(6.5)), range(8)))
+    assert all(r is representatives[0] for r in representatives)
+    assert user_kernels.compiled_count() == before + 1
+    for result in results:
+        np.testing.assert_array_equal(result, image.numpy() * 6.5 - 0.125)
