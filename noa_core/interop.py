@@ -14,7 +14,8 @@ memory-mapped file, a broadcast view) is exported with DLPack 1.0's read-only fl
 
 Host memory goes through NumPy's own DLPack code. CUDA memory is described with the structures of
 ``dlpack.h`` (v1.0, and the unversioned v0.x capsule for older consumers) written with ctypes
-here, since numba-cuda has no DLPack support; the same code handles host memory, which is how it is
+here, since numba-cuda's device arrays export no DLPack (numba-cuda reads DLPack, through
+cuda.core, only for kernel arguments); the same code handles host memory, which is how it is
 tested without a GPU (against ``numpy.from_dlpack`` and NumPy's capsules). Kernels synchronize
 before returning, so exported memory is always ready: the consumer's stream needs no wait.
 """

@@ -20,8 +20,9 @@ functions used as globals or captured (numba calls only those it has registered,
 equality for other hashable objects (types, dtypes, enums).
 
 A representative is a private copy of the first function seen: its closure cells, the globals its
-code reads and its defaults are frozen (arrays copied, other values shared), so numba, which reads globals and closures when it compiles each new argument type, never
-sees a value that changed after the key was taken.
+code reads and its defaults are frozen (arrays copied, other values shared), so numba, which reads
+globals and closures again when it compiles each new argument type, never sees a value that
+changed after the key was taken.
 
 A function whose definition holds something that cannot be compared (a list, a dict, an array
 larger than the limit...) keeps today's behaviour: it is compiled for each new function object,
