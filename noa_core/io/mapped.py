@@ -82,7 +82,7 @@ def scratch_buffers() -> Iterator[None]:
         _SCRATCH.__dict__.pop("buffers", None)
 
 
-def _scratch(nbytes: int, slot: int) -> np.ndarray:
+def scratch(nbytes: int, slot: int) -> np.ndarray:
     """Buffer ``slot`` of this thread, reused from tile to tile: fresh pages for every tile would cost
     a page fault (and zeroing) per 4 KiB, more than the read itself."""
     buffers = _SCRATCH.__dict__.setdefault("buffers", {})
@@ -92,15 +92,17 @@ def _scratch(nbytes: int, slot: int) -> np.ndarray:
     return have[:nbytes]
 
 
-def read_view(array: np.ndarray, slot: int = 0) -> np.ndarray:
+def read_view(array: np.ndarray, slot: int = 0, into: np.ndarray | None = None) -> np.ndarray:
     """The values of ``array`` in memory, read with ``pread`` when it views a noa input mapping (else
     ``array`` itself): same shape, dtype and values, never a page fault on the file.
 
     Dimensions are taken by increasing stride: the inner ones whose span fits :data:`RUN_BYTES` are
     read as one contiguous run per index of the outer ones (gaps of a strided view included), and
     broadcast dimensions (stride 0) once. The result lives in this thread's buffer ``slot`` until the
-    next read into that slot (one slot per source of a tile). Raises TruncatedFileError when the file
-    has shrunk.
+    next read into that slot (one slot per source of a tile), or in ``into`` (an array of the same
+    shape and type) when the runs read land exactly where ``into`` keeps its elements: a copy of a
+    file then goes from the page cache straight into the buffer it is written from. Raises
+    TruncatedFileError when the file has shrunk.
     """
     mm = _mapping_of(array)
     if mm is None or mm not in _INPUTS or array.size == 0:
@@ -117,12 +119,15 @@ def read_view(array: np.ndarray, slot: int = 0) -> np.ndarray:
         inner, span = inner + 1, wider
     outer = dims[inner:][::-1]  # slowest first
     runs = math.prod(array.shape[i] for i in outer)
-    buffer = _scratch(runs * span, slot)
     strides = list(array.strides)
     step = span
     for i in reversed(outer):
         strides[i] = step
         step *= array.shape[i]
+    if into is not None and _lands_in(into, array, runs * span, strides):
+        buffer = _packed_bytes(into)
+    else:
+        buffer = scratch(runs * span, slot)
     offsets = [start + sum(k * array.strides[i] for k, i in zip(index, outer))
                for index in np.ndindex(*(array.shape[i] for i in outer))]
     view = memoryview(buffer)
@@ -142,6 +147,22 @@ def read_view(array: np.ndarray, slot: int = 0) -> np.ndarray:
         raise TruncatedFileError(f"{path}: data: the file changed size while being read (it holds "
                                  f"{os.fstat(fd).st_size} bytes now)")
     return as_strided(buffer.view(array.dtype), array.shape, tuple(strides), writeable=False)
+
+
+def _lands_in(into: np.ndarray, array: np.ndarray, nbytes: int, strides: list[int]) -> bool:
+    """True when reading ``array``'s runs packed (``strides``, ``nbytes`` in all) fills ``into`` exactly."""
+    return (into.dtype == array.dtype and into.shape == array.shape and into.nbytes == nbytes
+            and all(n <= 1 or a == b for n, a, b in zip(array.shape, into.strides, strides))
+            and into.transpose(sorted(range(into.ndim), key=lambda i: -into.strides[i])).flags.c_contiguous)
+
+
+def _packed_bytes(array: np.ndarray) -> np.ndarray:
+    """The bytes of an array packed in some order of its dimensions, as a 1-d uint8 view (no copy)."""
+    outer_first = sorted(range(array.ndim), key=lambda i: -array.strides[i])
+    flat = array.transpose(outer_first)
+    if not flat.flags.c_contiguous:
+        raise ValueError("the array is not packed")  # callers check with _lands_in first
+    return flat.reshape(-1).view(np.uint8)
 
 
 def map_output(path: Path, offset: int, dtype: np.dtype, count: int) -> tuple[mmap.mmap, np.ndarray]:

@@ -1,9 +1,12 @@
-"""Streaming outputs: fill a memory-mapped temporary file block by block, then commit it atomically.
+"""Streaming outputs: fill a temporary file tile by tile, then commit it atomically.
 
-Peak memory does not grow with the file: :func:`copy_into` walks the output in tiles chosen so that
-both the tile's pages in the output and the pages it reads from a (possibly permuted or broadcast)
-source stay under a budget, and after each tile releases the pages of both mappings. Header
-statistics are accumulated tile by tile (Chan's parallel mean/variance), so the data are read once.
+Peak memory does not grow with the file: :func:`fill` walks the output in tiles whose buffers (one
+for the output, one per source read) stay under a budget. Each tile's sources are read with
+``pread``, the tile is computed into a reused buffer laid out as the file is, and a writer thread
+writes it with ``pwrite`` while the next one is read and computed; its writeback to the disk starts
+at once, so the commit's fsync has little left to wait for. Header statistics are accumulated tile
+by tile (Chan's parallel mean/variance), so the data are read once. Nothing is memory-mapped on
+this path: page faults on a mapped output cost more than the copy itself.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import itertools
 import math
 import mmap as mmap_module
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,8 +36,17 @@ from noa_core.layout import Shape4
 if TYPE_CHECKING:
     from noa_core.reduction import Moments
 
-BLOCK_BYTES = 128 << 20  # per-tile mapping budget, for the output and for the source alike
-GRANULE = 2 << 20
+TILE_BYTES = 32 << 20  # per tile, the buffer of the output and of each source read (two tiles are in flight)
+BLOCK_BYTES = TILE_BYTES  # the name drivers and callers use for the budget
+RUN_COST = 64 << 10  # a read or write call costs about as much as moving this many bytes
+TILE_COST = 256 << 10  # and a tile (a kernel launch, a hand-over to the writer thread) as much as this
+GRANULE = 2 << 20  # the smallest budget a Dask task is given is a few of these (see run.cluster)
+
+Compute = Callable[[list[Array], Array], None]
+Key = tuple[slice, ...]
+# An output tile's key -> the source views it is computed from (lazy, any shapes) and how: ``compute(blocks,
+# out)`` gets those views read into memory and the output tile.
+TileReads = Callable[[Key], tuple[list[Array], Compute]]
 
 
 class RunningStatistics:
@@ -77,43 +91,69 @@ class RunningStatistics:
 # ---------------------------------------------------------------------------------------------
 
 
-def _footprints(tiles_: np.ndarray, strides: Sequence[int], itemsize: int) -> np.ndarray:
-    """Bytes of mapping each candidate tile (rows of ``tiles_``) spans in a layout.
+def _source_runs(tiles_: np.ndarray, strides: Sequence[int], itemsize: int) -> tuple[np.ndarray, np.ndarray]:
+    """(runs, bytes per run) of each candidate tile (rows of ``tiles_``) read from a layout by
+    :func:`noa_core.io.mapped.read_view`: dimensions by increasing stride join one run (gaps included)
+    while it stays within ``mapped.RUN_BYTES``; each index of the others is a run of its own."""
+    order = sorted((i for i in range(4) if strides[i] != 0), key=lambda i: abs(strides[i]))
+    span = np.full(len(tiles_), itemsize, np.int64)
+    runs = np.ones(len(tiles_), np.int64)
+    joining = np.ones(len(tiles_), bool)
+    for i in order:
+        wider = span + (tiles_[:, i] - 1) * abs(strides[i]) * itemsize
+        joins = joining & ((wider <= mapped.RUN_BYTES) | (span == itemsize) | (tiles_[:, i] == 1))
+        span = np.where(joins, wider, span)
+        runs = np.where(joins, runs, runs * tiles_[:, i])
+        joining = joins
+    return runs, span
 
-    Dimensions whose stride reaches a granule are separate runs; the others form one span per run.
-    Counting in 2 MiB granules, not 4 KiB pages, because current kernels map large page-cache folios
-    whole on a fault: touching one byte can make up to 2 MiB resident.
-    """
-    stride = np.asarray(strides, np.int64) * itemsize
-    run = stride >= GRANULE
-    runs = np.prod(np.where(run, tiles_, 1), axis=1)
-    span = ((tiles_ - 1) * np.where(run, 0, stride)).sum(axis=1) + itemsize
-    return runs * ((span + GRANULE - 1) // GRANULE + 1) * GRANULE
+
+def _output_runs(tiles_: np.ndarray, shape: Sequence[int], strides: Sequence[int],
+                 itemsize: int) -> tuple[np.ndarray, np.ndarray]:
+    """(runs, bytes per run) of each candidate tile written into a packed layout: a run is contiguous in
+    the file, so it spans the inner dimensions whole and stops after the first one it does not."""
+    order = sorted(range(4), key=lambda i: strides[i])
+    span = np.full(len(tiles_), itemsize, np.int64)
+    runs = np.ones(len(tiles_), np.int64)
+    joining = np.ones(len(tiles_), bool)
+    for i in order:
+        span = np.where(joining, span * tiles_[:, i], span)
+        runs = np.where(joining, runs, runs * tiles_[:, i])
+        joining = joining & (tiles_[:, i] == shape[i])
+    return runs, span
 
 
-def plan_tile(shape: Shape4, layouts: Sequence[tuple[Sequence[int], int]], budget: int = BLOCK_BYTES,
-              whole: Sequence[int] = ()) -> Shape4:
-    """Tile extents such that the tile spans at most ``budget`` bytes in every ``(strides, itemsize)`` layout.
+def plan_tile(shape: Shape4, sources: Sequence[tuple[Sequence[int], int]], budget: int = TILE_BYTES,
+              whole: Sequence[int] = (), output: tuple[Sequence[int], int] | None = None) -> Shape4:
+    """Tile extents for streaming ``shape``: each tile's buffer holds at most ``budget`` bytes for every
+    source read (``(strides, itemsize)``, viewed onto ``shape``), gaps read between a view's elements
+    included, and for the ``output`` written (``(strides, itemsize)`` of a packed layout), if any.
 
     Candidates halve each dimension repeatedly (but the dimensions in ``whole``, which every tile
-    spans entirely); among those within budget, the one moving the most elements per byte mapped
-    wins (then the largest). A whole output section at a time is the common result; permutations
-    that exchange an outer and an inner axis get square-ish tiles.
+    spans entirely); among those within budget, the one with the least cost per element wins (then
+    the largest), a cost being the bytes moved plus :data:`RUN_COST` per read or write call and
+    :data:`TILE_COST` per tile. Whole
+    sections are the common result: a transpose of height and width then happens in memory, and
+    every read and write is one long run.
     """
-    entire = np.array([shape], np.int64)
-    if all(_footprints(entire, strides, size)[0] <= budget for strides, size in layouts):
-        return tuple(shape)  # the common small case: one tile, and no search
     options = [[n] if i in whole else sorted({-(-n // (1 << k)) for k in range(max(n, 1).bit_length() + 1)})
                for i, n in enumerate(shape)]
     grid = np.array(np.meshgrid(*options, indexing="ij"), np.int64).reshape(4, -1).T
-    mapped_bytes = sum(_footprints(grid, strides, size) for strides, size in layouts)
-    worst = np.max([_footprints(grid, strides, size) for strides, size in layouts], axis=0)
+    worst = np.zeros(len(grid), np.int64)
+    cost = np.full(len(grid), TILE_COST, np.int64)
+    if output is not None:
+        runs, span = _output_runs(grid, shape, *output)
+        worst, cost = runs * span, cost + runs * (span + RUN_COST)
+    for strides, itemsize in sources:
+        runs, span = _source_runs(grid, strides, itemsize)
+        worst = np.maximum(worst, runs * span)
+        cost = cost + runs * (span + RUN_COST)
     elements = np.prod(grid, axis=1)
     fits = worst <= budget
     if not fits.any():
         return tuple(n if i in whole else 1 for i, n in enumerate(shape))  # type: ignore[return-value]
-    score = np.where(fits, elements / mapped_bytes, -1.0)
-    best = np.flatnonzero(score == score.max())
+    score = np.where(fits, elements / cost, -1.0)
+    best = np.flatnonzero(score >= score.max() * (1 - 1e-9))
     choice = best[np.argmax(elements[best])]
     return tuple(int(n) for n in grid[choice])  # type: ignore[return-value]
 
@@ -159,23 +199,103 @@ class Region:
     order: str
     values_dtype: np.dtype | None = None  # the type asked for, when the format stores a wider one
 
-    def fill(self, reads: TileReads, keys: Sequence[tuple[slice, ...]]) -> list[RunningStatistics]:
-        """:func:`fill_tile` for each of ``keys`` from any process: map the file, fill the tiles, flush
-        them, unmap; return the statistics of each tile."""
-        mm, out = _map_packed(self.path, self.offset, self.dtype, self.shape, self.order)
+    def fill(self, reads: TileReads, keys: Sequence[Key]) -> list[RunningStatistics]:
+        """Compute and write the tiles ``keys`` from any process (:func:`stream_tiles`), make them durable
+        (on a network file system they must reach the server before the task reports them done), and
+        return the statistics of each tile."""
+        target = TileFile(self)
         try:
-            with mapped.scratch_buffers():
-                values_dtype = self.values_dtype or self.dtype
-                stats = [fill_tile(reads, out, key, values_dtype) for key in keys]
-            # On a network file system the tiles must reach the server before the task reports them done.
-            mapped.flush([out.numpy()[key] for key in keys])
+            stats = stream_tiles(reads, keys, target, self.values_dtype or self.dtype)
+            os.fdatasync(target.fd)
         finally:
-            del out
-            try:
-                mm.close()
-            except BufferError:
-                pass  # a view is still referenced (e.g. from a traceback); the mapping goes with it
+            target.close()
         return stats
+
+
+class TileFile:
+    """Output tiles written with ``pwrite`` into the packed data of a :class:`Region`'s file.
+
+    Not through a mapping: a page fault per 4 KiB of a mapped output cost more than computing the
+    tile. A tile is computed into a buffer laid out as the file is (:meth:`buffer`), so that each
+    write is one contiguous run per index of the dimensions the tile does not span whole.
+    """
+
+    def __init__(self, region: Region) -> None:
+        self.region = region
+        self.itemsize = region.dtype.itemsize
+        self.strides = layout.strides_for(region.shape, region.order)
+        self.outer_first = sorted(range(4), key=lambda i: -self.strides[i])
+        self.fd = os.open(region.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+        # Writeback is started from a thread of its own: the call blocks while the disk's queue is full,
+        # and the tiles after it need not wait for that.
+        self._writeback = ThreadPoolExecutor(1, "noa-writeback")
+
+    def close(self) -> None:
+        self._writeback.shutdown(wait=True)
+        os.close(self.fd)
+
+    def buffer(self, key: Key, slot: int) -> np.ndarray:
+        """A BDHW buffer for tile ``key``, packed in the file's order, reused from tile to tile (``slot``)."""
+        extents = [key[i].stop - key[i].start for i in self.outer_first]
+        raw = mapped.scratch(math.prod(extents) * self.itemsize, slot).view(self.region.dtype).reshape(extents)
+        return raw.transpose(np.argsort(self.outer_first))
+
+    def write(self, key: Key, buffer: np.ndarray) -> None:
+        """Write ``buffer`` (from :meth:`buffer`) as tile ``key`` of the file, then start its writeback."""
+        extents = [k.stop - k.start for k in key]
+        run, joining, outer = self.itemsize, True, []
+        for i in reversed(self.outer_first):  # innermost first: a run spans dimensions while they are whole
+            if joining:
+                run *= extents[i]
+                joining = extents[i] == self.region.shape[i]
+            else:
+                outer.insert(0, i)
+        data = memoryview(buffer.transpose(self.outer_first).reshape(-1)).cast("B")
+        first = self.region.offset + sum(k.start * s for k, s in zip(key, self.strides)) * self.itemsize
+        position = 0
+        for index in np.ndindex(*(extents[i] for i in outer)):
+            at = first + sum(n * self.strides[i] for n, i in zip(index, outer)) * self.itemsize
+            _pwrite_all(self.fd, data[position:position + run], at, self.region.path)
+            position += run
+        last = first + sum((n - 1) * s for n, s in zip(extents, self.strides)) * self.itemsize + self.itemsize
+        self._writeback.submit(_start_writeback, self.fd, first, last - first)
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int, path: Path) -> None:
+    while data:
+        try:
+            written = os.pwrite(fd, data, offset)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise NoSpaceError(f"{path}: no space left on device") from None
+            raise
+        data, offset = data[written:], offset + written
+
+
+def _load_sync_file_range() -> Callable[[int, int, int], None] | None:
+    """Linux's sync_file_range(..., SYNC_FILE_RANGE_WRITE), which starts writing pages back without
+    waiting: the disk then works while later tiles are computed, and the commit's fsync has little left
+    to wait for (dd conv=fsync writes everything at its end)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        call = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    return lambda fd, offset, length: call(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE
+
+
+_SYNC_FILE_RANGE: list = []
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    if not _SYNC_FILE_RANGE:
+        _SYNC_FILE_RANGE.append(_load_sync_file_range() if sys.platform == "linux" else None)
+    if _SYNC_FILE_RANGE[0] is not None:
+        _SYNC_FILE_RANGE[0](fd, offset, length)  # advice: a failure changes nothing but the timing
 
 
 def _convert(dst: Array, src: Array) -> None:
@@ -232,7 +352,7 @@ class Writer:
         self.format.check_writable(self.dtype, self.shape, self.path)
         self._temp: atomic.TemporaryOutput | None = None
         self._mmap: mmap_module.mmap | None = None
-        self.array: Array | None = None
+        self._array: Array | None = None
 
     # -- life cycle ------------------------------------------------------------------------------
 
@@ -262,11 +382,21 @@ class Writer:
         self.dtype = created.dtype or self.dtype  # what the file stores (MRC widens uint8)
         self._offset = created.offset
         self._reserve(created.offset + math.prod(self.shape) * self.dtype.itemsize)
-        self._mmap, self.array = _map_packed(self._temp.temp, created.offset, self.dtype, self.shape, self.order)
+
+    @property
+    def array(self) -> Array:
+        """A writable Array over the output's data (BDHW, packed in ``order``), mapped on first use;
+        :func:`fill` writes with ``pwrite`` and never maps."""
+        if self._array is None:
+            if self._temp is None:
+                raise LayoutError(f"{self.path}: the output is not open; use the writer as a context manager")
+            self._mmap, self._array = _map_packed(self._temp.temp, self._offset, self.dtype, self.shape, self.order)
+        return self._array
 
     def _reserve(self, size: int) -> None:
-        """Allocate the whole file now: writing through a mapping into a sparse file that finds the disk
-        full is a SIGBUS, which kills the process and leaves the temporary file; here it is an error."""
+        """Allocate the whole file now: a full disk is then an error before any tile is computed, and
+        writing through :attr:`array` (a mapping) can never find the disk full, which would be a SIGBUS
+        that kills the process and leaves the temporary file."""
         try:
             with open(self._temp.temp, "r+b") as f:
                 os.posix_fallocate(f.fileno(), 0, size)
@@ -291,7 +421,7 @@ class Writer:
             self._temp.abort()
 
     def _release_mapping(self) -> None:
-        self.array = None
+        self._array = None
         if self._mmap is not None:
             try:
                 self._mmap.close()
@@ -354,13 +484,6 @@ def create(path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata:
     return Writer(path, shape, dtype, metadata, order, overwrite, label, write_options)
 
 
-Compute = Callable[[list[Array], Array], None]
-Key = tuple[slice, ...]
-# An output tile's key -> the source views it is computed from (lazy, any shapes) and how: ``compute(blocks,
-# out)`` gets those views read into memory and the output tile.
-TileReads = Callable[[Key], tuple[list[Array], Compute]]
-
-
 def same_tile(sources: Sequence[Array], shape: Shape4, compute: Compute) -> TileReads:
     """The tile reads of sources viewed onto the output's ``shape`` (broadcast if need be): output tile
     ``key`` is computed from the same tile of every source."""
@@ -370,37 +493,54 @@ def same_tile(sources: Sequence[Array], shape: Shape4, compute: Compute) -> Tile
 
 def plan_tiles(writer: Writer, sources: Sequence[Array], block_bytes: int = BLOCK_BYTES,
                whole: Sequence[int] = (), read_factor: float = 1.0) -> list[Key]:
-    """The tiles :func:`fill` walks, in its order: each spans at most ``block_bytes`` of mapping in
-    the output and in every source (sources broadcast onto the output shape), and all of the
-    dimensions in ``whole`` (a compute that reverses an axis needs the whole axis).
+    """The tiles :func:`fill` walks, in its order: each buffers at most ``block_bytes`` of the output
+    and of every source read (sources broadcast onto the output shape), and spans all of the dimensions
+    in ``whole`` (a compute that reverses an axis needs the whole axis).
 
     ``sources`` may be empty when they do not map onto the output tile for tile (a binning, a crop);
     then a tile's reads are taken to be ``read_factor`` times its own size and the budget shrinks so.
     """
     srcs = [s.broadcast(writer.shape) if s.shape != writer.shape else s for s in map(asarray, sources)]
-    out = writer.array
-    layouts = [(out.strides, writer.dtype.itemsize)] + [(s.strides, s.itemsize) for s in srcs]
+    out_strides = layout.strides_for(writer.shape, writer.order)
     budget = block_bytes if srcs else max(GRANULE, int(block_bytes / max(1.0, read_factor)))
-    tile = plan_tile(writer.shape, layouts, budget, whole)
-    return list(tiles(writer.shape, tile, out.strides))
+    tile = plan_tile(writer.shape, [(s.strides, s.itemsize) for s in srcs], budget, whole,
+                     output=(out_strides, writer.dtype.itemsize))
+    return list(tiles(writer.shape, tile, out_strides))
 
 
-def fill_tile(reads: TileReads, out: Array, key: Key, values_dtype: np.dtype | None = None, *,
-              release: bool = True) -> RunningStatistics:
-    """Compute tile ``key`` of ``out`` as ``reads`` says; return the tile's statistics.
+def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileFile, values_dtype: np.dtype,
+                 progress: Callable[[int, int], None] | None = None) -> list[RunningStatistics]:
+    """Compute the tiles ``keys`` as ``reads`` says and write them into ``target``; return each tile's
+    statistics.
 
-    Sources are read into memory with ``pread`` (:func:`noa_core.io.mapped.read_view`); values are
-    computed for ``values_dtype`` (see :func:`storing`). With ``release``, the output pages of the
-    tile are dropped afterwards.
+    Sources are read into memory with ``pread`` (:func:`noa_core.io.mapped.read_view`), each tile is
+    computed into one of two reused buffers, and a writer thread writes one tile while the next is
+    read and computed (pread, pwrite and the kernels release the GIL).
     """
-    views, compute = reads(key)
-    # Read with pread, not through the input mappings: a file truncated meanwhile is an error, not SIGBUS.
-    blocks = [asarray(mapped.read_view(view.numpy(), slot)) for slot, view in enumerate(views)]
-    storing(values_dtype or out.dtype, compute)(blocks, out[key])
-    written = out.numpy()[key]
-    stats = RunningStatistics.of(written)
-    if release:
-        mapped.release(written)
+    stats: list[RunningStatistics] = []
+    writing: list = []
+    with ThreadPoolExecutor(1, "noa-write") as writer_thread, mapped.scratch_buffers():
+        for done, key in enumerate(keys, 1):
+            slot = -1 - done % 2  # the output buffers' slots; sources use 0, 1, ...
+            if len(writing) == 2:
+                writing.pop(0).result()  # the write from this buffer two tiles ago is done
+            views, compute = reads(key)
+            buffer = target.buffer(key, slot)
+            # Read with pread, not through the input mappings: a file truncated meanwhile is an error, not SIGBUS.
+            if getattr(compute, "copies", False) and len(views) == 1 and values_dtype == buffer.dtype:
+                # A plain copy: read straight into the buffer written from, when the runs land there.
+                block = mapped.read_view(views[0].numpy(), 0, into=buffer)
+                if not np.shares_memory(block, buffer):
+                    compute([asarray(block)], asarray(buffer))
+            else:
+                blocks = [asarray(mapped.read_view(view.numpy(), i)) for i, view in enumerate(views)]
+                storing(values_dtype, compute)(blocks, asarray(buffer))
+            stats.append(RunningStatistics.of(buffer))
+            writing.append(writer_thread.submit(target.write, key, buffer))
+            if progress is not None:
+                progress(done, len(keys))
+        for pending in writing:
+            pending.result()
     return stats
 
 
@@ -409,26 +549,26 @@ def fill(writer: Writer, sources: Sequence[Array], compute: Compute | None, *, b
          reads: TileReads | None = None, keys: Sequence[Key] | None = None) -> None:
     """Fill ``writer`` tile by tile with ``compute(source_tiles, output_tile)``.
 
-    Sources broadcast onto the output shape. Tiles are planned so that each spans at most
-    ``block_bytes`` of mapping in the output and in every source (:func:`plan_tiles`); header
-    statistics are taken from each output tile as it is written, and the pages of every tile are
-    released afterwards. ``progress(done, total)`` is called after each tile; every tile spans the
-    dimensions in ``whole`` entirely. With ``reads``, each tile's source views and compute come from
-    it instead of ``sources`` and ``compute``; ``keys`` are the tiles to walk when already planned.
+    Sources broadcast onto the output shape. Tiles are planned so that each buffers at most
+    ``block_bytes`` of the output and of every source (:func:`plan_tiles`) and written with ``pwrite``
+    (:func:`stream_tiles`); header statistics are taken from each tile as it is computed.
+    ``progress(done, total)`` is called after each tile; every tile spans the dimensions in ``whole``
+    entirely. With ``reads``, each tile's source views and compute come from it instead of ``sources``
+    and ``compute``; ``keys`` are the tiles to walk when already planned.
     """
     if keys is None:
         keys = plan_tiles(writer, sources if reads is None else [], block_bytes, whole)
     if reads is None:
         assert compute is not None
         reads = same_tile(sources, writer.shape, compute)
+    target = TileFile(writer.region())
+    try:
+        per_tile = stream_tiles(reads, keys, target, writer.values_dtype, progress)
+    finally:
+        target.close()
     stats = RunningStatistics()
-    # One tile is the whole output: its mapping closes next, so dropping its pages first gains nothing.
-    release = len(keys) > 1
-    with mapped.scratch_buffers():
-        for done, key in enumerate(keys, 1):
-            stats.merge(fill_tile(reads, writer.array, key, writer.values_dtype, release=release))
-            if progress is not None:
-                progress(done, len(keys))
+    for tile_stats in per_tile:
+        stats.merge(tile_stats)
     writer.complete(stats)
 
 

@@ -106,7 +106,11 @@ def converter(mode: str) -> Compute:
     """Tiles copied into the output, converted with ``mode`` ('checked', 'clamp', 'cast')."""
     from noa_core.elementwise import convert_into
 
-    return lambda blocks, out: convert_into(blocks[0], out, mode=mode)
+    def convert(blocks: list[Array], out: Array) -> None:
+        convert_into(blocks[0], out, mode=mode)
+
+    convert.copies = True  # type: ignore[attr-defined]  # same type in and out: the engine may read into `out`
+    return convert
 
 
 def evaluator(expression) -> Compute:
