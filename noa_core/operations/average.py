@@ -1,0 +1,42 @@
+"""noa average: average (or sum) groups of N consecutive sections, e.g. movie frames into fractions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Operation, Options, Param
+
+
+def plan(inputs: list[Path], options: Options):
+    from noa_core import stack
+    from noa_core.operations.plan import make_plan
+
+    array, meta = options.open_input(inputs[0])
+    shape, axis, left = stack.average_layout(array.shape, options.group)
+    dtype = stack.average_dtype(array.dtype)
+    pixel, origin = meta.pixel_size, meta.origin
+    if axis == 1:  # depth slices of a volume: N slices become one, N times thicker
+        pixel = (pixel[0] * options.group, *pixel[1:])
+    out_meta = stack.derived(meta, shape, pixel_size=pixel, origin=origin)
+    if left:
+        out_meta.notices.append(f"average --group {options.group}: the last {left} of {array.shape[axis]} sections "
+                                "make no complete group and are left out")
+    firsts = [g * options.group for g in range(shape[axis])]  # each group takes its first section's record
+    out_meta = stack.follow_sections(out_meta, meta, stack.mrc_sections(array.shape, axis, firsts), "")
+    label = f"noa average --group {options.group}" + (" --sum" if options.sum else "")
+    return make_plan(inputs, [array], [array], None, out_meta, label, dtype, shape=shape,
+                     reads=stack.average_reads(array, options.group, options.sum),
+                     read_factor=options.group * array.dtype.itemsize / dtype.itemsize)
+
+
+OPERATION = Operation(
+    name="average",
+    summary="Average (or --sum) groups of N consecutive sections: movie frames into fractions.",
+    examples=("noa average movie.mrcs fractions.mrcs --group 4",),
+    details="Integer and float16 data give float32; sums are taken in float64. An incomplete last group is "
+            "left out (with a notice); each group keeps the extended-header record of its first section.",
+    params=(Param("group", Integer(1, 1 << 20), "Sections per group (N).", default=REQUIRED),
+            Param("sum", Flag(), "Sum the groups instead of averaging them.", default=False),
+            *READING),
+    plan=plan,
+)

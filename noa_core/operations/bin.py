@@ -1,0 +1,51 @@
+"""noa bin: means of K x K (K x K x K with --depth) blocks; the pixel size grows K times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Operation, Options, Param
+
+
+def plan(inputs: list[Path], options: Options):
+    from noa_core import stack
+    from noa_core.operations.plan import make_plan
+
+    array, meta = options.open_input(inputs[0])
+    factors = stack.bin_factors(array.shape, options.factor, options.depth)
+    shape, starts = stack.bin_layout(array.shape, factors)
+    pixel = tuple(p * k for p, k in zip(meta.pixel_size, factors[1:]))
+    # Bins cover voxels [start + j K, start + (j + 1) K): the binned box starts where the kept region starts.
+    origin = tuple(o - s * p for o, s, p in zip(meta.origin, starts[1:], meta.pixel_size))
+    out_meta = stack.derived(meta, shape, pixel_size=pixel, origin=origin, grown_axes=(2, 3))
+    cropped = [f"{stack.layout.AXIS_NAMES[i]} {array.shape[i] % k}" for i, k in enumerate(factors)
+               if array.shape[i] % k]
+    if cropped:
+        out_meta.notices.append(f"bin --factor {options.factor}: {', '.join(cropped)} pixel(s) left over, cropped "
+                                "evenly from both ends")
+    if options.depth:  # K sections become one: it takes the first one's record
+        picks = stack.mrc_sections(array.shape, 1, [starts[1] + z * factors[1] for z in range(shape[1])])
+    else:
+        picks = list(range(array.shape[0] * array.shape[1]))
+    out_meta = stack.follow_sections(out_meta, meta, picks, "", pixel_scale=options.factor)
+    label = f"noa bin --factor {options.factor}" + (" --depth" if options.depth else "")
+    read_factor = factors[1] * factors[2] * factors[3]
+    return make_plan(inputs, [array], [array], None, out_meta, label, array.dtype, shape=shape,
+                     reads=stack.bin_reads(array, factors, starts), read_factor=read_factor)
+
+
+def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
+    return [(dtype, {"factor": 2}), (dtype, {"factor": 2, "depth": True})]
+
+
+OPERATION = Operation(
+    name="bin",
+    summary="Mean of KxK blocks (KxKxK with --depth); pixel size times K; a remainder is cropped evenly.",
+    examples=("noa bin tomogram.rec tomogram_bin4.rec --factor 4 --depth",),
+    details="The element type is kept (integers rounded to nearest); sums are taken in float64.",
+    params=(Param("factor", Integer(1, 1 << 20), "Binning factor K.", default=REQUIRED),
+            Param("depth", Flag(), "Also bin the depth of volumes (3-d binning).", default=False),
+            *READING),
+    plan=plan,
+    warmup=warmup,
+)

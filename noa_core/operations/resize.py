@@ -1,0 +1,94 @@
+"""noa resize: crop or pad about the centre (centre N//2, as RELION and IMOD's clip resize); the origin
+moves so that the content stays where it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noa_core.operations.spec import READING, REQUIRED, Integers, Operation, Options, Param, Text
+
+
+def plan(inputs: list[Path], options: Options):
+    from noa_core import stack
+    from noa_core.operations.plan import make_plan
+
+    array, meta = options.open_input(inputs[0])  # a missing or unreadable file is named first
+    target = stack.resize_shape(array.shape, options.shape)
+    offsets = stack.resize_offsets(array.shape, target)
+    value = stack.fill_value(options.fill, array.dtype, lambda: 0.0)  # a bad --fill is refused before any output
+    if any(m > n for m, n in zip(target, array.shape)):  # it pads: the mean is read now, before any tile
+        value = stack.fill_value(options.fill, array.dtype, _input_mean(inputs[0], options, array))
+    # Voxel i of the output is voxel i + offset of the input: IMOD's origin (coordinate = i * pixel - origin)
+    # moves by -offset * pixel on D, H, W.
+    origin = tuple(o - k * p for o, k, p in zip(meta.origin, offsets[1:], meta.pixel_size))
+    out_meta = stack.derived(meta, target, origin=origin)
+    picks = _section_picks(array.shape, target, offsets)
+    out_meta = stack.follow_sections(out_meta, meta, picks, "sections were added")
+    label = f"noa resize --shape {','.join(map(str, target))} --fill {options.fill}"
+    return make_plan(inputs, [array], [array], None, out_meta, label[:80], array.dtype, shape=target,
+                     reads=stack.resize_reads(array, target, lambda: value), read_factor=1.0)
+
+
+def _section_picks(shape, target, offsets) -> list[int | None]:
+    """Per output MRC section (b * D + d), the input section it shows, None for a padded one."""
+    picks: list[int | None] = []
+    for b in range(target[0]):
+        for d in range(target[1]):
+            ib, id_ = b + offsets[0], d + offsets[1]
+            inside = 0 <= ib < shape[0] and 0 <= id_ < shape[1]
+            picks.append(ib * shape[1] + id_ if inside else None)
+    return picks
+
+
+_MEANS: dict[tuple, complex | float] = {}
+
+
+def _input_mean(path: Path, options: Options, array):
+    """The mean of the input's data (one streaming pass, bounded memory), remembered per file version so
+    that the split tasks of one output (each plans again) compute it once per process."""
+    import os
+
+    def compute() -> float:
+        from noa_core.io import mapped
+        from noa_core.io.stream import plan_tile, tiles
+
+        try:
+            info = os.stat(path)
+            key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, options.as_stack, options.series,
+                   options.channel, options.level)
+        except OSError:
+            key = None
+        if key is not None and key in _MEANS:
+            return _MEANS[key]
+        import numpy as np
+
+        # Tile by tile with pread (bounded memory; a file truncated meanwhile is an error, not SIGBUS),
+        # summed in float64 (complex128), as NumPy's mean.
+        total = np.complex128(0) if array.dtype.kind == "c" else np.float64(0)
+        tile = plan_tile(array.shape, [(array.strides, array.itemsize)])
+        with mapped.scratch_buffers():
+            for region in tiles(array.shape, tile, array.strides):
+                block = mapped.read_view(array[region].numpy())
+                total += np.add.reduce(block, axis=None, dtype=total.dtype)
+        mean = total / max(array.size, 1)
+        if key is not None:
+            if len(_MEANS) > 64:
+                _MEANS.clear()
+            _MEANS[key] = mean
+        return mean
+
+    return compute
+
+
+OPERATION = Operation(
+    name="resize",
+    summary="Crop or pad about the centre (N//2, as RELION and clip resize); the origin moves so the content "
+            "stays in place.",
+    examples=("noa resize volume.mrc boxed.mrc --shape 256,256,256 --fill mean",),
+    details="SHAPE gives H,W, or D,H,W, or B,D,H,W; axes not given keep their size. New voxels take --fill: "
+            "mean (of the input, one extra pass over it), zero, or a number.",
+    params=(Param("shape", Integers(2, 4, 1, 2**31 - 1), "New size: H,W or D,H,W or B,D,H,W.", default=REQUIRED),
+            Param("fill", Text(1, 40), "Value of new voxels: mean, zero or a number.", default="mean"),
+            *READING),
+    plan=plan,
+)

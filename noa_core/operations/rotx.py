@@ -1,0 +1,38 @@
+"""noa rotx: rotate volumes by -90 degrees about X, as IMOD's clip rotx (keeps the hand, unlike a Y/Z swap)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from noa_core.operations.spec import READING, Operation, Options, Param
+
+
+def plan(inputs: list[Path], options: Options):
+    from noa_core import stack
+    from noa_core.operations.plan import make_plan
+
+    array, meta = options.open_input(inputs[0])
+    stack.check_volume(array.shape, "rotx")
+    shape = stack.rotx_shape(array.shape)
+    out_meta = meta.permute((0, 2, 1, 3))  # pixel size, sampling, start and angles of Y and Z exchanged
+    (pz, py, _), (oz, oy, ox) = meta.pixel_size, meta.origin
+    if py > 0 and pz > 0:  # IMOD clip_flip (rotx): centres kept, y' = z and z' = -y
+        ycen = array.shape[2] / 2 - oy / py
+        zcen = array.shape[1] / 2 - oz / pz
+        out_meta.origin = ((shape[1] / 2 + ycen) * py, (shape[2] / 2 - zcen) * pz, ox)
+    if out_meta.mrc is not None and out_meta.mrc.dropped:
+        out_meta.mrc = dataclasses.replace(out_meta.mrc, dropped="the volume was rotated about X")
+    return make_plan(inputs, [array], [array], None, out_meta, "noa rotx (-90 degrees about X)", array.dtype,
+                     shape=shape, reads=stack.rotx_reads(array), read_factor=1.0)
+
+
+OPERATION = Operation(
+    name="rotx",
+    summary="Rotate volumes by -90 degrees about X, as clip rotx: (B,D,H,W) -> (B,H,D,W), keeping the hand.",
+    examples=("noa rotx tomogram.rec tomogram_zup.rec",),
+    details="Output section z' is input row H-1-z', its rows the input sections in order (y' = z, z' = -y): "
+            "a rotation, unlike a Y/Z swap (noa permute --axes 0,2,1,3), which mirrors the volume.",
+    params=(*READING,),
+    plan=plan,
+)

@@ -1,0 +1,39 @@
+"""noa sections: keep or drop sections (batch entries of a stack, depth slices of a volume)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noa_core.operations.spec import READING, Operation, Options, Param, Text
+
+
+def plan(inputs: list[Path], options: Options):
+    from noa_core import stack
+    from noa_core.operations.plan import make_plan
+
+    array, meta = options.open_input(inputs[0])
+    indices = stack.selected_sections(array.shape, options.keep, options.drop)
+    axis = stack.section_axis(array.shape)
+    shape = list(array.shape)
+    shape[axis] = len(indices)
+    origin = meta.origin
+    if axis == 1:  # depth slices: the first one kept is the new first section
+        origin = (meta.origin[0] - indices[0] * meta.pixel_size[0], *meta.origin[1:])
+    out_meta = stack.derived(meta, shape, origin=origin)
+    out_meta = stack.follow_sections(out_meta, meta, stack.mrc_sections(array.shape, axis, indices), "")
+    words = f"--keep {options.keep}" if options.keep is not None else f"--drop {options.drop}"
+    return make_plan(inputs, [array], [array], None, out_meta, f"noa sections {words}"[:80], array.dtype,
+                     shape=shape, reads=stack.sections_reads(array, indices), read_factor=1.0)
+
+
+OPERATION = Operation(
+    name="sections",
+    summary="Keep or drop sections (entries of a stack, slices of a volume); FEI/SERI records follow.",
+    examples=("noa sections tilts.st kept.st --keep 0-9,12", "noa sections movie.mrcs fewer.mrcs --drop 0,1"),
+    details="A range list counts from 0: '0-9,12'. --keep writes the sections in the order listed (repeats "
+            "allowed); --drop writes the others in their order.",
+    params=(Param("keep", Text(1, 10_000), "Sections to keep, in this order, e.g. 0-9,12."),
+            Param("drop", Text(1, 10_000), "Sections to leave out, e.g. 3,7."),
+            *READING),
+    plan=plan,
+)
