@@ -16,6 +16,7 @@ import numpy as np
 from noa_core import devices, dtypes, layout
 from noa_core.array import Array, asarray, empty, resolve_copy_order
 from noa_core.errors import DeviceError, DTypeError, OverlapError, ReadOnlyError, ShapeError, StrideError
+from noa_core.kernels import BUILTIN_OPS
 from noa_core.kernels import cpu as cpu_kernels
 
 Operand = Array | Number | np.generic
@@ -53,12 +54,23 @@ def computes_as(dtype: np.dtype, device: str) -> np.dtype:
     return FLOAT16_COMPUTE if device == "cpu" and dtype == np.float16 else dtype
 
 
+HALF_BITS = np.dtype(np.uint16)
+
+
+def half_bits(array: Array) -> Array:
+    """The elements of a float16 array as their uint16 bits (the same memory): what the CPU kernels
+    that convert to and from float16 (``half_bits``, ``half_value``) read and write."""
+    return Array(array.buffer.view(HALF_BITS), array.offset, array.shape, array.strides, HALF_BITS, array.device)
+
+
 def widened(operand: Operand) -> Operand:
     """``operand``, or a float32 copy of a float16 array on the CPU or of a float16 scalar
     (scalars go with the arrays of a launch, which decide the device)."""
     if isinstance(operand, Array):
         if operand.device == "cpu" and operand.dtype == np.float16:
-            return asarray(operand.numpy().astype(FLOAT16_COMPUTE))
+            copy = empty(operand.shape, FLOAT16_COMPUTE, resolve_copy_order(operand, "K"))
+            launch(BUILTIN_OPS["half_value"], [half_bits(operand)], [copy])
+            return copy
         return operand
     return FLOAT16_COMPUTE.type(operand) if isinstance(operand, np.float16) else operand
 
@@ -221,4 +233,4 @@ def _launch_widened(op: Callable, inputs: Sequence[Operand], outputs: Sequence[A
     launch(op, [widened(x) for x in inputs], temps)
     for o, t in zip(outputs, temps):
         if t is not o:
-            np.copyto(o.numpy(), t.numpy(), casting="unsafe")
+            launch(BUILTIN_OPS["half_bits"], [t], [half_bits(o)])

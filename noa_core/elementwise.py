@@ -14,7 +14,7 @@ import numpy as np
 
 from noa_core import dtypes, layout, user_kernels
 from noa_core.array import Array, empty, resolve_copy_order
-from noa_core.dispatch import FLOAT16_COMPUTE, Operand, common_device, launch
+from noa_core.dispatch import FLOAT16_COMPUTE, Operand, common_device, half_bits, launch
 from noa_core.errors import DTypeError
 from noa_core.kernels import BUILTIN_OPS
 from noa_core.reduction import max as reduce_max
@@ -170,6 +170,10 @@ def convert_into(source: Array, out: Array, *, mode: str = "cast") -> Array:
         launch(op, [source, *bounds], [out])
     elif source.dtype.kind == "c" and target.kind != "c":
         launch(BUILTIN_OPS["real_part"], [source], [out])
+    elif target == np.float16 and source.dtype.kind == "f" and out.device == "cpu":
+        launch(BUILTIN_OPS["half_bits"], [source], [half_bits(out)])  # one pass, no float32 copy
+    elif source.dtype == np.float16 and target == FLOAT16_COMPUTE and out.device == "cpu":
+        launch(BUILTIN_OPS["half_value"], [half_bits(source)], [out])
     else:
         launch(BUILTIN_OPS["identity"], [source], [out])
     return out

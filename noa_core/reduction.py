@@ -16,7 +16,8 @@ import numpy as np
 
 from noa_core import dtypes, layout, user_kernels
 from noa_core.array import Array, empty
-from noa_core.dispatch import FLOAT16_COMPUTE, backend, common_device, computes_as, flat_buffer, launch, widened
+from noa_core.dispatch import (FLOAT16_COMPUTE, backend, common_device, computes_as, flat_buffer, half_bits, launch,
+                               widened)
 from noa_core.errors import DTypeError, ShapeError
 from noa_core.kernels import BUILTIN_OPS
 from noa_core.kernels import cpu as cpu_kernels
@@ -240,6 +241,26 @@ def _extreme(pick: Callable, a: float | None, b: float | None) -> float | None:
     return pick(a, b)
 
 
+HALF_SLAB = 1 << 20  # float16 elements widened at a time for moments: 4 MiB of float32, in cache
+
+
+def _float16_moments(array: Array) -> Moments:
+    """:func:`moments` of float16 data, widened a slab of rows at a time into one small float32 buffer
+    (numba has no float16 on the CPU): widening the whole array would cost a copy twice its size."""
+    b, d, h, w = array.shape
+    rows = builtins.max(1, HALF_SLAB // builtins.max(w, 1))
+    scratch = np.empty(builtins.min(h, rows) * w, FLOAT16_COMPUTE)
+    total = EMPTY_MOMENTS
+    for i in range(b):
+        for j in range(d):
+            for r in range(0, h, rows):
+                slab = array[i:i + 1, j:j + 1, r:r + rows]
+                wide = Array(scratch, 0, slab.shape, layout.strides_for(slab.shape), FLOAT16_COMPUTE)
+                launch(BUILTIN_OPS["half_value"], [half_bits(slab)], [wide])
+                total = total.merge(moments(wide))
+    return total
+
+
 def moments(array: Array) -> Moments:
     """The :class:`Moments` of every element, in one parallel pass over memory (CPU).
 
@@ -250,7 +271,8 @@ def moments(array: Array) -> Moments:
         return EMPTY_MOMENTS
     if array.device != "cpu":
         array = array.to("cpu")
-    array = widened(array)
+    if array.dtype == np.float16:
+        return _float16_moments(array)
     planned_shape, (planned_strides,) = layout.plan_iteration(array.shape, array.strides)
     flat, _ = flat_buffer(array)
     count, lo, hi, mean, m2 = cpu_kernels.moments(flat, planned_shape, planned_strides)

@@ -17,8 +17,9 @@ import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from llvmlite import ir
 from numba import types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 from noa_core import runtime  # noqa: F401  (configures numba before any kernel is compiled)
 
@@ -120,6 +121,41 @@ def clamp_nan_to_zero(x, lo, hi):
     return v
 
 
+@intrinsic
+def _to_half_bits(typingctx, value):
+    """The IEEE half-precision bits of a float (round to nearest even): LLVM's ``fptrunc``, which
+    becomes an F16C instruction where the CPU has it (numba has no float16 type on the CPU)."""
+    if not isinstance(value, types.Float):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return types.uint16(value), codegen
+
+
+@intrinsic
+def _from_half_bits(typingctx, bits):
+    """The float32 value of IEEE half-precision bits (exact): LLVM's ``fpext``."""
+    if not isinstance(bits, types.Integer) or bits.bitwidth != 16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+def half_bits(x):
+    """float -> float16, written as its bits into a uint16 view of the output (CPU only)."""
+    return _to_half_bits(x)
+
+
+def half_value(x):
+    """float16 bits (a uint16 view of the input) -> float32 (CPU only)."""
+    return _from_half_bits(x)
+
+
 def squared_deviation(x, m):
     d = x - m
     return d * d
@@ -148,7 +184,7 @@ BUILTIN_OPS: dict[str, Callable] = {
     f.__name__: f
     for f in (identity, real_part, nonzero, add, subtract, multiply, divide, negate, square_root,
               clamp_keep_nan, clamp_nan_to_zero, squared_deviation, squared_deviation_complex,
-              minimum, maximum)
+              minimum, maximum, half_bits, half_value)
 }
 
 
