@@ -19,6 +19,7 @@ from noa_core.errors import DTypeError
 from noa_core.kernels import BUILTIN_OPS
 from noa_core.reduction import max as reduce_max
 from noa_core.reduction import min as reduce_min
+from noa_core.reduction import moments
 
 # Python's operators map to the built-in element operators (whose kernels are cached on disk).
 _OPERATOR_ALIASES: dict[Callable, str] = {
@@ -129,8 +130,12 @@ def _check_range(source: Array, target: np.dtype) -> None:
         if source.dtype.kind in "iu" and np.can_cast(source.dtype, target):
             return
         limits = (int(np.iinfo(target).min), int(np.iinfo(target).max))
-    lo = reduce_min(source).numpy().reshape(-1)[0]
-    hi = reduce_max(source).numpy().reshape(-1)[0]
+    if source.device == "cpu" and source.dtype.kind in "fiu":  # one vectorized pass for both (NaN propagates alike)
+        found = moments(source)
+        lo, hi = source.dtype.type(found.min), source.dtype.type(found.max)
+    else:
+        lo = reduce_min(source).numpy().reshape(-1)[0]
+        hi = reduce_max(source).numpy().reshape(-1)[0]
     if target.kind == "f":  # NaN and inf carry over; only finite values beyond the range overflow
         lo, hi = (lo if np.isfinite(lo) else 0), (hi if np.isfinite(hi) else 0)
     if np.isnan(lo) or np.isnan(hi):
