@@ -2,7 +2,9 @@
 
 A writing operation becomes ``noa NAME IN OUT [options]`` (or several inputs with ``--out-dir``,
 ``--resume``, ``--scheduler``); one over several inputs ``noa NAME [ARGS] INPUTS... -o OUT`` (or
-``--out-dir`` with ``--with`` for the shared inputs); a reporting one ``noa NAME FILES... [--json]``.
+``--out-dir`` with ``--with`` for the shared inputs); a reporting one ``noa NAME FILES... [--json]``;
+one writing several files per input ``noa NAME IN... --out-dir DIR``; one editing its input in place
+``noa NAME FILES... [--dry-run] [--json]``.
 Parameters follow their declared types; nothing here knows any particular operation.
 """
 
@@ -19,7 +21,7 @@ import click
 import typer
 
 from noa_cli import report
-from noa_core.errors import ParameterError
+from noa_core.errors import NoaError, ParameterError
 from noa_core.operations import FileTask, Flag, Integer, Integers, Operation, Param, Real, Reals
 
 # -- options every writing command has (the driver's, not the operation's) -------------------------
@@ -159,10 +161,10 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
                 pairs = _pairs(inputs_, given["out_dir"], suffix)
         else:
             shared, pairs = [], _pairs(given["paths"], given["out_dir"], suffix)
-        with flags_in_errors(operation):
+        with flags_in_errors(operation):  # also around the run: a plan may find a parameter wrong for its input
             task = operation.task(option_values(operation, given), shared=shared)
-        _execute(task, pairs, force=given["force"], resume=given["resume"], scheduler=given["scheduler"],
-                 workers=given["workers"], quiet=given["quiet"])
+            _execute(task, pairs, force=given["force"], resume=given["resume"], scheduler=given["scheduler"],
+                     workers=given["workers"], quiet=given["quiet"])
 
     return command, arguments + inputs + options + extra + driver
 
@@ -185,9 +187,74 @@ def _reporter(operation: Operation) -> tuple[Callable[..., None], list[tuple[str
     return command, [files, *params, ("as_json", *AS_JSON)]
 
 
+def _several_writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, Any, Any]]]:
+    """The command function of an operation writing several files per input (``plans``), and its parameters:
+    ``noa NAME IN... --out-dir DIR``; each input's outputs are all written, or none."""
+    params = operation.params_for("cli")
+    options = [(p.name, *_annotation(p)) for p in params if not p.argument]
+    arguments = [(p.name, *_annotation(p)) for p in params if p.argument]
+    inputs = ("paths", Annotated[list[Path], typer.Argument(
+        help="Input file(s); each one's outputs go into --out-dir, named after it.", show_default=False)], ...)
+    out_dir = ("out_dir", Annotated[Path, typer.Option(
+        "--out-dir", help="Folder for the outputs (created when missing): each input's outputs are all written "
+        "there, or none of them.")], ...)
+    force, quiet = (("force", *DRIVER_OPTIONS["force"]), ("quiet", *DRIVER_OPTIONS["quiet"]))
+
+    def command(**given: Any) -> None:
+        from noa_core.run.batch import write_several
+
+        with flags_in_errors(operation):
+            task = operation.task(option_values(operation, given))
+        paths, failed = list(given["paths"]), 0
+        for src in paths:
+            try:
+                with report.progress(f"noa {operation.name}: {src}", given["quiet"]) as progress, \
+                        flags_in_errors(operation):
+                    outputs, notices = write_several(task, src, given["out_dir"], overwrite=given["force"],
+                                                     progress=progress)
+            except Exception as exc:
+                if len(paths) == 1 or not isinstance(exc, (NoaError, OSError)):
+                    raise
+                report.failure(src, exc)
+                failed += 1
+                continue
+            report.notices(notices, given["quiet"])
+            report.done(f"wrote {len(outputs)} file(s) into {given['out_dir']}: {outputs[0].name} ... "
+                        f"{outputs[-1].name}" if len(outputs) > 1 else f"wrote {outputs[0]}", given["quiet"])
+        if failed:
+            raise report.BatchFailed(f"{failed} of {len(paths)} inputs failed")
+
+    return command, arguments + [inputs, out_dir] + options + [force, quiet]
+
+
+def _editor(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, Any, Any]]]:
+    """The command function of an operation that changes its input in place (``edit``), and its parameters:
+    ``noa NAME FILE... [options] [--dry-run] [--json]`` prints each change (old and new values)."""
+    files = ("files", Annotated[list[Path], typer.Argument(help="Files to change in place.", show_default=False)],
+             ...)
+    params = [(p.name, *_annotation(p)) for p in operation.params_for("cli")]
+    dry_run = ("dry_run", Annotated[bool, typer.Option(
+        "--dry-run", help="Print what would change; change nothing.")], False)
+
+    def command(**given: Any) -> None:
+        with flags_in_errors(operation):
+            options = operation.options(option_values(operation, given))
+            assert operation.edit is not None and operation.text is not None
+            results = [operation.edit(path, options, given["dry_run"]) for path in given["files"]]
+        if given["as_json"]:
+            typer.echo(json.dumps(results if len(results) > 1 else results[0], indent=2))
+        else:
+            typer.echo("\n\n".join(operation.text(result) for result in results))
+
+    return command, [files, *params, dry_run, ("as_json", *AS_JSON)]
+
+
+BUILDERS = {"plan": _writer, "plans": _several_writer, "report": _reporter, "edit": _editor}
+
+
 def build(operation: Operation) -> click.Command:
     """The ``noa NAME`` command of ``operation``."""
-    command, params = (_writer if operation.writes else _reporter)(operation)
+    command, params = BUILDERS[operation.kind](operation)
     command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
                            default=inspect.Parameter.empty if default is ... else default)

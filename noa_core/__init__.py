@@ -42,6 +42,7 @@ _LAZY = {
     **dict.fromkeys(("max", "mean", "min", "reduce_ewise", "std", "sum", "var"), "noa_core.reduction"),
     "cuda_available": "noa_core.devices",
     "from_dlpack": "noa_core.interop",
+    **dict.fromkeys(("join", "normalize", "scale", "split"), "noa_core.stacks"),
     **dict.fromkeys(("average", "bin", "flip", "resize", "rotx", "sections"), "noa_core.stack"),
     "rescale": "noa_core.fft",
 }
@@ -65,6 +66,7 @@ __all__ = [
     "StrideError", "DTypeError", "DeviceError", "__version__",
     "ewise", "iwise", "reduce_ewise", "sum", "mean", "min", "max", "var", "std", "copy", "permute_copy",
     "astype", "fill", "cuda_available", "from_dlpack",
+    "split", "join", "scale", "normalize",
     "resize", "bin", "flip", "rotx", "sections", "average",
     "rescale", "fft", "signal", "geometry",
 ]

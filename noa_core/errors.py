@@ -129,3 +129,11 @@ class ParameterError(NoaError, ValueError):
     def __init__(self, problem: str, param: str | None = None):
         super().__init__(problem if param is None else f"{param}: {problem}")
         self.param, self.problem = param, problem
+
+
+class ValueRangeError(NoaError, ValueError):
+    """The data's values do not allow the operation: NaN or infinite values where finite ones are needed."""
+
+
+class SectionMismatchError(ShapeError):
+    """Inputs to be stacked together (joined) differ in section size, depth or element type."""

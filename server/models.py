@@ -146,7 +146,28 @@ class _WritesSeveral(_Output):
         return list(self.srcs)
 
 
+class _Edits(_OneInput):
+    dry_run: bool = Field(False, description="Say what would change; change nothing.")
+
+
+class _WritesFolder(PathRequest):
+    src: RelPath
+    dst: RelPath = Field(description="Output folder relative to the data root (created when missing); every output "
+                                     "is written there, or none.")
+    overwrite: bool = Field(False, description="Replace outputs that exist.")
+
+    def input_paths(self) -> list[str]:
+        return [self.src]
+
+    def output_path(self) -> str | None:
+        return self.dst
+
+
 def _paths_base(operation: Operation) -> tuple[type[PathRequest], dict[str, Any]]:
+    if operation.edits:
+        return _Edits, {}
+    if operation.writes_several:
+        return _WritesFolder, {}
     if not operation.writes:
         return _OneInput, {}
     if operation.max_inputs == 1:
@@ -194,9 +215,16 @@ class WriteResult(BaseModel):
     notices: list[str]
 
 
+class WriteSeveralResult(BaseModel):
+    outputs: list[str] = Field(description="The output paths relative to the data root, in order.")
+    notices: list[str]
+
+
 def result_model(operation: Operation) -> Any:
     """What a path route or job of ``operation`` answers with."""
-    return operation.result if operation.result is not None else WriteResult
+    if operation.result is not None:
+        return operation.result
+    return WriteSeveralResult if operation.writes_several else WriteResult
 
 
 class Progress(BaseModel):

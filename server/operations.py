@@ -6,6 +6,7 @@ Both doors end here: :func:`run_on_paths` for files under the data root (path ro
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -36,6 +37,7 @@ except ImportError:  # no flock (Windows): upload folders of killed processes ar
 # Per format name: the extension of an upload's result and its media type.
 EXTENSIONS = {fmt.name: fmt.output_extensions[0] for fmt in formats.FORMATS}
 MEDIA_TYPES = {fmt.name: fmt.media_type for fmt in formats.FORMATS}
+ZIP_MEDIA_TYPE = "application/zip"  # several outputs of one upload come back as one archive
 INLINE_BYTES = 1 << 20  # results up to this size are sent from memory, larger ones streamed from disk
 PROC_FD = "/proc/self/fd"  # /proc/self/fd/N: the file descriptor N has open, whatever its path is now
 UPLOAD_PREFIX = "noa-upload-"
@@ -59,15 +61,27 @@ def plan(request: PathRequest, sandbox: Sandbox) -> Planned:
 
 
 def _run(params: OpParams, inputs: Sequence[Path], output: Path | None, max_voxels: int, *, overwrite: bool,
-         progress: Progress) -> Any:
+         progress: Progress, dry_run: bool = False, stem: str | None = None) -> Any:
     """Run ``params``' operation on files of this machine after refusing work over the voxel limit:
-    a writing one returns its notices, a reporting one its result."""
+    a writing one returns its notices, one writing several files ``(outputs, notices)`` (``output`` is
+    their folder, ``stem`` names them), a reporting or editing one its result."""
     from noa_core.run.local import write_plan
 
     operation: Operation = params.declaration
     options = operation.options(params.values())
     if operation.reads_data:  # from the headers, before planning decompresses or maps anything
         check_voxels([options.probe_input(path).shape for path in inputs], max_voxels)
+    if operation.edits:
+        assert operation.edit is not None
+        return operation.edit(inputs[0], options, dry_run)
+    if operation.writes_several:
+        from noa_core.run.batch import write_several
+
+        task = operation.task(params.values())
+        planned = task.plans(inputs[0])
+        check_voxels([*planned[0][1].input_shapes, *(plan.shape for _, plan in planned)], max_voxels)
+        return write_several(task, inputs[0], output, overwrite=overwrite, progress=progress, planned=planned,
+                             stem=stem)
     if operation.writes:
         task = operation.task(params.values(), shared=inputs[1:])
         plan = task.plan(inputs[0])
@@ -131,8 +145,10 @@ def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None,
     inputs = []
     links = new_upload_folder(sandbox.scratch)
     opened.callback(remove_upload_folder, links)
+    edits = planned.request.declaration.edits and not getattr(planned.request, "dry_run", False)
     for i, relative in enumerate(planned.request.input_paths()):
-        fd, _ = sandbox.open(relative)
+        # An edit changes the client's file in place: opened for writing (the point of the operation).
+        fd, _ = sandbox.open(relative, os.O_RDWR | os.O_NONBLOCK) if edits else sandbox.open(relative)
         opened.callback(os.close, fd)
         link = links / str(i) / PurePosixPath(relative).name
         link.parent.mkdir()
@@ -142,6 +158,8 @@ def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None,
     dst = planned.request.output_path()
     if dst is None:
         return inputs, None, ClientNames(names)
+    if planned.request.declaration.writes_several:  # dst is the outputs' folder, created when missing
+        return inputs, _open_output_folder(sandbox, dst, opened, names), ClientNames(names)
     fd, path = sandbox.open_folder(dst)
     opened.callback(os.close, fd)
     folder = PurePosixPath(dst).parent.as_posix()
@@ -149,12 +167,34 @@ def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None,
     return inputs, Path(PROC_FD, str(fd), path.name), ClientNames(names)
 
 
+def _open_output_folder(sandbox: Sandbox, dst: str, opened: ExitStack, names: dict[str, str]) -> Path:
+    """The folder ``dst`` names, made when missing and opened beneath the root, as ``/proc/self/fd/N``
+    (an output folder left empty by a failure stays)."""
+    parent, path = sandbox.open_folder(dst)
+    try:
+        os.mkdir(path.name, dir_fd=parent)
+    except FileExistsError:
+        pass
+    finally:
+        os.close(parent)
+    fd, _ = sandbox.open(dst, os.O_RDONLY | os.O_DIRECTORY)
+    opened.callback(os.close, fd)
+    folder = PurePosixPath(dst).as_posix().rstrip("/")
+    names[f"{PROC_FD}/{fd}/"] = f"{folder}/"
+    names[f"{PROC_FD}/{fd}"] = folder
+    return Path(PROC_FD, str(fd))
+
+
 def _run_on_paths(planned: Planned, inputs: list[Path], output: Path | None, max_voxels: int, progress: Progress,
                   names: ClientNames) -> Any:
     request = planned.request
     assert isinstance(request, OpParams)
     overwrite = getattr(request, "overwrite", False)  # reports write nothing
-    result = _run(request, inputs, output, max_voxels, overwrite=overwrite, progress=progress)
+    result = _run(request, inputs, output, max_voxels, overwrite=overwrite, progress=progress,
+                  dry_run=getattr(request, "dry_run", False))
+    if request.declaration.writes_several:
+        outputs, notices = result
+        return for_client({"outputs": [str(p) for p in outputs], "notices": notices}, names)
     if request.declaration.writes:
         return for_client({"output": planned.sandbox.relative(planned.output), "notices": result}, names)
     return for_client({**result, "path": request.input_paths()[0]}, names)
@@ -176,6 +216,7 @@ class FileResult:
     media_type: str
     notices: list[str]
     content: bytes | None = None
+    changes: dict | None = None  # an edit's change (old and new values), for the Noa-Changes header
 
 
 def run_on_uploads(params: OpParams, uploads: Sequence[Upload], tmp_dir: Path | None, out_format: str | None,
@@ -201,8 +242,44 @@ def run_on_uploads(params: OpParams, uploads: Sequence[Upload], tmp_dir: Path | 
         raise
 
 
+def _small_or_streamed(result: FileResult, workdir: Path) -> FileResult:
+    """Small results go back from memory (streaming a file costs a thread hop per chunk); larger ones are
+    streamed from disk by the response, which removes ``workdir``."""
+    if result.path.stat().st_size > INLINE_BYTES:
+        return result
+    content = result.path.read_bytes()
+    remove_upload_folder(workdir)
+    return dataclasses.replace(result, content=content)
+
+
+def _zip(outputs: list[Path], archive: Path) -> None:
+    """The outputs stored (not compressed: image data barely shrink) in a zip file, file by file in
+    chunks: memory stays bounded whatever their size."""
+    import zipfile
+
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED, allowZip64=True) as packed:
+        for path in outputs:
+            packed.write(path, path.name)
+
+
 def _run_on_saved(params: OpParams, inputs: list[Path], workdir: Path, out_format: str | None, max_voxels: int,
                   name: str, names: ClientNames) -> FileResult | dict:
+    if params.declaration.edits:  # the client's copy, edited: its data bytes are those sent
+        changes = _run(params, inputs, None, max_voxels, overwrite=False, progress=ignore_progress)
+        edited = inputs[0].rename(workdir / safe_name(name))
+        return _small_or_streamed(FileResult(edited, _media_type(edited), [],
+                                             changes=for_client({**changes, "path": name}, names)), workdir)
+    if params.declaration.writes_several:
+        folder = workdir / "outputs"
+        folder.mkdir()
+        with scratch_outputs():
+            outputs, notices = _run(params, inputs, folder, max_voxels, overwrite=False, progress=ignore_progress,
+                                    stem=formats.strip_image_suffix(safe_name(name)))
+        archive = workdir / f"{_stem(name)}_{params.declaration.name}.zip"
+        _zip(outputs, archive)
+        for path in outputs:  # the archive holds them now: the disk holds one copy at a time
+            path.unlink()
+        return _small_or_streamed(FileResult(archive, ZIP_MEDIA_TYPE, [names.text(n) for n in notices]), workdir)
     if params.declaration.writes:
         fmt = out_format or _format_of(inputs[0])
         output = workdir / f"{_stem(name)}_{params.declaration.name}{EXTENSIONS[fmt]}"
@@ -287,6 +364,16 @@ def _remove_if_unlocked(workdir: Path) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+def _media_type(path: Path) -> str:
+    """The media type of a file by its extension (formats without one are plain bytes)."""
+    from noa_core.errors import UnknownFormatError
+
+    try:
+        return formats.output_format(path).media_type
+    except UnknownFormatError:
+        return "application/octet-stream"
 
 
 def _format_of(path: Path) -> str:

@@ -297,7 +297,12 @@ class Options(dict):
 # -- the declaration ------------------------------------------------------------------------------
 
 PlanFunction = Callable[[list[Path], Options], "Plan"]
+# Several outputs from one input (a split): [(name suffix, plan), ...], each written beside the others.
+PlansFunction = Callable[[list[Path], Options], "list[tuple[str, Plan]]"]
 ReportFunction = Callable[[Path, Options], dict]
+# An edit of the input file itself (a header): (path, options, dry_run) -> the change, old and new values.
+EditFunction = Callable[[Path, Options, bool], dict]
+Kind = Literal["plan", "plans", "report", "edit"]
 # (dtype, shape) of a small warmup input -> [(dtype of the input to run on, options), ...]
 WarmupCases = Callable[[str, tuple[int, ...]], list[tuple[str, dict[str, Any]]]]
 
@@ -306,9 +311,15 @@ WarmupCases = Callable[[str, tuple[int, ...]], list[tuple[str, dict[str, Any]]]]
 class Operation:
     """One file operation, declared once; every door derives its surface from this.
 
-    An operation either writes an output file (``plan``: what to write, decided from the input
-    headers; a driver writes it) or reports on its input (``report``: a JSON-ready dict, shown by
-    ``text`` on the CLI and described by the ``result`` TypedDict over HTTP).
+    An operation is of one of four kinds (:attr:`kind`), by the one function it gives:
+
+    - ``plan``: writes one output file (what to write, decided from the input headers; a driver writes it);
+    - ``plans``: writes several output files from one input (a split): ``[(suffix, plan), ...]``, the
+      outputs named ``STEM + suffix`` in an output folder, all written or none (:func:`noa_core.run.batch.write_several`);
+    - ``report``: reports on its input (a JSON-ready dict, shown by ``text`` on the CLI and described by
+      the ``result`` TypedDict over HTTP);
+    - ``edit``: changes its input file in place (a header edit): ``edit(path, options, dry_run)`` returns
+      the change (old and new values) as a JSON-ready dict, shown and described as a report's.
 
     Attributes:
         name: the command, route and job type (``noa NAME``, ``/v1/upload/NAME``).
@@ -333,6 +344,8 @@ class Operation:
     max_inputs: int = 1
     plan: PlanFunction | None = None
     report: ReportFunction | None = None
+    plans: PlansFunction | None = None
+    edit: EditFunction | None = None
     text: Callable[[dict], str] | None = None
     result: type | None = None
     reads_data: bool = True
@@ -341,15 +354,37 @@ class Operation:
     _by_name: dict[str, Param] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if (self.plan is None) == (self.report is None):
-            raise ValueError(f"operation {self.name!r}: give either plan (writes a file) or report (returns JSON)")
-        if self.report is not None and self.max_inputs != 1:
-            raise ValueError(f"operation {self.name!r}: a report reads one input")
+        given = [f for f in (self.plan, self.report, self.plans, self.edit) if f is not None]
+        if len(given) != 1:
+            raise ValueError(f"operation {self.name!r}: give either plan (writes a file) or report (returns JSON), "
+                             "or plans (writes several files) or edit (changes its input)")
+        if self.plan is None and self.max_inputs != 1:
+            raise ValueError(f"operation {self.name!r}: a {self.kind} reads one input")
         object.__setattr__(self, "_by_name", {p.name: p for p in self.params})
 
     @property
+    def kind(self) -> Kind:
+        """'plan' (writes a file), 'plans' (several files), 'report' (JSON) or 'edit' (changes its input)."""
+        if self.plan is not None:
+            return "plan"
+        if self.plans is not None:
+            return "plans"
+        return "edit" if self.edit is not None else "report"
+
+    @property
     def writes(self) -> bool:
+        """Writes one output file (``plan``)."""
         return self.plan is not None
+
+    @property
+    def writes_several(self) -> bool:
+        """Writes several output files into a folder (``plans``)."""
+        return self.plans is not None
+
+    @property
+    def edits(self) -> bool:
+        """Changes its input file in place (``edit``)."""
+        return self.edit is not None
 
     def params_for(self, door: Door) -> tuple[Param, ...]:
         return tuple(p for p in self.params if door in p.doors)
@@ -374,8 +409,9 @@ class Operation:
     def task(self, values: Mapping[str, Any] | None = None, *, shared: Sequence[str | Path] = (),
              **more: Any) -> FileTask:
         """A :class:`FileTask` of this (writing) operation with checked options."""
-        if not self.writes:
-            raise ParameterError(f"{self.name}: reports on its input and writes no file")
+        if not (self.writes or self.writes_several):
+            raise ParameterError(f"{self.name}: {'edits' if self.edits else 'reports on'} its input and writes no "
+                                 "file")
         if len(shared) >= self.max_inputs:
             raise ParameterError(f"{self.name}: reads at most {self.max_inputs} input(s); "
                                  f"{len(shared) + 1} given")
@@ -386,6 +422,14 @@ class Operation:
         if self.report is None:
             raise ParameterError(f"{self.name}: writes a file; run it through a driver (noa_core.run)")
         return self.report(Path(path), self.options(values, **more))
+
+    def apply(self, path: str | Path, values: Mapping[str, Any] | None = None, *, dry_run: bool = False,
+              **more: Any) -> dict:
+        """Run an editing operation on ``path`` (in place; with ``dry_run``, only say what would change):
+        the change as a JSON-ready dict."""
+        if self.edit is None:
+            raise ParameterError(f"{self.name}: does not edit files in place")
+        return self.edit(Path(path), self.options(values, **more), dry_run)
 
 
 @dataclass(frozen=True, eq=False)
@@ -419,3 +463,8 @@ class FileTask:
         """What the pair whose input is ``src`` writes, from the headers (no data is read)."""
         assert self.operation.plan is not None
         return self.operation.plan(self.inputs(src), self.options)
+
+    def plans(self, src: str | Path) -> list[tuple[str, Plan]]:
+        """The outputs of an operation writing several files from ``src``: (name suffix, plan) each."""
+        assert self.operation.plans is not None
+        return self.operation.plans(self.inputs(src), self.options)

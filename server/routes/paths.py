@@ -20,16 +20,21 @@ from noa_core.errors import UnknownFormatError
 from noa_core.io import formats
 from noa_core.operations import Operation
 from noa_server import operations
-from noa_server.models import PathRequest, WriteResult, request_model
+from noa_server.models import PathRequest, WriteResult, WriteSeveralResult, request_model
 from noa_server.problems import ProblemError, documented
 from noa_server.sandbox import Sandbox
 from noa_server.service import Service, service
 
 Svc = Annotated[Service, Depends(service)]
 READ_ERRORS = documented(400, 403, 404, 413, 422, 500)
+EDIT_ERRORS = documented(400, 403, 404, 422, 500)
 WRITE_RESPONSES = {
     201: {"description": "Written; Location is where to download the output.",
           "headers": {"Location": {"description": "/v1/files/<output>", "schema": {"type": "string"}}}},
+    **documented(400, 403, 404, 409, 413, 422, 500, 507),
+}
+WRITE_SEVERAL_RESPONSES = {
+    201: {"description": "Every output written into the folder dst (download each from /v1/files/<output>)."},
     **documented(400, 403, 404, 409, 413, 422, 500, 507),
 }
 
@@ -48,12 +53,16 @@ async def _write(svc: Service, request: PathRequest) -> JSONResponse:
     return JSONResponse(result, status_code=201, headers={"Location": "/v1/files/" + quote(result["output"])})
 
 
+async def _write_several(svc: Service, request: PathRequest) -> JSONResponse:
+    return JSONResponse(await _run(svc, request), status_code=201)
+
+
 def _endpoint(operation: Operation) -> Callable[..., Any]:
     """``POST /v1/paths/NAME``: a JSON body naming files under the data root."""
-    writes = operation.writes
+    answer = {"plan": _write, "plans": _write_several}.get(operation.kind, _report)
 
     async def on_paths(svc: Service, request: PathRequest) -> JSONResponse:
-        return await (_write(svc, request) if writes else _report(svc, request))
+        return await answer(svc, request)
 
     on_paths.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         inspect.Parameter("svc", inspect.Parameter.KEYWORD_ONLY, annotation=Svc),
@@ -66,12 +75,19 @@ def router(operations: list[Operation]) -> APIRouter:
     """``POST /paths/NAME`` for each of ``operations``, and ``GET /files/...``."""
     routes = APIRouter(tags=["paths"])
     for operation in operations:
+        where = "server-side files"
         if operation.writes:
             kind: dict[str, Any] = {"status_code": 201, "response_model": WriteResult, "responses": WRITE_RESPONSES}
+        elif operation.writes_several:
+            kind = {"status_code": 201, "response_model": WriteSeveralResult, "responses": WRITE_SEVERAL_RESPONSES}
+            where = "server-side files; every output is written into the folder dst, or none"
+        elif operation.edits:
+            kind = {"response_model": operation.result, "responses": EDIT_ERRORS}
+            where = "changes the server-side file itself, unless dry_run"
         else:
             kind = {"response_model": operation.result, "responses": READ_ERRORS}
         routes.add_api_route(f"/paths/{operation.name}", _endpoint(operation), methods=["POST"],
-                             summary=f"{operation.summary} (server-side files)", **kind)
+                             summary=f"{operation.summary} ({where})", **kind)
     routes.add_api_route("/files/{path:path}", download, methods=["GET"], response_class=FileResponse,
                          summary="Download a file from the data root", responses=DOWNLOAD_RESPONSES)
     return routes

@@ -44,6 +44,24 @@ FILE_RESPONSES: dict[int | str, dict[str, Any]] = {
     **documented(400, 413, 422, 500, 507),
 }
 JSON_ERRORS = documented(400, 413, 422, 500)
+ZIP_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Every output in one zip archive (stored, not compressed), named after the upload; written "
+                       "to disk and streamed, so memory stays bounded whatever the outputs' size.",
+        "content": {operations.ZIP_MEDIA_TYPE: _BINARY},
+        "headers": FILE_RESPONSES[200]["headers"],
+    },
+    **documented(400, 413, 422, 500, 507),
+}
+EDITED_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The uploaded file with its header changed (its data bytes are those sent).",
+        "content": FILE_RESPONSES[200]["content"],
+        "headers": {"Noa-Changes": {"description": "JSON of the change: path, changes {field: {old, new}} (ASCII).",
+                                    "schema": {"type": "string"}}},
+    },
+    **documented(400, 413, 422, 500),
+}
 
 
 class TemporaryFileResponse(FileResponse):
@@ -84,6 +102,8 @@ async def _run(svc: Service, params: OpParams, files: list[UploadFile], out_form
     if not isinstance(outcome, operations.FileResult):
         return JSONResponse(outcome)
     headers = {"Noa-Notices": json.dumps(outcome.notices, ensure_ascii=True)}
+    if outcome.changes is not None:
+        headers["Noa-Changes"] = json.dumps(outcome.changes, ensure_ascii=True)
     if outcome.content is None:
         return TemporaryFileResponse(outcome.path, outcome.path.parent, media_type=outcome.media_type,
                                      filename=outcome.path.name, headers=headers)
@@ -120,6 +140,10 @@ def router(operations: list[Operation]) -> APIRouter:
     for operation in operations:
         if operation.writes:
             kind = {"response_class": FileResponse, "responses": FILE_RESPONSES}
+        elif operation.writes_several:
+            kind = {"response_class": FileResponse, "responses": ZIP_RESPONSES}
+        elif operation.edits:
+            kind = {"response_class": FileResponse, "responses": EDITED_RESPONSES}
         else:
             kind = {"response_model": operation.result, "responses": JSON_ERRORS}
         routes.add_api_route(f"/{operation.name}", _endpoint(operation), methods=["POST"],

@@ -1,0 +1,62 @@
+"""noa join: stacks joined in order along the batch axis (same depth, height, width and element type)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noa_core.operations.spec import DEVICE, READING, Operation, Options
+
+MAX_INPUTS = 10_000
+
+
+def plan(inputs: list[Path], options: Options):
+    from noa_core import stacks
+    from noa_core.operations.plan import make_plan
+
+    opened = [options.open_input(src) for src in inputs]  # missing or unreadable files are named first
+    arrays = [array for array, _ in opened]
+    names = [str(src) for src in inputs]
+    shape = stacks.check_joinable([a.shape for a in arrays], [a.dtype for a in arrays], names)
+    meta = stacks.joined_metadata([m for _, m in opened], [a.shape for a in arrays], names)
+    starts = [0]
+    for array in arrays:
+        starts.append(starts[-1] + array.shape[0])
+
+    def reads(key):
+        """The inputs' parts that output tile ``key`` covers along the batch, and how to place them."""
+        first, last = key[0].start or 0, key[0].stop if key[0].stop is not None else shape[0]
+        views, places = [], []
+        for array, begin, end in zip(arrays, starts, starts[1:]):
+            lo, hi = max(first, begin), min(last, end)
+            if lo < hi:
+                views.append(array[(slice(lo - begin, hi - begin), *key[1:])])
+                places.append(slice(lo - first, hi - first))
+        return views, _placer(places)
+
+    label = f"noa join: {len(inputs)} inputs, {shape[0]} entries"
+    return make_plan(inputs, arrays, arrays, None, meta, label, arrays[0].dtype, shape=shape, reads=reads)
+
+
+def _placer(places: list[slice]):
+    from noa_core.elementwise import convert_into
+
+    def compute(blocks, out) -> None:
+        for block, place in zip(blocks, places):
+            convert_into(block, out[place], mode="checked")
+
+    return compute
+
+
+OPERATION = Operation(
+    name="join",
+    summary="Join stacks in order along the batch (same depth, height, width and element type; the first misfit "
+            "is named).",
+    details="Images join into an image stack, volumes of one size into a volume stack. The output keeps the "
+            "first input's pixel size, origin and labels; per-section extended header records are concatenated "
+            "when every input has them of one type (else dropped, with a notice). Convert inputs of another "
+            "element type first (noa copy --dtype).",
+    examples=("noa join a.mrcs b.mrcs c.mrcs -o abc.mrcs",),
+    params=(*READING, DEVICE),
+    max_inputs=MAX_INPUTS,
+    plan=plan,
+)

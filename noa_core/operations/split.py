@@ -1,0 +1,61 @@
+"""noa split: one file per section (or per N sections) of a stack; all files written, or none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noa_core.operations.spec import DEVICE, READING, Integer, Operation, Options, Param
+
+NAMING = ("Outputs are named after the input and the index of their first part: IN_000.EXT, IN_001.EXT, ... "
+          "(as many digits as the count needs, at least 3), in IN's format.")
+
+
+def plans(inputs: list[Path], options: Options):
+    from noa_core import stacks
+    from noa_core.io.formats import strip_image_suffix
+    from noa_core.operations.plan import converter, make_plan
+
+    array, meta = options.open_input(inputs[0])
+    every = options.every
+    axis = stacks.split_axis(array.shape)
+    ranges = stacks.split_ranges(array.shape, every)
+    digits = max(3, len(str(len(ranges) - 1)))
+    extension = _extension(inputs[0].name, strip_image_suffix(inputs[0].name))
+    planned = []
+    for index, (start, stop) in enumerate(ranges):
+        key = [slice(None)] * 4
+        key[axis] = slice(start, stop)
+        part = array[tuple(key)]
+        if axis == stacks.DEPTH:  # a volume's Z sections become an image stack
+            part = part.permute((1, 0, 2, 3))
+        part_meta = stacks.part_metadata(meta, array.shape, axis, start, stop)
+        what = "sections" if axis == stacks.DEPTH else "entries"
+        label = f"noa split --every {every}: {what} {start}..{stop - 1} of {inputs[0].name}"[:80]
+        planned.append((f"_{index:0{digits}d}{extension}",
+                        make_plan(inputs, [array], [part], converter("checked"), part_meta, label)))
+    return planned
+
+
+def _extension(name: str, stem: str) -> str:
+    """The input's image extension without its compression suffix ('a.mrcs.gz' -> '.mrcs')."""
+    rest = name[len(stem):]
+    for suffix in (".gz", ".bz2"):
+        if rest.lower().endswith(suffix):
+            rest = rest[:-len(suffix)]
+    return rest or ".mrc"
+
+
+OPERATION = Operation(
+    name="split",
+    summary="Write one file per section (or per N) of a stack, all or none; a single volume splits into its "
+            "Z sections.",
+    details=NAMING + " A stack (of images or volumes) splits along its batch; a single volume into its Z "
+            "sections. Pixel size, origin and labels are kept; per-section extended header records (FEI, "
+            "SerialEM) follow their sections. Every output is written to a hidden folder in OUT_DIR first and "
+            "renamed into place once all are complete.",
+    examples=("noa split tilt.mrcs --out-dir frames/",
+              "noa split movie.mrcs --out-dir chunks/ --every 10"),
+    params=(Param("every", Integer(1, None), "Sections (batch entries) per output file.", default=1),
+            *READING, DEVICE),
+    plans=plans,
+)

@@ -1,0 +1,137 @@
+"""The two registry kinds beyond plan and report: an operation writing several files per input (``plans``)
+and one changing its input in place (``edit``). Throw-away operations declared here alone (no edit in
+noa_cli or noa_server) reach the CLI, both HTTP modes and the job type."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import zipfile
+
+import numpy as np
+import pytest
+
+from conftest import load, noa, write_mrc
+from noa_core import operations
+from noa_core.errors import ParameterError
+from noa_core.operations.spec import Integer, Text
+
+
+def plans_halves(inputs, options):
+    """Two outputs: the input times 1 and times ``factor``."""
+    from noa_core.expr import compile_expression
+    from noa_core.operations.plan import evaluator, make_plan
+
+    array, meta = options.open_input(inputs[0])
+    return [(f"_x{k}.mrc", make_plan(inputs, [array], [array], evaluator(compile_expression(f"a * {k}", 1)), meta,
+                                     f"x{k}", "float32")) for k in (1, options.factor)]
+
+
+def edit_touch(path, options, dry_run):
+    """Appends the note to the file itself (unless a dry run)."""
+    if not dry_run:
+        with open(path, "a") as f:
+            f.write(options.note)
+    return {"path": str(path), "dry_run": dry_run, "note": options.note}
+
+
+TWICE = operations.Operation("twice", "Write the input and a multiple of it.", ("noa twice in.mrc --out-dir d",),
+                             params=(operations.Param("factor", Integer(2, 9), "The multiple.", default=2),),
+                             plans=plans_halves)
+NOTE = operations.Operation("note", "Write a note beside a file.", ("noa note in.mrc --note hi",),
+                            params=(operations.Param("note", Text(1, 20), "The note.", default=operations.REQUIRED),),
+                            edit=edit_touch, text=lambda r: f"{r['path']}: {r['note']}", reads_data=False)
+
+
+@pytest.fixture
+def kinds():
+    operations.register(TWICE)
+    operations.register(NOTE)
+    yield
+    operations.unregister("twice")
+    operations.unregister("note")
+
+
+def test_declarations_give_exactly_one_kind():
+    assert (TWICE.kind, NOTE.kind) == ("plans", "edit")
+    assert TWICE.writes_several and not TWICE.writes and NOTE.edits and not NOTE.writes
+    with pytest.raises(ValueError, match="either plan"):
+        operations.Operation("two", "x", ("noa two",), plans=plans_halves, edit=edit_touch)
+    with pytest.raises(ValueError, match="reads one input"):
+        operations.Operation("many", "x", ("noa many",), plans=plans_halves, max_inputs=2)
+    with pytest.raises(ParameterError, match="edits its input"):
+        NOTE.task(note="x")
+    with pytest.raises(ParameterError, match="does not edit"):
+        TWICE.apply("x.mrc")
+
+
+def test_the_new_kinds_are_cli_commands(kinds, tmp_path, capsys):
+    from noa_cli import main
+
+    data = write_mrc(tmp_path / "in.mrc", np.arange(6, dtype=np.float32).reshape(2, 3))
+    with pytest.raises(SystemExit) as done:
+        main.run(["twice", str(tmp_path / "in.mrc"), "--out-dir", str(tmp_path / "d"), "--factor", "3"])
+    assert done.value.code == 0, capsys.readouterr().err
+    np.testing.assert_array_equal(load(tmp_path / "d" / "in_x3.mrc"), data * 3)
+    np.testing.assert_array_equal(load(tmp_path / "d" / "in_x1.mrc"), data)
+    (tmp_path / "notes.txt").write_text("start;")
+    with pytest.raises(SystemExit) as done:
+        main.run(["note", str(tmp_path / "notes.txt"), "--note", "hello", "--dry-run"])
+    assert done.value.code == 0 and "notes.txt: hello" in capsys.readouterr().out
+    assert (tmp_path / "notes.txt").read_text() == "start;"
+    with pytest.raises(SystemExit) as done:
+        main.run(["note", str(tmp_path / "notes.txt"), "--note", "hello", "--json"])
+    assert done.value.code == 0 and json.loads(capsys.readouterr().out)["dry_run"] is False
+    assert (tmp_path / "notes.txt").read_text() == "start;hello"
+
+
+def test_several_inputs_of_a_split_go_on_past_a_bad_one(tmp_path):
+    write_mrc(tmp_path / "a.mrcs", np.zeros((2, 2, 2), np.float32), stack=True)
+    (tmp_path / "bad.mrcs").write_bytes(b"x" * 2000)
+    done = noa("split", tmp_path / "bad.mrcs", tmp_path / "a.mrcs", "--out-dir", tmp_path / "out")
+    assert done.returncode == 2 and "bad.mrcs" in done.stderr and "1 of 2 inputs failed" in done.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a_000.mrcs", "a_001.mrcs"]
+    missing = noa("split", tmp_path / "a.mrcs")  # click's usage error
+    assert missing.returncode == 2 and "Missing option '--out-dir'" in missing.stderr
+
+
+def test_the_new_kinds_are_routes_and_jobs(kinds, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from noa_server.app import create_app
+    from noa_server.settings import Settings
+
+    root = tmp_path / "root"
+    root.mkdir()
+    data = write_mrc(root / "in.mrc", np.arange(6, dtype=np.float32).reshape(2, 3))
+    with TestClient(create_app(Settings(data_root=root))) as client:
+        schema = client.get("/openapi.json").json()
+        assert {"/v1/upload/twice", "/v1/paths/twice", "/v1/upload/note", "/v1/paths/note"} <= schema["paths"].keys()
+        assert schema["components"]["schemas"]["TwiceJob"]["properties"]["operation"]["const"] == "twice"
+        assert "dry_run" in schema["components"]["schemas"]["NoteRequest"]["properties"]
+        body = {"src": "in.mrc", "dst": "made/here", "factor": 4}
+        missing = client.post("/v1/paths/twice", json=body)  # the folder is made, not its parents
+        assert missing.status_code == 404 and "the folder made does not exist" in missing.json()["detail"]
+        (root / "made").mkdir()
+        written = client.post("/v1/paths/twice", json=body)
+        assert written.status_code == 201, written.text
+        assert written.json()["outputs"] == ["made/here/in_x1.mrc", "made/here/in_x4.mrc"]
+        np.testing.assert_array_equal(load(root / "made" / "here" / "in_x4.mrc"), data * 4)
+        sent = client.post("/v1/upload/twice", files={"file": ("in.mrc", (root / "in.mrc").read_bytes())})
+        assert sent.status_code == 200 and zipfile.ZipFile(io.BytesIO(sent.content)).namelist() == [
+            "in_x1.mrc", "in_x2.mrc"]
+        (root / "notes.txt").write_text("start;")
+        noted = client.post("/v1/paths/note", json={"path": "notes.txt", "note": "hi"})  # the server's file, edited
+        assert noted.status_code == 200 and noted.json() == {"path": "notes.txt", "dry_run": False, "note": "hi"}
+        assert (root / "notes.txt").read_text() == "start;hi"
+        sent = client.post("/v1/upload/note", data={"note": "up"}, files={"file": ("n.txt", b"mine;")})
+        assert sent.status_code == 200 and sent.content == b"mine;up"  # an edited copy comes back
+        assert (root / "notes.txt").read_text() == "start;hi"
+        job = client.post("/v1/jobs", json={"operation": "twice", "src": "in.mrc", "dst": "job"})
+        assert job.status_code == 202, job.text
+        deadline = time.monotonic() + 30
+        while (state := client.get(job.headers["location"]).json())["status"] in ("queued", "running"):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert state["result"]["outputs"] == ["job/in_x1.mrc", "job/in_x2.mrc"], state
