@@ -12,7 +12,7 @@ import httpx
 import numpy as np
 import pytest
 import scipy.signal
-from conftest import REPO, assert_problem, assert_user_error, load, mrc_data, noa, write_mrc
+from conftest import REPO, assert_problem, assert_user_error, load, mrc_data, need_shared, noa, write_mrc
 from scipy import ndimage
 
 from noa_core import fft, geometry, io, operations, signal
@@ -185,6 +185,53 @@ def test_transform_rotate_shift_scale_and_volume_refusals(tmp_path):
     expected = ndimage.affine_transform(volume.astype(np.float64), m3[:3, :3], offset=m3[:3, 3], order=1,
                                         mode="grid-constant")
     np.testing.assert_allclose(load(tmp_path / "turned.mrc"), expected, atol=1e-5)
+
+
+# -- real files -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["EMD-3197.map", "emd_3197.map.gz"])
+def test_real_map_rescaled_filtered_and_turned(tmp_path, name):
+    """EMD-3197 (20^3, 11.4 Å, a pre-2014 header; also gzipped): values against mrcfile's reading of it."""
+    import mrcfile
+
+    (path,) = need_shared(name)
+    with mrcfile.open(path, permissive=True) as f:  # mrcfile reads .gz itself
+        volume = np.array(f.data, dtype=np.float64)
+    assert noa("rescale", path, tmp_path / "r.mrc", "--pixel-size", "20").returncode == 0  # 20 x 11.4 / 20 = 11.4 -> 10
+    out, _, voxel = mrc_data(tmp_path / "r.mrc")
+    assert out.shape == (10, 10, 10) and float(voxel.x) == pytest.approx(22.8)
+    expected = volume
+    for axis in range(3):
+        expected = scipy.signal.resample(expected, 10, axis=axis)
+    np.testing.assert_allclose(out, expected, atol=1e-4 * np.abs(volume).max())
+    assert noa("filter", path, tmp_path / "f.mrc", "--lowpass", "40").returncode == 0
+    expected = signal.bandpass(volume[None], 40.0, pixel_size=11.4).numpy()[0]
+    np.testing.assert_allclose(load(tmp_path / "f.mrc"), expected, atol=1e-5 * np.abs(volume).max())
+    assert noa("transform", path, tmp_path / "t.mrc", "--euler", "10,20,30", "--interp", "cubic").returncode == 0
+    m = geometry.affine_3d(volume.shape, euler=(10, 20, 30))
+    expected = ndimage.affine_transform(volume, m[:3, :3], offset=m[:3, 3], order=3, mode="grid-constant")
+    np.testing.assert_allclose(load(tmp_path / "t.mrc"), expected, atol=1e-4 * np.abs(volume).max())
+
+
+def test_real_tiffs_integer_and_float_volumes(tmp_path):
+    """tifffile's ZYX files: an uint16 volume filtered as float32, a float32 volume turned and its power spectrum."""
+    import tifffile
+
+    uint16, float32 = need_shared("zyx_uint16.tiff", "float32_10z_32y_40x.tiff")
+    ints = tifffile.imread(uint16).astype(np.float64)
+    assert noa("filter", uint16, tmp_path / "f.mrc", "--lowpass", "4", "--angpix", "1").returncode == 0
+    out = load(tmp_path / "f.mrc")
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, signal.bandpass(ints[None], 4.0, pixel_size=1.0).numpy()[0], rtol=1e-6, atol=1e-3)
+    floats = tifffile.imread(float32).astype(np.float64)
+    assert noa("transform", float32, tmp_path / "t.tif", "--euler", "90,0,0", "--border", "mirror").returncode == 0
+    m = geometry.affine_3d(floats.shape, euler=(90, 0, 0))
+    expected = ndimage.affine_transform(floats, m[:3, :3], offset=m[:3, 3], order=1, mode="reflect")
+    np.testing.assert_allclose(tifffile.imread(tmp_path / "t.tif"), expected, atol=1e-4 * np.abs(floats).max())
+    assert noa("powerspectrum", float32, tmp_path / "p.mrc").returncode == 0
+    expected = np.fft.fftshift(np.abs(np.fft.fftn(floats)) ** 2 / floats.size)
+    np.testing.assert_allclose(load(tmp_path / "p.mrc"), expected, rtol=1e-4, atol=1e-6 * expected.max())
 
 
 # -- HTTP -------------------------------------------------------------------------------------------------------
