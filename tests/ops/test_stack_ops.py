@@ -464,3 +464,53 @@ def test_live_service_runs_a_stack_operation(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_seri_records_follow_the_sections_when_their_size_is_known(tmp_path):
+    """SerialEM blocks: one record of nint bytes per section; noa tells the size from the block when it
+    divides evenly among the sections, and drops the block (with a notice) when it does not."""
+    src, dst = tmp_path / "tilts.mrcs", tmp_path / "out.mrcs"
+    data = np.arange(5 * 3 * 4, dtype=np.int16).reshape(5, 3, 4)
+    records = np.arange(5 * 32, dtype=np.uint8).reshape(5, 32)
+    with mrcfile.new(src, data) as f:
+        f.set_image_stack()
+        f.set_extended_header(records.reshape(-1))
+        f.header.exttyp = b"SERI"
+    local.write(operations.get("sections").task(drop="1,3"), src, dst)
+    with mrcfile.open(dst) as f:
+        assert bytes(f.header.exttyp) == b"SERI"
+        assert f.extended_header.tobytes() == records[[0, 2, 4]].tobytes()
+        np.testing.assert_array_equal(np.array(f.data), data[[0, 2, 4]])
+    with mrcfile.new(src, data, overwrite=True) as f:  # 161 bytes: no whole record per section
+        f.set_image_stack()
+        f.set_extended_header(np.zeros(161, np.uint8))
+        f.header.exttyp = b"SERI"
+    notices = local.write(operations.get("sections").task(keep="0"), src, dst, overwrite=True)
+    assert any("extended header dropped" in n and "cannot be told apart" in n for n in notices), notices
+
+
+def test_imod_unsigned_bytes_keep_their_values(tmp_path):
+    """IMOD's unsigned mode 0 (stamp, signed flag clear) in, values 0..255 out (stored widened, mode 6)."""
+    data = np.arange(2 * 4 * 6, dtype=np.uint8).reshape(2, 4, 6) * 5
+    tifffile.imwrite(tmp_path / "in.tif", data)
+    local.write(operations.get("copy").task(uint8_mode="imod"), tmp_path / "in.tif", tmp_path / "imod.mrc")
+    with mrcfile.open(tmp_path / "imod.mrc", permissive=True) as f:
+        assert int(f.header.mode) == 0
+    local.write(operations.get("flip").task(axis="x"), tmp_path / "imod.mrc", tmp_path / "out.mrc")
+    with mrcfile.open(tmp_path / "out.mrc") as f:
+        assert int(f.header.mode) == 6
+        np.testing.assert_array_equal(np.array(f.data), data[..., ::-1].astype(np.uint16))
+
+
+@pytest.mark.parametrize("name, options, picks", [("flip", {"axis": "z"}, [5, 4, 3, 2, 1, 0]),
+                                                  ("bin", {"factor": 2, "depth": True}, [0, 2, 4]),
+                                                  ("average", {"group": 3}, [0, 3])])
+def test_fei1_records_of_a_volume_follow_its_depth(tmp_path, name, options, picks):
+    src, dst = tmp_path / "vol.mrc", tmp_path / "out.mrc"
+    records = fei1_stack(src)
+    with mrcfile.open(src, mode="r+") as f:
+        f.set_volume()
+    local.write(operations.get(name).task(options), src, dst)
+    with mrcfile.open(dst) as f:
+        assert bytes(f.header.exttyp) == b"FEI1" and f.header.ispg == 1
+        np.testing.assert_array_equal(f.indexed_extended_header["Alpha tilt"], records["Alpha tilt"][picks])
