@@ -184,8 +184,27 @@ def cpu_transform_2d(src, dst, matrices, interp, border, offset):
         image = src[b if src.shape[0] > 1 else 0]
         cy = m[0, 0] * y + m[0, 2] + offset
         cx = m[1, 0] * y + m[1, 2] + offset
-        for x in range(width):
-            dst[b, y, x] = sample_2d(image, cy + m[0, 1] * x, cx + m[1, 1] * x, interp, border)
+        dy, dx = m[0, 1], m[1, 1]
+        if interp == 1:  # the common case, inlined: pixels whose 4 neighbours lie inside need no border rule
+            h, w = image.shape
+            for x in range(width):
+                sy = cy + dy * x
+                sx = cx + dx * x
+                fy = math.floor(sy)
+                fx = math.floor(sx)
+                if fy >= 0.0 and fy < h - 1 and fx >= 0.0 and fx < w - 1:
+                    y0 = int(fy)
+                    x0 = int(fx)
+                    ty = sy - fy
+                    tx = sx - fx
+                    top = image[y0, x0] + (image[y0, x0 + 1] - image[y0, x0]) * tx
+                    bottom = image[y0 + 1, x0] + (image[y0 + 1, x0 + 1] - image[y0 + 1, x0]) * tx
+                    dst[b, y, x] = top + (bottom - top) * ty
+                else:
+                    dst[b, y, x] = sample_2d(image, sy, sx, interp, border)
+        else:
+            for x in range(width):
+                dst[b, y, x] = sample_2d(image, cy + dy * x, cx + dx * x, interp, border)
 
 
 def cpu_transform_3d(src, dst, matrices, interp, border, offset):
