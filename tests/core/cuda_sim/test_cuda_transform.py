@@ -51,3 +51,19 @@ def test_ffts_on_cuda_without_cupy_name_what_to_install():
     x = nc.zeros((1, 1, 4, 4), device="cuda")
     with pytest.raises(DeviceError, match="CuPy.*pip install"):
         fft.rfft(x)
+
+
+def test_noa_transform_with_device_cuda_writes_what_the_cpu_writes(tmp_path):
+    import mrcfile
+
+    from noa_core import operations
+    from noa_core.run import local
+
+    data = np.random.default_rng(5).normal(size=(2, 6, 7)).astype(np.float32)
+    with mrcfile.new(tmp_path / "in.mrcs", data) as f:
+        f.set_image_stack()
+    for device in ("cpu", "cuda"):
+        task = operations.get("transform").task(rotate=30.0, shift=(0.5, -1.0), interp="cubic", device=device)
+        local.write(task, tmp_path / "in.mrcs", tmp_path / f"{device}.mrcs")
+    with mrcfile.open(tmp_path / "cpu.mrcs") as cpu, mrcfile.open(tmp_path / "cuda.mrcs") as gpu:
+        np.testing.assert_allclose(gpu.data, cpu.data, atol=1e-5)
