@@ -47,6 +47,10 @@ def _placer(places: list[slice]):
     return compute
 
 
+def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
+    return [(dtype, {})]  # one input: the checked copy of each type
+
+
 OPERATION = Operation(
     name="join",
     summary="Join stacks in order along the batch (same depth, height, width and element type; the first misfit "
@@ -59,4 +63,5 @@ OPERATION = Operation(
     params=(*READING, DEVICE),
     max_inputs=MAX_INPUTS,
     plan=plan,
+    warmup=warmup,
 )

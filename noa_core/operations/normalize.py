@@ -52,6 +52,10 @@ def plan(inputs: list[Path], options: Options):
                      read_factor=3.0)
 
 
+def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
+    return [] if dtype.startswith("complex") else [(dtype, {"per_section": True})]
+
+
 OPERATION = Operation(
     name="normalize",
     summary="Shift and scale values to a mean and standard deviation, over the file or per section.",
@@ -66,4 +70,5 @@ OPERATION = Operation(
             *READING),
     plan=plan,
     chooses_format=True,
+    warmup=warmup,
 )

@@ -61,6 +61,13 @@ def plan(inputs: list[Path], options: Options):
                      write_options=options.write_options(), read_factor=3.0)
 
 
+def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
+    """float32 outputs, and uint8 outputs from float32 (8-bit display copies)."""
+    if dtype.startswith("complex"):
+        return []
+    return [(dtype, {"to_range": (0.0, 1.0)}), ("float32", {"to_range": (0.0, 255.0), "dtype": "uint8"})]
+
+
 OPERATION = Operation(
     name="scale",
     summary="Rescale values linearly from their min/max (or two percentiles, beyond which they are clamped) "
@@ -79,4 +86,5 @@ OPERATION = Operation(
             UINT8_MODE, *READING),
     plan=plan,
     chooses_format=True,
+    warmup=warmup,
 )

@@ -6,8 +6,9 @@ from pathlib import Path
 
 from noa_core.operations.spec import DEVICE, READING, Integer, Operation, Options, Param
 
-NAMING = ("Outputs are named after the input and the index of their first part: IN_000.EXT, IN_001.EXT, ... "
-          "(as many digits as the count needs, at least 3), in IN's format.")
+NAMING = ("Outputs are named after the input and the number of their part: IN_000.EXT, IN_001.EXT, ... "
+          "(as many digits as the count needs, at least 3), in IN's format; part k holds sections k*N to k*N+N-1 "
+          "(--every N).")
 
 
 def plans(inputs: list[Path], options: Options):
