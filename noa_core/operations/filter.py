@@ -25,10 +25,11 @@ def real_input(path: Path, options: Options, name: str):
 
 
 def output_dtype(array):
-    """float64 stays float64; every other type is computed and written as float32."""
+    """float32, whatever the input (float64 inputs are computed in float64): every format stores it, MRC
+    has no float64, and it holds what these operations give (resampled, filtered or interpolated values)."""
     import numpy as np
 
-    return np.dtype(np.float64) if array.dtype == np.float64 else np.dtype(np.float32)
+    return np.dtype(np.float32)
 
 
 def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str, images: Callable | None = None,
@@ -109,7 +110,7 @@ OPERATION = Operation(
     details="Resolutions are in Å at the header's pixel size (or --angpix). The edge is a raised cosine "
             "--edge-width Fourier shells wide (RELION's --filter_edge_width, default 2) centred on the shell "
             "round(width x pixel size / resolution). A lowpass finer than Nyquist (2 x pixel size) is refused. "
-            "The output is float32 (float64 stays float64).",
+            "The output is float32.",
     examples=("noa filter particles.mrcs filtered.mrcs --lowpass 8 --highpass 200",
               "noa filter map.mrc sharpened.mrc --bfactor -80"),
     params=(Param("lowpass", Real(0.0), "Low-pass resolution in Å: detail finer than it is removed."),

@@ -20,7 +20,7 @@ def plan(inputs: list[Path], options: Options):
         # Shells are frequencies, not pixels: no pixel size, no origin.
         out_meta = meta.resampled(shape, (0.0, 0.0, 0.0))
         out_meta.origin = (0.0, 0.0, 0.0)
-    dtype = output_dtype(array) if array.dtype.kind != "c" else None
+    dtype = output_dtype(array)
 
     def images(block, key):
         from noa_core import signal
@@ -28,10 +28,6 @@ def plan(inputs: list[Path], options: Options):
         return signal.power_spectrum(block, rotational_average=options.rotavg, log=options.log, ndim=ndim).numpy()
 
     words = " ".join(w for w, on in (("--rotavg", options.rotavg), ("--log", options.log)) if on)
-    import numpy as np
-
-    if dtype is None:  # complex input: power in the real type of its precision
-        dtype = np.dtype(np.float64) if array.dtype == np.complex128 else np.dtype(np.float32)
     return whole_image_plan(inputs, array, shape, out_meta, f"noa powerspectrum {words}".strip(), images,
                             working=4.0, dtype=dtype)
 
@@ -42,7 +38,7 @@ OPERATION = Operation(
     details="The full H x W spectrum (D x H x W for volumes) with the zero frequency at (H//2, W//2), as "
             "numpy.fft.fftshift places it: Thon rings stay round and both halves are there to compare. --rotavg "
             "writes the mean over each shell round(|f| x min(H, W)) instead, min(H, W)//2 + 1 values per image "
-            "(shape B,1,1,S). --log writes the natural logarithm. The output is float32 (float64 stays float64).",
+            "(shape B,1,1,S). --log writes the natural logarithm. The output is float32 (complex inputs too).",
     examples=("noa powerspectrum micrograph.mrc ps.mrc --log", "noa powerspectrum micrographs.mrcs profiles.mrc --rotavg"),
     params=(Param("rotavg", Flag(), "Write the rotational average (one value per Fourier shell) instead.", default=False),
             Param("log", Flag(), "Write the natural logarithm of the power.", default=False),

@@ -52,7 +52,7 @@ OPERATION = Operation(
     details="The new size of each axis is round(size x factor) made even (RELION's --rescale_angpix), where the "
             "factor is the input's pixel size over --pixel-size; the header gets the exact pixel size that results "
             "(input size x old / new). The Fourier transform is cropped (or zero-padded), Nyquist bins folded (or "
-            "split), values keep their scale. The output is float32 (float64 stays float64).",
+            "split), values keep their scale. The output is float32.",
     examples=("noa rescale particles.mrcs particles_2A.mrcs --pixel-size 2.0",
               "noa rescale map.mrc map_half.mrc --factor 0.5"),
     params=(Param("pixel_size", Real(0.0), "Target pixel size in Å."),

@@ -103,7 +103,7 @@ OPERATION = Operation(
             "output pixel (y, x) samples the input at M @ (y, x, 1), as scipy.ndimage.affine_transform; a text file "
             "of rows of whitespace-separated numbers, 2x3 or 3x3 per image (3x4 or 4x4 per volume), or a .npy of "
             "shape (n, rows, cols). Over HTTP give matrix_values, a flat list of 2x3 (3x4) matrices. Pixel size and "
-            "origin are kept; the output is float32 (float64 stays float64).",
+            "origin are kept; the output is float32.",
     examples=("noa transform stack.mrcs rotated.mrcs --rotate 30 --shift 2.5,-4",
               "noa transform map.mrc turned.mrc --euler 30,60,90 --interp cubic",
               "noa transform tilts.st aligned.st --matrices xf.txt"),
