@@ -452,3 +452,41 @@ def test_join_scale_normalize_over_http(client):
     assert state["status"] == "succeeded", state
     got = load(root / "n.mrcs").astype(np.float64)
     np.testing.assert_allclose(got.mean(axis=(1, 2)), 0, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16", "float16", "float32"])
+def test_scale_and_normalize_read_every_mrc_mode(tmp_path, dtype):
+    values = (np.arange(2 * 5 * 7) * 37 % 101).reshape(2, 5, 7)
+    data = write_mrc(tmp_path / "in.mrcs", values.astype(dtype), stack=True, voxel_size=(2.0, 2.0, 1.0))
+    assert noa("scale", tmp_path / "in.mrcs", tmp_path / "s.mrcs", "--to-range", "-1,1").returncode == 0
+    expected = expected_scale(data, (float(data.min()), float(data.max())), (-1, 1), "float32")
+    np.testing.assert_allclose(load(tmp_path / "s.mrcs"), expected, atol=1e-6)
+    assert noa("normalize", tmp_path / "in.mrcs", tmp_path / "n.mrcs").returncode == 0
+    x = data.astype(np.float64)
+    np.testing.assert_allclose(load(tmp_path / "n.mrcs"), (x - x.mean()) / x.std(), rtol=1e-5, atol=1e-5)
+    for out in ("s.mrcs", "n.mrcs"):
+        _, header, voxel = mrc_data(tmp_path / out)
+        assert (float(voxel.x), float(voxel.y)) == (2.0, 2.0) and int(header.mode) == 2
+        mrcfile.validate(str(tmp_path / out))
+
+
+def test_scale_of_a_real_tiff_uses_exact_percentiles(tmp_path):
+    import tifffile
+
+    source = need_shared("zyx_uint16.tiff")[0]
+    done = noa("scale", source, tmp_path / "s.tif", "--to-range", "0,255", "--percentiles", "2,98", "--dtype",
+               "uint8")
+    assert done.returncode == 0, done.stderr
+    data = tifffile.imread(source)
+    expected = expected_scale(data, tuple(np.percentile(data, (2, 98))), (0, 255), "uint8")
+    np.testing.assert_array_equal(tifffile.imread(tmp_path / "s.tif").reshape(expected.shape), expected)
+
+
+def test_scale_keeps_the_extended_header_and_labels(tmp_path):
+    fei1_stack(tmp_path / "tilts.mrcs", 4)
+    done = noa("normalize", tmp_path / "tilts.mrcs", tmp_path / "n.mrcs", "--per-section")
+    assert done.returncode == 0, done.stderr
+    assert tilts(tmp_path / "n.mrcs") == tilts(tmp_path / "tilts.mrcs")
+    _, header, _ = mrc_data(tmp_path / "n.mrcs")
+    labels = [bytes(label).decode().strip() for label in header.label[:int(header.nlabl)]]
+    assert labels[0].startswith("Created by mrcfile") and "noa normalize per section" in labels[-1]
