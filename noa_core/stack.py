@@ -37,7 +37,6 @@ Compute = Callable[[list[Array], Array], None]
 Reads = Callable[[Key], tuple[list[Array], Compute]]
 
 AXES = {"x": 3, "y": 2, "z": 1}  # flip axis name -> BDHW axis
-FILLS = ("mean", "zero")
 
 
 # ---------------------------------------------------------------------------------------------

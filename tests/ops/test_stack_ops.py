@@ -18,8 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mrcfile.dtypes import get_ext_header_dtype
 
-from conftest import (EXAMPLE_MAP, PROBLEM, REPO, assert_problem, assert_user_error, load, need_shared, noa,
-                      write_mrc)
+from conftest import PROBLEM, REPO, assert_problem, assert_user_error, load, need_shared, noa
 from noa_core import io, operations
 from noa_core.errors import ParameterError, ShapeError
 from noa_core.io import stream
