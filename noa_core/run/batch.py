@@ -86,6 +86,7 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
     import tempfile
 
     from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError
+    from noa_core.io import atomic
     from noa_core.operations.plan import check_distinct
     from noa_core.run.local import write_plan
 
@@ -111,14 +112,25 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
     notices: list[str] = []
     try:
         staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir))
-        for done, (out, (_, plan)) in enumerate(zip(outputs, planned, strict=True), 1):
-            written = write_plan(plan, staging / out.name, device=task.device)
-            notices.extend(n.replace(str(staging / out.name), str(out)) for n in written)
-            if progress is not None:
-                progress(done, len(outputs))
+        must_sync = atomic.durable()
+        with atomic.scratch_outputs():  # synced together below: one fsync per file, not two, and no waits between
+            for done, (out, (_, plan)) in enumerate(zip(outputs, planned, strict=True), 1):
+                written = write_plan(plan, staging / out.name, device=task.device)
+                notices.extend(n.replace(str(staging / out.name), str(out)) for n in written)
+                if progress is not None:
+                    progress(done, len(outputs))
+        if must_sync:  # every output durable before any takes its name
+            for out in outputs:
+                fd = os.open(staging / out.name, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
         for out in outputs:
-            os.replace(staging / out.name, out)
+            _rename(staging / out.name, out, overwrite)
             renamed.append(out)
+        if must_sync:
+            _fsync_folder(out_dir)
     except BaseException:
         for out in renamed:
             out.unlink(missing_ok=True)
@@ -130,3 +142,34 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
         raise
     staging.rmdir()
     return outputs, notices
+
+
+def _rename(temp: Path, path: Path, overwrite: bool) -> None:
+    """``temp`` renamed to ``path``; without ``overwrite`` never over a file that appeared meanwhile."""
+    import os
+
+    from noa_core.errors import OutputExistsError
+
+    if overwrite:
+        os.replace(temp, path)
+        return
+    try:
+        os.link(temp, path)  # fails if the path exists
+    except FileExistsError:
+        raise OutputExistsError(f"{path}: was created by someone else while writing") from None
+    except OSError:  # no hard links on this file system: a plain rename after a last check
+        if path.exists():
+            raise OutputExistsError(f"{path}: was created by someone else while writing") from None
+        os.replace(temp, path)
+    else:
+        os.unlink(temp)
+
+
+def _fsync_folder(folder: Path) -> None:
+    import os
+
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
