@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
-import tifffile
 from numpy.lib.stride_tricks import as_strided
 
 from noa_core import layout
@@ -55,6 +54,8 @@ from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.layout import Shape4
 
 if TYPE_CHECKING:
+    import tifffile
+
     from noa_core.array import Array
 
 EXTENSIONS = (".tif", ".tiff")  # '.ome.tif' ends in '.tif'
@@ -344,12 +345,14 @@ def _layout_only(tif: tifffile.TiffFile, file: BinaryIO, series, file_size: int)
     return as_strided(np.zeros(1, dtype), series.shape, strides, writeable=False)
 
 
-Take = Callable[[tifffile.TiffFile, BinaryIO, Any, int], np.ndarray]
+Take = Callable[["tifffile.TiffFile", BinaryIO, Any, int], np.ndarray]
 
 
 def _parsed(path: Path, request: ReadRequest, take: Take) -> tuple[np.ndarray, Metadata]:
     """Open the series, level and channel of ``path`` that ``request`` asks for and hand the series to ``take``
     (the data, or a layout-only stand-in): the BDHW view of what ``take`` returns, and the metadata."""
+    import tifffile  # here, not at the top: an MRC-only command need not load it (50 ms)
+
     notices: list[str] = []
     try:
         with _library_messages(path, notices), open_input(path) as file, \
@@ -498,6 +501,8 @@ def check_dtype(dtype: np.dtype, path: Path) -> None:
 
 def create_file(path: Path, shape: Shape4, dtype: np.dtype, order: str, metadata: Metadata | None) -> int:
     """Write the TIFF structure of an (empty) output; return the byte offset of its contiguous data."""
+    import tifffile
+
     stored, axes = file_axes(shape, order)
     # tifffile cannot read back ImageJ metadata of 1-pixel-wide or -high images: shaped files then.
     imagej = dtype.name in IMAGEJ_DTYPES and order == "C" and min(shape[2:]) > 1
