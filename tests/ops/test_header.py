@@ -211,3 +211,29 @@ def test_header_over_http(tmp_path):
             time.sleep(0.02)
         assert state["status"] == "succeeded" and state["result"]["changes"]["labels"]["new"][-1] == "job"
     np.testing.assert_array_equal(mrc_data(root / "map.mrc")[0], data)
+
+
+def test_a_20_gb_map_takes_milliseconds_and_no_data_is_written(tmp_path):
+    """A sparse 20 GB map (the header promises 2048 x 2048 x 1250 float32): editing reads and writes the
+    header alone, so no block of data gets allocated and the edit takes well under a second."""
+    path = tmp_path / "huge.mrc"
+    write_mrc(path, np.zeros((1, 4, 4), np.float32), voxel_size=1.0)
+    raw = bytearray(path.read_bytes()[:1024])
+    header = np.frombuffer(raw, mrcfile.dtypes.HEADER_DTYPE, count=1)[0]
+    header["nx"], header["ny"], header["nz"] = 2048, 2048, 1250
+    header["mx"], header["my"], header["mz"] = 2048, 2048, 1250
+    header["cella"] = (2048.0, 2048.0, 1250.0)
+    size = 1024 + 2048 * 2048 * 1250 * 4
+    with open(path, "r+b") as f:
+        f.write(bytes(raw))
+        f.truncate(size)
+    blocks = path.stat().st_blocks
+    if blocks * 512 > 1 << 20:
+        pytest.skip("this file system does not keep sparse files sparse")
+    started = time.perf_counter()
+    result = HEADER.apply(path, pixel_size=(1.06,))
+    elapsed = time.perf_counter() - started
+    assert result["changes"]["pixel_size"]["new"] == pytest.approx([1.06] * 3)
+    assert elapsed < 1.0, elapsed
+    assert path.stat().st_size == size and path.stat().st_blocks == blocks  # not one data block written
+    assert noa_io.probe(path).metadata.pixel_size == pytest.approx((1.06, 1.06, 1.06))
