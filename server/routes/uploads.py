@@ -55,7 +55,7 @@ ZIP_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 EDITED_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "The uploaded file with its header changed (its data bytes are those sent).",
+        "description": "The uploaded file, changed in place as asked (a copy: the server keeps nothing).",
         "content": FILE_RESPONSES[200]["content"],
         "headers": {"Noa-Changes": {"description": "JSON of the change: path, changes {field: {old, new}} (ASCII).",
                                     "schema": {"type": "string"}}},
