@@ -18,15 +18,14 @@ def plan(inputs: list[Path], options: Options):
     if axis == 1:  # depth slices of a volume: N slices become one, N times thicker
         pixel = (pixel[0] * options.group, *pixel[1:])
     out_meta = stack.derived(meta, shape, pixel_size=pixel, origin=origin)
-    if left:
-        out_meta.notices.append(f"average --group {options.group}: the last {left} of {array.shape[axis]} sections "
-                                "make no complete group and are left out")
+    notices = [f"average --group {options.group}: the last {left} of {array.shape[axis]} sections make no "
+               "complete group and are left out"] if left else []
     firsts = [g * options.group for g in range(shape[axis])]  # each group takes its first section's record
     out_meta = stack.follow_sections(out_meta, meta, stack.mrc_sections(array.shape, axis, firsts), "")
     label = f"noa average --group {options.group}" + (" --sum" if options.sum else "")
     return make_plan(inputs, [array], [array], None, out_meta, label, dtype, shape=shape,
                      reads=stack.average_reads(array, options.group, options.sum),
-                     read_factor=options.group * array.dtype.itemsize / dtype.itemsize)
+                     read_factor=options.group * array.dtype.itemsize / dtype.itemsize, notices=notices)
 
 
 OPERATION = Operation(

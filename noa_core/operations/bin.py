@@ -20,9 +20,8 @@ def plan(inputs: list[Path], options: Options):
     out_meta = stack.derived(meta, shape, pixel_size=pixel, origin=origin, grown_axes=(2, 3))
     cropped = [f"{stack.layout.AXIS_NAMES[i]} {array.shape[i] % k}" for i, k in enumerate(factors)
                if array.shape[i] % k]
-    if cropped:
-        out_meta.notices.append(f"bin --factor {options.factor}: {', '.join(cropped)} pixel(s) left over, cropped "
-                                "evenly from both ends")
+    notices = [f"bin --factor {options.factor}: {', '.join(cropped)} pixel(s) left over, cropped evenly from "
+               "both ends"] if cropped else []
     if options.depth:  # K sections become one: it takes the first one's record
         picks = stack.mrc_sections(array.shape, 1, [starts[1] + z * factors[1] for z in range(shape[1])])
     else:
@@ -31,7 +30,7 @@ def plan(inputs: list[Path], options: Options):
     label = f"noa bin --factor {options.factor}" + (" --depth" if options.depth else "")
     read_factor = factors[1] * factors[2] * factors[3]
     return make_plan(inputs, [array], [array], None, out_meta, label, array.dtype, shape=shape,
-                     reads=stack.bin_reads(array, factors, starts), read_factor=read_factor)
+                     reads=stack.bin_reads(array, factors, starts), read_factor=read_factor, notices=notices)
 
 
 def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:

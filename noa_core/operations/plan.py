@@ -48,6 +48,7 @@ class Plan:
     out_shape: layout.Shape4 | None = None
     reads: TileReads | None = None
     read_factor: float = 1.0
+    notices: list[str] = field(default_factory=list)  # the operation's own, for the user (a cropped remainder)
 
     @property
     def shape(self) -> layout.Shape4:
@@ -88,18 +89,19 @@ def make_plan(inputs: Sequence[PathLike], read: Sequence[Array], sources: Sequen
               meta: Metadata, label: str, dtype=None, order: str = "C",
               write_options: dict[str, str] | None = None, whole_axes: tuple[int, ...] = (),
               shape: Sequence[int] | None = None, reads: TileReads | None = None,
-              read_factor: float = 1.0) -> Plan:
+              read_factor: float = 1.0, notices: Sequence[str] = ()) -> Plan:
     """A :class:`Plan` writing ``sources`` (viewed onto the output) computed from the arrays ``read``;
     the output type is ``dtype``, else the first source's.
 
     Or, with ``reads``, an output of ``shape`` whose tile ``key`` is ``compute(blocks, out)`` for
-    ``views, compute = reads(key)`` (``compute`` may then be None; the views are slices of ``sources``)."""
+    ``views, compute = reads(key)`` (``compute`` may then be None; the views are slices of ``sources``).
+    ``notices`` are what the user should know of this output (reported with the format's)."""
     if reads is not None and shape is None:
         raise ValueError("a plan with reads needs the output's shape")
     out_dtype = dtypes.element_dtype(dtype) if dtype is not None else sources[0].dtype
     return Plan([Path(p) for p in inputs], list(sources), compute, meta, label, out_dtype, order,
                 [a.shape for a in read], dict(write_options or {}), whole_axes,
-                None if shape is None else layout.as_shape4(shape), reads, read_factor)
+                None if shape is None else layout.as_shape4(shape), reads, read_factor, list(notices))
 
 
 def converter(mode: str) -> Compute:

@@ -321,7 +321,7 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
         for stats in itertools.chain.from_iterable(run_stats):  # tile order, as the single-process writer
             merged.merge(stats)                                  # merges: the same bits
         writer.complete(merged)
-    return list(writer.notices)
+    return [*plan.notices, *writer.notices]
 
 
 class DaskDriver:

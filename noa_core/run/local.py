@@ -20,7 +20,7 @@ def write_plan(plan: Plan, dst: PathLike, *, overwrite: bool = False, device: st
     with plan.create(dst, overwrite=overwrite) as writer:
         io.fill(writer, plan.sources, None, progress=progress, reads=plan.tile_reads(device),
                 keys=plan.keys(writer, BLOCK_BYTES))
-    return list(writer.notices)
+    return [*plan.notices, *writer.notices]
 
 
 def write(task: FileTask, src: PathLike, dst: PathLike, *, overwrite: bool = False,

@@ -513,3 +513,14 @@ def test_fei1_records_of_a_volume_follow_its_depth(tmp_path, name, options, pick
     with mrcfile.open(dst) as f:
         assert bytes(f.header.exttyp) == b"FEI1" and f.header.ispg == 1
         np.testing.assert_array_equal(f.indexed_extended_header["Alpha tilt"], records["Alpha tilt"][picks])
+
+
+def test_bin_and_average_tell_what_they_leave_out(tmp_path):
+    """A remainder cropped by bin and sections left out by average reach the user (CLI note lines)."""
+    mrcfile.new(tmp_path / "odd.mrc", np.ones((5, 9, 9), np.float32)).close()
+    notices = local.write(operations.get("bin").task(factor=2), tmp_path / "odd.mrc", tmp_path / "b.mrc")
+    assert notices == ["bin --factor 2: height 1, width 1 pixel(s) left over, cropped evenly from both ends"]
+    notices = local.write(operations.get("average").task(group=2), tmp_path / "odd.mrc", tmp_path / "a.mrc")
+    assert len(notices) == 1 and "the last 1 of 5 sections make no complete group" in notices[0]
+    done = noa("bin", str(tmp_path / "odd.mrc"), str(tmp_path / "c.mrc"), "--factor", "2")
+    assert done.returncode == 0 and "pixel(s) left over, cropped evenly" in done.stderr
