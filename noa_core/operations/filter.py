@@ -32,28 +32,46 @@ def output_dtype(array):
     return np.dtype(np.float32)
 
 
+GROUP_BYTES = 32 << 20  # input read and computed at a time within a tile (at least one image)
+
+
 def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str, images: Callable | None = None,
                      working: float = 1.0, dtype=None, fill: Callable | None = None):
     """A plan whose tile over batch entries ``key[0]`` is ``images(block, key)`` (a NumPy array of the
     output tile's shape) for ``block`` the input's same batch entries, whole; or ``fill(block, key, out)``
     fills the output tile ``out`` itself (on the device the task runs on).
 
-    ``working`` is the memory a tile needs per output byte beyond its input and output (FFT buffers):
-    it shrinks the tiles with the reads (``read_factor``)."""
+    A tile's images are read (with pread, as the engine reads) and computed a group of about
+    :data:`GROUP_BYTES` at a time, so memory stays bounded even where the output is much smaller than
+    the input (a rotational average: a few KiB per image). ``working`` is the memory a tile needs per
+    output byte beyond its input and output (FFT buffers): it shrinks the tiles with the reads
+    (``read_factor``)."""
     import math
 
     import numpy as np
 
+    from noa_core.array import asarray
+    from noa_core.io import mapped
     from noa_core.operations.plan import make_plan
 
-    def reads(key):
-        def compute(blocks, out):
-            if fill is not None:
-                fill(blocks[0], key, out)
-            else:
-                np.copyto(out.numpy(), images(blocks[0], key), casting="same_kind")
+    whole = (slice(None),) * 3
+    group = max(1, GROUP_BYTES // max(1, math.prod(array.shape[1:]) * array.itemsize))
 
-        return [array[(key[0], slice(None), slice(None), slice(None))]], compute
+    def reads(key):
+        start, stop, _ = key[0].indices(array.shape[0])
+
+        def compute(blocks, out):
+            for first in range(start, stop, group):
+                last = min(first + group, stop)
+                block = asarray(mapped.read_view(array[(slice(first, last), *whole)].numpy(), 0))
+                part = out[(slice(first - start, last - start), *whole)]
+                sub = (slice(first, last), *key[1:])
+                if fill is not None:
+                    fill(block if part.device == "cpu" else block.to(part.device), sub, part)
+                else:
+                    np.copyto(part.numpy(), images(block, sub), casting="same_kind")
+
+        return [], compute
 
     out_bytes = max(1, math.prod(out_shape[1:]))
     read_factor = math.prod(array.shape[1:]) * array.itemsize / (out_bytes * np.dtype(dtype or np.float32).itemsize)

@@ -141,6 +141,25 @@ def test_powerspectrum_files(tmp_path):
     np.testing.assert_allclose(profile.reshape(3, 17), expected.reshape(3, 17), rtol=1e-5)
 
 
+def test_a_tile_reads_its_images_a_group_at_a_time(tmp_path, monkeypatch):
+    """A rotational average writes a few values per image: however many images a tile holds, they are read
+    and computed in groups of about GROUP_BYTES (here one image), never all at once."""
+    from noa_core.io import mapped
+    from noa_core.operations import filter as filter_op
+
+    data = stack(tmp_path / "in.mrcs", shape=(6, 32, 32))
+    monkeypatch.setattr(filter_op, "GROUP_BYTES", 1)
+    read = []
+    original = mapped.read_view
+    monkeypatch.setattr(mapped, "read_view", lambda array, *args, **kw: read.append(array.shape) or original(array, *args, **kw))
+    plan = operations.get("powerspectrum").task(rotavg=True).plan(tmp_path / "in.mrcs")
+    assert plan.shape == (6, 1, 1, 17)
+    keys = filled_in_tiles(plan, tmp_path / "avg.mrc", 1 << 20)
+    assert len(keys) == 1 and read == [(1, 1, 32, 32)] * 6
+    expected = signal.power_spectrum(data[:, None], rotational_average=True).numpy()
+    np.testing.assert_allclose(load(tmp_path / "avg.mrc").reshape(6, 17), expected.reshape(6, 17), rtol=1e-5)
+
+
 # -- transform ------------------------------------------------------------------------------------------------
 
 
