@@ -72,6 +72,23 @@ def test_transform_3d_matches_scipy(interp, border):
         np.testing.assert_allclose(out.numpy()[b], expected, atol=2e-4, rtol=2e-4)
 
 
+@settings(max_examples=15, deadline=None)
+@given(shape=st.tuples(st.integers(1, 2), st.integers(2, 5), st.integers(1, 6), st.integers(1, 6)),
+       out_shape=st.tuples(st.integers(2, 5), st.integers(1, 5), st.integers(1, 5)),
+       interp=st.sampled_from(list(ORDERS)), border=st.sampled_from(list(MODES)), kind=st.sampled_from(["C", "F", "view"]),
+       seed=st.integers(0, 2**16))
+def test_transform_3d_random_shapes_match_scipy(shape, out_shape, interp, border, kind, seed):
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=shape)
+    matrices = np.stack([geometry.affine_3d(shape, euler=rng.uniform(-180, 180, 3), shift=rng.uniform(-2, 2, 3),
+                                            scale=rng.uniform(0.7, 1.4)) for _ in range(shape[0])])
+    out = noa.zeros((shape[0], *out_shape), "float64")
+    geometry.transform_3d(laid_out(values, kind), out, matrices, interp, border)
+    for b in range(shape[0]):
+        expected = scipy_transform(values[b], matrices[b], out_shape, interp, border)
+        np.testing.assert_allclose(out.numpy()[b], expected, atol=1e-9, rtol=1e-9)
+
+
 def test_helpers_rotate_about_the_centre_counter_clockwise_with_y_up():
     image = np.random.default_rng(0).normal(size=(1, 1, 9, 9))
     out = noa.zeros(image.shape, "float64")
