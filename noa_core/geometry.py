@@ -205,11 +205,13 @@ def _run(name: str, ndim: int, input: Array, output: Array, matrices, interp: st
     return output
 
 
-def transform_2d(input, output: Array, matrices, interp: str = "linear", border: str = "zero") -> Array:
-    """Fill ``output`` (B, 1, H', W') with each image of ``input`` ((B or 1), 1, H, W) sampled at the
-    inverse ``matrices`` (1 or B of them, see the module); returns ``output``. A volume (depth > 1)
-    is refused: use :func:`transform_3d`."""
+def transform_2d(input: Array | np.ndarray, output: Array | np.ndarray, matrices, interp: str = "linear",
+                 border: str = "zero") -> Array:
+    """Fill ``output`` (B, 1, H', W'; an Array or a NumPy array, written in place) with each image of
+    ``input`` ((B or 1), 1, H, W) sampled at the inverse ``matrices`` (1 or B of them, see the module);
+    returns ``output`` as an Array. A volume (depth > 1) is refused: use :func:`transform_3d`."""
     x = input if isinstance(input, Array) else asarray(input)
+    output = output if isinstance(output, Array) else asarray(output)  # a NumPy output is written in place
     for what, array in (("input", x), ("output", output)):
         if array.shape[1] != 1:
             raise ShapeError(f"transform_2d: the {what} of shape {array.shape} is a volume (depth "
@@ -217,11 +219,13 @@ def transform_2d(input, output: Array, matrices, interp: str = "linear", border:
     return _run("transform_2d", 2, x, output, matrices, interp, border)
 
 
-def transform_3d(input, output: Array, matrices, interp: str = "linear", border: str = "zero") -> Array:
-    """Fill ``output`` (B, D', H', W') with each volume of ``input`` ((B or 1), D, H, W) sampled at the
+def transform_3d(input: Array | np.ndarray, output: Array | np.ndarray, matrices, interp: str = "linear",
+                 border: str = "zero") -> Array:
+    """Fill ``output`` (B, D', H', W'; an Array or a NumPy array, written in place) with each volume of ``input`` ((B or 1), D, H, W) sampled at the
     inverse ``matrices`` (1 or B of them); returns ``output``. A stack of images (depth 1) is
     refused: use :func:`transform_2d`."""
     x = input if isinstance(input, Array) else asarray(input)
+    output = output if isinstance(output, Array) else asarray(output)
     for what, array in (("input", x), ("output", output)):
         if array.shape[1] == 1:
             raise ShapeError(f"transform_3d: the {what} of shape {array.shape} is not a volume (depth "

@@ -93,6 +93,9 @@ def test_helpers_rotate_about_the_centre_counter_clockwise_with_y_up():
     image = np.random.default_rng(0).normal(size=(1, 1, 9, 9))
     out = noa.zeros(image.shape, "float64")
     geometry.transform_2d(image, out, geometry.affine_2d(image.shape, rotate=90))
+    in_numpy = np.zeros(image.shape)  # a NumPy output is written in place
+    geometry.transform_2d(image, in_numpy, geometry.affine_2d(image.shape, rotate=90))
+    np.testing.assert_array_equal(in_numpy, out.numpy())
     # Row 0 is y = 0 (the bottom, MRC's first row): counter-clockwise with y up is clockwise as NumPy prints it.
     np.testing.assert_allclose(out.numpy()[0, 0], np.rot90(image[0, 0], -1), atol=1e-12)
     geometry.transform_2d(image, out, geometry.affine_2d(image.shape, shift=(2, -3)))
