@@ -1,5 +1,9 @@
 """Atomic outputs: write a temporary file beside the destination, then rename it into place.
 
+Outputs that are directories (OME-Zarr stores) are built in a temporary directory beside the
+destination (:meth:`TemporaryOutput.make_directory`), renamed into place the same way; replacing an
+existing store swaps the two atomically (``renameat2`` RENAME_EXCHANGE where the system has it).
+
 A reader never sees a half-written output, an existing file is replaced only when asked, and a
 failure removes the temporary file, so nothing is left behind. A writer killed outright (SIGKILL,
 a lost cluster node) cannot clean up: its temporary file holds no lock any more, and a later
@@ -11,7 +15,10 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
+import ctypes
+import errno
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -48,11 +55,17 @@ def scratch_outputs() -> Iterator[None]:
         _DURABLE.reset(token)
 
 
-def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
-    """The output path, refused early when it exists (without ``overwrite``) or cannot be created."""
+def check_output(path: str | os.PathLike, overwrite: bool, directory: bool = False) -> Path:
+    """The output path, refused early when it exists (without ``overwrite``) or cannot be created.
+
+    ``directory``: the output is a store (a directory); an existing one is replaced only when it is a
+    zarr store itself, never any other folder.
+    """
     p = Path(path)
-    if p.is_dir():
+    if p.is_dir() and not directory:
         raise NotAFileError(f"{p}: path: is a directory; give a file name")
+    if directory and p.is_dir() and overwrite and not _is_zarr_store(p):
+        raise NotAFileError(f"{p}: path: is a directory that is not a zarr store; noa replaces only stores")
     if p.exists() and not overwrite:
         raise OutputExistsError(f"{p}: path: exists; pass overwrite=True to replace it")
     if not p.parent.is_dir():
@@ -90,15 +103,23 @@ def _try_lock(fd: int) -> bool | None:
     return True
 
 
+def _is_zarr_store(path: Path) -> bool:
+    return any((path / name).is_file() for name in ("zarr.json", ".zgroup", ".zattrs", ".zarray"))
+
+
 def _remove_if_abandoned(temp: Path, now: float) -> bool:
-    """Remove ``temp`` if it is older than :data:`ABANDONED_AFTER_S` and nobody holds it locked."""
+    """Remove ``temp`` (a file, or a store's directory) if it is older than :data:`ABANDONED_AFTER_S` and
+    nobody holds it locked."""
     try:
         fd = os.open(temp, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return False
     try:
         if now - os.fstat(fd).st_mtime > ABANDONED_AFTER_S and _try_lock(fd):
-            os.unlink(temp)
+            if os.path.isdir(temp):
+                shutil.rmtree(temp)
+            else:
+                os.unlink(temp)
             return True
     except OSError:
         pass
@@ -173,10 +194,29 @@ class TemporaryOutput:
         self._lock_fd: int | None = fd
         _try_lock(fd)
         self.temp = Path(name)
+        self.directory: Path | None = None  # the store being built, for directory outputs
+        self._directory_fd: int | None = None
         _remove_leftovers(path)
+
+    def make_directory(self) -> Path:
+        """An empty, locked temporary directory beside the destination, which :meth:`commit` renames
+        onto ``path`` instead of the temporary file (which then only held the data being converted).
+
+        Named like the temporary file with '-d' before the suffix, so that leftovers are found by the
+        output's name and removed as abandoned files are."""
+        if self.directory is None:
+            directory = self.temp.with_name(self.temp.name[:-len(TEMP_SUFFIX)] + "-d" + TEMP_SUFFIX)
+            os.mkdir(directory)
+            self.directory = directory
+            self._directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            _try_lock(self._directory_fd)
+        return self.directory
 
     def commit(self) -> None:
         """Make the temporary file durable and give it the final name (refusing to clobber unless asked)."""
+        if self.directory is not None:
+            self._commit_directory()
+            return
         must_sync = durable()
         os.chmod(self.temp, 0o666 & ~_UMASK)  # mkstemp makes 0600; an output is an ordinary file
         if must_sync:
@@ -201,18 +241,112 @@ class TemporaryOutput:
         if must_sync:
             _fsync_folder(self.path.parent)
 
+    def _commit_directory(self) -> None:
+        """Rename the store's directory onto ``path``: onto a missing path without clobbering anything
+        that appears meanwhile; onto an existing one (``overwrite``) by an atomic exchange where the
+        system has one, else by moving the old one aside first (restored if the rename fails)."""
+        assert self.directory is not None
+        must_sync = durable()
+        if must_sync:
+            _fsync_tree(self.directory)
+        try:
+            if not os.path.lexists(self.path):
+                if not _rename(self.directory, self.path, _RENAME_NOREPLACE):
+                    if os.path.lexists(self.path):
+                        raise FileExistsError
+                    os.rename(self.directory, self.path)
+            elif not self.overwrite:
+                raise FileExistsError
+            else:
+                self._replace_existing()
+        except FileExistsError:
+            self.abort()
+            raise OutputExistsError(f"{self.path}: path: was created by someone else while writing") from None
+        self.directory = None
+        self.abort()  # the data file: converted into the store, no longer needed
+        if must_sync:
+            _fsync_folder(self.path.parent)
+
+    def _replace_existing(self) -> None:
+        """Put the new store at ``path`` and remove what was there (a store or a file)."""
+        assert self.directory is not None
+        old = self.temp.with_name(self.temp.name[:-len(TEMP_SUFFIX)] + "-old" + TEMP_SUFFIX)
+        if _rename(self.directory, self.path, _RENAME_EXCHANGE):
+            os.rename(self.directory, old)  # the old output now sits where the new store was built
+        else:
+            os.rename(self.path, old)
+            try:
+                os.rename(self.directory, self.path)
+            except BaseException:
+                os.rename(old, self.path)
+                raise
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.unlink(old)
+
     def abort(self) -> None:
-        """Remove the temporary file (idempotent)."""
+        """Remove the temporary file, and the temporary directory of a store (idempotent)."""
         try:
             os.unlink(self.temp)
         except FileNotFoundError:
             pass
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
         self._unlock()
 
     def _unlock(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if self._directory_fd is not None and self.directory is None:
+            os.close(self._directory_fd)
+            self._directory_fd = None
+
+
+_RENAME_NOREPLACE = 1  # renameat2 flags (linux/fs.h)
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2():
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return function
+
+
+_RENAMEAT2 = _renameat2()
+
+
+def _rename(source: Path, target: Path, flags: int) -> bool:
+    """``renameat2(source, target, flags)``: True if done, False where the system or file system has no
+    such call (the caller then falls back); FileExistsError when RENAME_NOREPLACE finds ``target``."""
+    if _RENAMEAT2 is None:
+        return False
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.EEXIST:
+        raise FileExistsError(target)
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(target))
+
+
+def _fsync_tree(folder: Path) -> None:
+    """fsync every file and folder under ``folder`` (a store: its chunks and metadata)."""
+    for root, _, files in os.walk(folder):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_folder(Path(root))
 
 
 def _fsync_folder(folder: Path) -> None:

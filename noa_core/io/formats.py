@@ -1,7 +1,10 @@
 """The registry of file formats, and choosing one: magic bytes first, the extension second.
 
 Adding a format is one module implementing :class:`~noa_core.io.protocol.ImageFormat` plus one line
-in :data:`FORMATS`. Also here: the checks every input path gets before any format sees it.
+in :data:`FORMATS` (formats of one file) or :data:`STORES` (formats whose files are directories, e.g.
+OME-Zarr: they cannot be sent or received as one file over HTTP, so the service's upload mode, which
+lists :data:`FORMATS`, does not offer them). Also here: the checks every input path gets before any
+format sees it.
 """
 
 from __future__ import annotations
@@ -9,8 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from noa_core.errors import EmptyFileError, UnknownFormatError
-from noa_core.io import compression, mrc, tiff
+from noa_core.errors import EmptyFileError, NotAFileError, UnknownFormatError
+from noa_core.io import compression, mrc, omezarr, tiff
 from noa_core.io.protocol import ImageFormat
 
 # Signatures are tried in this order; messages list formats and extensions in it too.
@@ -18,21 +21,32 @@ FORMATS: tuple[ImageFormat, ...] = (
     mrc.FORMAT,
     tiff.FORMAT,
 )
+# Formats whose inputs and outputs are directories (a store of chunk files).
+STORES: tuple[ImageFormat, ...] = (
+    omezarr.FORMAT,
+)
+ALL_FORMATS: tuple[ImageFormat, ...] = FORMATS + STORES
 HEAD_BYTES = 1024  # what detection reads: every signature lies in the first kilobyte
 
 
 def by_name(name: str) -> ImageFormat:
     """The registered format called ``name`` (e.g. 'mrc'), or UnknownFormatError."""
-    for fmt in FORMATS:
+    for fmt in ALL_FORMATS:
         if fmt.name == name:
             return fmt
-    raise UnknownFormatError(f"format: {name!r} is not one noa knows ({', '.join(f.name for f in FORMATS)})")
+    raise UnknownFormatError(f"format: {name!r} is not one noa knows ({', '.join(f.name for f in ALL_FORMATS)})")
 
 
 def check_input(path: str | os.PathLike) -> Path:
     """The path of a readable, non-empty regular file, or a specific error (checked on the opened file,
     which a FIFO cannot block: see :func:`noa_core.io.compression.open_input`)."""
     p = Path(path)
+    if p.is_dir():
+        if any(fmt.detect(b"", p) for fmt in STORES):
+            return p
+        stores = ", ".join(f"{fmt.title} ({'/'.join(fmt.extensions)})" for fmt in STORES)
+        raise NotAFileError(f"{p}: path: is a directory, neither a file nor a store noa reads ({stores}: "
+                            "no zarr.json, .zgroup or .zattrs in it)")
     with compression.open_input(p):
         return p
 
@@ -66,6 +80,11 @@ def detect(path: Path) -> tuple[ImageFormat, str | None]:
     A format whose signature the (decompressed) first bytes carry wins; failing that, one whose
     extension the path has may claim it (MRC files before MRC2014 have no signature).
     """
+    if path.is_dir():
+        for fmt in STORES:
+            if fmt.detect(b"", path):
+                return fmt, None
+        check_input(path)  # says why this directory is not one
     with compression.open_input(path) as f:
         head = f.read(HEAD_BYTES)
         kind = compression.compression_of(head)
@@ -83,6 +102,12 @@ def detect(path: Path) -> tuple[ImageFormat, str | None]:
         if ext in fmt.extensions and fmt.claim_by_extension(head, path):
             _check_compression(fmt, kind, path)
             return fmt, kind
+    if head.startswith(b"PK\x03\x04"):
+        raise UnknownFormatError(f"{path}: magic bytes: a zip archive; an OME-Zarr store is read as its directory "
+                                 "(over HTTP: POST /v1/paths/NAME with a store on the server, not an upload)")
+    for fmt in STORES:
+        if path.name.lower().endswith(fmt.extensions):
+            fmt.claim_by_extension(head, path)  # raises: says that a store is a directory
     known = " ".join(e for fmt in FORMATS for e in fmt.extensions)
     compressed = " and ".join(fmt.title for fmt in FORMATS if fmt.compressed_input)
     optional = f", optionally {'/'.join(compression.EXTENSIONS)} for {compressed}" if compressed else ""
@@ -91,17 +116,27 @@ def detect(path: Path) -> tuple[ImageFormat, str | None]:
 
 
 def output_format(path: Path) -> ImageFormat:
-    """The format an output path asks for, from its extension."""
+    """The format an output path asks for, from its extension ('x.ome.zarr' names a store)."""
     ext = path.suffix.lower()
     for fmt in FORMATS:
         if ext in fmt.output_extensions:
             return fmt
+    for fmt in STORES:
+        if path.name.lower().endswith(fmt.output_extensions):
+            return fmt
+    stores = " ".join(e for fmt in STORES for e in fmt.output_extensions)
     raise UnknownFormatError(f"{path}: extension: {ext or 'none'!r} is not one noa writes "
-                             f"({' '.join(e for fmt in FORMATS for e in fmt.output_extensions)})")
+                             f"({' '.join(e for fmt in FORMATS for e in fmt.output_extensions)}), "
+                             f"nor a store ({stores})")
 
 
 def strip_image_suffix(name: str) -> str:
     """``name`` without its image extension and compression suffix ('a.mrc.gz' -> 'a', 'b.ome.tif' -> 'b.ome')."""
+    lowered = name.lower()
+    for fmt in STORES:
+        for ext in fmt.extensions:
+            if lowered.endswith(ext):
+                return name[:-len(ext)]
     image_extensions = tuple(e for fmt in FORMATS for e in fmt.extensions)
     stem = name
     for suffixes in (tuple(compression.EXTENSIONS), image_extensions):

@@ -159,3 +159,16 @@ class ImageFormat(Protocol):
 
     def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
         """Complete the header of ``temp`` once the data are written (statistics are those of the data)."""
+
+
+class StoreFormat(ImageFormat, Protocol):
+    """A format whose inputs and outputs are directories (OME-Zarr), listed in
+    :data:`noa_core.io.formats.STORES`. ``store`` is True; :meth:`detect` gets the directory's path (and
+    no bytes); the Writer fills the data file from :meth:`create` as for any format, then calls
+    :meth:`finish_store` instead of :meth:`finish`."""
+
+    store: bool
+
+    def finish_store(self, data: Path, store: Path, spec: OutputSpec, statistics: Statistics) -> list[str]:
+        """Convert the packed data in ``data`` into a store built in the empty directory ``store`` (which the
+        commit renames onto ``spec.path``); return notices."""

@@ -335,7 +335,9 @@ class Writer:
     def __init__(self, path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata: Metadata | None,
                  order: str, overwrite: bool, label: str | None,
                  write_options: Mapping[str, str] | None = None) -> None:
-        self.path = atomic.check_output(path, overwrite)
+        # a store (OME-Zarr: a directory) is refused or replaced as a directory, never as a file
+        store = Path(path).name.lower().endswith(tuple(e for f in formats.STORES for e in f.output_extensions))
+        self.path = atomic.check_output(path, overwrite, directory=store)
         self.format = formats.output_format(self.path)
         self.shape = layout.as_shape4(shape)
         self.dtype = np.dtype(dtype)  # what the file stores, once created (MRC widens uint8)
@@ -409,7 +411,14 @@ class Writer:
     def _finish(self) -> None:
         if self.format.header_statistics and not (self._complete or self._written.all()):
             self._scan_statistics()  # written directly through .array: read it back once
-        self.format.finish(self._temp.temp, self._spec, self._stats.result())
+        if getattr(self.format, "store", False):
+            # The data file is converted into a store built in a temporary directory, which the commit
+            # renames into place (the data file is then removed).
+            self._release_mapping()
+            self.notices.extend(self.format.finish_store(self._temp.temp, self._temp.make_directory(), self._spec,
+                                                         self._stats.result()))
+        else:
+            self.format.finish(self._temp.temp, self._spec, self._stats.result())
         # No msync: on Linux the fsync of the commit writes back the pages dirtied through the mapping
         # too (they are dirty in the page cache), and a second pass over them cost a quarter of a copy.
         self._release_mapping()

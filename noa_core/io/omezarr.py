@@ -1,0 +1,531 @@
+"""OME-Zarr stores (OME-NGFF 0.4 on zarr v2, 0.5 on zarr v3): the OME-Zarr :class:`~noa_core.io.protocol.ImageFormat`.
+
+A store is a directory, not a file, so this format differs from MRC and TIFF in two places:
+
+- Reading: a level of the multiscale image is decoded chunk by chunk (zarr does the decoding) into an
+  unlinked temporary file, which is then mapped, as :func:`noa_core.io.mrc._spill` does for compressed
+  MRC: memory stays bounded and every operation reads the input as it reads any mapped file.
+- Writing: the :class:`~noa_core.io.stream.Writer` fills a temporary data file as for any format, then
+  :meth:`OmeZarrFormat.finish_store` converts it, block of chunks by block of chunks, into a store built
+  in a temporary directory beside the destination, which :class:`~noa_core.io.atomic.TemporaryOutput`
+  renames into place. A reader never sees a partial store.
+
+Axes map to BDHW as TIFF axes do (:func:`noa_core.io.tiff.map_axes`): time is the batch, z/y/x are
+D/H/W, a channel axis is the batch when nothing else is (otherwise ``channel=`` picks one). Pixel
+sizes come from the ``scale`` of the level's ``coordinateTransformations`` (times the multiscale's
+own), in the axes' units; an axis without a unit has an unknown pixel size. noa writes the stored axes
+``t`` (a batch larger than 1), ``z`` (a depth larger than 1), ``y``, ``x``, with the pixel size in
+ångström (unit "angstrom") and the origin as a translation; unknown sizes get scale 1 and no unit.
+
+zarr is imported inside the functions: commands that never touch a store do not pay for it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from noa_core import layout
+from noa_core.errors import (
+    CorruptFileError,
+    FileFormatError,
+    HeaderError,
+    SizeError,
+    WriteDTypeError,
+)
+from noa_core.io import mapped, tiff
+from noa_core.io.metadata import ANGSTROM, Metadata, Statistics, angstroms_per_unit
+from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
+from noa_core.layout import Shape4
+
+if TYPE_CHECKING:
+    from noa_core.array import Array
+
+EXTENSIONS = (".ome.zarr", ".zarr")  # the usual one first; both are directories
+# Files that make a directory a zarr node: zarr v3, then v2 group, attributes, array.
+_NODE_FILES = ("zarr.json", ".zgroup", ".zattrs", ".zarray")
+NGFF_VERSIONS = {"0.4": 2, "0.5": 3}  # the NGFF versions noa writes, with their zarr format
+DEFAULT_NGFF = "0.4"  # zarr v2: what most viewers (napari, Fiji's MoBIE/n5-viewer, neuroglancer) read
+CHUNK_BYTES = 16 << 20  # the largest chunk noa writes by default
+BLOCK_BYTES = 64 << 20  # what one conversion step (decode or encode) holds in memory
+_UNIT_NAMES = {"Å": "angstrom"}  # noa's units -> NGFF's (UDUNITS-2 names)
+
+
+def is_store(path: Path) -> bool:
+    """Whether ``path`` is a directory holding a zarr group or array (v2 or v3)."""
+    return path.is_dir() and any((path / name).is_file() for name in _NODE_FILES)
+
+
+def has_store_extension(path: Path) -> bool:
+    return path.name.lower().endswith(EXTENSIONS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+# ---------------------------------------------------------------------------------------------
+
+
+def _in_words(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]
+
+
+def _open_node(path: Path):
+    import zarr  # here: the first store read pays for it, no other command does
+
+    try:
+        return zarr.open(store=str(path), mode="r")
+    except Exception as exc:  # zarr raises many types on damaged metadata; each becomes one line
+        raise CorruptFileError(f"{path}: zarr metadata: {_in_words(exc)}") from None
+
+
+class _Level:
+    """The array of the chosen level, with what the metadata say of its axes."""
+
+    def __init__(self, array, letters: str, sizes: dict[str, tuple[float, str]], origin: dict[str, float],
+                 units: dict[str, str], labels: list[str], version: str) -> None:
+        self.array = array
+        self.letters = letters
+        self.sizes = sizes
+        self.origin = origin
+        self.units = units
+        self.labels = labels
+        self.version = version
+
+
+def _axis_letters(path: Path, axes: Sequence[Any]) -> str:
+    """One letter per axis, as tifffile names them: T(ime), C(hannel), Z, Y, X; '?' for other kinds."""
+    names, kinds = [], []
+    for axis in axes:
+        if isinstance(axis, str):
+            names.append(axis.lower())
+            kinds.append(None)
+        elif isinstance(axis, dict) and isinstance(axis.get("name"), str):
+            names.append(axis["name"].lower())
+            kinds.append(axis.get("type"))
+        else:
+            raise HeaderError(f"{path}: multiscales axes: {axis!r} is not an axis (a name, or an object with a name)")
+    spatial = [i for i, (n, k) in enumerate(zip(names, kinds)) if k == "space" or (k is None and n in "zyx")]
+    letters = []
+    for i, (name, kind) in enumerate(zip(names, kinds)):
+        if i in spatial:
+            letters.append(name.upper() if name in ("z", "y", "x") else "ZYX"[3 - len(spatial) + spatial.index(i)])
+        elif kind == "time" or (kind is None and name == "t"):
+            letters.append("T")
+        elif kind == "channel" or (kind is None and name == "c"):
+            letters.append("C")
+        else:
+            letters.append("?")
+    text = "".join(letters)
+    if any(text.count(a) > 1 for a in "TCZYX"):
+        raise HeaderError(f"{path}: multiscales axes: {names} name an axis twice")
+    return text
+
+
+def _transforms(path: Path, entries: Any, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+    """The scale and translation that a list of coordinateTransformations amounts to."""
+    scale, translation = np.ones(ndim), np.zeros(ndim)
+    for entry in entries or []:
+        kind = entry.get("type") if isinstance(entry, dict) else None
+        if kind == "identity":
+            continue
+        values = entry.get(kind) if kind in ("scale", "translation") else None
+        if values is None:
+            if isinstance(entry, dict) and "path" in entry:
+                raise HeaderError(f"{path}: coordinateTransformations: transforms stored in files are not read")
+            raise HeaderError(f"{path}: coordinateTransformations: {entry!r} is not a scale or translation")
+        try:
+            vector = np.asarray(values, float)
+        except (TypeError, ValueError):
+            raise HeaderError(f"{path}: coordinateTransformations: {kind} {values!r} is not numbers") from None
+        if vector.shape != (ndim,):
+            raise HeaderError(f"{path}: coordinateTransformations: {kind} has {vector.size} values for {ndim} axes")
+        if kind == "scale":
+            scale, translation = scale * vector, translation * vector
+        else:
+            translation = translation + vector
+    return scale, translation
+
+
+def _level(path: Path, request: ReadRequest, notices: list[str]) -> _Level:
+    """Open the multiscale image of the store at ``path`` and its level ``request.level`` (default 0)."""
+    import zarr
+
+    node = _open_node(path)
+    if isinstance(node, zarr.Array):  # a bare array: no axes named, no pixel size
+        if request.level:
+            raise HeaderError(f"{path}: level: a bare zarr array has one level (0)")
+        letters = {2: "YX", 3: "ZYX", 4: "TZYX"}.get(node.ndim)
+        if letters is None:
+            raise HeaderError(f"{path}: shape: a bare zarr array of {node.ndim} dimensions {node.shape}; "
+                              "noa reads 2 (YX), 3 (ZYX) or 4 (TZYX)")
+        notices.append(f"{path}: a zarr array without OME metadata: axes taken as {letters}, pixel size unknown")
+        return _Level(node, letters, {}, {}, {}, [], "none")
+    attrs = node.attrs.asdict()
+    ome = attrs["ome"] if isinstance(attrs.get("ome"), dict) else attrs
+    multiscales = ome.get("multiscales")
+    if not isinstance(multiscales, list) or not multiscales or not isinstance(multiscales[0], dict):
+        what = "an HCS plate; open one of its images (plate/row/column/field)" if "plate" in ome or "well" in ome \
+            else "a zarr group without OME multiscales metadata"
+        raise HeaderError(f"{path}: multiscales: {what}")
+    image = multiscales[0]
+    if len(multiscales) > 1:
+        notices.append(f"{path}: {len(multiscales)} multiscale images; reading the first")
+    version = str(ome.get("version") or image.get("version") or "unknown")
+    datasets = image.get("datasets")
+    if not isinstance(datasets, list) or not datasets:
+        raise HeaderError(f"{path}: multiscales datasets: none listed")
+    level = request.level or 0
+    if not 0 <= level < len(datasets):
+        raise HeaderError(f"{path}: level: {level} is not in 0..{len(datasets) - 1}")
+    dataset = datasets[level]
+    where = dataset.get("path") if isinstance(dataset, dict) else None
+    if not isinstance(where, str) or ".." in where.split("/") or where.startswith("/"):
+        raise HeaderError(f"{path}: multiscales datasets: level {level} path {where!r} is not inside the store")
+    try:
+        array = node[where]
+    except Exception as exc:
+        raise CorruptFileError(f"{path}: level {level}: array {where!r} cannot be opened ({_in_words(exc)})") from None
+    if not isinstance(array, zarr.Array):
+        raise HeaderError(f"{path}: level {level}: {where!r} is a group, not an array")
+    axes = image.get("axes") or ["t", "c", "z", "y", "x"][5 - array.ndim:]  # NGFF 0.1-0.2 had no axes: TCZYX
+    if len(axes) != array.ndim:
+        raise HeaderError(f"{path}: multiscales axes: {len(axes)} axes for the {array.ndim} dimensions of level "
+                          f"{level} {array.shape}")
+    letters = _axis_letters(path, axes)
+    scale, translation = _transforms(path, dataset.get("coordinateTransformations"), array.ndim)
+    outer_scale, outer_translation = _transforms(path, image.get("coordinateTransformations"), array.ndim)
+    scale, translation = scale * outer_scale, translation * outer_scale + outer_translation
+    units = {letters[i]: a["unit"] for i, a in enumerate(axes)
+             if isinstance(a, dict) and isinstance(a.get("unit"), str) and letters[i] in "ZYX"}
+    sizes: dict[str, tuple[float, str]] = {}
+    for i, letter in enumerate(letters):
+        if letter not in "ZYX":
+            continue
+        if letter in units and scale[i] > 0:
+            sizes[letter] = (float(scale[i]), units[letter])
+        elif scale[i] != 1:
+            notices.append(f"{path}: pixel size of {letter} unknown: scale {scale[i]:g} has no unit")
+    origin = {letters[i]: float(translation[i]) for i in range(array.ndim) if letters[i] in units}
+    noa_attrs = attrs.get("noa") if isinstance(attrs.get("noa"), dict) else {}
+    labels = [str(x) for x in noa_attrs.get("labels", []) if isinstance(x, str)]
+    return _Level(array, letters, sizes, origin, units, labels, version)
+
+
+def _select_channel(path: Path, level: _Level, channel: int | None) -> tuple[tuple, tuple[int, ...], str]:
+    """The selection of the level's array that a read takes (all, or one channel), its shape and letters."""
+    shape = tuple(int(n) for n in level.array.shape)
+    letters = level.letters
+    if channel is None:
+        return (slice(None),) * len(shape), shape, letters
+    i = letters.find("C")
+    count = shape[i] if i >= 0 else 1
+    if not 0 <= channel < count:
+        raise HeaderError(f"{path}: channel: {channel} is not in 0..{count - 1}")
+    if i < 0:
+        return (slice(None),) * len(shape), shape, letters
+    selection = (slice(None),) * i + (channel,) + (slice(None),) * (len(shape) - i - 1)
+    return selection, shape[:i] + shape[i + 1:], letters[:i] + letters[i + 1:]
+
+
+def _blocks(shape: Sequence[int], chunks: Sequence[int], itemsize: int, budget: int) -> Iterator[tuple[slice, ...]]:
+    """Chunk-aligned blocks covering ``shape``, each about ``budget`` bytes at most (one chunk at least):
+    whole chunks along the last axes first, so that each block is as contiguous as it can be."""
+    block = [max(1, min(c, n)) for c, n in zip(chunks, shape)]
+    for i in reversed(range(len(shape))):
+        factor = max(1, budget // (math.prod(block) * itemsize))
+        block[i] = min(shape[i], block[i] * factor)
+        if block[i] < shape[i]:
+            break
+    starts = [range(0, n, b) for n, b in zip(shape, block)]
+    for corner in itertools.product(*starts):
+        yield tuple(slice(s, min(s + b, n)) for s, b, n in zip(corner, block, shape))
+
+
+def _dtype_of(path: Path, array) -> np.dtype:
+    dtype = np.dtype(array.dtype)
+    if dtype.kind not in "iufcb" or dtype.subdtype is not None:
+        raise HeaderError(f"{path}: dtype: {dtype} is not a numeric type noa reads")
+    return dtype.newbyteorder("=") if dtype.kind != "b" else dtype
+
+
+def _decode(path: Path, level: _Level, selection: tuple, shape: tuple[int, ...], dtype: np.dtype,
+            mmap: bool) -> np.ndarray:
+    """The selected data, decoded block by block: into an unlinked temporary file mapped read-only
+    (``mmap``), else into memory."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    keep = [i for i, s in enumerate(selection) if isinstance(s, slice)]
+    chunks = [level.array.chunks[i] for i in keep]
+
+    def fill(target: np.ndarray) -> None:
+        for block in _blocks(shape, chunks, dtype.itemsize, BLOCK_BYTES):
+            it = iter(block)
+            full = tuple(next(it) if isinstance(s, slice) else s for s in selection)
+            try:
+                target[block] = level.array[full]
+            except Exception as exc:
+                raise CorruptFileError(f"{path}: chunk data: {_in_words(exc)}") from None
+
+    if not mmap:
+        data = np.empty(shape, dtype)
+        fill(data)
+        return data
+    folder = tempfile.gettempdir()
+    room = os.statvfs(folder)
+    if nbytes > room.f_bavail * room.f_frsize:
+        raise SizeError(f"{path}: shape: decoding the {nbytes} bytes of data needs more room than {folder} has "
+                        f"({room.f_bavail * room.f_frsize} bytes free)")
+    with tempfile.NamedTemporaryFile(prefix="noa-", suffix=".zarr-decoded", dir=folder) as temp:
+        temp.truncate(nbytes)
+        target = np.memmap(temp.name, dtype, "r+", shape=shape)
+        try:
+            fill(target)
+            target.flush()
+        finally:
+            del target
+        return mapped.map_input(Path(temp.name), 0, dtype, math.prod(shape)).reshape(shape)
+
+
+def _metadata(path: Path, level: _Level, shape: Shape4, dtype: np.dtype, words: str,
+              notices: list[str]) -> Metadata:
+    pixel, unit = tiff._in_one_unit(path, level.sizes, notices)
+    origin = [0.0, 0.0, 0.0]
+    to = angstroms_per_unit(unit)
+    for i, letter in enumerate("ZYX"):
+        own = angstroms_per_unit(level.units.get(letter))
+        value = level.origin.get(letter, 0.0)
+        if value and to and own:
+            origin[i] = value * own / to
+        elif value and level.units.get(letter) == unit:
+            origin[i] = value
+    if unit is not None and unit.lower() == "angstrom":
+        unit = ANGSTROM
+    return Metadata(format=FORMAT.name, shape=shape, dtype=dtype.name, pixel_size=pixel, unit=unit,
+                    origin=tuple(origin), labels=list(level.labels), order="C",
+                    axes=f"{words} (NGFF {level.version})", path=str(path), notices=notices)
+
+
+def _parsed(path: Path, request: ReadRequest, data: bool):
+    _check_request(path, request)
+    notices: list[str] = []
+    level = _level(path, request, notices)
+    dtype = _dtype_of(path, level.array)
+    selection, shape, letters = _select_channel(path, level, request.channel)
+    if math.prod(shape) == 0:
+        raise HeaderError(f"{path}: shape: level {request.level or 0} {tuple(level.array.shape)} is empty")
+    if data:
+        values = _decode(path, level, selection, shape, dtype, request.mmap)
+    else:  # a stand-in over one element: only its shape and strides are looked at
+        values = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape,
+                                                 tuple(s * dtype.itemsize for s in _c_strides(shape)), writeable=False)
+    bdhw, words = tiff.map_axes(path, values, letters, None)
+    metadata = _metadata(path, level, layout.as_shape4(bdhw.shape), dtype, words, notices)
+    return bdhw, metadata
+
+
+def _c_strides(shape: Sequence[int]) -> list[int]:
+    """Element strides of a C-contiguous array of ``shape``."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= n
+    return strides
+
+
+def _check_request(path: Path, request: ReadRequest) -> None:
+    if request.as_stack or request.as_volume:
+        raise FileFormatError(f"{path}: as_stack/as_volume: OME-Zarr axes name their meaning; these options "
+                              "are for MRC")
+    if request.series is not None:
+        raise FileFormatError(f"{path}: series: OME-Zarr stores have no series; series= is for TIFF")
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------
+
+
+def stored_axes(shape: Shape4) -> tuple[tuple[int, ...], str]:
+    """Stored shape and axis names: a batch of 1 and a depth of 1 are left out, y and x always kept."""
+    b, d, h, w = shape
+    kept = [(n, a) for n, a in ((b, "t"), (d, "z")) if n > 1] + [(h, "y"), (w, "x")]
+    return tuple(n for n, _ in kept), "".join(a for _, a in kept)
+
+
+def default_chunks(stored: Sequence[int], itemsize: int, budget: int = CHUNK_BYTES) -> tuple[int, ...]:
+    """Whole sections (y, x) per chunk, several along the next axis out while they fit in ``budget``; a
+    section larger than ``budget`` is cut into bands of rows (and a row into pieces)."""
+    chunks = [1] * len(stored)
+    h, w = stored[-2:]
+    row = w * itemsize
+    if row > budget:
+        chunks[-1] = max(1, budget // itemsize)
+    else:
+        chunks[-1] = w
+        chunks[-2] = min(h, max(1, budget // row))
+    if len(stored) > 2 and chunks[-2] == h:
+        chunks[-3] = min(stored[-3], max(1, budget // (h * row)))
+    return tuple(chunks)
+
+
+def _write_options(spec: OutputSpec) -> tuple[str, tuple[int, ...]]:
+    """The NGFF version and chunk shape asked for (``write_options`` 'ngff' and 'chunks'), checked."""
+    version = str(spec.write_options.get("ngff") or DEFAULT_NGFF)
+    if version not in NGFF_VERSIONS:
+        raise FileFormatError(f"{spec.path}: ngff: {version!r} is not one noa writes ({', '.join(NGFF_VERSIONS)})")
+    stored, names = stored_axes(spec.shape)
+    chunks = spec.write_options.get("chunks")
+    if chunks is None:
+        return version, default_chunks(stored, spec.dtype.itemsize)
+    try:
+        values = tuple(int(c) for c in (chunks.split(",") if isinstance(chunks, str) else chunks))
+    except (TypeError, ValueError):
+        raise FileFormatError(f"{spec.path}: chunks: {chunks!r} is not a list of integers") from None
+    if len(values) != len(stored) or any(c < 1 for c in values):
+        raise FileFormatError(f"{spec.path}: chunks: {values} must be {len(stored)} positive sizes, one per stored "
+                              f"axis {tuple(names)} of shape {stored}")
+    return version, tuple(min(c, n) for c, n in zip(values, stored))
+
+
+def _transforms_for(metadata: Metadata | None, names: str, notices: list[str],
+                    path: Path) -> tuple[list[dict], list[dict]]:
+    """The NGFF axes and the level's coordinateTransformations for ``metadata``."""
+    if metadata is not None:
+        pixel, origin, notice = metadata.in_angstrom()
+        if notice:
+            notices.append(f"{path}: {notice}")
+    else:
+        pixel, origin = (0.0, 0.0, 0.0), (0.0, 0.0, 0.0)
+    by_name = {"z": 0, "y": 1, "x": 2}
+    axes, scale, translation = [], [], []
+    for name in names:
+        if name == "t":
+            axes.append({"name": "t", "type": "time"})
+            scale.append(1.0)
+            translation.append(0.0)
+            continue
+        size = float(pixel[by_name[name]])
+        axis = {"name": name, "type": "space"}
+        if size > 0:
+            axis["unit"] = _UNIT_NAMES[ANGSTROM]
+        axes.append(axis)
+        scale.append(size if size > 0 else 1.0)
+        translation.append(float(origin[by_name[name]]) if size > 0 else 0.0)
+    transforms = [{"type": "scale", "scale": scale}]
+    if any(translation):
+        transforms.append({"type": "translation", "translation": translation})
+    return axes, transforms
+
+
+def _packed_view(data: Path, spec: OutputSpec, dtype: np.dtype) -> np.ndarray:
+    """The BDHW data the Writer packed into ``data`` (offset 0), as a read-only map."""
+    b, d, h, w = spec.shape
+    if spec.order == "F":
+        return np.memmap(data, dtype, "r", shape=(b, d, w, h)).swapaxes(2, 3)
+    return np.memmap(data, dtype, "r", shape=(b, d, h, w))
+
+
+def write_store(data: np.ndarray, store: Path, spec: OutputSpec) -> list[str]:
+    """Write the BDHW ``data`` as an OME-Zarr image into the empty directory ``store``, block of chunks by
+    block of chunks; returns notices."""
+    import numcodecs
+    import zarr
+
+    notices: list[str] = []
+    version, chunks = _write_options(spec)
+    stored, names = stored_axes(spec.shape)
+    zarr_format = NGFF_VERSIONS[version]
+    # lz4 with byte shuffle: fast enough to keep up with the disk; image data barely shrink with more work
+    if zarr_format == 2:
+        compressors = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
+    else:
+        from zarr.codecs import BloscCodec
+
+        compressors = BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
+    group = zarr.open_group(store=str(store), mode="w-", zarr_format=zarr_format)
+    array = group.create_array("0", shape=stored, chunks=chunks, dtype=spec.dtype, compressors=compressors,
+                               fill_value=0, dimension_names=tuple(names) if zarr_format == 3 else None)
+    view = data[tuple(slice(None) if i >= 2 or n > 1 else 0 for i, n in enumerate(spec.shape))]  # the stored axes
+    for block in _blocks(stored, chunks, spec.dtype.itemsize, BLOCK_BYTES):
+        array[block] = view[block]
+    axes, transforms = _transforms_for(spec.metadata, names, notices, spec.path)
+    image = {"name": spec.path.name, "axes": axes,
+             "datasets": [{"path": "0", "coordinateTransformations": transforms}]}
+    labels = list(spec.metadata.labels) if spec.metadata is not None else []
+    if spec.label:
+        labels.append(spec.label)
+    attributes: dict[str, Any] = {}
+    if zarr_format == 2:
+        attributes["multiscales"] = [{"version": version, **image}]
+    else:
+        attributes["ome"] = {"version": version, "multiscales": [image]}
+    if labels:
+        attributes["noa"] = {"labels": labels}
+    group.attrs.update(attributes)
+    return notices
+
+
+class OmeZarrFormat:
+    """OME-Zarr stores (directories): the OME-Zarr :class:`~noa_core.io.protocol.ImageFormat`.
+
+    ``store`` is True: :func:`noa_core.io.formats.detect` looks for it in directories, and the Writer
+    calls :meth:`finish_store` with a temporary directory instead of :meth:`finish`.
+    """
+
+    name = "omezarr"
+    title = "OME-Zarr"
+    extensions = EXTENSIONS
+    output_extensions = EXTENSIONS
+    media_type = "application/vnd.ome.zarr"  # never sent: a store is a directory (see formats.STORES)
+    compressed_input = False
+    header_statistics = False  # NGFF has no header statistics
+    read_options = ("channel", "level")
+    store = True
+
+    def detect(self, head: bytes, path: Path) -> bool:
+        return is_store(path)
+
+    def claim_by_extension(self, head: bytes, path: Path) -> bool:
+        raise FileFormatError(f"{path}: path: an OME-Zarr store is a directory, and this is a file")
+
+    def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
+        from noa_core.array import asarray
+
+        bdhw, metadata = _parsed(path, request, data=True)
+        return asarray(bdhw), metadata
+
+    def probe(self, path: Path, request: ReadRequest) -> Probe:
+        view, metadata = _parsed(path, request, data=False)
+        strides = layout.as_strides4(tuple(s // view.itemsize for s in view.strides))
+        return Probe(metadata.shape, strides, np.dtype(view.dtype), metadata)
+
+    def check_writable(self, dtype: np.dtype, shape: Shape4, path: Path) -> None:
+        if dtype.kind not in "iuf" or dtype.subdtype is not None:
+            raise WriteDTypeError(f"{path}: dtype: {dtype} cannot be stored in OME-Zarr by noa; pass dtype= a "
+                                  "real numeric type (uint8, uint16, float32, ...)")
+        if math.prod(shape) == 0:
+            raise FileFormatError(f"{path}: shape: {shape} is empty; nothing to write")
+
+    def create(self, temp: Path, spec: OutputSpec) -> Created:
+        _write_options(spec)  # a bad option is refused before any data are computed
+        notices = []
+        if spec.order == "F":
+            notices.append(f"{spec.path}: order: OME-Zarr chunks are stored row-major; order F does not apply")
+        return Created(0, notices)
+
+    def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
+        raise FileFormatError(f"{spec.path}: an OME-Zarr output is a directory; it is completed by finish_store")
+
+    def finish_store(self, data: Path, store: Path, spec: OutputSpec, statistics: Statistics) -> list[str]:
+        """Convert the packed data the Writer wrote into ``data`` into a store in the empty directory ``store``."""
+        return write_store(_packed_view(data, spec, spec.dtype), store, spec)
+
+
+FORMAT = OmeZarrFormat()
