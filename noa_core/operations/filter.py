@@ -36,7 +36,7 @@ GROUP_BYTES = 32 << 20  # input read and computed at a time within a tile (at le
 
 
 def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str, images: Callable | None = None,
-                     working: float = 1.0, dtype=None, fill: Callable | None = None):
+                     working: float = 1.0, dtype=None, fill: Callable | None = None, notices: tuple[str, ...] = ()):
     """A plan whose tile over batch entries ``key[0]`` is ``images(block, key)`` (a NumPy array of the
     output tile's shape) for ``block`` the input's same batch entries, whole; or ``fill(block, key, out)``
     fills the output tile ``out`` itself (on the device the task runs on).
@@ -76,7 +76,8 @@ def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str,
     out_bytes = max(1, math.prod(out_shape[1:]))
     read_factor = math.prod(array.shape[1:]) * array.itemsize / (out_bytes * np.dtype(dtype or np.float32).itemsize)
     return make_plan(inputs, [array], [array], None, out_meta, label[:80], dtype or output_dtype(array),
-                     shape=out_shape, reads=reads, read_factor=read_factor + working, whole_axes=WHOLE)
+                     shape=out_shape, reads=reads, read_factor=read_factor + working, whole_axes=WHOLE,
+                     notices=notices)
 
 
 def input_pixel_size(meta, options: Options) -> float | None:

@@ -38,12 +38,22 @@ def plan(inputs: list[Path], options: Options):
         out_meta.origin = meta.in_angstrom()[1]
         out_meta.unit = "Å"
 
+    notices = ()
+    asked = [array.shape[a] * factor for a in axes]
+    if any(abs(n - a) > 1e-6 * a for n, a in zip(sizes, asked)):  # the even box rounds the scale
+        got = out_meta.pixel_size[3 - len(sizes):]
+        pixel_words = (f", so the pixel size is {', '.join(f'{p:g}' for p in got)} {out_meta.unit or ''}".rstrip()
+                       if all(got) else "")
+        notices = (f"rescale {words}: {' x '.join(map(str, (array.shape[a] for a in axes)))} pixels became "
+                   f"{' x '.join(map(str, sizes))} (even, as RELION rounds){pixel_words}",)
+
     def images(block, key):
         from noa_core import fft as noa_fft
 
         return noa_fft.resize(block, sizes, ndim=ndim).numpy()
 
-    return whole_image_plan(inputs, array, shape, out_meta, f"noa rescale {words}", images, working=4.0)
+    return whole_image_plan(inputs, array, shape, out_meta, f"noa rescale {words}", images, working=4.0,
+                            notices=notices)
 
 
 OPERATION = Operation(

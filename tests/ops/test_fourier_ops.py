@@ -81,6 +81,7 @@ def test_rescale_to_a_pixel_size_writes_relions_even_box_and_exact_pixel_size(tm
     assert result.returncode == 0, result.stderr
     out, header, voxel = mrc_data(tmp_path / "out.mrcs")
     assert out.shape == (3, 32, 26)  # round(50 / 1.5) = 33, round(41 / 1.5) = 27, made even
+    assert "50 x 41 pixels became 32 x 26 (even, as RELION rounds), so the pixel size is 1.5625, 1.57692 Å" in result.stderr
     assert (float(voxel.y), float(voxel.x)) == pytest.approx((50 / 32, 41 / 26))  # what results, as RELION writes
     expected = scipy.signal.resample(scipy.signal.resample(data.astype(np.float64), 32, axis=1), 26, axis=2)
     np.testing.assert_allclose(out, expected, atol=1e-5)
