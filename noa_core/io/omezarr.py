@@ -22,11 +22,13 @@ zarr is imported inside the functions: commands that never touch a store do not 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+import mmap
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -257,14 +259,14 @@ def _dtype_of(path: Path, array) -> np.dtype:
 
 
 def _decode(path: Path, level: _Level, selection: tuple, shape: tuple[int, ...], dtype: np.dtype,
-            mmap: bool) -> np.ndarray:
+            to_file: bool) -> np.ndarray:
     """The selected data, decoded block by block: into an unlinked temporary file mapped read-only
     (``mmap``), else into memory."""
     nbytes = math.prod(shape) * dtype.itemsize
     keep = [i for i, s in enumerate(selection) if isinstance(s, slice)]
     chunks = [level.array.chunks[i] for i in keep]
 
-    def fill(target: np.ndarray) -> None:
+    def fill(target: np.ndarray, release: Callable[[], None]) -> None:
         for block in _blocks(shape, chunks, dtype.itemsize, BLOCK_BYTES):
             it = iter(block)
             full = tuple(next(it) if isinstance(s, slice) else s for s in selection)
@@ -272,10 +274,11 @@ def _decode(path: Path, level: _Level, selection: tuple, shape: tuple[int, ...],
                 target[block] = level.array[full]
             except Exception as exc:
                 raise CorruptFileError(f"{path}: chunk data: {_in_words(exc)}") from None
+            release()
 
-    if not mmap:
+    if not to_file:
         data = np.empty(shape, dtype)
-        fill(data)
+        fill(data, lambda: None)
         return data
     folder = tempfile.gettempdir()
     room = os.statvfs(folder)
@@ -284,13 +287,27 @@ def _decode(path: Path, level: _Level, selection: tuple, shape: tuple[int, ...],
                         f"({room.f_bavail * room.f_frsize} bytes free)")
     with tempfile.NamedTemporaryFile(prefix="noa-", suffix=".zarr-decoded", dir=folder) as temp:
         temp.truncate(nbytes)
-        target = np.memmap(temp.name, dtype, "r+", shape=shape)
-        try:
-            fill(target)
-            target.flush()
-        finally:
-            del target
+        with _mapped(temp.fileno(), nbytes, writable=True) as (target_map, release):
+            fill(np.frombuffer(target_map, dtype).reshape(shape), release)
         return mapped.map_input(Path(temp.name), 0, dtype, math.prod(shape)).reshape(shape)
+
+
+@contextlib.contextmanager
+def _mapped(fd: int, nbytes: int, writable: bool) -> Iterator[tuple[mmap.mmap, Callable[[], None]]]:
+    """A shared mapping of the first ``nbytes`` of ``fd``, and a function that drops its pages from this
+    process (they stay in the page cache, dirty ones included): called after each block, it keeps the
+    resident memory of a conversion to one block however large the data."""
+    mapping = mmap.mmap(fd, nbytes, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+
+    def release() -> None:
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            mapping.madvise(mmap.MADV_DONTNEED)
+
+    try:
+        yield mapping, release
+    finally:
+        with contextlib.suppress(BufferError):  # a view still held: the mapping goes when it does
+            mapping.close()
 
 
 def _metadata(path: Path, level: _Level, shape: Shape4, dtype: np.dtype, words: str,
@@ -321,7 +338,7 @@ def _parsed(path: Path, request: ReadRequest, data: bool):
     if math.prod(shape) == 0:
         raise HeaderError(f"{path}: shape: level {request.level or 0} {tuple(level.array.shape)} is empty")
     if data:
-        values = _decode(path, level, selection, shape, dtype, request.mmap)
+        values = _decode(path, level, selection, shape, dtype, to_file=request.mmap)
     else:  # a stand-in over one element: only its shape and strides are looked at
         values = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape,
                                                  tuple(s * dtype.itemsize for s in _c_strides(shape)), writeable=False)
@@ -424,17 +441,18 @@ def _transforms_for(metadata: Metadata | None, names: str, notices: list[str],
     return axes, transforms
 
 
-def _packed_view(data: Path, spec: OutputSpec, dtype: np.dtype) -> np.ndarray:
-    """The BDHW data the Writer packed into ``data`` (offset 0), as a read-only map."""
+def _packed_view(buffer, spec: OutputSpec) -> np.ndarray:
+    """The BDHW data the Writer packed (at offset 0, in ``spec.order``) into ``buffer``."""
     b, d, h, w = spec.shape
     if spec.order == "F":
-        return np.memmap(data, dtype, "r", shape=(b, d, w, h)).swapaxes(2, 3)
-    return np.memmap(data, dtype, "r", shape=(b, d, h, w))
+        return np.frombuffer(buffer, spec.dtype).reshape(b, d, w, h).swapaxes(2, 3)
+    return np.frombuffer(buffer, spec.dtype).reshape(b, d, h, w)
 
 
-def write_store(data: np.ndarray, store: Path, spec: OutputSpec) -> list[str]:
+def write_store(data: np.ndarray, store: Path, spec: OutputSpec,
+                release: Callable[[], None] = lambda: None) -> list[str]:
     """Write the BDHW ``data`` as an OME-Zarr image into the empty directory ``store``, block of chunks by
-    block of chunks; returns notices."""
+    block of chunks (``release`` is called after each); returns notices."""
     import numcodecs
     import zarr
 
@@ -455,6 +473,7 @@ def write_store(data: np.ndarray, store: Path, spec: OutputSpec) -> list[str]:
     view = data[tuple(slice(None) if i >= 2 or n > 1 else 0 for i, n in enumerate(spec.shape))]  # the stored axes
     for block in _blocks(stored, chunks, spec.dtype.itemsize, BLOCK_BYTES):
         array[block] = view[block]
+        release()
     axes, transforms = _transforms_for(spec.metadata, names, notices, spec.path)
     image = {"name": spec.path.name, "axes": axes,
              "datasets": [{"path": "0", "coordinateTransformations": transforms}]}
@@ -525,7 +544,9 @@ class OmeZarrFormat:
 
     def finish_store(self, data: Path, store: Path, spec: OutputSpec, statistics: Statistics) -> list[str]:
         """Convert the packed data the Writer wrote into ``data`` into a store in the empty directory ``store``."""
-        return write_store(_packed_view(data, spec, spec.dtype), store, spec)
+        nbytes = math.prod(spec.shape) * spec.dtype.itemsize
+        with open(data, "rb") as file, _mapped(file.fileno(), nbytes, writable=False) as (buffer, release):
+            return write_store(_packed_view(buffer, spec), store, spec, release)
 
 
 FORMAT = OmeZarrFormat()

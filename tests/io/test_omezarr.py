@@ -199,7 +199,7 @@ def test_stores_that_are_not_images_are_refused_in_one_line(tmp_path):
 
 
 def test_a_failed_write_leaves_no_store_and_no_temporary(tmp_path, monkeypatch):
-    def fail(data, store, spec):
+    def fail(data, store, spec, release):
         (store / "partial").write_text("x")
         raise RuntimeError("disk on fire")
 
@@ -295,3 +295,33 @@ def test_http_paths_mode_reads_and_writes_stores_and_uploads_refuse_them(tmp_pat
         assert "'mrc' or 'tiff'" in assert_problem(refused, 400, "invalid-parameters")["detail"]
         zipped = client.post("/v1/upload/copy", files={"file": ("in.zip", b"PK\x03\x04" + b"\0" * 100)})
         assert "a zip archive; an OME-Zarr store is read as its directory" in assert_problem(zipped, 422)["detail"]
+
+
+@settings(max_examples=20, deadline=None)
+@given(shape=st.lists(st.integers(1, 6), min_size=2, max_size=4), data=st.data(),
+       zarr_format=st.sampled_from([2, 3]), fortran=st.booleans(), big_endian=st.booleans(), in_memory=st.booleans())
+def test_noa_reads_any_chunking_zarr_writes(tmp_path_factory, shape, data, zarr_format, fortran, big_endian, in_memory):
+    """Stores written by zarr itself with random chunks (F-ordered chunks and big-endian data in zarr v2):
+    values as zarr reads them, in BDHW; decoded into a mapped file, or into memory (mmap=False)."""
+    folder = tmp_path_factory.mktemp("r")
+    chunks = tuple(data.draw(st.integers(1, n)) for n in shape)
+    names = "tzyx"[4 - len(shape):]
+    dtype = np.dtype(">f4" if big_endian and zarr_format == 2 else "<f4")
+    values = np.random.default_rng(len(shape)).random(shape).astype(dtype)
+    group = zarr.open_group(str(folder / "z.zarr"), mode="w", zarr_format=zarr_format)
+    extra = {"order": "F"} if fortran and zarr_format == 2 else {}
+    group.create_array("s0", shape=shape, chunks=chunks, dtype=dtype, **extra)[...] = values
+    axes = [{"name": a, "type": "time" if a == "t" else "space", **({"unit": "nanometer"} if a != "t" else {})}
+            for a in names]
+    scale = [1.0 if a == "t" else 0.25 for a in names]
+    image = {"axes": axes, "datasets": [{"path": "s0", "coordinateTransformations": [{"type": "scale", "scale": scale}]}]}
+    if zarr_format == 2:
+        group.attrs["multiscales"] = [{"version": "0.4", **image}]
+    else:
+        group.attrs["ome"] = {"version": "0.5", "multiscales": [image]}
+    array, meta = io.read(folder / "z.zarr", mmap=not in_memory)
+    np.testing.assert_array_equal(array.numpy(), values.reshape((1,) * (4 - len(shape)) + tuple(shape)))
+    assert array.dtype == np.dtype("float32")
+    spatial = [a for a in names if a != "t"]
+    expected = tuple(0.25 if a in spatial else 0.0 for a in "zyx")
+    assert meta.pixel_size == expected and meta.unit == "nanometer"
