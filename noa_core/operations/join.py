@@ -6,7 +6,7 @@ from pathlib import Path
 
 from noa_core.operations.spec import DEVICE, READING, Operation, Options
 
-MAX_INPUTS = 10_000
+MAX_INPUTS = 1000  # the most files a multipart upload may hold (Starlette's max_files): every door takes as many
 
 
 def plan(inputs: list[Path], options: Options):
