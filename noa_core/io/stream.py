@@ -36,11 +36,13 @@ from noa_core.layout import Shape4
 if TYPE_CHECKING:
     from noa_core.reduction import Moments
 
-TILE_BYTES = 32 << 20  # per tile, the buffer of the output and of each source read (two tiles are in flight)
-BLOCK_BYTES = TILE_BYTES  # the name drivers and callers use for the budget
+# Per tile, the buffer of the output and of each source read (two tiles are in flight). Small enough for
+# a tile to stay in the processor's cache between its read, its statistics and its write: measured on
+# 1 GiB, 8 MiB tiles copied and transposed 1.3-2x faster than 32 MiB ones.
+TILE_BYTES = 8 << 20
 RUN_COST = 64 << 10  # a read or write call costs about as much as moving this many bytes
 TILE_COST = 256 << 10  # and a tile (a kernel launch, a hand-over to the writer thread) as much as this
-GRANULE = 2 << 20  # the smallest budget a Dask task is given is a few of these (see run.cluster)
+MIN_TILE_BYTES = 1 << 20  # the least a tile of a plan with reads is given, however much it reads
 
 Compute = Callable[[list[Array], Array], None]
 Key = tuple[slice, ...]
@@ -500,7 +502,7 @@ def same_tile(sources: Sequence[Array], shape: Shape4, compute: Compute) -> Tile
     return lambda key: ([view[key] for view in views], compute)
 
 
-def plan_tiles(writer: Writer, sources: Sequence[Array], block_bytes: int = BLOCK_BYTES,
+def plan_tiles(writer: Writer, sources: Sequence[Array], block_bytes: int = TILE_BYTES,
                whole: Sequence[int] = (), read_factor: float = 1.0) -> list[Key]:
     """The tiles :func:`fill` walks, in its order: each buffers at most ``block_bytes`` of the output
     and of every source read (sources broadcast onto the output shape), and spans all of the dimensions
@@ -511,7 +513,7 @@ def plan_tiles(writer: Writer, sources: Sequence[Array], block_bytes: int = BLOC
     """
     srcs = [s.broadcast(writer.shape) if s.shape != writer.shape else s for s in map(asarray, sources)]
     out_strides = layout.strides_for(writer.shape, writer.order)
-    budget = block_bytes if srcs else max(GRANULE, int(block_bytes / max(1.0, read_factor)))
+    budget = block_bytes if srcs else max(MIN_TILE_BYTES, int(block_bytes / max(1.0, read_factor)))
     tile = plan_tile(writer.shape, [(s.strides, s.itemsize) for s in srcs], budget, whole,
                      output=(out_strides, writer.dtype.itemsize))
     return list(tiles(writer.shape, tile, out_strides))
@@ -553,7 +555,7 @@ def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileFile, values
     return stats
 
 
-def fill(writer: Writer, sources: Sequence[Array], compute: Compute | None, *, block_bytes: int = BLOCK_BYTES,
+def fill(writer: Writer, sources: Sequence[Array], compute: Compute | None, *, block_bytes: int = TILE_BYTES,
          progress: Callable[[int, int], None] | None = None, whole: Sequence[int] = (),
          reads: TileReads | None = None, keys: Sequence[Key] | None = None) -> None:
     """Fill ``writer`` tile by tile with ``compute(source_tiles, output_tile)``.
@@ -581,7 +583,7 @@ def fill(writer: Writer, sources: Sequence[Array], compute: Compute | None, *, b
     writer.complete(stats)
 
 
-def batch_statistics(source: Array, *, block_bytes: int = BLOCK_BYTES) -> list[RunningStatistics]:
+def batch_statistics(source: Array, *, block_bytes: int = TILE_BYTES) -> list[RunningStatistics]:
     """The statistics of each batch entry of ``source`` in one pass, tile by tile: bounded memory, and
     tiles of a file are read with ``pread`` (a file truncated meanwhile is an error, not SIGBUS)."""
     b, d, h, w = source.shape
@@ -598,7 +600,7 @@ def batch_statistics(source: Array, *, block_bytes: int = BLOCK_BYTES) -> list[R
     return per_batch
 
 
-def copy_into(source: Array | np.ndarray, writer: Writer, *, block_bytes: int = BLOCK_BYTES) -> None:
+def copy_into(source: Array | np.ndarray, writer: Writer, *, block_bytes: int = TILE_BYTES) -> None:
     """Copy a (possibly permuted or broadcast) source view into ``writer``, tile by tile.
 
     The source broadcasts onto the output shape. Values are converted to the output dtype; an

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from noa_core.errors import LayoutError, NoaError, SchedulerError
-from noa_core.io.stream import BLOCK_BYTES, GRANULE, Region, RunningStatistics
+from noa_core.io.stream import TILE_BYTES, Region, RunningStatistics
 from noa_core.operations import FileTask
 from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
 from noa_core.run.local import write_pair
@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     import distributed
 
 LOCAL = "local"
-MIN_BLOCK_BYTES = 4 * GRANULE  # a tile maps at least two granules per run: smaller budgets fit nothing
+MIN_BLOCK_BYTES = 8 << 20  # the smallest task budget (tests use it to split small files)
+BLOCK_BYTES = 128 << 20  # about what one task writes: fewer, larger tasks cost less to schedule
 
 
 def _distributed():
@@ -280,8 +281,8 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
                 block_bytes: int = BLOCK_BYTES, progress: Progress | None = None) -> list[str]:
     """Write one output with tasks over runs of its tiles, spread over the workers; return notices.
 
-    Tiles span at most ``block_bytes`` of mapping in the output and in every input, and each task
-    writes about ``block_bytes`` of output, so a worker's memory stays near its baseline plus two tiles.
+    Tiles buffer at most ``block_bytes`` (and :data:`TILE_BYTES`) of the output and of every input, and each
+    task writes about ``block_bytes`` of output, so a worker's memory stays near its baseline plus two tiles.
 
     Used when every input is memory-mapped (uncompressed, native byte order, stored plainly) and the
     output is larger than ``block_bytes``; otherwise the pair is one task. The output must be on a
@@ -290,8 +291,8 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
     from noa_core.io import mapped, stream
 
     if block_bytes < MIN_BLOCK_BYTES:
-        raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES} (tiles are planned in "
-                          f"{GRANULE >> 20} MiB granules)")
+        raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES}: tasks that small cost more to "
+                          "schedule than they write")
     distributed = _distributed()
     plan = task.plan(src)
     small = math.prod(plan.shape) * plan.dtype.itemsize <= block_bytes
@@ -301,7 +302,7 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
             raise result.error
         return list(result.notices)
     with plan.create(dst, overwrite=overwrite) as writer:
-        keys = plan.keys(writer, block_bytes)
+        keys = plan.keys(writer, min(block_bytes, TILE_BYTES))
         runs = _task_runs(keys, plan.dtype.itemsize, block_bytes)
         run = uuid.uuid4().hex[:8]
         names = [_key(task, i, run) for i in range(len(runs))]

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from noa_core.errors import NoaError
-from noa_core.io.stream import BLOCK_BYTES
+from noa_core.io.stream import TILE_BYTES
 from noa_core.operations import FileTask
 from noa_core.operations.plan import Plan
 from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
@@ -19,7 +19,7 @@ def write_plan(plan: Plan, dst: PathLike, *, overwrite: bool = False, device: st
 
     with plan.create(dst, overwrite=overwrite) as writer:
         io.fill(writer, plan.sources, None, progress=progress, reads=plan.tile_reads(device),
-                keys=plan.keys(writer, BLOCK_BYTES))
+                keys=plan.keys(writer, TILE_BYTES))
     return [*plan.notices, *writer.notices]
 
 

@@ -159,7 +159,7 @@ print(baseline, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
-def _streamed_permute(tmp_path, n: int, perm: str, block_bytes: int = stream.BLOCK_BYTES) -> tuple[int, int]:
+def _streamed_permute(tmp_path, n: int, perm: str, block_bytes: int = stream.TILE_BYTES) -> tuple[int, int]:
     """(baseline, peak) resident KiB of a child process streaming ``perm`` over an n^3 float32 volume."""
     src, dst = tmp_path / "big.mrc", tmp_path / "out.mrc"
     subprocess.run([sys.executable, "-c", _GENERATE, str(src), str(n)], check=True)

@@ -28,7 +28,7 @@ def volume(tmp_path):
 
 @pytest.fixture
 def small_tiles(monkeypatch):
-    monkeypatch.setattr(local, "BLOCK_BYTES", 64 << 10)
+    monkeypatch.setattr(local, "TILE_BYTES", 64 << 10)
 
 
 ROWS = {  # (operation, options, what NumPy makes of the volume, as D, H, W)
