@@ -325,3 +325,17 @@ def test_noa_reads_any_chunking_zarr_writes(tmp_path_factory, shape, data, zarr_
     spatial = [a for a in names if a != "t"]
     expected = tuple(0.25 if a in spatial else 0.0 for a in "zyx")
     assert meta.pixel_size == expected and meta.unit == "nanometer"
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+@pytest.mark.parametrize("shape", [(1, 1, 3, 4), (3, 1, 3, 4), (1, 2, 3, 4), (2, 2, 1, 1)])
+@pytest.mark.parametrize("pixel_size", [(0.0, 0.0, 0.0), (2.0, 1.0, 1.0)])
+def test_noa_outputs_are_valid_ngff_by_ome_zarr_models(tmp_path, version, shape, pixel_size):
+    """ome-zarr-models (pydantic models of the NGFF specifications) validates what noa writes."""
+    models = pytest.importorskip(f"ome_zarr_models.v0{version[-1]}")
+    meta = Metadata(format="mrc", shape=shape, dtype="float32", pixel_size=pixel_size, origin=(0.0, 1.0, 2.0))
+    with io.create(tmp_path / "o.ome.zarr", shape, "uint16", meta, write_options={"ngff": version}) as out:
+        io.copy_into(np.arange(np.prod(shape), dtype=np.uint16).reshape(shape), out)
+    image = models.Image.from_zarr(zarr.open_group(str(tmp_path / "o.ome.zarr"), mode="r"))
+    axes = image.attributes.multiscales[0].axes if version == "0.4" else image.ome_attributes.multiscales[0].axes
+    assert [a.name for a in axes] == list(omezarr.stored_axes(shape)[1])
