@@ -23,6 +23,7 @@ zarr is imported inside the functions: commands that never touch a store do not 
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import math
 import mmap
@@ -39,6 +40,7 @@ from noa_core.errors import (
     CorruptFileError,
     FileFormatError,
     HeaderError,
+    NoSpaceError,
     SizeError,
     WriteDTypeError,
 )
@@ -286,10 +288,24 @@ def _decode(path: Path, level: _Level, selection: tuple, shape: tuple[int, ...],
         raise SizeError(f"{path}: shape: decoding the {nbytes} bytes of data needs more room than {folder} has "
                         f"({room.f_bavail * room.f_frsize} bytes free)")
     with tempfile.NamedTemporaryFile(prefix="noa-", suffix=".zarr-decoded", dir=folder) as temp:
-        temp.truncate(nbytes)
+        _allocate(path, temp.fileno(), nbytes, folder)
         with _mapped(temp.fileno(), nbytes, writable=True) as (target_map, release):
             fill(np.frombuffer(target_map, dtype).reshape(shape), release)
         return mapped.map_input(Path(temp.name), 0, dtype, math.prod(shape)).reshape(shape)
+
+
+def _allocate(path: Path, fd: int, nbytes: int, folder: str) -> None:
+    """Give the temporary file its blocks now: a disk that fills while the mapping is written would be
+    a SIGBUS (killing the process), and is an error here instead."""
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise NoSpaceError(f"{path}: shape: decoding the {nbytes} bytes of data: no space left in {folder}") \
+                from None
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        os.ftruncate(fd, nbytes)  # a file system that cannot allocate ahead: sparse, as a last resort
 
 
 @contextlib.contextmanager

@@ -339,3 +339,17 @@ def test_noa_outputs_are_valid_ngff_by_ome_zarr_models(tmp_path, version, shape,
     image = models.Image.from_zarr(zarr.open_group(str(tmp_path / "o.ome.zarr"), mode="r"))
     axes = image.attributes.multiscales[0].axes if version == "0.4" else image.ome_attributes.multiscales[0].axes
     assert [a.name for a in axes] == list(omezarr.stored_axes(shape)[1])
+
+
+def test_damaged_stores_are_one_line_errors_and_leave_no_output(tmp_path):
+    io.write(tmp_path / "v.ome.zarr", np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    chunk = next(p for p in (tmp_path / "v.ome.zarr" / "0").iterdir() if not p.name.startswith("."))
+    chunk.write_bytes(b"garbage, not a Blosc frame")
+    assert_user_error(noa("copy", tmp_path / "v.ome.zarr", tmp_path / "out.mrc"), "v.ome.zarr: chunk data:")
+    assert not (tmp_path / "out.mrc").exists()
+    (tmp_path / "v.ome.zarr" / ".zattrs").write_text("{not json")
+    assert_user_error(noa("info", tmp_path / "v.ome.zarr"), "v.ome.zarr: zarr metadata:")
+    (tmp_path / "v.ome.zarr" / ".zattrs").write_text(json.dumps({"multiscales": [{"version": "0.4", "axes": [
+        "z", "y"], "datasets": [{"path": "../../etc"}]}]}))
+    assert_user_error(noa("info", tmp_path / "v.ome.zarr"), "path '../../etc' is not inside the store")
+    assert sorted(os.listdir(tmp_path)) == ["v.ome.zarr"]
