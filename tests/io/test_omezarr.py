@@ -353,3 +353,26 @@ def test_damaged_stores_are_one_line_errors_and_leave_no_output(tmp_path):
         "z", "y"], "datasets": [{"path": "../../etc"}]}]}))
     assert_user_error(noa("info", tmp_path / "v.ome.zarr"), "path '../../etc' is not inside the store")
     assert sorted(os.listdir(tmp_path)) == ["v.ome.zarr"]
+
+
+def test_dask_splits_a_store_over_workers_into_a_store(tmp_path):
+    """One large store, split into tasks over two worker processes (each task decodes the input again:
+    see the README), gives the single-process result."""
+    pytest.importorskip("distributed")
+    from noa_core import operations
+    from noa_core.run import cluster, local
+
+    data = np.random.default_rng(4).normal(0, 1, (40, 256, 320)).astype(np.float32)  # 12.5 MiB
+    meta = Metadata(format="mrc", shape=(1,) + data.shape, dtype="float32", pixel_size=(1.5, 2.5, 3.5))
+    io.write(tmp_path / "in.ome.zarr", data, meta)
+    task = operations.get("permute").task({"axes": (0, 1, 3, 2)})
+    ticks = []
+    with cluster.connect("local", workers=2) as client:
+        cluster.write_split(task, tmp_path / "in.ome.zarr", tmp_path / "out.ome.zarr", client,
+                            block_bytes=cluster.MIN_BLOCK_BYTES, progress=lambda done, total: ticks.append(total))
+    assert ticks and ticks[-1] >= 2  # really split
+    local.write(task, tmp_path / "in.ome.zarr", tmp_path / "ref.ome.zarr", overwrite=False)
+    split, reference = io.read(tmp_path / "out.ome.zarr"), io.read(tmp_path / "ref.ome.zarr")
+    np.testing.assert_array_equal(split[0].numpy(), data.transpose(0, 2, 1)[None])
+    np.testing.assert_array_equal(split[0].numpy(), reference[0].numpy())
+    assert split[1].pixel_size == reference[1].pixel_size == (1.5, 3.5, 2.5)
