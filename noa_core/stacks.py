@@ -252,19 +252,22 @@ def _derived(meta, shape: Shape4):
 
 
 def part_metadata(meta, source_shape: Shape4, axis: int, start: int, stop: int):
-    """The metadata of entries ``start:stop`` along ``axis`` of an array described by ``meta``: pixel size,
-    origin and labels kept; a volume's sections start further along Z (MRC nzstart); per-section extended
-    header records (FEI1/FEI2, SERI, AGAR) follow their sections, other extended headers are dropped."""
+    """The metadata of entries ``start:stop`` along ``axis`` of an array described by ``meta``: pixel size
+    and labels kept; the Z sections of a volume keep their place (IMOD's convention, as ``noa sections``:
+    section ``k`` lies at ``k * pixel - origin``, so the origin loses ``start * pixel``); per-section
+    extended header records (FEI1/FEI2, SERI, AGAR) follow their sections, other extended headers are
+    dropped."""
     b, d, h, w = source_shape
     shape = layout.Shape4((stop - start, d, h, w) if axis == BATCH else (stop - start, 1, h, w))
     out = _derived(meta, shape)
+    if axis == DEPTH:
+        out.origin = (meta.origin[0] - start * meta.pixel_size[0], *meta.origin[1:])
     fields = meta.mrc
     if fields is None:
         return out
     per_entry = d if axis == BATCH else 1
     changes = {}
     if axis == DEPTH:
-        changes["start"] = (fields.start[0] + start, *fields.start[1:])
         changes["space_group"] = 0
         changes["sampling"] = (0, *fields.sampling[1:])
     if fields.extended_header is not None:

@@ -103,8 +103,8 @@ def edit(path: Path, options: Options, dry_run: bool) -> dict:
     p = formats.check_input(path)  # the file first: a missing or unreadable one is named before any value
     fmt, compression = formats.detect(p)
     if fmt.name != "mrc":
-        raise FileFormatError(f"{p}: {fmt.title} files cannot have their header edited in place (their tags live "
-                              "among the data); write a copy with the new values instead (noa copy)")
+        raise FileFormatError(f"{p}: only MRC headers are edited in place, not {fmt.title} ones (their metadata "
+                              "lives among the data); write a copy with the new values instead (noa copy)")
     if compression is not None:
         raise FileFormatError(f"{p}: the file is {compression}-compressed, so its header cannot be rewritten in "
                               "place; decompress it first")

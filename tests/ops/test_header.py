@@ -159,7 +159,7 @@ def test_refusals_name_the_problem_and_change_nothing(tmp_path):
     assert_user_error(noa("header", path), "nothing to change")
     assert path.read_bytes() == original
     tiff = need_shared("zyx_uint16.tiff")[0]
-    assert_user_error(noa("header", tiff, "--pixel-size", "1"), "TIFF", "noa copy")
+    assert_user_error(noa("header", tiff, "--pixel-size", "1"), "only MRC headers", "TIFF", "noa copy")
     packed = tmp_path / "map.mrc.gz"
     packed.write_bytes(gzip.compress(original))
     assert_user_error(noa("header", packed, "--pixel-size", "1"), "compressed")

@@ -490,3 +490,20 @@ def test_scale_keeps_the_extended_header_and_labels(tmp_path):
     _, header, _ = mrc_data(tmp_path / "n.mrcs")
     labels = [bytes(label).decode().strip() for label in header.label[:int(header.nlabl)]]
     assert labels[0].startswith("Created by mrcfile") and "noa normalize per section" in labels[-1]
+
+
+def test_a_volumes_z_sections_keep_their_place(tmp_path):
+    """IMOD's convention, as noa sections: section k lies at k * pixel - origin."""
+    data = np.arange(5 * 3 * 4, dtype=np.float32).reshape(5, 3, 4)
+    with mrcfile.new(tmp_path / "vol.mrc", data) as f:
+        f.voxel_size = (1.5, 2.0, 2.5)  # x, y, z
+        f.header.origin = (10.0, 20.0, 30.0)
+    done = noa("split", tmp_path / "vol.mrc", "--out-dir", tmp_path / "z", "--every", "2")
+    assert done.returncode == 0, done.stderr
+    for k, part in enumerate(sorted((tmp_path / "z").iterdir())):
+        got, header, voxel = mrc_data(part)
+        np.testing.assert_array_equal(got.reshape(-1, 3, 4), data[2 * k:2 * k + 2])
+        assert int(header.ispg) == 0  # an image stack of the sections
+        assert (float(header.origin.x), float(header.origin.y)) == (10.0, 20.0)
+        assert float(header.origin.z) == pytest.approx(30.0 - 2 * k * 2.5)
+        assert (float(voxel.x), float(voxel.y)) == pytest.approx((1.5, 2.0))
