@@ -34,6 +34,7 @@ _SHARED: weakref.WeakKeyDictionary[mmap.mmap, int] = weakref.WeakKeyDictionary()
 _CAN_RELEASE = hasattr(mmap, "MADV_DONTNEED") and hasattr(mmap.mmap, "madvise")
 # input mapping -> (descriptor kept open for pread, path for messages); the descriptor closes with the mapping
 _INPUTS: weakref.WeakKeyDictionary[mmap.mmap, tuple[int, Path]] = weakref.WeakKeyDictionary()
+_PRIVATE: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # mappings of this process's temporary files
 RUN_BYTES = 8 << 20  # a view is read in runs of at most this many contiguous bytes (and at least one element)
 PARALLEL_BYTES = 4 << 20  # smaller views are read by one thread
 
@@ -44,8 +45,9 @@ def _register(mm: mmap.mmap) -> None:
     del probe  # release the buffer export so that the mapping can be closed
 
 
-def map_input(path: Path, offset: int, dtype: np.dtype, count: int) -> np.ndarray:
-    """A read-only 1-d view of ``count`` items of ``dtype`` at byte ``offset`` of ``path``."""
+def map_input(path: Path, offset: int, dtype: np.dtype, count: int, *, private: bool = False) -> np.ndarray:
+    """A read-only 1-d view of ``count`` items of ``dtype`` at byte ``offset`` of ``path``; ``private``: a
+    temporary file of this process (decompressed data) that no other process can map by its path."""
     with open_input(path) as file:  # refuses a FIFO or device swapped in for the file, without blocking
         fd = os.dup(file.fileno())
     try:
@@ -55,6 +57,8 @@ def map_input(path: Path, offset: int, dtype: np.dtype, count: int) -> np.ndarra
         raise
     _register(mm)
     _INPUTS[mm] = (fd, Path(path))
+    if private:
+        _PRIVATE.add(mm)
     weakref.finalize(mm, os.close, fd)
     return np.frombuffer(mm, dtype=dtype, count=count, offset=offset)
 
@@ -217,5 +221,7 @@ def flush(arrays: Sequence[np.ndarray]) -> None:
 
 
 def is_mapped(array: np.ndarray) -> bool:
-    """True when ``array`` views a file mapping made here (so other processes can map the same bytes)."""
-    return _mapping_of(array) is not None
+    """True when ``array`` views a file mapping made here that other processes can map too (by path: not
+    decompressed data in a temporary file of this process)."""
+    mm = _mapping_of(array)
+    return mm is not None and mm not in _PRIVATE

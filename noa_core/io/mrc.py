@@ -359,7 +359,7 @@ def _spill(path: Path, source: Decompressed, nbytes: int, dtype: np.dtype) -> np
                                          f"{start + len(chunk)}")
             temp.write(chunk if dtype.isnative else np.frombuffer(chunk, dtype).byteswap().tobytes())
         temp.flush()
-        return mapped.map_input(Path(temp.name), 0, dtype.newbyteorder("="), nbytes // dtype.itemsize)
+        return mapped.map_input(Path(temp.name), 0, dtype.newbyteorder("="), nbytes // dtype.itemsize, private=True)
 
 
 def _read_data(path: Path, header: np.record, source, file: BinaryIO, request: ReadRequest) -> np.ndarray:

@@ -291,7 +291,7 @@ def _decode(path: Path, level: _Level, selection: tuple, shape: tuple[int, ...],
         _allocate(path, temp.fileno(), nbytes, folder)
         with _mapped(temp.fileno(), nbytes, writable=True) as (target_map, release):
             fill(np.frombuffer(target_map, dtype).reshape(shape), release)
-        return mapped.map_input(Path(temp.name), 0, dtype, math.prod(shape)).reshape(shape)
+        return mapped.map_input(Path(temp.name), 0, dtype, math.prod(shape), private=True).reshape(shape)
 
 
 def _allocate(path: Path, fd: int, nbytes: int, folder: str) -> None:

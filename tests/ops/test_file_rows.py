@@ -111,3 +111,16 @@ def test_a_plain_copy_reads_straight_into_the_buffer_it_writes(volume, tmp_path,
     with open(src, "rb") as a, open(tmp_path / "out.mrc", "rb") as b:
         header = 1024 + int(mrcfile.open(src).header.nsymbt)
         assert a.read()[header:] == b.read()[1024 + int(mrcfile.open(tmp_path / "out.mrc").header.nsymbt):]
+
+
+def test_decompressed_inputs_are_not_split_over_processes(volume, tmp_path):
+    """A Dask task re-plans from the input's path: a decompressed input would be decompressed again by
+    every task, so only inputs other processes can map by path count as mapped."""
+    from noa_core import io
+    from noa_core.io import mapped
+
+    src, _ = volume
+    with open(src, "rb") as raw, gzip.open(tmp_path / "vol.mrc.gz", "wb") as packed:
+        shutil.copyfileobj(raw, packed)
+    assert mapped.is_mapped(io.read(src)[0].numpy())
+    assert not mapped.is_mapped(io.read(tmp_path / "vol.mrc.gz")[0].numpy())
