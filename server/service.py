@@ -12,6 +12,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -58,6 +59,7 @@ class Service:
         self._pool = ThreadPoolExecutor(settings.workers, "noa-worker", initializer=_pin_kernel_threads,
                                         initargs=(settings.kernel_threads,))
         self._warmup: Future | None = None
+        self._stopping = threading.Event()
 
     def start(self) -> None:
         """Remove what killed server processes left in the upload folder; compile the kernels in a
@@ -67,7 +69,7 @@ class Service:
         # Clients' expressions are compiled once per process and kept in memory, not cached on
         # disk: every distinct one would stay in the cache directory for good.
         runtime.CACHE_EXPRESSIONS = False
-        self._warmup = self._pool.submit(warmup)
+        self._warmup = self._pool.submit(warmup, self._stopping)
         self._warmup.add_done_callback(_log_warmup)
 
     def retire_if_spent(self) -> None:
@@ -85,9 +87,12 @@ class Service:
             stop_server()
 
     def stop(self) -> None:
+        self._stopping.set()  # the warm-up ends after its current case: no kernel runs while Python exits
         if self.jobs is not None:
             self.jobs.stop()
             self.jobs.wait_idle(SHUTDOWN_GRACE_S)
+        if self._warmup is not None:
+            futures.wait([self._warmup], timeout=SHUTDOWN_GRACE_S)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     @property

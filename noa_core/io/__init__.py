@@ -1,4 +1,4 @@
-"""Read and write MRC and TIFF files as 4-d BDHW arrays.
+"""Read and write MRC, TIFF and OME-Zarr files as 4-d BDHW arrays.
 
 Entry points:
 
@@ -41,9 +41,9 @@ def read(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bo
         as_stack: MRC only: read the sections as a stack of images ``(nz, 1, ny, nx)`` whatever ispg says.
         as_volume: MRC only: read the sections as one volume ``(1, nz, ny, nx)``.
         series: TIFF only: which series to read (default 0, with a notice when there are several).
-        channel: TIFF only: which channel to read (C axis or RGB samples); files whose channels cannot
+        channel: TIFF and OME-Zarr only: which channel to read (C axis or RGB samples); files whose channels cannot
             map to the batch axis are refused without it.
-        level: TIFF only: which pyramid level to read (default 0, the full resolution).
+        level: TIFF and OME-Zarr only: which pyramid level to read (default 0, the full resolution).
         mmap: map uncompressed data read-only instead of loading it (the Array is then not writable).
 
     Returns:
@@ -75,7 +75,8 @@ def _format_and_request(path, request: ReadRequest, method: str):
     fmt, compression = formats.detect(p)
     for name, what in _FORMAT_READ_OPTIONS.items():
         if getattr(request, name) is not None and name not in getattr(fmt, "read_options", ()):
-            raise FileFormatError(f"{p}: {name}: {fmt.title} files have no {what}; {name}= is for TIFF")
+            takers = " and ".join(f.title for f in formats.ALL_FORMATS if name in getattr(f, "read_options", ()))
+            raise FileFormatError(f"{p}: {name}: {fmt.title} files have no {what}; {name}= is for {takers}")
     return getattr(fmt, method)(p, dataclasses.replace(request, compression=compression))
 
 

@@ -246,9 +246,9 @@ ELEMENT_TYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "
 AS_STACK = Param("as_stack", Flag(), "Read an ambiguous MRC file as an image stack (true) or a volume (false).",
                  flags=("--as-stack/--as-volume",))
 SERIES = Param("series", Integer(0, 10_000), "TIFF series to read (default 0).")
-CHANNEL = Param("channel", Integer(0, 10_000), "TIFF channel (C axis or RGB sample) to read; needed when the "
+CHANNEL = Param("channel", Integer(0, 10_000), "TIFF or OME-Zarr channel (C axis or RGB sample) to read; needed when the "
                 "channels cannot be the batch axis.")
-LEVEL = Param("level", Integer(0, 100), "TIFF pyramid level to read (default 0, the full resolution).")
+LEVEL = Param("level", Integer(0, 100), "TIFF or OME-Zarr pyramid level to read (default 0, the full resolution).")
 READING = (AS_STACK, SERIES, CHANNEL, LEVEL)
 DEVICE = Param("device", Choice(("cpu", "cuda")), "Where kernels run: cpu or cuda.", default="cpu",
                doors=frozenset({"cli"}))

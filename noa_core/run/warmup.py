@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -25,17 +26,20 @@ FILE_DTYPES = ("int8", "uint8", "int16", "uint16", "float16", "float32", "int32"
 COUNTS = (64, SERIAL_THRESHOLD)
 
 
-def warmup() -> float:
+def warmup(stop: threading.Event | None = None) -> float:
     """Run every kernel variant a file operation can reach, serial and parallel, for FILE_DTYPES;
-    return the seconds it took."""
+    return the seconds it took. With ``stop``, it returns early once that is set (a server shutting
+    down must not leave a thread running kernels while the interpreter exits)."""
+    stop = stop or threading.Event()
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="noa-warmup-") as folder:
         for count in COUNTS:
             for name in FILE_DTYPES:
-                _file_operations(Path(folder), name, count)
+                _file_operations(Path(folder), name, count, stop)
     for count in COUNTS:
         for name in FILE_DTYPES:
-            _in_memory(name, count)
+            if not stop.is_set():
+                _in_memory(name, count)
     return time.perf_counter() - start
 
 
@@ -45,7 +49,7 @@ def _suffix(dtype: str) -> str:
     return ".mrc" if dtype in io.mrc.WRITABLE_DTYPES else ".tif"
 
 
-def _file_operations(folder: Path, name: str, count: int) -> None:
+def _file_operations(folder: Path, name: str, count: int, stop: threading.Event) -> None:
     from noa_core import io, operations
     from noa_core.run import local
 
@@ -61,6 +65,8 @@ def _file_operations(folder: Path, name: str, count: int) -> None:
 
     for operation in operations.operations():
         for dtype, values in operation.warmup(name, shape) if operation.warmup else ():
+            if stop.is_set():
+                return
             if operation.writes:
                 out = folder / f"out{_suffix(values.get('dtype') or dtype)}"
                 local.write(operation.task(values), source(dtype), out, overwrite=True)
