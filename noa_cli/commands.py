@@ -201,7 +201,7 @@ def _several_writer(operation: Operation) -> tuple[Callable[..., None], list[tup
     force, quiet = (("force", *DRIVER_OPTIONS["force"]), ("quiet", *DRIVER_OPTIONS["quiet"]))
 
     def command(**given: Any) -> None:
-        from noa_core.run.batch import write_several
+        from noa_core.run.local import write_several
 
         with flags_in_errors(operation):
             task = operation.task(option_values(operation, given))

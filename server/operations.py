@@ -75,7 +75,7 @@ def _run(params: OpParams, inputs: Sequence[Path], output: Path | None, max_voxe
         assert operation.edit is not None
         return operation.edit(inputs[0], options, dry_run)
     if operation.writes_several:
-        from noa_core.run.batch import write_several
+        from noa_core.run.local import write_several
 
         task = operation.task(params.values())
         planned = task.plans(inputs[0])

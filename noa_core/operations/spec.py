@@ -315,7 +315,7 @@ class Operation:
 
     - ``plan``: writes one output file (what to write, decided from the input headers; a driver writes it);
     - ``plans``: writes several output files from one input (a split): ``[(suffix, plan), ...]``, the
-      outputs named ``STEM + suffix`` in an output folder, all written or none (:func:`noa_core.run.batch.write_several`);
+      outputs named ``STEM + suffix`` in an output folder, all written or none (:func:`noa_core.run.local.write_several`);
     - ``report``: reports on its input (a JSON-ready dict, shown by ``text`` on the CLI and described by
       the ``result`` TypedDict over HTTP);
     - ``edit``: changes its input file in place (a header edit): ``edit(path, options, dry_run)`` returns

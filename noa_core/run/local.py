@@ -63,3 +63,124 @@ class LocalDriver:
             if progress is not None and len(todo) > 1:
                 progress(done, len(todo))
         return [results[(Path(s), Path(d))] for s, d in pairs]
+
+
+STAGING_PREFIX = ".noa-several-"  # the hidden folder outputs wait in until every one is complete
+
+
+def output_names(src: PathLike, suffixes: Sequence[str], stem: str | None = None) -> list[str]:
+    """The names of several outputs of ``src``: its stem (image extension and compression stripped), or
+    ``stem``, followed by each suffix ('movie.mrcs.gz', '_000.mrcs' -> 'movie_000.mrcs')."""
+    from noa_core.io.formats import strip_image_suffix
+
+    stem = strip_image_suffix(Path(src).name) if stem is None else stem
+    return [stem + suffix for suffix in suffixes]
+
+
+def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite: bool = False,
+                  progress: Progress | None = None, planned: list | None = None,
+                  stem: str | None = None) -> tuple[list[Path], list[str]]:
+    """Write every output of a several-output ``task`` (``Operation.plans``) from ``src`` into ``out_dir``:
+    all of them or none; return ``(outputs, notices)``.
+
+    Every output is first written (each atomically, tile by tile) into a hidden folder
+    ``out_dir/.noa-several-*`` on the same file system; only when all are complete are they renamed
+    into place, one ``rename`` each. On any failure before that, the hidden folder goes and nothing
+    else changed. A failure during the renames themselves (which do not fail on a sane file system)
+    removes the outputs already renamed; with ``overwrite``, files they replaced are gone. A process
+    killed outright leaves the hidden folder (remove ``.noa-several-*`` folders no process is using).
+    ``out_dir`` is created when missing (and removed again on failure). ``planned``: ``task.plans(src)``
+    when already made; ``stem``: the outputs' names begin with it instead of ``src``'s stem.
+    """
+    import contextlib
+    import os
+    import shutil
+    import tempfile
+
+    from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError
+    from noa_core.io import atomic
+    from noa_core.operations.plan import check_distinct
+
+    src, out_dir = Path(src), Path(out_dir)
+    if planned is None:
+        planned = task.plans(src)  # headers read and checked before anything is created
+    outputs = [out_dir / name for name in output_names(src, [suffix for suffix, _ in planned], stem)]
+    if out_dir.exists() and not out_dir.is_dir():
+        raise NotAFileError(f"{out_dir}: the output folder is a file")
+    if not out_dir.parent.is_dir():
+        raise MissingFileError(f"{out_dir}: the folder {out_dir.parent} does not exist")
+    existing = [out for out in outputs if out.exists()]
+    if existing and not overwrite:
+        more = f" (and {len(existing) - 1} more of the {len(outputs)} outputs)" if len(existing) > 1 else ""
+        raise OutputExistsError(f"{existing[0]}: exists{more}; pass overwrite (--force) to replace them")
+    for out in existing:
+        check_distinct(out, task.inputs(src))
+    created = not out_dir.exists()
+    if created:
+        out_dir.mkdir()
+    staging = None
+    renamed: list[Path] = []
+    notices: list[str] = []
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir))
+        must_sync = atomic.durable()
+        with atomic.scratch_outputs():  # synced together below: one fsync per file, not two, and no waits between
+            for done, (out, (_, plan)) in enumerate(zip(outputs, planned, strict=True), 1):
+                written = write_plan(plan, staging / out.name, device=task.device)
+                notices.extend(n.replace(str(staging / out.name), str(out)) for n in written)
+                if progress is not None:
+                    progress(done, len(outputs))
+        if must_sync:  # every output durable before any takes its name
+            for out in outputs:
+                fd = os.open(staging / out.name, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        for out in outputs:
+            _rename(staging / out.name, out, overwrite)
+            renamed.append(out)
+        if must_sync:
+            _fsync_folder(out_dir)
+    except BaseException:
+        for out in renamed:
+            out.unlink(missing_ok=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            with contextlib.suppress(OSError):  # only when empty: nothing of anyone else's goes
+                out_dir.rmdir()
+        raise
+    staging.rmdir()
+    return outputs, notices
+
+
+def _rename(temp: Path, path: Path, overwrite: bool) -> None:
+    """``temp`` renamed to ``path``; without ``overwrite`` never over a file that appeared meanwhile."""
+    import os
+
+    from noa_core.errors import OutputExistsError
+
+    if overwrite:
+        os.replace(temp, path)
+        return
+    try:
+        os.link(temp, path)  # fails if the path exists
+    except FileExistsError:
+        raise OutputExistsError(f"{path}: was created by someone else while writing") from None
+    except OSError:  # no hard links on this file system: a plain rename after a last check
+        if path.exists():
+            raise OutputExistsError(f"{path}: was created by someone else while writing") from None
+        os.replace(temp, path)
+    else:
+        os.unlink(temp)
+
+
+def _fsync_folder(folder: Path) -> None:
+    import os
+
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -21,7 +21,7 @@ from noa_core import io as noa_io
 from noa_core import operations, statistics
 from noa_core.array import asarray
 from noa_core.errors import DTypeError, ParameterError, SectionMismatchError, ValueRangeError
-from noa_core.run import batch, local
+from noa_core.run import local
 
 SMALL = settings(max_examples=20, deadline=None)
 shapes = st.tuples(st.integers(1, 5), st.integers(1, 3), st.integers(1, 7), st.integers(1, 7))
@@ -66,7 +66,7 @@ def tilts(path: Path) -> list[float]:
 def test_split_parts_are_numpys_slices(tmp_path_factory, shape, every, order):
     folder = tmp_path_factory.mktemp("split")
     data = write_noa(folder / "in.mrc", np.random.default_rng(0).normal(size=shape).astype(np.float32), order)
-    outputs, _ = batch.write_several(operations.get("split").task(every=every), folder / "in.mrc", folder / "out")
+    outputs, _ = local.write_several(operations.get("split").task(every=every), folder / "in.mrc", folder / "out")
     b, d, h, w = shape
     if b == 1 and d > 1:  # a single volume: its Z sections, as an image stack
         expected = [data[0, start:start + every].reshape(-1, 1, h, w) for start in range(0, d, every)]
@@ -120,13 +120,13 @@ def test_split_writes_all_outputs_or_none(tmp_path, monkeypatch):
     real = local.write_plan
     monkeypatch.setattr(local, "write_plan", failing)
     with pytest.raises(OSError):
-        batch.write_several(task, tmp_path / "in.mrc", tmp_path / "out")
+        local.write_several(task, tmp_path / "in.mrc", tmp_path / "out")
     assert len(calls) == 3 and not (tmp_path / "out").exists()  # the folder it made goes too
     (tmp_path / "kept").mkdir()
     (tmp_path / "kept" / "other.txt").write_text("mine")
     calls.clear()
     with pytest.raises(OSError):
-        batch.write_several(task, tmp_path / "in.mrc", tmp_path / "kept")
+        local.write_several(task, tmp_path / "in.mrc", tmp_path / "kept")
     assert [p.name for p in (tmp_path / "kept").iterdir()] == ["other.txt"]
 
 
