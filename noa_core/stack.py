@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 import numba
 import numpy as np
+from numba.extending import overload
 
 from noa_core import runtime  # noqa: F401 - numba's cache folder and threading layer, before any njit
 from noa_core import layout
@@ -248,14 +249,16 @@ def bin_reads(source: Array, factors: Sequence[int], starts: Sequence[int]) -> R
 # float64 (complex128) row buffer, so the input is read row by row, contiguously. Cached on disk.
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _bin_real(src, dst, kd, kh, kw, rounding):
+@numba.njit(parallel=True, cache=runtime.CACHE_ENABLED, nogil=True)
+def _bin(src, dst, kd, kh, kw, accumulator):
+    """``accumulator``: an empty array of the type sums are made in (float64 or complex128); integer
+    outputs take the nearest integer (half to even) of the mean."""
     nb, nd, nh, nw = dst.shape
     scale = 1.0 / (kd * kh * kw)
     for row in numba.prange(nb * nd * nh):
         b, rest = row // (nd * nh), row % (nd * nh)
         d, h = rest // nh, rest % nh
-        acc = np.zeros(nw, np.float64)
+        acc = np.zeros(nw, accumulator.dtype)
         for zd in range(kd):
             for zh in range(kh):
                 line = src[b, d * kd + zd, h * kh + zh]
@@ -263,26 +266,19 @@ def _bin_real(src, dst, kd, kh, kw, rounding):
                     for zw in range(kw):
                         acc[w] += line[w * kw + zw]
         for w in range(nw):
-            value = acc[w] * scale
-            dst[b, d, h, w] = np.rint(value) if rounding else value
+            dst[b, d, h, w] = _mean_as(acc[w] * scale, dst)
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _bin_complex(src, dst, kd, kh, kw, rounding):
-    nb, nd, nh, nw = dst.shape
-    scale = 1.0 / (kd * kh * kw)
-    for row in numba.prange(nb * nd * nh):
-        b, rest = row // (nd * nh), row % (nd * nh)
-        d, h = rest // nh, rest % nh
-        acc = np.zeros(nw, np.complex128)
-        for zd in range(kd):
-            for zh in range(kh):
-                line = src[b, d * kd + zd, h * kh + zh]
-                for w in range(nw):
-                    for zw in range(kw):
-                        acc[w] += line[w * kw + zw]
-        for w in range(nw):
-            dst[b, d, h, w] = acc[w] * scale
+def _mean_as(value, dst):
+    """A mean as ``dst`` stores it: the nearest integer (half to even) for integer outputs."""
+    return np.rint(value) if dst.dtype.kind in "iu" else value
+
+
+@overload(_mean_as)
+def _mean_as_typed(value, dst):
+    if isinstance(dst.dtype, numba.types.Integer):
+        return lambda value, dst: np.rint(value)
+    return lambda value, dst: value
 
 
 def bin_block(block: Array, out: Array, factors: Sequence[int]) -> None:
@@ -290,7 +286,6 @@ def bin_block(block: Array, out: Array, factors: Sequence[int]) -> None:
 
     A numba kernel accumulating in float64 (complex128); integer outputs are rounded half to even, as
     ``numpy.rint``. float16 is computed in float32 (numba has no float16 arithmetic)."""
-    real, complex_ = _bin_real, _bin_complex
     src = block.numpy()
     dst = out.numpy()
     if src.size == 0:
@@ -299,11 +294,10 @@ def bin_block(block: Array, out: Array, factors: Sequence[int]) -> None:
         src = src.astype(np.float32)
     if dst.dtype == np.float16 or dst.dtype == np.bool_:
         scratch = np.empty(dst.shape, np.float32)
-        real(src, scratch, *factors[1:], False)
+        _bin(src, scratch, *factors[1:], np.empty(0, np.float64))
         np.copyto(dst, scratch, casting="unsafe")
         return
-    kernel = complex_ if src.dtype.kind == "c" else real
-    kernel(src, dst, *factors[1:], dst.dtype.kind in "iu")
+    _bin(src, dst, *factors[1:], np.empty(0, np.complex128 if src.dtype.kind == "c" else np.float64))
 
 
 

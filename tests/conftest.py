@@ -101,3 +101,22 @@ def need_shared(*names: str) -> list[Path]:
     if missing:
         pytest.skip(f"{', '.join(missing)}: ../shared/data (real files from other software) is absent")
     return paths
+
+
+def fei1_stack(path: Path, sections: int = 3) -> tuple[np.ndarray, np.recarray]:
+    """A tilt series with one FEI1 extended-header record per section, written through mrcfile:
+    ``(data, records)``; the records' tilt and X pixel size differ from section to section."""
+    from mrcfile.dtypes import get_ext_header_dtype
+
+    records = np.zeros(sections, get_ext_header_dtype(b"FEI1", "<"))
+    records["Metadata size"] = records.dtype.itemsize
+    records["Alpha tilt"] = np.linspace(-30, 30, sections)
+    records["Pixel size X"] = 1.25e-10 + np.arange(sections) * 1e-12
+    records["Pixel size Y"] = 1.5e-10
+    data = np.arange(sections * 4 * 6, dtype=np.float32).reshape(sections, 4, 6)
+    with mrcfile.new(path, data, overwrite=True) as f:
+        f.set_image_stack()
+        f.set_extended_header(records)
+        f.header.exttyp = b"FEI1"
+        f.voxel_size = 1.25
+    return data, records

@@ -11,7 +11,7 @@ from pathlib import Path
 import mrcfile
 import numpy as np
 import pytest
-from conftest import assert_user_error, mrc_data, noa, write_mrc
+from conftest import assert_user_error, fei1_stack, mrc_data, noa, write_mrc
 from mrcfile.dtypes import HEADER_DTYPE, get_ext_header_dtype
 
 from noa_core import io
@@ -263,22 +263,6 @@ def test_a_relion_map_copies_as_a_valid_volume(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
-def fei1_stack(path: Path, sections: int = 3) -> np.ndarray:
-    """A tilt series with an FEI1 extended header, written through mrcfile (one record per section)."""
-    records = np.zeros(sections, get_ext_header_dtype(b"FEI1", "<"))
-    records["Metadata size"] = records.dtype.itemsize
-    records["Alpha tilt"] = np.linspace(-30, 30, sections)
-    records["Pixel size X"] = 1.25e-10 + np.arange(sections) * 1e-12
-    records["Pixel size Y"] = 1.5e-10
-    data = np.arange(sections * 4 * 6, dtype=np.float32).reshape(sections, 4, 6)
-    with mrcfile.new(path, data, overwrite=True) as f:
-        f.set_image_stack()
-        f.set_extended_header(records)
-        f.header.exttyp = b"FEI1"
-        f.voxel_size = 1.25
-    return data
-
-
 def test_info_reports_fei1_sections_as_mrcfile_indexes_them(tmp_path):
     path = tmp_path / "tilts.mrcs"
     fei1_stack(path)
@@ -296,7 +280,7 @@ def test_info_reports_fei1_sections_as_mrcfile_indexes_them(tmp_path):
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_fei1_is_kept_when_sections_keep_their_order(tmp_path, order):
     src, out = tmp_path / "tilts.mrcs", tmp_path / "out.mrcs"
-    data = fei1_stack(src)
+    data, _ = fei1_stack(src)
     assert noa("copy", src, out, "--order", order, "--dtype", "float16").returncode == 0
     with mrcfile.open(src) as a, mrcfile.open(out) as b:
         assert bytes(b.header.exttyp) == b"FEI1"
@@ -319,7 +303,7 @@ def test_fei1_is_dropped_with_a_notice_when_sections_move(tmp_path):
 
 def test_fei1_records_of_a_big_endian_file_are_written_little_endian(tmp_path):
     little, big, out = tmp_path / "le.mrcs", tmp_path / "be.mrcs", tmp_path / "out.mrcs"
-    data = fei1_stack(little)
+    data, _ = fei1_stack(little)
     with mrcfile.open(little) as f:
         header = np.array(f.header).astype(HEADER_DTYPE.newbyteorder(">"))
         records = np.array(f.indexed_extended_header).astype(get_ext_header_dtype(b"FEI1", ">"))

@@ -16,9 +16,8 @@ import pytest
 import tifffile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mrcfile.dtypes import get_ext_header_dtype
 
-from conftest import PROBLEM, REPO, assert_problem, assert_user_error, load, need_shared, noa
+from conftest import PROBLEM, REPO, assert_problem, assert_user_error, fei1_stack, load, need_shared, noa
 from noa_core import io, operations
 from noa_core.errors import ParameterError, ShapeError
 from noa_core.io import stream
@@ -255,21 +254,6 @@ def test_many_tiles_give_the_whole_result(tmp_path, name, options, split):
 # -- extended headers: FEI1 records follow the sections ------------------------------------------------------
 
 
-def fei1_stack(path, sections=6) -> np.recarray:
-    records = np.zeros(sections, get_ext_header_dtype(b"FEI1", "<"))
-    records["Metadata size"] = records.dtype.itemsize
-    records["Alpha tilt"] = np.linspace(-30, 30, sections)
-    records["Pixel size X"] = 1.25e-10
-    records["Pixel size Y"] = 1.5e-10
-    data = np.arange(sections * 4 * 6, dtype=np.float32).reshape(sections, 4, 6)
-    with mrcfile.new(path, data, overwrite=True) as f:
-        f.set_image_stack()
-        f.set_extended_header(records)
-        f.header.exttyp = b"FEI1"
-        f.voxel_size = 1.25
-    return records
-
-
 @pytest.mark.parametrize("name, options, picks", [("sections", {"keep": "4,0-1"}, [4, 0, 1]),
                                                   ("sections", {"drop": "1-3"}, [0, 4, 5]),
                                                   ("average", {"group": 4}, [0]),
@@ -278,7 +262,7 @@ def fei1_stack(path, sections=6) -> np.recarray:
                                                   ("bin", {"factor": 2}, [0, 1, 2, 3, 4, 5])])
 def test_fei1_records_follow_the_sections(tmp_path, name, options, picks):
     src, dst = tmp_path / "tilts.mrcs", tmp_path / "out.mrcs"
-    records = fei1_stack(src)
+    _, records = fei1_stack(src, 6)
     local.write(operations.get(name).task(options), src, dst)
     with mrcfile.open(dst) as f:
         assert bytes(f.header.exttyp) == b"FEI1"
@@ -291,7 +275,7 @@ def test_fei1_records_follow_the_sections(tmp_path, name, options, picks):
 
 def test_fei1_records_are_dropped_with_a_notice_when_sections_are_new(tmp_path):
     src, dst = tmp_path / "tilts.mrcs", tmp_path / "out.mrcs"
-    fei1_stack(src)
+    fei1_stack(src, 6)
     notices = local.write(operations.get("resize").task(shape=(8, 4, 6)), src, dst)
     assert any("extended header dropped" in n and "new sections" in n for n in notices), notices
     with mrcfile.open(dst) as f:
@@ -506,7 +490,7 @@ def test_imod_unsigned_bytes_keep_their_values(tmp_path):
                                                   ("average", {"group": 3}, [0, 3])])
 def test_fei1_records_of_a_volume_follow_its_depth(tmp_path, name, options, picks):
     src, dst = tmp_path / "vol.mrc", tmp_path / "out.mrc"
-    records = fei1_stack(src)
+    _, records = fei1_stack(src, 6)
     with mrcfile.open(src, mode="r+") as f:
         f.set_volume()
     local.write(operations.get(name).task(options), src, dst)

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mrcfile.dtypes import get_ext_header_dtype
 
-from conftest import EXAMPLE_MAP, assert_problem, assert_user_error, load, mrc_data, need_shared, noa, write_mrc
+from conftest import (EXAMPLE_MAP, assert_problem, assert_user_error, fei1_stack, load, mrc_data, need_shared, noa,
+                      write_mrc)
 import noa_core as noa_api
 from noa_core import io as noa_io
 from noa_core import operations, statistics
@@ -36,21 +36,6 @@ def write_noa(path: Path, data: np.ndarray, order: str = "C", dtype=None) -> np.
 def read(path: Path) -> np.ndarray:
     array, _ = noa_io.read(path)
     return np.array(array.numpy())
-
-
-def fei1_stack(path: Path, sections: int) -> tuple[np.ndarray, np.ndarray]:
-    """A tilt series with one FEI1 record per section, written through mrcfile."""
-    records = np.zeros(sections, get_ext_header_dtype(b"FEI1", "<"))
-    records["Metadata size"] = records.dtype.itemsize
-    records["Alpha tilt"] = np.linspace(-30, 30, sections)
-    records["Pixel size X"] = 1.25e-10 + np.arange(sections) * 1e-12
-    data = np.arange(sections * 4 * 6, dtype=np.float32).reshape(sections, 4, 6)
-    with mrcfile.new(path, data, overwrite=True) as f:
-        f.set_image_stack()
-        f.set_extended_header(records)
-        f.header.exttyp = b"FEI1"
-        f.voxel_size = 1.25
-    return data, records
 
 
 def tilts(path: Path) -> list[float]:
