@@ -48,11 +48,24 @@ def test_processes_are_replaced_after_their_expressions(tmp_path):
         for k in range(1, 7):  # six distinct expressions: at least one process reaches two
             _ewise(url, root, f"a + {k}", f"o{k}.mrc")
         deadline = time.monotonic() + 60
-        while set(_children(proc.pid)) & set(before) == set(before) and time.monotonic() < deadline:
+
+        def replaced() -> bool:  # a retired process is gone and its replacement runs beside the other
+            children = _children(proc.pid)
+            return len(children) == 2 and set(children) != set(before)
+
+        while not replaced() and time.monotonic() < deadline:
             time.sleep(0.2)
-        after = _children(proc.pid)
-        assert len(after) == 2 and set(after) != set(before), (before, after)
-        assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200 and proc.poll() is None
+        assert replaced(), (before, _children(proc.pid))
+        # Both processes may retire (six expressions over two): a connection queued on a retiring
+        # process's socket as it closes is reset (a known limit of SO_REUSEPORT), so the service must
+        # answer within the minute, not at the first try.
+        answered = None
+        while answered is None and time.monotonic() < deadline:
+            try:
+                answered = httpx.get(f"{url}/healthz", timeout=10).status_code
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert answered == 200 and proc.poll() is None
         source = load(EXAMPLE_MAP)
         for k in range(1, 7):
             np.testing.assert_array_equal(load(root / f"o{k}.mrc"), source + k)
