@@ -28,52 +28,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from processes import make_volume, run
 
 NOA = str(Path(sys.executable).parent / "noa")
 NUMPY_STATS = ("import sys, numpy as np, mrcfile; d = mrcfile.mmap(sys.argv[1], permissive=True).data; "
                "print(d.min(), d.max(), d.mean(dtype=np.float64), d.std(dtype=np.float64))")
-
-
-def run(command: list[str] | str, outputs: list[Path] = ()) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of one command, which must succeed; ``outputs`` are removed first.
-
-    Both sides write to a path that does not exist: dd truncates an existing output as it opens it, and
-    noa replaces one only when the new file is complete. Removing them first (untimed) keeps that
-    difference out of the figures, which on a virtual machine is large: freshly allocated memory the
-    host has not yet backed costs about 2 s per GiB to touch the first time, while the pages of a file
-    just removed come back at once (measured here: 2.25 s, then 0.2 s per GiB).
-    """
-    for path in outputs:
-        path.unlink(missing_ok=True)
-    start = time.perf_counter()
-    proc = subprocess.Popen(command, shell=isinstance(command, str), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    elapsed = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{command} failed ({proc.returncode}): {proc.stderr.read().decode()[-500:]}")
-    return elapsed, usage.ru_maxrss
-
-
-# Written in a child process: pages the benchmark itself maps would inflate the peak RSS reported for
-# every command it starts afterwards (a forked child's peak starts from its parent's resident size).
-MAKE_VOLUME = """
-import sys, mrcfile, numpy as np
-shape = tuple(int(n) for n in sys.argv[2].split(","))
-with mrcfile.new_mmap(sys.argv[1], shape, mrc_mode=2, overwrite=True) as f:
-    block = np.random.default_rng(0).normal(0, 1, shape[1:]).astype(np.float32)
-    for z in range(shape[0]):
-        f.data[z] = block + z
-    f.voxel_size = 1.5
-"""
-
-
-def make_volume(path: Path, shape: tuple[int, int, int]) -> None:
-    """A float32 volume written section by section (never the whole array in memory)."""
-    subprocess.run([sys.executable, "-c", MAKE_VOLUME, str(path), ",".join(map(str, shape))], check=True)
 
 
 def rows(folder: Path, volume: Path, gz: Path,
@@ -133,7 +94,7 @@ def main() -> None:
                 ratios.append(t / y)
                 times.append(t)
                 base.append(y)
-                peaks.append(rss / 1024)
+                peaks.append(rss)
             ratio = statistics.median(ratios)
             verdict = "-" if goal is None else ("met" if ratio <= goal and max(peaks) <= 512 else "MISSED")
             print(f"{name:<40}{statistics.median(times):>8.2f}{statistics.median(base):>13.2f}{ratio:>8.2f}"

@@ -18,7 +18,6 @@ Peak resident memory of each process comes from wait4's rusage: both noa directi
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
@@ -26,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from processes import run
 
 NOA = str(Path(sys.executable).parent / "noa")
 PY = sys.executable
@@ -56,18 +57,6 @@ axes = [{"name": a, "type": "space", "unit": "angstrom"} for a in "zyx"]
 group.attrs["multiscales"] = [{"version": "0.4", "axes": axes, "datasets": [
     {"path": "0", "coordinateTransformations": [{"type": "scale", "scale": [1.5, 1.5, 1.5]}]}]}]
 """
-
-
-def run(command: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (MiB) of one command, which must succeed."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    elapsed = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(command)}\n{proc.stderr.read().decode()}")
-    proc.stderr.close()
-    return elapsed, usage.ru_maxrss // 1024
 
 
 def main() -> None:
@@ -117,7 +106,7 @@ def main() -> None:
         for name in [*rows, "mrc -> mrc"]:
             against = "noa / zarr script" if name == "zarr script" else "/ noa mrc -> mrc copy"
             ratio = f"{statistics.median(ratios[name]):.2f} {against}" if name in ratios else "(yardstick)"
-            print(f"{name:<18}{statistics.median(times[name]):>10.2f}{peaks[name]:>14}  {ratio}")
+            print(f"{name:<18}{statistics.median(times[name]):>10.2f}{peaks[name]:>14.0f}  {ratio}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -19,8 +19,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from processes import make_volume, run
 
 NOA = str(Path(sys.executable).parent / "noa")
 
@@ -79,29 +80,6 @@ def numpy_script(kind: str, **values) -> str:
     return SCRIPT.format(body="\n".join("    " + line for line in body))
 
 
-def run(command: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (KiB) of one command, which must succeed."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    elapsed = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{command[:3]} failed: {proc.stderr.read().decode()[-800:]}")
-    return elapsed, usage.ru_maxrss
-
-
-# Written in a child process, so that the benchmark's own pages do not inflate its children's peak RSS.
-MAKE_VOLUME = """
-import sys, mrcfile, numpy as np
-shape = tuple(int(n) for n in sys.argv[2].split(","))
-with mrcfile.new_mmap(sys.argv[1], shape, mrc_mode=2, overwrite=True) as f:
-    block = np.random.default_rng(0).normal(0, 1, shape[1:]).astype(np.float32)
-    for z in range(shape[0]):
-        f.data[z] = block + z
-    f.voxel_size = 1.5
-"""
-
-
 def rows(folder: Path, volume: Path, shape: tuple[int, int, int]) -> list[tuple[str, list[str], list[str]]]:
     d, h, w = shape
     out, ref = str(folder / "noa.mrc"), str(folder / "numpy.mrc")
@@ -141,7 +119,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="noa-bench-stack-", dir=args.folder))
     try:
         volume = folder / "vol.mrc"
-        subprocess.run([sys.executable, "-c", MAKE_VOLUME, str(volume), ",".join(map(str, shape))], check=True)
+        make_volume(volume, shape)
         print(f"volume {shape} float32, {volume.stat().st_size / 2**30:.3f} GiB; {os.cpu_count()} cores; "
               f"{args.rounds} rounds; ratio = noa / (mrcfile + NumPy), below 1: noa faster")
         subprocess.run([NOA, "warmup", "-q"], check=True)
@@ -157,8 +135,8 @@ def main() -> None:
                 ratios.append(t / y)
                 times.append(t)
                 base.append(y)
-                peaks.append(rss / 1024)
-                base_peaks.append(yrss / 1024)
+                peaks.append(rss)
+                base_peaks.append(yrss)
             print(f"{name:<26}{statistics.median(times):>8.2f}{statistics.median(base):>9.2f}"
                   f"{statistics.median(ratios):>8.2f}{max(peaks):>10.0f}{max(base_peaks):>11.0f}")
     finally:

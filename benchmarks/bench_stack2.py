@@ -17,11 +17,11 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from processes import run
 
 NOA = str(Path(sys.executable).parent / "noa")
 PY = sys.executable
@@ -71,17 +71,6 @@ with mrcfile.new(sys.argv[2], d, overwrite=True) as f:
 """
 
 
-def run(command: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (MiB) of one command, which must succeed."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    elapsed = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{command} failed: {proc.stderr.read().decode()[-500:]}")
-    return elapsed, usage.ru_maxrss // 1024
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=int, default=256, help="sections, height and width of the stack")
@@ -124,7 +113,7 @@ def main() -> None:
                 rss.append(m)
                 yard_rss.append(n)
             print(f"{name:<38}{statistics.median(times):>9.3f}{statistics.median(yards):>13.3f}"
-                  f"{statistics.median(ratios):>8.2f}{max(rss):>9}{max(yard_rss):>10}")
+                  f"{statistics.median(ratios):>8.2f}{max(rss):>9.0f}{max(yard_rss):>10.0f}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
