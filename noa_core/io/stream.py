@@ -252,7 +252,7 @@ class TileFile:
                 joining = extents[i] == self.region.shape[i]
             else:
                 outer.insert(0, i)
-        data = memoryview(buffer.transpose(self.outer_first).reshape(-1)).cast("B")
+        data = memoryview(buffer.transpose(self.outer_first).reshape(-1).view(np.uint8))
         first = self.region.offset + sum(k.start * s for k, s in zip(key, self.strides)) * self.itemsize
         position = 0
         for index in np.ndindex(*(extents[i] for i in outer)):

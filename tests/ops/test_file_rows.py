@@ -124,3 +124,14 @@ def test_decompressed_inputs_are_not_split_over_processes(volume, tmp_path):
         shutil.copyfileobj(raw, packed)
     assert mapped.is_mapped(io.read(src)[0].numpy())
     assert not mapped.is_mapped(io.read(tmp_path / "vol.mrc.gz")[0].numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.uint16, np.float16, np.complex64])
+def test_every_stored_type_is_written_where_numpy_puts_it(tmp_path, small_tiles, dtype):
+    """The pwrite engine moves bytes, whatever their type (complex, half floats, bytes)."""
+    rng = np.random.default_rng(2)
+    data = (rng.normal(0, 50, SHAPE) + (1j if np.dtype(dtype).kind == "c" else 0)).astype(dtype)
+    write_mrc(tmp_path / "in.mrc", data)
+    local.write(operations.get("permute").task(axes=(0, 1, 3, 2)), tmp_path / "in.mrc", tmp_path / "out.mrc")
+    with mrcfile.open(tmp_path / "out.mrc") as f:
+        np.testing.assert_array_equal(f.data, data.transpose(0, 2, 1))
