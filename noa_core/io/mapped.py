@@ -17,6 +17,7 @@ import contextlib
 import math
 import mmap
 import os
+import tempfile
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from noa_core.errors import TruncatedFileError
+from noa_core.errors import SizeError, TruncatedFileError
 from noa_core.io.compression import open_input
 
 # mmap object -> address of its first byte. Weak, so a closed and dropped mapping leaves no trace.
@@ -43,6 +44,17 @@ def _register(mm: mmap.mmap) -> None:
     probe = np.frombuffer(mm, np.uint8, count=1)
     _SHARED[mm] = probe.ctypes.data
     del probe  # release the buffer export so that the mapping can be closed
+
+
+def spill_folder(path: Path, nbytes: int, fields: str, doing: str) -> str:
+    """The temporary folder data of ``path`` are written out to (decompressed, decoded) before they are
+    mapped with ``private=True``; SizeError naming ``fields`` when it has not ``nbytes`` free."""
+    folder = tempfile.gettempdir()
+    room = os.statvfs(folder)
+    if nbytes > room.f_bavail * room.f_frsize:
+        raise SizeError(f"{path}: {fields}: {doing} the {nbytes} bytes of data needs more room than {folder} has "
+                        f"({room.f_bavail * room.f_frsize} bytes free)")
+    return folder
 
 
 def map_input(path: Path, offset: int, dtype: np.dtype, count: int, *, private: bool = False) -> np.ndarray:

@@ -346,11 +346,7 @@ def _open(path: Path, kind: str | None, file: BinaryIO) -> BinaryIO | Decompress
 def _spill(path: Path, source: Decompressed, nbytes: int, dtype: np.dtype) -> np.ndarray:
     """The next ``nbytes`` of ``source`` in native byte order, through an unlinked temporary file mapped
     read-only: memory stays bounded however far the content expands."""
-    folder = tempfile.gettempdir()
-    room = os.statvfs(folder)
-    if nbytes > room.f_bavail * room.f_frsize:
-        raise SizeError(f"{path}: nx/ny/nz/mode: decompressing the {nbytes} bytes of data needs more room than "
-                        f"{folder} has ({room.f_bavail * room.f_frsize} bytes free)")
+    folder = mapped.spill_folder(path, nbytes, "nx/ny/nz/mode", "decompressing")
     with tempfile.NamedTemporaryFile(prefix="noa-", suffix=".decompressed", dir=folder) as temp:
         for start in range(0, nbytes, CHUNK_BYTES):  # whole items per chunk: CHUNK_BYTES is a multiple of 8
             chunk = source.read(min(CHUNK_BYTES, nbytes - start))

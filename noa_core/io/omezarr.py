@@ -282,11 +282,7 @@ def _decode(path: Path, level: _Level, selection: tuple, shape: tuple[int, ...],
         data = np.empty(shape, dtype)
         fill(data, lambda: None)
         return data
-    folder = tempfile.gettempdir()
-    room = os.statvfs(folder)
-    if nbytes > room.f_bavail * room.f_frsize:
-        raise SizeError(f"{path}: shape: decoding the {nbytes} bytes of data needs more room than {folder} has "
-                        f"({room.f_bavail * room.f_frsize} bytes free)")
+    folder = mapped.spill_folder(path, nbytes, "shape", "decoding")
     with tempfile.NamedTemporaryFile(prefix="noa-", suffix=".zarr-decoded", dir=folder) as temp:
         _allocate(path, temp.fileno(), nbytes, folder)
         with _mapped(temp.fileno(), nbytes, writable=True) as (target_map, release):
