@@ -5,10 +5,11 @@ A store is a directory, not a file, so this format differs from MRC and TIFF in 
 - Reading: a level of the multiscale image is decoded chunk by chunk (zarr does the decoding) into an
   unlinked temporary file, which is then mapped, as :func:`noa_core.io.mrc._spill` does for compressed
   MRC: memory stays bounded and every operation reads the input as it reads any mapped file.
-- Writing: the :class:`~noa_core.io.stream.Writer` fills a temporary data file as for any format, then
-  :meth:`OmeZarrFormat.finish_store` converts it, block of chunks by block of chunks, into a store built
-  in a temporary directory beside the destination, which :class:`~noa_core.io.atomic.TemporaryOutput`
-  renames into place. A reader never sees a partial store.
+- Writing: the store is created (group, metadata, an empty array) in a temporary directory beside the
+  destination when the output opens; the tiles an operation computes are written straight into it as
+  chunks (:class:`StoreTiles`), the planner aligning tiles to the chunk grid, so Dask tasks each write
+  their own chunks; :class:`~noa_core.io.atomic.TemporaryOutput` then renames the directory into
+  place. A reader never sees a partial store.
 
 Axes map to BDHW as TIFF axes do (:func:`noa_core.io.tiff.map_axes`): time is the batch, z/y/x are
 D/H/W, a channel axis is the batch when nothing else is (otherwise ``channel=`` picks one). Pixel
@@ -260,37 +261,91 @@ def _dtype_of(path: Path, array) -> np.dtype:
     return dtype.newbyteorder("=") if dtype.kind != "b" else dtype
 
 
+def _decode_into(path: Path, level: _Level, selection: tuple, target: np.ndarray,
+                 blocks: Sequence[tuple[slice, ...]], release: Callable[[], None]) -> None:
+    """Decode ``blocks`` of the selected data (zarr decodes each block's chunks) into ``target``."""
+    for block in blocks:
+        it = iter(block)
+        full = tuple(next(it) if isinstance(s, slice) else s for s in selection)
+        try:
+            target[block] = level.array[full]
+        except Exception as exc:
+            raise CorruptFileError(f"{path}: chunk data: {_in_words(exc)}") from None
+        release()
+
+
 def _decode(path: Path, level: _Level, selection: tuple, shape: tuple[int, ...], dtype: np.dtype,
             to_file: bool) -> np.ndarray:
     """The selected data, decoded block by block: into an unlinked temporary file mapped read-only
     (``mmap``), else into memory."""
     nbytes = math.prod(shape) * dtype.itemsize
-    keep = [i for i, s in enumerate(selection) if isinstance(s, slice)]
-    chunks = [level.array.chunks[i] for i in keep]
-
-    def fill(target: np.ndarray, release: Callable[[], None]) -> None:
-        for block in _blocks(shape, chunks, dtype.itemsize, BLOCK_BYTES):
-            it = iter(block)
-            full = tuple(next(it) if isinstance(s, slice) else s for s in selection)
-            try:
-                target[block] = level.array[full]
-            except Exception as exc:
-                raise CorruptFileError(f"{path}: chunk data: {_in_words(exc)}") from None
-            release()
-
+    blocks = list(_blocks(shape, _selected_chunks(level, selection), dtype.itemsize, BLOCK_BYTES))
     if not to_file:
         data = np.empty(shape, dtype)
-        fill(data, lambda: None)
+        _decode_into(path, level, selection, data, blocks, lambda: None)
         return data
     folder = mapped.spill_folder(path, nbytes, "shape", "decoding")
     with tempfile.NamedTemporaryFile(prefix="noa-", suffix=".zarr-decoded", dir=folder) as temp:
-        _allocate(path, temp.fileno(), nbytes, folder)
+        allocate(path, temp.fileno(), nbytes, folder)
         with _mapped(temp.fileno(), nbytes, writable=True) as (target_map, release):
-            fill(np.frombuffer(target_map, dtype).reshape(shape), release)
+            _decode_into(path, level, selection, np.frombuffer(target_map, dtype).reshape(shape), blocks, release)
         return mapped.map_input(Path(temp.name), 0, dtype, math.prod(shape), private=True).reshape(shape)
 
 
-def _allocate(path: Path, fd: int, nbytes: int, folder: str) -> None:
+def _selected_chunks(level: _Level, selection: tuple) -> list[int]:
+    return [level.array.chunks[i] for i, s in enumerate(selection) if isinstance(s, slice)]
+
+
+# -- decoding by several processes (the Dask driver) ---------------------------------------------
+
+DecodedKey = tuple[Path, int, "int | None"]
+# Stores whose selected data other processes decoded into a shared file (:func:`decode_blocks`), by
+# (store path, level, channel): reading one of them maps that file instead of decoding.
+_DECODED: dict[DecodedKey, Path] = {}
+
+
+def decoded_key(path: Path, request: ReadRequest) -> DecodedKey:
+    return Path(path).resolve(), request.level or 0, request.channel
+
+
+@contextlib.contextmanager
+def decoded_inputs(files: dict[DecodedKey, Path]) -> Iterator[None]:
+    """Within the block, reading a store named in ``files`` maps its decoded data from the file given
+    (a plain shared mapping, which tasks on other machines can map as well) instead of decoding it."""
+    _DECODED.update(files)
+    try:
+        yield
+    finally:
+        for key in files:
+            _DECODED.pop(key, None)
+
+
+def decoding(path: Path, request: ReadRequest, budget: int = BLOCK_BYTES) -> tuple[int, list[tuple[slice, ...]]]:
+    """What decoding the selected data of the store at ``path`` takes: the bytes of the decoded data
+    (C order, as :func:`decode_blocks` writes them) and the chunk-aligned blocks, each about ``budget``."""
+    _check_request(path, request)
+    level = _level(path, request, [])
+    dtype = _dtype_of(path, level.array)
+    selection, shape, _ = _select_channel(path, level, request.channel)
+    blocks = list(_blocks(shape, _selected_chunks(level, selection), dtype.itemsize, budget))
+    return math.prod(shape) * dtype.itemsize, blocks
+
+
+def decode_blocks(path: Path, request: ReadRequest, raw: Path, blocks: Sequence[tuple[slice, ...]]) -> None:
+    """Decode ``blocks`` (from :func:`decoding`) of the store at ``path`` into their place in ``raw`` (a file
+    of the decoded size), and make them durable: one task of a decoding shared by several processes."""
+    level = _level(path, request, [])
+    dtype = _dtype_of(path, level.array)
+    selection, shape, _ = _select_channel(path, level, request.channel)
+    nbytes = math.prod(shape) * dtype.itemsize
+    with open(raw, "r+b") as file:
+        with _mapped(file.fileno(), nbytes, writable=True) as (target_map, release):
+            _decode_into(path, level, selection, np.frombuffer(target_map, dtype).reshape(shape), blocks, release)
+            target_map.flush()
+        os.fdatasync(file.fileno())
+
+
+def allocate(path: Path, fd: int, nbytes: int, folder: str) -> None:
     """Give the temporary file its blocks now: a disk that fills while the mapping is written would be
     a SIGBUS (killing the process), and is an error here instead."""
     try:
@@ -349,7 +404,10 @@ def _parsed(path: Path, request: ReadRequest, data: bool):
     selection, shape, letters = _select_channel(path, level, request.channel)
     if math.prod(shape) == 0:
         raise HeaderError(f"{path}: shape: level {request.level or 0} {tuple(level.array.shape)} is empty")
-    if data:
+    decoded = _DECODED.get(decoded_key(path, request)) if data else None
+    if decoded is not None:  # decoded by other processes into a shared file
+        values = mapped.map_input(decoded, 0, dtype, math.prod(shape)).reshape(shape)
+    elif data:
         values = _decode(path, level, selection, shape, dtype, to_file=request.mmap)
     else:  # a stand-in over one element: only its shape and strides are looked at
         values = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape,
@@ -453,18 +511,20 @@ def _transforms_for(metadata: Metadata | None, names: str, notices: list[str],
     return axes, transforms
 
 
-def _packed_view(buffer, spec: OutputSpec) -> np.ndarray:
-    """The BDHW data the Writer packed (at offset 0, in ``spec.order``) into ``buffer``."""
-    b, d, h, w = spec.shape
-    if spec.order == "F":
-        return np.frombuffer(buffer, spec.dtype).reshape(b, d, w, h).swapaxes(2, 3)
-    return np.frombuffer(buffer, spec.dtype).reshape(b, d, h, w)
+def stored_key(key: Sequence[slice], shape: Shape4) -> tuple[slice, ...]:
+    """The selection of the stored array (:func:`stored_axes`) that BDHW ``key`` is."""
+    return tuple(k for i, (k, n) in enumerate(zip(key, shape)) if i >= 2 or n > 1)
 
 
-def write_store(data: np.ndarray, store: Path, spec: OutputSpec,
-                release: Callable[[], None] = lambda: None) -> list[str]:
-    """Write the BDHW ``data`` as an OME-Zarr image into the empty directory ``store``, block of chunks by
-    block of chunks (``release`` is called after each); returns notices."""
+def bdhw_chunks(chunks: Sequence[int], shape: Shape4) -> Shape4:
+    """The stored ``chunks`` as a BDHW shape (1 along an axis that is not stored)."""
+    it = iter(chunks)
+    return layout.as_shape4(tuple(next(it) if i >= 2 or n > 1 else 1 for i, n in enumerate(shape)))
+
+
+def create_store(store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:
+    """Create the OME-Zarr image of ``spec`` in the empty directory ``store``: group, metadata and an
+    array with no chunk written yet. Returns the chunk shape (BDHW) and notices."""
     import numcodecs
     import zarr
 
@@ -480,12 +540,8 @@ def write_store(data: np.ndarray, store: Path, spec: OutputSpec,
 
         compressors = BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
     group = zarr.open_group(store=str(store), mode="w-", zarr_format=zarr_format)
-    array = group.create_array("0", shape=stored, chunks=chunks, dtype=spec.dtype, compressors=compressors,
-                               fill_value=0, dimension_names=tuple(names) if zarr_format == 3 else None)
-    view = data[tuple(slice(None) if i >= 2 or n > 1 else 0 for i, n in enumerate(spec.shape))]  # the stored axes
-    for block in _blocks(stored, chunks, spec.dtype.itemsize, BLOCK_BYTES):
-        array[block] = view[block]
-        release()
+    group.create_array("0", shape=stored, chunks=chunks, dtype=spec.dtype, compressors=compressors,
+                       fill_value=0, dimension_names=tuple(names) if zarr_format == 3 else None)
     axes, transforms = _transforms_for(spec.metadata, names, notices, spec.path)
     image = {"name": spec.path.name, "axes": axes,
              "datasets": [{"path": "0", "coordinateTransformations": transforms}]}
@@ -500,14 +556,53 @@ def write_store(data: np.ndarray, store: Path, spec: OutputSpec,
     if labels:
         attributes["noa"] = {"labels": labels}
     group.attrs.update(attributes)
-    return notices
+    return bdhw_chunks(chunks, spec.shape), notices
+
+
+class StoreTiles:
+    """Output tiles written as chunks of the store a :class:`~noa_core.io.stream.Region` names: the
+    tile target of an OME-Zarr output (:class:`~noa_core.io.stream.TileFile`'s twin for stores).
+
+    A tile that covers whole chunks (the planner aligns tiles to the chunk grid) is encoded and written
+    without reading anything back, so processes writing different tiles never touch the same chunk
+    file. A tile that cuts chunks (:meth:`~noa_core.io.stream.Writer.write_block`) is merged into them
+    by zarr, which is right within one process only.
+    """
+
+    def __init__(self, region) -> None:
+        import zarr
+
+        self.region = region
+        self.array = zarr.open_array(store=str(region.path), path="0", mode="r+")
+
+    def buffer(self, key: Sequence[slice], slot: int) -> np.ndarray:
+        """A C-ordered BDHW buffer for tile ``key``, reused from tile to tile (``slot``)."""
+        extents = [k.stop - k.start for k in key]
+        return mapped.scratch(math.prod(extents) * self.region.dtype.itemsize, slot).view(self.region.dtype) \
+            .reshape(extents)
+
+    def write(self, key: Sequence[slice], buffer: np.ndarray) -> None:
+        selection = stored_key(key, self.region.shape)
+        try:
+            self.array[selection] = buffer.reshape([s.stop - s.start for s in selection])
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise NoSpaceError(f"{self.region.path}: no space left on device for its chunks") from None
+            raise
+
+    def sync(self) -> None:
+        """Nothing to do: zarr closes each chunk file it writes, and the commit syncs the whole store."""
+
+    def close(self) -> None:
+        self.array = None
 
 
 class OmeZarrFormat:
     """OME-Zarr stores (directories): the OME-Zarr :class:`~noa_core.io.protocol.ImageFormat`.
 
     ``store`` is True: :func:`noa_core.io.formats.detect` looks for it in directories, and the Writer
-    calls :meth:`finish_store` with a temporary directory instead of :meth:`finish`.
+    calls :meth:`create_store` with a temporary directory instead of :meth:`create`, then writes tiles
+    through :meth:`tiles`.
     """
 
     name = "omezarr"
@@ -545,20 +640,19 @@ class OmeZarrFormat:
             raise FileFormatError(f"{path}: shape: {shape} is empty; nothing to write")
 
     def create(self, temp: Path, spec: OutputSpec) -> Created:
-        _write_options(spec)  # a bad option is refused before any data are computed
-        notices = []
-        if spec.order == "F":
-            notices.append(f"{spec.path}: order: OME-Zarr chunks are stored row-major; order F does not apply")
-        return Created(0, notices)
+        raise FileFormatError(f"{spec.path}: an OME-Zarr output is a directory; it is made by create_store")
 
     def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
-        raise FileFormatError(f"{spec.path}: an OME-Zarr output is a directory; it is completed by finish_store")
+        raise FileFormatError(f"{spec.path}: an OME-Zarr output is a directory; it is made by create_store")
 
-    def finish_store(self, data: Path, store: Path, spec: OutputSpec, statistics: Statistics) -> list[str]:
-        """Convert the packed data the Writer wrote into ``data`` into a store in the empty directory ``store``."""
-        nbytes = math.prod(spec.shape) * spec.dtype.itemsize
-        with open(data, "rb") as file, _mapped(file.fileno(), nbytes, writable=False) as (buffer, release):
-            return write_store(_packed_view(buffer, spec), store, spec, release)
+    def create_store(self, store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:
+        chunks, notices = create_store(store, spec)
+        if spec.order == "F":
+            notices.append(f"{spec.path}: order: OME-Zarr chunks are stored row-major; order F does not apply")
+        return chunks, notices
+
+    def tiles(self, region) -> StoreTiles:
+        return StoreTiles(region)
 
 
 FORMAT = OmeZarrFormat()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -164,11 +164,15 @@ class ImageFormat(Protocol):
 class StoreFormat(ImageFormat, Protocol):
     """A format whose inputs and outputs are directories (OME-Zarr), listed in
     :data:`noa_core.io.formats.STORES`. ``store`` is True; :meth:`detect` gets the directory's path (and
-    no bytes); the Writer fills the data file from :meth:`create` as for any format, then calls
-    :meth:`finish_store` instead of :meth:`finish`."""
+    no bytes); the Writer calls :meth:`create_store` instead of :meth:`create` and writes each tile
+    through the target :meth:`tiles` gives (any process may, each its own tiles), instead of into a file."""
 
     store: bool
 
-    def finish_store(self, data: Path, store: Path, spec: OutputSpec, statistics: Statistics) -> list[str]:
-        """Convert the packed data in ``data`` into a store built in the empty directory ``store`` (which the
-        commit renames onto ``spec.path``); return notices."""
+    def create_store(self, store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:
+        """Lay out an output in the empty directory ``store`` (which the commit renames onto ``spec.path``):
+        metadata and an empty array. Returns the chunk shape (BDHW), to which tiles are aligned, and notices."""
+
+    def tiles(self, region: Any) -> Any:
+        """The tile target of ``region`` (a :class:`noa_core.io.stream.Region` of a store): ``buffer(key, slot)``,
+        ``write(key, buffer)``, ``sync()`` and ``close()``, as :class:`noa_core.io.stream.TileFile`."""

@@ -21,13 +21,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from noa_core import layout
 from noa_core.array import Array, asarray
-from noa_core.errors import LayoutError, NoSpaceError, ShapeError
+from noa_core.errors import FileFormatError, LayoutError, NoSpaceError, ShapeError
 from noa_core.io import atomic, formats, mapped
 from noa_core.io.metadata import Metadata, Statistics
 from noa_core.io.protocol import OutputSpec
@@ -49,6 +49,21 @@ Key = tuple[slice, ...]
 # An output tile's key -> the source views it is computed from (lazy, any shapes) and how: ``compute(blocks,
 # out)`` gets those views read into memory and the output tile.
 TileReads = Callable[[Key], tuple[list[Array], Compute]]
+
+
+class TileTarget(Protocol):
+    """Where computed tiles go: a file (:class:`TileFile`) or a store's chunks (a store format's ``tiles``)."""
+
+    def buffer(self, key: Key, slot: int) -> np.ndarray:
+        """A reused BDHW buffer (``slot``) for tile ``key``, laid out as the target stores it."""
+
+    def write(self, key: Key, buffer: np.ndarray) -> None:
+        """Store ``buffer`` as tile ``key`` (called from a writer thread)."""
+
+    def sync(self) -> None:
+        """Make what was written durable before a task reports it done."""
+
+    def close(self) -> None: ...
 
 
 class RunningStatistics:
@@ -200,15 +215,22 @@ class Region:
     shape: Shape4
     order: str
     values_dtype: np.dtype | None = None  # the type asked for, when the format stores a wider one
+    store_format: str | None = None  # a store (a directory of chunks, ``path``) of this format, not a file
+
+    def target(self) -> TileTarget:
+        """Where tiles are written: this file with ``pwrite``, or the store's chunks."""
+        if self.store_format is None:
+            return TileFile(self)
+        return formats.by_name(self.store_format).tiles(self)
 
     def fill(self, reads: TileReads, keys: Sequence[Key]) -> list[RunningStatistics]:
         """Compute and write the tiles ``keys`` from any process (:func:`stream_tiles`), make them durable
         (on a network file system they must reach the server before the task reports them done), and
         return the statistics of each tile."""
-        target = TileFile(self)
+        target = self.target()
         try:
             stats = stream_tiles(reads, keys, target, self.values_dtype or self.dtype)
-            os.fdatasync(target.fd)
+            target.sync()
         finally:
             target.close()
         return stats
@@ -231,6 +253,9 @@ class TileFile:
         # Writeback is started from a thread of its own: the call blocks while the disk's queue is full,
         # and the tiles after it need not wait for that.
         self._writeback = ThreadPoolExecutor(1, "noa-writeback")
+
+    def sync(self) -> None:
+        os.fdatasync(self.fd)
 
     def close(self) -> None:
         self._writeback.shutdown(wait=True)
@@ -357,6 +382,11 @@ class Writer:
         self._temp: atomic.TemporaryOutput | None = None
         self._mmap: mmap_module.mmap | None = None
         self._array: Array | None = None
+        self.is_store = bool(getattr(self.format, "store", False))  # a directory of chunks, not a file
+        if not self.is_store and (write_options or {}).get("chunks") is not None:
+            raise FileFormatError(f"{self.path}: chunks: {self.format.title} files are not chunked; --chunks is for "
+                                  "OME-Zarr outputs (.ome.zarr)")
+        self.chunks: Shape4 | None = None  # a store's chunk shape (BDHW): tiles are aligned to it
 
     # -- life cycle ------------------------------------------------------------------------------
 
@@ -381,6 +411,12 @@ class Writer:
         return False
 
     def _open(self) -> None:
+        if self.is_store:
+            # Built in a temporary directory that the commit renames into place; tiles go straight to chunks.
+            self.chunks, notices = self.format.create_store(self._temp.make_directory(), self._spec)
+            self.notices.extend(notices)
+            self.order, self._offset = "C", 0  # chunks are row-major whatever was asked (the format says so)
+            return
         created = self.format.create(self._temp.temp, self._spec)
         self.notices.extend(created.notices)
         self.dtype = created.dtype or self.dtype  # what the file stores (MRC widens uint8)
@@ -394,6 +430,9 @@ class Writer:
         if self._array is None:
             if self._temp is None:
                 raise LayoutError(f"{self.path}: the output is not open; use the writer as a context manager")
+            if self.is_store:
+                raise LayoutError(f"{self.path}: a {self.format.title} output is a store of chunks, which cannot be "
+                                  "mapped; fill it with copy_into, fill or write_block")
             self._mmap, self._array = _map_packed(self._temp.temp, self._offset, self.dtype, self.shape, self.order)
         return self._array
 
@@ -413,13 +452,7 @@ class Writer:
     def _finish(self) -> None:
         if self.format.header_statistics and not (self._complete or self._written.all()):
             self._scan_statistics()  # written directly through .array: read it back once
-        if getattr(self.format, "store", False):
-            # The data file is converted into a store built in a temporary directory, which the commit
-            # renames into place (the data file is then removed).
-            self._release_mapping()
-            self.notices.extend(self.format.finish_store(self._temp.temp, self._temp.make_directory(), self._spec,
-                                                         self._stats.result()))
-        else:
+        if not self.is_store:  # a store is complete once its chunks are written
             self.format.finish(self._temp.temp, self._spec, self._stats.result())
         # No msync: on Linux the fsync of the commit writes back the pages dirtied through the mapping
         # too (they are dirty in the page cache), and a second pass over them cost a quarter of a copy.
@@ -452,6 +485,8 @@ class Writer:
 
     def region(self) -> Region:
         """Where the data go in the temporary file, for tasks in other processes (see :class:`Region`)."""
+        if self.is_store:
+            return Region(self._temp.directory, 0, self.dtype, self.shape, "C", self.values_dtype, self.format.name)
         return Region(self._temp.temp, self._offset, self.dtype, self.shape, self.order, self.values_dtype)
 
     def complete(self, stats: RunningStatistics) -> None:
@@ -474,11 +509,32 @@ class Writer:
             raise LayoutError(f"{self.path}: sections {index}..{index + k - 1} are outside 0..{len(self._written) - 1}")
         if self._written[index:index + k].any():
             raise LayoutError(f"{self.path}: sections {index}..{index + k - 1} were already written")
-        sections = self.array.numpy().reshape(-1, h, w)[index:index + k]
-        storing(self.values_dtype, lambda blocks, dst: _convert(dst, blocks[0]))([asarray(src)], asarray(sections))
+        convert = storing(self.values_dtype, lambda blocks, dst: _convert(dst, blocks[0]))
+        if self.is_store:
+            sections = np.empty((k, h, w), self.dtype)
+            convert([asarray(src)], asarray(sections))
+            self._write_sections(index, sections)
+        else:
+            sections = self.array.numpy().reshape(-1, h, w)[index:index + k]
+            convert([asarray(src)], asarray(sections))
+            mapped.release(sections)
         self._stats.add(sections)
-        mapped.release(sections)
         self._written[index:index + k] = True
+
+    def _write_sections(self, index: int, sections: np.ndarray) -> None:
+        """Write consecutive sections (from section ``index``) into a store, one tile per batch entry crossed."""
+        _, depth, h, w = self.shape
+        target = self.region().target()
+        try:
+            done = 0
+            while done < len(sections):
+                b, d = divmod(index + done, depth)
+                count = min(depth - d, len(sections) - done)
+                key = (slice(b, b + 1), slice(d, d + count), slice(0, h), slice(0, w))
+                target.write(key, sections[done:done + count].reshape(1, count, h, w))
+                done += count
+        finally:
+            target.close()
 
 
 def create(path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata: Metadata | None = None, *,
@@ -516,10 +572,18 @@ def plan_tiles(writer: Writer, sources: Sequence[Array], block_bytes: int = TILE
     budget = block_bytes if srcs else max(MIN_TILE_BYTES, int(block_bytes / max(1.0, read_factor)))
     tile = plan_tile(writer.shape, [(s.strides, s.itemsize) for s in srcs], budget, whole,
                      output=(out_strides, writer.dtype.itemsize))
+    if writer.chunks is not None:
+        tile = chunk_aligned(tile, writer.chunks, writer.shape)
     return list(tiles(writer.shape, tile, out_strides))
 
 
-def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileFile, values_dtype: np.dtype,
+def chunk_aligned(tile: Sequence[int], chunks: Sequence[int], shape: Sequence[int]) -> Shape4:
+    """``tile`` grown to whole chunks along every axis (at most the whole axis): tiles then never share a
+    chunk, so each can be written by a different process without reading a chunk back."""
+    return layout.as_shape4(tuple(min(n, -(-t // c) * c) for t, c, n in zip(tile, chunks, shape)))
+
+
+def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, values_dtype: np.dtype,
                  progress: Callable[[int, int], None] | None = None) -> list[RunningStatistics]:
     """Compute the tiles ``keys`` as ``reads`` says and write them into ``target``; return each tile's
     statistics.
@@ -572,7 +636,7 @@ def fill(writer: Writer, sources: Sequence[Array], compute: Compute | None, *, b
     if reads is None:
         assert compute is not None
         reads = same_tile(sources, writer.shape, compute)
-    target = TileFile(writer.region())
+    target = writer.region().target()
     try:
         per_tile = stream_tiles(reads, keys, target, writer.values_dtype, progress)
     finally:

@@ -261,7 +261,15 @@ DEVICE = Param("device", Choice(("cpu", "cuda")), "Where kernels run: cpu or cud
 UINT8_MODE = Param("uint8_mode", Choice(("widen", "imod")),
                    "MRC outputs: store uint8 as uint16 (widen: every reader agrees) or as IMOD's unsigned mode 0 "
                    "(imod: only IMOD reads 0..255; MRC2014 readers see signed bytes).", default="widen")
-WRITE_OPTIONS = ("uint8_mode",)  # what the output format, not the operation, decides with
+# How an OME-Zarr output is stored; every operation that writes files takes these (see Operation).
+CHUNKS = Param("chunks", Integers(2, 4, 1, 1 << 30),
+               "OME-Zarr outputs: the chunk shape, one size per stored axis (t, z, y, x; t and z only when larger "
+               "than 1), e.g. 8,512,512 (default: whole sections, several up to 16 MiB a chunk).")
+NGFF = Param("ngff", Choice(("0.4", "0.5")),
+             "OME-Zarr outputs: the NGFF version: 0.4 (zarr v2, what most viewers read) or 0.5 (zarr v3).",
+             default="0.4")
+STORE_OUTPUT = (CHUNKS, NGFF)
+WRITE_OPTIONS = ("uint8_mode", "chunks", "ngff")  # what the output format, not the operation, decides with
 
 
 class Options(dict):
@@ -362,6 +370,9 @@ class Operation:
                              "or plans (writes several files) or edit (changes its input)")
         if self.plan is None and self.max_inputs != 1:
             raise ValueError(f"operation {self.name!r}: a {self.kind} reads one input")
+        if self.plan is not None or self.plans is not None:  # writes files, maybe OME-Zarr stores
+            object.__setattr__(self, "params", self.params + tuple(
+                p for p in STORE_OUTPUT if p.name not in {q.name for q in self.params}))
         object.__setattr__(self, "_by_name", {p.name: p for p in self.params})
 
     @property
@@ -464,9 +475,15 @@ class FileTask:
     def plan(self, src: str | Path) -> Plan:
         """What the pair whose input is ``src`` writes, from the headers (no data is read)."""
         assert self.operation.plan is not None
-        return self.operation.plan(self.inputs(src), self.options)
+        return self._with_write_options(self.operation.plan(self.inputs(src), self.options))
+
+    def _with_write_options(self, plan: Plan) -> Plan:
+        """``plan`` with the output format's options given to the task (``--chunks``), unless it set them."""
+        plan.write_options = {**self.options.write_options(), **plan.write_options}
+        return plan
 
     def plans(self, src: str | Path) -> list[tuple[str, Plan]]:
         """The outputs of an operation writing several files from ``src``: (name suffix, plan) each."""
         assert self.operation.plans is not None
-        return self.operation.plans(self.inputs(src), self.options)
+        return [(suffix, self._with_write_options(plan)) for suffix, plan in
+                self.operation.plans(self.inputs(src), self.options)]

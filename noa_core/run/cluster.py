@@ -15,6 +15,9 @@ install is reported on first use as a :class:`~noa_core.errors.SchedulerError`.
   tiles, and their order, of the single-process writer), the client merges the per-tile statistics
   in tile order, writes the header and renames the file. The result is byte for byte the
   single-process one, and no process maps more than a tile of the input and of the output at a time.
+  An OME-Zarr output is a temporary store instead, whose chunks the tasks write (tiles are whole
+  chunks, so no two tasks write one); an OME-Zarr input is first decoded by tasks over blocks of its
+  chunks into a temporary file beside the output, which the tile tasks then read as a mapped input.
 
 Compiled kernels: LocalCluster workers get the client's numba cache directory (``NUMBA_CACHE_DIR``,
 see :mod:`noa_core.runtime`), and the first task of a batch or split runs alone, so the kernels it
@@ -253,11 +256,66 @@ def run_batch(task: FileTask, pairs: Sequence[tuple[PathLike, PathLike]], client
     return [results[(Path(s), Path(d))] for s, d in pairs]
 
 
-def _fill_tiles(task: FileTask, src: PathLike, region: Region,
-                keys: list[tuple[slice, ...]]) -> list[RunningStatistics]:
-    """One task of :func:`write_split`: re-plan from the headers, fill a run of tiles of the output."""
-    plan = task.plan(src)
+def _fill_tiles(task: FileTask, src: PathLike, region: Region, keys: list[tuple[slice, ...]],
+                decoded: dict) -> list[RunningStatistics]:
+    """One task of :func:`write_split`: re-plan from the headers (stores from their ``decoded`` files),
+    fill a run of tiles of the output."""
+    from noa_core.io import omezarr
+
+    with omezarr.decoded_inputs(decoded):
+        plan = task.plan(src)
     return region.fill(plan.tile_reads(task.device), keys)
+
+
+def _write_decoded(task: FileTask, src: Path, dst: Path, overwrite: bool, decoded: dict) -> FileResult:
+    """A pair written by one task, its stores read from their ``decoded`` files."""
+    from noa_core.io import omezarr
+
+    with omezarr.decoded_inputs(decoded):
+        return write_pair(task, src, dst, overwrite)
+
+
+@contextlib.contextmanager
+def _decoded_stores(task: FileTask, src: PathLike, dst: PathLike, client: distributed.Client,
+                    block_bytes: int) -> Iterator[dict]:
+    """The OME-Zarr inputs of the pair larger than ``block_bytes``, decoded by tasks over blocks of their
+    chunks into temporary files beside ``dst`` (a file system every worker sees), removed on exit: the
+    keys and files to read them from (:func:`noa_core.io.omezarr.decoded_inputs`).
+
+    A store has no layout to map; decoded once into a plain file, its data are read by every tile task
+    as any mapped input's, instead of each task decoding the whole store again."""
+    from noa_core.io import atomic, omezarr
+    from noa_core.io.protocol import ReadRequest
+
+    distributed = _distributed()
+    request = ReadRequest(channel=task.options.get("channel"), level=task.options.get("level"))
+    decoded: dict = {}
+    temporaries: list[atomic.TemporaryOutput] = []
+    try:
+        for path in task.inputs(src):
+            if not omezarr.is_store(path):
+                continue
+            nbytes, blocks = omezarr.decoding(path, request, min(block_bytes, omezarr.BLOCK_BYTES))
+            if nbytes <= block_bytes:
+                continue  # decoded by whichever process reads it, as any small input
+            temp = atomic.TemporaryOutput(Path(dst), overwrite=True)  # locked, so never taken for abandoned
+            temporaries.append(temp)
+            with open(temp.temp, "r+b") as file:
+                omezarr.allocate(path, file.fileno(), nbytes, str(temp.temp.parent))
+            run = uuid.uuid4().hex[:8]
+            futures = [client.submit(omezarr.decode_blocks, path, request, temp.temp, [block],
+                                     key=f"noa-decode-{run}-{i}", pure=False) for i, block in enumerate(blocks)]
+            try:
+                for future in distributed.as_completed(futures):
+                    future.result()
+            except BaseException:
+                client.cancel(futures)
+                raise
+            decoded[omezarr.decoded_key(path, request)] = temp.temp
+        yield decoded
+    finally:
+        for temp in temporaries:
+            temp.abort()
 
 
 def _task_runs(keys: list[tuple[slice, ...]], itemsize: int, task_bytes: int) -> list[list[tuple[slice, ...]]]:
@@ -284,29 +342,42 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
     Tiles buffer at most ``block_bytes`` (and :data:`TILE_BYTES`) of the output and of every input, and each
     task writes about ``block_bytes`` of output, so a worker's memory stays near its baseline plus two tiles.
 
-    Used when every input is memory-mapped (uncompressed, native byte order, stored plainly) and the
-    output is larger than ``block_bytes``; otherwise the pair is one task. The output must be on a
-    file system every worker sees at the same path. See the module documentation for the protocol.
+    Used when every input is memory-mapped (uncompressed, native byte order, stored plainly) or an
+    OME-Zarr store, and the output is larger than ``block_bytes``; otherwise the pair is one task. The
+    output must be on a file system every worker sees at the same path. See the module documentation
+    for the protocol.
     """
     from noa_core.io import mapped, stream
 
     if block_bytes < MIN_BLOCK_BYTES:
         raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES}: tasks that small cost more to "
                           "schedule than they write")
+    from noa_core.io import omezarr
+
     distributed = _distributed()
-    plan = task.plan(src)
-    small = math.prod(plan.shape) * plan.dtype.itemsize <= block_bytes
-    if small or not all(mapped.is_mapped(s.numpy()) for s in plan.sources):  # a file read into memory: one task
-        result = client.submit(write_pair, task, Path(src), Path(dst), overwrite, pure=False).result()
-        if result.error is not None:
-            raise result.error
-        return list(result.notices)
+    with _decoded_stores(task, src, dst, client, block_bytes) as decoded:
+        with omezarr.decoded_inputs(decoded):
+            plan = task.plan(src)
+        small = math.prod(plan.shape) * plan.dtype.itemsize <= block_bytes
+        if small or not all(mapped.is_mapped(s.numpy()) for s in plan.sources):  # an input in memory: one task
+            result = client.submit(_write_decoded, task, Path(src), Path(dst), overwrite, decoded, pure=False).result()
+            if result.error is not None:
+                raise result.error
+            return list(result.notices)
+        return _write_tiles(task, src, dst, client, plan, decoded, overwrite, block_bytes, progress)
+
+
+def _write_tiles(task: FileTask, src: PathLike, dst: PathLike, client: distributed.Client, plan, decoded: dict,
+                 overwrite: bool, block_bytes: int, progress: Progress | None) -> list[str]:
+    """The split of :func:`write_split`: the output created here, its tiles filled by tasks."""
+    distributed = _distributed()
     with plan.create(dst, overwrite=overwrite) as writer:
         keys = plan.keys(writer, min(block_bytes, TILE_BYTES))
         runs = _task_runs(keys, plan.dtype.itemsize, block_bytes)
         run = uuid.uuid4().hex[:8]
         names = [_key(task, i, run) for i in range(len(runs))]
-        futures = _warm_first(client, _fill_tiles, [(task, src, writer.region(), keys) for keys in runs], names)
+        futures = _warm_first(client, _fill_tiles, [(task, src, writer.region(), keys, decoded) for keys in runs],
+                              names)
         index = {name: i for i, name in enumerate(names)}
         run_stats: list[list[RunningStatistics]] = [[] for _ in runs]
         try:

@@ -239,3 +239,49 @@ def test_round_trips_keep_values_strides_and_memory(shape, perm, order, dtype):
     assert np.shares_memory(back.numpy(), a.buffer)
     for n, s, t in zip(a.shape, a.strides, back.strides):
         assert n == 1 or s == t
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch (its CPU build) as a second, independent DLPack peer. `scripts/test` installs it when pip
+# finds the wheel without the network; elsewhere these tests skip, NumPy's peer above still runs.
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["C", "F", "permuted", "sliced", "broadcast"])
+def test_torch_reads_arrays_through_dlpack(volume, name):
+    torch = pytest.importorskip("torch")
+    a = views(volume)[name]
+    t = torch.from_dlpack(a)
+    np.testing.assert_array_equal(t.numpy(), a.numpy())
+    assert t.stride() == a.strides and t.data_ptr() == a.numpy().ctypes.data  # element strides, same memory
+    if a.writable:
+        t[0, 0, 0, 0] = 1234.5
+        assert a.numpy()[0, 0, 0, 0] == 1234.5
+
+
+@pytest.mark.parametrize("transform", [
+    lambda t: t, lambda t: t.permute(2, 0, 1), lambda t: t[::2, 1:, ::3], lambda t: t[:, :, None, 1],
+    lambda t: t[:1].expand(4, 5, 6), lambda t: t.transpose(0, 2).contiguous().transpose(0, 2),
+])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "uint8", "complex64", "float16"])
+def test_noa_shares_torch_tensors(transform, dtype):
+    torch = pytest.importorskip("torch")
+    base = torch.arange(4 * 5 * 6, dtype=torch.float64).reshape(4, 5, 6).to(getattr(torch, dtype))
+    t = transform(base)
+    for a in (nc.from_dlpack(t), nc.asarray(t)):
+        assert a.device == "cpu" and a.shape == nc.layout.as_shape4(tuple(t.shape)) and a.dtype == np.dtype(dtype)
+        assert a.strides[4 - t.dim():] == tuple(s if n > 1 else a.strides[4 - t.dim() + i]
+                                                 for i, (s, n) in enumerate(zip(t.stride(), t.shape)))
+        np.testing.assert_array_equal(a.numpy().reshape(tuple(t.shape)), t.numpy())
+        assert a.numpy().ctypes.data == t.data_ptr()
+    written = nc.from_dlpack(base)
+    written.fill(3)  # torch's tensors are writable: noa writes the tensor's memory
+    assert bool((base == 3).all())
+
+
+def test_kernels_write_into_shared_torch_tensors():
+    torch = pytest.importorskip("torch")
+    t = torch.rand(2, 3, 16, 17, dtype=torch.float32)
+    out = torch.empty_like(t).permute(0, 1, 3, 2).contiguous().permute(0, 1, 3, 2)  # an F-ordered output
+    nc.ewise([nc.asarray(t)], [nc.asarray(out)], lambda v: v * 2 + 1)
+    torch.testing.assert_close(out, t * 2 + 1)

@@ -15,7 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from noa_core import io
-from noa_core.errors import AxisMappingError, FileFormatError, HeaderError, NotAFileError, OutputExistsError
+from noa_core.errors import (
+    AxisMappingError,
+    FileFormatError,
+    HeaderError,
+    LayoutError,
+    NotAFileError,
+    OutputExistsError,
+)
 from noa_core.io import atomic, formats, omezarr
 from noa_core.io.metadata import Metadata
 from conftest import assert_problem, assert_user_error, noa, write_mrc
@@ -30,7 +37,7 @@ def _ome_zarr_py_read(path):
     return np.asarray(node.data[0]), node.metadata
 
 
-def _ome_zarr_py_write(path, data, axes, scale, units, version="0.4", levels=1):
+def _ome_zarr_py_write(path, data, axes, scale, units, version="0.4", levels=1, chunks=None):
     """A store written by ome-zarr-py: ``levels`` levels, each halving y and x, with ``scale`` at level 0."""
     from ome_zarr.format import FormatV04, FormatV05
     from ome_zarr.writer import write_multiscale
@@ -44,7 +51,8 @@ def _ome_zarr_py_write(path, data, axes, scale, units, version="0.4", levels=1):
         transforms.append([{"type": "scale", "scale": [s * k for s, k in zip(scale, step)]}])
     axes_list = [{"name": a, "type": {"t": "time", "c": "channel"}.get(a, "space"),
                   **({"unit": units} if a in "zyx" else {})} for a in axes]
-    write_multiscale(pyramid, group, fmt=fmt, axes=axes_list, coordinate_transformations=transforms)
+    write_multiscale(pyramid, group, fmt=fmt, axes=axes_list, coordinate_transformations=transforms,
+                     storage_options=None if chunks is None else {"chunks": chunks})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,6 +130,14 @@ def test_chunks_are_whole_sections_capped_and_can_be_chosen(tmp_path):
     array = zarr.open_array(str(tmp_path / "c.zarr" / "0"), mode="r")
     assert array.chunks == (2, 3, 5)
     np.testing.assert_array_equal(array[...], data)
+    # sections written one call at a time, cutting chunks: zarr merges them (one process)
+    with io.create(tmp_path / "w.zarr", (2, 3, 10, 12), "float32", write_options={"chunks": (2, 2, 5, 5)}) as out:
+        for index in (0, 2, 3, 5, 1, 4):
+            out.write_block(index, data[index].astype(np.float32) * 2)
+        with pytest.raises(LayoutError, match="store of chunks, which cannot be mapped"):
+            out.array
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "w.zarr" / "0"), mode="r")[...],
+                                  data.reshape(2, 3, 10, 12).astype(np.float32) * 2)
     with pytest.raises(FileFormatError, match=r"chunks: \(2, 3\) must be 3 positive sizes"):
         io.create(tmp_path / "d.zarr", (1, 6, 10, 12), "int16", write_options={"chunks": "2,3"}).__enter__()
     assert not (tmp_path / "d.zarr").exists()
@@ -199,11 +215,13 @@ def test_stores_that_are_not_images_are_refused_in_one_line(tmp_path):
 
 
 def test_a_failed_write_leaves_no_store_and_no_temporary(tmp_path, monkeypatch):
-    def fail(data, store, spec, release):
-        (store / "partial").write_text("x")
+    write = omezarr.StoreTiles.write
+
+    def fail(self, key, buffer):
+        write(self, key, buffer)  # a chunk is on disk in the temporary store, then the disk fails
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(omezarr, "write_store", fail)
+    monkeypatch.setattr(omezarr.StoreTiles, "write", fail)
     with pytest.raises(RuntimeError, match="disk on fire"):
         io.write(tmp_path / "x.ome.zarr", np.ones((2, 3), np.float32))
     assert os.listdir(tmp_path) == []
@@ -270,6 +288,18 @@ def test_cli_operations_take_and_give_stores(tmp_path):
     assert_user_error(noa("info", tmp_path / "s.ome.zarr", "--level", "3"), "level: 3 is not in 0..0")
     assert_user_error(noa("copy", tmp_path / "s.mrcs", tmp_path / "s.ome.zarr"), "exists")
     assert_user_error(noa("info", tmp_path / "s.ome.zarr", "--series", "1"), "series")
+    # the output's chunks and NGFF version, on any writing command
+    chunked = noa("bin", tmp_path / "s.mrcs", tmp_path / "b.ome.zarr", "--factor", "1", "--chunks", "2,3,2",
+                  "--ngff", "0.5")
+    assert chunked.returncode == 0, chunked.stderr
+    array = zarr.open_array(str(tmp_path / "b.ome.zarr" / "0"), mode="r")
+    assert (array.chunks, array.metadata.zarr_format) == ((2, 3, 2), 3)
+    np.testing.assert_array_equal(array[...], data)
+    assert_user_error(noa("copy", tmp_path / "s.mrcs", tmp_path / "c.mrc", "--chunks", "2,3,2"),
+                      "chunks: MRC files are not chunked; --chunks is for OME-Zarr outputs")
+    assert_user_error(noa("copy", tmp_path / "s.mrcs", tmp_path / "c.ome.zarr", "--chunks", "2,3"),
+                      "chunks: (2, 3) must be 3 positive sizes, one per stored axis ('t', 'y', 'x')")
+    assert not (tmp_path / "c.mrc").exists() and not (tmp_path / "c.ome.zarr").exists()
 
 
 def test_http_paths_mode_reads_and_writes_stores_and_uploads_refuse_them(tmp_path):
@@ -283,9 +313,13 @@ def test_http_paths_mode_reads_and_writes_stores_and_uploads_refuse_them(tmp_pat
     data = np.arange(20, dtype=np.float32).reshape(4, 5)
     io.write(root / "in.ome.zarr", data)
     with TestClient(create_app(Settings(data_root=root))) as client:
-        written = client.post("/v1/paths/copy", json={"src": "in.ome.zarr", "dst": "out.ome.zarr"})
+        written = client.post("/v1/paths/copy", json={"src": "in.ome.zarr", "dst": "out.ome.zarr",
+                                                      "chunks": [2, 3], "ngff": "0.5"})
         assert written.status_code == 201, written.text
         np.testing.assert_array_equal(io.read(root / "out.ome.zarr")[0].numpy(), data[None, None])
+        assert zarr.open_array(str(root / "out.ome.zarr" / "0"), mode="r").chunks == (2, 3)
+        bad = client.post("/v1/paths/copy", json={"src": "in.ome.zarr", "dst": "bad.ome.zarr", "chunks": [0, 3]})
+        assert "chunks.0: Input should be greater than or equal to 1" in assert_problem(bad, 400)["detail"]
         info = client.post("/v1/paths/info", json={"path": "out.ome.zarr"})
         assert info.status_code == 200 and info.json()["format"] == "omezarr", info.text
         # a store is a directory, not one file: uploads neither send nor receive one
@@ -355,24 +389,60 @@ def test_damaged_stores_are_one_line_errors_and_leave_no_output(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["v.ome.zarr"]
 
 
-def test_dask_writes_a_store_from_a_store_as_one_task(tmp_path):
-    """One large store through the Dask driver: decoded into a temporary file of one process, it is one
-    task (split tasks would each decode it again), and gives the single-process result."""
+def test_dask_splits_a_store_into_tasks_that_each_write_their_own_chunks(tmp_path):
+    """One large store written by ome-zarr-py, through the Dask driver: its chunks are decoded by tasks
+    into a shared temporary file, then tile tasks each write whole chunks of the output store. The
+    result is the single-process one, and no temporary file is left."""
     pytest.importorskip("distributed")
     from noa_core import operations
     from noa_core.run import cluster, local
 
     data = np.random.default_rng(4).normal(0, 1, (40, 256, 320)).astype(np.float32)  # 12.5 MiB
-    meta = Metadata(format="mrc", shape=(1,) + data.shape, dtype="float32", pixel_size=(1.5, 2.5, 3.5))
-    io.write(tmp_path / "in.ome.zarr", data, meta)
-    task = operations.get("permute").task({"axes": (0, 1, 3, 2)})
-    ticks = []
-    with cluster.connect("local", workers=2) as client:
+    _ome_zarr_py_write(tmp_path / "in.ome.zarr", data, "zyx", [1.5, 2.5, 3.5], "angstrom", chunks=(5, 128, 160))
+    task = operations.get("permute").task({"axes": (0, 1, 3, 2), "chunks": (4, 160, 256)})
+    from distributed import get_task_stream
+
+    with cluster.connect("local", workers=2) as client, get_task_stream(client) as stream:
         cluster.write_split(task, tmp_path / "in.ome.zarr", tmp_path / "out.ome.zarr", client,
-                            block_bytes=cluster.MIN_BLOCK_BYTES, progress=lambda done, total: ticks.append(total))
-    assert not ticks  # one task: no tiles reported from workers
+                            block_bytes=cluster.MIN_BLOCK_BYTES)
+    ran = [t["key"] for t in stream.data]
+    assert sum(k.startswith("noa-decode-") for k in ran) >= 2  # 12.5 MiB decoded in blocks of 8 MiB at most
+    assert sum(k.startswith("noa-permute-") for k in ran) >= 2  # tiles written by several tasks
     local.write(task, tmp_path / "in.ome.zarr", tmp_path / "ref.ome.zarr", overwrite=False)
-    split, reference = io.read(tmp_path / "out.ome.zarr"), io.read(tmp_path / "ref.ome.zarr")
-    np.testing.assert_array_equal(split[0].numpy(), data.transpose(0, 2, 1)[None])
-    np.testing.assert_array_equal(split[0].numpy(), reference[0].numpy())
-    assert split[1].pixel_size == reference[1].pixel_size == (1.5, 3.5, 2.5)
+    out = zarr.open_array(str(tmp_path / "out.ome.zarr" / "0"), mode="r")
+    assert out.chunks == (4, 160, 256)
+    np.testing.assert_array_equal(out[...], data.transpose(0, 2, 1))
+    np.testing.assert_array_equal(out[...], zarr.open_array(str(tmp_path / "ref.ome.zarr" / "0"), mode="r")[...])
+    assert io.read(tmp_path / "out.ome.zarr")[1].pixel_size == (1.5, 3.5, 2.5)
+    # an MRC file into a store (and back): mapped inputs, tile tasks writing chunks
+    write_mrc(tmp_path / "in.mrc", data)
+    copy = operations.get("copy").task({"chunks": (3, 100, 320)})
+    with cluster.connect("local", workers=2) as client, get_task_stream(client) as stream:
+        cluster.write_split(copy, tmp_path / "in.mrc", tmp_path / "mrc.ome.zarr", client,
+                            block_bytes=cluster.MIN_BLOCK_BYTES)
+        cluster.write_split(operations.get("copy").task(), tmp_path / "mrc.ome.zarr", tmp_path / "back.mrc", client,
+                            block_bytes=cluster.MIN_BLOCK_BYTES)
+    assert sum(t["key"].startswith("noa-copy-") for t in stream.data) >= 4
+    np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "mrc.ome.zarr" / "0"), mode="r")[...], data)
+    with mrcfile.open(tmp_path / "back.mrc", permissive=False) as back:
+        np.testing.assert_array_equal(back.data, data)
+    assert sorted(os.listdir(tmp_path)) == ["back.mrc", "in.mrc", "in.ome.zarr", "mrc.ome.zarr", "out.ome.zarr",
+                                            "ref.ome.zarr"]
+
+
+def test_store_tiles_are_whole_chunks(tmp_path):
+    """Tiles of a store output never share a chunk (a task writes a chunk whole, nothing read back)."""
+    from noa_core import operations
+
+    write_mrc(tmp_path / "v.mrc", np.zeros((30, 70, 90), np.float32))
+    for chunks in [(7, 16, 32), (30, 90, 70), (1, 3, 70), (4, 100, 100)]:
+        plan = operations.get("permute").task({"axes": (0, 1, 3, 2), "chunks": chunks}).plan(tmp_path / "v.mrc")
+        with plan.create(tmp_path / "v.ome.zarr", overwrite=True) as writer:
+            keys = plan.keys(writer, 64 << 10)
+            assert writer.chunks == (1, *(min(c, n) for c, n in zip(chunks, (30, 90, 70))))
+            covered = np.zeros(writer.shape, np.int8)
+            for key in keys:
+                covered[key] += 1
+                for k, c, n in zip(key[1:], chunks, writer.shape[1:]):
+                    assert k.start % c == 0 and (k.stop % c == 0 or k.stop == n), (key, chunks)
+            assert (covered == 1).all()

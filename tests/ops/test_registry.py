@@ -86,7 +86,9 @@ def test_declared_limits_match_the_code_that_enforces_them():
 def test_options_fill_defaults_and_name_the_bad_parameter():
     copy = operations.get("copy")
     assert copy.options() == {"order": "C", "dtype": None, "clamp": False, "flip_y": False, "uint8_mode": "widen",
-                              "as_stack": None, "series": None, "channel": None, "level": None, "device": "cpu"}
+                              "as_stack": None, "series": None, "channel": None, "level": None, "device": "cpu",
+                              "chunks": None, "ngff": "0.4"}  # every writing operation takes the store options
+    assert operations.get("info").options() == {"as_stack": None, "series": None, "channel": None, "level": None}
     assert copy.options(order="F", dtype="int16").order == "F"
     for values, param, fragment in (({"order": "X"}, "order", "not one of C, F, K"),
                                     ({"dtype": "float128"}, "dtype", "not one of"),
