@@ -8,6 +8,7 @@ the commands it starts afterwards (a forked child's peak starts from its parent'
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,7 +30,10 @@ def run(command: list[str] | str, outputs: Sequence[Path] = ()) -> tuple[float, 
     """Wall seconds and peak RSS (MiB) of one command, which must succeed; ``outputs`` are removed first
     (untimed), so that every command writes to a path that does not exist."""
     for path in outputs:
-        path.unlink(missing_ok=True)
+        if path.is_dir():  # an OME-Zarr store
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
     start = time.perf_counter()
     proc = subprocess.Popen(command, shell=isinstance(command, str), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)

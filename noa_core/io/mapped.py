@@ -14,6 +14,7 @@ a file that shrank gives a short read, reported as an error naming the file.
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import mmap
 import os
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from noa_core.errors import SizeError, TruncatedFileError
+from noa_core.errors import NoSpaceError, SizeError, TruncatedFileError
 from noa_core.io.compression import open_input
 
 # mmap object -> address of its first byte. Weak, so a closed and dropped mapping leaves no trace.
@@ -79,12 +80,17 @@ _SCRATCH = threading.local()
 _READERS: list[tuple[ThreadPoolExecutor, int]] = []
 
 
+def io_threads() -> int:
+    """How many threads may read or write at once: as many as the kernels use (NUMBA_NUM_THREADS,
+    which a Dask worker sets to its share of the cores), else one per core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return int(os.environ.get("NUMBA_NUM_THREADS") or cores)
+
+
 def _readers() -> tuple[ThreadPoolExecutor, int]:
-    """The threads that read runs (pread releases the GIL) and their count: as many as the kernels
-    use (NUMBA_NUM_THREADS, which a Dask worker sets to its share of the cores), else one per core."""
+    """The threads that read runs (pread releases the GIL) and their count (:func:`io_threads`)."""
     if not _READERS:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        count = int(os.environ.get("NUMBA_NUM_THREADS") or cores)
+        count = io_threads()
         _READERS.append((ThreadPoolExecutor(count, "noa-read"), count))
     return _READERS[0]
 
@@ -179,6 +185,19 @@ def _packed_bytes(array: np.ndarray) -> np.ndarray:
     if not flat.flags.c_contiguous:
         raise ValueError("the array is not packed")  # callers check with _lands_in first
     return flat.reshape(-1).view(np.uint8)
+
+
+def pwrite_all(fd: int, data: memoryview, offset: int, path: Path) -> None:
+    """Write all of ``data`` at ``offset`` of ``fd`` (pwrite may write less than asked); a full disk is a
+    NoSpaceError naming ``path``."""
+    while data:
+        try:
+            written = os.pwrite(fd, data, offset)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise NoSpaceError(f"{path}: no space left on device") from None
+            raise
+        data, offset = data[written:], offset + written
 
 
 def map_output(path: Path, offset: int, dtype: np.dtype, count: int) -> tuple[mmap.mmap, np.ndarray]:

@@ -27,7 +27,6 @@ import contextlib
 import errno
 import itertools
 import math
-import mmap
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -42,7 +41,6 @@ from noa_core.errors import (
     FileFormatError,
     HeaderError,
     NoSpaceError,
-    SizeError,
     WriteDTypeError,
 )
 from noa_core.io import mapped, tiff
@@ -261,17 +259,40 @@ def _dtype_of(path: Path, array) -> np.dtype:
     return dtype.newbyteorder("=") if dtype.kind != "b" else dtype
 
 
-def _decode_into(path: Path, level: _Level, selection: tuple, target: np.ndarray,
-                 blocks: Sequence[tuple[slice, ...]], release: Callable[[], None]) -> None:
-    """Decode ``blocks`` of the selected data (zarr decodes each block's chunks) into ``target``."""
+def _decode_into(path: Path, level: _Level, selection: tuple, blocks: Sequence[tuple[slice, ...]],
+                 put: Callable[[tuple[slice, ...], np.ndarray], None]) -> None:
+    """Decode ``blocks`` of the selected data (zarr decodes each block's chunks) and ``put(block, data)``."""
     for block in blocks:
         it = iter(block)
         full = tuple(next(it) if isinstance(s, slice) else s for s in selection)
         try:
-            target[block] = level.array[full]
+            data = level.array[full]
         except Exception as exc:
             raise CorruptFileError(f"{path}: chunk data: {_in_words(exc)}") from None
-        release()
+        put(block, data)
+
+
+def _box_writer(fd: int, shape: Sequence[int], dtype: np.dtype,
+                path: Path) -> Callable[[tuple[slice, ...], np.ndarray], None]:
+    """``put(block, data)`` writing a decoded block, as ``dtype`` (native byte order), into its box of a
+    C-ordered file of ``shape`` with ``pwrite``, one call per contiguous run: written through a mapping,
+    every 4 KiB page of the file would fault first, which cost more than the decoding."""
+    strides = _c_strides(shape)
+
+    def put(block: tuple[slice, ...], data: np.ndarray) -> None:
+        extents = [b.stop - b.start for b in block]
+        whole = len(shape)  # the axes from ``whole`` on are whole in the block: runs span them
+        while whole > 0 and extents[whole - 1] == shape[whole - 1]:
+            whole -= 1
+        outer = max(whole - 1, 0)  # a run spans axis ``outer`` (part of it) and those after it
+        flat = memoryview(np.ascontiguousarray(data, dtype).reshape(-1).view(np.uint8))
+        run = math.prod(extents[outer:]) * dtype.itemsize
+        for n, index in enumerate(np.ndindex(*extents[:outer])):
+            first = sum((b.start + i) * st for b, i, st in zip(block, index, strides)) \
+                + block[outer].start * strides[outer]
+            mapped.pwrite_all(fd, flat[n * run:(n + 1) * run], first * dtype.itemsize, path)
+
+    return put
 
 
 def _decode(path: Path, level: _Level, selection: tuple, shape: tuple[int, ...], dtype: np.dtype,
@@ -282,13 +303,12 @@ def _decode(path: Path, level: _Level, selection: tuple, shape: tuple[int, ...],
     blocks = list(_blocks(shape, _selected_chunks(level, selection), dtype.itemsize, BLOCK_BYTES))
     if not to_file:
         data = np.empty(shape, dtype)
-        _decode_into(path, level, selection, data, blocks, lambda: None)
+        _decode_into(path, level, selection, blocks, data.__setitem__)
         return data
     folder = mapped.spill_folder(path, nbytes, "shape", "decoding")
     with tempfile.NamedTemporaryFile(prefix="noa-", suffix=".zarr-decoded", dir=folder) as temp:
         allocate(path, temp.fileno(), nbytes, folder)
-        with _mapped(temp.fileno(), nbytes, writable=True) as (target_map, release):
-            _decode_into(path, level, selection, np.frombuffer(target_map, dtype).reshape(shape), blocks, release)
+        _decode_into(path, level, selection, blocks, _box_writer(temp.fileno(), shape, dtype, path))
         return mapped.map_input(Path(temp.name), 0, dtype, math.prod(shape), private=True).reshape(shape)
 
 
@@ -337,11 +357,8 @@ def decode_blocks(path: Path, request: ReadRequest, raw: Path, blocks: Sequence[
     level = _level(path, request, [])
     dtype = _dtype_of(path, level.array)
     selection, shape, _ = _select_channel(path, level, request.channel)
-    nbytes = math.prod(shape) * dtype.itemsize
     with open(raw, "r+b") as file:
-        with _mapped(file.fileno(), nbytes, writable=True) as (target_map, release):
-            _decode_into(path, level, selection, np.frombuffer(target_map, dtype).reshape(shape), blocks, release)
-            target_map.flush()
+        _decode_into(path, level, selection, blocks, _box_writer(file.fileno(), shape, dtype, path))
         os.fdatasync(file.fileno())
 
 
@@ -357,24 +374,6 @@ def allocate(path: Path, fd: int, nbytes: int, folder: str) -> None:
         if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise
         os.ftruncate(fd, nbytes)  # a file system that cannot allocate ahead: sparse, as a last resort
-
-
-@contextlib.contextmanager
-def _mapped(fd: int, nbytes: int, writable: bool) -> Iterator[tuple[mmap.mmap, Callable[[], None]]]:
-    """A shared mapping of the first ``nbytes`` of ``fd``, and a function that drops its pages from this
-    process (they stay in the page cache, dirty ones included): called after each block, it keeps the
-    resident memory of a conversion to one block however large the data."""
-    mapping = mmap.mmap(fd, nbytes, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
-
-    def release() -> None:
-        with contextlib.suppress(OSError, AttributeError, ValueError):
-            mapping.madvise(mmap.MADV_DONTNEED)
-
-    try:
-        yield mapping, release
-    finally:
-        with contextlib.suppress(BufferError):  # a view still held: the mapping goes when it does
-            mapping.close()
 
 
 def _metadata(path: Path, level: _Level, shape: Shape4, dtype: np.dtype, words: str,
@@ -573,6 +572,9 @@ class StoreTiles:
         import zarr
 
         self.region = region
+        # Tiles are written from one thread per core: encoding is most of a chunk's cost, and whole-chunk
+        # tiles are independent (pwrite into a file is cheap enough for one thread).
+        self.writers = max(1, min(4, mapped.io_threads()))
         self.array = zarr.open_array(store=str(region.path), path="0", mode="r+")
 
     def buffer(self, key: Sequence[slice], slot: int) -> np.ndarray:

@@ -54,6 +54,8 @@ TileReads = Callable[[Key], tuple[list[Array], Compute]]
 class TileTarget(Protocol):
     """Where computed tiles go: a file (:class:`TileFile`) or a store's chunks (a store format's ``tiles``)."""
 
+    writers: int  # tiles written at once, each from its own thread (1 when absent)
+
     def buffer(self, key: Key, slot: int) -> np.ndarray:
         """A reused BDHW buffer (``slot``) for tile ``key``, laid out as the target stores it."""
 
@@ -244,6 +246,8 @@ class TileFile:
     write is one contiguous run per index of the dimensions the tile does not span whole.
     """
 
+    writers = 1  # one thread pwrites; its writeback is started by another
+
     def __init__(self, region: Region) -> None:
         self.region = region
         self.itemsize = region.dtype.itemsize
@@ -282,21 +286,10 @@ class TileFile:
         position = 0
         for index in np.ndindex(*(extents[i] for i in outer)):
             at = first + sum(n * self.strides[i] for n, i in zip(index, outer)) * self.itemsize
-            _pwrite_all(self.fd, data[position:position + run], at, self.region.path)
+            mapped.pwrite_all(self.fd, data[position:position + run], at, self.region.path)
             position += run
         last = first + sum((n - 1) * s for n, s in zip(extents, self.strides)) * self.itemsize + self.itemsize
         self._writeback.submit(_start_writeback, self.fd, first, last - first)
-
-
-def _pwrite_all(fd: int, data: memoryview, offset: int, path: Path) -> None:
-    while data:
-        try:
-            written = os.pwrite(fd, data, offset)
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise NoSpaceError(f"{path}: no space left on device") from None
-            raise
-        data, offset = data[written:], offset + written
 
 
 def _load_sync_file_range() -> Callable[[int, int, int], None] | None:
@@ -594,11 +587,13 @@ def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, valu
     """
     stats: list[RunningStatistics] = []
     writing: list = []
-    with ThreadPoolExecutor(1, "noa-write") as writer_thread, mapped.scratch_buffers():
+    writers = getattr(target, "writers", 1)
+    in_flight = writers + 1  # output buffers: one being computed, the others being written
+    with ThreadPoolExecutor(writers, "noa-write") as writer_thread, mapped.scratch_buffers():
         for done, key in enumerate(keys, 1):
-            slot = -1 - done % 2  # the output buffers' slots; sources use 0, 1, ...
-            if len(writing) == 2:
-                writing.pop(0).result()  # the write from this buffer two tiles ago is done
+            slot = -1 - done % in_flight  # the output buffers' slots; sources use 0, 1, ...
+            if len(writing) == in_flight:
+                writing.pop(0).result()  # the write from this buffer is done
             views, compute = reads(key)
             buffer = target.buffer(key, slot)
             # Read with pread, not through the input mappings: a file truncated meanwhile is an error, not SIGBUS.

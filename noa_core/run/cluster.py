@@ -347,14 +347,11 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
     output must be on a file system every worker sees at the same path. See the module documentation
     for the protocol.
     """
-    from noa_core.io import mapped, stream
+    from noa_core.io import mapped, omezarr
 
     if block_bytes < MIN_BLOCK_BYTES:
         raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES}: tasks that small cost more to "
                           "schedule than they write")
-    from noa_core.io import omezarr
-
-    distributed = _distributed()
     with _decoded_stores(task, src, dst, client, block_bytes) as decoded:
         with omezarr.decoded_inputs(decoded):
             plan = task.plan(src)
