@@ -261,15 +261,24 @@ def _dtype_of(path: Path, array) -> np.dtype:
 
 def _decode_into(path: Path, level: _Level, selection: tuple, blocks: Sequence[tuple[slice, ...]],
                  put: Callable[[tuple[slice, ...], np.ndarray], None]) -> None:
-    """Decode ``blocks`` of the selected data (zarr decodes each block's chunks) and ``put(block, data)``."""
-    for block in blocks:
-        it = iter(block)
-        full = tuple(next(it) if isinstance(s, slice) else s for s in selection)
-        try:
-            data = level.array[full]
-        except Exception as exc:
-            raise CorruptFileError(f"{path}: chunk data: {_in_words(exc)}") from None
-        put(block, data)
+    """Decode ``blocks`` of the selected data (zarr decodes each block's chunks) and ``put(block, data)``.
+
+    Each block is decoded into the same reused buffer: fresh memory for every block would cost a page
+    fault per 4 KiB, as much as the decoding itself."""
+    from zarr.core.buffer.cpu import NDBuffer
+
+    stored = np.dtype(level.array.dtype)
+    with mapped.scratch_buffers():
+        for block in blocks:
+            it = iter(block)
+            full = tuple(next(it) if isinstance(s, slice) else s for s in selection)
+            extents = [b.stop - b.start for b in block]
+            data = mapped.scratch(math.prod(extents) * stored.itemsize, 0).view(stored).reshape(extents)
+            try:
+                level.array.get_basic_selection(full, out=NDBuffer.from_numpy_array(data))
+            except Exception as exc:
+                raise CorruptFileError(f"{path}: chunk data: {_in_words(exc)}") from None
+            put(block, data)
 
 
 def _box_writer(fd: int, shape: Sequence[int], dtype: np.dtype,
