@@ -352,10 +352,7 @@ def decoded_inputs(files: dict[DecodedKey, Path]) -> Iterator[None]:
 def decoding(path: Path, request: ReadRequest, budget: int = BLOCK_BYTES) -> tuple[int, list[tuple[slice, ...]]]:
     """What decoding the selected data of the store at ``path`` takes: the bytes of the decoded data
     (C order, as :func:`decode_blocks` writes them) and the chunk-aligned blocks, each about ``budget``."""
-    _check_request(path, request)
-    level = _level(path, request, [])
-    dtype = _dtype_of(path, level.array)
-    selection, shape, _ = _select_channel(path, level, request.channel)
+    level, dtype, selection, shape, _ = _selected(path, request, [])
     blocks = list(_blocks(shape, _selected_chunks(level, selection), dtype.itemsize, budget))
     return math.prod(shape) * dtype.itemsize, blocks
 
@@ -363,9 +360,7 @@ def decoding(path: Path, request: ReadRequest, budget: int = BLOCK_BYTES) -> tup
 def decode_blocks(path: Path, request: ReadRequest, raw: Path, blocks: Sequence[tuple[slice, ...]]) -> None:
     """Decode ``blocks`` (from :func:`decoding`) of the store at ``path`` into their place in ``raw`` (a file
     of the decoded size), and make them durable: one task of a decoding shared by several processes."""
-    level = _level(path, request, [])
-    dtype = _dtype_of(path, level.array)
-    selection, shape, _ = _select_channel(path, level, request.channel)
+    level, dtype, selection, shape, _ = _selected(path, request, [])
     with open(raw, "r+b") as file:
         _decode_into(path, level, selection, blocks, _box_writer(file.fileno(), shape, dtype, path))
         os.fdatasync(file.fileno())
@@ -404,12 +399,19 @@ def _metadata(path: Path, level: _Level, shape: Shape4, dtype: np.dtype, words: 
                     axes=f"{words} (NGFF {level.version})", path=str(path), notices=notices)
 
 
-def _parsed(path: Path, request: ReadRequest, data: bool):
+def _selected(path: Path, request: ReadRequest,
+              notices: list[str]) -> tuple[_Level, np.dtype, tuple, tuple[int, ...], str]:
+    """The level, element type, selection (all, or one channel), shape and axis letters a read takes."""
     _check_request(path, request)
-    notices: list[str] = []
     level = _level(path, request, notices)
     dtype = _dtype_of(path, level.array)
     selection, shape, letters = _select_channel(path, level, request.channel)
+    return level, dtype, selection, shape, letters
+
+
+def _parsed(path: Path, request: ReadRequest, data: bool):
+    notices: list[str] = []
+    level, dtype, selection, shape, letters = _selected(path, request, notices)
     if math.prod(shape) == 0:
         raise HeaderError(f"{path}: shape: level {request.level or 0} {tuple(level.array.shape)} is empty")
     decoded = _DECODED.get(decoded_key(path, request)) if data else None

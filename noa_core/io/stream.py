@@ -54,7 +54,7 @@ TileReads = Callable[[Key], tuple[list[Array], Compute]]
 class TileTarget(Protocol):
     """Where computed tiles go: a file (:class:`TileFile`) or a store's chunks (a store format's ``tiles``)."""
 
-    writers: int  # tiles written at once, each from its own thread (1 when absent)
+    writers: int  # tiles written at once, each from its own thread
 
     def buffer(self, key: Key, slot: int) -> np.ndarray:
         """A reused BDHW buffer (``slot``) for tile ``key``, laid out as the target stores it."""
@@ -587,9 +587,8 @@ def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, valu
     """
     stats: list[RunningStatistics] = []
     writing: list = []
-    writers = getattr(target, "writers", 1)
-    in_flight = writers + 1  # output buffers: one being computed, the others being written
-    with ThreadPoolExecutor(writers, "noa-write") as writer_thread, mapped.scratch_buffers():
+    in_flight = target.writers + 1  # output buffers: one being computed, the others being written
+    with ThreadPoolExecutor(target.writers, "noa-write") as writer_thread, mapped.scratch_buffers():
         for done, key in enumerate(keys, 1):
             slot = -1 - done % in_flight  # the output buffers' slots; sources use 0, 1, ...
             if len(writing) == in_flight:
