@@ -120,3 +120,17 @@ def fei1_stack(path: Path, sections: int = 3) -> tuple[np.ndarray, np.recarray]:
         f.header.exttyp = b"FEI1"
         f.voxel_size = 1.25
     return data, records
+
+
+def relion(program: str, *args, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """RELION's ``program`` (e.g. ``relion_image_handler``) run with ``args``; the test skips with a reason
+    where RELION is not installed (``scripts/test`` installs RELION 3.1.3 with apt where it can), and fails
+    with RELION's own output where the program fails."""
+    import shutil
+
+    if shutil.which(program) is None:
+        pytest.skip(f"{program} not found: RELION is not installed (apt-get install relion)")
+    result = subprocess.run([program, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, (program, args, result.stdout[-2000:], result.stderr[-2000:])
+    return result
