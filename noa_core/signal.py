@@ -25,6 +25,8 @@ from noa_core.array import Array, asarray
 from noa_core.errors import ParameterError
 
 DEFAULT_EDGE_WIDTH = 2.0  # RELION's --filter_edge_width: Fourier shells of the raised cosine
+NYQUIST = 0.5 + 1e-12  # cycles per pixel; the margin keeps samples exactly at Nyquist (k = n/2) despite rounding
+MAX_BFACTOR_GAIN = 60.0  # the most a B-factor may amplify Nyquist: e**60 (~1e26), well inside float32
 __all__ = ["bandpass", "bandpass_weights", "check_bandpass", "multiply_spectrum", "power_spectrum", "frequencies", "DEFAULT_EDGE_WIDTH"]
 
 
@@ -61,6 +63,11 @@ def check_bandpass(lowpass: float | None, highpass: float | None, pixel_size: fl
             raise ParameterError(f"{highpass:g} Å must be coarser (larger) than the lowpass, {lowpass:g} Å", "highpass")
     if not edge_width >= 0:
         raise ParameterError(f"{edge_width:g} shells must be 0 or more", "edge_width")
+    gain = -bfactor / (16.0 * pixel_size ** 2)  # the exponent at Nyquist, 1 / (2 x pixel size) Å⁻¹
+    if gain > MAX_BFACTOR_GAIN:
+        raise ParameterError(f"{bfactor:g} Å² at {pixel_size:g} Å/pixel multiplies Nyquist by e^{gain:.4g}, beyond "
+                             f"what float32 holds; the strongest sharpening at this pixel size is "
+                             f"{-MAX_BFACTOR_GAIN * 16.0 * pixel_size ** 2:.6g}", "bfactor")
     return float(pixel_size)
 
 
@@ -74,7 +81,8 @@ def bandpass_weights(sizes: Sequence[int], pixel_size: float, lowpass: float | N
     shells centred on it: below ``(shell - edge_width / 2) / n`` cycles per pixel a low-pass keeps
     everything, above ``(shell + edge_width / 2) / n`` nothing, between ``0.5 + 0.5 cos(pi (f - low) /
     width)``; a high-pass is the complement. ``bfactor`` multiplies by ``exp(-bfactor / 4 * (f /
-    pixel_size) ** 2)`` (negative sharpens)."""
+    pixel_size) ** 2)`` (negative sharpens) up to Nyquist, and zeroes every frequency beyond it (the
+    corners of the box), as RELION does whenever it applies a B-factor."""
     f = frequencies(sizes)
     n = sizes[-1]
     weights = np.ones_like(f)
@@ -98,8 +106,9 @@ def bandpass_weights(sizes: Sequence[int], pixel_size: float, lowpass: float | N
             weights *= np.where(f < low, 0.0, np.where(f > high, 1.0, ramp))
         else:
             weights *= f >= low
-    if bfactor:
-        weights *= np.exp(-(bfactor / 4.0) * (f / pixel_size) ** 2)
+    if bfactor:  # up to Nyquist only, as RELION's applyBFactorToMap: the corners beyond it are zeroed
+        inside = f <= NYQUIST
+        weights *= np.where(inside, np.exp(-(bfactor / 4.0) * (np.where(inside, f, 0.0) / pixel_size) ** 2), 0.0)
     return weights
 
 

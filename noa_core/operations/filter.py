@@ -129,14 +129,18 @@ OPERATION = Operation(
     details="Resolutions are in Å at the header's pixel size (or --angpix). The edge is a raised cosine "
             "--edge-width Fourier shells wide (RELION's --filter_edge_width, default 2) centred on the shell "
             "round(width x pixel size / resolution). A lowpass finer than Nyquist (2 x pixel size) is refused. "
-            "The output is float32.",
+            "A B-factor multiplies each frequency s (1/Å) up to Nyquist by exp(-B s²/4) and zeroes everything "
+            "beyond Nyquist (the corners of the box), as RELION's --bfactor. Frequencies are measured per axis, so "
+            "square boxes filter exactly as RELION; RELION measures a rectangular image's every axis in units of "
+            "its width. The output is float32.",
     examples=("noa filter particles.mrcs filtered.mrcs --lowpass 8 --highpass 200",
               "noa filter map.mrc sharpened.mrc --bfactor -80"),
     params=(Param("lowpass", Real(0.0), "Low-pass resolution in Å: detail finer than it is removed."),
             Param("highpass", Real(0.0), "High-pass resolution in Å: features coarser than it are removed."),
             Param("edge_width", Real(0.0, 1000.0), "Width of the raised-cosine edge in Fourier shells (RELION's "
                   "--filter_edge_width).", default=2.0),
-            Param("bfactor", Real(-10000.0, 10000.0), "B-factor in Å² applied as exp(-B/4 s²); negative sharpens."),
+            Param("bfactor", Real(-10000.0, 10000.0), "B-factor in Å² applied as exp(-B/4 s²) up to Nyquist, zero beyond "
+                  "(RELION's --bfactor); negative sharpens."),
             Param("angpix", Real(0.0), "Pixel size of the input in Å, when the header's is unknown or wrong."),
             *READING),
     plan=plan,

@@ -165,7 +165,7 @@ def test_rescale_by_pixel_size_or_factor():
 
 def relion_filter(image: np.ndarray, angpix: float, lowpass: float | None, highpass: float | None,
                   edge_width: float, bfactor: float) -> np.ndarray:
-    """RELION's lowPassFilterMap, highPassFilterMap and applyBFactorToMap (src/fftw.cpp), transcribed loop
+    """RELION's lowPassFilterMap, highPassFilterMap and applyBFactorToMap (src/fftw.cpp, 3.1.3), transcribed loop
     by loop for a square image: FT over the half transform, ori_size the image size."""
     ori_size = image.shape[-1]
     ft = np.fft.rfft2(image)
@@ -188,9 +188,9 @@ def relion_filter(image: np.ndarray, angpix: float, lowpass: float | None, highp
                     ft[ip, jp] = 0
                 elif r <= high and high > low:
                     ft[ip, jp] *= 0.5 - 0.5 * math.cos(math.pi * (r - low) / (high - low))
-            if bfactor:
+            if bfactor:  # applied up to Nyquist, zero beyond it
                 s = math.sqrt(i * i + jp * jp) / (ori_size * angpix)
-                ft[ip, jp] *= math.exp(-(bfactor / 4.0) * s * s)
+                ft[ip, jp] *= math.exp(-(bfactor / 4.0) * s * s) if s <= 1.0 / (angpix * 2.0) else 0.0
     return np.fft.irfft2(ft, s=image.shape)
 
 
