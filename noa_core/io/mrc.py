@@ -597,7 +597,10 @@ def make_header(spec: OutputSpec, stats: Statistics, labels: list[str], extended
         mz = 1
     m_xyz = (sampling[2] if sampling[2] > 0 else w, sampling[1] if sampling[1] > 0 else h, mz)
     header["mx"], header["my"], header["mz"] = m_xyz
-    for name, p, m in zip("xyz", (pixel[2], pixel[1], pixel[0]), m_xyz):
+    # An image stack's sections are spaced by the image's pixel size, as IMOD's newstack writes them: readers
+    # that take the Z spacing from cella z / mz never see 0 where the pixel size is known.
+    z_pixel = pixel[2] if ispg == 0 and pixel[0] <= 0 else pixel[0]
+    for name, p, m in zip("xyz", (pixel[2], pixel[1], z_pixel), m_xyz):
         header["cella"][name] = p * m
     header["cellb"]["alpha"], header["cellb"]["beta"], header["cellb"]["gamma"] = angles[2], angles[1], angles[0]
     header["origin"]["x"], header["origin"]["y"], header["origin"]["z"] = origin[2], origin[1], origin[0]

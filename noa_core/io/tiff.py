@@ -7,8 +7,8 @@ any other axis of size > 1 is refused with an error saying why, rather than gues
 level 0 unless ``level`` names another. Compressed and packed data are decoded by tifffile with
 imagecodecs; tifffile's log messages become notices and its errors one line in the user's words.
 
-Pixel sizes: XResolution/YResolution belong to the axes named X and Y, in the unit ImageJ or tifffile
-metadata name, else in ResolutionUnit; ImageJ ``spacing`` is the Z step; OME ``PhysicalSize*`` with
+Pixel sizes: XResolution/YResolution belong to the page's columns and rows as stored (the axes named X
+and Y, or Y and X where sections are stored transposed), in the unit ImageJ or tifffile metadata name, else in ResolutionUnit; ImageJ ``spacing`` is the Z step; OME ``PhysicalSize*`` with
 their units win. Tags that name no length (absent, ResolutionUnit none, 72 dpi) leave it unknown (0).
 
 Writing makes an ImageJ hyperstack (axes 'TZYX' without the size-1 ones) for uint8, uint16 and
@@ -186,11 +186,19 @@ def _metadata_unit(extra: dict) -> str | None:
     return _unescape(unit).strip()
 
 
-def _resolution_sizes(path: Path, page, unit: str | None, notices: list[str]) -> Sizes:
-    """The X and Y pixel sizes XResolution and YResolution (pixels per unit) give, in ``unit`` (from
+def _page_axes(axes: str) -> tuple[str, str]:
+    """The axis letters of a page's columns and rows as stored (samples per pixel aside): 'X', 'Y' for a
+    plain page, 'Y', 'X' for the transposed sections of a column-major (shaped 'ZXY') file."""
+    return ("Y", "X") if axes.rstrip("S").endswith("XY") else ("X", "Y")
+
+
+def _resolution_sizes(path: Path, page, columns_rows: tuple[str, str], unit: str | None, notices: list[str]) -> Sizes:
+    """The pixel sizes XResolution and YResolution (pixels per unit) give to the page's columns and rows
+    as stored (``columns_rows``: the TIFF standard gives XResolution to ImageWidth), in ``unit`` (from
     ImageJ or tifffile metadata) or else in ResolutionUnit; none, with a notice, when they name no
     length (tags absent, ResolutionUnit none, or 72 dpi: many writers' default, a screen's resolution)."""
-    per_unit = {letter: value.value[0] / value.value[1] for tag, letter in (("XResolution", "X"), ("YResolution", "Y"))
+    per_unit = {letter: value.value[0] / value.value[1]
+                for tag, letter in zip(("XResolution", "YResolution"), columns_rows)
                 if (value := page.tags.get(tag)) is not None and value.value[0] > 0 and value.value[1] > 0}
     unknown = None
     if not per_unit:
@@ -230,15 +238,15 @@ def _in_one_unit(path: Path, sizes: Sizes, notices: list[str]) -> tuple[tuple[fl
 
 
 def _pixel_size(path: Path, tif: tifffile.TiffFile, index: int, level, notices: list[str]):
-    """Pixel size per D, H, W and its unit. XResolution and YResolution belong to the axes named X and
-    Y wherever they lie; ImageJ or tifffile ``spacing`` is the Z step; OME ``PhysicalSize*`` win where
+    """Pixel size per D, H, W and its unit. XResolution and YResolution belong to the page's columns and
+    rows as stored (X and Y, or Y and X in a column-major file); ImageJ or tifffile ``spacing`` is the Z step; OME ``PhysicalSize*`` win where
     present. A pyramid level's sizes are level 0's scaled by the level's shape."""
     series = tif.series[index]
     extra = _extra_metadata(tif)
     unit = _metadata_unit(extra)
     sizes = _ome_sizes(tif, index) if tif.is_ome else {}
     if not {"X", "Y"} <= sizes.keys():
-        sizes = {**_resolution_sizes(path, series.keyframe, unit, notices), **sizes}
+        sizes = {**_resolution_sizes(path, series.keyframe, _page_axes(series.axes), unit, notices), **sizes}
     spacing_unit = unit or next((u for _, u in sizes.values()), None)
     if "Z" not in sizes and float(extra.get("spacing", 0)) > 0 and spacing_unit is not None:
         sizes["Z"] = (float(extra["spacing"]), spacing_unit)
@@ -508,13 +516,15 @@ def create_file(path: Path, shape: Shape4, dtype: np.dtype, order: str, metadata
     imagej = dtype.name in IMAGEJ_DTYPES and order == "C" and min(shape[2:]) > 1
     info: dict = {"axes": axes}
     offset, _ = tifffile.imwrite(path, shape=stored, dtype=dtype, imagej=imagej, returnoffset=True,
-                                 photometric="minisblack", **_calibration(metadata, info, imagej))
+                                 photometric="minisblack", **_calibration(metadata, info, imagej, order))
     return offset
 
 
-def _calibration(metadata: Metadata | None, info: dict, imagej: bool) -> dict[str, Any]:
+def _calibration(metadata: Metadata | None, info: dict, imagej: bool, order: str) -> dict[str, Any]:
     """tifffile's arguments recording the pixel size: ``spacing`` (Z) and ``unit`` in the metadata ``info``,
-    XResolution for X and YResolution for Y, whichever the page's columns are. A pixel size nobody gave
+    XResolution for the page's columns and YResolution for its rows as stored (the TIFF standard; Fiji and
+    every reader that ignores the shaped axes see square pixels the right way round): X and Y, or Y and X
+    for the transposed sections of an F-ordered array. A pixel size nobody gave
     (0) writes nothing, so it reads back unknown: tifffile's default XResolution/YResolution 1 with
     ResolutionUnit none name no length, and no unit is written without a size."""
     depth, height, width = metadata.pixel_size if metadata is not None else (0.0, 0.0, 0.0)
@@ -523,7 +533,8 @@ def _calibration(metadata: Metadata | None, info: dict, imagej: bool) -> dict[st
     kwargs: dict[str, Any] = {"metadata": info}
     if width > 0 and height > 0:
         # ResolutionUnit none: the unit is the metadata's (tifffile's default tag would say inch)
-        kwargs.update(resolution=(1.0 / width, 1.0 / height), resolutionunit="NONE")
+        columns, rows = (height, width) if order == "F" else (width, height)
+        kwargs.update(resolution=(1.0 / columns, 1.0 / rows), resolutionunit="NONE")
     if metadata is not None and metadata.unit and (depth > 0 or "resolution" in kwargs):
         info["unit"] = _escape(metadata.unit) if imagej else metadata.unit
     return kwargs

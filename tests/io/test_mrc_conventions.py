@@ -378,3 +378,33 @@ def test_a_partly_known_voxel_size_says_which_axis_is_unknown(tmp_path):
     src = tmp_path / "src.mrc"
     write_mrc(src, np.ones((2, 3, 4), np.float32), voxel_size=(1.5, 1.5, 0.0))
     assert "pixel size (DHW)  unknown, 1.5, 1.5 Å" in noa("info", src).stdout
+
+
+# -- an image stack's Z cell (issue 25 item 8) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["stack.mrcs", "stack.tif"])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_an_image_stack_gets_imods_z_cell(tmp_path, source, order):
+    import tifffile
+
+    data = np.random.default_rng(0).normal(size=(3, 8, 10)).astype(np.float32)
+    if source.endswith(".mrcs"):
+        write_mrc(tmp_path / source, data, stack=True, voxel_size=(1.5, 1.5, 0.0))
+    else:  # an ImageJ stack whose sections have no Z spacing, X/Y at 1.5 Å
+        tifffile.imwrite(tmp_path / source, data, imagej=True, resolution=(1 / 1.5, 1 / 1.5),
+                         metadata={"axes": "TYX", "unit": "Angstrom"})
+    assert noa("copy", tmp_path / source, tmp_path / "out.mrcs", "--order", order).returncode == 0
+    got, header, voxel = mrc_data(tmp_path / "out.mrcs")
+    assert header.ispg == 0 and header.mz == 1
+    # IMOD's newstack: cella z = mz x the pixel size, never 0, so the Z spacing readers take is the pixel size
+    assert float(header.cella.z) == pytest.approx(1.5 * int(header.mz))
+    assert (float(voxel.x), float(voxel.y), float(voxel.z)) == pytest.approx((1.5, 1.5, 1.5))
+    assert mrcfile.validate(str(tmp_path / "out.mrcs"), print_file=text_io.StringIO())
+
+
+def test_an_image_stack_of_unknown_pixel_size_keeps_it_unknown(tmp_path):
+    write_mrc(tmp_path / "s.mrcs", np.zeros((3, 8, 10), np.float32), stack=True)
+    assert noa("copy", tmp_path / "s.mrcs", tmp_path / "out.mrcs").returncode == 0
+    _, header, _ = mrc_data(tmp_path / "out.mrcs")
+    assert (float(header.cella.x), float(header.cella.y), float(header.cella.z)) == (0.0, 0.0, 0.0)

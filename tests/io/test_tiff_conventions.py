@@ -81,12 +81,33 @@ def test_known_pixel_size_writes_x_and_y_tags_with_the_unit(tmp_path):
     assert md2.pixel_size == pytest.approx((3.0, 2.0, 0.5)) and md2.unit == "Å"
 
 
-def test_column_major_output_keeps_x_resolution_on_x(tmp_path):
+def test_column_major_output_gives_x_resolution_to_the_page_width_as_stored(tmp_path):
+    # Issue 25 item 7: an F-ordered section is stored transposed (page rows are X, columns Y): XResolution,
+    # which the TIFF standard gives to ImageWidth (the columns), is Y's pixel size, so Fiji and any reader
+    # ignoring the shaped axes shows the stored page with its true aspect.
     md = io.Metadata(format="mrc", shape=(1, 1, 20, 30), dtype="float32", pixel_size=(0.0, 2.0, 0.5), unit="nm")
     out = tmp_path / "f.tif"
     io.write(out, UINT16[0].astype(np.float32), md, order="F")
-    assert _tags(out)["XResolution"] == (2, 1) and _tags(out)["YResolution"] == (1, 2)
+    with tifffile.TiffFile(out) as tif:
+        page = tif.pages[0]
+        assert tif.series[0].axes == "XY" and page.shape == (30, 20)  # rows: X (30), columns: Y (20)
+        width, length = page.tags["ImageWidth"].value, page.tags["ImageLength"].value
+    assert (width, length) == (20, 30)
+    assert _tags(out)["XResolution"] == (1, 2) and _tags(out)["YResolution"] == (2, 1)  # Y: 2 nm, X: 0.5 nm
     assert io.read(out)[1].pixel_size == pytest.approx((0.0, 2.0, 0.5))
+    # and a page as stored, shown by a reader that ignores the axes: width x XResolution = Y's extent
+    assert width / (1 / 2) == pytest.approx(20 * 2.0) and length / 2 == pytest.approx(30 * 0.5)
+
+
+def test_column_major_copy_of_a_real_map_keeps_its_pixel_sizes(tmp_path):
+    data = write_mrc(tmp_path / "a.mrc", RNG.normal(size=(4, 6, 10)).astype(np.float32), voxel_size=(2.0, 3.0, 5.0))
+    assert noa("copy", tmp_path / "a.mrc", tmp_path / "f.tif", "--order", "F").returncode == 0
+    tags = _tags(tmp_path / "f.tif")
+    assert tags["XResolution"] == (1, 3) and tags["YResolution"] == (1, 2)  # columns: Y (3 Å), rows: X (2 Å)
+    assert noa("copy", tmp_path / "f.tif", tmp_path / "b.mrc").returncode == 0
+    with mrcfile.open(tmp_path / "b.mrc") as m:
+        np.testing.assert_array_equal(m.data, data)
+        assert m.voxel_size.tolist() == pytest.approx((2.0, 3.0, 5.0))
 
 
 @pytest.mark.parametrize("write", [
@@ -127,7 +148,7 @@ def test_mrc_with_unknown_voxel_size_round_trips_through_tiff(tmp_path):
             assert m.voxel_size.tolist() == (0.0, 0.0, 0.0)
 
 
-# -- item 3: XResolution and YResolution belong to the X and Y axes ----------------------------------------------
+# -- item 3: XResolution and YResolution belong to the page's columns and rows as stored ------------------------
 
 
 @pytest.mark.parametrize("axes, shape, channel, photometric", [
@@ -135,7 +156,6 @@ def test_mrc_with_unknown_voxel_size_round_trips_through_tiff(tmp_path):
     ("YXC", (4, 5, 3), None, "minisblack"),
     ("YXT", (4, 5, 3), None, "minisblack"),
     ("YXZ", (4, 5, 3), None, "minisblack"),
-    ("XY", (5, 4), None, "minisblack"),
     ("QTZYXC", (2, 1, 3, 4, 5, 2), 1, "minisblack"),
     ("YXS", (4, 5, 3), 2, "rgb"),
 ])
@@ -154,6 +174,15 @@ def test_resolution_tags_belong_to_x_and_y(tmp_path, axes, shape, channel, photo
     order = batch + [axes.index(a) for a in "ZYX" if a in axes]
     expected = np.moveaxis(data, order, range(len(order))).reshape(array.shape)
     np.testing.assert_array_equal(array.numpy(), expected)
+
+
+def test_a_transposed_page_gives_x_resolution_to_y(tmp_path):
+    # A shaped file of axes 'XY' stores rows of X: its columns (ImageWidth, XResolution) run along Y.
+    data = np.arange(20, dtype=np.uint16).reshape(5, 4)
+    tifffile.imwrite(tmp_path / "a.tif", data, metadata={"axes": "XY"}, resolution=(2, 0.5), resolutionunit="CENTIMETER")
+    array, md = io.read(tmp_path / "a.tif")
+    assert md.unit == "cm" and md.pixel_size == pytest.approx((0.0, 0.5, 2.0))
+    np.testing.assert_array_equal(array.numpy()[0, 0], data.T)
 
 
 def test_shaped_spacing_is_the_z_step(tmp_path):
