@@ -86,9 +86,12 @@ OPERATION = Operation(
             "stays in place.",
     examples=("noa resize volume.mrc boxed.mrc --shape 256,256,256 --fill mean",),
     details="SHAPE gives H,W, or D,H,W, or B,D,H,W; axes not given keep their size. New voxels take --fill: "
-            "mean (of the input, one extra pass over it), zero, or a number.",
+            "mean (of the input, one extra pass over it; noa's default), zero (what RELION's --new_box pads "
+            "with: give --fill zero for RELION's output), or a number. The pixel size is kept (RELION writes 0 "
+            "on some outputs).",
     params=(Param("shape", Integers(2, 4, 1, 2**31 - 1), "New size: H,W or D,H,W or B,D,H,W.", default=REQUIRED),
-            Param("fill", Text(1, 40), "Value of new voxels: mean, zero or a number.", default="mean"),
+            Param("fill", Text(1, 40), "Value of new voxels: mean (default), zero (as RELION pads) or a number.",
+                  default="mean"),
             *READING),
     plan=plan,
 )
