@@ -554,6 +554,18 @@ def _space_group(shape: Shape4, source: int | None) -> int:
     return 0
 
 
+def check_field(values: tuple[float, ...], name: str) -> None:
+    """ParameterError unless every value fits an MRC header's float32 field as a normal number (or 0):
+    beyond float32 it would be stored as inf, below its smallest normal as a denormal."""
+    from noa_core.errors import ParameterError
+
+    limits = np.finfo(np.float32)
+    for v in values:
+        if abs(v) > float(limits.max) or 0 < abs(v) < float(limits.tiny):
+            raise ParameterError(f"{v:.6g} does not fit the header's float32 field (0, or between {float(limits.tiny):.3g} "
+                                 f"and {float(limits.max):.3g} in magnitude)", name)
+
+
 def stamp_label(text: str | None, kind: str) -> str:
     """The label noa appends: version, UTC date, and what was done (at most 80 characters)."""
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")

@@ -8,6 +8,7 @@ live among the data; ``noa copy`` writes a new file) and so are compressed files
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ class HeaderResult(TypedDict):
 
 
 LARGEST_PIXEL_SIZE = 1e9  # Å: anything beyond is a typing mistake, not a sample
+SMALLEST_PIXEL_SIZE = 1e-6  # Å: anything below is a typing mistake too (and 1e-45 would be a float32 denormal)
 
 
 def _triple(values: tuple[float, ...] | None, name: str) -> tuple[float, float, float] | None:
@@ -48,9 +50,13 @@ def _check(options: Options) -> tuple[tuple[float, ...] | None, tuple[float, ...
 
     pixel = _triple(options.pixel_size, "pixel_size")
     origin = _triple(options.origin, "origin")
-    if pixel is not None and not all(0 < v <= LARGEST_PIXEL_SIZE for v in pixel):
-        raise ParameterError(f"{','.join(f'{v:g}' for v in pixel)}: a pixel size must be positive (Å) and at most "
-                             f"{LARGEST_PIXEL_SIZE:g}", "pixel_size")
+    if pixel is not None and not all(SMALLEST_PIXEL_SIZE <= v <= LARGEST_PIXEL_SIZE for v in pixel):
+        raise ParameterError(f"{','.join(f'{v:g}' for v in pixel)}: a pixel size must be positive, "
+                             f"between {SMALLEST_PIXEL_SIZE:g} and {LARGEST_PIXEL_SIZE:g} Å", "pixel_size")
+    if origin is not None:
+        from noa_core.io.mrc import check_field
+
+        check_field(origin, "origin")
     if options.label is not None:
         text = options.label
         if not all(32 <= ord(c) < 127 for c in text):
@@ -109,9 +115,12 @@ def edit(path: Path, options: Options, dry_run: bool) -> dict:
         raise FileFormatError(f"{p}: the file is {compression}-compressed, so its header cannot be rewritten in "
                               "place; decompress it first")
     pixel, origin = _check(options)
-    before_kind = io.probe(p).kind  # validates the whole header against the file, as any read does
     fd = os.open(p, os.O_RDONLY if dry_run else os.O_RDWR)
     try:
+        # Read-modify-write under an exclusive lock (shared for a dry run): two edits of one file at once
+        # (two shells, two service workers) run one after the other, and neither change is lost.
+        fcntl.flock(fd, fcntl.LOCK_SH if dry_run else fcntl.LOCK_EX)
+        before_kind = io.probe(p).kind  # validates the whole header against the file, as any read does
         raw = os.pread(fd, mrc.HEADER_BYTES, 0)
         parsed = mrc.parse_header(p, raw)
         record = np.frombuffer(bytearray(raw[:mrc.HEADER_BYTES]), parsed.dtype, count=1)[0]

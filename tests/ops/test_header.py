@@ -155,6 +155,10 @@ def test_refusals_name_the_problem_and_change_nothing(tmp_path):
     assert_user_error(noa("header", path, "--pixel-size", "-1,2,3"), "--pixel-size", "positive")
     assert_user_error(noa("header", path, "--pixel-size", "1,2"), "--pixel-size", "three")
     assert_user_error(noa("header", path, "--origin", "nan"), "--origin")
+    # values the header's float32 fields cannot hold (issue 32 item 6): inf and a denormal were stored
+    assert_user_error(noa("header", path, "--origin", "1e300"), "--origin", "float32")
+    assert_user_error(noa("header", path, "--origin", "0,1e-45,0"), "--origin", "float32")
+    assert_user_error(noa("header", path, "--pixel-size", "1e-45"), "--pixel-size", "between")
     assert_user_error(noa("header", path, "--label", "caf\u00e9"), "--label", "ASCII")
     assert_user_error(noa("header", path), "nothing to change")
     assert path.read_bytes() == original
@@ -237,3 +241,57 @@ def test_a_20_gb_map_takes_milliseconds_and_no_data_is_written(tmp_path):
     assert elapsed < 1.0, elapsed
     assert path.stat().st_size == size and path.stat().st_blocks == blocks  # not one data block written
     assert noa_io.probe(path).metadata.pixel_size == pytest.approx((1.06, 1.06, 1.06))
+
+
+def test_concurrent_edits_of_one_file_lose_no_change(tmp_path):
+    """Issue 32 item 1: two edits at once each read, change and write the header; without a lock the
+    second write could carry the first one's old values. Here eight threads each append one label at
+    once; every label must survive (each edit merges its label into what the header holds)."""
+    import threading
+
+    editors = 8  # fewer than the 10 label slots: every label must be kept
+    for attempt in range(6):  # a lost update shows in about one round in three without the lock
+        path = tmp_path / f"map{attempt}.mrc"
+        write_mrc(path, np.zeros((2, 3, 4), np.float32), voxel_size=1.5)
+        barrier = threading.Barrier(editors)
+        errors: list[BaseException] = []
+
+        def edit(i: int) -> None:
+            try:
+                barrier.wait()
+                HEADER.apply(path, label=f"edit {i}")
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=edit, args=(i,)) for i in range(editors)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        with mrcfile.open(path) as f:
+            labels = [bytes(f.header.label[i]).decode().strip() for i in range(int(f.header.nlabl))]
+        assert {label for label in labels if label.startswith("edit ")} == {f"edit {i}" for i in range(editors)}
+
+
+def test_a_header_edit_waits_for_another_processes_lock(tmp_path):
+    import fcntl
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "map.mrc"
+    write_mrc(path, np.zeros((2, 3, 4), np.float32), voxel_size=1.5)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        child = subprocess.Popen([sys.executable, "-m", "noa_cli.main", "header", str(path), "--pixel-size", "2"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        assert child.poll() is None  # waiting for the lock, not writing over an edit in progress
+        assert voxel(path) == pytest.approx((1.5, 1.5, 1.5))
+    finally:
+        os.close(fd)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    assert voxel(path) == pytest.approx((2.0, 2.0, 2.0))
