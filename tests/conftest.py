@@ -128,9 +128,12 @@ def relion(program: str, *args, cwd: Path | None = None) -> subprocess.Completed
     with RELION's own output where the program fails."""
     import shutil
 
+    import tempfile
+
     if shutil.which(program) is None:
         pytest.skip(f"{program} not found: RELION is not installed (apt-get install relion)")
-    result = subprocess.run([program, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    with tempfile.TemporaryDirectory() as scratch:  # RELION leaves scratch files (.spi) where it runs
+        result = subprocess.run([program, *map(str, args)], capture_output=True, text=True, cwd=cwd or scratch,
+                                timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert result.returncode == 0, (program, args, result.stdout[-2000:], result.stderr[-2000:])
     return result

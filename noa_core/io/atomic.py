@@ -239,7 +239,7 @@ class TemporaryOutput:
                 os.unlink(self.temp)
         self._unlock()
         if must_sync:
-            _fsync_folder(self.path.parent)
+            fsync_folder(self.path.parent)
 
     def _commit_directory(self) -> None:
         """Rename the store's directory onto ``path``: onto a missing path without clobbering anything
@@ -265,7 +265,7 @@ class TemporaryOutput:
         self.directory = None
         self.abort()  # the data file: converted into the store, no longer needed
         if must_sync:
-            _fsync_folder(self.path.parent)
+            fsync_folder(self.path.parent)
 
     def _replace_existing(self) -> None:
         """Put the new store at ``path`` and remove what was there (a store or a file)."""
@@ -305,6 +305,83 @@ class TemporaryOutput:
             self._directory_fd = None
 
 
+class Placement:
+    """Finished outputs (files or stores) given their names all together, or not at all.
+
+    ``moves`` pairs each finished temporary with its final name, all in one folder tree on one file
+    system. :meth:`place` renames them in order; an output it replaces (``overwrite``) is swapped into
+    the temporary's name (RENAME_EXCHANGE, else moved aside beside it), so it can come back. On any
+    exception, SIGTERM's included, :meth:`undo` puts back what was there: it tells what has moved from
+    the files' identities, not from bookkeeping an exception may have cut short. The replaced outputs
+    are gone only when the caller removes the temporaries' folder after a complete placement."""
+
+    def __init__(self, moves: list[tuple[Path, Path]], overwrite: bool) -> None:
+        self.moves = moves
+        self.overwrite = overwrite
+        self._ids = [_identity(temp) for temp, _ in moves]
+
+    def place(self) -> None:
+        for temp, path in self.moves:
+            if not os.path.lexists(path):
+                _rename_new(temp, path)
+            elif not self.overwrite:
+                raise OutputExistsError(f"{path}: was created by someone else while writing")
+            elif not _rename(temp, path, _RENAME_EXCHANGE):
+                os.rename(path, _aside(temp))
+                os.rename(temp, path)
+
+    def undo(self) -> None:
+        for (temp, path), ours in reversed(list(zip(self.moves, self._ids))):
+            old = _aside(temp)
+            if not os.path.lexists(path) or _identity(path) != ours:  # ours never took the name
+                if os.path.lexists(old) and not os.path.lexists(path):
+                    os.rename(old, path)
+                continue
+            if os.path.lexists(temp) and _identity(temp) == ours:  # linked, not yet unlinked
+                os.unlink(path)
+            elif os.path.lexists(temp):  # the replaced output sits in the temporary's name: swap back
+                if not _rename(temp, path, _RENAME_EXCHANGE):
+                    os.rename(path, _aside(temp, ".new"))
+                    os.rename(temp, path)
+            elif os.path.lexists(old):
+                os.rename(path, temp)
+                os.rename(old, path)
+            else:
+                _remove(path)
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    info = os.lstat(path)
+    return info.st_dev, info.st_ino
+
+
+def _aside(temp: Path, suffix: str = ".old") -> Path:
+    return temp.with_name(temp.name + suffix)
+
+
+def _remove(path: Path) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def _rename_new(temp: Path, path: Path) -> None:
+    """``temp`` renamed to the missing ``path``, never over anything that appears there meanwhile."""
+    try:
+        if _rename(temp, path, _RENAME_NOREPLACE):
+            return
+        os.link(temp, path)  # fails if the path exists (files only)
+    except FileExistsError:
+        raise OutputExistsError(f"{path}: was created by someone else while writing") from None
+    except OSError:  # a folder, or no hard links on this file system: a plain rename after a last check
+        if os.path.lexists(path):
+            raise OutputExistsError(f"{path}: was created by someone else while writing") from None
+        os.rename(temp, path)
+    else:
+        os.unlink(temp)
+
+
 _RENAME_NOREPLACE = 1  # renameat2 flags (linux/fs.h)
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
@@ -337,6 +414,18 @@ def _rename(source: Path, target: Path, flags: int) -> bool:
     raise OSError(err, os.strerror(err), str(target))
 
 
+def fsync_output(path: Path) -> None:
+    """An output made durable: a file, or every file and folder of a store."""
+    if os.path.isdir(path):
+        _fsync_tree(path)
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _fsync_tree(folder: Path) -> None:
     """fsync every file and folder under ``folder`` (a store: its chunks and metadata)."""
     for root, _, files in os.walk(folder):
@@ -346,10 +435,10 @@ def _fsync_tree(folder: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_folder(Path(root))
+        fsync_folder(Path(root))
 
 
-def _fsync_folder(folder: Path) -> None:
+def fsync_folder(folder: Path) -> None:
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:

@@ -18,8 +18,10 @@ def write_plan(plan: Plan, dst: PathLike, *, overwrite: bool = False, device: st
     from noa_core import io
 
     with plan.create(dst, overwrite=overwrite) as writer:
-        io.fill(writer, plan.sources, None, progress=progress, reads=plan.tile_reads(device),
-                keys=plan.keys(writer, TILE_BYTES))
+        keys = plan.keys(writer, TILE_BYTES)
+        io.fill(writer, plan.sources, None, progress=progress, reads=plan.tile_reads(device), keys=keys)
+        if progress is not None:  # a last word before the commit: a job cancelled after its last tile stops here
+            progress(len(keys), len(keys))
     return [*plan.notices, *writer.notices]
 
 
@@ -85,15 +87,16 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
 
     Every output is first written (each atomically, tile by tile) into a hidden folder
     ``out_dir/.noa-several-*`` on the same file system; only when all are complete are they renamed
-    into place, one ``rename`` each. On any failure before that, the hidden folder goes and nothing
-    else changed. A failure during the renames themselves (which do not fail on a sane file system)
-    removes the outputs already renamed; with ``overwrite``, files they replaced are gone. A process
-    killed outright leaves the hidden folder (remove ``.noa-several-*`` folders no process is using).
+    into place, one ``rename`` each (:class:`~noa_core.io.atomic.Placement`). On any failure or
+    interruption (SIGTERM, Ctrl-C) before or during the renames, the outputs already renamed are
+    taken back and those they replaced restored, so nothing else changed. A process killed outright
+    (SIGKILL) before the renames leaves only the hidden folder; during them (a few milliseconds), the
+    outputs renamed so far have their names and the rest, with the outputs they were to replace, wait
+    in the hidden folder (remove ``.noa-several-*`` folders no process is using).
     ``out_dir`` is created when missing (and removed again on failure). ``planned``: ``task.plans(src)``
     when already made; ``stem``: the outputs' names begin with it instead of ``src``'s stem.
     """
     import contextlib
-    import os
     import shutil
     import tempfile
 
@@ -118,8 +121,7 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
     created = not out_dir.exists()
     if created:
         out_dir.mkdir()
-    staging = None
-    renamed: list[Path] = []
+    staging = placement = None
     notices: list[str] = []
     try:
         staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir))
@@ -132,55 +134,21 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
                     progress(done, len(outputs))
         if must_sync:  # every output durable before any takes its name
             for out in outputs:
-                fd = os.open(staging / out.name, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-        for out in outputs:
-            _rename(staging / out.name, out, overwrite)
-            renamed.append(out)
+                atomic.fsync_output(staging / out.name)
+        if progress is not None:  # a last word before the outputs take their names: a cancelled job stops here
+            progress(len(outputs), len(outputs))
+        placement = atomic.Placement([(staging / out.name, out) for out in outputs], overwrite)
+        placement.place()
         if must_sync:
-            _fsync_folder(out_dir)
+            atomic.fsync_folder(out_dir)
     except BaseException:
-        for out in renamed:
-            out.unlink(missing_ok=True)
+        if placement is not None:
+            placement.undo()
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
         if created:
             with contextlib.suppress(OSError):  # only when empty: nothing of anyone else's goes
                 out_dir.rmdir()
         raise
-    staging.rmdir()
+    shutil.rmtree(staging)  # empty, or holding the outputs that were replaced
     return outputs, notices
-
-
-def _rename(temp: Path, path: Path, overwrite: bool) -> None:
-    """``temp`` renamed to ``path``; without ``overwrite`` never over a file that appeared meanwhile."""
-    import os
-
-    from noa_core.errors import OutputExistsError
-
-    if overwrite:
-        os.replace(temp, path)
-        return
-    try:
-        os.link(temp, path)  # fails if the path exists
-    except FileExistsError:
-        raise OutputExistsError(f"{path}: was created by someone else while writing") from None
-    except OSError:  # no hard links on this file system: a plain rename after a last check
-        if path.exists():
-            raise OutputExistsError(f"{path}: was created by someone else while writing") from None
-        os.replace(temp, path)
-    else:
-        os.unlink(temp)
-
-
-def _fsync_folder(folder: Path) -> None:
-    import os
-
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

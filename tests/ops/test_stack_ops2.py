@@ -115,6 +115,59 @@ def test_split_writes_all_outputs_or_none(tmp_path, monkeypatch):
     assert [p.name for p in (tmp_path / "kept").iterdir()] == ["other.txt"]
 
 
+def test_split_force_replaces_existing_store_outputs_whole(tmp_path):
+    """Issue 32 item 3: --force over existing OME-Zarr outputs left old and new mixed with the staging folder
+    (os.replace cannot put a folder onto a non-empty one). Every store is replaced whole, and nothing else stays."""
+    import zarr
+
+    data = np.random.default_rng(2).normal(size=(10, 1, 4, 5)).astype(np.float32)
+    write_noa(tmp_path / "st.mrcs", data)
+    assert noa("copy", tmp_path / "st.mrcs", tmp_path / "st.ome.zarr").returncode == 0
+    first = noa("split", tmp_path / "st.ome.zarr", "--out-dir", tmp_path / "split", "--every", "5")
+    assert first.returncode == 0, first.stderr
+    names = sorted(p.name for p in (tmp_path / "split").iterdir())
+    assert len(names) == 2 and all(n.endswith(".ome.zarr") for n in names)
+    write_noa(tmp_path / "st.mrcs", data * 2, dtype=np.float32)  # new values: the replaced stores must show them
+    assert noa("copy", tmp_path / "st.mrcs", tmp_path / "st.ome.zarr", "--force").returncode == 0
+    again = noa("split", tmp_path / "st.ome.zarr", "--out-dir", tmp_path / "split", "--every", "5", "--force")
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in (tmp_path / "split").iterdir()) == names  # no staging folder, no leftovers
+    for k, name in enumerate(names):
+        root = zarr.open_group(str(tmp_path / "split" / name), mode="r")
+        np.testing.assert_array_equal(np.asarray(root["0"]).reshape(5, 4, 5), data[5 * k:5 * k + 5, 0] * 2)
+
+
+@pytest.mark.parametrize("stop_after", [0, 1, 2])
+@pytest.mark.parametrize("force", [False, True])
+def test_an_interruption_while_outputs_take_their_names_leaves_all_or_none(tmp_path, monkeypatch, stop_after, force):
+    """Issue 32 item 4: SIGTERM (raised in the main thread as noa_cli's Terminated, a BaseException) during the
+    renames left one output behind. Interrupted after any rename, every output renamed is taken back and every
+    output it replaced comes back."""
+    from noa_core.io import atomic
+
+    write_noa(tmp_path / "in.mrc", np.arange(3 * 4, dtype=np.float32).reshape(3, 1, 2, 2))
+    out = tmp_path / "out"
+    out.mkdir()
+    if force:  # earlier outputs, to be restored
+        for k in range(3):
+            (out / f"in_{k:03d}.mrc").write_bytes(f"old {k}".encode())
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = atomic._rename_new if not force else atomic._rename
+    count = {"renames": 0}
+
+    def interrupted(*args):
+        done = real(*args)
+        count["renames"] += 1
+        if count["renames"] == stop_after + 1:  # once: the clean-up's own renames are not interrupted
+            raise KeyboardInterrupt  # as a signal lands: after the rename, before any bookkeeping
+        return done
+
+    monkeypatch.setattr(atomic, "_rename_new" if not force else "_rename", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        local.write_several(operations.get("split").task(), tmp_path / "in.mrc", out, overwrite=force)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def test_split_refuses_existing_outputs_in_one_line(tmp_path):
     write_noa(tmp_path / "in.mrc", np.zeros((3, 1, 2, 2), np.float32))
     (tmp_path / "out").mkdir()

@@ -485,6 +485,40 @@ def test_job_cancel_stops_between_blocks(tmp_path):
     assert not (tmp_path / f"{job.id}.json").exists()
 
 
+@pytest.mark.parametrize("kind", ["plan", "plans"])
+def test_a_job_deleted_after_its_last_tile_commits_nothing(tmp_path, kind):
+    """Issue 32 item 5: a job deleted while running still committed its output when the delete arrived after
+    its last tile (the commit never looked at the cancel flag again). The drivers ask once more just before
+    the output takes its name."""
+    from noa_core import operations as registry
+    from noa_core.run import local
+
+    store = JobStore(tmp_path / "jobs")
+    write_mrc(tmp_path / "in.mrcs", np.zeros((4, 8, 8), np.float32), stack=True)
+    out = tmp_path / ("out.mrcs" if kind == "plan" else "parts")
+    submitted, deleted = threading.Event(), []
+
+    def work(progress):
+        assert submitted.wait(10)
+
+        def on_progress(done, total):
+            if done == total and not deleted:  # the DELETE lands right after the last tile (or output)
+                deleted.append(store.cancel(job.id))
+            progress(done, total)
+
+        if kind == "plan":
+            return local.write(registry.get("copy").task(), tmp_path / "in.mrcs", out, progress=on_progress)
+        return local.write_several(registry.get("split").task(), tmp_path / "in.mrcs", out, progress=on_progress)
+
+    job = store.submit("copy", {}, work, _start)
+    submitted.set()
+    deadline = time.monotonic() + 30
+    while job.status != "cancelled":
+        assert job.status in ("queued", "running") and time.monotonic() < deadline, job.status
+        time.sleep(0.01)
+    assert deleted and not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["in.mrcs", "jobs"]
+
+
 # A server process with one job that counts blocks for up to 60 s (progress every 10 ms); it prints
 # the job id, then waits for the job (or for a signal).
 _OTHER_PROCESS = """
