@@ -7,8 +7,9 @@ Matrices are arrays of ``noa.matrix`` elements, shape ``(n, 1, 1, 1)`` with elem
 or ``(3, 3)`` for 2-d, ``(3, 4)`` or ``(4, 4)`` for 3-d (the last row of a square one is ignored),
 or anything NumPy reads as ``(n, rows, cols)``; ``n`` is 1 (one matrix for every entry) or the
 output's batch. :func:`affine_2d` and :func:`affine_3d` build them from a rotation (degrees,
-counter-clockwise with x right and y up; ZYZ Euler angles in 3-d), a shift (pixels, the content
-moves by it) and a scale (magnification) about the centre ``n // 2`` of each axis.
+counter-clockwise with x right and y up; in 3-d RELION's ZYZ Euler angles, rotating as
+``relion_project --3d_rot`` does), a shift (pixels, the content moves by it) and a scale
+(magnification) about the centre ``n // 2`` of each axis.
 
 Interpolation: 'nearest', 'linear' or 'cubic' (cubic B-spline with the exact prefilter: scipy's
 ``order=3``). Borders: 'zero', 'clamp' or 'mirror' (half-sample symmetric; scipy's 'grid-constant',
@@ -51,17 +52,19 @@ def rotate_2d(degrees: float) -> np.ndarray:
 
 
 def euler_zyz(rot: float, tilt: float, psi: float) -> np.ndarray:
-    """The 3x3 rotation Rz(psi) Ry(tilt) Rz(rot) (degrees, right-handed, active, RELION's angle names)
-    acting on ``(z, y, x)``."""
-    def rz(a: float) -> np.ndarray:
-        c, s = math.cos(math.radians(a)), math.sin(math.radians(a))
-        return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+    """RELION's rotation matrix for the Euler angles ``(rot, tilt, psi)`` (degrees, ZYZ), acting on
+    ``(z, y, x)``.
 
-    def ry(a: float) -> np.ndarray:
-        c, s = math.cos(math.radians(a)), math.sin(math.radians(a))
-        return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
-
-    xyz = rz(psi) @ ry(tilt) @ rz(rot)
+    This is RELION's ``Euler_angles2matrix(rot, tilt, psi)`` (src/euler.cpp) ``A``, which acts on
+    ``(x, y, z)``, with its rows and columns reversed. ``A = Rz(-psi) Ry(-tilt) Rz(-rot)`` with
+    right-handed active rotations ``R``, so ``A`` turns the content by ``-rot`` about z, then ``-tilt``
+    about y, then ``-psi`` about z. RELION rotates a map by ``A`` (``relion_project --3d_rot``, and its
+    projections are along z of the map so rotated): :func:`affine_3d` does the same."""
+    a, b, g = (math.radians(v) for v in (rot, tilt, psi))
+    ca, sa, cb, sb, cg, sg = math.cos(a), math.sin(a), math.cos(b), math.sin(b), math.cos(g), math.sin(g)
+    xyz = np.array([[cg * cb * ca - sg * sa, cg * cb * sa + sg * ca, -cg * sb],
+                    [-sg * cb * ca - cg * sa, -sg * cb * sa + cg * ca, sg * sb],
+                    [sb * ca, sb * sa, cb]])
     return xyz[::-1, ::-1].copy()  # (x, y, z) -> (z, y, x)
 
 
@@ -90,9 +93,14 @@ def affine_2d(shape: Sequence[int], rotate: float = 0.0, shift: Sequence[float] 
 def affine_3d(shape: Sequence[int], euler: Sequence[float] = (0.0, 0.0, 0.0),
               shift: Sequence[float] = (0.0, 0.0, 0.0), scale: float | Sequence[float] = 1.0,
               center: Sequence[float] | None = None) -> np.ndarray:
-    """The inverse 4x4 matrix for :func:`transform_3d`: scale, rotate by the ZYZ Euler angles
-    ``(rot, tilt, psi)`` (:func:`euler_zyz`) about ``center`` (default ``n // 2`` of D, H, W), then
-    shift by ``(dz, dy, dx)``."""
+    """The inverse 4x4 matrix for :func:`transform_3d`: scale, rotate the map by RELION's matrix ``A``
+    of the Euler angles ``euler = (rot, tilt, psi)`` (:func:`euler_zyz`) about ``center`` (default
+    ``n // 2`` of D, H, W), then shift the content by ``(dz, dy, dx)``.
+
+    The output at ``r`` (from the centre) is the input at ``A^T r``: exactly what
+    ``relion_project --3d_rot --rot --tilt --psi`` writes (its ``--xoff/--yoff/--zoff`` move the content
+    by minus the offset: ``shift=(-zoff, -yoff, -xoff)``). noa 0.1.0 before issue 25 took ``euler`` as
+    the opposite rotation, ``(-rot, -tilt, -psi)`` in RELION's terms."""
     dhw = tuple(shape)[-3:]
     return _affine(dhw, euler_zyz(*euler), shift, scale, center)
 

@@ -168,6 +168,10 @@ def fill_value(fill: str, dtype: np.dtype, mean: Callable[[], float] | None = No
                                  f"({limits.min}..{limits.max})", "fill")
         if limits is not None and text not in ("mean",) and value != float(text):
             raise ParameterError(f"{fill!r} is not an integer; the input's type is {dtype}", "fill")
+    elif dtype.kind in "fc":
+        largest = float(np.finfo(dtype).max)
+        if max(abs(complex(value).real), abs(complex(value).imag)) > largest:
+            raise ParameterError(f"{fill!r} does not fit the input's type {dtype} (at most ±{largest:.4g})", "fill")
     return dtype.type(value)
 
 
@@ -319,15 +323,45 @@ def flip_axis(shape: Sequence[int], axis: str) -> int:
     return AXES[name]
 
 
-def flip_reads(source: Array, axis: int) -> Reads:
-    """Output tile ``key`` of ``source`` mirrored along ``axis``: the mirrored region, reversed in memory."""
+FLIP_ABOUT = ("box", "centre")
+
+
+def mirror_sum(n: int, about: str) -> int:
+    """Output index ``i`` of an axis of ``n`` mirrored ``about`` 'box' or 'centre' takes input index
+    ``(mirror_sum - i) % n``. 'box': ``n - 1``, the reversal about the box's middle (RELION's --flipX/Y/Z).
+    'centre': ``2 (n // 2)``, the mirror about the voxel ``n // 2``, which stays in place: for an even
+    ``n`` RELION's --invert_hand, index 0 having no mirror inside the box and keeping its value (RELION
+    wraps); for an odd ``n`` the reversal (RELION's --invert_hand there takes ``(n - i) % n``, the
+    reversal rolled by one voxel, which moves the centre voxel to ``n // 2 + 1``)."""
+    if about not in FLIP_ABOUT:
+        raise ParameterError(f"{about!r} is not one of {', '.join(FLIP_ABOUT)}", "about")
+    return n - 1 if about == "box" else 2 * (n // 2)
+
+
+def flip_reads(source: Array, axis: int, about: str = "box") -> Reads:
+    """Output tile ``key`` of ``source`` mirrored along ``axis`` ``about`` 'box' or 'centre'
+    (:func:`mirror_sum`): the mirrored region (two about the centre of an even axis, where output 0
+    wraps onto input 0), each reversed in memory."""
     n = source.shape[axis]
+    last = mirror_sum(n, about)
 
     def reads(key: Key) -> tuple[list[Array], Compute]:
         start, stop, _ = key[axis].indices(n)
-        region = list(key)
-        region[axis] = slice(n - stop, n - start)
-        return [source[tuple(region)]], lambda blocks, out: np.copyto(out.numpy(), np.flip(blocks[0].numpy(), axis))
+
+        def region(first: int, end: int) -> Array:
+            where = list(key)
+            where[axis] = slice(first, end)
+            return source[tuple(where)]
+
+        if last - start < n:
+            blocks = [region(last - stop + 1, last - start + 1)]
+        else:  # output 0 takes input 0, outputs 1, 2, ... take inputs n - 1, n - 2, ...
+            blocks = [region(0, 1)] + ([region(last - stop + 1, n)] if stop > 1 else [])
+        return blocks, reversed_into
+
+    def reversed_into(blocks: list[Array], out: Array) -> None:
+        parts = [np.flip(block.numpy(), axis) for block in blocks]
+        np.copyto(out.numpy(), parts[0] if len(parts) == 1 else np.concatenate(parts, axis))
 
     return reads
 
@@ -475,11 +509,13 @@ def bin(array, factor: int, depth: bool = False) -> Array:  # noqa: A001 - the c
     return _run(source, out_shape, source.dtype, bin_reads(source, factors, starts))
 
 
-def flip(array, axis: str) -> Array:
-    """``array`` mirrored along ``axis`` ('x', 'y' or 'z'): a new array, never a negative-stride view."""
+def flip(array, axis: str, about: str = "box") -> Array:
+    """``array`` mirrored along ``axis`` ('x', 'y' or 'z'): a new array, never a negative-stride view.
+    ``about`` 'box' reverses the axis (RELION's --flipX/Y/Z); 'centre' mirrors it about the voxel
+    ``n // 2``, which stays in place: the hand inversion of RELION's --invert_hand (:func:`mirror_sum`)."""
     source = _source(array)
     index = flip_axis(source.shape, axis)
-    return _run(source, source.shape, source.dtype, flip_reads(source, index))
+    return _run(source, source.shape, source.dtype, flip_reads(source, index, about))
 
 
 def rotx(array) -> Array:

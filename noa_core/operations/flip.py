@@ -1,4 +1,4 @@
-"""noa flip: mirror one axis (x, y or z) of every image or volume."""
+"""noa flip: mirror one axis (x, y or z) of every image or volume, reversed or about the centre."""
 
 from __future__ import annotations
 
@@ -13,23 +13,41 @@ def plan(inputs: list[Path], options: Options):
 
     array, meta = options.open_input(inputs[0])
     axis = stack.flip_axis(array.shape, options.axis)
-    out_meta = stack.derived(meta, array.shape)  # mirrored about the box's centre: the box stays in place
-    if axis == 1:  # z reverses the sections, and their records with them
+    last = stack.mirror_sum(array.shape[axis], options.about)
+    # Both mirrors keep the box where it is, so the origin is kept: the reversal is about the box's middle,
+    # the centre mirror about the voxel n // 2, which keeps its place and value.
+    out_meta = stack.derived(meta, array.shape)
+    if axis == 1:  # z reorders the sections, and their records with them
         d = array.shape[1]
-        picks = [b * d + (d - 1 - z) for b in range(array.shape[0]) for z in range(d)]
+        picks = [b * d + (last - z) % d for b in range(array.shape[0]) for z in range(d)]
     else:
         picks = list(range(array.shape[0] * array.shape[1]))
     out_meta = stack.follow_sections(out_meta, meta, picks, "")
-    return make_plan(inputs, [array], [array], None, out_meta, f"noa flip --axis {options.axis}", array.dtype,
-                     shape=array.shape, reads=stack.flip_reads(array, axis), read_factor=1.0)
+    return make_plan(inputs, [array], [array], None, out_meta,
+                     f"noa flip --axis {options.axis} --about {options.about}", array.dtype,
+                     shape=array.shape, reads=stack.flip_reads(array, axis, options.about), read_factor=1.0)
 
 
 OPERATION = Operation(
     name="flip",
-    summary="Mirror one axis: x (columns), y (rows) or z (sections of a volume).",
-    examples=("noa flip volume.mrc mirrored.mrc --axis z",),
+    summary="Mirror one axis: x (columns), y (rows) or z (sections of a volume), reversed or about the centre "
+            "(hand inversion).",
+    details="--about box (the default) reverses the axis: index i takes index N-1-i, a mirror about the middle "
+            "of the box, exactly RELION's relion_image_handler --flipX, --flipY, --flipZ. --about centre mirrors "
+            "about the voxel N//2 (the centre RELION and noa rotate about, which keeps its place and value): "
+            "index i takes index 2*(N//2)-i. For an even N this is RELION's --invert_hand (with --axis x; any "
+            "axis inverts the hand), which differs from the reversal by one voxel (the reversal rolled by one); "
+            "at the edge, index 0 has no mirror inside the box and keeps its own value, as RELION wraps it. For "
+            "an odd N it equals the reversal; RELION's --invert_hand there takes index (N-i) mod N, which moves "
+            "the centre voxel by one, and noa does not copy that. Either way the box stays in place: pixel size "
+            "and origin are kept, and MRC section records follow a z mirror.",
+    examples=("noa flip volume.mrc mirrored.mrc --axis z",
+              "noa flip map.mrc other_hand.mrc --axis z --about centre"),
     params=(Param("axis", Choice(("x", "y", "z"), str.lower), "Axis to mirror: x, y or z (z: volumes only).",
                   default=REQUIRED),
+            Param("about", Choice(("box", "centre"), lambda word: {"center": "centre"}.get(word.lower(), word.lower())),
+                  "box: reverse the axis (RELION's --flipX/Y/Z); centre: mirror about the voxel N//2, which stays "
+                  "in place (hand inversion; RELION's --invert_hand for an even N).", default="box"),
             *READING),
     plan=plan,
 )

@@ -29,7 +29,7 @@ def matrices_for(array, options: Options, path: Path):
         raise ParameterError("give rotate (images), euler (volumes), shift, scale or matrices", "rotate")
     if volume and options.get("rotate") is not None:
         raise ShapeError(f"{path}: the input of shape {array.shape} is a volume; rotate turns images: "
-                         "give euler ROT,TILT,PSI (ZYZ, degrees)")
+                         "give euler ROT,TILT,PSI (RELION's ZYZ angles, degrees)")
     if not volume and options.get("euler") is not None:
         raise ShapeError(f"{path}: the input of shape {array.shape} is a stack of images; euler turns volumes: "
                          "give rotate DEG")
@@ -96,11 +96,17 @@ def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
 
 OPERATION = Operation(
     name="transform",
-    summary="Rotate, shift and scale every image (volumes: ZYZ Euler angles) about its centre, or apply "
-            "given matrices.",
-    details="The centre is N//2 of each axis; the content is scaled, rotated (counter-clockwise with x right and y "
-            "up) and then shifted. --matrices FILE gives one inverse matrix per batch entry (or one for all): the "
-            "output pixel (y, x) samples the input at M @ (y, x, 1), as scipy.ndimage.affine_transform; a text file "
+    summary="Rotate, shift and scale every image (volumes: RELION's ZYZ Euler angles) about its centre, or "
+            "apply given matrices.",
+    details="The centre is N//2 of each axis (RELION's origin); the content is scaled, rotated and then shifted. "
+            "--rotate turns images counter-clockwise with x right and y up. --euler ROT,TILT,PSI means what it means "
+            "in RELION: the map is rotated by RELION's Euler_angles2matrix(rot, tilt, psi) A about the centre (the "
+            "output voxel at r, x,y,z from the centre, takes the input's value at A^T r), which is the map "
+            "relion_project --3d_rot --rot ROT --tilt TILT --psi PSI writes and the map whose projection along z is "
+            "relion_project's image for those angles. In active right-handed rotations A turns the map by -ROT about "
+            "z, then -TILT about y, then -PSI about z. --shift moves the content by +DZ,DY,DX; relion_project's "
+            "--xoff X --yoff Y --zoff Z is --shift -Z,-Y,-X. --matrices FILE gives one inverse matrix per batch "
+            "entry (or one for all): the output pixel (y, x) samples the input at M @ (y, x, 1), as scipy.ndimage.affine_transform; a text file "
             "of rows of whitespace-separated numbers, 2x3 or 3x3 per image (3x4 or 4x4 per volume), or a .npy of "
             "shape (n, rows, cols). Over HTTP give matrix_values, a flat list of 2x3 (3x4) matrices. Pixel size and "
             "origin are kept; the output is float32.",
@@ -108,7 +114,8 @@ OPERATION = Operation(
               "noa transform map.mrc turned.mrc --euler 30,60,90 --interp cubic",
               "noa transform tilts.st aligned.st --matrices xf.txt"),
     params=(Param("rotate", Real(-36000.0, 36000.0), "Rotate images by DEG degrees, counter-clockwise."),
-            Param("euler", Reals(3, 3, -36000.0, 36000.0), "Rotate volumes by ZYZ Euler angles ROT,TILT,PSI (degrees)."),
+            Param("euler", Reals(3, 3, -36000.0, 36000.0), "Rotate volumes by RELION's ZYZ Euler angles ROT,TILT,PSI "
+                  "(degrees) about the centre N//2, as relion_project --3d_rot --rot --tilt --psi does."),
             Param("shift", Reals(2, 3, -1e6, 1e6), "Shift the content by DY,DX pixels (DZ,DY,DX for volumes)."),
             Param("scale", Real(1e-3, 1e3), "Magnify the content by S."),
             Param("matrices", Text(1, 4096), "File of inverse matrices, one per image (or one for all): text rows "

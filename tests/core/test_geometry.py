@@ -111,18 +111,30 @@ def test_helpers_rotate_about_the_centre_counter_clockwise_with_y_up():
     assert out.numpy()[0, 0, 6, 4] == pytest.approx(even[0, 0, 5, 4])
 
 
-def test_euler_rot_alone_turns_every_section_like_the_2d_rotation():
+def test_euler_rot_or_psi_alone_turns_every_section_clockwise():
     volume = np.random.default_rng(2).normal(size=(1, 5, 11, 10))
-    out3 = noa.zeros(volume.shape, "float64")
-    geometry.transform_3d(volume, out3, geometry.affine_3d(volume.shape, euler=(37.0, 0.0, 0.0)))
     sections = noa.zeros((5, 1, 11, 10), "float64")
-    geometry.transform_2d(volume[0][:, None], sections, geometry.affine_2d(volume.shape, rotate=37.0))
-    np.testing.assert_allclose(out3.numpy()[0], sections.numpy()[:, 0], atol=1e-12)
+    # RELION's A for rot (or psi) alone is Rz(-rot): x right and y up, the content turns clockwise
+    geometry.transform_2d(volume[0][:, None], sections, geometry.affine_2d(volume.shape, rotate=-37.0))
+    for euler in ((37.0, 0.0, 0.0), (0.0, 0.0, 37.0)):
+        out3 = noa.zeros(volume.shape, "float64")
+        geometry.transform_3d(volume, out3, geometry.affine_3d(volume.shape, euler=euler))
+        np.testing.assert_allclose(out3.numpy()[0], sections.numpy()[:, 0], atol=1e-12)
     rotation = geometry.euler_zyz(20, 50, -70)
     np.testing.assert_allclose(rotation @ rotation.T, np.eye(3), atol=1e-12)
     assert np.linalg.det(rotation) == pytest.approx(1.0)
-    # tilt turns about y, right-handed and active: z goes to x (vectors in (z, y, x) order)
-    np.testing.assert_allclose(geometry.euler_zyz(0, 90, 0) @ [1.0, 0.0, 0.0], [0.0, 0.0, 1.0], atol=1e-12)
+    # tilt turns by -tilt about y (right-handed, active): z goes to -x (vectors in (z, y, x) order)
+    np.testing.assert_allclose(geometry.euler_zyz(0, 90, 0) @ [1.0, 0.0, 0.0], [0.0, 0.0, -1.0], atol=1e-12)
+    # A = Rz(-psi) Ry(-tilt) Rz(-rot) in active rotations: the old noa meaning with every angle negated
+    def rz(a: float) -> np.ndarray:  # active about z, on (x, y, z)
+        c, s = np.cos(np.radians(a)), np.sin(np.radians(a))
+        return np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]])
+
+    def ry(a: float) -> np.ndarray:
+        c, s = np.cos(np.radians(a)), np.sin(np.radians(a))
+        return np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]])
+
+    np.testing.assert_allclose(rotation[::-1, ::-1], rz(70) @ ry(-50) @ rz(-20), atol=1e-12)
 
 
 def test_matrix_element_arrays_square_matrices_and_integer_inputs():

@@ -347,7 +347,9 @@ def test_the_cli_runs_each_command_and_refuses_in_one_line(tmp_path):
                         (["sections", "--drop", "0-9"], ["--drop", "outside 0..3"]),
                         (["sections", "--keep", "2-x"], ["--keep", "'2-x'"]),
                         (["average", "--group", "5"], ["--group", "more than the 4 sections"]),
-                        (["resize", "--shape", "4,4", "--fill", "1e400"], ["--fill"])):
+                        (["resize", "--shape", "4,4", "--fill", "1e400"], ["--fill"]),
+                        # finite but beyond float32 (issue 32 item 6: it padded with inf)
+                        (["resize", "--shape", "8,8", "--fill", "1e300"], ["--fill", "float32", "3.403e+38"])):
         out = tmp_path / "bad.mrcs"
         assert_user_error(noa(args[0], src, out, *args[1:]), *words)
         assert not out.exists() and not list(tmp_path.glob(".bad*"))
