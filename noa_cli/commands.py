@@ -151,6 +151,8 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
 
     def command(**given: Any) -> None:
         suffix = None if given.get("to") is None else "." + given["to"].lstrip(".")
+        if suffix is None and operation.text_output is not None:  # a table instead of an image
+            suffix = (operation.text_output(given) or (None,))[0]
         if several:
             if (given["output"] is None) == (given["out_dir"] is None):
                 raise click.UsageError("give either --output FILE or --out-dir FOLDER")

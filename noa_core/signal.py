@@ -11,6 +11,7 @@ Example::
     filtered = noa.signal.bandpass(stack, lowpass=8.0, highpass=200.0, pixel_size=1.06)
     spectrum = noa.signal.power_spectrum(stack, log=True)           # centred, H x W
     profile = noa.signal.power_spectrum(stack, rotational_average=True)   # (B, 1, 1, min(H, W) // 2 + 1)
+    table = noa.signal.relion_power(stack)   # (B, W // 2 + 2): relion_image_handler --power
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from noa_core.errors import ParameterError
 DEFAULT_EDGE_WIDTH = 2.0  # RELION's --filter_edge_width: Fourier shells of the raised cosine
 NYQUIST = 0.5 + 1e-12  # cycles per pixel; the margin keeps samples exactly at Nyquist (k = n/2) despite rounding
 MAX_BFACTOR_GAIN = 60.0  # the most a B-factor may amplify Nyquist: e**60 (~1e26), well inside float32
-__all__ = ["bandpass", "bandpass_weights", "check_bandpass", "multiply_spectrum", "power_spectrum", "frequencies", "DEFAULT_EDGE_WIDTH"]
+__all__ = ["bandpass", "bandpass_weights", "check_bandpass", "multiply_spectrum", "power_spectrum", "relion_power",
+           "shell_resolutions", "frequencies", "DEFAULT_EDGE_WIDTH", "RELION_NO_RESOLUTION"]
 
 
 def frequencies(sizes: Sequence[int], half: bool = True) -> np.ndarray:
@@ -187,3 +189,48 @@ def power_spectrum(array, rotational_average: bool = False, log: bool = False, *
     if log:
         power = np.log(np.maximum(power, np.finfo(np.float32).tiny))
     return asarray(np.ascontiguousarray(power, dtype=real))
+
+
+RELION_NO_RESOLUTION = 999.0  # what RELION writes as the resolution (Å) of shell 0, which has none
+
+
+def relion_power(array, *, ndim: int | None = None) -> np.ndarray:
+    """The rotationally averaged power as ``relion_image_handler --power`` tabulates it (its ``getSpectrum``
+    with ``POWER_SPECTRUM``): float64 of shape (images, S), one row per image (per volume in 3-d).
+
+    RELION's conventions, not :func:`power_spectrum`'s: the transform is divided by N (the samples of an
+    image), so each sample's power is ``|F / N|**2 = (|F|**2 / N) / N``; a shell is the mean over the
+    half (rfft) transform of the samples with ``floor(|f| * W + 0.5)`` = shell, ``|f|`` in cycles per
+    pixel per axis and ``W`` the width (for square images and cubic volumes this is RELION's rounded
+    ``|k|`` in Fourier pixels; RELION counts every axis of a rectangular image in Fourier pixels, which
+    is no frequency). Rows are shells ``0 .. W // 2 + 1`` (at most W) as RELION writes them: the last
+    lies beyond Nyquist and averages the corners; a shell with no sample is 0."""
+    x = array if isinstance(array, Array) else asarray(array)
+    axes = noa_fft.transform_axes(x.shape, ndim)
+    sizes = tuple(x.shape[a] for a in axes)
+    rows = min(sizes[-1] // 2 + 2, sizes[-1])
+    images = math.prod(x.shape[:axes[0]])
+    if x.size == 0:
+        return np.zeros((images, rows))
+    if x.device == "cuda":
+        x = x.to("cpu")  # a table's worth of values: computed on the host
+    values = x.numpy().astype(np.float64, copy=False)
+    spectrum = np.fft.rfftn(values, axes=axes)
+    count = math.prod(sizes)
+    power = (spectrum.real ** 2 + spectrum.imag ** 2).reshape(images, -1) / float(count) ** 2
+    shells = np.floor(frequencies(sizes) * sizes[-1] + 0.5).astype(np.int64).reshape(-1)
+    inside = shells < rows
+    index = shells[inside]
+    samples = np.bincount(index, minlength=rows).astype(np.float64)
+    sums = np.stack([np.bincount(index, weights=row[inside], minlength=rows) for row in power])
+    return np.divide(sums, samples, out=np.zeros_like(sums), where=samples > 0)
+
+
+def shell_resolutions(width: int, pixel_size: float, shells: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(1/Å, Å)`` of shells ``0 .. shells - 1`` of an image ``width`` pixels wide: shell ``i`` is
+    ``width * pixel_size / i`` Å, as RELION tabulates it; shell 0 (no resolution) gets RELION's
+    :data:`RELION_NO_RESOLUTION` (999 Å, 1/999 per Å)."""
+    index = np.arange(shells, dtype=np.float64)
+    angstrom = np.full(shells, RELION_NO_RESOLUTION)
+    np.divide(width * pixel_size, index, out=angstrom, where=index > 0)
+    return 1.0 / angstrom, angstrom

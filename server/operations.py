@@ -282,16 +282,18 @@ def _run_on_saved(params: OpParams, inputs: list[Path], workdir: Path, out_forma
         return _small_or_streamed(FileResult(archive, ZIP_MEDIA_TYPE, [names.text(n) for n in notices]), workdir)
     if params.declaration.writes:
         fmt = out_format or _format_of(inputs[0])
-        output = workdir / f"{_stem(name)}_{params.declaration.name}{EXTENSIONS[fmt]}"
+        text = params.declaration.text_output and params.declaration.text_output(params.values())
+        extension, media_type = text or (EXTENSIONS[fmt], MEDIA_TYPES[fmt])  # a table instead of an image
+        output = workdir / f"{_stem(name)}_{params.declaration.name}{extension}"
         with scratch_outputs():  # read back at once and deleted: no need to wait for the disk
             notices = [names.text(n) for n in _run(params, inputs, output, max_voxels, overwrite=False,
                                                    progress=ignore_progress)]
         if output.stat().st_size > INLINE_BYTES:
-            return FileResult(output, MEDIA_TYPES[fmt], notices)
+            return FileResult(output, media_type, notices)
         # Small results go back from memory: streaming a file costs a thread hop per chunk.
         content = output.read_bytes()
         remove_upload_folder(workdir)
-        return FileResult(output, MEDIA_TYPES[fmt], notices, content)
+        return FileResult(output, media_type, notices, content)
     result = _run(params, inputs, None, max_voxels, overwrite=False, progress=ignore_progress)
     remove_upload_folder(workdir)
     return for_client({**result, "path": name}, names)

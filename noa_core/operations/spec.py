@@ -344,6 +344,9 @@ class Operation:
         chooses_format: the output format may differ from the input's (CLI ``--to``, upload ``format``).
         warmup: the kernel variants to compile ahead of time (``noa warmup``): option sets to run
             on small inputs of each file element type.
+        text_output: for a ``plan`` whose options may ask for a text file instead of an image (a table):
+            the parameter values -> ``(extension, media type)`` of that file, or None for an image; the doors
+            name outputs they choose with it (upload results, ``--out-dir``).
     """
 
     name: str
@@ -361,6 +364,7 @@ class Operation:
     reads_data: bool = True
     chooses_format: bool = False
     warmup: WarmupCases | None = None
+    text_output: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None = None
     _by_name: dict[str, Param] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
