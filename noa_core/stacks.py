@@ -154,6 +154,117 @@ def check_normal(mean: float, std: float) -> None:
         raise ParameterError(f"{std!r}: the standard deviation must be positive", "std")
 
 
+# RELION's normalise (src/image.cpp) skips an image whose background standard deviation is below this.
+RELION_SD_FLOOR = 1e-10
+_DUST_SEED = 25  # dust noise is drawn from default_rng((_DUST_SEED, image index)): the same input, the same output
+
+
+@dataclasses.dataclass(frozen=True)
+class Background:
+    """RELION's background of images (or volumes) of one shape, from :func:`background`.
+
+    ``mask`` is True on the background pixels; with a ramp, ``plane`` holds the pixel coordinates
+    ``(x, y)`` (columns, rows from the centre) and ``fit`` the (3, count) least-squares solver of
+    ``a x + b y + c`` over the background pixels."""
+
+    mask: np.ndarray
+    plane: tuple[np.ndarray, np.ndarray] | None = None
+    fit: np.ndarray | None = None
+
+
+def background(shape: Sequence[int], radius: float, ramp: bool = True) -> Background:
+    """The background of images (2-d ``shape``) or volumes (3-d) as RELION's ``--bg_radius`` defines it: the
+    pixels with x² + y² (+ z²) > radius², coordinates counted from the centre N//2 of each axis (as RELION's
+    calculateBackgroundAvgStddev). RELION's rule that 2 x radius may not exceed the box applies to every
+    axis. ``ramp``: also prepare the plane fit, which RELION (and noa) do on images only."""
+    shape = tuple(int(n) for n in shape)
+    box = "x".join(map(str, shape))
+    if not (math.isfinite(radius) and radius >= 0):
+        raise ParameterError(f"{radius!r}: the background radius must be a number of pixels >= 0", "bg_radius")
+    if 2 * radius > min(shape):
+        raise ParameterError(f"{radius:g} pixels: the background circle must fit in the {box} box "
+                             f"(2 x radius <= {min(shape)}, as RELION requires)", "bg_radius")
+    grid = np.ogrid[tuple(slice(-(n // 2), n - n // 2) for n in shape)]
+    mask = sum(g.astype(np.float64) ** 2 for g in grid) > radius * radius
+    if not ramp:
+        if not mask.any():
+            raise ParameterError(f"{radius:g} pixels leaves no background pixel in the {box} box", "bg_radius")
+        return Background(mask)
+    if len(shape) != 2:
+        raise ParameterError("the background ramp is fitted to 2-d images only (RELION's too): give --no-ramp for "
+                             "volumes, or --per-section to treat each section as an image", "ramp")
+    y, x = (np.broadcast_to(g, shape).astype(np.float64) for g in grid)
+    design = np.stack([x[mask], y[mask], np.ones(int(mask.sum()))], axis=1)
+    if np.linalg.matrix_rank(design) < 3:  # RELION divides by zero here
+        raise ParameterError(f"{radius:g} pixels leaves too few background pixels in the {box} box to fit a ramp",
+                             "bg_radius")
+    return Background(mask, (x, y), np.linalg.pinv(design))
+
+
+def _background_moments(t: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation (over N, as RELION) of each image's background: arrays of shape (n,)."""
+    values = t[:, mask]
+    return values.mean(axis=1), values.std(axis=1)
+
+
+def background_normalized(images: np.ndarray, bg: Background, white_dust: float | None = None,
+                          black_dust: float | None = None, first: int = 0, to_mean: float = 0.0,
+                          to_std: float = 1.0) -> np.ndarray:
+    """``images`` (n images or volumes of ``bg``'s shape) normalised one by one as RELION's normalise
+    (src/image.cpp), in float64:
+
+    1. dust: pixels more than ``white_dust`` background standard deviations above the background mean
+       (then those more than ``black_dust`` below it) are replaced by normal random values with the
+       background's mean and standard deviation; the noise of image ``first + i`` is drawn from its own
+       seeded generator, so a file gives the same output however it is tiled;
+    2. the ramp: the least-squares plane through the background pixels is subtracted (when ``bg`` has one);
+    3. ``(value - mean) / sd * to_std + to_mean`` with the background's mean and standard deviation (over N),
+       measured again; an image whose background sd is below 1e-10 is left as steps 1-2 made it (RELION skips
+       it with a warning)."""
+    t = np.array(images, dtype=np.float64)
+    if white_dust is not None or black_dust is not None:
+        means, sds = _background_moments(t, bg.mask)
+        for i, (mean, sd) in enumerate(zip(means, sds)):
+            rng = np.random.default_rng((_DUST_SEED, first + i))
+            image = t[i]
+            for limit, sign in ((white_dust, 1.0), (black_dust, -1.0)):
+                if limit is not None:  # RELION: aux - avg > thresh * stddev (white), < -thresh * stddev (black)
+                    dust = sign * (image - mean) > limit * sd
+                    image[dust] = rng.normal(mean, sd, int(dust.sum()))
+    if bg.fit is not None:
+        a, b, c = (bg.fit @ t[:, bg.mask].T)[:, :, None, None]
+        x, y = bg.plane
+        t -= a * x + b * y + c
+    means, sds = _background_moments(t, bg.mask)
+    kept = sds >= RELION_SD_FLOOR
+    scale = np.where(kept, to_std / np.where(kept, sds, 1.0), 1.0)
+    shift = np.where(kept, to_mean - means * scale, 0.0)
+    extra = (1,) * (t.ndim - 1)
+    t *= scale.reshape(-1, *extra)
+    t += shift.reshape(-1, *extra)
+    return t
+
+
+def particle_images(shape: Sequence[int], per_section: bool) -> tuple[int, ...]:
+    """How a BDHW array of ``shape`` splits into the images RELION normalises one by one: ``(n, h, w)``
+    for stacks of images (or every section, with ``per_section``), ``(n, d, h, w)`` for volumes."""
+    b, d, h, w = shape
+    return (b * d, h, w) if d == 1 or per_section else (b, d, h, w)
+
+
+def check_background_options(bg_radius: float | None, ramp: bool, white_dust: float | None,
+                             black_dust: float | None) -> None:
+    """Refuse dust limits that are not positive, and the options that work on the background when no
+    background radius is given."""
+    for flag, given in (("--no-ramp", not ramp), ("--white-dust", white_dust is not None),
+                        ("--black-dust", black_dust is not None)):
+        if given and bg_radius is None:
+            raise ParameterError(f"{flag} works on the background: give the background radius in pixels", "bg_radius")
+    for name, value in (("white_dust", white_dust), ("black_dust", black_dust)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ParameterError(f"{value!r}: give a positive number of standard deviations", name)
+
+
 # -- in memory ---------------------------------------------------------------------------------------
 
 
@@ -181,17 +292,29 @@ def scale(array, to_range: Sequence[float], percentiles: Sequence[float] | None 
     return asarray(scaled(values, ends, target, out_dtype.kind in "iu").astype(out_dtype))
 
 
-def normalize(array, per_section: bool = False, mean: float = 0.0, std: float = 1.0) -> Array:
+def normalize(array, per_section: bool = False, mean: float = 0.0, std: float = 1.0, *,
+              bg_radius: float | None = None, ramp: bool = True, white_dust: float | None = None,
+              black_dust: float | None = None) -> Array:
     """A new array (float32; float64 for float64 data): ``array`` shifted and scaled to ``mean`` and
-    standard deviation ``std`` (NumPy's, over N), over the whole array or each (height, width) section."""
+    standard deviation ``std`` (NumPy's, over N), over the whole array or each (height, width) section.
+
+    With ``bg_radius`` (pixels), RELION's particle normalisation (``relion_preprocess --norm --bg_radius``):
+    each image (each volume; each section with ``per_section``) on its own, with the mean and sd of its
+    background, after removing dust and a ramp (:func:`background_normalized`)."""
     source = asarray(array)
     check_real_input(source.dtype, "normalize")
     check_normal(mean, std)
+    check_background_options(bg_radius, ramp, white_dust, black_dust)
     values = source.numpy()
     if values.size == 0:
         raise ShapeError(f"normalize: the array of shape {source.shape} is empty")
     _finite(values, "normalize")
     out_dtype = real_output_dtype(source.dtype)
+    if bg_radius is not None:
+        images = particle_images(values.shape, per_section)
+        bg = background(images[1:], bg_radius, ramp)
+        t = background_normalized(values.reshape(images), bg, white_dust, black_dust, 0, mean, std)
+        return asarray(t.reshape(values.shape).astype(out_dtype))
     if not per_section:
         t = normalized(values, float(values.mean(dtype=np.float64)), float(values.std(dtype=np.float64)), mean,
                        std)
