@@ -8,8 +8,10 @@ but no traceback.
 
 from __future__ import annotations
 
+import errno
 import http
 import logging
+import os
 import uuid
 from typing import Any
 
@@ -62,6 +64,21 @@ _NOA_ERRORS: list[tuple[type[Exception], int, str, str]] = [
 ]
 
 
+# Errors of the operating system a request can cause (a name too long, a folder given for a file, ...),
+# by errno; others (EIO, ENOMEM, ...) stay internal errors.
+_OS_ERRORS: dict[int, tuple[int, str, str]] = {
+    errno.ENAMETOOLONG: (400, "invalid-path", "Invalid path"),
+    errno.EISDIR: (422, "unreadable-file", "File cannot be read or written as asked"),
+    errno.ENOTDIR: (422, "unreadable-file", "File cannot be read or written as asked"),
+    errno.ENOENT: (404, "file-not-found", "File or folder not found"),
+    errno.EACCES: (403, "permission-denied", "Permission denied"),
+    errno.EPERM: (403, "permission-denied", "Permission denied"),
+    errno.EROFS: (403, "permission-denied", "Permission denied"),
+    errno.ENOSPC: (507, "no-space", "No space left for the output"),
+    errno.EDQUOT: (507, "no-space", "No space left for the output"),
+}
+
+
 def classify(exc: Exception) -> ProblemError | None:
     """The problem for an error a user caused, or None for an internal error."""
     if isinstance(exc, ProblemError):
@@ -69,7 +86,19 @@ def classify(exc: Exception) -> ProblemError | None:
     for cls, status, slug, title in _NOA_ERRORS:
         if isinstance(exc, cls):
             return ProblemError(status, slug, title, _one_line(exc))
+    if isinstance(exc, OSError) and exc.errno in _OS_ERRORS:
+        status, slug, title = _OS_ERRORS[exc.errno]
+        return ProblemError(status, slug, title, _os_line(exc))
     return None
+
+
+def _os_line(exc: OSError) -> str:
+    """The system's words for ``exc`` with the name of the file it concerns, never the server's path to it."""
+    name = os.fsdecode(exc.filename) if exc.filename is not None else ""
+    name = name.rsplit("/", 1)[-1]
+    if len(name) > 64:
+        name = name[:30] + "..." + name[-30:]
+    return f"{name}: {exc.strerror}" if name else (exc.strerror or type(exc).__name__)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -134,6 +163,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        problem = classify(exc)  # an OSError a request can cause (a name too long, a folder for a file)
+        if problem is not None:
+            return await _own(request, problem)
         return JSONResponse(internal_error(exc, request.url.path), status_code=500, media_type=MEDIA_TYPE)
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from noa_core import layout
 from noa_core.array import Array, asarray
-from noa_core.errors import FileFormatError, LayoutError, NoSpaceError, ShapeError
+from noa_core.errors import FileFormatError, LayoutError, NoSpaceError, ShapeError, SizeError
 from noa_core.io import atomic, formats, mapped
 from noa_core.io.metadata import Metadata, Statistics
 from noa_core.io.protocol import OutputSpec
@@ -43,6 +43,7 @@ TILE_BYTES = 8 << 20
 RUN_COST = 64 << 10  # a read or write call costs about as much as moving this many bytes
 TILE_COST = 256 << 10  # and a tile (a kernel launch, a hand-over to the writer thread) as much as this
 MIN_TILE_BYTES = 1 << 20  # the least a tile of a plan with reads is given, however much it reads
+MAX_OUTPUT_BYTES = 1 << 48  # 256 TiB: the most one output may hold (as MRC reading allows), checked before anything is made
 
 Compute = Callable[[list[Array], Array], None]
 Key = tuple[slice, ...]
@@ -369,9 +370,13 @@ class Writer:
                                 dict(write_options or {}))
         self._overwrite = overwrite
         self._stats = RunningStatistics()
-        self._written = np.zeros(self.shape[0] * self.shape[1], bool)  # sections filled via write_block
-        self._complete = False
         self.format.check_writable(self.dtype, self.shape, self.path)
+        size = math.prod(self.shape) * self.dtype.itemsize
+        if size > MAX_OUTPUT_BYTES:  # before anything is allocated or created for it
+            raise SizeError(f"{self.path}: shape: {tuple(self.shape)} of {self.dtype} would be {size:.4g} bytes, more "
+                            f"than the {MAX_OUTPUT_BYTES >> 40} TiB noa writes")
+        self._written: np.ndarray | None = None  # sections filled via write_block (made on its first call)
+        self._complete = False
         self._temp: atomic.TemporaryOutput | None = None
         self._mmap: mmap_module.mmap | None = None
         self._array: Array | None = None
@@ -443,7 +448,7 @@ class Writer:
                 raise
 
     def _finish(self) -> None:
-        if self.format.header_statistics and not (self._complete or self._written.all()):
+        if self.format.header_statistics and not (self._complete or (self._written is not None and self._written.all())):
             self._scan_statistics()  # written directly through .array: read it back once
         if not self.is_store:  # a store is complete once its chunks are written
             self.format.finish(self._temp.temp, self._spec, self._stats.result())
@@ -498,6 +503,8 @@ class Writer:
             raise ShapeError(f"{self.path}: block of shape {src.shape} does not end with a section ({h}, {w})")
         src = src.reshape(-1, h, w)
         k = src.shape[0]
+        if self._written is None:
+            self._written = np.zeros(self.shape[0] * self.shape[1], bool)
         if not 0 <= index <= len(self._written) - k:
             raise LayoutError(f"{self.path}: sections {index}..{index + k - 1} are outside 0..{len(self._written) - 1}")
         if self._written[index:index + k].any():

@@ -510,3 +510,18 @@ def test_bin_and_average_tell_what_they_leave_out(tmp_path):
     assert len(notices) == 1 and "the last 1 of 5 sections make no complete group" in notices[0]
     done = noa("bin", str(tmp_path / "odd.mrc"), str(tmp_path / "c.mrc"), "--factor", "2")
     assert done.returncode == 0 and "pixel(s) left over, cropped evenly" in done.stderr
+
+
+def test_outputs_beyond_any_file_are_refused_before_anything_is_made(tmp_path):
+    """Issue 32 item 9: resize to 2147483647 x 2147483647 ended in OverflowError, broadcast to 2**40 sections in
+    MemoryError (a 1 TiB bookkeeping array), both exit 1. Now one line, exit 2, nothing left behind."""
+    src = tmp_path / "one.mrc"
+    write_bdhw(src, np.zeros((1, 1, 8, 10), np.float32))
+    for args, words in ((["resize", "--shape", "2147483647,2147483647"], ["shape", "more than the 256 TiB"]),
+                        (["broadcast", "--shape", "1099511627776,1,8,10"], ["nx/ny/nz", "32-bit"])):
+        for out in (tmp_path / "big.mrc", tmp_path / "big.tif"):
+            result = noa(args[0], src, out, *args[1:])
+            if out.suffix == ".tif" and args[0] == "broadcast":
+                words = ["more than the 256 TiB"]
+            assert_user_error(result, *words)
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["one.mrc"]

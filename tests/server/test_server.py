@@ -719,3 +719,26 @@ def test_job_plumbing_reports_progress(client, root):
     result = client.get(response.headers["location"] + "/result", headers=AUTH)
     assert result.json()["output"] == "c.tif"
     assert np.array_equal(tifffile.imread(root / "c.tif"), np.clip(data, 0, 255).astype(np.uint8))
+
+
+def test_os_errors_a_request_causes_are_problems_not_500s(tmp_path):
+    """Issue 32 item 9b: a name longer than 255 bytes, or a folder given to edit, answered 500 (and failed jobs
+    as internal errors). Each is now its problem type, naming the file but never the server's path to it."""
+    root = tmp_path / "root"
+    root.mkdir()
+    write_mrc(root / "a.mrc", np.zeros((3, 4, 5), np.float32), stack=True)
+    (root / "folder").mkdir()
+    long_name = "x" * 300 + ".mrc"
+    with TestClient(create_app(Settings(data_root=root)), raise_server_exceptions=False) as c:
+        body = assert_problem(c.post("/v1/paths/copy", json={"src": "a.mrc", "dst": long_name}), 400, "invalid-path")
+        assert "File name too long" in body["detail"] and str(root) not in body["detail"]
+        assert_problem(c.post("/v1/paths/split", json={"src": "a.mrc", "dst": "y" * 300}), 400, "invalid-path")
+        assert_problem(c.post("/v1/paths/header", json={"path": "folder", "pixel_size": [1.0]}), 422, "unreadable-file")
+        job = c.post("/v1/jobs", json={"operation": "copy", "src": "a.mrc", "dst": long_name})
+        assert job.status_code == 202
+        deadline = time.monotonic() + 30
+        while (state := c.get(job.headers["location"]).json())["status"] in ("queued", "running"):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert state["status"] == "failed" and state["error"]["type"] == "urn:noa:problem:invalid-path"
+    assert sorted(p.name for p in root.iterdir() if p.name != ".noa-jobs") == ["a.mrc", "folder"]
