@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,7 +30,10 @@ from noa_core.errors import DeviceError, DTypeError, ParameterError, ShapeError
 NORMS = ("backward", "ortho", "forward")
 CUPY_HINT = "install CuPy for cuFFT (pip install 'noa[cupy]', or the cupy-cudaXXx wheel of your CUDA version)"
 
-__all__ = ["rfft", "irfft", "fft", "ifft", "resize", "transform_axes", "workers", "NORMS"]
+LIKE = ("noa", "relion")  # the conventions of resize and rescale (see resize)
+
+__all__ = ["rfft", "irfft", "fft", "ifft", "resize", "rescale", "rescaling", "Rescaling", "pixel_factor",
+           "transform_axes", "workers", "NORMS", "LIKE"]
 
 
 def workers() -> int:
@@ -226,16 +230,61 @@ def _window_half(values, axis: int, old: int, new: int, xp=np):
     return out
 
 
-def resize(array, shape: Sequence[int], *, ndim: int | None = None) -> Array:
+def _logical(n: int) -> np.ndarray:
+    """The frequency each index of a full axis of ``n`` samples stands for, as RELION's
+    FOR_ALL_ELEMENTS_IN_FFTW_TRANSFORM counts them: ``k`` up to ``n // 2`` (an even size's Nyquist
+    bin is +n/2), ``k - n`` above."""
+    k = np.arange(n)
+    return np.where(k <= n // 2, k, k - n)
+
+
+def _window_sphere(values, axes: tuple[int, ...], old: int, new: int, xp=np):
+    """RELION 3.1.3's ``windowFourierTransform`` (src/fftw.h) on the half transform of a square or cubic
+    box (the width, ``axes[-1]``, last), ``old`` to ``new`` samples a side.
+
+    Shrinking, every output frequency is read where the input has it: an even new size's single
+    Nyquist bin takes +new/2 alone (-new/2 is dropped, not folded in). Enlarging, only the input's
+    frequencies within the sphere of radius ``old // 2`` are kept (RELION: "nothing in the corners"),
+    the rest of the new box is zero; an even old size's Nyquist bin lands on +old/2 only."""
+    full = axes[:-1]
+    if new < old:
+        source = xp.asarray(_logical(new) % old)
+        for a in full:
+            values = xp.take(values, source, axis=a)
+        return values[..., :new // 2 + 1]
+    frequencies = [_logical(old)] * len(full) + [np.arange(old // 2 + 1)]
+    grids = np.ix_(*frequencies)
+    inside = sum(f * f for f in grids) <= (old // 2) ** 2
+    shape = list(values.shape)
+    for a in full:
+        shape[a] = new
+    shape[axes[-1]] = new // 2 + 1
+    out = xp.zeros(shape, values.dtype)
+    places = np.ix_(*[f % new for f in frequencies[:-1]], frequencies[-1])
+    out[(slice(None),) * axes[0] + tuple(xp.asarray(p) for p in places)] = values * xp.asarray(inside)
+    return out
+
+
+def _check_like(like: str) -> str:
+    if like not in LIKE:
+        raise ParameterError(f"{like!r} is not one of {', '.join(LIKE)}", "like")
+    return like
+
+
+def resize(array, shape: Sequence[int], *, ndim: int | None = None, like: str = "noa") -> Array:
     """A real array resampled to ``shape`` by cropping or zero-padding its Fourier transform.
 
     ``shape`` is the new (H, W), (D, H, W) or BDHW shape; batch (and, for 2-d, depth) stay. Values
     keep their scale (a constant image stays that constant): the result is multiplied by the new
-    size over the old. Nyquist bins of even sizes are folded or split (see :func:`_window_full`), so
-    the result equals ``scipy.signal.resample`` along each axis in turn. Computed in float32
-    (float64 for float64 inputs)."""
+    size over the old. Computed in float32 (float64 for float64 inputs).
+
+    ``like="noa"``: each axis is windowed on its own, Nyquist bins of even sizes folded or split (see
+    :func:`_window_full`), so the result equals ``scipy.signal.resample`` along each axis in turn.
+    ``like="relion"``: RELION 3.1.3's ``resizeMap`` (see :func:`_window_sphere`); old and new boxes must
+    be square (cubic in 3-d), as RELION's are."""
     x = _array(array)
     axes = transform_axes(x.shape, ndim)
+    _check_like(like)
     target = tuple(int(n) for n in shape)
     if len(target) == 4:
         target = tuple(target[a] for a in axes)
@@ -243,6 +292,8 @@ def resize(array, shape: Sequence[int], *, ndim: int | None = None) -> Array:
         raise ShapeError(f"resize: the new shape {tuple(shape)} must give {len(axes)} sizes of at least 1 for "
                          f"the {len(axes)}-d transform of shape {x.shape}")
     old = tuple(x.shape[a] for a in axes)
+    if like == "relion" and (len(set(old)) > 1 or len(set(target)) > 1):
+        raise ShapeError(f"resize like RELION: boxes must be square (cubic in 3-d); {old} to {target} are not")
     out_shape = list(x.shape)
     for a, n in zip(axes, target):
         out_shape[a] = n
@@ -254,9 +305,13 @@ def resize(array, shape: Sequence[int], *, ndim: int | None = None) -> Array:
     # the windowing is plain array slicing: CuPy arrays take the same code on the device
     xp = _cupy() if on_cuda else np
     values = _to_cupy(spectrum) if on_cuda else spectrum.numpy()
-    for a, o, n in zip(axes[:-1], old[:-1], target[:-1]):
-        values = _window_full(values, a, o, n, xp)
-    values = _window_half(values, 3, old[-1], target[-1], xp)
+    if like == "relion":
+        values = _window_sphere(values, axes, old[0], target[0], xp)
+    else:
+        for a, o, n in zip(axes[:-1], old[:-1], target[:-1]):
+            values = _window_full(values, a, o, n, xp)
+        values = _window_half(values, 3, old[-1], target[-1], xp)
+    # RELION's forward transform divides by the old size, its inverse does not: the same new / old
     values = xp.ascontiguousarray(values * (math.prod(target) / math.prod(old)))
     windowed = _from_cupy(values) if on_cuda else asarray(values)
     result = irfft(windowed, width=target[-1], ndim=len(axes))
@@ -281,22 +336,91 @@ def rescaled_sizes(sizes: Sequence[int], factor: float) -> tuple[int, ...]:
     return tuple(out)
 
 
+def pixel_factor(from_pixel_size: float, pixel_size: float, like: str = "noa") -> float:
+    """The size factor that takes pixels of ``from_pixel_size`` to ``pixel_size`` (Å): their ratio.
+    ``like="relion"`` takes both as float32 first, as RELION reads ``--angpix`` and ``--rescale_angpix``
+    (textToFloat, sscanf "%f"): that decides ties such as 15 x 1.5 / 0.6 = 37.5 (RELION: 37, made 36)."""
+    if not pixel_size > 0 or not math.isfinite(pixel_size):
+        raise ParameterError(f"{pixel_size:g} Å must be a finite number above 0", "pixel_size")
+    if _check_like(like) == "relion":
+        return float(np.float32(from_pixel_size)) / float(np.float32(pixel_size))
+    return from_pixel_size / pixel_size
+
+
+@dataclass(frozen=True)
+class Rescaling:
+    """Where a rescale puts its samples, per transform axis ((H, W) or (D, H, W)): the new ``sizes``, the
+    ``spacing`` (new pixel size over the old) and the ``start`` (where output sample 0 lies, in input
+    pixels: the origin moves by ``start`` x the old pixel size so that the content stays in place)."""
+
+    sizes: tuple[int, ...]
+    spacing: tuple[float, ...]
+    start: tuple[float, ...]
+
+
+def rescaling(sizes: Sequence[int], factor: float, like: str = "noa") -> Rescaling:
+    """The box that :func:`rescale` makes of ``sizes`` scaled by ``factor``.
+
+    ``like="noa"``: every axis alone (:func:`rescaled_sizes`), sample 0 stays at 0. ``like="relion"``,
+    as relion_image_handler --rescale_angpix: the box is scaled as one square (cube) of side N, the
+    largest size, to N' = round(N x factor) made even; a non-square image is padded to that square
+    about its centre N//2, and the N' square cropped back about N'//2 to ``round(size x N' / N)``
+    made even per axis. The spacing is N / N' on every axis. Volumes must be cubic (RELION makes a
+    cube of any volume) and every side at least 2 pixels (ParameterError ``like``)."""
+    old = tuple(int(n) for n in sizes)
+    if _check_like(like) == "noa":
+        new = rescaled_sizes(old, factor)
+        return Rescaling(new, tuple(o / n for o, n in zip(old, new)), (0.0,) * len(old))
+    if min(old) < 2:
+        raise ParameterError(f"like RELION, images must be at least 2 pixels a side; {old} is not", "like")
+    if len(old) == 3 and len(set(old)) > 1:
+        raise ParameterError(f"like RELION, volumes must be cubic; {' x '.join(map(str, old))} is not "
+                             "(RELION would make a cube of it)", "like")
+    side = max(old)
+    square = rescaled_sizes([side], factor)[0]
+    new = []
+    for n in old:
+        # image_handler.cpp: ROUND(oldxsize * (angpix / real_angpix)), real_angpix = oldsize * angpix / newsize
+        m = math.floor(n * (1.0 / (side / square)) + 0.5)
+        m -= m % 2
+        if m < 2:
+            raise ShapeError(f"rescale: a size of {n} scaled by {factor:g} leaves fewer than 2 pixels")
+        new.append(m)
+    spacing = side / square
+    # input sample 0 is sample (side//2 - n//2) of the square, output sample 0 sample (square//2 - m//2) of its rescale
+    start = tuple((square // 2 - m // 2) * spacing - (side // 2 - n // 2) for n, m in zip(old, new))
+    return Rescaling(tuple(new), (spacing,) * len(old), start)
+
+
 def rescale(array, factor: float | None = None, *, pixel_size: float | None = None,
-            from_pixel_size: float | None = None, ndim: int | None = None) -> Array:
+            from_pixel_size: float | None = None, ndim: int | None = None, like: str = "noa") -> Array:
     """``array`` Fourier-rescaled (:func:`resize`) by ``factor`` (new size / old size), or from the
     pixel size ``from_pixel_size`` to ``pixel_size`` (Å; ``factor = from_pixel_size / pixel_size``),
     to an even box as RELION's ``relion_image_handler --rescale_angpix`` makes it (see
-    :func:`rescaled_sizes`). The pixel size that results is ``from_pixel_size * old / new`` per axis
-    (RELION writes that exact value, not the one asked for)."""
+    :func:`rescaling`). The pixel size that results is ``from_pixel_size * old / new`` per axis
+    (RELION writes that exact value, not the one asked for).
+
+    ``like="noa"`` equals ``scipy.signal.resample`` along each axis; ``like="relion"`` gives RELION
+    3.1.3's output: a non-square image padded with zeros to a square about its centre, resized as
+    :func:`resize` ``like="relion"`` does, and cropped about the centre to the sizes of :func:`rescaling`."""
     if (factor is None) == (pixel_size is None):
         raise ParameterError("give either a factor or a pixel size", "factor")
     if factor is None:
         if from_pixel_size is None or not from_pixel_size > 0:
             raise ParameterError(f"the input's pixel size is unknown ({from_pixel_size}); give it, or a factor",
                                  "pixel_size")
-        if not pixel_size > 0:
-            raise ParameterError(f"{pixel_size:g} Å must be above 0", "pixel_size")
-        factor = from_pixel_size / pixel_size
+        factor = pixel_factor(from_pixel_size, pixel_size, like)
     x = _array(array)
     axes = transform_axes(x.shape, ndim)
-    return resize(x, rescaled_sizes([x.shape[a] for a in axes], factor), ndim=len(axes))
+    old = [x.shape[a] for a in axes]
+    box = rescaling(old, factor, like)
+    if like == "noa":
+        return resize(x, box.sizes, ndim=len(axes))
+    from noa_core import stack  # the centred crop and pad of noa resize (RELION's window about N//2)
+
+    side = max(old)
+    square = rescaled_sizes([side], factor)[0]
+    if len(set(old)) > 1:
+        x = stack.resize(x, (side,) * len(axes), fill="zero")
+    result = resize(x, (square,) * len(axes), ndim=len(axes), like="relion")
+    return result if box.sizes == (square,) * len(axes) else stack.resize(result, box.sizes, fill="zero")

@@ -1,20 +1,23 @@
-"""noa rescale: Fourier-rescale images (or volumes) to a pixel size or by a factor, to an even box."""
+"""noa rescale: Fourier-rescale images (or volumes) to a pixel size or by a factor, to an even box, noa's way
+(scipy.signal.resample) or RELION's; optionally windowed to a new box about the centre."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import READING, Operation, Options, Param, Real
+from noa_core.operations.spec import READING, Choice, Integer, Operation, Options, Param, Real
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import fft
+    from noa_core import fft, stack
     from noa_core.errors import ParameterError
     from noa_core.operations.filter import input_pixel_size, real_input, whole_image_plan
 
     array, meta = real_input(inputs[0], options, "rescale")
+    like = options.like
     if (options.factor is None) == (options.pixel_size is None):
-        raise ParameterError("give either --pixel-size (Å) or --factor", "pixel_size")
+        only_window = " (to window only, use noa resize --fill zero)" if options.new_box is not None else ""
+        raise ParameterError(f"give either --pixel-size (Å) or --factor{only_window}", "pixel_size")
     if options.factor is not None:
         factor, words = options.factor, f"--factor {options.factor:g}"
     else:
@@ -22,35 +25,55 @@ def plan(inputs: list[Path], options: Options):
         if source is None:
             raise ParameterError(f"{inputs[0]}: the pixel size is unknown; give it with angpix (Å), or use factor",
                                  "angpix")
-        factor, words = source / options.pixel_size, f"--pixel-size {options.pixel_size:g}"
+        factor, words = fft.pixel_factor(source, options.pixel_size, like), f"--pixel-size {options.pixel_size:g}"
     ndim = 3 if array.shape[1] > 1 else 2
     axes = (2, 3) if ndim == 2 else (1, 2, 3)
-    sizes = fft.rescaled_sizes([array.shape[a] for a in axes], factor)
-    shape = list(array.shape)
-    for a, n in zip(axes, sizes):
-        shape[a] = n
-    shape = tuple(shape)
-    # The pixel size that results (RELION writes this exact value, not the one asked for).
-    pixel = tuple(p * old / new if p > 0 else 0.0 for p, old, new in zip(meta.pixel_size, array.shape[1:], shape[1:]))
+    box = fft.rescaling([array.shape[a] for a in axes], factor, like)
+    rescaled = list(array.shape)
+    for a, n in zip(axes, box.sizes):
+        rescaled[a] = n
+    rescaled = tuple(rescaled)
+    if like == "relion":
+        words += " --like relion"
+    shape = rescaled
+    # RELION windows only when the width differs from --new_box (image_handler.cpp): --like relion does too
+    if options.new_box is not None and not (like == "relion" and rescaled[3] == options.new_box):
+        shape = stack.resize_shape(rescaled, (options.new_box,) * ndim)
+        words += f" --new-box {options.new_box}"
+
+    # Pixel sizes and origin (IMOD's: coordinate = i * pixel - origin) per D, H, W, in the header's unit, or
+    # in Å where --angpix gives the input's pixel size: output sample 0 lies at input sample `start`, then
+    # the window moves it by its offset (as noa resize), so the content stays in place.
+    if options.get("angpix") is not None:
+        old_pixel, old_origin, unit = (options.angpix,) * 3, meta.in_angstrom()[1], "Å"
+    else:
+        old_pixel, old_origin, unit = meta.pixel_size, meta.origin, meta.unit
+    spacing, start = [1.0] * 3, [0.0] * 3
+    for a, s, t in zip(axes, box.spacing, box.start):
+        spacing[a - 1], start[a - 1] = s, t
+    pixel = tuple(p * s for p, s in zip(old_pixel, spacing))
+    offsets = stack.resize_offsets(rescaled, shape)[1:]
+    origin = tuple(o - t * p - k * q for o, t, p, k, q in zip(old_origin, start, old_pixel, offsets, pixel))
     out_meta = meta.resampled(shape, pixel)
-    if options.get("angpix") is not None:  # the size given, in Å, replaces the header's
-        out_meta.pixel_size = tuple(options.angpix * old / new for old, new in zip(array.shape[1:], shape[1:]))
-        out_meta.origin = meta.in_angstrom()[1]
-        out_meta.unit = "Å"
+    out_meta.origin, out_meta.unit = origin, unit
 
     notices = ()
     asked = [array.shape[a] * factor for a in axes]
-    if any(abs(n - a) > 1e-6 * a for n, a in zip(sizes, asked)):  # the even box rounds the scale
-        got = out_meta.pixel_size[3 - len(sizes):]
-        pixel_words = (f", so the pixel size is {', '.join(f'{p:g}' for p in got)} {out_meta.unit or ''}".rstrip()
+    if any(abs(n - a) > 1e-6 * a for n, a in zip(box.sizes, asked)):  # the even box rounds the scale
+        got = pixel[3 - ndim:]
+        pixel_words = (f", so the pixel size is {', '.join(f'{p:g}' for p in got)} {unit or ''}".rstrip()
                        if all(got) else "")
         notices = (f"rescale {words}: {' x '.join(map(str, (array.shape[a] for a in axes)))} pixels became "
-                   f"{' x '.join(map(str, sizes))} (even, as RELION rounds){pixel_words}",)
+                   f"{' x '.join(map(str, box.sizes))} (even, as RELION rounds){pixel_words}",)
 
     def images(block, key):
         from noa_core import fft as noa_fft
+        from noa_core import stack as noa_stack
 
-        return noa_fft.resize(block, sizes, ndim=ndim).numpy()
+        out = noa_fft.rescale(block, factor, ndim=ndim, like=like)
+        if shape != rescaled:  # RELION's --new_box: zeros beyond the rescaled box
+            out = noa_stack.resize(out, shape[4 - ndim:], fill="zero")
+        return out.numpy()
 
     return whole_image_plan(inputs, array, shape, out_meta, f"noa rescale {words}", images, working=4.0,
                             notices=notices)
@@ -58,16 +81,36 @@ def plan(inputs: list[Path], options: Options):
 
 OPERATION = Operation(
     name="rescale",
-    summary="Fourier-rescale images (volumes in 3-d) to a pixel size or by a factor, to an even box as RELION does.",
+    summary="Fourier-rescale images (volumes in 3-d) to a pixel size or by a factor, to an even box as RELION does; "
+            "noa's way or RELION's, then optionally windowed to a new box.",
     details="The new size of each axis is round(size x factor) made even (RELION's --rescale_angpix), where the "
-            "factor is the input's pixel size over --pixel-size; the header gets the exact pixel size that results "
-            "(input size x old / new). The Fourier transform is cropped (or zero-padded), Nyquist bins folded (or "
-            "split), values keep their scale. The output is float32.",
+            "factor is the input's pixel size over --pixel-size. Values keep their scale; the output is float32. "
+            "--like noa (default): each axis's Fourier transform is cropped or zero-padded on its own, the Nyquist "
+            "bins +N/2 and -N/2 of an even size folded together (shrinking) or split in halves (enlarging): "
+            "scipy.signal.resample along each axis. --like relion: RELION 3.1.3's relion_image_handler "
+            "--rescale_angpix (resizeMap): a non-square image is padded with zeros to a square about its centre "
+            "N//2 and scaled as one square of the larger side (then cropped about the centre to round(size x "
+            "new / old) made even per axis); shrinking keeps only +N/2 of an even new size; enlarging keeps the "
+            "sphere of radius old N//2 (zero beyond); pixel sizes are read as float32, as RELION reads them; "
+            "volumes must be cubic. --new-box N then crops or zero-pads each image (D, H, W of a volume) to N "
+            "about the centre N//2, as RELION's --new_box (noa resize --fill zero); with --like relion, as "
+            "RELION, only where the width is not already N. The header gets the pixel size that results "
+            "(input pixel size x old / new size; of the square side with --like relion, as RELION writes it on X "
+            "and Y) and the origin moves so that the content stays in place; RELION writes "
+            "origin 0, takes 1 Å where the header has 0 and writes a Z pixel size of 0 for single images, "
+            "whereas noa keeps the others as they were (unknown stays unknown).",
     examples=("noa rescale particles.mrcs particles_2A.mrcs --pixel-size 2.0",
-              "noa rescale map.mrc map_half.mrc --factor 0.5"),
+              "noa rescale map.mrc map_half.mrc --factor 0.5",
+              "noa rescale particles.mrcs small.mrcs --pixel-size 3.0 --new-box 64 --like relion"),
     params=(Param("pixel_size", Real(0.0), "Target pixel size in Å."),
             Param("factor", Real(0.0, 64.0), "Size factor instead: 0.5 halves every axis (the pixel size doubles)."),
             Param("angpix", Real(0.0), "Pixel size of the input in Å, when the header's is unknown or wrong."),
+            Param("like", Choice(("noa", "relion")),
+                  "noa: scipy.signal.resample per axis (Nyquist bins folded or split); relion: "
+                  "relion_image_handler --rescale_angpix (3.1.3), within 1e-5 of its output.", default="noa"),
+            Param("new_box", Integer(1, 2**31 - 1),
+                  "After rescaling, crop or zero-pad each image (volume) to N x N (x N) about the centre N//2, "
+                  "as RELION's --new_box."),
             *READING),
     plan=plan,
 )
