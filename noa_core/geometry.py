@@ -241,23 +241,54 @@ def transform_3d(input: Array | np.ndarray, output: Array | np.ndarray, matrices
     return _run("transform_3d", 3, x, output, matrices, interp, border)
 
 
-def read_matrices(path, ndim: int) -> np.ndarray:
+MATRIX_FILE_BYTES_PER_MATRIX = 4096  # the most a file may spend on one matrix (text with comments, or .npy)
+
+
+def _matrix_file_bytes(path, most: int) -> bytes:
+    """The bytes of a matrices file, refused unless it is a regular file of at most ``most`` bytes: a FIFO
+    or a device (/dev/zero) would block or never end, and nothing is read beyond what the batch can use."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ParameterError(f"{path}: cannot be read ({exc.strerror or exc})", "matrices") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ParameterError(f"{path}: not a regular file (a pipe, device or folder cannot hold matrices)",
+                                 "matrices")
+        data = bytearray()
+        while chunk := os.read(fd, most + 1 - len(data)):  # bounded, should the file grow meanwhile
+            data += chunk
+            if len(data) > most:
+                raise ParameterError(f"{path}: more than the {most} bytes its matrices can need (at most "
+                                     f"{MATRIX_FILE_BYTES_PER_MATRIX} per batch entry)", "matrices")
+        return bytes(data)
+    finally:
+        os.close(fd)
+
+
+def read_matrices(path, ndim: int, count: int = 1) -> np.ndarray:
     """Inverse matrices from a file, as :func:`as_matrices` gives them: ``.npy`` holding ``(n, rows, cols)``
     or ``(rows, cols)``, or text with one matrix per batch entry, rows of whitespace-separated numbers
     (``ndim x ndim+1`` or square with the last row ``0 ... 0 1``; blank lines and ``#`` comments ignored).
+    ``count`` is the most matrices that can be used (the batch): a larger file is refused unread.
     ParameterError (``matrices``) names the file and what is wrong."""
+    import io
     from pathlib import Path
 
     path = Path(path)
     cols = ndim + 1
+    raw = _matrix_file_bytes(path, MATRIX_FILE_BYTES_PER_MATRIX * max(1, count))
     try:
         if path.suffix.lower() == ".npy":
-            values = np.load(path, allow_pickle=False)
+            values = np.load(io.BytesIO(raw), allow_pickle=False)
         else:
-            values = np.loadtxt(path, dtype=np.float64, comments="#", ndmin=2)
-    except OSError as exc:
-        raise ParameterError(f"{path}: cannot be read ({exc.strerror or exc})", "matrices") from None
-    except ValueError as exc:
+            values = np.loadtxt(io.StringIO(raw.decode("utf-8", "replace")), dtype=np.float64, comments="#",
+                                ndmin=2)
+    except (ValueError, EOFError) as exc:
         raise ParameterError(f"{path}: not a table of numbers ({str(exc).splitlines()[0]})", "matrices") from None
     values = np.asarray(values, dtype=np.float64)
     if path.suffix.lower() != ".npy":

@@ -38,7 +38,7 @@ def matrices_for(array, options: Options, path: Path):
         raise ParameterError(f"{len(shift)} values for the {'volume' if volume else 'images'} of shape {array.shape}; "
                              f"give {'DZ,DY,DX' if volume else 'DY,DX'}", "shift")
     if options.get("matrices") is not None:
-        m, words = geometry.read_matrices(options.matrices, ndim), f"--matrices {Path(options.matrices).name}"
+        m, words = geometry.read_matrices(options.matrices, ndim, array.shape[0]), f"--matrices {Path(options.matrices).name}"
     elif options.get("matrix_values") is not None:
         flat = np.asarray(options.matrix_values, np.float64)
         size = ndim * (ndim + 1)

@@ -184,3 +184,32 @@ def test_read_matrices_from_text_and_npy(tmp_path):
         geometry.read_matrices(tmp_path / "wide.txt", 2)
     with pytest.raises(ParameterError, match="cannot be read"):
         geometry.read_matrices(tmp_path / "missing.txt", 2)
+
+
+def test_matrices_from_a_pipe_a_device_or_too_large_a_file_are_refused_unread(tmp_path):
+    """Issue 32 item 15: --matrices /dev/zero grew past 6 GB and a FIFO blocked forever."""
+    import os
+    import threading
+
+    fifo = tmp_path / "xf.txt"
+    os.mkfifo(fifo)
+    done = threading.Event()
+    errors = []
+
+    def read() -> None:
+        try:
+            geometry.read_matrices(fifo, 2)
+        except ParameterError as exc:
+            errors.append(exc)
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    assert done.wait(10), "a FIFO blocked"
+    assert errors and "not a regular file" in str(errors[0]) and errors[0].param == "matrices"
+    with pytest.raises(ParameterError, match="not a regular file"):
+        geometry.read_matrices("/dev/zero", 2)
+    big = tmp_path / "big.txt"
+    big.write_text("1 0 0\n0 1 0\n" * 2000)  # 2000 matrices for a batch of 3
+    with pytest.raises(ParameterError, match="more than the"):
+        geometry.read_matrices(big, 2, 3)
+    np.testing.assert_allclose(geometry.read_matrices(big, 2, 2000)[0], [[1, 0, 0], [0, 1, 0]])
