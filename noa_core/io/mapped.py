@@ -58,11 +58,17 @@ def spill_folder(path: Path, nbytes: int, fields: str, doing: str) -> str:
     return folder
 
 
-def map_input(path: Path, offset: int, dtype: np.dtype, count: int, *, private: bool = False) -> np.ndarray:
+def map_input(path: Path, offset: int, dtype: np.dtype, count: int, *, private: bool = False,
+              fd: int | None = None) -> np.ndarray:
     """A read-only 1-d view of ``count`` items of ``dtype`` at byte ``offset`` of ``path``; ``private``: a
-    temporary file of this process (decompressed data) that no other process can map by its path."""
-    with open_input(path) as file:  # refuses a FIFO or device swapped in for the file, without blocking
-        fd = os.dup(file.fileno())
+    temporary file of this process (decompressed data) that no other process can map by its path;
+    ``fd``: that file already open (an unlinked temporary), mapped instead of ``path``, which then only
+    names it in messages."""
+    if fd is not None:
+        fd = os.dup(fd)
+    else:
+        with open_input(path) as file:  # refuses a FIFO or device swapped in for the file, without blocking
+            fd = os.dup(file.fileno())
     try:
         mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except BaseException:

@@ -5,11 +5,17 @@ A store is a directory, not a file, so this format differs from MRC and TIFF in 
 - Reading: a level of the multiscale image is decoded chunk by chunk (zarr does the decoding) into an
   unlinked temporary file, which is then mapped, as :func:`noa_core.io.mrc._spill` does for compressed
   MRC: memory stays bounded and every operation reads the input as it reads any mapped file.
+  Every file of the store is opened beneath the store's folder with no symbolic link followed and
+  without blocking, and must be a regular file (a chunk that is a folder, a FIFO or a device is
+  refused, never read as missing); chunks much larger than the array, chunk files larger than their
+  chunk can need, and chunks whose compressed stream would decode to more than the chunk holds are
+  refused before anything is decoded.
 - Writing: the store is created (group, metadata, an empty array) in a temporary directory beside the
-  destination when the output opens; the tiles an operation computes are written straight into it as
-  chunks (:class:`StoreTiles`), the planner aligning tiles to the chunk grid, so Dask tasks each write
-  their own chunks; :class:`~noa_core.io.atomic.TemporaryOutput` then renames the directory into
-  place. A reader never sees a partial store.
+  destination when the output opens, once the destination's file system has room for every chunk
+  uncompressed and the chunks number at most :data:`MAX_CHUNKS`; the tiles an operation computes are
+  written straight into it as chunks (:class:`StoreTiles`), the planner aligning tiles to the chunk
+  grid, so Dask tasks each write their own chunks; :class:`~noa_core.io.atomic.TemporaryOutput` then
+  renames the directory into place. A reader never sees a partial store.
 
 Axes map to BDHW as TIFF axes do (:func:`noa_core.io.tiff.map_axes`): time is the batch, z/y/x are
 D/H/W, a channel axis is the batch when nothing else is (otherwise ``channel=`` picks one). Pixel
@@ -23,12 +29,19 @@ zarr is imported inside the functions: commands that never touch a store do not 
 
 from __future__ import annotations
 
+import asyncio
+import bz2
 import contextlib
 import errno
+import functools
 import itertools
+import lzma
 import math
 import os
+import stat
 import tempfile
+import weakref
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +54,8 @@ from noa_core.errors import (
     FileFormatError,
     HeaderError,
     NoSpaceError,
+    ParameterError,
+    TruncatedFileError,
     WriteDTypeError,
 )
 from noa_core.io import mapped, tiff
@@ -59,6 +74,15 @@ DEFAULT_NGFF = "0.4"  # zarr v2: what most viewers (napari, Fiji's MoBIE/n5-view
 CHUNK_BYTES = 16 << 20  # the largest chunk noa writes by default
 BLOCK_BYTES = 64 << 20  # what one conversion step (decode or encode) holds in memory
 _UNIT_NAMES = {"Å": "angstrom"}  # noa's units -> NGFF's (UDUNITS-2 names)
+MAX_CHUNKS = 1_000_000  # the most chunk files noa writes into one store (each costs an inode and a block)
+METADATA_BYTES = 16 << 20  # the largest metadata document (zarr.json, .zarray, .zattrs ...) read
+# A stored chunk (or shard) may decode to this many bytes however little of the array it covers; beyond
+# that, to at most twice the part of the array it covers (padding past the array's edge).
+SPARE_CHUNK_BYTES = CHUNK_BYTES
+SETTLE_SECONDS = 5  # how long a failed read waits for zarr's other tasks (each is bounded: no FIFO, no bomb)
+_METADATA_NAMES = ("zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata")
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def is_store(path: Path) -> bool:
@@ -80,13 +104,339 @@ def _in_words(exc: BaseException) -> str:
     return text[:300]
 
 
+# -- the store's files, opened beneath its folder -----------------------------------------------
+
+
+def _open_beneath(root_fd: int, key: str) -> int:
+    """The file ``key`` (a store key: names joined by '/') opened for reading beneath the folder
+    ``root_fd`` one component at a time, each with O_NOFOLLOW (ELOOP naming the link where one is met,
+    as in :func:`noa_server.sandbox.open_beneath`) and O_NONBLOCK (a FIFO cannot hang the open)."""
+    *folders, name = key.split("/")
+    if any(part in ("", ".", "..") for part in (*folders, name)):
+        raise CorruptFileError(f"{key}: not a key inside the store")
+    fd = root_fd
+    try:
+        for i, folder in enumerate(folders):
+            try:
+                inner = os.open(folder, _FOLDER_FLAGS, dir_fd=fd)
+            except NotADirectoryError:  # what O_DIRECTORY | O_NOFOLLOW gives for a link, as for a file
+                if stat.S_ISLNK(os.stat(folder, dir_fd=fd, follow_symlinks=False).st_mode):
+                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), "/".join(folders[:i + 1])) from None
+                raise
+            if fd != root_fd:
+                os.close(fd)
+            fd = inner
+        try:
+            return os.open(name, _FILE_FLAGS, dir_fd=fd)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, key) from None
+    finally:
+        if fd != root_fd:
+            os.close(fd)
+
+
+@functools.cache
+def _beneath_store_class() -> type:
+    """zarr's LocalStore, read-only, reading its files with :func:`_open_beneath` (built on first use:
+    zarr is imported by the first store read only)."""
+    from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.storage import LocalStore
+
+    class BeneathStore(LocalStore):
+        """The store's folder is opened once; every file is opened beneath it (no symbolic link, no
+        FIFO, no folder taken for a file) and read only when its size is one the array can need."""
+
+        def __init__(self, root: Path | str, *, read_only: bool = True) -> None:
+            super().__init__(root, read_only=True)
+            self.fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            weakref.finalize(self, os.close, self.fd)
+            self.chunk_bytes = METADATA_BYTES  # the largest chunk file, set once the array is known
+            self.refused: str | None = None  # why the first file refused was, which zarr may report otherwise
+
+        def with_read_only(self, read_only: bool = False):
+            return self  # noa only reads through it
+
+        def read(self, key: str, byte_range) -> bytearray | None:
+            """The bytes of ``key`` (all, or ``byte_range``), None when it is missing (zarr's fill value)."""
+            try:
+                return self._read(key, byte_range)
+            except FileFormatError as exc:
+                self.refused = self.refused or str(exc)
+                raise
+
+        def _read(self, key: str, byte_range) -> bytearray | None:
+            try:
+                fd = _open_beneath(self.fd, key)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise CorruptFileError(f"{exc.filename}: is a symbolic link; noa follows no link inside a "
+                                           "store") from None
+                raise CorruptFileError(f"{key}: cannot be opened ({exc.strerror})") from None
+            try:
+                info = os.fstat(fd)
+                if stat.S_ISDIR(info.st_mode):
+                    raise CorruptFileError(f"{key}: is a directory, not a file")
+                if not stat.S_ISREG(info.st_mode):
+                    raise CorruptFileError(f"{key}: is not a regular file (a FIFO, socket or device)")
+                start, stop = self._span(byte_range, info.st_size)
+                metadata = key.rsplit("/", 1)[-1] in _METADATA_NAMES
+                limit = METADATA_BYTES if metadata else self.chunk_bytes
+                if stop - start > limit:
+                    what = "a metadata document" if metadata else "a chunk of this array"
+                    raise CorruptFileError(f"{key}: {stop - start} bytes, more than {what} can take ({limit})")
+                data = bytearray(stop - start)
+                view, done = memoryview(data), 0
+                while done < len(data):
+                    count = os.preadv(fd, [view[done:]], start + done)
+                    if count == 0:
+                        raise TruncatedFileError(f"{key}: the file shrank while it was read")
+                    done += count
+                return data
+            finally:
+                os.close(fd)
+
+        @staticmethod
+        def _span(byte_range, size: int) -> tuple[int, int]:
+            if byte_range is None:
+                return 0, size
+            if isinstance(byte_range, RangeByteRequest):
+                return min(byte_range.start, size), min(max(byte_range.end, byte_range.start), size)
+            if isinstance(byte_range, OffsetByteRequest):
+                return min(byte_range.offset, size), size
+            if isinstance(byte_range, SuffixByteRequest):
+                return max(0, size - byte_range.suffix), size
+            raise TypeError(f"unexpected byte range {byte_range!r}")
+
+        def get_sync(self, key: str, *, prototype=None, byte_range=None):
+            data = self.read(key, byte_range)
+            return None if data is None else (prototype or default_buffer_prototype()).buffer.from_bytes(data)
+
+        async def get(self, key: str, prototype=None, byte_range=None):
+            data = await asyncio.to_thread(self.read, key, byte_range)
+            return None if data is None else (prototype or default_buffer_prototype()).buffer.from_bytes(data)
+
+        async def get_partial_values(self, prototype, key_ranges):
+            return await asyncio.gather(*(self.get(key, prototype, byte_range) for key, byte_range in key_ranges))
+
+        async def exists(self, key: str) -> bool:
+            return await self.get(key) is not None
+
+    return BeneathStore
+
+
+# -- decoding a chunk into no more than it holds ----------------------------------------------------
+
+LZMA_MEMORY = 128 << 20  # the most an xz or lzma chunk may make its decoder allocate (preset 9 takes 65 MiB)
+_NUMCODEC_ATTRIBUTES = ("_blosc_codec", "_zstd_codec", "_gzip_codec", "_codec")  # zarr v3 codecs -> numcodecs
+
+
+def _with_overhead(nbytes: int) -> int:
+    """The most bytes a chunk of ``nbytes`` takes at any step of its encoding: compressors grow
+    incompressible data by a fraction of a percent, checksums and headers by a few bytes."""
+    return nbytes + nbytes // 64 + (64 << 10)
+
+
+def _zstd_content_size(raw: memoryview) -> int | None:
+    """The decoded size a zstd frame declares (its Frame_Content_Size); None when ``raw`` is no zstd frame."""
+    if len(raw) < 5 or bytes(raw[:4]) != b"\x28\xb5\x2f\xfd":
+        return None
+    descriptor = raw[4]
+    single = (descriptor >> 5) & 1
+    width = (single, 2, 4, 8)[descriptor >> 6]
+    if width == 0:
+        raise CorruptFileError("a zstd frame that does not declare its decoded size, which noa "
+                               "cannot bound before decoding")
+    start = 5 + (0 if single else 1) + (0, 1, 2, 4)[descriptor & 3]
+    if len(raw) < start + width:
+        return None
+    return int.from_bytes(raw[start:start + width], "little") + (256 if width == 2 else 0)
+
+
+def _inflate(codec, raw: memoryview, limit: int) -> bytes:
+    """What a zlib, gzip, bzip2 or lzma ``codec`` decodes ``raw`` to, refused past ``limit`` bytes
+    without ever holding more (numcodecs decodes these whole, however far they expand)."""
+    kind = codec.codec_id
+    if kind in ("zlib", "gzip"):
+        def new():
+            return zlib.decompressobj(15 if kind == "zlib" else 31)
+    elif kind == "bz2":
+        new = bz2.BZ2Decompressor
+    else:
+        def new():  # the dictionary an xz header asks for is allocated: bounded by what preset 9 needs
+            raw_format = codec.format == lzma.FORMAT_RAW
+            return lzma.LZMADecompressor(codec.format, memlimit=None if raw_format else LZMA_MEMORY,
+                                         filters=codec.filters if raw_format else None)
+    out, rest = bytearray(), bytes(raw)
+    while rest:  # gzip, bzip2 and xz data may be several streams one after the other
+        decoder = new()
+        out += decoder.decompress(rest, limit + 1 - len(out))
+        if len(out) > limit:
+            raise CorruptFileError(f"{kind} data decode to more than the {limit} bytes a chunk can hold")
+        if not decoder.eof:
+            raise CorruptFileError(f"{kind} data end early")
+        rest = decoder.unused_data if kind != "zlib" else b""
+    return bytes(out)
+
+
+def _precheck(codec, data, limit: int) -> bytes | None:
+    """Refuse a compressed chunk whose header declares more than ``limit`` decoded bytes (blosc, lz4,
+    zstd: numcodecs allocates what the header says), or decode it within the limit (zlib, gzip, bz2,
+    lzma); None where ``codec`` may then decode it."""
+    from numcodecs.compat import ensure_contiguous_ndarray
+
+    raw = memoryview(ensure_contiguous_ndarray(data)).cast("B")
+    kind = getattr(codec, "codec_id", None)
+    if kind in ("zlib", "gzip", "bz2", "lzma"):
+        return _inflate(codec, raw, limit)
+    declared = None
+    if kind == "blosc" and len(raw) >= 16:
+        declared = int.from_bytes(raw[4:8], "little")
+    elif kind == "lz4" and len(raw) >= 4:
+        declared = int.from_bytes(raw[:4], "little")
+    elif kind == "zstd":
+        declared = _zstd_content_size(raw)
+    if declared is not None and declared > limit:
+        raise CorruptFileError(f"{kind} data declare {declared} decoded bytes; a chunk holds at most "
+                               f"{limit}")
+    return None
+
+
+def _checked(decoded, limit: int, kind: str):
+    """``decoded`` (what a codec gave), refused when larger than ``limit``: codecs noa cannot bound
+    beforehand are at least never passed on larger than a chunk."""
+    nbytes = decoded.nbytes if hasattr(decoded, "nbytes") else len(decoded)
+    if nbytes > limit:
+        raise CorruptFileError(f"{kind} data decode to {nbytes} bytes; a chunk holds at most {limit}")
+    return decoded
+
+
+class _BoundedCodec:
+    """The numcodecs compressor of a zarr v2 array, decoding no chunk to more than ``limit`` bytes."""
+
+    def __init__(self, codec, limit: int) -> None:
+        self.codec, self.limit, self.codec_id = codec, limit, codec.codec_id
+
+    def decode(self, buf, out=None):
+        decoded = _precheck(self.codec, buf, self.limit)
+        return decoded if decoded is not None else _checked(self.codec.decode(buf, out), self.limit, self.codec_id)
+
+    def encode(self, buf):
+        return self.codec.encode(buf)
+
+    def get_config(self) -> dict:
+        return self.codec.get_config()
+
+
+@functools.cache
+def _bounded_bytes_class() -> type:
+    """A zarr v3 bytes-to-bytes codec decoding no chunk to more than the chunk holds (built on first use)."""
+    from dataclasses import dataclass
+
+    from zarr.abc.codec import BytesBytesCodec
+
+    @dataclass(frozen=True)
+    class BoundedBytes(BytesBytesCodec):
+        inner: BytesBytesCodec
+        is_fixed_size = False
+
+        async def _decode_single(self, chunk_bytes, chunk_spec):
+            limit = _with_overhead(math.prod(chunk_spec.shape) * chunk_spec.dtype.to_native_dtype().itemsize)
+            codec = next((getattr(self.inner, a) for a in _NUMCODEC_ATTRIBUTES if hasattr(self.inner, a)), None)
+            if codec is not None:
+                decoded = await asyncio.to_thread(_precheck, codec, chunk_bytes.as_numpy_array(), limit)
+                if decoded is not None:
+                    return chunk_spec.prototype.buffer.from_bytes(decoded)
+            result = await self.inner._decode_single(chunk_bytes, chunk_spec)
+            _checked(result.as_numpy_array(), limit, type(self.inner).__name__)
+            return result
+
+        async def _encode_single(self, chunk_bytes, chunk_spec):
+            return await self.inner._encode_single(chunk_bytes, chunk_spec)
+
+        def compute_encoded_size(self, input_byte_length: int, chunk_spec) -> int:
+            return self.inner.compute_encoded_size(input_byte_length, chunk_spec)
+
+    return BoundedBytes
+
+
+def _bounded(codec):
+    """``codec`` of a zarr v3 array with every bytes-to-bytes step bounded, in shards too."""
+    from zarr.abc.codec import BytesBytesCodec
+    from zarr.codecs import ShardingCodec
+
+    if isinstance(codec, ShardingCodec):
+        return ShardingCodec(chunk_shape=codec.chunk_shape, codecs=[_bounded(c) for c in codec.codecs],
+                             index_codecs=codec.index_codecs, index_location=codec.index_location)
+    return _bounded_bytes_class()(codec) if isinstance(codec, BytesBytesCodec) else codec
+
+
+def _guard(path: Path, level: int, array) -> None:
+    """Check ``array``'s chunks before any is read: a chunk (or shard) far larger than the part of the
+    array it covers is refused, a chunk file larger than its chunk can need is refused when read, and
+    decoding a chunk stops where it would give more than the chunk holds. So no memory or time goes in
+    proportion to what the metadata or a chunk's header claim."""
+    from zarr.codecs._v2 import V2Codec
+    from zarr.registry import get_pipeline_class
+
+    metadata = array.metadata
+    shape, itemsize = tuple(array.shape), np.dtype(array.dtype).itemsize
+    shards = getattr(array, "shards", None)
+    for name, grid in (("chunks", array.chunks), ("shards", shards)):
+        if grid is None:
+            continue
+        nbytes = math.prod(grid) * itemsize
+        covered = math.prod(min(g, n) for g, n in zip(grid, shape)) * itemsize
+        if nbytes > max(SPARE_CHUNK_BYTES, 2 * covered):
+            raise HeaderError(f"{path}: {name}: level {level} has {name} of {tuple(grid)} ({nbytes} bytes each) for "
+                              f"an array of shape {shape}; {name} this much larger than the array are refused")
+    # A zarr v2 filter may store a wider type than the array's (astype): up to 8 bytes per element.
+    filtered = metadata.zarr_format == 2 and bool(metadata.filters)
+    stored = math.prod(shards or array.chunks) * (8 if filtered else itemsize)
+    index = 16 * (math.prod(shards) // math.prod(array.chunks)) + 4 if shards else 0  # a shard's chunk offsets
+    store = array.store
+    if isinstance(store, _beneath_store_class()):
+        store.chunk_bytes = _with_overhead(stored) + index
+    if metadata.zarr_format == 2:
+        limit = _with_overhead(math.prod(array.chunks) * (8 if filtered else itemsize))
+        compressor = None if metadata.compressor is None else _BoundedCodec(metadata.compressor, limit)
+        codecs = [V2Codec(filters=metadata.filters, compressor=compressor)]
+    else:
+        codecs = [_bounded(codec) for codec in metadata.codecs]
+    # zarr builds the pipeline from the metadata when it opens the array; this one replaces it
+    object.__setattr__(array.async_array, "codec_pipeline", get_pipeline_class().from_codecs(codecs))
+
+
+def _settle() -> None:
+    """Let the other tasks of a zarr read that failed finish (within a few seconds): zarr stops at the
+    first error and leaves them pending, and asyncio reports each one still pending when the process exits."""
+    from zarr.core.sync import sync
+
+    async def rest() -> None:
+        others = asyncio.all_tasks() - {asyncio.current_task()}
+        if others:
+            await asyncio.wait(others, timeout=SETTLE_SECONDS)
+
+    sync(rest())
+
+
+def _why(store, exc: BaseException) -> str:
+    """Why a zarr call failed, in words: the store's refusal of a file first (zarr reports some as
+    missing arrays), else what zarr said."""
+    return getattr(store, "refused", None) or _in_words(exc)
+
+
 def _open_node(path: Path):
     import zarr  # here: the first store read pays for it, no other command does
 
+    store = _beneath_store_class()(path)
     try:
-        return zarr.open(store=str(path), mode="r")
+        return zarr.open(store=store, mode="r")
     except Exception as exc:  # zarr raises many types on damaged metadata; each becomes one line
-        raise CorruptFileError(f"{path}: zarr metadata: {_in_words(exc)}") from None
+        _settle()
+        raise CorruptFileError(f"{path}: zarr metadata: {_why(store, exc)}") from None
 
 
 class _Level:
@@ -170,6 +520,7 @@ def _level(path: Path, request: ReadRequest, notices: list[str]) -> _Level:
             raise HeaderError(f"{path}: shape: a bare zarr array of {node.ndim} dimensions {node.shape}; "
                               "noa reads 2 (YX), 3 (ZYX) or 4 (TZYX)")
         notices.append(f"{path}: a zarr array without OME metadata: axes taken as {letters}, pixel size unknown")
+        _guard(path, 0, node)
         return _Level(node, letters, {}, {}, {}, [], "none")
     attrs = node.attrs.asdict()
     ome = attrs["ome"] if isinstance(attrs.get("ome"), dict) else attrs
@@ -195,9 +546,12 @@ def _level(path: Path, request: ReadRequest, notices: list[str]) -> _Level:
     try:
         array = node[where]
     except Exception as exc:
-        raise CorruptFileError(f"{path}: level {level}: array {where!r} cannot be opened ({_in_words(exc)})") from None
+        _settle()
+        raise CorruptFileError(f"{path}: level {level}: array {where!r} cannot be opened ({_why(node.store, exc)})") \
+            from None
     if not isinstance(array, zarr.Array):
         raise HeaderError(f"{path}: level {level}: {where!r} is a group, not an array")
+    _guard(path, level, array)
     axes = image.get("axes") or ["t", "c", "z", "y", "x"][5 - array.ndim:]  # NGFF 0.1-0.2 had no axes: TCZYX
     if len(axes) != array.ndim:
         raise HeaderError(f"{path}: multiscales axes: {len(axes)} axes for the {array.ndim} dimensions of level "
@@ -277,7 +631,8 @@ def _decode_into(path: Path, level: _Level, selection: tuple, blocks: Sequence[t
             try:
                 level.array.get_basic_selection(full, out=NDBuffer.from_numpy_array(data))
             except Exception as exc:
-                raise CorruptFileError(f"{path}: chunk data: {_in_words(exc)}") from None
+                _settle()
+                raise CorruptFileError(f"{path}: chunk data: {_why(level.array.store, exc)}") from None
             put(block, data)
 
 
@@ -315,10 +670,12 @@ def _decode(path: Path, level: _Level, selection: tuple, shape: tuple[int, ...],
         _decode_into(path, level, selection, blocks, data.__setitem__)
         return data
     folder = mapped.spill_folder(path, nbytes, "shape", "decoding")
-    with tempfile.NamedTemporaryFile(prefix="noa-", suffix=".zarr-decoded", dir=folder) as temp:
+    # Unlinked from the start (O_TMPFILE where the file system has it, else removed as soon as made): a
+    # process killed while decoding leaves nothing behind.
+    with tempfile.TemporaryFile(prefix="noa-", suffix=".zarr-decoded", dir=folder) as temp:
         allocate(path, temp.fileno(), nbytes, folder)
         _decode_into(path, level, selection, blocks, _box_writer(temp.fileno(), shape, dtype, path))
-        return mapped.map_input(Path(temp.name), 0, dtype, math.prod(shape), private=True).reshape(shape)
+        return mapped.map_input(path, 0, dtype, math.prod(shape), private=True, fd=temp.fileno()).reshape(shape)
 
 
 def _selected_chunks(level: _Level, selection: tuple) -> list[int]:
@@ -532,15 +889,35 @@ def bdhw_chunks(chunks: Sequence[int], shape: Shape4) -> Shape4:
     return layout.as_shape4(tuple(next(it) if i >= 2 or n > 1 else 1 for i, n in enumerate(shape)))
 
 
+def check_room(store: Path, spec: OutputSpec, stored: Sequence[int], chunks: Sequence[int]) -> None:
+    """Refuse a store of more than :data:`MAX_CHUNKS` chunk files, or one the file system of ``store``
+    has not the room for with every chunk stored uncompressed (what the data need at most: blosc adds
+    16 bytes to a chunk it cannot compress, and each file takes whole blocks), before anything is written."""
+    count = math.prod(-(-n // c) for n, c in zip(stored, chunks))
+    room = os.statvfs(store)
+    block = room.f_frsize or 4096
+    need = count * -(-(math.prod(chunks) * spec.dtype.itemsize + 16) // block) * block + (64 << 10)
+    free = room.f_bavail * room.f_frsize
+    if need > free:
+        raise NoSpaceError(f"{spec.path}: shape: the store of {tuple(stored)} {spec.dtype} may need {need} bytes "
+                           f"({count} chunks of {tuple(chunks)}, uncompressed), and its file system has {free} "
+                           "bytes free")
+    if count > MAX_CHUNKS:
+        raise ParameterError(f"{spec.path}: chunks of {tuple(chunks)} cut the stored shape {tuple(stored)} into "
+                             f"{count} chunk files, more than the {MAX_CHUNKS} noa writes; choose larger chunks",
+                             "chunks")
+
+
 def create_store(store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:
     """Create the OME-Zarr image of ``spec`` in the empty directory ``store``: group, metadata and an
-    array with no chunk written yet. Returns the chunk shape (BDHW) and notices."""
+    array with no chunk written yet (:func:`check_room` first). Returns the chunk shape (BDHW) and notices."""
     import numcodecs
     import zarr
 
     notices: list[str] = []
     version, chunks = _write_options(spec)
     stored, names = stored_axes(spec.shape)
+    check_room(store, spec, stored, chunks)
     zarr_format = NGFF_VERSIONS[version]
     # lz4 with byte shuffle: fast enough to keep up with the disk; image data barely shrink with more work
     if zarr_format == 2:
