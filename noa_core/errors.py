@@ -131,6 +131,10 @@ class ParameterError(NoaError, ValueError):
         self.param, self.problem = param, problem
 
 
+class LimitError(NoaError, ValueError):
+    """The output would exceed a limit this process was given (a service's voxel limit)."""
+
+
 class ValueRangeError(NoaError, ValueError):
     """The data's values do not allow the operation: NaN or infinite values where finite ones are needed."""
 

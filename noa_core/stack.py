@@ -18,7 +18,9 @@ block already in memory into the output.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -32,6 +34,7 @@ from noa_core import layout
 from noa_core.array import Array, asarray, empty
 from noa_core.errors import DTypeError, ParameterError, ShapeError
 from noa_core.layout import Shape4
+from noa_core.limits import check_output_size
 
 Key = tuple[slice, ...]
 Compute = Callable[[list[Array], Array], None]
@@ -50,11 +53,44 @@ def section_axis(shape: Sequence[int]) -> int:
     return 0 if shape[0] > 1 else 1
 
 
-def parse_ranges(text: str, count: int, name: str) -> list[int]:
+class Selection(Sequence[int]):
+    """Section indices given as ranges, in order, never listed one by one: a range list of 10 KB can
+    name billions of sections. Indexing by a slice gives the list of that slice (a tile's)."""
+
+    def __init__(self, ranges: Sequence[tuple[int, int]]) -> None:
+        self._firsts = [first for first, _ in ranges]
+        self._ends = list(itertools.accumulate(last + 1 - first for first, last in ranges))  # positions after each
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __getitem__(self, item):  # type: ignore[override]
+        if isinstance(item, slice):
+            start, stop, step = item.indices(len(self))
+            return [self[i] for i in range(start, stop, step)]
+        position = item + len(self) if item < 0 else item
+        if not 0 <= position < len(self):
+            raise IndexError(item)
+        k = bisect.bisect_right(self._ends, position)
+        return self._firsts[k] + position - (self._ends[k - 1] if k else 0)
+
+
+def parse_ranges(text: str, count: int, name: str, shape: Sequence[int] | None = None) -> Selection:
     """Section indices of a range list ('0-9,12'), in the order written; ParameterError names the bad part.
 
-    Indices count from 0 and must be below ``count`` (the sections the input has)."""
-    indices: list[int] = []
+    Indices count from 0 and must be below ``count`` (the sections the input has). With ``shape`` (the
+    input's), the output those sections make is checked against the output limits."""
+    selection = Selection(_ranges(text, count, name))
+    if shape is not None:
+        out = list(shape)
+        out[section_axis(shape)] = len(selection)
+        check_output_size(out)
+    return selection
+
+
+def _ranges(text: str, count: int, name: str) -> list[tuple[int, int]]:
+    """The ``(first, last)`` pairs of a range list, checked."""
+    indices: list[tuple[int, int]] = []
     for part in (p.strip() for p in text.split(",")):
         match = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
         if match is None:
@@ -66,18 +102,18 @@ def parse_ranges(text: str, count: int, name: str) -> list[int]:
         if last >= count:
             raise ParameterError(f"section {last} (in {part!r}) is outside 0..{count - 1}: the input has "
                                  f"{count} section{'s' if count != 1 else ''}", name)
-        indices.extend(range(first, last + 1))
+        indices.append((first, last))
     return indices
 
 
-def selected_sections(shape: Sequence[int], keep: str | None, drop: str | None) -> list[int]:
+def selected_sections(shape: Sequence[int], keep: str | None, drop: str | None) -> Sequence[int]:
     """The input sections an output keeps, in output order, from ``keep`` or ``drop`` (exactly one)."""
     if (keep is None) == (drop is None):
         raise ParameterError("give either keep or drop (one range list such as 0-9,12)",
                              "keep" if keep is None else "drop")
     count = shape[section_axis(shape)]
     if keep is not None:
-        return parse_ranges(keep, count, "keep")
+        return parse_ranges(keep, count, "keep", shape)
     dropped = set(parse_ranges(drop, count, "drop"))
     kept = [i for i in range(count) if i not in dropped]
     if not kept:
@@ -560,12 +596,13 @@ def operator_index(value, name: str) -> int:
 PER_SECTION = ("FEI1", "FEI2", "SERI", "AGAR")
 
 
-def follow_sections(meta, source_meta, picks: Sequence[int | None] | None, why: str,
-                    pixel_scale: float = 1.0):
+def follow_sections(meta, source_meta, picks: Sequence[int | None] | Callable[[], Sequence[int | None]] | None,
+                    why: str, pixel_scale: float = 1.0):
     """``meta`` (describing the output) with the extended-header records of the MRC sections ``picks``
-    (per output MRC section, the input MRC section whose record it takes; None: a new section) or, with
-    ``picks`` None, the records dropped because ``why``. FEI1/FEI2 pixel sizes are scaled by
-    ``pixel_scale`` (binning). Records that cannot be told apart are dropped with a notice."""
+    (per output MRC section, the input MRC section whose record it takes; None: a new section; or a
+    function giving them, called only where per-section records exist) or, with ``picks`` None, the
+    records dropped because ``why``. FEI1/FEI2 pixel sizes are scaled by ``pixel_scale`` (binning).
+    Records that cannot be told apart are dropped with a notice."""
     fields = getattr(meta, "mrc", None)
     if fields is None or fields.extended_header is None:
         return meta
@@ -583,6 +620,8 @@ def follow_sections(meta, source_meta, picks: Sequence[int | None] | None, why: 
         return dropped(why)
     if picks is None:
         return dropped(why)
+    if callable(picks):
+        picks = picks()
     if source_meta.order not in ("C", "F", None):
         return dropped("the input's sections are not along Z (axis mapping), so its records cannot follow them")
     in_sections = source_meta.shape[0] * source_meta.shape[1]

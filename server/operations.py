@@ -65,6 +65,7 @@ def _run(params: OpParams, inputs: Sequence[Path], output: Path | None, max_voxe
     """Run ``params``' operation on files of this machine after refusing work over the voxel limit:
     a writing one returns its notices, one writing several files ``(outputs, notices)`` (``output`` is
     their folder, ``stem`` names them), a reporting or editing one its result."""
+    from noa_core.limits import output_voxel_limit
     from noa_core.run.local import write_plan
 
     operation: Operation = params.declaration
@@ -78,13 +79,15 @@ def _run(params: OpParams, inputs: Sequence[Path], output: Path | None, max_voxe
         from noa_core.run.local import write_several
 
         task = operation.task(params.values())
-        planned = task.plans(inputs[0])
+        with output_voxel_limit(max_voxels):  # refused while planning, before a plan builds lists sized by it
+            planned = task.plans(inputs[0])
         check_voxels([*planned[0][1].input_shapes, *(plan.shape for _, plan in planned)], max_voxels)
         return write_several(task, inputs[0], output, overwrite=overwrite, progress=progress, planned=planned,
                              stem=stem)
     if operation.writes:
         task = operation.task(params.values(), shared=inputs[1:])
-        plan = task.plan(inputs[0])
+        with output_voxel_limit(max_voxels):
+            plan = task.plan(inputs[0])
         check_voxels([*plan.input_shapes, plan.shape], max_voxels)
         return write_plan(plan, output, overwrite=overwrite, device=task.device, progress=progress)
     assert operation.report is not None

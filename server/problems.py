@@ -53,6 +53,7 @@ _NOA_ERRORS: list[tuple[type[Exception], int, str, str]] = [
     (errors.MissingFileError, 404, "file-not-found", "File or folder not found"),
     (errors.OutputExistsError, 409, "output-exists", "Output exists"),
     (errors.NoSpaceError, 507, "no-space", "No space left for the output"),
+    (errors.LimitError, 422, "too-many-voxels", "Too many voxels"),
     (errors.FileFormatError, 422, "unreadable-file", "File cannot be read or written as asked"),
     (ExpressionError, 400, "invalid-expression", "Invalid expression"),
     (errors.PermutationError, 400, "invalid-axes", "Invalid axes"),

@@ -31,6 +31,7 @@ from noa_core.errors import FileFormatError, LayoutError, NoSpaceError, ShapeErr
 from noa_core.io import atomic, formats, mapped
 from noa_core.io.metadata import Metadata, Statistics
 from noa_core.io.protocol import OutputSpec
+from noa_core.limits import MAX_OUTPUT_BYTES
 from noa_core.layout import Shape4
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ TILE_BYTES = 8 << 20
 RUN_COST = 64 << 10  # a read or write call costs about as much as moving this many bytes
 TILE_COST = 256 << 10  # and a tile (a kernel launch, a hand-over to the writer thread) as much as this
 MIN_TILE_BYTES = 1 << 20  # the least a tile of a plan with reads is given, however much it reads
-MAX_OUTPUT_BYTES = 1 << 48  # 256 TiB: the most one output may hold (as MRC reading allows), checked before anything is made
 
 Compute = Callable[[list[Array], Array], None]
 Key = tuple[slice, ...]

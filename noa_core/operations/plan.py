@@ -19,6 +19,7 @@ import numpy as np
 from noa_core import dtypes, layout
 from noa_core.array import Array
 from noa_core.errors import OutputIsInputError
+from noa_core.limits import check_output_size
 from noa_core.io import Metadata, Writer
 from noa_core.io.stream import Compute, Key, TileReads
 PathLike = str | Path
@@ -98,6 +99,7 @@ def make_plan(inputs: Sequence[PathLike], read: Sequence[Array], sources: Sequen
     ``notices`` are what the user should know of this output (reported with the format's)."""
     if reads is not None and shape is None:
         raise ValueError("a plan with reads needs the output's shape")
+    check_output_size(shape if shape is not None else sources[0].shape)
     out_dtype = dtypes.element_dtype(dtype) if dtype is not None else sources[0].dtype
     return Plan([Path(p) for p in inputs], list(sources), compute, meta, label, out_dtype, order,
                 [a.shape for a in read], dict(write_options or {}), whole_axes,

@@ -10,10 +10,12 @@ from noa_core.operations.spec import READING, REQUIRED, Integers, Operation, Opt
 
 def plan(inputs: list[Path], options: Options):
     from noa_core import stack
+    from noa_core.limits import check_output_size
     from noa_core.operations.plan import make_plan
 
     array, meta = options.open_input(inputs[0])  # a missing or unreadable file is named first
     target = stack.resize_shape(array.shape, options.shape)
+    check_output_size(target, array.itemsize)  # before the per-section list below is made
     offsets = stack.resize_offsets(array.shape, target)
     value = stack.fill_value(options.fill, array.dtype, lambda: 0.0)  # a bad --fill is refused before any output
     if any(m > n for m, n in zip(target, array.shape)):  # it pads: the mean is read now, before any tile
@@ -22,7 +24,7 @@ def plan(inputs: list[Path], options: Options):
     # moves by -offset * pixel on D, H, W.
     origin = tuple(o - k * p for o, k, p in zip(meta.origin, offsets[1:], meta.pixel_size))
     out_meta = stack.derived(meta, target, origin=origin)
-    picks = _section_picks(array.shape, target, offsets)
+    picks = lambda: _section_picks(array.shape, target, offsets)  # noqa: E731 - listed only for per-section records
     out_meta = stack.follow_sections(out_meta, meta, picks, "sections were added")
     label = f"noa resize --shape {','.join(map(str, target))} --fill {options.fill}"
     return make_plan(inputs, [array], [array], None, out_meta, label[:80], array.dtype, shape=target,

@@ -20,7 +20,7 @@ def plan(inputs: list[Path], options: Options):
     if axis == 1:  # depth slices: the first one kept is the new first section
         origin = (meta.origin[0] - indices[0] * meta.pixel_size[0], *meta.origin[1:])
     out_meta = stack.derived(meta, shape, origin=origin)
-    out_meta = stack.follow_sections(out_meta, meta, stack.mrc_sections(array.shape, axis, indices), "")
+    out_meta = stack.follow_sections(out_meta, meta, lambda: stack.mrc_sections(array.shape, axis, indices), "")
     words = f"--keep {options.keep}" if options.keep is not None else f"--drop {options.drop}"
     return make_plan(inputs, [array], [array], None, out_meta, f"noa sections {words}"[:80], array.dtype,
                      shape=shape, reads=stack.sections_reads(array, indices), read_factor=1.0)

@@ -172,8 +172,35 @@ def test_rotx_refuses_images_naming_the_shape():
 # -- sections and average ------------------------------------------------------------------------------------
 
 
+@given(ranges=st.lists(st.tuples(st.integers(0, 40), st.integers(0, 9)), min_size=1, max_size=12),
+       start=st.integers(-60, 60), stop=st.integers(-60, 60))
+@settings(max_examples=60, deadline=None)
+def test_a_selection_indexes_as_the_list_it_stands_for(ranges, start, stop):
+    """Issue 32 item 12: a range list is kept as ranges (10 KB of text named 125 million sections, listed one
+    by one past 6.5 GB); indexing and slicing it must give what the listed sections would."""
+    pairs = [(first, first + length) for first, length in ranges]
+    listed = [i for first, last in pairs for i in range(first, last + 1)]
+    selection = stack.Selection(pairs)
+    assert len(selection) == len(listed) and list(selection) == listed
+    assert selection[start:stop] == listed[start:stop]
+    for i in (0, -1, len(listed) // 2):
+        assert selection[i] == listed[i]
+    with pytest.raises(IndexError):
+        selection[len(listed)]
+
+
+def test_a_huge_range_list_is_checked_against_the_output_limit_before_anything_is_listed():
+    from noa_core.errors import LimitError
+    from noa_core.limits import output_voxel_limit
+
+    text = ",".join(["0-99999"] * 1250)  # 125 million sections, 10 KB of text
+    assert len(stack.parse_ranges(text, 100_000, "keep", (100_000, 1, 2, 2))) == 125_000_000
+    with output_voxel_limit(1_000_000), pytest.raises(LimitError, match="500000000 voxels; the limit is 1000000"):
+        stack.parse_ranges(text, 100_000, "keep", (100_000, 1, 2, 2))
+
+
 def test_range_lists_parse_and_name_the_bad_part():
-    assert stack.parse_ranges("0-3,7, 5", 10, "keep") == [0, 1, 2, 3, 7, 5]
+    assert list(stack.parse_ranges("0-3,7, 5", 10, "keep")) == [0, 1, 2, 3, 7, 5]
     assert stack.runs([0, 1, 2, 7, 5, 6]) == [(0, 0, 3), (3, 7, 1), (4, 5, 2)]
     for text, words in (("0-3,x", "'x' in '0-3,x' is not a section number"),
                         ("5-2", "range '5-2' runs backwards"),

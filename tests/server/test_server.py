@@ -742,3 +742,24 @@ def test_os_errors_a_request_causes_are_problems_not_500s(tmp_path):
             time.sleep(0.02)
         assert state["status"] == "failed" and state["error"]["type"] == "urn:noa:problem:invalid-path"
     assert sorted(p.name for p in root.iterdir() if p.name != ".noa-jobs") == ["a.mrc", "folder"]
+
+
+def test_the_voxel_limit_is_checked_while_planning(tmp_path):
+    """Issue 32 item 12: the limit was checked after planning, and plans listed every output section: resize to
+    1e9 sections and a 10 KB --keep naming 125 million sections grew past 6.5 GB before the 422."""
+    import resource
+
+    root = tmp_path / "root"
+    root.mkdir()
+    write_mrc(root / "many.mrcs", np.zeros((100_000, 2, 2), np.float32), stack=True)
+    keep = ",".join(["0-99999"] * 1250)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with TestClient(create_app(Settings(data_root=root, max_voxels=1_000_000))) as c:
+        body = assert_problem(c.post("/v1/paths/sections", json={"src": "many.mrcs", "dst": "k.mrcs", "keep": keep}),
+                              422, "too-many-voxels")
+        assert "the limit is 1000000" in body["detail"]
+        assert_problem(c.post("/v1/paths/resize", json={"src": "many.mrcs", "dst": "r.mrcs",
+                                                        "shape": [1_000_000_000, 2, 2]}), 422, "too-many-voxels")
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert grown_mib < 500, grown_mib  # listing the sections took gigabytes
+    assert sorted(p.name for p in root.iterdir() if p.name != ".noa-jobs") == ["many.mrcs"]
