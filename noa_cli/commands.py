@@ -59,12 +59,12 @@ def _annotation(param: Param) -> tuple[Any, Any]:
         if param.default is None:  # true, false or not given: an --x/--no-x pair
             return Annotated[Optional[bool], typer.Option(*param.cli_flags, help=param.help)], None
         return Annotated[bool, typer.Option(*param.cli_flags, help=param.help)], default
+    # Numbers are converted by click and their ranges checked by the declaration, as on every door: one line
+    # that names the option (click's own range check printed a usage block, and took nan for out of range).
     if isinstance(kind, Integer):
-        return Annotated[Optional[int], typer.Option(*param.cli_flags, min=kind.low, max=kind.high,
-                                                     help=param.help)], default
+        return Annotated[Optional[int], typer.Option(*param.cli_flags, help=param.help)], default
     if isinstance(kind, Real):
-        return Annotated[Optional[float], typer.Option(*param.cli_flags, min=kind.low, max=kind.high,
-                                                       help=param.help)], default
+        return Annotated[Optional[float], typer.Option(*param.cli_flags, help=param.help)], default
     # Lists are written '0,1,3,2'; choices and text are checked by the declaration, in one line.
     return Annotated[Optional[str], typer.Option(*param.cli_flags, help=param.help)], default
 
@@ -239,14 +239,28 @@ def _editor(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
         "--dry-run", help="Print what would change; change nothing.")], False)
 
     def command(**given: Any) -> None:
+        files = given["files"]
         with flags_in_errors(operation):
             options = operation.options(option_values(operation, given))
             assert operation.edit is not None and operation.text is not None
-            results = [operation.edit(path, options, given["dry_run"]) for path in given["files"]]
+            if len(files) == 1:  # a lone file's failure is its own error line
+                results = [operation.edit(files[0], options, given["dry_run"])]
+            else:  # each file's change is reported, and a bad file does not hide or stop the others
+                results, failed = [], 0
+                for path in files:
+                    try:
+                        results.append(operation.edit(path, options, given["dry_run"]))
+                    except ParameterError:
+                        raise  # the request's, not the file's: one line naming the option
+                    except (NoaError, OSError) as exc:
+                        report.failure(path, exc)
+                        failed += 1
         if given["as_json"]:
-            typer.echo(json.dumps(results if len(results) > 1 else results[0], indent=2))
+            typer.echo(json.dumps(results if len(files) > 1 else results[0], indent=2))
         else:
             typer.echo("\n\n".join(operation.text(result) for result in results))
+        if len(files) > 1 and failed:
+            raise report.BatchFailed(f"{failed} of {len(files)} files failed")
 
     return command, [files, *params, dry_run, ("as_json", *AS_JSON)]
 

@@ -100,6 +100,12 @@ def finish(results: Sequence[FileResult]) -> None:
         raise BatchFailed(f"{len(failed)} of {len(results)} inputs failed")
 
 
+def _bad_value(exc: Exception) -> bool:
+    """A value given but not convertible (not a missing one, which the usage line explains)."""
+    missing = any(cls.__name__ == "MissingParameter" for cls in type(exc).__mro__)  # click's or typer's copy
+    return isinstance(exc, (click.BadParameter, typer.BadParameter)) and not missing
+
+
 def guarded(call: Callable[[], object], debug: bool) -> int:
     """Run the CLI and turn every outcome into an exit code and at most one line on stderr."""
     from noa_core.errors import NoaError
@@ -115,7 +121,9 @@ def guarded(call: Callable[[], object], debug: bool) -> int:
         return EXIT_INTERNAL
     except _CLI_ERRORS as exc:  # bad usage: click's own message (with the usage line) and its exit code, 2
         show = getattr(exc, "show", None)
-        if show is not None:
+        if _bad_value(exc):  # a value click cannot convert ('--factor abc'): one line, as any bad value
+            error(exc.format_message())
+        elif show is not None:
             show()
         else:
             error(exc.format_message())

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from noa_core.operations.spec import READING, Choice, Integer, Operation, Options, Param, Real
 
+MAX_FACTOR = 64.0  # the most an axis may grow: 64 x 64 the pixels of an image
+
 
 def plan(inputs: list[Path], options: Options):
     from noa_core import fft, stack
@@ -26,6 +28,9 @@ def plan(inputs: list[Path], options: Options):
             raise ParameterError(f"{inputs[0]}: the pixel size is unknown; give it with angpix (Å), or use factor",
                                  "angpix")
         factor, words = fft.pixel_factor(source, options.pixel_size, like), f"--pixel-size {options.pixel_size:g}"
+        if not factor <= MAX_FACTOR:  # the bound --factor has, for the factor a pixel size implies
+            raise ParameterError(f"{options.pixel_size:.4g} Å from {source:.4g} Å would scale by {factor:.4g}; at most "
+                                 f"{MAX_FACTOR:g} (a pixel size of at least {source / MAX_FACTOR:.4g} Å)", "pixel_size")
     ndim = 3 if array.shape[1] > 1 else 2
     axes = (2, 3) if ndim == 2 else (1, 2, 3)
     box = fft.rescaling([array.shape[a] for a in axes], factor, like)
@@ -75,7 +80,7 @@ def plan(inputs: list[Path], options: Options):
             out = noa_stack.resize(out, shape[4 - ndim:], fill="zero")
         return out.numpy()
 
-    return whole_image_plan(inputs, array, shape, out_meta, f"noa rescale {words}", images, working=4.0,
+    return whole_image_plan(inputs, array, shape, out_meta, f"noa rescale {words}", images, working=2.0,
                             notices=notices)
 
 
@@ -103,7 +108,7 @@ OPERATION = Operation(
               "noa rescale map.mrc map_half.mrc --factor 0.5",
               "noa rescale particles.mrcs small.mrcs --pixel-size 3.0 --new-box 64 --like relion"),
     params=(Param("pixel_size", Real(0.0), "Target pixel size in Å."),
-            Param("factor", Real(0.0, 64.0), "Size factor instead: 0.5 halves every axis (the pixel size doubles)."),
+            Param("factor", Real(0.0, MAX_FACTOR), "Size factor instead: 0.5 halves every axis (the pixel size doubles)."),
             Param("angpix", Real(0.0), "Pixel size of the input in Å, when the header's is unknown or wrong."),
             Param("like", Choice(("noa", "relion")),
                   "noa: scipy.signal.resample per axis (Nyquist bins folded or split); relion: "

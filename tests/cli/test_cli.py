@@ -14,8 +14,7 @@ from conftest import EXAMPLE_MAP, SHARED, assert_user_error, load, mrc_data, noa
 
 @pytest.mark.parametrize("args, message", [
     (["permute"], "Missing argument"), (["permute", "a.mrc", "b.mrc", "--bogus"], "No such option: --bogus"),
-    (["nosuch"], "No such command"), (["serve", "--workers", "0"], "Invalid value for '--workers'"),
-    (["serve", "--port", "70000"], "Invalid value for '--port'"),
+    (["nosuch"], "No such command"),
 ])
 def test_parser_errors_are_usage_errors(args, message):
     """What the parser itself refuses: exit 2, click's usage line and error, no traceback, nothing internal."""
@@ -23,6 +22,14 @@ def test_parser_errors_are_usage_errors(args, message):
     assert result.returncode == 2, result.stderr
     assert f"Error: {message}" in result.stderr and "Usage: noa" in result.stderr
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["serve", "--workers", "0"], "Invalid value for '--workers'"), (["serve", "--port", "70000"], "Invalid value for '--port'"),
+])
+def test_bad_values_the_parser_refuses_are_one_line(args, message):
+    """A value given but refused by the parser: exit 2 and one line, as every other bad value."""
+    assert_user_error(noa(*args), message)
 
 
 @pytest.fixture()
@@ -294,3 +301,36 @@ def test_ewise_computes_what_numpy_computes(tmp_path, expression, reference):
     got = load(tmp_path / "out.tif").reshape(expected.shape)
     assert got.dtype == expected.dtype
     np.testing.assert_array_equal(got, expected)
+
+
+def test_bad_numbers_are_one_line_naming_the_option(tmp_path):
+    """Issue 32 item 16 (and issue 28 item 4): click's range checks printed a four-line usage block, and
+    took nan for 'less than or equal to 64'; a pixel size that implies an absurd factor crashed (exit 1)."""
+    src = tmp_path / "s.mrcs"
+    write_mrc(src, np.zeros((3, 8, 10), np.float32), stack=True, voxel_size=1.5)
+    for args, words in ((["rescale", "--factor", "nan"], ["--factor", "nan is not a finite number"]),
+                        (["rescale", "--factor", "100"], ["--factor", "100 is outside"]),
+                        (["average", "--group", "0"], ["--group", "0 is outside"]),
+                        (["bin", "--factor", "abc"], ["--factor", "valid integer"]),
+                        (["rescale", "--pixel-size", "1", "--angpix", "0"], ["--angpix", "above 0"]),
+                        (["rescale", "--pixel-size", "1e-300"], ["--pixel-size", "at most 64"])):
+        result = noa(args[0], src, tmp_path / "out.mrcs", *args[1:])
+        assert_user_error(result, *words)
+        assert len(result.stderr) < 200, result.stderr  # no 300-digit sizes
+        assert not (tmp_path / "out.mrcs").exists()
+
+
+def test_editing_several_files_reports_each_and_goes_on_past_a_bad_one(tmp_path):
+    """Issue 32 item 16: a failing file in `noa header a.mrc b.tif` hid that a.mrc had been changed."""
+    import tifffile
+
+    write_mrc(tmp_path / "a.mrc", np.zeros((2, 3, 4), np.float32), voxel_size=1.5)
+    tifffile.imwrite(tmp_path / "b.tif", np.zeros((3, 4), np.uint16))
+    write_mrc(tmp_path / "c.mrc", np.zeros((2, 3, 4), np.float32), voxel_size=1.5)
+    result = noa("header", tmp_path / "a.mrc", tmp_path / "b.tif", tmp_path / "c.mrc", "--pixel-size", "2")
+    assert result.returncode == 2
+    assert f"{tmp_path / 'a.mrc'}: changed" in result.stdout and f"{tmp_path / 'c.mrc'}: changed" in result.stdout
+    assert "b.tif: only MRC headers" in result.stderr and "1 of 3 files failed" in result.stderr
+    for name in ("a.mrc", "c.mrc"):
+        _, _, voxel = mrc_data(tmp_path / name)
+        assert float(voxel.x) == pytest.approx(2.0)
