@@ -14,7 +14,6 @@ descriptors where the kernel lacks it): a symlink swapped in since is refused, n
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import re
@@ -23,6 +22,8 @@ import sys
 import weakref
 from pathlib import Path, PurePosixPath
 
+from noa_core.io.beneath import FOLDER as _FOLDER
+from noa_core.io.beneath import open_beneath
 from noa_server.problems import ProblemError
 
 _ENCODED = re.compile(r"%(2e|2f|5c|00)", re.IGNORECASE)
@@ -31,61 +32,6 @@ MAX_PATH_CHARS = 1024
 
 def _refuse(detail: str, status: int = 403) -> ProblemError:
     return ProblemError(status, "path-refused", "Path refused", detail)
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
-
-_SYS_OPENAT2 = 437  # Linux 5.6+, one number on every architecture (the shared table from 424 on)
-_RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x04, 0x08
-_OPENAT2_RETRIES = 8  # EAGAIN: a rename raced with the lookup; the kernel asks for another try
-_FOLDER = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-_openat2_usable = _libc is not None  # until the kernel (or a seccomp filter) says otherwise
-
-
-def _openat2(dir_fd: int, relative: str, flags: int) -> int:
-    how = _OpenHow(flags | os.O_CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS)
-    for _ in range(_OPENAT2_RETRIES):
-        fd = _libc.syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_long(dir_fd), ctypes.c_char_p(os.fsencode(relative)),
-                           ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
-        if fd >= 0:
-            return fd
-        code = ctypes.get_errno()
-        if code != errno.EAGAIN:
-            break
-    raise OSError(code, os.strerror(code), relative)
-
-
-def _walk(dir_fd: int, relative: str, flags: int) -> int:
-    """What :func:`_openat2` does, one component at a time, each opened with O_NOFOLLOW."""
-    *folders, name = relative.split("/")
-    fd = dir_fd
-    try:
-        for folder in folders:
-            inner = os.open(folder, _FOLDER, dir_fd=fd)
-            if fd != dir_fd:
-                os.close(fd)
-            fd = inner
-        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-    finally:
-        if fd != dir_fd:
-            os.close(fd)
-
-
-def open_beneath(dir_fd: int, relative: str, flags: int) -> int:
-    """Open ``relative`` (no ``..``, no empty or ``.`` components) beneath the folder ``dir_fd``
-    following no symlink at all; OSError (ELOOP or ENOTDIR) where one is met."""
-    global _openat2_usable
-    if _openat2_usable:
-        try:
-            return _openat2(dir_fd, relative, flags)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOSYS, errno.EPERM):  # EPERM: a seccomp filter that does not know it
-                raise
-            _openat2_usable = False
-    return _walk(dir_fd, relative, flags)
 
 
 def _encodable(text: str) -> bool:

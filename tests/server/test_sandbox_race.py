@@ -19,6 +19,7 @@ from conftest import load, write_mrc
 warnings.filterwarnings("ignore", message=".*httpx.*")
 from fastapi.testclient import TestClient  # noqa: E402
 
+from noa_core.io import beneath  # noqa: E402
 from noa_server import sandbox as sandbox_module  # noqa: E402
 from noa_server.app import create_app  # noqa: E402
 from noa_server.settings import Settings  # noqa: E402
@@ -90,7 +91,7 @@ def _check(what: str, response, inside_bytes: bytes) -> None:
 @pytest.mark.parametrize("walk", [False, True], ids=["openat2", "walk"])
 def test_symlinks_swapped_in_never_reach_outside(tree, monkeypatch, walk):
     if walk:
-        monkeypatch.setattr(sandbox_module, "_openat2_usable", False)
+        monkeypatch.setattr(beneath, "_openat2_usable", False)
     root, outside = tree["root"], tree["outside"]
     outside_before = {p.name: p.read_bytes() for p in outside.iterdir()}
     inside_bytes = tree["inside"].read_bytes()

@@ -22,6 +22,7 @@ from conftest import REPO, assert_problem, write_mrc
 warnings.filterwarnings("ignore", message=".*httpx.*")
 from fastapi.testclient import TestClient  # noqa: E402
 
+from noa_core.io import beneath  # noqa: E402
 from noa_core import errors  # noqa: E402
 from noa_core.expr import ExpressionError  # noqa: E402
 from noa_server import operations  # noqa: E402
@@ -170,7 +171,7 @@ def test_sandbox_opens_what_it_checked(root, monkeypatch, walk):
     work: the check resolved them); what cannot be opened is a 404, never a server error."""
     from noa_server import sandbox as sandbox_module
 
-    monkeypatch.setattr(sandbox_module, "_openat2_usable", sandbox_module._openat2_usable and not walk)
+    monkeypatch.setattr(beneath, "_openat2_usable", beneath._openat2_usable and not walk)
     (root / "inside").symlink_to(root / "sub")
     sandbox = Sandbox(root)
     fd, path = sandbox.open("inside/a.map")
