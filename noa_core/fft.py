@@ -311,11 +311,39 @@ def resize(array, shape: Sequence[int], *, ndim: int | None = None, like: str = 
         for a, o, n in zip(axes[:-1], old[:-1], target[:-1]):
             values = _window_full(values, a, o, n, xp)
         values = _window_half(values, 3, old[-1], target[-1], xp)
-    # RELION's forward transform divides by the old size, its inverse does not: the same new / old
-    values = xp.ascontiguousarray(values * (math.prod(target) / math.prod(old)))
-    windowed = _from_cupy(values) if on_cuda else asarray(values)
-    result = irfft(windowed, width=target[-1], ndim=len(axes))
+    # RELION's forward transform divides by the old size, its inverse does not: the same new / old. In place:
+    # ``values`` is this function's own (a new window, or the transform itself), never the caller's array.
+    values *= math.prod(target) / math.prod(old)
+    values = xp.ascontiguousarray(values)
+    if on_cuda:
+        result = irfft(_from_cupy(values), width=target[-1], ndim=len(axes))
+    else:
+        result = _irfft_consuming(values, axes, target[-1])
     return result if result.dtype == real else result.astype(real)
+
+
+ROW_BYTES = 4 << 20  # the real rows of an inverse transform computed at a time by _irfft_consuming
+
+
+def _irfft_consuming(values: np.ndarray, axes: tuple[int, ...], width: int) -> Array:
+    """:func:`irfft` of the C-contiguous half spectrum ``values``, which it overwrites: the full axes are
+    transformed in place, then the width :data:`ROW_BYTES` of rows at a time. scipy's multi-axis inverse
+    would hold a second spectrum-sized buffer (pocketfft's own, outside NumPy) besides its result: here
+    memory is the spectrum and the result."""
+    import scipy.fft
+
+    if values.size == 0:
+        return irfft(asarray(values), width=width, ndim=len(axes))
+    if len(axes) > 1:
+        values = scipy.fft.ifftn(values, axes=axes[:-1], overwrite_x=True, workers=workers())
+    real = np.float64 if values.dtype == np.complex128 else np.float32
+    out = np.empty(values.shape[:-1] + (width,), real)
+    rows, out_rows = values.reshape(-1, values.shape[-1]), out.reshape(-1, width)
+    step = max(1, ROW_BYTES // (width * out.itemsize))
+    for first in range(0, len(rows), step):
+        out_rows[first:first + step] = scipy.fft.irfft(rows[first:first + step], n=width, axis=-1,
+                                                       workers=workers())
+    return asarray(out)
 
 
 def rescaled_sizes(sizes: Sequence[int], factor: float) -> tuple[int, ...]:

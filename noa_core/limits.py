@@ -41,3 +41,44 @@ def check_output_size(shape: Sequence[int], itemsize: int = 1) -> None:
     if voxels * itemsize > MAX_OUTPUT_BYTES:
         raise LimitError(f"the output of shape {tuple(shape)} would be {voxels * itemsize:.4g} bytes, more than the "
                          f"{MAX_OUTPUT_BYTES >> 40} TiB noa writes")
+
+
+def available_memory() -> int | None:
+    """The bytes this machine (or its container's memory cgroup, when that is less) can still give a process:
+    /proc/meminfo's MemAvailable; None where unknown (no check is made then)."""
+    try:
+        with open("/proc/meminfo", "rb") as file:
+            free = next((int(line.split()[1]) * 1024 for line in file if line.startswith(b"MemAvailable:")), None)
+    except (OSError, ValueError, IndexError):
+        return None
+    try:  # cgroup v2: what the container may still take
+        with open("/sys/fs/cgroup/memory.max", "rb") as file:
+            most = file.read().strip()
+        with open("/sys/fs/cgroup/memory.current", "rb") as file:
+            used = int(file.read().strip())
+        if most != b"max" and free is not None:
+            free = min(free, max(0, int(most) - used))
+    except (OSError, ValueError):
+        pass
+    return free
+
+
+def _size(nbytes: float) -> str:
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):.3g} {unit}"
+    return f"{int(nbytes)} bytes"
+
+
+def check_working_memory(nbytes: int, what: str) -> None:
+    """LimitError when a computation that must hold ``nbytes`` in memory at once (a whole image, its
+    transforms and its output) is over this context's voxel limit, counted in 4-byte (float32) voxels, or
+    over the memory this machine has available (where known). ``what`` names the file and the operation."""
+    limit = _OUTPUT_VOXELS.get()
+    if limit is not None and nbytes > 4 * limit:
+        raise LimitError(f"{what}: one image (or volume) and its transforms hold {_size(nbytes)} in memory at "
+                         f"once, {-(-nbytes // 4)} float32 voxels; the limit is {limit} voxels")
+    free = available_memory()
+    if free is not None and nbytes > free:
+        raise LimitError(f"{what}: one image (or volume) and its transforms need {_size(nbytes)} of memory at "
+                         f"once; this machine has {_size(free)} available")

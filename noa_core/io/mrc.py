@@ -347,7 +347,9 @@ def _spill(path: Path, source: Decompressed, nbytes: int, dtype: np.dtype) -> np
     """The next ``nbytes`` of ``source`` in native byte order, through an unlinked temporary file mapped
     read-only: memory stays bounded however far the content expands."""
     folder = mapped.spill_folder(path, nbytes, "nx/ny/nz/mode", "decompressing")
-    with tempfile.NamedTemporaryFile(prefix="noa-", suffix=".decompressed", dir=folder) as temp:
+    # Unlinked from the start (O_TMPFILE where the file system has it, else removed as soon as made) and
+    # mapped through its descriptor: a process killed while decompressing leaves nothing behind.
+    with tempfile.TemporaryFile(prefix="noa-", suffix=".decompressed", dir=folder) as temp:
         for start in range(0, nbytes, CHUNK_BYTES):  # whole items per chunk: CHUNK_BYTES is a multiple of 8
             chunk = source.read(min(CHUNK_BYTES, nbytes - start))
             if len(chunk) < min(CHUNK_BYTES, nbytes - start):
@@ -355,7 +357,8 @@ def _spill(path: Path, source: Decompressed, nbytes: int, dtype: np.dtype) -> np
                                          f"{start + len(chunk)}")
             temp.write(chunk if dtype.isnative else np.frombuffer(chunk, dtype).byteswap().tobytes())
         temp.flush()
-        return mapped.map_input(Path(temp.name), 0, dtype.newbyteorder("="), nbytes // dtype.itemsize, private=True)
+        return mapped.map_input(path, 0, dtype.newbyteorder("="), nbytes // dtype.itemsize, private=True,
+                                fd=temp.fileno())
 
 
 def _read_data(path: Path, header: np.record, source, file: BinaryIO, request: ReadRequest) -> np.ndarray:

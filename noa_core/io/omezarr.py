@@ -55,12 +55,14 @@ from noa_core.errors import (
     HeaderError,
     NoSpaceError,
     ParameterError,
+    SizeError,
     TruncatedFileError,
     WriteDTypeError,
 )
-from noa_core.io import mapped, tiff
+from noa_core.io import beneath, mapped, tiff
 from noa_core.io.metadata import ANGSTROM, Metadata, Statistics, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
+from noa_core.limits import MAX_OUTPUT_BYTES
 from noa_core.layout import Shape4
 
 if TYPE_CHECKING:
@@ -81,8 +83,6 @@ METADATA_BYTES = 16 << 20  # the largest metadata document (zarr.json, .zarray, 
 SPARE_CHUNK_BYTES = CHUNK_BYTES
 SETTLE_SECONDS = 5  # how long a failed read waits for zarr's other tasks (each is bounded: no FIFO, no bomb)
 _METADATA_NAMES = ("zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata")
-_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def is_store(path: Path) -> bool:
@@ -108,31 +108,16 @@ def _in_words(exc: BaseException) -> str:
 
 
 def _open_beneath(root_fd: int, key: str) -> int:
-    """The file ``key`` (a store key: names joined by '/') opened for reading beneath the folder
-    ``root_fd`` one component at a time, each with O_NOFOLLOW (ELOOP naming the link where one is met,
-    as in :func:`noa_server.sandbox.open_beneath`) and O_NONBLOCK (a FIFO cannot hang the open)."""
+    """The file ``key`` (a store key: names joined by '/') opened for reading beneath the folder ``root_fd``
+    with no symbolic link followed (:func:`noa_core.io.beneath.open_beneath`: ELOOP naming the link where
+    one is met) and O_NONBLOCK (a FIFO cannot hang the open)."""
     *folders, name = key.split("/")
     if any(part in ("", ".", "..") for part in (*folders, name)):
         raise CorruptFileError(f"{key}: not a key inside the store")
-    fd = root_fd
     try:
-        for i, folder in enumerate(folders):
-            try:
-                inner = os.open(folder, _FOLDER_FLAGS, dir_fd=fd)
-            except NotADirectoryError:  # what O_DIRECTORY | O_NOFOLLOW gives for a link, as for a file
-                if stat.S_ISLNK(os.stat(folder, dir_fd=fd, follow_symlinks=False).st_mode):
-                    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), "/".join(folders[:i + 1])) from None
-                raise
-            if fd != root_fd:
-                os.close(fd)
-            fd = inner
-        try:
-            return os.open(name, _FILE_FLAGS, dir_fd=fd)
-        except OSError as exc:
-            raise OSError(exc.errno, exc.strerror, key) from None
-    finally:
-        if fd != root_fd:
-            os.close(fd)
+        return beneath.open_beneath(root_fd, key, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, exc.filename if exc.errno == errno.ELOOP else key) from None
 
 
 @functools.cache
@@ -664,12 +649,13 @@ def _decode(path: Path, level: _Level, selection: tuple, shape: tuple[int, ...],
     """The selected data, decoded block by block: into an unlinked temporary file mapped read-only
     (``mmap``), else into memory."""
     nbytes = math.prod(shape) * dtype.itemsize
+    # The room is checked before the blocks are listed: their list grows with the store's shape.
+    folder = mapped.spill_folder(path, nbytes, "shape", "decoding") if to_file else None
     blocks = list(_blocks(shape, _selected_chunks(level, selection), dtype.itemsize, BLOCK_BYTES))
     if not to_file:
         data = np.empty(shape, dtype)
         _decode_into(path, level, selection, blocks, data.__setitem__)
         return data
-    folder = mapped.spill_folder(path, nbytes, "shape", "decoding")
     # Unlinked from the start (O_TMPFILE where the file system has it, else removed as soon as made): a
     # process killed while decoding leaves nothing behind.
     with tempfile.TemporaryFile(prefix="noa-", suffix=".zarr-decoded", dir=folder) as temp:
@@ -763,6 +749,11 @@ def _selected(path: Path, request: ReadRequest,
     level = _level(path, request, notices)
     dtype = _dtype_of(path, level.array)
     selection, shape, letters = _select_channel(path, level, request.channel)
+    # Before anything (even a stand-in array) is made in the shape's proportion: no real store holds more.
+    if math.prod(shape) * dtype.itemsize > MAX_OUTPUT_BYTES:
+        raise SizeError(f"{path}: shape: level {request.level or 0} of shape {tuple(level.array.shape)} "
+                        f"({dtype}) is {math.prod(shape) * dtype.itemsize:.4g} bytes, more than the "
+                        f"{MAX_OUTPUT_BYTES >> 40} TiB noa reads")
     return level, dtype, selection, shape, letters
 
 

@@ -32,7 +32,16 @@ def output_dtype(array):
     return np.dtype(np.float32)
 
 
-GROUP_BYTES = 32 << 20  # input read and computed at a time within a tile (at least one image)
+GROUP_BYTES = 32 << 20  # what a tile's computation holds at a time (see image_memory); one image at least
+
+
+def image_memory(in_bytes: int, out_bytes: int, working: float) -> int:
+    """The bytes computing one image holds at once: the image read and a transformed (or float) copy of it,
+    the output tile being filled and the one being written, and ``working`` output-sized buffers (FFT
+    spectra, the result before it is copied into the tile)."""
+    import math
+
+    return math.ceil(2 * in_bytes + (2 + working) * out_bytes)
 
 
 def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str, images: Callable | None = None,
@@ -41,21 +50,31 @@ def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str,
     output tile's shape) for ``block`` the input's same batch entries, whole; or ``fill(block, key, out)``
     fills the output tile ``out`` itself (on the device the task runs on).
 
-    A tile's images are read (with pread, as the engine reads) and computed a group of about
-    :data:`GROUP_BYTES` at a time, so memory stays bounded even where the output is much smaller than
-    the input (a rotational average: a few KiB per image). ``working`` is the memory a tile needs per
-    output byte beyond its input and output (FFT buffers): it shrinks the tiles with the reads
-    (``read_factor``)."""
+    One image (volume) and its output are held in memory whole, with ``working`` output-sized buffers
+    beyond the output tile (FFT spectra, a result then copied): :func:`image_memory`. Before anything is
+    planned, that is checked against the service's voxel limit and the memory the machine has available
+    (:func:`noa_core.limits.check_working_memory`: LimitError), so an output that grows with a parameter
+    (rescale --factor 64) is refused rather than computed into swap. A tile's images are read (with pread,
+    as the engine reads) and computed a group of about :data:`GROUP_BYTES` of that memory at a time, so
+    memory stays bounded even where the output is much smaller than the input (a rotational average: a
+    few KiB per image); ``working`` also shrinks the tiles with the reads (``read_factor``)."""
     import math
 
     import numpy as np
 
     from noa_core.array import asarray
     from noa_core.io import mapped
+    from noa_core.limits import check_output_size, check_working_memory
     from noa_core.operations.plan import make_plan
 
     whole = (slice(None),) * 3
-    group = max(1, GROUP_BYTES // max(1, math.prod(array.shape[1:]) * array.itemsize))
+    out_dtype = np.dtype(dtype or output_dtype(array))
+    in_bytes = math.prod(array.shape[1:]) * array.itemsize
+    out_bytes = math.prod(out_shape[1:]) * out_dtype.itemsize
+    check_output_size(out_shape, out_dtype.itemsize)  # first: an output too large to write says so
+    held = image_memory(in_bytes, out_bytes, working)
+    check_working_memory(held, f"{inputs[0]}: {label}")
+    group = max(1, GROUP_BYTES // max(1, held))
 
     def reads(key):
         start, stop, _ = key[0].indices(array.shape[0])
@@ -73,9 +92,8 @@ def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str,
 
         return [], compute
 
-    out_bytes = max(1, math.prod(out_shape[1:]))
-    read_factor = math.prod(array.shape[1:]) * array.itemsize / (out_bytes * np.dtype(dtype or np.float32).itemsize)
-    return make_plan(inputs, [array], [array], None, out_meta, label[:80], dtype or output_dtype(array),
+    read_factor = in_bytes / max(1, out_bytes)
+    return make_plan(inputs, [array], [array], None, out_meta, label[:80], out_dtype,
                      shape=out_shape, reads=reads, read_factor=read_factor + working, whole_axes=WHOLE,
                      notices=notices)
 
@@ -83,6 +101,10 @@ def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str,
 def input_pixel_size(meta, options: Options) -> float | None:
     """The input's pixel size in Å: ``--angpix`` when given, else the header's width axis (None: unknown)."""
     if options.get("angpix") is not None:
+        if not options.angpix > 0:
+            from noa_core.errors import ParameterError
+
+            raise ParameterError(f"{options.angpix:g} Å: a pixel size must be above 0", "angpix")
         return options.angpix
     pixel, _, _ = meta.in_angstrom()
     return pixel[2] if pixel[2] > 0 else None
