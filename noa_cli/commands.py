@@ -246,7 +246,7 @@ def _editor(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
             if len(files) == 1:  # a lone file's failure is its own error line
                 results = [operation.edit(files[0], options, given["dry_run"])]
             else:  # each file's change is reported, and a bad file does not hide or stop the others
-                results, failed = [], 0
+                results = []
                 for path in files:
                     try:
                         results.append(operation.edit(path, options, given["dry_run"]))
@@ -254,12 +254,12 @@ def _editor(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
                         raise  # the request's, not the file's: one line naming the option
                     except (NoaError, OSError) as exc:
                         report.failure(path, exc)
-                        failed += 1
         if given["as_json"]:
             typer.echo(json.dumps(results if len(files) > 1 else results[0], indent=2))
-        else:
+        elif results:
             typer.echo("\n\n".join(operation.text(result) for result in results))
-        if len(files) > 1 and failed:
+        if len(results) < len(files):
+            failed = len(files) - len(results)
             raise report.BatchFailed(f"{failed} of {len(files)} files failed")
 
     return command, [files, *params, dry_run, ("as_json", *AS_JSON)]

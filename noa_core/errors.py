@@ -135,6 +135,10 @@ class LimitError(NoaError, ValueError):
     """The output would exceed a limit this process was given (a service's voxel limit)."""
 
 
+class MemoryLimitError(LimitError):
+    """A computation would need more memory at once than the machine has available."""
+
+
 class ValueRangeError(NoaError, ValueError):
     """The data's values do not allow the operation: NaN or infinite values where finite ones are needed."""
 

@@ -245,8 +245,11 @@ def _window_sphere(values, axes: tuple[int, ...], old: int, new: int, xp=np):
     Shrinking, every output frequency is read where the input has it: an even new size's single
     Nyquist bin takes +new/2 alone (-new/2 is dropped, not folded in). Enlarging, only the input's
     frequencies within the sphere of radius ``old // 2`` are kept (RELION: "nothing in the corners"),
-    the rest of the new box is zero; an even old size's Nyquist bin lands on +old/2 only."""
+    the rest of the new box is zero; an even old size's Nyquist bin lands on +old/2 only. The same size
+    is returned as it is (RELION: "If same size, just return input")."""
     full = axes[:-1]
+    if new == old:
+        return values
     if new < old:
         source = xp.asarray(_logical(new) % old)
         for a in full:

@@ -12,10 +12,11 @@ import contextvars
 import math
 from collections.abc import Iterator, Sequence
 
-from noa_core.errors import LimitError
+from noa_core.errors import LimitError, MemoryLimitError
 
 MAX_OUTPUT_BYTES = 1 << 48  # 256 TiB: the most one output may hold (as MRC reading allows)
 
+_CHECK_MEMORY: contextvars.ContextVar[bool] = contextvars.ContextVar("noa_check_memory", default=True)
 # The most voxels an output planned in this context may have (None: no limit beyond what a file can hold).
 _OUTPUT_VOXELS: contextvars.ContextVar[int | None] = contextvars.ContextVar("noa_output_voxels", default=None)
 
@@ -31,16 +32,17 @@ def output_voxel_limit(limit: int | None) -> Iterator[None]:
         _OUTPUT_VOXELS.reset(token)
 
 
-def check_output_size(shape: Sequence[int], itemsize: int = 1) -> None:
+def check_output_size(shape: Sequence[int], itemsize: int = 1, what: str = "") -> None:
     """LimitError when an output of ``shape`` exceeds this context's voxel limit, or (``itemsize`` bytes an
-    element) :data:`MAX_OUTPUT_BYTES`."""
+    element) :data:`MAX_OUTPUT_BYTES`; ``what`` (a file) begins the message."""
     voxels = math.prod(shape)
     limit = _OUTPUT_VOXELS.get()
+    where = f"{what}: " if what else ""
     if limit is not None and voxels > limit:
-        raise LimitError(f"the output of shape {tuple(shape)} would have {voxels} voxels; the limit is {limit}")
+        raise LimitError(f"{where}the output of shape {tuple(shape)} would have {voxels} voxels; the limit is {limit}")
     if voxels * itemsize > MAX_OUTPUT_BYTES:
-        raise LimitError(f"the output of shape {tuple(shape)} would be {voxels * itemsize:.4g} bytes, more than the "
-                         f"{MAX_OUTPUT_BYTES >> 40} TiB noa writes")
+        raise LimitError(f"{where}the output of shape {tuple(shape)} would be {voxels * itemsize:.4g} bytes, more "
+                         f"than the {MAX_OUTPUT_BYTES >> 40} TiB noa writes")
 
 
 def available_memory() -> int | None:
@@ -71,14 +73,23 @@ def _size(nbytes: float) -> str:
 
 
 def check_working_memory(nbytes: int, what: str) -> None:
-    """LimitError when a computation that must hold ``nbytes`` in memory at once (a whole image, its
-    transforms and its output) is over this context's voxel limit, counted in 4-byte (float32) voxels, or
-    over the memory this machine has available (where known). ``what`` names the file and the operation."""
-    limit = _OUTPUT_VOXELS.get()
-    if limit is not None and nbytes > 4 * limit:
-        raise LimitError(f"{what}: one image (or volume) and its transforms hold {_size(nbytes)} in memory at "
-                         f"once, {-(-nbytes // 4)} float32 voxels; the limit is {limit} voxels")
+    """MemoryLimitError when a computation that must hold ``nbytes`` in memory at once (a whole image, its
+    transforms and its output) needs more than this machine has available (where known). ``what`` names
+    the file and the operation. Not checked while tasks re-plan an output already planned
+    (:func:`replanning`): there, other tasks' memory is no reason to fail part-way."""
+    if not _CHECK_MEMORY.get():
+        return
     free = available_memory()
     if free is not None and nbytes > free:
-        raise LimitError(f"{what}: one image (or volume) and its transforms need {_size(nbytes)} of memory at "
-                         f"once; this machine has {_size(free)} available")
+        raise MemoryLimitError(f"{what}: one image (or volume) and its transforms need {_size(nbytes)} of memory "
+                               f"at once; this machine has {_size(free)} available")
+
+
+@contextlib.contextmanager
+def replanning() -> Iterator[None]:
+    """Within this block, plans skip the memory check: a task re-plans what its driver already checked."""
+    token = _CHECK_MEMORY.set(False)
+    try:
+        yield
+    finally:
+        _CHECK_MEMORY.reset(token)

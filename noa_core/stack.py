@@ -84,7 +84,7 @@ def parse_ranges(text: str, count: int, name: str, shape: Sequence[int] | None =
     if shape is not None:
         out = list(shape)
         out[section_axis(shape)] = len(selection)
-        check_output_size(out)
+        check_output_size(out, what=name)
     return selection
 
 

@@ -53,6 +53,7 @@ _NOA_ERRORS: list[tuple[type[Exception], int, str, str]] = [
     (errors.MissingFileError, 404, "file-not-found", "File or folder not found"),
     (errors.OutputExistsError, 409, "output-exists", "Output exists"),
     (errors.NoSpaceError, 507, "no-space", "No space left for the output"),
+    (errors.MemoryLimitError, 507, "insufficient-memory", "Not enough memory for the computation"),
     (errors.LimitError, 422, "too-many-voxels", "Too many voxels"),
     (errors.FileFormatError, 422, "unreadable-file", "File cannot be read or written as asked"),
     (ExpressionError, 400, "invalid-expression", "Invalid expression"),
@@ -165,7 +166,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         problem = classify(exc)  # an OSError a request can cause (a name too long, a folder for a file)
-        if problem is not None:
+        if problem is not None:  # logged too: the same errno from the server's own folders is the operator's
+            log.warning("%s at %s: %s", problem.slug, request.url.path, exc)
             return await _own(request, problem)
         return JSONResponse(internal_error(exc, request.url.path), status_code=500, media_type=MEDIA_TYPE)
 

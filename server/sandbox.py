@@ -18,7 +18,6 @@ import errno
 import os
 import re
 import stat
-import sys
 import weakref
 from pathlib import Path, PurePosixPath
 

@@ -27,11 +27,11 @@ import numpy as np
 
 from noa_core import layout
 from noa_core.array import Array, asarray
-from noa_core.errors import FileFormatError, LayoutError, NoSpaceError, ShapeError, SizeError
+from noa_core.errors import FileFormatError, LayoutError, NoSpaceError, ShapeError
 from noa_core.io import atomic, formats, mapped
 from noa_core.io.metadata import Metadata, Statistics
 from noa_core.io.protocol import OutputSpec
-from noa_core.limits import MAX_OUTPUT_BYTES
+from noa_core.limits import check_output_size
 from noa_core.layout import Shape4
 
 if TYPE_CHECKING:
@@ -371,10 +371,7 @@ class Writer:
         self._overwrite = overwrite
         self._stats = RunningStatistics()
         self.format.check_writable(self.dtype, self.shape, self.path)
-        size = math.prod(self.shape) * self.dtype.itemsize
-        if size > MAX_OUTPUT_BYTES:  # before anything is allocated or created for it
-            raise SizeError(f"{self.path}: shape: {tuple(self.shape)} of {self.dtype} would be {size:.4g} bytes, more "
-                            f"than the {MAX_OUTPUT_BYTES >> 40} TiB noa writes")
+        check_output_size(self.shape, self.dtype.itemsize, str(self.path))  # before anything is made for it
         self._written: np.ndarray | None = None  # sections filled via write_block (made on its first call)
         self._complete = False
         self._temp: atomic.TemporaryOutput | None = None
@@ -448,7 +445,8 @@ class Writer:
                 raise
 
     def _finish(self) -> None:
-        if self.format.header_statistics and not (self._complete or (self._written is not None and self._written.all())):
+        sections_written = self._written.all() if self._written is not None else math.prod(self.shape) == 0
+        if self.format.header_statistics and not (self._complete or sections_written):
             self._scan_statistics()  # written directly through .array: read it back once
         if not self.is_store:  # a store is complete once its chunks are written
             self.format.finish(self._temp.temp, self._spec, self._stats.result())

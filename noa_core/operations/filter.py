@@ -45,7 +45,8 @@ def image_memory(in_bytes: int, out_bytes: int, working: float) -> int:
 
 
 def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str, images: Callable | None = None,
-                     working: float = 1.0, dtype=None, fill: Callable | None = None, notices: tuple[str, ...] = ()):
+                     working: float = 1.0, dtype=None, fill: Callable | None = None, notices: tuple[str, ...] = (),
+                     computed_voxels: int | None = None):
     """A plan whose tile over batch entries ``key[0]`` is ``images(block, key)`` (a NumPy array of the
     output tile's shape) for ``block`` the input's same batch entries, whole; or ``fill(block, key, out)``
     fills the output tile ``out`` itself (on the device the task runs on).
@@ -57,7 +58,9 @@ def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str,
     (rescale --factor 64) is refused rather than computed into swap. A tile's images are read (with pread,
     as the engine reads) and computed a group of about :data:`GROUP_BYTES` of that memory at a time, so
     memory stays bounded even where the output is much smaller than the input (a rotational average: a
-    few KiB per image); ``working`` also shrinks the tiles with the reads (``read_factor``)."""
+    few KiB per image); ``working`` also shrinks the tiles with the reads (``read_factor``).
+    ``computed_voxels``: the voxels of one image as computed, where that is more than the output keeps
+    (rescale's box before its window)."""
     import math
 
     import numpy as np
@@ -70,8 +73,8 @@ def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str,
     whole = (slice(None),) * 3
     out_dtype = np.dtype(dtype or output_dtype(array))
     in_bytes = math.prod(array.shape[1:]) * array.itemsize
-    out_bytes = math.prod(out_shape[1:]) * out_dtype.itemsize
-    check_output_size(out_shape, out_dtype.itemsize)  # first: an output too large to write says so
+    out_bytes = max(math.prod(out_shape[1:]), computed_voxels or 0) * out_dtype.itemsize
+    check_output_size(out_shape, out_dtype.itemsize, str(inputs[0]))  # first: an output too large to write says so
     held = image_memory(in_bytes, out_bytes, working)
     check_working_memory(held, f"{inputs[0]}: {label}")
     group = max(1, GROUP_BYTES // max(1, held))

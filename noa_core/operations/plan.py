@@ -99,8 +99,9 @@ def make_plan(inputs: Sequence[PathLike], read: Sequence[Array], sources: Sequen
     ``notices`` are what the user should know of this output (reported with the format's)."""
     if reads is not None and shape is None:
         raise ValueError("a plan with reads needs the output's shape")
-    check_output_size(shape if shape is not None else sources[0].shape)
     out_dtype = dtypes.element_dtype(dtype) if dtype is not None else sources[0].dtype
+    check_output_size(shape if shape is not None else sources[0].shape, out_dtype.itemsize,
+                      str(inputs[0]) if inputs else "")
     return Plan([Path(p) for p in inputs], list(sources), compute, meta, label, out_dtype, order,
                 [a.shape for a in read], dict(write_options or {}), whole_axes,
                 None if shape is None else layout.as_shape4(shape), reads, read_factor, list(notices))

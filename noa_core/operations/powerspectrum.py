@@ -154,13 +154,13 @@ def plan(inputs: list[Path], options: Options):
     if options.table is not None:
         if options.log:
             raise ParameterError("the table holds the power as RELION writes it; take the log when plotting", "log")
+        if options.rotavg:
+            raise ParameterError("the table is a rotational average already; give --table or --rotavg", "rotavg")
         if array.dtype.kind == "c":
             raise ParameterError(f"{inputs[0]}: RELION's table is of real images; the file holds {array.dtype} "
                                  "values", "table")
         shape = (shape[0], 1, 1, min(width // 2 + 2, width))
         dtype = "float64"
-        if pixel is not None and not pixel > 0:
-            raise ParameterError(f"{pixel:g} Å must be above 0", "angpix")
         if pixel is None:
             notices = (f"{inputs[0]}: the pixel size is unknown: the table has shells and power only "
                        "(give --angpix for resolutions)",)

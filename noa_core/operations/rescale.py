@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from noa_core.operations.spec import READING, Choice, Integer, Operation, Options, Param, Real
@@ -80,7 +81,13 @@ def plan(inputs: list[Path], options: Options):
             out = noa_stack.resize(out, shape[4 - ndim:], fill="zero")
         return out.numpy()
 
+    # Each image is computed at its rescaled size (like RELION: as the square of its largest side) before
+    # any window: what one image holds is counted from that.
+    side = max(array.shape[a] for a in axes)
+    square = fft.rescaled_sizes([side], factor)[0] ** ndim if like == "relion" else 0
+    computed = max(math.prod(rescaled[1:]), square)
     return whole_image_plan(inputs, array, shape, out_meta, f"noa rescale {words}", images, working=2.0,
+                            computed_voxels=computed,
                             notices=notices)
 
 

@@ -15,7 +15,7 @@ def plan(inputs: list[Path], options: Options):
 
     array, meta = options.open_input(inputs[0])  # a missing or unreadable file is named first
     target = stack.resize_shape(array.shape, options.shape)
-    check_output_size(target, array.itemsize)  # before the per-section list below is made
+    check_output_size(target, array.itemsize, str(inputs[0]))  # before anything sized by it is made
     offsets = stack.resize_offsets(array.shape, target)
     value = stack.fill_value(options.fill, array.dtype, lambda: 0.0)  # a bad --fill is refused before any output
     if any(m > n for m, n in zip(target, array.shape)):  # it pads: the mean is read now, before any tile

@@ -262,7 +262,9 @@ def _fill_tiles(task: FileTask, src: PathLike, region: Region, keys: list[tuple[
     fill a run of tiles of the output."""
     from noa_core.io import omezarr
 
-    with omezarr.decoded_inputs(decoded):
+    from noa_core.limits import replanning
+
+    with omezarr.decoded_inputs(decoded), replanning():
         plan = task.plan(src)
     return region.fill(plan.tile_reads(task.device), keys)
 

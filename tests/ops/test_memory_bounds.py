@@ -125,21 +125,22 @@ def test_available_memory_reads_meminfo():
     assert free is not None and 0 < free <= total
 
 
-def test_service_counts_working_memory_in_its_voxel_limit(tmp_path):
-    """Under --max-voxels 500000, 32 x 32 rescaled by 16 writes 262144 voxels but holds about a million
-    float32 voxels' worth while computing: 422 too-many-voxels (before: computed). By 2 it runs."""
+def test_service_refuses_what_memory_cannot_hold(tmp_path, monkeypatch):
+    """The service checks the memory one image needs (32 x 32 rescaled by 16 holds about 4 MiB) against the
+    memory available: 507 insufficient-memory, not a process swapping or killed; by 2 it runs."""
     warnings.filterwarnings("ignore", message=".*httpx.*")
     from fastapi.testclient import TestClient
 
     from noa_server.app import create_app
     from noa_server.settings import Settings
 
+    monkeypatch.setattr(limits, "available_memory", lambda: 2 * MIB)
     write_mrc(tmp_path / "img.mrc", np.random.default_rng(3).standard_normal((32, 32)).astype(np.float32))
     sent = (tmp_path / "img.mrc").read_bytes()
-    with TestClient(create_app(Settings(max_voxels=500_000, tmp_dir=tmp_path)), raise_server_exceptions=False) as c:
+    with TestClient(create_app(Settings(tmp_dir=tmp_path)), raise_server_exceptions=False) as c:
         body = assert_problem(c.post("/v1/upload/rescale", data={"factor": "16"},
-                                     files={"file": ("img.mrc", sent)}), 422, "too-many-voxels")
-        assert "the limit is 500000 voxels" in body["detail"] and "--factor 16" in body["detail"]
+                                     files={"file": ("img.mrc", sent)}), 507, "insufficient-memory")
+        assert "2 MiB available" in body["detail"] and "--factor 16" in body["detail"]
         assert c.post("/v1/upload/rescale", data={"factor": "2"}, files={"file": ("img.mrc", sent)}).status_code == 200
 
 

@@ -517,11 +517,8 @@ def test_outputs_beyond_any_file_are_refused_before_anything_is_made(tmp_path):
     MemoryError (a 1 TiB bookkeeping array), both exit 1. Now one line, exit 2, nothing left behind."""
     src = tmp_path / "one.mrc"
     write_bdhw(src, np.zeros((1, 1, 8, 10), np.float32))
-    for args, words in ((["resize", "--shape", "2147483647,2147483647"], ["shape", "more than the 256 TiB"]),
-                        (["broadcast", "--shape", "1099511627776,1,8,10"], ["nx/ny/nz", "32-bit"])):
+    for args in (["resize", "--shape", "2147483647,2147483647"], ["broadcast", "--shape", "1099511627776,1,8,10"]):
         for out in (tmp_path / "big.mrc", tmp_path / "big.tif"):
             result = noa(args[0], src, out, *args[1:])
-            if out.suffix == ".tif" and args[0] == "broadcast":
-                words = ["more than the 256 TiB"]
-            assert_user_error(result, *words)
+            assert_user_error(result, "one.mrc: the output of shape", "more than the 256 TiB")
             assert sorted(p.name for p in tmp_path.iterdir()) == ["one.mrc"]
