@@ -302,3 +302,11 @@ def test_http_upload_like_relion_with_a_new_box(tmp_path):
         refused = client.post("/v1/upload/rescale", data={"factor": "0.5", "like": "eman"},
                               files={"file": ("in.mrcs", (root / "in.mrcs").read_bytes())})
         assert 400 <= refused.status_code < 500 and "like" in refused.text
+
+
+def test_like_relion_at_the_same_size_returns_the_input():
+    """RELION's windowFourierTransform returns its input unchanged at the same size: the corners beyond the
+    sphere of radius N//2 are not blanked (they were, before)."""
+    for shape in ((2, 1, 32, 32), (1, 20, 20, 20), (1, 1, 30, 30)):
+        x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+        np.testing.assert_allclose(fft.rescale(x, 1.0, like="relion").numpy(), x, atol=1e-5)
