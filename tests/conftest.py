@@ -137,3 +137,35 @@ def relion(program: str, *args, cwd: Path | None = None) -> subprocess.Completed
                                 timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert result.returncode == 0, (program, args, result.stdout[-2000:], result.stderr[-2000:])
     return result
+
+
+def start_server(root: Path, log: Path, env: dict[str, str] | None = None,
+                 timeout: float = 300) -> tuple[subprocess.Popen, str]:
+    """``noa serve`` (one process) on a free loopback port over the data root ``root``, its output in
+    ``log``, once ready: ``(process, url)``. The caller stops it (``terminate``). Kernels compile at start-up
+    (cached after the first run), hence the generous ``timeout``."""
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    environment = {**os.environ, "NOA_DATA_ROOT": str(root), **(env or {})}
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "noa_cli.main", "serve", "--processes", "1", "--log-level",
+                                 "warning", "--host", "127.0.0.1", "--port", str(port)], cwd=REPO, env=environment,
+                                stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait(30)
+    raise RuntimeError(f"server not ready: {log.read_text()[-2000:]}")

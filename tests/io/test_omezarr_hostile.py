@@ -22,7 +22,7 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
-from conftest import REPO, assert_problem, assert_user_error, noa, write_mrc
+from conftest import REPO, assert_problem, assert_user_error, noa, start_server, write_mrc
 
 from noa_core import io
 from noa_core.errors import CorruptFileError, HeaderError, NoSpaceError, ParameterError
@@ -152,33 +152,6 @@ def test_a_fifo_in_a_store_is_refused_at_once(tmp_path, name):
     assert time.monotonic() - start < 60
 
 
-def _start_server(root: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    """``noa serve`` with two workers on a loopback port, ready (as tests/server/test_server_live.py starts it)."""
-    import socket
-
-    import httpx
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "NOA_DATA_ROOT": str(root), "NOA_WORKERS": "2"}
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "noa_cli.main", "serve", "--processes", "1", "--log-level",
-                                 "warning", "--host", "127.0.0.1", "--port", str(port)], cwd=REPO, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300  # kernels compile at startup (cached after the first run)
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"server not ready: {log.read_text()[-2000:]}")
-
-
 def test_fifo_chunks_neither_block_the_workers_nor_the_shutdown(tmp_path):
     """Two requests on a store with a FIFO chunk once blocked both workers for good; SIGTERM then did
     not stop the server. Now each is refused at once, later requests are answered, SIGTERM stops it."""
@@ -191,7 +164,7 @@ def test_fifo_chunks_neither_block_the_workers_nor_the_shutdown(tmp_path):
     (root / "f.ome.zarr" / "0" / "0.0").unlink()
     os.mkfifo(root / "f.ome.zarr" / "0" / "0.0")
     write_mrc(root / "ok.mrc", np.ones((4, 4), np.float32))
-    proc, url = _start_server(root, tmp_path / "server.log")
+    proc, url = start_server(root, tmp_path / "server.log", {"NOA_WORKERS": "2"})
     try:
         with httpx.Client(base_url=url, timeout=30) as client, ThreadPoolExecutor(2) as pool:
             copies = list(pool.map(lambda i: client.post("/v1/paths/copy", json={"src": "f.ome.zarr",

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import time
 
 import httpx
 import numpy as np
 import pytest
 import scipy.signal
-from conftest import REPO, assert_problem, assert_user_error, load, mrc_data, need_shared, noa, write_mrc
+from conftest import (assert_problem, assert_user_error, load, mrc_data, need_shared, noa, start_server,
+                      write_mrc)
 from scipy import ndimage
 
 from noa_core import fft, geometry, io, operations, signal
@@ -308,25 +305,9 @@ def test_live_service_powerspectrum_and_transform(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     stack(root / "in.mrcs", shape=(2, 24, 24), voxel=1.0)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "NOA_DATA_ROOT": str(root), "NOA_TMP_DIR": str(tmp_path)}
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "noa_cli.main", "serve", "--processes", "1", "--host", "127.0.0.1",
-                             "--port", str(port), "--log-level", "warning"], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    # the service compiles its kernels before it is ready
+    proc, url = start_server(root, tmp_path / "server.log", {"NOA_TMP_DIR": str(tmp_path)}, timeout=600)
     try:
-        deadline = time.monotonic() + 600  # the service compiles its kernels before it is ready
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()[-3000:]
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
         with httpx.Client(base_url=url, timeout=120) as client:
             uploaded = client.post("/v1/upload/powerspectrum", data={"log": "true"},
                                    files={"file": ("in.mrcs", (root / "in.mrcs").read_bytes())})
@@ -338,7 +319,6 @@ def test_live_service_powerspectrum_and_transform(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
-        log.close()
     for args, served in ((("powerspectrum", "--log"), tmp_path / "up.mrcs"), (("transform",), root / "t.mrcs")):
         out = tmp_path / f"cli_{args[0]}.mrcs"
         np.savetxt(tmp_path / "m.txt", [[1, 0, 0.5], [0, 1, -1]])

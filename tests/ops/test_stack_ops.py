@@ -6,8 +6,6 @@ tifffile; headers (pixel size, origin, FEI1 records) against mrcfile; the CLI, b
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 import mrcfile
@@ -17,7 +15,8 @@ import tifffile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import PROBLEM, REPO, assert_problem, assert_user_error, fei1_stack, load, need_shared, noa
+from conftest import (PROBLEM, assert_problem, assert_user_error, fei1_stack, load, need_shared, noa,
+                      start_server)
 from noa_core import io, operations
 from noa_core.errors import ParameterError, ShapeError
 from noa_core.io import stream
@@ -405,31 +404,14 @@ def test_http_uploads_paths_and_jobs(tmp_path):
 
 def test_live_service_runs_a_stack_operation(tmp_path):
     """One real `noa serve` (uvicorn) process: an upload and a job of the group, compared with the CLI."""
-    import socket
-
     import httpx
 
     root = tmp_path / "root"
     root.mkdir()
     write_bdhw(root / "vol.mrc", values((1, 6, 10, 12)))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "NOA_DATA_ROOT": str(root), "NOA_API_KEY": "k", "NOA_TMP_DIR": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "noa_cli.main", "serve", "--processes", "1", "--host", "127.0.0.1",
-                             "--port", str(port), "--log-level", "warning"], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_server(root, tmp_path / "server.log", {"NOA_API_KEY": "k", "NOA_TMP_DIR": str(tmp_path)})
+    deadline = time.monotonic() + 300
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
         assert noa("bin", root / "vol.mrc", tmp_path / "cli.mrc", "--factor", "2", "--depth").returncode == 0
         with httpx.Client(base_url=url, headers={"X-API-Key": "k"}, timeout=60) as client:
             up = client.post("/v1/upload/bin", data={"factor": "2", "depth": "true"},
