@@ -224,16 +224,19 @@ def _with_overhead(nbytes: int) -> int:
     return nbytes + nbytes // 64 + (64 << 10)
 
 
+_ZSTD_UNDECLARED = -1  # a zstd frame written by a streaming encoder, which declares no decoded size
+
+
 def _zstd_content_size(raw: memoryview) -> int | None:
-    """The decoded size a zstd frame declares (its Frame_Content_Size); None when ``raw`` is no zstd frame."""
+    """The decoded size a zstd frame declares (its Frame_Content_Size); None when ``raw`` is no zstd frame,
+    :data:`_ZSTD_UNDECLARED` when the frame does not say."""
     if len(raw) < 5 or bytes(raw[:4]) != b"\x28\xb5\x2f\xfd":
         return None
     descriptor = raw[4]
     single = (descriptor >> 5) & 1
     width = (single, 2, 4, 8)[descriptor >> 6]
     if width == 0:
-        raise CorruptFileError("a zstd frame that does not declare its decoded size, which noa "
-                               "cannot bound before decoding")
+        return _ZSTD_UNDECLARED
     start = 5 + (0 if single else 1) + (0, 1, 2, 4)[descriptor & 3]
     if len(raw) < start + width:
         return None
@@ -283,6 +286,14 @@ def _precheck(codec, data, limit: int) -> bytes | None:
         declared = int.from_bytes(raw[:4], "little")
     elif kind == "zstd":
         declared = _zstd_content_size(raw)
+        if declared == _ZSTD_UNDECLARED:  # decoded here into at most ``limit`` bytes (imagecodecs: a fixed buffer)
+            import imagecodecs
+
+            try:
+                return bytes(imagecodecs.zstd_decode(bytes(raw), out=limit))
+            except imagecodecs.ZstdError as exc:
+                raise CorruptFileError(f"zstd data decode to more than the {limit} bytes a chunk can hold, or are "
+                                       f"damaged ({exc})") from None
     if declared is not None and declared > limit:
         raise CorruptFileError(f"{kind} data declare {declared} decoded bytes; a chunk holds at most "
                                f"{limit}")

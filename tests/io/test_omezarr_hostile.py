@@ -356,3 +356,15 @@ def test_the_decoded_copy_of_a_store_has_no_name_while_it_is_written(tmp_path, m
     assert seen == [[]]
     np.testing.assert_array_equal(array.numpy()[0], data)
     assert os.listdir(spill) == []
+
+
+def test_a_zstd_chunk_that_declares_no_size_reads_within_its_bound(tmp_path):
+    """Streaming zstd encoders leave out the decoded size: such a chunk is decoded into a buffer of the most
+    its chunk may hold (it was refused outright, making those stores unreadable)."""
+    store = tmp_path / "z.zarr"
+    data = np.random.default_rng(1).integers(0, 200, (256, 1024), dtype=np.uint8)
+    _bare(store, data, (256, 512), 2, compressors=numcodecs.Zstd())
+    _chunk(store, 2).write_bytes(_rle_zstd(256 * 512, declare=False))  # the first chunk: zeros, size undeclared
+    expected = data.copy()
+    expected[:, :512] = 0
+    np.testing.assert_array_equal(io.read(store)[0].numpy()[0, 0], expected)
