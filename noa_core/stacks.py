@@ -164,8 +164,8 @@ class Background:
     """RELION's background of images (or volumes) of one shape, from :func:`background`.
 
     ``mask`` is True on the background pixels; with a ramp, ``plane`` holds the pixel coordinates
-    ``(x, y)`` (columns, rows from the centre) and ``fit`` the (3, count) least-squares solver of
-    ``a x + b y + c`` over the background pixels."""
+    ``(x, y)`` (columns, rows from the centre) and ``fit`` the inverse of the 3x3 normal matrix of the
+    least-squares plane ``a x + b y + c`` over the background pixels (RELION solves the same equations)."""
 
     mask: np.ndarray
     plane: tuple[np.ndarray, np.ndarray] | None = None
@@ -194,11 +194,12 @@ def background(shape: Sequence[int], radius: float, ramp: bool = True) -> Backgr
         raise ParameterError("the background ramp is fitted to 2-d images only (RELION's too): give --no-ramp for "
                              "volumes, or --per-section to treat each section as an image", "ramp")
     y, x = (np.broadcast_to(g, shape).astype(np.float64) for g in grid)
-    design = np.stack([x[mask], y[mask], np.ones(int(mask.sum()))], axis=1)
-    if np.linalg.matrix_rank(design) < 3:  # RELION divides by zero here
+    xb, yb = x[mask], y[mask]
+    normal = np.array([[xb @ xb, xb @ yb, xb.sum()], [xb @ yb, yb @ yb, yb.sum()], [xb.sum(), yb.sum(), xb.size]])
+    if xb.size < 3 or np.linalg.matrix_rank(normal) < 3:  # RELION divides by zero here
         raise ParameterError(f"{radius:g} pixels leaves too few background pixels in the {box} box to fit a ramp",
                              "bg_radius")
-    return Background(mask, (x, y), np.linalg.pinv(design))
+    return Background(mask, (x, y), np.linalg.inv(normal))
 
 
 def _background_moments(t: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -232,8 +233,10 @@ def background_normalized(images: np.ndarray, bg: Background, white_dust: float 
                     dust = sign * (image - mean) > limit * sd
                     image[dust] = rng.normal(mean, sd, int(dust.sum()))
     if bg.fit is not None:
-        a, b, c = (bg.fit @ t[:, bg.mask].T)[:, :, None, None]
         x, y = bg.plane
+        values = t[:, bg.mask]
+        sums = np.stack([values @ x[bg.mask], values @ y[bg.mask], values.sum(axis=1)])  # A^T v per image
+        a, b, c = (bg.fit @ sums)[:, :, None, None]
         t -= a * x + b * y + c
     means, sds = _background_moments(t, bg.mask)
     kept = sds >= RELION_SD_FLOOR
