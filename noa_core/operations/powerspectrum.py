@@ -23,7 +23,13 @@ def table_output(values: Mapping[str, Any]) -> tuple[str, str] | None:
 
 def table_text(powers, kind: str, width: int, pixel_size: float | None) -> str:
     """The table of :func:`noa_core.signal.relion_power` rows ``powers`` (images, shells) as a STAR or CSV
-    text: with resolutions of an image ``width`` pixels wide at ``pixel_size`` Å, or shells and power
+    text (see :func:`table_parts`)."""
+    return "".join(table_parts(powers, kind, width, pixel_size))
+
+
+def table_parts(powers, kind: str, width: int, pixel_size: float | None):
+    """The table of :func:`noa_core.signal.relion_power` rows ``powers`` (images, shells), a piece of text
+    per image: with resolutions of an image ``width`` pixels wide at ``pixel_size`` Å, or shells and power
     alone when the pixel size is unknown (None).
 
     STAR: one ``data_power`` block, as RELION writes it, for one image; ``data_power_0``,
@@ -41,16 +47,16 @@ def table_text(powers, kind: str, width: int, pixel_size: float | None) -> str:
 
     if kind == "csv":
         header = CSV_COLUMNS if resolved else (CSV_COLUMNS[0], CSV_COLUMNS[1], CSV_COLUMNS[4])
-        lines = [",".join(header)]
-        lines += [",".join([str(b), *values(i, powers[b, i])]) for b in range(images) for i in index]
-        return "\n".join(lines) + "\n"
+        yield ",".join(header) + "\n"
+        for b in range(images):
+            yield "".join(",".join([str(b), *values(i, powers[b, i])]) + "\n" for i in index)
+        return
     columns = STAR_COLUMNS if resolved else (STAR_COLUMNS[0], STAR_COLUMNS[3])
-    blocks = []
+    yield "# version 30001\n"
     for b in range(images):
         name = "power" if images == 1 else f"power_{b}"
-        head = [f"data_{name}", "", "loop_", *(f"_{c} #{n}" for n, c in enumerate(columns, 1))]
-        blocks.append("\n".join([*head, *(" ".join(values(i, powers[b, i])) for i in index)]))
-    return "# version 30001\n\n" + "\n\n".join(blocks) + "\n"
+        head = ["", f"data_{name}", "", "loop_", *(f"_{c} #{n}" for n, c in enumerate(columns, 1))]
+        yield "\n".join([*head, *(" ".join(values(i, powers[b, i])) for i in index)]) + "\n"
 
 
 class TableWriter:
@@ -84,9 +90,23 @@ class TableWriter:
         if exc_type is not None:
             self._temp.abort()
             return False
-        try:
-            powers = np.fromfile(self._temp.temp, np.float64).reshape(self.shape[0], self.shape[3])
-            self._temp.temp.write_text(table_text(powers, *self._table))
+        try:  # the values are read through a mapping and the text written image by image: bounded memory
+            import os
+            import tempfile
+
+            powers = np.memmap(self._temp.temp, np.float64, "r", shape=(self.shape[0], self.shape[3]))
+            from noa_core.io.atomic import TEMP_SUFFIX
+
+            # named as a temporary output, so that one a killed process leaves is found and removed as such
+            fd, text = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=TEMP_SUFFIX, dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w") as out:
+                    out.writelines(table_parts(powers, *self._table))
+                del powers
+                os.replace(text, self._temp.temp)
+            except BaseException:
+                os.unlink(text)
+                raise
             self._temp.commit()
         except BaseException:
             self._temp.abort()
