@@ -112,6 +112,19 @@ def _pairs(paths: list[Path], out_dir: Optional[Path], suffix: Optional[str] = N
     return [(p, out_dir / (strip_image_suffix(p.name) + suffix)) for p in paths]
 
 
+def _make_folder(out_dir: Path) -> None:
+    """``--out-dir`` created when missing (its parent must exist): one error for one cause, not one per input."""
+    from noa_core.errors import MissingFileError, NotAFileError
+
+    if out_dir.is_dir():
+        return
+    if out_dir.exists():
+        raise NotAFileError(f"{out_dir}: --out-dir names a file, not a folder")
+    if not out_dir.parent.is_dir():
+        raise MissingFileError(f"{out_dir}: --out-dir's parent folder {out_dir.parent} does not exist")
+    out_dir.mkdir()
+
+
 def _execute(task: FileTask, pairs: list[tuple[Path, Path]], *, force: bool, resume: bool,
              scheduler: Optional[str], workers: Optional[int], quiet: bool) -> None:
     """Write every pair with ``task``: here, or on Dask with --scheduler; report each as it ends."""
@@ -165,6 +178,8 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
             shared, pairs = [], _pairs(given["paths"], given["out_dir"], suffix)
         with flags_in_errors(operation):  # also around the run: a plan may find a parameter wrong for its input
             task = operation.task(option_values(operation, given), shared=shared)
+            if given.get("out_dir") is not None:  # once the options are known good: no folder for a refused call
+                _make_folder(given["out_dir"])
             _execute(task, pairs, force=given["force"], resume=given["resume"], scheduler=given["scheduler"],
                      workers=given["workers"], quiet=given["quiet"])
 

@@ -334,3 +334,17 @@ def test_editing_several_files_reports_each_and_goes_on_past_a_bad_one(tmp_path)
     for name in ("a.mrc", "c.mrc"):
         _, _, voxel = mrc_data(tmp_path / name)
         assert float(voxel.x) == pytest.approx(2.0)
+
+
+def test_out_dir_is_created_when_missing_for_every_writing_command(tmp_path):
+    """Issue 28 item 3: a batch into a missing --out-dir failed with one identical error per input."""
+    for name in ("a.mrc", "b.mrc"):
+        write_mrc(tmp_path / name, np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    result = noa("permute", tmp_path / "a.mrc", tmp_path / "b.mrc", "--out-dir", tmp_path / "new", "--axes", "0,1,3,2")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["a.mrc", "b.mrc"]
+    np.testing.assert_array_equal(load(tmp_path / "new" / "a.mrc"), load(tmp_path / "a.mrc").transpose(0, 2, 1))
+    assert_user_error(noa("copy", tmp_path / "a.mrc", "--out-dir", tmp_path / "no" / "such"), "parent folder")
+    assert_user_error(noa("copy", tmp_path / "a.mrc", "--out-dir", tmp_path / "a.mrc"), "names a file")
+    refused = noa("permute", tmp_path / "a.mrc", "--out-dir", tmp_path / "never", "--axes", "0,1,2")
+    assert refused.returncode == 2 and not (tmp_path / "never").exists()  # a refused call makes no folder
