@@ -32,7 +32,7 @@ from numba.extending import overload
 from noa_core import runtime  # noqa: F401 - numba's cache folder and threading layer, before any njit
 from noa_core import layout
 from noa_core.array import Array, asarray, empty
-from noa_core.errors import DTypeError, ParameterError, ShapeError
+from noa_core.errors import DTypeError, ParameterError, ShapeError, ValueRangeError
 from noa_core.layout import Shape4
 from noa_core.limits import check_output_size
 
@@ -491,6 +491,11 @@ def average_block(block: Array, out: Array, axis: int, group: int, total: bool) 
     result = np.add.reduce(grouped, axis=axis + 1, dtype=wide)
     if not total:
         result /= group
+    if dst.dtype.kind in "fc" and np.isfinite(result).all():  # a sum the output's type cannot hold is refused
+        largest = float(np.finfo(dst.dtype).max)
+        if max(np.abs(result.real).max(), np.abs(result.imag).max() if result.dtype.kind == "c" else 0) > largest:
+            raise ValueRangeError(f"the {'sums' if total else 'means'} exceed what {dst.dtype} holds (±{largest:.4g})"
+                                  + ("; average them instead (without --sum)" if total else ""))
     np.copyto(dst, result, casting="unsafe")
 
 

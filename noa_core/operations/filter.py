@@ -66,6 +66,7 @@ def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str,
     import numpy as np
 
     from noa_core.array import asarray
+    from noa_core.errors import ValueRangeError
     from noa_core.io import mapped
     from noa_core.limits import check_output_size, check_working_memory
     from noa_core.operations.plan import make_plan
@@ -91,7 +92,12 @@ def whole_image_plan(inputs: list[Path], array, out_shape, out_meta, label: str,
                 if fill is not None:
                     fill(block if part.device == "cpu" else block.to(part.device), sub, part)
                 else:
-                    np.copyto(part.numpy(), images(block, sub), casting="same_kind")
+                    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused just below
+                        values = images(block, sub)
+                    if not np.isfinite(values).all() and np.isfinite(block.numpy()).all():
+                        raise ValueRangeError(f"{inputs[0]}: {label}: values too large for a {values.dtype} "
+                                              "Fourier transform (it overflows); scale the input down first")
+                    np.copyto(part.numpy(), values, casting="same_kind")
 
         return [], compute
 

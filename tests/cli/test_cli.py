@@ -348,3 +348,18 @@ def test_out_dir_is_created_when_missing_for_every_writing_command(tmp_path):
     assert_user_error(noa("copy", tmp_path / "a.mrc", "--out-dir", tmp_path / "a.mrc"), "names a file")
     refused = noa("permute", tmp_path / "a.mrc", "--out-dir", tmp_path / "never", "--axes", "0,1,2")
     assert refused.returncode == 2 and not (tmp_path / "never").exists()  # a refused call makes no folder
+
+
+def test_results_beyond_float32_are_refused_not_written_as_inf(tmp_path):
+    """Issue 32 items 2, 6 and 16: sums and Fourier transforms of values near float32's largest overflowed to
+    inf or NaN, written with Python RuntimeWarnings on stderr. Now one line naming the cause, nothing written."""
+    write_mrc(tmp_path / "big.mrcs", np.full((4, 8, 10), 3e38, np.float32), stack=True, voxel_size=1.0)
+    for args, words in ((["average", "--group", "2", "--sum"], ["sums exceed what float32 holds", "without --sum"]),
+                        (["filter", "--lowpass", "4"], ["big.mrcs", "too large for a float32 Fourier transform"]),
+                        (["rescale", "--factor", "2"], ["big.mrcs", "too large for a float32 Fourier transform"])):
+        result = noa(args[0], tmp_path / "big.mrcs", tmp_path / "out.mrcs", *args[1:])
+        assert_user_error(result, *words)  # one line: no RuntimeWarning either
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["big.mrcs"]
+    ok = noa("average", tmp_path / "big.mrcs", tmp_path / "out.mrcs", "--group", "2")  # the means fit
+    assert ok.returncode == 0 and "Warning" not in ok.stderr, ok.stderr
+    np.testing.assert_array_equal(load(tmp_path / "out.mrcs"), np.full((2, 8, 10), 3e38, np.float32))
