@@ -105,8 +105,10 @@ def serve(
         Optional[int], typer.Option("--processes", min=1, help="Server processes (default: 2, or 1 on one core).")
     ] = None,
     workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Operations run at once per process (default 2).")] = None,
-    max_body_bytes: Annotated[Optional[int], typer.Option("--max-body-bytes", min=1, help="Largest request body.")] = None,
-    max_voxels: Annotated[Optional[int], typer.Option("--max-voxels", min=1, help="Largest output, in voxels.")] = None,
+    max_body_bytes: Annotated[Optional[int], typer.Option("--max-body-bytes", min=1, help="Largest request body "
+                                                          "(default 1073741824, 1 GiB).")] = None,
+    max_voxels: Annotated[Optional[int], typer.Option("--max-voxels", min=1, help="Largest output, in voxels "
+                                                      "(default 2147483648).")] = None,
     cors_origin: Annotated[
         Optional[list[str]], typer.Option("--cors-origin", help="Allow browser requests from this origin (repeatable).")
     ] = None,
@@ -135,11 +137,15 @@ def serve(
                                      processes=processes, max_body_bytes=max_body_bytes, max_voxels=max_voxels,
                                      cors_origins=cors_origin, tmp_dir=tmp_dir, job_ttl=job_ttl,
                                      max_expressions=max_expressions)
-        serve_until_stopped = prepare(settings, host, port, log_level)
+        serve_until_stopped, port = prepare(settings, host, port, log_level)
     except ValueError as exc:  # a bad setting (e.g. NOA_WORKERS=abc, a missing data root): usage, not a crash
         raise click.UsageError(str(exc)) from None
     except OSError as exc:
         raise click.UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    shown = f"[{host}]" if ":" in host else host
+    root = settings.data_root or "none (uploads only)"
+    click.echo(f"noa serve: http://{shown}:{port} (API docs at /docs; data root {root}; {settings.processes} "
+               f"process(es))", err=True)
     serve_until_stopped()
 
 

@@ -296,6 +296,38 @@ class Array:
         """Version 3 of the CUDA Array Interface (CuPy, PyTorch, numba); AttributeError on the CPU."""
         return _array_kernels().interop.cuda_array_interface(self)
 
+    # -- Python scalars, as NumPy gives them from one element ----------------------------------------
+
+    def item(self):
+        """The one element of a single-element array as a Python scalar (``float(noa.mean(x))`` too); a
+        vector or matrix element comes back as a nested list. ValueError for more than one element, as NumPy."""
+        self._check_single(ValueError)
+        view = self.to("cpu").numpy().reshape((1, *self.element_shape))[0]
+        return view.tolist() if self.element_shape else view.item()
+
+    def _check_single(self, error: type[Exception]) -> None:
+        if self.size != 1:
+            raise error(f"only single-element arrays convert to Python scalars; shape {self.shape} has "
+                        f"{self.size} elements")
+
+    def __float__(self) -> float:
+        self._check_single(TypeError)  # NumPy's error for float(), int() and complex() of many elements
+        return float(self.item())
+
+    def __int__(self) -> int:
+        self._check_single(TypeError)
+        return int(self.item())
+
+    def __complex__(self) -> complex:
+        self._check_single(TypeError)
+        return complex(self.item())
+
+    def __bool__(self) -> bool:
+        if self.size != 1:  # NumPy's word for it
+            raise ValueError(f"the truth value of an array of shape {self.shape} ({self.size} elements) is "
+                             "ambiguous; reduce it first (noa.min, noa.max, noa.sum)")
+        return bool(self.item())
+
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         if copy:
             out = np.array(self.numpy(), dtype=dtype, copy=True)

@@ -38,9 +38,10 @@ RETIRED_EXIT = 75  # a process that stopped to be replaced (EX_TEMPFAIL), not on
 STOP_TIMEOUT_S = 30.0
 
 
-def prepare(settings: Settings, host: str, port: int, log_level: str) -> Callable[[], None]:
-    """Check the settings (by building the app) and claim the port; the returned function serves
-    until stopped. Raises ValueError for a bad setting and OSError for a port that cannot be had."""
+def prepare(settings: Settings, host: str, port: int, log_level: str) -> tuple[Callable[[], None], int]:
+    """Check the settings (by building the app) and claim the port: the function that serves until
+    stopped, and the port (the one picked for port 0). Raises ValueError for a bad setting and OSError
+    for a port that cannot be had."""
     app = create_app(settings)
     # A plain bind first: it fails when anything holds the port, where uvicorn would fail only after
     # starting up, and SO_REUSEPORT would even join another server's port. (It picks one for port 0.)
@@ -48,15 +49,15 @@ def prepare(settings: Settings, host: str, port: int, log_level: str) -> Callabl
         probe.bind((host, port))
         port = probe.getsockname()[1]
     if settings.processes == 1:
-        return lambda: _serve_alone(app, host, port, log_level)
+        return (lambda: _serve_alone(app, host, port, log_level)), port
     # Every process builds its app from the factory, which reads the settings from the environment.
     os.environ.update(settings.to_env())
     if not sys.platform.startswith("linux"):  # SO_REUSEPORT spreads connections only on Linux
-        return lambda: uvicorn.run(FACTORY, factory=True, workers=settings.processes, host=host, port=port,
-                                   log_level=log_level)
+        return (lambda: uvicorn.run(FACTORY, factory=True, workers=settings.processes, host=host, port=port,
+                                    log_level=log_level)), port
     # Held (bound, not listening) for the whole run, so that the port stays ours.
     reserved = _listener(host, port)
-    return lambda: _supervise(reserved, settings.processes, host, log_level)
+    return (lambda: _supervise(reserved, settings.processes, host, log_level)), port
 
 
 def _socket(host: str) -> socket.socket:

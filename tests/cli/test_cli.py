@@ -363,3 +363,21 @@ def test_results_beyond_float32_are_refused_not_written_as_inf(tmp_path):
     ok = noa("average", tmp_path / "big.mrcs", tmp_path / "out.mrcs", "--group", "2")  # the means fit
     assert ok.returncode == 0 and "Warning" not in ok.stderr, ok.stderr
     np.testing.assert_array_equal(load(tmp_path / "out.mrcs"), np.full((2, 8, 10), 3e38, np.float32))
+
+
+def test_serve_says_where_it_listens_and_its_limits_defaults(tmp_path):
+    """Issue 28 item 7: `noa serve` printed no URL; --max-body-bytes and --max-voxels showed no default."""
+    from conftest import start_server
+
+    from noa_server.settings import Settings
+
+    help_text = " ".join(noa("serve", "--help").stdout.split())
+    defaults = Settings()
+    assert f"default {defaults.max_body_bytes}" in help_text and f"default {defaults.max_voxels}" in help_text
+    (tmp_path / "root").mkdir()
+    proc, url = start_server(tmp_path / "root", tmp_path / "server.log")
+    try:
+        assert f"noa serve: {url} (API docs at /docs; data root {tmp_path / 'root'}" in (tmp_path / "server.log").read_text()
+    finally:
+        proc.terminate()
+        proc.wait(30)

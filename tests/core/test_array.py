@@ -237,3 +237,27 @@ def test_reshape_matches_numpy(shape, perm, data):
         got = a.reshape(new_shape)
         assert np.shares_memory(np.asarray(got), x)
     assert np.array_equal(np.asarray(got), expected[None, None])
+
+
+def test_single_element_arrays_are_python_scalars_as_numpy_gives_them():
+    """Issue 28 item 6: float(noa.mean(x)) raised TypeError (a reduction is a (1, 1, 1, 1) Array)."""
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    x = noa.asarray(data)
+    mean = noa.mean(x)
+    assert float(mean) == float(np.mean(data)) and mean.item() == np.float32(np.mean(data)).item()
+    assert int(noa.sum(x)) == int(np.sum(data)) and isinstance(noa.sum(x).item(), float)
+    assert bool(noa.asarray(np.zeros(1, np.float32))) is False and bool(noa.sum(x)) is True
+    z = noa.asarray(np.array([1 + 2j], np.complex64))
+    assert complex(z) == complex(np.array([1 + 2j], np.complex64)[0]) and isinstance(z.item(), complex)
+    assert noa.asarray(np.array([7], np.int16)).item() == 7 and isinstance(noa.asarray(np.array([7], np.int16)).item(), int)
+    m = noa.zeros((1, 1, 1, 1), dtype=noa.matrix("float64", 2, 2))
+    assert m.item() == [[0.0, 0.0], [0.0, 0.0]]
+    for call, error in ((float, TypeError), (int, TypeError), (complex, TypeError), (lambda a: a.item(), ValueError)):
+        with pytest.raises(error, match="single-element"):
+            call(x)
+        with pytest.raises(error):
+            call(np.asarray(data))  # NumPy refuses the same, with the same error
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(x)
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(np.asarray(data))
