@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from processes import make_volume, run
+from processes import make_volume, paired
 
 NOA = str(Path(sys.executable).parent / "noa")
 NUMPY_STATS = ("import sys, numpy as np, mrcfile; d = mrcfile.mmap(sys.argv[1], permissive=True).data; "
@@ -86,19 +86,10 @@ def main() -> None:
         print(f"{'command':<40}{'noa s':>8}{'yardstick s':>13}{'ratio':>8}{'goal':>7}{'peak RSS MiB':>14}  verdict")
         for name, command, yardstick, goal in table:
             outputs = [folder / "out.mrc", folder / "out.tif", folder / "dd.out"]
-            run(command, outputs)  # once untimed: the page cache holds the input, as in every timed round
-            ratios, times, base, peaks = [], [], [], []
-            for _ in range(args.rounds):
-                t, rss = run(command, outputs)
-                y, _ = run(yardstick, outputs)
-                ratios.append(t / y)
-                times.append(t)
-                base.append(y)
-                peaks.append(rss)
-            ratio = statistics.median(ratios)
-            verdict = "-" if goal is None else ("met" if ratio <= goal and max(peaks) <= 512 else "MISSED")
-            print(f"{name:<40}{statistics.median(times):>8.2f}{statistics.median(base):>13.2f}{ratio:>8.2f}"
-                  f"{goal if goal else '-':>7}{max(peaks):>14.0f}  {verdict}")
+            result = paired(command, yardstick, args.rounds, outputs)
+            verdict = "-" if goal is None else ("met" if result.ratio <= goal and max(result.peaks) <= 512 else "MISSED")
+            print(f"{name:<40}{statistics.median(result.times):>8.2f}{statistics.median(result.yardsticks):>13.2f}"
+                  f"{result.ratio:>8.2f}{goal if goal else '-':>7}{max(result.peaks):>14.0f}  {verdict}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -30,7 +30,7 @@ import scipy.fft
 from scipy import ndimage
 
 import noa_core as noa
-from noa_core import fft, geometry
+from noa_core import fft, geometry, resampling
 
 
 def paired(noa_call: Callable[[], object], yardstick: Callable[[], object], repeat: int) -> tuple[float, float, float]:
@@ -107,7 +107,7 @@ def main() -> None:
     del stack, out, reference
 
     volume = rng.normal(size=(args.volume,) * 3).astype(np.float32)
-    new = fft.rescaled_sizes([args.volume], 0.5)[0]
+    new = resampling.rescaled_sizes([args.volume], 0.5)[0]
     ours = noa.rescale(volume[None], 0.5).numpy()[0]
     assert ours.shape == (new,) * 3 and np.allclose(ours, numpy_rescale(volume, new), atol=1e-4), "rescale differs"
     del ours

@@ -26,21 +26,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from processes import run
+from processes import make_volume, run
 
 NOA = str(Path(sys.executable).parent / "noa")
 PY = sys.executable
 
-MAKE = """
-import sys, mrcfile, numpy as np
-z, y, x = (int(v) for v in sys.argv[2].split(","))
-with mrcfile.new_mmap(sys.argv[1], (z, y, x), mrc_mode=2, overwrite=True) as f:
-    f.set_volume()
-    rng = np.random.default_rng(0)
-    for k in range(z):
-        f.data[k] = rng.normal(k, 1 + k % 3, (y, x)).astype(np.float32)
-    f.voxel_size = 1.5
-"""
 # The job without noa: chunks and codec as noa writes them, NGFF 0.4 metadata, one block at a time.
 ZARR = """
 import sys, shutil, mrcfile, numcodecs, zarr
@@ -71,7 +61,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="bench-omezarr-", dir=args.folder))
     try:
         source = folder / "v.mrc"
-        subprocess.run([PY, "-c", MAKE, str(source), args.shape], check=True)
+        make_volume(source, tuple(int(n) for n in args.shape.split(",")), varied=True)
         subprocess.run([NOA, "copy", str(source), str(folder / "v.ome.zarr")], check=True, capture_output=True)
         rows = {
             "mrc -> ome.zarr": [NOA, "copy", str(source), str(folder / "out.ome.zarr"), "-f"],

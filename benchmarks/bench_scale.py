@@ -33,7 +33,7 @@ import mrcfile  # noqa: E402
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-from noa_core import operations  # noqa: E402
+from noa_core import limits, operations  # noqa: E402
 from noa_core.run import cluster, local  # noqa: E402
 
 
@@ -70,10 +70,10 @@ def main() -> None:
         inputs = make_files(fresh(root / "in"), args.files, shape)
         size_mib = sum(p.stat().st_size for p in inputs) / 2**20
         print(f"{args.files} files of {shape} float32 ({size_mib:.0f} MiB in all), noa permute --axes 0,1,3,2, "
-              f"{cluster.available_cores()} cores")
+              f"{limits.available_cores()} cores")
 
         rows = []
-        cores = cluster.available_cores()
+        cores = limits.available_cores()
         for threads in sorted({1, cores}):  # a worker's setting, then the loop as `noa` runs it by default
             numba.set_num_threads(threads)
             out = fresh(root / "warm")

@@ -22,7 +22,6 @@ import multiprocessing
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ import mrcfile
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from helpers import start_server, stop_server  # noqa: E402  (the tests' way of starting noa serve)
 from noa_server.settings import Settings  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,28 +58,6 @@ def multipart(payload: bytes) -> bytes:
     head = "".join(parts) + (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="upload.mrc"\r\n'
                              "Content-Type: application/octet-stream\r\n\r\n")
     return head.encode() + payload + f"\r\n--{BOUNDARY}--\r\n".encode()
-
-
-def start_server(root: Path, tmp: Path) -> tuple[subprocess.Popen, str]:
-    """``noa serve`` as the container runs it (settings from NOA_* variables, default processes and
-    workers), logging warnings only."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "NOA_DATA_ROOT": str(root), "NOA_API_KEY": KEY, "NOA_TMP_DIR": str(tmp)}
-    proc = subprocess.Popen([sys.executable, "-m", "noa_cli.main", "serve", "--host", "127.0.0.1", "--port", str(port),
-                             "--log-level", "warning"], cwd=REPO, env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("the server did not become ready in 300 s")
 
 
 # -- load generators -------------------------------------------------------------------------------------
@@ -180,7 +159,9 @@ def main() -> None:
             setups.append(("tmpfs", shm, {"permute (128 KiB upload)": ("/v1/upload/permute", *permute)}))
         for label, tmp, loads in setups:
             tmp.mkdir(exist_ok=True)
-            proc, url = start_server(root, tmp)
+            # as the container runs it: settings from NOA_* variables, default processes and workers
+            proc, url = start_server(root, None, {"NOA_API_KEY": KEY, "NOA_TMP_DIR": str(tmp)},
+                                     args=("--log-level", "warning"))
             try:
                 for name, (path, body, content_type) in loads.items():
                     run(url + path, body, content_type, 2, args.connections, work)  # warm-up, not reported
@@ -188,8 +169,7 @@ def main() -> None:
                                                  work)
                 leftovers += wait_empty(tmp)
             finally:
-                proc.terminate()
-                proc.wait(30)
+                stop_server(proc)
             if label == "tmpfs":
                 shutil.rmtree(tmp, ignore_errors=True)
 

@@ -8,21 +8,27 @@ the commands it starts afterwards (a forked child's peak starts from its parent'
 from __future__ import annotations
 
 import os
+import statistics
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 MAKE_VOLUME = """
 import sys, mrcfile, numpy as np
 shape = tuple(int(n) for n in sys.argv[2].split(","))
+varied = sys.argv[3] == "varied"
 with mrcfile.new_mmap(sys.argv[1], shape, mrc_mode=2, overwrite=True) as f:
-    block = np.random.default_rng(0).normal(0, 1, shape[1:]).astype(np.float32)
+    if sys.argv[4] == "stack":
+        f.set_image_stack()
+    rng = np.random.default_rng(0)
+    block = None if varied else rng.normal(0, 1, shape[1:]).astype(np.float32)
     for z in range(shape[0]):
-        f.data[z] = block + z
-    f.voxel_size = 1.5
+        f.data[z] = rng.normal(z, 1 + z % 3, shape[1:]).astype(np.float32) if varied else block + z
+    f.voxel_size = sys.argv[5]
 """
 
 
@@ -46,6 +52,54 @@ def run(command: list[str] | str, outputs: Sequence[Path] = ()) -> tuple[float, 
     return elapsed, usage.ru_maxrss / 1024
 
 
-def make_volume(path: Path, shape: Sequence[int]) -> None:
-    """A float32 MRC volume (D, H, W), pixel size 1.5 Å, written section by section in a child process."""
-    subprocess.run([sys.executable, "-c", MAKE_VOLUME, str(path), ",".join(map(str, shape))], check=True)
+def make_volume(path: Path, shape: Sequence[int], *, varied: bool = False, stack: bool = False,
+                pixel_size: float = 1.5) -> None:
+    """A float32 MRC volume (D, H, W; or an image ``stack``), written section by section in a child process:
+    one normal block plus the section number, or each section drawn anew with its own mean and spread
+    (``varied``: what percentiles and per-section statistics see)."""
+    subprocess.run([sys.executable, "-c", MAKE_VOLUME, str(path), ",".join(map(str, shape)),
+                    "varied" if varied else "same", "stack" if stack else "volume", str(pixel_size)], check=True)
+
+
+Command = list[str] | str
+
+
+@dataclass
+class Paired:
+    """Wall seconds and peak RSS (MiB) of a command and its yardstick over rounds run in turns."""
+
+    times: list[float] = field(default_factory=list)
+    yardsticks: list[float] = field(default_factory=list)
+    peaks: list[float] = field(default_factory=list)
+    yardstick_peaks: list[float] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        """The median of the per-round ratios (command / yardstick: below 1 the command is faster)."""
+        return statistics.median(t / y for t, y in zip(self.times, self.yardsticks))
+
+    def columns(self, digits: int = 2) -> str:
+        """Median seconds of both, the ratio, and the peaks of both (as the benchmarks print them)."""
+        return (f"{statistics.median(self.times):>9.{digits}f}{statistics.median(self.yardsticks):>13.{digits}f}"
+                f"{self.ratio:>8.2f}{max(self.peaks):>10.0f}{max(self.yardstick_peaks):>11.0f}")
+
+
+def paired(command: Command | Callable[[], Command], yardstick: Command | Callable[[], Command], rounds: int,
+           outputs: Sequence[Path] = (), warm: bool = True) -> Paired:
+    """``command`` then ``yardstick``, ``rounds`` times in turns (each a list, a shell string or a function
+    giving one), so both share the machine's noise; with ``warm``, ``command`` runs once untimed first
+    (the page cache then holds the input, as in every timed round)."""
+    def made(c):
+        return c() if callable(c) else c
+
+    if warm:
+        run(made(command), outputs)
+    result = Paired()
+    for _ in range(rounds):
+        t, rss = run(made(command), outputs)
+        y, yrss = run(made(yardstick), outputs)
+        result.times.append(t)
+        result.yardsticks.append(y)
+        result.peaks.append(rss)
+        result.yardstick_peaks.append(yrss)
+    return result

@@ -129,7 +129,7 @@ def serve(
 
     Example: noa serve --data-root /data/em --api-key "$KEY" --port 8000
     """
-    from noa_server.run import prepare
+    from noa_server.processes import prepare
     from noa_server.settings import Settings
 
     try:

@@ -42,11 +42,12 @@ _LAZY = {
     **dict.fromkeys(("max", "mean", "min", "reduce_ewise", "std", "sum", "var"), "noa_core.reduction"),
     "cuda_available": "noa_core.devices",
     "from_dlpack": "noa_core.interop",
-    **dict.fromkeys(("join", "normalize", "scale", "split"), "noa_core.stacks"),
-    **dict.fromkeys(("average", "bin", "flip", "resize", "rotx", "sections"), "noa_core.stack"),
-    "rescale": "noa_core.fft",
+    **dict.fromkeys(("normalize", "scale"), "noa_core.intensity"),
+    **dict.fromkeys(("average", "join", "sections", "split"), "noa_core.stack_sections"),
+    **dict.fromkeys(("bin_voxels", "flip", "resize", "rotx"), "noa_core.boxes"),
+    **dict.fromkeys(("fourier_resize", "rescale"), "noa_core.resampling"),
 }
-_SUBMODULES = ("array", "layout", "fft", "signal", "geometry")  # `noa_core.layout` etc. as attributes, also lazily
+_SUBMODULES = ("array", "layout", "fft", "spectral", "geometry")  # `noa_core.layout` etc. as attributes, also lazily
 
 
 def __getattr__(name: str):
@@ -66,7 +67,6 @@ __all__ = [
     "StrideError", "DTypeError", "DeviceError", "__version__",
     "ewise", "iwise", "reduce_ewise", "sum", "mean", "min", "max", "var", "std", "copy", "permute_copy",
     "astype", "fill", "cuda_available", "from_dlpack",
-    "split", "join", "scale", "normalize",
-    "resize", "bin", "flip", "rotx", "sections", "average",
-    "rescale", "fft", "signal", "geometry",
+    "split", "join", "sections", "average", "scale", "normalize",
+    "resize", "bin_voxels", "flip", "rotx", "fourier_resize", "rescale", "fft", "spectral", "geometry",
 ]

@@ -19,7 +19,7 @@ from noa_core.errors import DTypeError
 from noa_core.kernels import BUILTIN_OPS
 from noa_core.reduction import max as reduce_max
 from noa_core.reduction import min as reduce_min
-from noa_core.reduction import moments
+from noa_core.moments import block_moments
 
 # Python's operators map to the built-in element operators (whose kernels are cached on disk).
 _OPERATOR_ALIASES: dict[Callable, str] = {
@@ -131,7 +131,7 @@ def _check_range(source: Array, target: np.dtype) -> None:
             return
         limits = (int(np.iinfo(target).min), int(np.iinfo(target).max))
     if source.device == "cpu" and source.dtype.kind in "fiu":  # one vectorized pass for both (NaN propagates alike)
-        found = moments(source)
+        found = block_moments(source)
         lo, hi = source.dtype.type(found.min), source.dtype.type(found.max)
     else:
         lo = reduce_min(source).numpy().reshape(-1)[0]

@@ -9,6 +9,11 @@ numba compiles that. Nothing the user typed is ever evaluated as Python.
 
 Every step is bounded, so no expression can hang a process: the text's length, the tree's size
 and depth, and the size of folded integer constants are limited before the work they would cost.
+
+Where noa knowingly differs from NumPy: complex values have no order (NumPy orders them
+lexicographically); a negative integer exponent coming from an input is computed, not refused (NumPy
+checks every element at run time); an expression of constants alone whose value is an integer beyond
+64 bits is refused (NumPy gives an array of Python objects, which no image holds).
 """
 
 from __future__ import annotations
@@ -320,8 +325,11 @@ class _Writer:
         """(source of ``element(a, b, ...)``, result dtype)."""
         result = self.value(tree)
         if result.dtype is None:  # the whole expression is a constant: NumPy makes it an array
-            result = self.assign(self.literal(result.constant, np.asarray(result.constant).dtype, tree),
-                                 np.asarray(result.constant).dtype)
+            dtype = np.asarray(result.constant).dtype
+            if dtype.kind == "O":  # an integer beyond 64 bits: NumPy holds it as a Python object, no image can
+                raise _refused(self.text, tree.text, "is an integer beyond every integer type an image holds "
+                                                     "(NumPy keeps it as a Python object)")
+            result = self.assign(self.literal(result.constant, dtype, tree), dtype)
         body = "".join(f"    {line}\n" for line in self.lines)
         return f"def element({', '.join(self.inputs)}):\n{body}    return {result.code}\n", result.dtype
 
@@ -453,11 +461,12 @@ def _real(number: float) -> str:
 
 
 def _define(source: str) -> Callable:
-    from noa_core.kernels import true_divide
+    """The function ``element`` of ``source`` (generated from a checked tree), compiled under a
+    ``<noa kernel expression #HASH>`` name of its own (see noa_core.kernels.compile_source)."""
+    from noa_core.kernels import compile_source, true_divide
 
     namespace: dict = {"np": np, "true_divide": true_divide, "inf": math.inf, "nan": math.nan, **_NAMESPACE_CASTS}
-    exec(compile(source, "<noa expression>", "exec"), namespace)  # noqa: S102 - generated from a checked tree
-    return namespace["element"]
+    return compile_source(source, "expression", namespace)["element"]
 
 
 _NUMBA_CACHE: OrderedDict[str, Callable] = OrderedDict()

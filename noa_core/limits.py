@@ -7,6 +7,8 @@ allocates anything sized by it; a service sets its voxel limit around planning w
 
 from __future__ import annotations
 
+import os
+
 import contextlib
 import contextvars
 import math
@@ -93,3 +95,11 @@ def replanning() -> Iterator[None]:
         yield
     finally:
         _CHECK_MEMORY.reset(token)
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on: its affinity mask, which containers and batch systems restrict."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

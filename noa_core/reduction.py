@@ -10,17 +10,15 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from noa_core import dtypes, layout, user_kernels
 from noa_core.array import Array, empty
-from noa_core.dispatch import (FLOAT16_COMPUTE, backend, common_device, computes_as, flat_buffer, half_bits, launch,
+from noa_core.dispatch import (FLOAT16_COMPUTE, backend, common_device, computes_as, flat_buffer, launch,
                                widened)
 from noa_core.errors import DTypeError, ShapeError
 from noa_core.kernels import BUILTIN_OPS
-from noa_core.kernels import cpu as cpu_kernels
 
 Axes = int | Sequence[int] | None
 
@@ -205,77 +203,3 @@ def var(array: Array, axes: Axes = None, ddof: int = 0) -> Array:
 def std(array: Array, axes: Axes = None, ddof: int = 0) -> Array:
     """Standard deviation over ``axes`` with ``ddof`` delta degrees of freedom."""
     return _variance(array, axes, ddof, "square_root")
-
-
-@dataclass(frozen=True)
-class Moments:
-    """Count, minimum, maximum, mean and sum of squared deviations from the mean (``m2``).
-
-    Minimum and maximum are None for complex data (they have no order); NaN propagates as in NumPy.
-    Two sets of moments of disjoint data merge exactly with :meth:`merge` (Chan et al.).
-    """
-
-    count: int
-    min: float | None
-    max: float | None
-    mean: float | complex
-    m2: float
-
-    def merge(self, other: Moments) -> Moments:
-        if other.count == 0:
-            return self
-        if self.count == 0:
-            return other
-        count, mean, m2 = cpu_kernels.chan_merge(self.count, self.mean, self.m2, other.count, other.mean, other.m2)
-        return Moments(count, _extreme(BUILTIN_OPS["minimum"], self.min, other.min),
-                       _extreme(BUILTIN_OPS["maximum"], self.max, other.max), mean, m2)
-
-
-EMPTY_MOMENTS = Moments(0, None, None, 0.0, 0.0)
-
-
-def _extreme(pick: Callable, a: float | None, b: float | None) -> float | None:
-    """``pick(a, b)`` (a NaN-propagating minimum or maximum), where None means no value."""
-    if a is None or b is None:
-        return b if a is None else a
-    return pick(a, b)
-
-
-HALF_SLAB = 1 << 20  # float16 elements widened at a time for moments: 4 MiB of float32, in cache
-
-
-def _float16_moments(array: Array) -> Moments:
-    """:func:`moments` of float16 data, widened a slab of rows at a time into one small float32 buffer
-    (numba has no float16 on the CPU): widening the whole array would cost a copy twice its size."""
-    b, d, h, w = array.shape
-    rows = builtins.max(1, HALF_SLAB // builtins.max(w, 1))
-    scratch = np.empty(builtins.min(h, rows) * w, FLOAT16_COMPUTE)
-    total = EMPTY_MOMENTS
-    for i in range(b):
-        for j in range(d):
-            for r in range(0, h, rows):
-                slab = array[i:i + 1, j:j + 1, r:r + rows]
-                wide = Array(scratch, 0, slab.shape, layout.strides_for(slab.shape), FLOAT16_COMPUTE)
-                launch(BUILTIN_OPS["half_value"], [half_bits(slab)], [wide])
-                total = total.merge(moments(wide))
-    return total
-
-
-def moments(array: Array) -> Moments:
-    """The :class:`Moments` of every element, in one parallel pass over memory (CPU).
-
-    Accumulates in float64 (complex128). Used for file header statistics, tile by tile.
-    """
-    dt = _scalar_input(array)
-    if array.size == 0:
-        return EMPTY_MOMENTS
-    if array.device != "cpu":
-        array = array.to("cpu")
-    if array.dtype == np.float16:
-        return _float16_moments(array)
-    planned_shape, (planned_strides,) = layout.plan_iteration(array.shape, array.strides)
-    flat, _ = flat_buffer(array)
-    count, lo, hi, mean, m2 = cpu_kernels.moments(flat, planned_shape, planned_strides)
-    if dt.kind == "c":
-        return Moments(int(count), None, None, complex(mean), float(m2))
-    return Moments(int(count), float(lo), float(hi), float(mean), float(m2))

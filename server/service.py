@@ -21,14 +21,14 @@ from fastapi import Request
 from noa_core import expr, runtime
 from noa_core.run.warmup import warmup
 from noa_server.jobs import JobStore
-from noa_server.operations import remove_abandoned_uploads
+from noa_server.execution import remove_abandoned_uploads
 from noa_server.problems import ProblemError
 from noa_server.sandbox import Sandbox
 from noa_server.settings import Settings
 
 T = TypeVar("T")
 # Set when this process retired itself (retire_if_spent); how its server stops is installed by
-# noa_server.run, which owns the uvicorn Server (none when the app runs under another server).
+# noa_server.processes, which owns the uvicorn Server (none when the app runs under another server).
 RETIRING = threading.Event()
 _STOP_SERVER: list[Callable[[], None]] = []
 
@@ -74,7 +74,7 @@ class Service:
 
     def retire_if_spent(self) -> None:
         """Once this process has compiled ``max_expressions`` expressions and runs no job, ask its
-        server to stop (gracefully) so that a fresh process replaces it: see :mod:`noa_server.run`."""
+        server to stop (gracefully) so that a fresh process replaces it: see :mod:`noa_server.processes`."""
         limit = self.settings.max_expressions
         if not limit or expr.compiled_count() < limit or RETIRING.is_set():
             return

@@ -13,15 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from noa_core.limits import available_cores
+
 ENV_PREFIX = "NOA_"
-
-
-def available_cores() -> int:
-    """CPU cores this process may run on (the affinity mask, which containers restrict)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)

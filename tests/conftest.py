@@ -1,171 +1,32 @@
-"""Helpers every layer's tests share: where the data are, the CLI as a user runs it, and the checks of
-files and problems against independent readers (mrcfile, tifffile)."""
+"""Fixtures every layer's tests share; plain helpers are in ``helpers.py`` (``from helpers import ...``)."""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
-import mrcfile
-import numpy as np
 import pytest
-import tifffile
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"  # real files written by other software (absent: those tests skip)
-EXAMPLE_MAP = REPO / "examples" / "data" / "emd_3197.map"  # EMD-3197, the bundled copy
-NOA = [str(Path(sys.executable).parent / "noa")]
-PROBLEM = "application/problem+json"
-# The mark for tests that read ../shared/data throughout (need_shared below: a test that needs named files).
-needs_data = pytest.mark.skipif(not SHARED.is_dir(),
-                                reason=f"real test files not found at {SHARED} (shared/ beside the checkout)")
-_DATE = re.compile(rb"\d{4}-\d{2}-\d{2} \d{2}:\d{2}(:\d{2})?")  # the time stamp of noa's MRC label
 
 
-def noa(*args, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """The installed ``noa`` command, run as a user runs it."""
-    environment = dict(os.environ, COLUMNS="200", **(env or {}))
-    return subprocess.run(NOA + [str(a) for a in args], capture_output=True, text=True, cwd=cwd, env=environment,
-                          timeout=300)
+@pytest.fixture
+def make_client(tmp_path: Path) -> Iterator[Callable]:
+    """In-process clients of the service: ``make_client(**settings)`` gives a started FastAPI TestClient
+    (server errors answered as problems, not raised) of an app with those settings and a fresh temporary
+    folder of its own (``tmp_path / "tmp"`` for the first); every client made is closed after the test."""
+    from fastapi.testclient import TestClient
 
+    from noa_server.app import create_app
+    from noa_server.settings import Settings
 
-def assert_user_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
-    """Exit code 2, one line on stderr naming the problem, no traceback."""
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
+    made = 0
+    with ExitStack() as clients:
+        def make(**settings) -> TestClient:
+            nonlocal made
+            made += 1
+            tmp = tmp_path / ("tmp" if made == 1 else f"tmp-{made}")
+            tmp.mkdir()
+            app = create_app(Settings(**{"tmp_dir": tmp, **settings}))
+            return clients.enter_context(TestClient(app, raise_server_exceptions=False))
 
-
-def assert_problem(response, status: int, slug: str | None = None) -> dict:
-    """An RFC 9457 problem with ``status`` (and type ``urn:noa:problem:SLUG``), never a traceback or a server path."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].split(";")[0] == PROBLEM
-    body = response.json()
-    assert {"type", "title", "status", "detail", "instance"} <= body.keys() and body["status"] == status
-    assert body["instance"] == response.request.url.path
-    if slug is not None:
-        assert body["type"] == f"urn:noa:problem:{slug}", body
-    assert "Traceback" not in response.text and str(REPO) not in response.text
-    return body
-
-
-def load(path: Path) -> np.ndarray:
-    """The stored data, read by the format's reference library (not by noa)."""
-    if path.suffix.lower() in (".tif", ".tiff"):
-        return tifffile.imread(path)
-    with mrcfile.open(path, permissive=True) as f:
-        return np.array(f.data)
-
-
-def assert_same_data(got: Path, expected: Path) -> None:
-    """The same values, type and shape, as the reference libraries read them."""
-    a, b = load(got), load(expected)
-    assert a.dtype == b.dtype and a.shape == b.shape
-    np.testing.assert_array_equal(a, b)
-
-
-def assert_same_file(a: Path, b: Path) -> None:
-    """Byte for byte the same file, but for the time stamp in noa's MRC label."""
-    x, y = a.read_bytes(), b.read_bytes()
-    assert len(x) == len(y), (a, b)
-    assert _DATE.sub(b"<date>", x[:1024]) == _DATE.sub(b"<date>", y[:1024]), (a, b)
-    assert x[1024:] == y[1024:], (a, b)
-
-
-def write_mrc(path: Path, data: np.ndarray, *, stack: bool = False, voxel_size=None) -> np.ndarray:
-    """An MRC file written by mrcfile (as other software writes them); returns the data as stored."""
-    with mrcfile.new(path, data, overwrite=True) as f:
-        if stack:
-            f.set_image_stack()
-        if voxel_size is not None:
-            f.voxel_size = voxel_size
-        return np.array(f.data)
-
-
-def mrc_data(path: Path) -> tuple[np.ndarray, np.recarray, np.recarray]:
-    """Data, header and voxel size of an MRC file, as mrcfile reads them."""
-    with mrcfile.open(path, permissive=True) as f:
-        return np.array(f.data), f.header.copy(), f.voxel_size.copy()
-
-
-def need_shared(*names: str) -> list[Path]:
-    """The real files ``names`` of ../shared/data; the test skips when that folder is absent."""
-    paths = [SHARED / name for name in names]
-    missing = [p.name for p in paths if not p.is_file()]
-    if missing:
-        pytest.skip(f"{', '.join(missing)}: ../shared/data (real files from other software) is absent")
-    return paths
-
-
-def fei1_stack(path: Path, sections: int = 3) -> tuple[np.ndarray, np.recarray]:
-    """A tilt series with one FEI1 extended-header record per section, written through mrcfile:
-    ``(data, records)``; the records' tilt and X pixel size differ from section to section."""
-    from mrcfile.dtypes import get_ext_header_dtype
-
-    records = np.zeros(sections, get_ext_header_dtype(b"FEI1", "<"))
-    records["Metadata size"] = records.dtype.itemsize
-    records["Alpha tilt"] = np.linspace(-30, 30, sections)
-    records["Pixel size X"] = 1.25e-10 + np.arange(sections) * 1e-12
-    records["Pixel size Y"] = 1.5e-10
-    data = np.arange(sections * 4 * 6, dtype=np.float32).reshape(sections, 4, 6)
-    with mrcfile.new(path, data, overwrite=True) as f:
-        f.set_image_stack()
-        f.set_extended_header(records)
-        f.header.exttyp = b"FEI1"
-        f.voxel_size = 1.25
-    return data, records
-
-
-def relion(program: str, *args, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """RELION's ``program`` (e.g. ``relion_image_handler``) run with ``args``; the test skips with a reason
-    where RELION is not installed (``scripts/test`` installs RELION 3.1.3 with apt where it can), and fails
-    with RELION's own output where the program fails."""
-    import shutil
-
-    import tempfile
-
-    if shutil.which(program) is None:
-        pytest.skip(f"{program} not found: RELION is not installed (apt-get install relion)")
-    with tempfile.TemporaryDirectory() as scratch:  # RELION leaves scratch files (.spi) where it runs
-        result = subprocess.run([program, *map(str, args)], capture_output=True, text=True, cwd=cwd or scratch,
-                                timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert result.returncode == 0, (program, args, result.stdout[-2000:], result.stderr[-2000:])
-    return result
-
-
-def start_server(root: Path, log: Path, env: dict[str, str] | None = None,
-                 timeout: float = 300) -> tuple[subprocess.Popen, str]:
-    """``noa serve`` (one process) on a free loopback port over the data root ``root``, its output in
-    ``log``, once ready: ``(process, url)``. The caller stops it (``terminate``). Kernels compile at start-up
-    (cached after the first run), hence the generous ``timeout``."""
-    import socket
-    import time
-
-    import httpx
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    environment = {**os.environ, "NOA_DATA_ROOT": str(root), **(env or {})}
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "noa_cli.main", "serve", "--processes", "1", "--log-level",
-                                 "warning", "--host", "127.0.0.1", "--port", str(port)], cwd=REPO, env=environment,
-                                stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    proc.wait(30)
-    raise RuntimeError(f"server not ready: {log.read_text()[-2000:]}")
+        yield make

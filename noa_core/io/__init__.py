@@ -2,7 +2,7 @@
 
 Entry points:
 
-- :func:`read` (alias :func:`open`): ``(Array, Metadata)`` from a file; the format comes from the
+- :func:`read`: ``(Array, Metadata)`` from a file; the format comes from the
   magic bytes, then the extension. Large uncompressed files are memory-mapped read-only, so
   opening a 50 GB file only reads its header.
 - :func:`probe`: shape, strides, element type and metadata from the header alone (no data read).
@@ -24,11 +24,11 @@ import os
 from noa_core.array import Array, asarray
 from noa_core.errors import FileFormatError
 from noa_core.io import formats
-from noa_core.io.metadata import Metadata, Statistics
+from noa_core.io.metadata import Metadata, HeaderStatistics
 from noa_core.io.protocol import Probe, ReadRequest
 from noa_core.io.stream import Writer, copy_into, create, fill
 
-__all__ = ["read", "open", "probe", "Probe", "write", "create", "copy_into", "Metadata", "Statistics", "Writer"]
+__all__ = ["read", "probe", "Probe", "write", "create", "copy_into", "Metadata", "Statistics", "Writer"]
 
 
 def read(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bool | None = None,
@@ -78,9 +78,6 @@ def _format_and_request(path, request: ReadRequest, method: str):
             takers = " and ".join(f.title for f in formats.ALL_FORMATS if name in getattr(f, "read_options", ()))
             raise FileFormatError(f"{p}: {name}: {fmt.title} files have no {what}; {name}= is for {takers}")
     return getattr(fmt, method)(p, dataclasses.replace(request, compression=compression))
-
-
-open = read  # noqa: A001 - ``noa_core.io.open`` reads the same way (lazily by default)
 
 
 def write(path: str | os.PathLike, array, metadata: Metadata | None = None, *, overwrite: bool = False,

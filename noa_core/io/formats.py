@@ -130,6 +130,14 @@ def output_format(path: Path) -> ImageFormat:
                              f"nor a store ({stores})")
 
 
+def media_type(path: Path) -> str:
+    """The media type of a file by its extension (a file of no format noa writes: plain bytes)."""
+    try:
+        return output_format(path).media_type
+    except UnknownFormatError:
+        return "application/octet-stream"
+
+
 def strip_image_suffix(name: str) -> str:
     """``name`` without its image extension and compression suffix ('a.mrc.gz' -> 'a', 'b.ome.tif' -> 'b.ome')."""
     lowered = name.lower()

@@ -12,7 +12,7 @@ physical size. When an operation moves the batch axis into D, H or W, the new ax
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -20,6 +20,8 @@ from noa_core import layout
 from noa_core.layout import Shape4
 
 Triple = tuple[float, float, float]
+# Per output section, the input's stored section it comes from (None: a new one), or a function giving them.
+Picks = Sequence[int | None] | Callable[[], Sequence[int | None]] | None
 
 ANGSTROM = "Å"
 # Length units recognised when converting TIFF calibration to MRC Ångström, by their usual spellings.
@@ -34,16 +36,34 @@ _ANGSTROMS_PER_UNIT = {
 
 class FormatFields(Protocol):
     """A format's own header fields (``Metadata.mrc`` holds :class:`noa_core.io.mrc.MrcFields`): they
-    follow the array through permute and broadcast, adding notices for what they drop."""
+    follow the array through permute, broadcast, resizing and the picking or joining of sections (the
+    extended header's per-section records), adding notices for what they drop."""
 
     def permute(self, perm: Shape4, notices: list[str]) -> FormatFields: ...
 
     def broadcast(self, shape: Shape4, target: Shape4, notices: list[str]) -> FormatFields: ...
 
+    def resized(self, shape: Shape4, target: Shape4, grown_axes: Sequence[int] = ()) -> FormatFields: ...
+
+    def take_sections(self, sections: int, stored: str | None, picks: Picks, why: str, pixel_scale: float,
+                      notices: list[str]) -> FormatFields: ...
+
+    def joined(self, parts: Sequence[tuple[FormatFields | None, int, str | None, str]],
+               notices: list[str]) -> FormatFields: ...
+
 
 def permute_per_axis(values: Sequence, unknown, perm: Shape4) -> tuple:
     """Per-D/H/W ``values`` after ``permute(perm)`` of BDHW: an axis from the batch gets ``unknown``."""
     return layout.permute((unknown,) + tuple(values), perm)[1:]
+
+
+def stored_sections(shape: Sequence[int], axis: int, indices: Sequence[int]) -> list[int]:
+    """The stored sections (``b * D + d``, as an MRC file holds them) of the output whose ``axis`` entries
+    are the input's ``indices``."""
+    b, d = shape[0], shape[1]
+    if axis == 0:
+        return [i * d + z for i in indices for z in range(d)]
+    return [s * d + i for s in range(b) for i in indices]
 
 
 def angstroms_per_unit(unit: str | None) -> float | None:
@@ -54,7 +74,7 @@ def angstroms_per_unit(unit: str | None) -> float | None:
 
 
 @dataclass(frozen=True)
-class Statistics:
+class HeaderStatistics:
     """Header statistics: minimum, maximum, mean and RMS deviation from the mean (None: unknown)."""
 
     min: float | None
@@ -93,7 +113,7 @@ class Metadata:
     unit: str | None = ANGSTROM
     origin: Triple = (0.0, 0.0, 0.0)
     labels: list[str] = field(default_factory=list)
-    statistics: Statistics | None = None
+    statistics: HeaderStatistics | None = None
     kind: str = ""
     order: str | None = None
     axes: str = ""
@@ -131,6 +151,53 @@ class Metadata:
         out = self._derived(target)
         if self.mrc is not None:
             out.mrc = self.mrc.broadcast(self.shape, target, out.notices)
+        return out
+
+    def derived(self, shape: Sequence[int], *, pixel_size: Sequence[float] | None = None,
+                origin: Sequence[float] | None = None, grown_axes: Sequence[int] = ()) -> Metadata:
+        """Metadata of an output of ``shape`` made from this array's voxels (a crop, pad, binning, flip,
+        a choice of sections): pixel size and origin replaced where given; the format's per-axis fields of
+        the axes whose size changed (or named in ``grown_axes``) become unknown."""
+        target = layout.as_shape4(tuple(shape))
+        out = self._derived(target)
+        if pixel_size is not None:
+            out.pixel_size = tuple(float(p) for p in pixel_size)
+        if origin is not None:
+            out.origin = tuple(float(o) for o in origin)
+        if out.mrc is not None:
+            out.mrc = out.mrc.resized(self.shape, target, grown_axes)
+        return out
+
+    def with_sections(self, source: Metadata, picks: Picks, why: str = "", pixel_scale: float = 1.0) -> Metadata:
+        """This metadata (of an output) with the extended-header records of ``source``'s stored sections
+        ``picks`` (:func:`stored_sections`), or, with ``picks`` None, without them because ``why``; FEI pixel
+        sizes scaled by ``pixel_scale`` (a binning). The one rule for every operation that picks sections."""
+        if self.mrc is not None:
+            self.mrc = self.mrc.take_sections(source.shape[0] * source.shape[1], source.order, picks, why,
+                                              pixel_scale, self.notices)
+        return self
+
+    def section_part(self, axis: int, start: int, stop: int) -> Metadata:
+        """Metadata of entries ``start:stop`` along ``axis`` (batch 0 or depth 1) as a file of their own (a
+        split): a volume's Z sections become an image stack and keep their place (IMOD's convention: section
+        ``k`` lies at ``k * pixel - origin``, so the origin loses ``start * pixel``)."""
+        b, d, h, w = self.shape
+        if axis == 0:
+            out = self.derived((stop - start, d, h, w))
+        else:
+            out = self.derived((stop - start, 1, h, w),
+                               origin=(self.origin[0] - start * self.pixel_size[0], *self.origin[1:]))
+        return out.with_sections(self, lambda: stored_sections(self.shape, axis, range(start, stop)))
+
+    @staticmethod
+    def joined(metas: Sequence[Metadata], names: Sequence[str]) -> Metadata:
+        """Metadata of arrays joined along the batch: the first one's (pixel size, origin, labels); the
+        extended headers joined as :meth:`FormatFields.joined` says."""
+        first = metas[0]
+        out = first._derived(layout.Shape4((sum(m.shape[0] for m in metas), *first.shape[1:])))
+        if out.mrc is not None:
+            parts = [(m.mrc, m.shape[0] * m.shape[1], m.order, name) for m, name in zip(metas, names)]
+            out.mrc = out.mrc.joined(parts, out.notices)
         return out
 
     def resampled(self, shape: int | Sequence[int], pixel_size: Triple) -> Metadata:

@@ -21,7 +21,7 @@ import datetime
 import math
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -43,7 +43,7 @@ from noa_core.errors import (
 )
 from noa_core.io import mapped
 from noa_core.io.compression import CHUNK_BYTES, Decompressed, open_input
-from noa_core.io.metadata import ANGSTROM, Metadata, Statistics, Triple, permute_per_axis
+from noa_core.io.metadata import ANGSTROM, Metadata, HeaderStatistics, Triple, permute_per_axis
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.layout import Shape4
 
@@ -78,6 +78,14 @@ MAX_DATA_BYTES = 1 << 48
 MAX_EXTENDED_BYTES = 64 << 20
 MAX_LABELS = 10
 LABEL_BYTES = 80
+
+
+# Extended header types whose records are one per section (mrcfile indexes FEI1/FEI2; SerialEM and Agard
+# blocks hold nint bytes per section), and the ones holding symmetry operators, which belong to the map.
+PER_SECTION_TYPES = ("FEI1", "FEI2", "SERI", "AGAR")
+SYMMETRY_TYPES = ("CCP4", "MRCO")
+# Per output section, the input section it comes from (None: a new one), or a function giving them.
+Picks = Sequence[int | None] | Callable[[], Sequence[int | None]] | None
 
 
 @dataclass(frozen=True)
@@ -119,11 +127,100 @@ class MrcFields:
     def broadcast(self, shape: Shape4, target: Shape4, notices: list[str]) -> MrcFields:
         """The fields of an array broadcast from ``shape`` to ``target``: grown axes lose their
         sampling; the extended header goes when the shape changes, with a notice added to ``notices``."""
-        grown = [old != new for old, new in zip(shape[1:], target[1:])]
-        out = dataclasses.replace(self, sampling=tuple(0 if g else m for g, m in zip(grown, self.sampling)))
+        out = self.resized(shape, target)
         if target != shape:
             out = out._without_extended_header(f"shape broadcast from {shape} to {target}", notices)
         return out
+
+    def resized(self, shape: Shape4, target: Shape4, grown_axes: Sequence[int] = ()) -> MrcFields:
+        """The fields of an output of ``target`` made from an array of ``shape`` (a crop, pad, binning,
+        regrouping): the D, H, W axes whose size changed, or named in ``grown_axes``, lose their sampling."""
+        changed = [shape[i] != target[i] or i in grown_axes for i in (1, 2, 3)]
+        return dataclasses.replace(self, sampling=tuple(0 if c else m for c, m in zip(changed, self.sampling)))
+
+    def record_bytes(self, sections: int) -> int | None:
+        """Bytes of one section's record when the extended header holds one per section of ``sections``
+        stored sections (FEI1/FEI2 by mrcfile's record type, SERI/AGAR by division); None otherwise."""
+        extended = self.extended_header
+        if extended is None or self.exttyp not in PER_SECTION_TYPES:
+            return None
+        dtype = _records_dtype(self.exttyp)
+        if dtype is not None:
+            size = dtype.itemsize
+        else:
+            size = len(extended) // sections if sections and len(extended) % sections == 0 else 0
+        return size if size and len(extended) >= size * sections else None
+
+    def take_sections(self, sections: int, stored: str | None, picks: Picks, why: str, pixel_scale: float,
+                      notices: list[str]) -> MrcFields:
+        """The fields of an output whose stored sections are the input's ``picks`` (per output section, the
+        input section whose record it takes, None for a new one; or a function giving them, called only
+        where there are per-section records), for an input of ``sections`` stored sections in the order
+        ``stored``. With ``picks`` None the sections are new, because ``why``. Per-section records follow
+        their sections (FEI pixel sizes scaled by ``pixel_scale``, a binning); a block not per section (CCP4
+        and MRCO symmetry operators) stays whenever the sections come from the input's. What cannot
+        follow is dropped, with a notice added to ``notices``."""
+        extended = self.extended_header
+        if extended is None:
+            return self
+        if self.exttyp not in PER_SECTION_TYPES:
+            if picks is not None or self.exttyp in SYMMETRY_TYPES:
+                return self
+            return self._without_extended_header(why, notices)
+        if picks is None:
+            return self._without_extended_header(why, notices)
+        if callable(picks):
+            picks = picks()
+        if stored not in ("C", "F", None):
+            return self._without_extended_header("the input's sections are not along Z (axis mapping), so its "
+                                                 "records cannot follow them", notices)
+        size = self.record_bytes(sections)
+        if size is None:
+            return self._without_extended_header(f"its {self.exttyp} records ({len(extended)} bytes) cannot be "
+                                                 f"told apart for {sections} sections", notices)
+        if any(p is None for p in picks):
+            return self._without_extended_header("new sections were added, which have no records", notices)
+        records = np.frombuffer(extended, np.uint8, count=size * sections).reshape(sections, size)
+        chosen = records[list(picks)] if len(picks) else records[:0]
+        dtype = _records_dtype(self.exttyp)
+        if dtype is not None and pixel_scale != 1.0 and len(chosen):
+            typed = chosen.copy().view(dtype).reshape(-1)
+            for name in ("Pixel size X", "Pixel size Y"):
+                typed[name] = typed[name] * pixel_scale
+            chosen = typed.view(np.uint8).reshape(len(picks), size)
+        kept = np.ascontiguousarray(chosen).tobytes() or None
+        return dataclasses.replace(self, extended_header=kept, exttyp=self.exttyp if kept else None)
+
+    def joined(self, parts: Sequence[tuple[MrcFields | None, int, str | None, str]],
+               notices: list[str]) -> MrcFields:
+        """The fields of inputs joined along the batch, ``self`` being the first input's; ``parts`` gives per
+        input its fields, stored sections, stored order and name. Per-section records are concatenated
+        when every input has them, of one type; a block not per section stays when every input has the
+        same one. Else the extended header is dropped, with a notice added to ``notices``."""
+        if self.extended_header is None:
+            return self
+        first = parts[0][3]
+        records = []
+        for fields, sections, stored, name in parts:
+            if fields is None or fields.extended_header is None:
+                why = f"{name} has none"
+            elif fields.exttyp != self.exttyp:
+                why = f"{name}'s type ({fields.exttyp}) differs from {first}'s ({self.exttyp})"
+            elif self.exttyp not in PER_SECTION_TYPES:
+                if fields.extended_header == self.extended_header:
+                    continue
+                why = f"{name}'s {self.exttyp or 'untyped'} block differs from {first}'s"
+            elif stored not in ("C", "F", None):
+                why = f"{name}'s sections are not stored along Z"
+            elif (size := fields.record_bytes(sections)) is None:
+                why = f"{name}'s records are not one per section"
+            else:
+                records.append(fields.extended_header[:size * sections])
+                continue
+            return self._without_extended_header(f"inputs joined, and {why}", notices)
+        if self.exttyp not in PER_SECTION_TYPES:
+            return self
+        return dataclasses.replace(self, extended_header=b"".join(records))
 
     def _without_extended_header(self, why: str, notices: list[str]) -> MrcFields:
         if self.extended_header is None:
@@ -255,10 +352,10 @@ def _labels(header: np.record) -> list[str]:
     return [t for t in texts if t.strip()]
 
 
-def _statistics(header: np.record) -> Statistics:
+def _statistics(header: np.record) -> HeaderStatistics:
     lo, hi, mean, rms = (float(header[k]) for k in ("dmin", "dmax", "dmean", "rms"))
     determined = hi >= lo  # MRC2014: dmax < dmin means "not well determined"
-    return Statistics(lo if determined else None, hi if determined else None,
+    return HeaderStatistics(lo if determined else None, hi if determined else None,
                       mean if determined and mean >= lo else None, rms if rms >= 0 else None)
 
 
@@ -583,7 +680,7 @@ def merge_labels(old: list[str], new: str) -> list[str]:
     return labels
 
 
-def make_header(spec: OutputSpec, stats: Statistics, labels: list[str], extended: bytes | None,
+def make_header(spec: OutputSpec, stats: HeaderStatistics, labels: list[str], extended: bytes | None,
                 exttyp: str | None) -> bytes:
     """The 1024 header bytes (little-endian, nversion 20141) describing an output array stored as
     :func:`stored_dtype` says (``spec.dtype`` with ``spec.write_options``).
@@ -669,7 +766,7 @@ def _extended_header(spec: OutputSpec, notices: list[str]) -> tuple[bytes | None
     return extended, exttyp
 
 
-def _output_header(spec: OutputSpec, stats: Statistics, extended: bytes | None, exttyp: str | None) -> bytes:
+def _output_header(spec: OutputSpec, stats: HeaderStatistics, extended: bytes | None, exttyp: str | None) -> bytes:
     """The header of an output: the source's labels plus noa's, the given statistics."""
     md = spec.metadata
     labels = merge_labels(md.labels if md is not None else [], stamp_label(spec.label, layout.kind(spec.shape)))
@@ -725,7 +822,7 @@ class MrcFormat:
                 notices.append(f"{spec.path}: {notice}")
         offset = HEADER_BYTES + (len(extended) if extended else 0)
         with open(temp, "r+b") as f:
-            f.write(_output_header(spec, Statistics(None, None, None, None), extended, exttyp))
+            f.write(_output_header(spec, HeaderStatistics(None, None, None, None), extended, exttyp))
             f.write(extended or b"")
             f.truncate(offset + math.prod(spec.shape) * dtype.itemsize)
         if spec.order == "F":
@@ -733,7 +830,7 @@ class MrcFormat:
                            "ignore the axis mapping show the transpose")
         return Created(offset, notices, dtype)
 
-    def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
+    def finish(self, temp: Path, spec: OutputSpec, statistics: HeaderStatistics) -> None:
         """Rewrite the header with the statistics of the data (and a label stamped now)."""
         extended, exttyp = _extended_header(spec, [])
         with open(temp, "r+b") as f:

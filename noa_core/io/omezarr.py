@@ -60,7 +60,7 @@ from noa_core.errors import (
     WriteDTypeError,
 )
 from noa_core.io import beneath, mapped, tiff
-from noa_core.io.metadata import ANGSTROM, Metadata, Statistics, angstroms_per_unit
+from noa_core.io.metadata import ANGSTROM, Metadata, HeaderStatistics, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.limits import MAX_OUTPUT_BYTES
 from noa_core.layout import Shape4
@@ -1034,7 +1034,7 @@ class OmeZarrFormat:
     def create(self, temp: Path, spec: OutputSpec) -> Created:
         raise FileFormatError(f"{spec.path}: an OME-Zarr output is a directory; it is made by create_store")
 
-    def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
+    def finish(self, temp: Path, spec: OutputSpec, statistics: HeaderStatistics) -> None:
         raise FileFormatError(f"{spec.path}: an OME-Zarr output is a directory; it is made by create_store")
 
     def create_store(self, store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from noa_core import layout
-from noa_core.io.metadata import Metadata, Statistics
+from noa_core.io.metadata import Metadata, HeaderStatistics
 from noa_core.layout import Shape4, Strides4
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ class ImageFormat(Protocol):
         """Lay out an output in ``temp`` (an empty file): header and structure, and room for the packed
         data, whose offset it returns; the header statistics wait for :meth:`finish`."""
 
-    def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
+    def finish(self, temp: Path, spec: OutputSpec, statistics: HeaderStatistics) -> None:
         """Complete the header of ``temp`` once the data are written (statistics are those of the data)."""
 
 

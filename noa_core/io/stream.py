@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -29,13 +29,11 @@ from noa_core import layout
 from noa_core.array import Array, asarray
 from noa_core.errors import FileFormatError, LayoutError, NoSpaceError, ShapeError
 from noa_core.io import atomic, formats, mapped
-from noa_core.io.metadata import Metadata, Statistics
+from noa_core.io.metadata import Metadata
 from noa_core.io.protocol import OutputSpec
 from noa_core.limits import check_output_size
+from noa_core.moments import RunningStatistics
 from noa_core.layout import Shape4
-
-if TYPE_CHECKING:
-    from noa_core.reduction import Moments
 
 # Per tile, the buffer of the output and of each source read (two tiles are in flight). Small enough for
 # a tile to stay in the processor's cache between its read, its statistics and its write: measured on
@@ -67,43 +65,6 @@ class TileTarget(Protocol):
         """Make what was written durable before a task reports it done."""
 
     def close(self) -> None: ...
-
-
-class RunningStatistics:
-    """Minimum, maximum, mean and RMS deviation accumulated over blocks (float64; complex: RMS only).
-
-    Each block's moments come from one parallel pass (:func:`noa_core.reduction.moments`); blocks
-    merge with Chan et al.'s formula, so merging the same blocks in the same order gives the same
-    bits, whichever process computed them.
-    """
-
-    def __init__(self, moments: Moments | None = None) -> None:
-        from noa_core.reduction import EMPTY_MOMENTS  # numba: only outputs (which need it) get here
-
-        self.moments = EMPTY_MOMENTS if moments is None else moments
-
-    def add(self, block: np.ndarray | Array) -> None:
-        self.merge(RunningStatistics.of(block))
-
-    @classmethod
-    def of(cls, block: np.ndarray | Array) -> RunningStatistics:
-        """The statistics of one block."""
-        from noa_core.reduction import moments  # numba: not imported for reading headers
-
-        return cls(moments(block if isinstance(block, Array) else asarray(block)))
-
-    def merge(self, other: RunningStatistics) -> None:
-        """Add the values ``other`` accumulated."""
-        self.moments = self.moments.merge(other.moments)
-
-    def result(self) -> Statistics:
-        m = self.moments
-        if m.count == 0:
-            return Statistics(None, None, None, None)
-        rms = math.sqrt(m.m2 / m.count)
-        if m.min is None:  # complex: MRC statistics are real numbers, only the RMS deviation means something
-            return Statistics(None, None, None, rms)
-        return Statistics(m.min, m.max, float(m.mean), rms)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -554,6 +515,22 @@ def same_tile(sources: Sequence[Array], shape: Shape4, compute: Compute) -> Tile
     ``key`` is computed from the same tile of every source."""
     views = [s if s.shape == shape else s.broadcast(shape) for s in map(asarray, sources)]
     return lambda key: ([view[key] for view in views], compute)
+
+
+def compute_whole(source: Array, shape: Sequence[int], dtype, reads: TileReads) -> Array:
+    """The whole output of ``reads`` as one tile, in memory: what the file operations compute tile by tile.
+
+    The computes are NumPy and numba CPU code: a source on a GPU is moved to the CPU, and the result back."""
+    from noa_core.array import empty
+
+    device = source.device
+    if device != "cpu":
+        source = source.to("cpu")
+    out = empty(tuple(shape), dtype)
+    if math.prod(out.shape) > 0:
+        views, compute = reads(tuple(slice(0, n) for n in out.shape))
+        compute([asarray(np.ascontiguousarray(v.numpy())) for v in views], out)
+    return out if device == "cpu" else out.to(device)
 
 
 def plan_tiles(writer: Writer, sources: Sequence[Array], block_bytes: int = TILE_BYTES,

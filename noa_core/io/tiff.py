@@ -49,7 +49,7 @@ from noa_core.errors import (
 )
 from noa_core.io import mapped
 from noa_core.io.compression import open_input
-from noa_core.io.metadata import Metadata, Statistics, angstroms_per_unit
+from noa_core.io.metadata import Metadata, HeaderStatistics, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.layout import Shape4
 
@@ -583,7 +583,7 @@ class TiffFormat:
                            "readers that ignore the axes show the transpose")
         return Created(create_file(temp, spec.shape, spec.dtype, spec.order, spec.metadata), notices)
 
-    def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
+    def finish(self, temp: Path, spec: OutputSpec, statistics: HeaderStatistics) -> None:
         pass  # the structure written by create is complete
 
 

@@ -14,6 +14,7 @@ per process and kept in memory.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,7 +26,7 @@ from numba.core import cgutils, types
 from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic, register_jitable
 
-from noa_core.kernels import BUILTIN_OPS, compile_template, transpose_plan
+from noa_core.kernels import BUILTIN_OPS, cache_on_disk, compile_template, transpose_plan
 from noa_core import runtime
 from noa_core.runtime import SERIAL_THRESHOLD
 
@@ -287,6 +288,34 @@ def _reduce_source(name: str, n_in: int) -> str:
                           views=_indent(views, 4), v0=", ".join(f"v_{x}[i]" for x in ins), strided=strided)
 
 
+# Every template, by kernel kind: ``render(name, variant)`` gives the source of the kernel ``name``
+# for ``variant`` (the operand layout, spelled as in the kernel's name); template_variants lists them.
+TEMPLATES: dict[str, Callable[[str, str], str]] = {
+    "ewise": lambda name, variant: _ewise_source(name, variant.split("_")[0], int(variant.split("_")[1])),
+    "transpose": lambda name, variant: _TRANSPOSE.format(name=name, micro=MICRO),
+    "iwise": lambda name, variant: _IWISE.format(name=name, args="".join(f", a{k}" for k in range(int(variant)))),
+    "reduce": lambda name, variant: _reduce_source(name, int(variant)),
+    "reduce_final": lambda name, variant: _REDUCE_FINAL.format(name=name),
+    "moments": lambda name, variant: _moments_source(name, variant == "c"),
+}
+
+
+def template_variants(kind: str, max_operands: int = 3) -> list[str]:
+    """The variants of :data:`TEMPLATES` ``kind`` with up to ``max_operands`` inputs, outputs or
+    extra arguments (ewise: 'a'/'s' per input, then the number of outputs)."""
+    counts = range(1, max_operands + 1)
+    variants = {
+        "ewise": [f"{''.join(kinds)}_{n_out}" for n_in in counts for kinds in itertools.product("as", repeat=n_in)
+                  for n_out in counts],
+        "transpose": ["11"],
+        "iwise": [str(n) for n in range(max_operands + 1)],
+        "reduce": [str(n) for n in counts],
+        "reduce_final": ["1"],
+        "moments": ["r", "c"],
+    }
+    return variants[kind]
+
+
 # -- compilation -------------------------------------------------------------------------------
 
 
@@ -303,9 +332,10 @@ def _op_name(op: Callable) -> str | None:
     return getattr(op, "noa_cache_tag", None)
 
 
-def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str, Callable],
-            parallel: bool, fastmath: set[str] | bool = False, helpers: dict[str, Callable] | None = None) -> Callable:
-    """Compile (once) the kernel ``kind`` for ``variant`` around ``ops`` (names in the template).
+def _kernel(kind: str, variant: str, ops: dict[str, Callable], parallel: bool,
+            fastmath: set[str] | bool = False, helpers: dict[str, Callable] | None = None) -> Callable:
+    """Compile (once) the kernel ``kind`` (:data:`TEMPLATES`) for ``variant`` around ``ops`` (names in
+    the template).
 
     ``helpers`` are this module's own jitted functions that the template calls: unlike ops they
     do not decide whether the kernel may be cached (an edit of this file retires its cache anyway).
@@ -323,10 +353,12 @@ def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str
             name = f"{kind}_{tag}_{variant}_{'par' if parallel else 'ser'}"
             namespace = {"np": np, "prange": numba.prange, **(helpers or {})}
             namespace.update({k: _as_dispatcher(f) for k, f in ops.items()})
-            func = compile_template(source(name), name, __name__, namespace)
-            kernel = numba.njit(parallel=parallel, nogil=True, cache=cacheable and runtime.CACHE_ENABLED,
-                                error_model="numpy",
-                                fastmath=fastmath)(func)
+            func = compile_template(TEMPLATES[kind](name, variant), name, __name__, namespace)
+            kernel = numba.njit(parallel=parallel, nogil=True, error_model="numpy", fastmath=fastmath)(func)
+            if cacheable and runtime.CACHE_ENABLED:
+                # Not njit(cache=True): numba cannot locate a function compiled under a
+                # '<noa kernel ...>' name; cache_on_disk caches it by this module's file, as before.
+                cache_on_disk(kernel)
             _KERNELS[key] = kernel
             _BUILT[0] += 1
     return kernel
@@ -375,8 +407,7 @@ def ewise(op: Callable, inputs: Sequence, outputs: Sequence[np.ndarray], shape: 
         plan = transpose_plan(shape, in_strides[0], out_strides[0], MIN_TILE_EDGE)
         if plan is not None:
             tile = TILE_SMALL if outputs[0].itemsize <= 4 else TILE_LARGE
-            kernel = _kernel("transpose", "11", lambda name: _TRANSPOSE.format(name=name, micro=MICRO), {"op": op},
-                             parallel, helpers={"transpose_block": _transpose_block})
+            kernel = _kernel("transpose", "11", {"op": op}, parallel, helpers={"transpose_block": _transpose_block})
             kernel(inputs[0], outputs[0], *plan, tile)
             return
     kinds = "".join("a" if a else "s" for a in arrays_in)
@@ -384,17 +415,14 @@ def ewise(op: Callable, inputs: Sequence, outputs: Sequence[np.ndarray], shape: 
     unit = bool((strides[:, 3] == 1).all()) or shape[3] == 1
     chunk = CHUNK if parallel else max(shape[3], 1)
     variant = f"{kinds}_{len(outputs)}"
-    kernel = _kernel("ewise", variant, lambda name: _ewise_source(name, kinds, len(outputs)), {"op": op}, parallel)
+    kernel = _kernel("ewise", variant, {"op": op}, parallel)
     kernel(*inputs, *outputs, shape, strides, unit, chunk)
 
 
 def iwise(op: Callable, shape: Sequence[int], args: Sequence) -> None:
     """Call ``op(b, d, h, w, *args)`` for every index of ``shape`` (rightmost order per thread)."""
     shape = tuple(int(n) for n in shape)
-    variant = str(len(args))
-    extra = "".join(f", a{k}" for k in range(len(args)))
-    kernel = _kernel("iwise", variant, lambda name: _IWISE.format(name=name, args=extra), {"op": op},
-                     _parallel(int(np.prod(shape))))
+    kernel = _kernel("iwise", str(len(args)), {"op": op}, _parallel(int(np.prod(shape))))
     kernel(shape, *args)
 
 
@@ -422,12 +450,11 @@ def reduce(pre: Callable, combine: Callable, final: Callable, inputs: Sequence[n
     partials = np.empty((n_out, n_rc * n_ic), dtype=np.asarray(initial).dtype)
     ops = {"pre": pre, "combine": combine}
     variant = str(len(inputs))
-    kernel = _kernel("reduce", variant, lambda name: _reduce_source(name, len(inputs)), ops, parallel,
-                     fastmath={"reassoc"})
+    kernel = _kernel("reduce", variant, ops, parallel, fastmath={"reassoc"})
     kernel(*(_read_only(x) for x in inputs), tuple(int(n) for n in out_shape), kstrides, tuple(int(n) for n in rshape), rstrides,
            n_rc, n_ic, unit, partials, initial)
-    finish = _kernel("reduce_final", "1", lambda name: _REDUCE_FINAL.format(name=name),
-                     {"combine": combine, "final": final}, parallel and n_out >= SERIAL_THRESHOLD)
+    finish = _kernel("reduce_final", "1", {"combine": combine, "final": final},
+                     parallel and n_out >= SERIAL_THRESHOLD)
     finish(partials, result)
 
 
@@ -536,7 +563,6 @@ def moments(buf: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> tu
     tasks = shape[0] * shape[1] * shape[2] * ((shape[3] + chunk - 1) // chunk)
     parallel = _parallel(count)
     kernel = _kernel("moments", "c" if complex_input else "r",
-                     lambda name: _moments_source(name, complex_input),
                      {"minimum": BUILTIN_OPS["minimum"], "maximum": BUILTIN_OPS["maximum"]}, parallel,
                      helpers={"run_sum_min_max": _run_sum_min_max, "run_squared_deviations": _run_squared_deviations})
     counts = np.empty(tasks, np.int64)

@@ -5,11 +5,13 @@ shapes and strides), so the front-ends stay back-end agnostic. Kernels use grid-
 consecutive threads take consecutive innermost indices, so stride-1 operands are coalesced.
 Transposes (input and output contiguous along different dimensions) go through a shared-memory
 tile instead, so that both the reads and the writes are coalesced.
-Kernels are compiled once per process (numba-cuda has no on-disk cache for generated code).
+Kernels are compiled once per process (numba-cuda has no on-disk cache for generated code), each
+from its template's source under a ``<noa kernel ...>`` name (see :mod:`noa_core.kernels`).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -140,13 +142,39 @@ def _reduce_source(name: str, n_in: int) -> str:
     return _REDUCE.format(name=name, args=", ".join(ins), body=f"        acc = combine(acc, pre({loads}))")
 
 
+# Every template, by kernel kind: ``render(name, variant)`` gives the source of the kernel ``name``
+# for ``variant`` (as in the CPU back-end; a transpose's variant is its tile's type, which the
+# source does not depend on); template_variants lists them.
+TEMPLATES: dict[str, Callable[[str, str], str]] = {
+    "ewise": lambda name, variant: _ewise_source(name, variant.split("_")[0], int(variant.split("_")[1])),
+    "transpose": lambda name, variant: _TRANSPOSE.format(name=name),
+    "iwise": lambda name, variant: _IWISE.format(name=name, args="".join(f", a{k}" for k in range(int(variant)))),
+    "reduce": lambda name, variant: _reduce_source(name, int(variant)),
+    "reduce_final": lambda name, variant: _REDUCE_FINAL.format(name=name),
+}
+
+
+def template_variants(kind: str, max_operands: int = 3) -> list[str]:
+    """The variants of :data:`TEMPLATES` ``kind`` with up to ``max_operands`` inputs, outputs or
+    extra arguments (ewise: 'a'/'s' per input, then the number of outputs)."""
+    counts = range(1, max_operands + 1)
+    variants = {
+        "ewise": [f"{''.join(kinds)}_{n_out}" for n_in in counts for kinds in itertools.product("as", repeat=n_in)
+                  for n_out in counts],
+        "transpose": ["float32", "complex128"],
+        "iwise": [str(n) for n in range(max_operands + 1)],
+        "reduce": [str(n) for n in counts],
+        "reduce_final": ["1"],
+    }
+    return variants[kind]
+
+
 def _device_function(op: Callable) -> Callable:
     py_func = getattr(op, "py_func", op)  # a CPU dispatcher's Python function compiles for CUDA too
     return cuda.jit(device=True)(py_func)
 
 
-def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str, Callable],
-            constants: dict | None = None) -> Callable:
+def _kernel(kind: str, variant: str, ops: dict[str, Callable], constants: dict | None = None) -> Callable:
     key = (kind, variant, tuple(ops.items()))
     with _LOCK:
         kernel = _KERNELS.get(key)
@@ -154,7 +182,7 @@ def _kernel(kind: str, variant: str, source: Callable[[str], str], ops: dict[str
             name = f"cuda_{kind}_{variant}_{len(_KERNELS)}"
             namespace = {"cuda": cuda, **(constants or {})}
             namespace.update({k: _device_function(f) for k, f in ops.items()})
-            kernel = cuda.jit(compile_template(source(name), name, __name__, namespace))
+            kernel = cuda.jit(compile_template(TEMPLATES[kind](name, variant), name, __name__, namespace))
             _KERNELS[key] = kernel
     return kernel
 
@@ -186,7 +214,7 @@ def ewise(op: Callable, inputs: Sequence, outputs: Sequence, shape: Sequence[int
     kinds = "".join("s" if st is None else "a" for st in in_strides)
     strides = _flat_strides([st for st in in_strides if st is not None] + list(out_strides))
     variant = f"{kinds}_{len(outputs)}"
-    kernel = _kernel("ewise", variant, lambda name: _ewise_source(name, kinds, len(outputs)), {"op": op})
+    kernel = _kernel("ewise", variant, {"op": op})
     blocks, threads = _grid(int(np.prod(shape)))
     kernel[blocks, threads](*inputs, *outputs, tuple(int(n) for n in shape), strides)
     cuda.synchronize()
@@ -196,7 +224,7 @@ def _transpose(op: Callable, source, out, shape: tuple[int, ...], si: tuple[int,
     """The tiled transpose: ``shape``, ``si``, ``so`` as planned by :func:`transpose_plan`."""
     tile_type = numba.from_dtype(out.dtype)
     constants = {"TILE": TILE, "TILE_ROWS": TILE_ROWS, "tile_type": tile_type}
-    kernel = _kernel("transpose", str(tile_type), lambda name: _TRANSPOSE.format(name=name), {"op": op}, constants)
+    kernel = _kernel("transpose", str(tile_type), {"op": op}, constants)
     n0, n1, n2, n3 = shape
     grid = (math.ceil(n3 / TILE), math.ceil(n2 / TILE), min(n0 * n1, MAX_GRID_YZ))
     kernel[grid, (TILE, TILE_ROWS)](source, out, shape, si, so)
@@ -205,8 +233,7 @@ def _transpose(op: Callable, source, out, shape: tuple[int, ...], si: tuple[int,
 
 def iwise(op: Callable, shape: Sequence[int], args: Sequence) -> None:
     """Call ``op(b, d, h, w, *args)`` for every index of ``shape``, one thread per index."""
-    extra = "".join(f", a{k}" for k in range(len(args)))
-    kernel = _kernel("iwise", str(len(args)), lambda name: _IWISE.format(name=name, args=extra), {"op": op})
+    kernel = _kernel("iwise", str(len(args)), {"op": op})
     blocks, threads = _grid(int(np.prod(shape)))
     kernel[blocks, threads](tuple(int(n) for n in shape), *args)
     cuda.synchronize()
@@ -220,14 +247,12 @@ def reduce(pre: Callable, combine: Callable, final: Callable, inputs: Sequence, 
     n_red = int(np.prod(rshape))
     n_chunks = max(1, min(n_red, REDUCE_THREADS // n_out))
     partials = cuda.device_array((n_out, n_chunks), dtype=np.asarray(initial).dtype)
-    kernel = _kernel("reduce", str(len(inputs)), lambda name: _reduce_source(name, len(inputs)),
-                     {"pre": pre, "combine": combine})
+    kernel = _kernel("reduce", str(len(inputs)), {"pre": pre, "combine": combine})
     # No grid-stride loop here: one thread per (output, chunk) task, so the grid covers them all.
     threads = max(1, min(THREADS, n_out * n_chunks))
     kernel[math.ceil(n_out * n_chunks / threads), threads](*inputs, tuple(int(n) for n in out_shape), _flat_strides(kstrides),
                             tuple(int(n) for n in rshape), _flat_strides(rstrides), n_chunks, partials, initial)
-    finish = _kernel("reduce_final", "1", lambda name: _REDUCE_FINAL.format(name=name),
-                     {"combine": combine, "final": final})
+    finish = _kernel("reduce_final", "1", {"combine": combine, "final": final})
     threads = max(1, min(THREADS, n_out))
     finish[math.ceil(n_out / threads), threads](partials, result)
     cuda.synchronize()

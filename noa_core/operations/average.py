@@ -8,24 +8,24 @@ from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Operation
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import stack
-    from noa_core.operations.plan import make_plan
+    from noa_core import stack_sections
+    from noa_core.io.metadata import stored_sections
+    from noa_core.operations.plan import region_plan
 
     array, meta = options.open_input(inputs[0])
-    shape, axis, left = stack.average_layout(array.shape, options.group)
-    dtype = stack.average_dtype(array.dtype)
+    shape, axis, left = stack_sections.average_layout(array.shape, options.group)
+    dtype = stack_sections.average_dtype(array.dtype)
     pixel, origin = meta.pixel_size, meta.origin
     if axis == 1:  # depth slices of a volume: N slices become one, N times thicker
         pixel = (pixel[0] * options.group, *pixel[1:])
-    out_meta = stack.derived(meta, shape, pixel_size=pixel, origin=origin)
+    out_meta = meta.derived(shape, pixel_size=pixel, origin=origin)
     notices = [f"average --group {options.group}: the last {left} of {array.shape[axis]} sections make no "
                "complete group and are left out"] if left else []
     firsts = [g * options.group for g in range(shape[axis])]  # each group takes its first section's record
-    out_meta = stack.follow_sections(out_meta, meta, stack.mrc_sections(array.shape, axis, firsts), "")
-    label = f"noa average --group {options.group}" + (" --sum" if options.sum else "")
-    return make_plan(inputs, [array], [array], None, out_meta, label, dtype, shape=shape,
-                     reads=stack.average_reads(array, options.group, options.sum),
-                     read_factor=options.group * array.dtype.itemsize / dtype.itemsize, notices=notices)
+    out_meta = out_meta.with_sections(meta, stored_sections(array.shape, axis, firsts))
+    return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=shape, dtype=dtype,
+                       reads=stack_sections.average_reads(array, options.group, options.sum),
+                       read_factor=options.group * array.dtype.itemsize / dtype.itemsize, notices=notices)
 
 
 OPERATION = Operation(

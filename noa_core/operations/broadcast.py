@@ -9,12 +9,12 @@ from noa_core.operations.spec import DEVICE, READING, REQUIRED, Integers, Operat
 
 def plan(inputs: list[Path], options: Options):
     from noa_core import layout
-    from noa_core.operations.plan import converter, make_plan
+    from noa_core.operations.plan import converter, tiled_plan
 
     array, meta = options.open_input(inputs[0])  # a missing or unreadable file is named first
     target = layout.as_shape4(options.shape)
-    return make_plan(inputs, [array], [array.broadcast(target)], converter("checked"), meta.broadcast(target),
-                     f"noa broadcast --shape {','.join(map(str, target))}")
+    return tiled_plan(options, inputs=inputs, read=[array], sources=[array.broadcast(target)],
+                      compute=converter("checked"), meta=meta.broadcast(target))
 
 
 def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:

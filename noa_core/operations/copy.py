@@ -23,17 +23,16 @@ HEIGHT = 2  # the BDHW axis of rows (Y)
 def plan(inputs: list[Path], options: Options):
     from noa_core import dtypes
     from noa_core.array import resolve_copy_order
-    from noa_core.operations.plan import converter, make_plan, reversing
+    from noa_core.operations.plan import converter, reversing, tiled_plan
 
     array, meta = options.open_input(inputs[0])
     out_dtype = None if options.dtype is None else dtypes.scalar_dtype(options.dtype)
     out_order = resolve_copy_order(array, options.order)
-    words = [f"--order {out_order}"] + ([f"--dtype {out_dtype}"] if out_dtype is not None else [])
     compute = converter("clamp" if options.clamp else "checked")
     if options.flip_y:  # a reversed read of whole columns: noa has no negative strides
-        compute, words = reversing(compute, (HEIGHT,)), [*words, "--flip-y"]
-    return make_plan(inputs, [array], [array], compute, meta, "noa copy " + " ".join(words), out_dtype, out_order,
-                     options.write_options(), whole_axes=(HEIGHT,) if options.flip_y else ())
+        compute = reversing(compute, (HEIGHT,))
+    return tiled_plan(options, inputs=inputs, read=[array], compute=compute, meta=meta, dtype=out_dtype,
+                      order=out_order, whole_axes=(HEIGHT,) if options.flip_y else ())
 
 
 def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:

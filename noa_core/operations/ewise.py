@@ -28,7 +28,7 @@ def plan(inputs: list[Path], options: Options):
 
     from noa_core import dtypes, layout
     from noa_core.expr import compile_expression
-    from noa_core.operations.plan import evaluator, make_plan
+    from noa_core.operations.plan import evaluator, tiled_plan
 
     opened = [options.open_input(src) for src in inputs]  # missing or unreadable files are named first
     compiled = compile_expression(options.expression, len(inputs))
@@ -41,8 +41,8 @@ def plan(inputs: list[Path], options: Options):
         out_dtype = np.dtype("uint8")  # image formats store no booleans: 0 and 1
     # The output describes the pixels of the first input that has the full shape.
     meta = next((m for a, m in opened if a.shape == shape), None) or opened[0][1].broadcast(shape)
-    return make_plan(inputs, arrays, [a.broadcast(shape) for a in arrays], evaluator(compiled), meta,
-                     f"noa ewise {options.expression}"[:80], out_dtype, write_options=options.write_options())
+    return tiled_plan(options, inputs=inputs, read=arrays, sources=[a.broadcast(shape) for a in arrays],
+                      compute=evaluator(compiled), meta=meta, dtype=out_dtype)
 
 
 OPERATION = Operation(

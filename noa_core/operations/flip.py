@@ -8,24 +8,22 @@ from noa_core.operations.spec import READING, REQUIRED, Choice, Operation, Optio
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import stack
-    from noa_core.operations.plan import make_plan
+    from noa_core import boxes
+    from noa_core.operations.plan import region_plan
 
     array, meta = options.open_input(inputs[0])
-    axis = stack.flip_axis(array.shape, options.axis)
-    last = stack.mirror_sum(array.shape[axis], options.about)
+    axis = boxes.flip_axis(array.shape, options.axis)
+    last = boxes.mirror_sum(array.shape[axis], options.about)
     # Both mirrors keep the box where it is, so the origin is kept: the reversal is about the box's middle,
     # the centre mirror about the voxel n // 2, which keeps its place and value.
-    out_meta = stack.derived(meta, array.shape)
+    out_meta = meta.derived(array.shape)
     if axis == 1:  # z reorders the sections, and their records with them
         d = array.shape[1]
         picks = [b * d + (last - z) % d for b in range(array.shape[0]) for z in range(d)]
     else:
         picks = list(range(array.shape[0] * array.shape[1]))
-    out_meta = stack.follow_sections(out_meta, meta, picks, "")
-    return make_plan(inputs, [array], [array], None, out_meta,
-                     f"noa flip --axis {options.axis} --about {options.about}", array.dtype,
-                     shape=array.shape, reads=stack.flip_reads(array, axis, options.about), read_factor=1.0)
+    return region_plan(options, inputs=inputs, read=[array], meta=out_meta.with_sections(meta, picks),
+                       shape=array.shape, reads=boxes.flip_reads(array, axis, options.about))
 
 
 OPERATION = Operation(

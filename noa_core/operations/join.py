@@ -10,14 +10,15 @@ MAX_INPUTS = 1000  # the most files a multipart upload may hold (Starlette's max
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import stacks
-    from noa_core.operations.plan import make_plan
+    from noa_core import stack_sections
+    from noa_core.io import Metadata
+    from noa_core.operations.plan import region_plan
 
     opened = [options.open_input(src) for src in inputs]  # missing or unreadable files are named first
     arrays = [array for array, _ in opened]
     names = [str(src) for src in inputs]
-    shape = stacks.check_joinable([a.shape for a in arrays], [a.dtype for a in arrays], names)
-    meta = stacks.joined_metadata([m for _, m in opened], [a.shape for a in arrays], names)
+    shape = stack_sections.check_joinable([a.shape for a in arrays], [a.dtype for a in arrays], names)
+    meta = Metadata.joined([m for _, m in opened], names)
     starts = [0]
     for array in arrays:
         starts.append(starts[-1] + array.shape[0])
@@ -33,8 +34,8 @@ def plan(inputs: list[Path], options: Options):
                 places.append(slice(lo - first, hi - first))
         return views, _placer(places)
 
-    label = f"noa join: {len(inputs)} inputs, {shape[0]} entries"
-    return make_plan(inputs, arrays, arrays, None, meta, label, arrays[0].dtype, shape=shape, reads=reads)
+    return region_plan(options, inputs=inputs, read=arrays, meta=meta, shape=shape, reads=reads,
+                       detail=f"{len(inputs)} inputs, {shape[0]} entries")
 
 
 def _placer(places: list[slice]):

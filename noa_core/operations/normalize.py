@@ -10,16 +10,16 @@ from noa_core.operations.spec import READING, Flag, Operation, Options, Param, R
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import stacks, statistics
+    from noa_core import intensity, statistics
     from noa_core.array import asarray
     from noa_core.elementwise import convert_into
     from noa_core.errors import ShapeError
-    from noa_core.operations.plan import make_plan
+    from noa_core.operations.plan import region_plan
 
     array, meta = options.open_input(inputs[0])
-    stacks.check_real_input(array.dtype, str(inputs[0]))
-    stacks.check_normal(options.mean, options.std)
-    stacks.check_background_options(options.bg_radius, options.ramp, options.white_dust, options.black_dust)
+    intensity.check_real_input(array.dtype, str(inputs[0]))
+    intensity.check_normal(options.mean, options.std)
+    intensity.check_background_options(options.bg_radius, options.ramp, options.white_dust, options.black_dust)
     if array.size == 0:
         raise ShapeError(f"{inputs[0]}: the array of shape {array.shape} is empty")
     if options.bg_radius is not None:
@@ -33,39 +33,37 @@ def plan(inputs: list[Path], options: Options):
         return [(float(s.moments.mean), s.result().rms) for s in found]
 
     moments = statistics.remembered(inputs[0], ("mean-std", array.shape, options.per_section), measure)
-    out_dtype = stacks.real_output_dtype(array.dtype)
+    out_dtype = intensity.real_output_dtype(array.dtype)
     to = (options.mean, options.std)
 
     def reads(key):
         def compute(blocks, out) -> None:
             values = blocks[0].numpy()
             if not options.per_section:
-                result = stacks.normalized(values, *moments[0], *to)
+                result = intensity.normalized(values, *moments[0], *to)
             else:  # each section of the tile with its own mean and standard deviation
                 result = values.astype("float64")
                 for i, bi in enumerate(range(*key[0].indices(b))):
                     for j, di in enumerate(range(*key[1].indices(d))):
-                        result[i, j] = stacks.normalized(values[i, j], *moments[bi * d + di], *to)
+                        result[i, j] = intensity.normalized(values[i, j], *moments[bi * d + di], *to)
             convert_into(asarray(result), out, mode="checked")
 
         return [array[key]], compute
 
-    where = "per section" if options.per_section else "over the file"
-    label = f"noa normalize {where}: mean {options.mean:g}, std {options.std:g}"
-    return make_plan(inputs, [array], [array], None, meta, label, out_dtype, shape=array.shape, reads=reads,
-                     read_factor=3.0)
+    return region_plan(options, inputs=inputs, read=[array], meta=meta, shape=array.shape, reads=reads,
+                       dtype=out_dtype, read_factor=3.0)
 
 
 def background_plan(inputs: list[Path], options: Options, array, meta):
     """RELION's particle normalisation: whole images (volumes) per tile, each from its own background."""
     import numpy as np
 
-    from noa_core import stacks
+    from noa_core import intensity
     from noa_core.errors import ValueRangeError
-    from noa_core.operations.filter import whole_image_plan
+    from noa_core.operations.plan import whole_image_plan
 
-    images = stacks.particle_images(array.shape, options.per_section)
-    bg = stacks.background(images[1:], options.bg_radius, options.ramp)
+    images = intensity.particle_images(array.shape, options.per_section)
+    bg = intensity.background(images[1:], options.bg_radius, options.ramp)
     per_entry = array.shape[1] if len(images) == 3 else 1  # images in one batch entry
 
     def normalised(block, key):
@@ -73,16 +71,12 @@ def background_plan(inputs: list[Path], options: Options, array, meta):
         if not np.isfinite(values).all():
             raise ValueRangeError(f"{inputs[0]}: the data hold NaN or infinite values; this needs finite values")
         first = key[0].indices(array.shape[0])[0] * per_entry  # the index of the tile's first image
-        t = stacks.background_normalized(values.reshape(-1, *images[1:]), bg, options.white_dust,
+        t = intensity.background_normalized(values.reshape(-1, *images[1:]), bg, options.white_dust,
                                          options.black_dust, first, options.mean, options.std)
         return t.reshape(values.shape)
 
-    words = [f"--bg-radius {options.bg_radius:g}", "" if options.ramp else "--no-ramp",
-             *(f"--{n.replace('_', '-')} {options[n]:g}" for n in ("white_dust", "black_dust")
-               if options[n] is not None)]
-    label = " ".join(["noa normalize", *filter(None, words)])
-    return whole_image_plan(inputs, array, array.shape, meta, label, normalised, working=2.0,
-                            dtype=stacks.real_output_dtype(array.dtype))
+    return whole_image_plan(options, inputs=inputs, array=array, shape=array.shape, meta=meta, images=normalised,
+                            working=2.0, dtype=intensity.real_output_dtype(array.dtype))
 
 
 def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:

@@ -9,12 +9,12 @@ from noa_core.operations.spec import DEVICE, READING, REQUIRED, Integers, Operat
 
 def plan(inputs: list[Path], options: Options):
     from noa_core import layout
-    from noa_core.operations.plan import converter, make_plan
+    from noa_core.operations.plan import converter, tiled_plan
 
     array, meta = options.open_input(inputs[0])  # a missing or unreadable file is named first
     perm = layout.check_permutation(options.axes)
-    return make_plan(inputs, [array], [array.permute(perm)], converter("checked"), meta.permute(perm),
-                     f"noa permute --axes {','.join(map(str, perm))}")
+    return tiled_plan(options, inputs=inputs, read=[array], sources=[array.permute(perm)], compute=converter("checked"),
+                      meta=meta.permute(perm))
 
 
 def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:

@@ -2,17 +2,21 @@
 
 A declaration's ``plan`` function reads its inputs lazily (memory-mapped), views them onto the
 output's shape (permute, broadcast) and says how a tile of the output is computed from the same
-tile of every source. An output whose tiles do not come from the same tiles of its inputs (a
-binning, a crop or pad, a selection of sections) gives ``reads`` instead: for each output tile, the
-source views it is computed from and how (see :data:`noa_core.io.stream.TileReads`). A driver (:mod:`noa_core.run`) then creates the output and fills it tile by
+tile of every source (:func:`tiled_plan`). An output whose tiles do not come from the same tiles of
+its inputs (a binning, a crop or pad, a selection of sections) gives ``reads`` instead
+(:func:`region_plan`): for each output tile, the source views it is computed from and how (see
+:data:`noa_core.io.stream.TileReads`); :func:`whole_image_plan` is the one of operations that take
+whole images or volumes. A driver (:mod:`noa_core.run`) then creates the output and fills it tile by
 tile, in this process or in Dask tasks over the same tiles, so both write the same bytes.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -22,38 +26,43 @@ from noa_core.errors import OutputIsInputError
 from noa_core.limits import check_output_size
 from noa_core.io import Metadata, Writer
 from noa_core.io.stream import Compute, Key, TileReads
+
 PathLike = str | Path
 
 
-@dataclass
-class Plan:
-    """An output described before it exists: the files it is read from, sources viewed onto its
-    shape, how a tile is computed, its element type, order, metadata and label, and the output
-    format's own choices (``write_options``, e.g. MRC's ``uint8_mode``). Every tile spans the
-    dimensions in ``whole_axes`` entirely (a compute that reverses an axis needs all of it).
+class Options(Protocol):
+    """What a plan takes from its operation's options (:class:`noa_core.operations.spec.Options`): the label
+    of the command given, and the output format's own choices among them."""
 
-    With ``reads`` (output tile key -> source views and their compute), ``sources`` are the arrays
-    read, in any shapes, ``compute`` is unused, ``out_shape`` is the output's shape and
-    ``read_factor`` the source bytes a tile reads per byte it writes (for tile sizes)."""
+    def output_label(self, detail: str = "") -> str: ...
+
+    def write_options(self) -> dict[str, Any]: ...
+
+
+@dataclass(kw_only=True)
+class Plan:
+    """An output described before it exists: the files it is read from, its shape, element type, order,
+    metadata and label, the output format's own choices (``write_options``, e.g. MRC's ``uint8_mode``),
+    and how its tiles are computed: either ``compute`` from the same tile of every one of ``sources``
+    (viewed onto its shape), or ``reads`` (output tile key -> source views and their compute), each tile
+    reading ``read_factor`` source bytes per byte it writes. Every tile spans the dimensions in
+    ``whole_axes`` entirely (a compute that reverses an axis needs all of it). Made by
+    :func:`tiled_plan`, :func:`region_plan` or :func:`whole_image_plan`."""
 
     inputs: list[Path]
-    sources: list[Array]
-    compute: Compute | None
     meta: Metadata
     label: str
     dtype: np.dtype
-    order: str = "C"
+    shape: layout.Shape4
     input_shapes: list[layout.Shape4] = field(default_factory=list)
+    sources: list[Array] = field(default_factory=list)
+    compute: Compute | None = None
+    reads: TileReads | None = None
+    order: str = "C"
     write_options: dict[str, str] = field(default_factory=dict)
     whole_axes: tuple[int, ...] = ()
-    out_shape: layout.Shape4 | None = None
-    reads: TileReads | None = None
     read_factor: float = 1.0
     notices: list[str] = field(default_factory=list)  # the operation's own, for the user (a cropped remainder)
-
-    @property
-    def shape(self) -> layout.Shape4:
-        return self.out_shape if self.out_shape is not None else self.sources[0].shape
 
     def tile_reads(self, device: str = "cpu") -> TileReads:
         """What each output tile is computed from, and how, running on ``device`` (tiles are moved
@@ -86,25 +95,109 @@ class Plan:
                          label=self.label, write_options=self.write_options)
 
 
-def make_plan(inputs: Sequence[PathLike], read: Sequence[Array], sources: Sequence[Array], compute: Compute | None,
-              meta: Metadata, label: str, dtype=None, order: str = "C",
-              write_options: dict[str, str] | None = None, whole_axes: tuple[int, ...] = (),
-              shape: Sequence[int] | None = None, reads: TileReads | None = None,
-              read_factor: float = 1.0, notices: Sequence[str] = ()) -> Plan:
-    """A :class:`Plan` writing ``sources`` (viewed onto the output) computed from the arrays ``read``;
-    the output type is ``dtype``, else the first source's.
-
-    Or, with ``reads``, an output of ``shape`` whose tile ``key`` is ``compute(blocks, out)`` for
-    ``views, compute = reads(key)`` (``compute`` may then be None; the views are slices of ``sources``).
-    ``notices`` are what the user should know of this output (reported with the format's)."""
-    if reads is not None and shape is None:
-        raise ValueError("a plan with reads needs the output's shape")
+def tiled_plan(options: Options, *, inputs: Sequence[PathLike], read: Sequence[Array], meta: Metadata,
+               compute: Compute, sources: Sequence[Array] | None = None, dtype=None, order: str = "C",
+               whole_axes: tuple[int, ...] = (), detail: str = "", notices: Sequence[str] = ()) -> Plan:
+    """An output whose every tile is ``compute``d from the same tile of each of ``sources``: the arrays
+    ``read`` from ``inputs``, viewed onto the output's shape (permuted, broadcast; default ``read``
+    itself). The output's type is ``dtype``, else the first source's; its label is the command given
+    (``options``) and ``detail``; ``notices`` are what the user should know of it."""
+    sources = list(read if sources is None else sources)
     out_dtype = dtypes.element_dtype(dtype) if dtype is not None else sources[0].dtype
-    check_output_size(shape if shape is not None else sources[0].shape, out_dtype.itemsize,
-                      str(inputs[0]) if inputs else "")
-    return Plan([Path(p) for p in inputs], list(sources), compute, meta, label, out_dtype, order,
-                [a.shape for a in read], dict(write_options or {}), whole_axes,
-                None if shape is None else layout.as_shape4(shape), reads, read_factor, list(notices))
+    return _plan(options, inputs, read, meta, out_dtype, sources[0].shape, detail, notices, sources=sources,
+                 compute=compute, order=order, whole_axes=whole_axes)
+
+
+def region_plan(options: Options, *, inputs: Sequence[PathLike], read: Sequence[Array], meta: Metadata,
+                shape: Sequence[int], reads: TileReads, dtype=None, read_factor: float = 1.0,
+                whole_axes: tuple[int, ...] = (), detail: str = "", notices: Sequence[str] = ()) -> Plan:
+    """An output of ``shape`` whose tile ``key`` is ``compute(blocks, out)`` for ``views, compute =
+    reads(key)``: regions of the arrays ``read`` from ``inputs`` (a crop, a binning, a choice of
+    sections). ``read_factor`` is the source bytes a tile reads per byte it writes (for tile sizes).
+    The output's type is ``dtype``, else the first array's; label and notices as :func:`tiled_plan`."""
+    out_dtype = dtypes.element_dtype(dtype) if dtype is not None else read[0].dtype
+    return _plan(options, inputs, read, meta, out_dtype, layout.as_shape4(tuple(shape)), detail, notices,
+                 reads=reads, read_factor=read_factor, whole_axes=whole_axes)
+
+
+def _plan(options: Options, inputs: Sequence[PathLike], read: Sequence[Array], meta: Metadata, dtype: np.dtype,
+          shape: layout.Shape4, detail: str, notices: Sequence[str], **how) -> Plan:
+    check_output_size(shape, dtype.itemsize, str(inputs[0]) if inputs else "")
+    return Plan(inputs=[Path(p) for p in inputs], meta=meta, label=options.output_label(detail), dtype=dtype,
+                input_shapes=[a.shape for a in read], write_options=options.write_options(), shape=shape,
+                notices=list(notices), **how)
+
+
+WHOLE = (1, 2, 3)  # every tile spans D, H and W: whole images of a stack (D = 1), whole volumes
+GROUP_BYTES = 32 << 20  # what a tile's computation holds at a time (see image_memory); one image at least
+FLOAT_OUTPUT = np.dtype(np.float32)  # what the Fourier operations write: every format stores it, MRC no float64
+
+
+def image_memory(in_bytes: int, out_bytes: int, working: float) -> int:
+    """The bytes computing one image holds at once: the image read and a transformed (or float) copy of it,
+    the output tile being filled and the one being written, and ``working`` output-sized buffers (FFT
+    spectra, the result before it is copied into the tile)."""
+    return math.ceil(2 * in_bytes + (2 + working) * out_bytes)
+
+
+def whole_image_plan(options: Options, *, inputs: Sequence[PathLike], array: Array, shape: Sequence[int],
+                     meta: Metadata, images: Callable | None = None, fill: Callable | None = None,
+                     working: float = 1.0, dtype=FLOAT_OUTPUT, computed_voxels: int | None = None,
+                     detail: str = "", notices: Sequence[str] = ()) -> Plan:
+    """An output of ``shape`` whose tile over batch entries ``key[0]`` is ``images(block, key)`` (a NumPy
+    array of the output tile's shape) for ``block`` the input's same batch entries, whole; or
+    ``fill(block, key, out)`` fills the output tile ``out`` itself (on the device the task runs on). The
+    plan of the operations that take whole images or volumes (filter, rescale, powerspectrum, transform).
+
+    One image (volume) and its output are held in memory whole, with ``working`` output-sized buffers
+    beyond the output tile (FFT spectra, a result then copied): :func:`image_memory`. Before anything is
+    planned, that is checked against the service's voxel limit and the memory the machine has available
+    (:func:`noa_core.limits.check_working_memory`: LimitError), so an output that grows with a parameter
+    (rescale --factor 64) is refused rather than computed into swap. A tile's images are read (with pread,
+    as the engine reads) and computed a group of about :data:`GROUP_BYTES` of that memory at a time, so
+    memory stays bounded even where the output is much smaller than the input (a rotational average: a
+    few KiB per image); ``working`` also shrinks the tiles with the reads (``read_factor``).
+    ``computed_voxels``: the voxels of one image as computed, where that is more than the output keeps
+    (rescale's box before its window)."""
+    from noa_core.array import asarray
+    from noa_core.errors import ValueRangeError
+    from noa_core.io import mapped
+    from noa_core.limits import check_working_memory
+
+    label = options.output_label(detail)
+    whole = (slice(None),) * 3
+    out_dtype = np.dtype(dtype)
+    in_bytes = math.prod(array.shape[1:]) * array.itemsize
+    out_bytes = max(math.prod(shape[1:]), computed_voxels or 0) * out_dtype.itemsize
+    check_output_size(shape, out_dtype.itemsize, str(inputs[0]))  # first: an output too large to write says so
+    held = image_memory(in_bytes, out_bytes, working)
+    check_working_memory(held, f"{inputs[0]}: {label}")
+    group = max(1, GROUP_BYTES // max(1, held))
+
+    def reads(key):
+        start, stop, _ = key[0].indices(array.shape[0])
+
+        def compute(blocks, out):
+            for first in range(start, stop, group):
+                last = min(first + group, stop)
+                block = asarray(mapped.read_view(array[(slice(first, last), *whole)].numpy(), 0))
+                part = out[(slice(first - start, last - start), *whole)]
+                sub = (slice(first, last), *key[1:])
+                if fill is not None:
+                    fill(block if part.device == "cpu" else block.to(part.device), sub, part)
+                else:
+                    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused just below
+                        values = images(block, sub)
+                    if not np.isfinite(values).all() and np.isfinite(block.numpy()).all():
+                        raise ValueRangeError(f"{inputs[0]}: {label}: values too large for a {values.dtype} "
+                                              "Fourier transform (it overflows); scale the input down first")
+                    np.copyto(part.numpy(), values, casting="same_kind")
+
+        return [], compute
+
+    read_factor = in_bytes / max(1, out_bytes)
+    return region_plan(options, inputs=inputs, read=[array], meta=meta, shape=shape, reads=reads, dtype=out_dtype,
+                       read_factor=read_factor + working, whole_axes=WHOLE, detail=detail, notices=notices)
 
 
 def converter(mode: str) -> Compute:

@@ -22,25 +22,25 @@ def table_output(values: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def table_text(powers, kind: str, width: int, pixel_size: float | None) -> str:
-    """The table of :func:`noa_core.signal.relion_power` rows ``powers`` (images, shells) as a STAR or CSV
+    """The table of :func:`noa_core.spectral.relion_power` rows ``powers`` (images, shells) as a STAR or CSV
     text (see :func:`table_parts`)."""
     return "".join(table_parts(powers, kind, width, pixel_size))
 
 
 def table_parts(powers, kind: str, width: int, pixel_size: float | None):
-    """The table of :func:`noa_core.signal.relion_power` rows ``powers`` (images, shells), a piece of text
+    """The table of :func:`noa_core.spectral.relion_power` rows ``powers`` (images, shells), a piece of text
     per image: with resolutions of an image ``width`` pixels wide at ``pixel_size`` Å, or shells and power
     alone when the pixel size is unknown (None).
 
     STAR: one ``data_power`` block, as RELION writes it, for one image; ``data_power_0``,
     ``data_power_1``, ... for the images of a stack (numbered from 0, as noa's sections). CSV: one header
     line, then a line per image and shell."""
-    from noa_core import signal
+    from noa_core import spectral
 
     images, shells = powers.shape
     index = range(shells)
     resolved = pixel_size is not None
-    inverse, angstrom = signal.shell_resolutions(width, pixel_size, shells) if resolved else (None, None)
+    inverse, angstrom = spectral.shell_resolutions(width, pixel_size, shells) if resolved else (None, None)
 
     def values(i: int, power: float) -> list[str]:
         return [str(i), *((f"{inverse[i]:.9g}", f"{angstrom[i]:.9g}") if resolved else ()), f"{power:.9g}"]
@@ -163,14 +163,14 @@ def create_output(plan, dst, *, overwrite: bool):
 
 def plan(inputs: list[Path], options: Options):
     from noa_core.errors import ParameterError
-    from noa_core.operations.filter import input_pixel_size, output_dtype, whole_image_plan
+    from noa_core.operations.plan import FLOAT_OUTPUT, whole_image_plan
 
     array, meta = options.open_input(inputs[0])
     ndim = 3 if array.shape[1] > 1 else 2
     width = array.shape[3]
     shape, out_meta, notices = array.shape, meta, ()
-    dtype = output_dtype(array)
-    pixel = input_pixel_size(meta, options)
+    dtype = FLOAT_OUTPUT
+    pixel = options.input_pixel_size(meta)
     if options.table is not None:
         if options.log:
             raise ParameterError("the table holds the power as RELION writes it; take the log when plotting", "log")
@@ -192,15 +192,13 @@ def plan(inputs: list[Path], options: Options):
         out_meta.origin = (0.0, 0.0, 0.0)
 
     def images(block, key):
-        from noa_core import signal
+        from noa_core import spectral
 
         if options.table is not None:
-            return signal.relion_power(block, ndim=ndim).reshape(-1, 1, 1, shape[3])
-        return signal.power_spectrum(block, rotational_average=options.rotavg, log=options.log, ndim=ndim).numpy()
+            return spectral.relion_power(block, ndim=ndim).reshape(-1, 1, 1, shape[3])
+        return spectral.power_spectrum(block, rotational_average=options.rotavg, log=options.log, ndim=ndim).numpy()
 
-    words = " ".join(w for w, on in (("--rotavg", options.rotavg), ("--log", options.log),
-                                     (f"--table {options.table}", options.table)) if on)
-    made = whole_image_plan(inputs, array, shape, out_meta, f"noa powerspectrum {words}".strip(), images,
+    made = whole_image_plan(options, inputs=inputs, array=array, shape=shape, meta=out_meta, images=images,
                             working=4.0, dtype=dtype, notices=notices)
     fields = {f.name: getattr(made, f.name) for f in dataclasses.fields(made)}
     return spectrum_plan()(**fields, table=options.table, width=width, pixel_size=pixel)

@@ -12,11 +12,11 @@ MAX_FACTOR = 64.0  # the most an axis may grow: 64 x 64 the pixels of an image
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import fft, stack
+    from noa_core import boxes, resampling
     from noa_core.errors import ParameterError
-    from noa_core.operations.filter import input_pixel_size, real_input, whole_image_plan
+    from noa_core.operations.plan import whole_image_plan
 
-    array, meta = real_input(inputs[0], options, "rescale")
+    array, meta = options.open_real_input(inputs[0], "rescale")
     like = options.like
     if (options.factor is None) == (options.pixel_size is None):
         only_window = " (to window only, use noa resize --fill zero)" if options.new_box is not None else ""
@@ -24,17 +24,17 @@ def plan(inputs: list[Path], options: Options):
     if options.factor is not None:
         factor, words = options.factor, f"--factor {options.factor:g}"
     else:
-        source = input_pixel_size(meta, options)
+        source = options.input_pixel_size(meta)
         if source is None:
             raise ParameterError(f"{inputs[0]}: the pixel size is unknown; give it with angpix (Å), or use factor",
                                  "angpix")
-        factor, words = fft.pixel_factor(source, options.pixel_size, like), f"--pixel-size {options.pixel_size:g}"
+        factor, words = resampling.pixel_factor(source, options.pixel_size, like), f"--pixel-size {options.pixel_size:g}"
         if not factor <= MAX_FACTOR:  # the bound --factor has, for the factor a pixel size implies
             raise ParameterError(f"{options.pixel_size:.4g} Å from {source:.4g} Å would scale by {factor:.4g}; at most "
                                  f"{MAX_FACTOR:g} (a pixel size of at least {source / MAX_FACTOR:.4g} Å)", "pixel_size")
     ndim = 3 if array.shape[1] > 1 else 2
     axes = (2, 3) if ndim == 2 else (1, 2, 3)
-    box = fft.rescaling([array.shape[a] for a in axes], factor, like)
+    box = resampling.rescaling([array.shape[a] for a in axes], factor, like)
     rescaled = list(array.shape)
     for a, n in zip(axes, box.sizes):
         rescaled[a] = n
@@ -44,7 +44,7 @@ def plan(inputs: list[Path], options: Options):
     shape = rescaled
     # RELION windows only when the width differs from --new_box (image_handler.cpp): --like relion does too
     if options.new_box is not None and not (like == "relion" and rescaled[3] == options.new_box):
-        shape = stack.resize_shape(rescaled, (options.new_box,) * ndim)
+        shape = boxes.resize_shape(rescaled, (options.new_box,) * ndim)
         words += f" --new-box {options.new_box}"
 
     # Pixel sizes and origin (IMOD's: coordinate = i * pixel - origin) per D, H, W, in the header's unit, or
@@ -58,7 +58,7 @@ def plan(inputs: list[Path], options: Options):
     for a, s, t in zip(axes, box.spacing, box.start):
         spacing[a - 1], start[a - 1] = s, t
     pixel = tuple(p * s for p, s in zip(old_pixel, spacing))
-    offsets = stack.resize_offsets(rescaled, shape)[1:]
+    offsets = boxes.resize_offsets(rescaled, shape)[1:]
     origin = tuple(o - t * p - k * q for o, t, p, k, q in zip(old_origin, start, old_pixel, offsets, pixel))
     out_meta = meta.resampled(shape, pixel)
     out_meta.origin, out_meta.unit = origin, unit
@@ -73,22 +73,18 @@ def plan(inputs: list[Path], options: Options):
                    f"{' x '.join(map(str, box.sizes))} (even, as RELION rounds){pixel_words}",)
 
     def images(block, key):
-        from noa_core import fft as noa_fft
-        from noa_core import stack as noa_stack
-
-        out = noa_fft.rescale(block, factor, ndim=ndim, like=like)
+        out = resampling.rescale(block, factor, ndim=ndim, like=like)
         if shape != rescaled:  # RELION's --new_box: zeros beyond the rescaled box
-            out = noa_stack.resize(out, shape[4 - ndim:], fill="zero")
+            out = boxes.resize(out, shape[4 - ndim:], fill="zero")
         return out.numpy()
 
     # Each image is computed at its rescaled size (like RELION: as the square of its largest side) before
     # any window: what one image holds is counted from that.
     side = max(array.shape[a] for a in axes)
-    square = fft.rescaled_sizes([side], factor)[0] ** ndim if like == "relion" else 0
+    square = resampling.rescaled_sizes([side], factor)[0] ** ndim if like == "relion" else 0
     computed = max(math.prod(rescaled[1:]), square)
-    return whole_image_plan(inputs, array, shape, out_meta, f"noa rescale {words}", images, working=2.0,
-                            computed_voxels=computed,
-                            notices=notices)
+    return whole_image_plan(options, inputs=inputs, array=array, shape=shape, meta=out_meta, images=images,
+                            working=2.0, computed_voxels=computed, notices=notices)
 
 
 OPERATION = Operation(

@@ -9,26 +9,24 @@ from noa_core.operations.spec import READING, REQUIRED, Integers, Operation, Opt
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import stack
+    from noa_core import boxes
     from noa_core.limits import check_output_size
-    from noa_core.operations.plan import make_plan
+    from noa_core.operations.plan import region_plan
 
     array, meta = options.open_input(inputs[0])  # a missing or unreadable file is named first
-    target = stack.resize_shape(array.shape, options.shape)
+    target = boxes.resize_shape(array.shape, options.shape)
     check_output_size(target, array.itemsize, str(inputs[0]))  # before anything sized by it is made
-    offsets = stack.resize_offsets(array.shape, target)
-    value = stack.fill_value(options.fill, array.dtype, lambda: 0.0)  # a bad --fill is refused before any output
+    offsets = boxes.resize_offsets(array.shape, target)
+    value = boxes.fill_value(options.fill, array.dtype, lambda: 0.0)  # a bad --fill is refused before any output
     if any(m > n for m, n in zip(target, array.shape)):  # it pads: the mean is read now, before any tile
-        value = stack.fill_value(options.fill, array.dtype, _input_mean(inputs[0], options, array))
+        value = boxes.fill_value(options.fill, array.dtype, _input_mean(inputs[0], options, array))
     # Voxel i of the output is voxel i + offset of the input: IMOD's origin (coordinate = i * pixel - origin)
     # moves by -offset * pixel on D, H, W.
     origin = tuple(o - k * p for o, k, p in zip(meta.origin, offsets[1:], meta.pixel_size))
-    out_meta = stack.derived(meta, target, origin=origin)
-    picks = lambda: _section_picks(array.shape, target, offsets)  # noqa: E731 - listed only for per-section records
-    out_meta = stack.follow_sections(out_meta, meta, picks, "sections were added")
-    label = f"noa resize --shape {','.join(map(str, target))} --fill {options.fill}"
-    return make_plan(inputs, [array], [array], None, out_meta, label[:80], array.dtype, shape=target,
-                     reads=stack.resize_reads(array, target, lambda: value), read_factor=1.0)
+    out_meta = meta.derived(target, origin=origin).with_sections(
+        meta, lambda: _section_picks(array.shape, target, offsets), "sections were added")
+    return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=target,
+                       reads=boxes.resize_reads(array, target, lambda: value))
 
 
 def _section_picks(shape, target, offsets) -> list[int | None]:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from noa_core.operations.spec import READING, Operation, Options, Param
+from noa_core.operations.spec import READING, Operation, Options
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import stack
-    from noa_core.operations.plan import make_plan
+    from noa_core import boxes
+    from noa_core.operations.plan import region_plan
 
     array, meta = options.open_input(inputs[0])
-    stack.check_volume(array.shape, "rotx")
-    shape = stack.rotx_shape(array.shape)
+    boxes.check_volume(array.shape, "rotx")
+    shape = boxes.rotx_shape(array.shape)
     out_meta = meta.permute((0, 2, 1, 3))  # pixel size, sampling, start and angles of Y and Z exchanged
     (pz, py, _), (oz, oy, ox) = meta.pixel_size, meta.origin
     if py > 0 and pz > 0:  # IMOD clip_flip (rotx): centres kept, y' = z and z' = -y
@@ -23,8 +23,8 @@ def plan(inputs: list[Path], options: Options):
         out_meta.origin = ((shape[1] / 2 + ycen) * py, (shape[2] / 2 - zcen) * pz, ox)
     if out_meta.mrc is not None and out_meta.mrc.dropped:
         out_meta.mrc = dataclasses.replace(out_meta.mrc, dropped="the volume was rotated about X")
-    return make_plan(inputs, [array], [array], None, out_meta, "noa rotx (-90 degrees about X)", array.dtype,
-                     shape=shape, reads=stack.rotx_reads(array), read_factor=1.0)
+    return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=shape,
+                       reads=boxes.rotx_reads(array), detail="-90 degrees about X")
 
 
 OPERATION = Operation(

@@ -35,30 +35,27 @@ def source_range(array, path: Path, percentiles) -> tuple[float, float]:
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import stacks
+    from noa_core import intensity
     from noa_core.array import asarray
     from noa_core.elementwise import convert_into
     from noa_core.errors import ShapeError
-    from noa_core.operations.plan import make_plan
+    from noa_core.operations.plan import tiled_plan
 
     array, meta = options.open_input(inputs[0])
-    stacks.check_real_input(array.dtype, str(inputs[0]))
-    out_dtype = stacks.real_output_dtype(array.dtype, options.dtype)
-    target = stacks.check_to_range(options.to_range, out_dtype)
-    qs = stacks.check_percentiles(options.percentiles)
+    intensity.check_real_input(array.dtype, str(inputs[0]))
+    out_dtype = intensity.real_output_dtype(array.dtype, options.dtype)
+    target = intensity.check_to_range(options.to_range, out_dtype)
+    qs = intensity.check_percentiles(options.percentiles)
     if array.size == 0:
         raise ShapeError(f"{inputs[0]}: the array of shape {array.shape} is empty")
     ends = source_range(array, inputs[0], qs)
     integral = out_dtype.kind in "iu"
 
     def compute(blocks, out) -> None:
-        convert_into(asarray(stacks.scaled(blocks[0].numpy(), ends, target, integral)), out, mode="checked")
+        convert_into(asarray(intensity.scaled(blocks[0].numpy(), ends, target, integral)), out, mode="checked")
 
-    words = [f"--to-range {target[0]:g},{target[1]:g}"] + ([f"--percentiles {qs[0]:g},{qs[1]:g}"] if qs else [])
-    label = f"noa scale {' '.join(words)}: {ends[0]:.6g}..{ends[1]:.6g} -> {target[0]:g}..{target[1]:g}"
-    # Tiles of float64 scratch: three times the bytes of a float32 tile.
-    return make_plan(inputs, [array], [array], compute, meta, label[:80], out_dtype,
-                     write_options=options.write_options(), read_factor=3.0)
+    return tiled_plan(options, inputs=inputs, read=[array], compute=compute, meta=meta, dtype=out_dtype,
+                      detail=f"{ends[0]:.6g}..{ends[1]:.6g} -> {target[0]:g}..{target[1]:g}")
 
 
 def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:

@@ -8,22 +8,22 @@ from noa_core.operations.spec import READING, Operation, Options, Param, Text
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import stack
-    from noa_core.operations.plan import make_plan
+    from noa_core import stack_sections
+    from noa_core.io.metadata import stored_sections
+    from noa_core.operations.plan import region_plan
 
     array, meta = options.open_input(inputs[0])
-    indices = stack.selected_sections(array.shape, options.keep, options.drop)
-    axis = stack.section_axis(array.shape)
+    indices = stack_sections.selected_sections(array.shape, options.keep, options.drop)
+    axis = stack_sections.section_axis(array.shape)
     shape = list(array.shape)
     shape[axis] = len(indices)
     origin = meta.origin
     if axis == 1:  # depth slices: the first one kept is the new first section
         origin = (meta.origin[0] - indices[0] * meta.pixel_size[0], *meta.origin[1:])
-    out_meta = stack.derived(meta, shape, origin=origin)
-    out_meta = stack.follow_sections(out_meta, meta, lambda: stack.mrc_sections(array.shape, axis, indices), "")
-    words = f"--keep {options.keep}" if options.keep is not None else f"--drop {options.drop}"
-    return make_plan(inputs, [array], [array], None, out_meta, f"noa sections {words}"[:80], array.dtype,
-                     shape=shape, reads=stack.sections_reads(array, indices), read_factor=1.0)
+    out_meta = meta.derived(shape, origin=origin).with_sections(
+        meta, lambda: stored_sections(array.shape, axis, indices))
+    return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=shape,
+                       reads=stack_sections.sections_reads(array, indices))
 
 
 OPERATION = Operation(

@@ -221,6 +221,17 @@ class Param:
     def cli_flags(self) -> tuple[str, ...]:
         return self.flags or ("--" + self.name.replace("_", "-"),)
 
+    def words(self, value: Any) -> str:
+        """``value`` as a user types it on the CLI: ``--lowpass 5``, ``--axes 0,1,3,2``, ``--depth``."""
+        flags = self.cli_flags[0].split("/")
+        if isinstance(self.type, Flag):
+            return flags[0] if value else (flags[1] if len(flags) > 1 else "--no-" + flags[0][2:])
+        if isinstance(value, (tuple, list)):
+            text = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
+        else:
+            text = f"{value:g}" if isinstance(value, float) else str(value)
+        return text if self.argument else f"{flags[0]} {text}"
+
     def check(self, value: Any) -> Any:
         """``value`` checked against the type; None stands for 'not given' where the default is None."""
         if value is None and self.default is None:
@@ -281,6 +292,13 @@ class Options(dict):
         except KeyError:
             raise AttributeError(name) from None
 
+    command: str = ""  # the operation's name and the options given, as typed: "noa filter --lowpass 5"
+
+    def output_label(self, detail: str = "") -> str:
+        """The label an output records of what made it: the command, and ``detail`` (e.g. the range a
+        scale found) after a colon. The format cuts it to what its header holds."""
+        return f"{self.command}: {detail}" if detail else self.command
+
     def write_options(self) -> dict[str, Any]:
         """The output format's own choices among these options (:data:`WRITE_OPTIONS`)."""
         return {name: self[name] for name in WRITE_OPTIONS if name in self}
@@ -291,6 +309,24 @@ class Options(dict):
         from noa_core import io
 
         return io.read(path, **self._reading())
+
+    def open_real_input(self, path: str | Path, what: str) -> tuple[Array, Metadata]:
+        """:meth:`open_input` for an operation ``what`` that takes real images: complex data are refused."""
+        from noa_core.errors import DTypeError
+
+        array, meta = self.open_input(path)
+        if array.dtype.kind == "c":
+            raise DTypeError(f"{path}: {what} takes real images; the file holds {array.dtype} values")
+        return array, meta
+
+    def input_pixel_size(self, meta: Metadata) -> float | None:
+        """The input's pixel size in Å: ``angpix`` when given, else the header's width axis (None: unknown)."""
+        if self.get("angpix") is not None:
+            if not self.angpix > 0:
+                raise ParameterError(f"{self.angpix:g} Å: a pixel size must be above 0", "angpix")
+            return self.angpix
+        pixel, _, _ = meta.in_angstrom()
+        return pixel[2] if pixel[2] > 0 else None
 
     def probe_input(self, path: str | Path) -> Probe:
         """What :meth:`open_input` would give, from the header alone (no data read or decompressed)."""
@@ -421,6 +457,10 @@ class Operation:
                 raise ParameterError("is required", name)
             else:
                 options[name] = param.default
+        options.command = " ".join(["noa", self.name, *(
+            param.words(options[param.name]) for param in self.params
+            if param not in READING and param is not DEVICE and options[param.name] is not None
+            and (param.required or options[param.name] != param.default))])
         return options
 
     def task(self, values: Mapping[str, Any] | None = None, *, shared: Sequence[str | Path] = (),
@@ -479,15 +519,9 @@ class FileTask:
     def plan(self, src: str | Path) -> Plan:
         """What the pair whose input is ``src`` writes, from the headers (no data is read)."""
         assert self.operation.plan is not None
-        return self._with_write_options(self.operation.plan(self.inputs(src), self.options))
-
-    def _with_write_options(self, plan: Plan) -> Plan:
-        """``plan`` with the output format's options given to the task (``--chunks``), unless it set them."""
-        plan.write_options = {**self.options.write_options(), **plan.write_options}
-        return plan
+        return self.operation.plan(self.inputs(src), self.options)
 
     def plans(self, src: str | Path) -> list[tuple[str, Plan]]:
         """The outputs of an operation writing several files from ``src``: (name suffix, plan) each."""
         assert self.operation.plans is not None
-        return [(suffix, self._with_write_options(plan)) for suffix, plan in
-                self.operation.plans(self.inputs(src), self.options)]
+        return self.operation.plans(self.inputs(src), self.options)

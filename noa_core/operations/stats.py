@@ -55,12 +55,13 @@ def compute(path: Path, options: Options) -> dict:
 
 
 def _row(found) -> dict:
-    """A row of the result from :class:`noa_core.io.Statistics` (the RMS deviation is NumPy's std)."""
+    """A row of the result from :class:`noa_core.io.HeaderStatistics` (the RMS deviation is NumPy's std)."""
     return {"min": found.min, "max": found.max, "mean": found.mean, "std": found.rms}
 
 
 def _on_cpu(array, device: str, per_batch: bool) -> tuple[dict, list[dict]]:
-    from noa_core.io.stream import RunningStatistics, batch_statistics
+    from noa_core.io.stream import batch_statistics
+    from noa_core.moments import RunningStatistics
 
     batches = batch_statistics(array)
     total = RunningStatistics()

@@ -11,7 +11,7 @@ GEOMETRY = ("rotate", "shift", "scale", "euler")
 
 def matrices_for(array, options: Options, path: Path):
     """The inverse matrices ``(n, ndim, ndim + 1)`` the options describe, checked against the input's kind
-    and batch, and the words of the output's label."""
+    and batch."""
     import numpy as np
 
     from noa_core import geometry
@@ -38,7 +38,7 @@ def matrices_for(array, options: Options, path: Path):
         raise ParameterError(f"{len(shift)} values for the {'volume' if volume else 'images'} of shape {array.shape}; "
                              f"give {'DZ,DY,DX' if volume else 'DY,DX'}", "shift")
     if options.get("matrices") is not None:
-        m, words = geometry.read_matrices(options.matrices, ndim, array.shape[0]), f"--matrices {Path(options.matrices).name}"
+        m = geometry.read_matrices(options.matrices, ndim, array.shape[0])
     elif options.get("matrix_values") is not None:
         flat = np.asarray(options.matrix_values, np.float64)
         size = ndim * (ndim + 1)
@@ -46,7 +46,7 @@ def matrices_for(array, options: Options, path: Path):
             raise ParameterError(f"{flat.size} numbers do not make whole {ndim}x{ndim + 1} matrices "
                                  f"(rows of the {'volume' if volume else 'images'} of shape {array.shape})",
                                  "matrix_values")
-        m, words = geometry.as_matrices(flat.reshape(-1, ndim, ndim + 1), ndim), "--matrices (list)"
+        m = geometry.as_matrices(flat.reshape(-1, ndim, ndim + 1), ndim)
     else:
         scale = options.get("scale") or 1.0
         shift = shift or (0.0,) * ndim
@@ -55,22 +55,20 @@ def matrices_for(array, options: Options, path: Path):
         else:
             m = geometry.affine_2d(array.shape, rotate=options.get("rotate") or 0.0, shift=shift, scale=scale)
         m = geometry.as_matrices(m, ndim)
-        words = " ".join(f"--{name} {','.join(f'{v:g}' for v in value) if isinstance(value, tuple) else f'{value:g}'}"
-                         for name in GEOMETRY if (value := options.get(name)) is not None)
     batch = array.shape[0]
     if m.shape[0] not in (1, batch):
         where = options.get("matrices") or "the list"
         raise ParameterError(f"{where}: {m.shape[0]} matrices for the {batch} "
                              f"{'volumes' if volume else 'images'} of shape {array.shape}; give 1 or {batch}",
                              explicit[0] if explicit else "matrices")
-    return m, words
+    return m
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core.operations.filter import output_dtype, real_input, whole_image_plan
+    from noa_core.operations.plan import whole_image_plan
 
-    array, meta = real_input(inputs[0], options, "transform")
-    m, words = matrices_for(array, options, inputs[0])
+    array, meta = options.open_real_input(inputs[0], "transform")
+    m = matrices_for(array, options, inputs[0])
     volume = array.shape[1] > 1
 
     def fill(block, key, out):
@@ -80,9 +78,8 @@ def plan(inputs: list[Path], options: Options):
         run = geometry.transform_3d if volume else geometry.transform_2d
         run(block, out, mine, options.interp, options.border)
 
-    label = f"noa transform {words} --interp {options.interp}"
-    return whole_image_plan(inputs, array, array.shape, meta, label, fill=fill, working=0.0,
-                            dtype=output_dtype(array))
+    return whole_image_plan(options, inputs=inputs, array=array, shape=array.shape, meta=meta, fill=fill,
+                            working=0.0)
 
 
 def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:

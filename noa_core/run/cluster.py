@@ -39,7 +39,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from noa_core.errors import LayoutError, NoaError, SchedulerError
-from noa_core.io.stream import TILE_BYTES, Region, RunningStatistics
+from noa_core.limits import available_cores
+from noa_core.io.stream import TILE_BYTES, Region
+from noa_core.moments import RunningStatistics
 from noa_core.operations import FileTask
 from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
 from noa_core.run.local import write_pair
@@ -59,14 +61,6 @@ def _distributed():
         raise SchedulerError("--scheduler needs Dask, which is not installed: install noa[dask] "
                              "(pip install 'noa[dask]')") from None
     return distributed
-
-
-def available_cores() -> int:
-    """Cores this process may run on (its CPU affinity, which batch systems restrict)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def local_layout(workers: int | None = None, cores: int | None = None) -> tuple[int, int]:

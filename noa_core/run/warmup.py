@@ -76,16 +76,16 @@ def _file_operations(folder: Path, name: str, count: int, stop: threading.Event)
 
 def _in_memory(name: str, count: int) -> None:
     from noa_core.elementwise import convert_into, copy
-    from noa_core.reduction import max, mean, min, moments, std
+    from noa_core import moments, reduction
 
     width = math.isqrt(count) + 1
     a = full((1, 2, width, width), 1, dtype=name)
     for view in (a, a.permute((0, 1, 3, 2)), a[:, :, ::2], a[:1, :1].broadcast((3, 1, width, width))):
         copy(view, "C")
         copy(view, "F")
-    moments(a)
+    moments.block_moments(a)
     if name != "complex64":
-        for reduce_ in (min, max, mean, std):
+        for reduce_ in (reduction.min, reduction.max, reduction.mean, reduction.std):
             reduce_(a)
             reduce_(a, (1, 2, 3))
     for mode in ("checked", "clamp"):

@@ -9,7 +9,7 @@ import anyio
 from fastapi import APIRouter, Depends, Path
 from fastapi.responses import JSONResponse, Response
 
-from noa_server import operations
+from noa_server import execution
 from noa_server.jobs import ID_PATTERN
 from noa_core.operations import Operation
 from noa_server.models import job_request, job_status_model, result_model
@@ -28,10 +28,10 @@ async def _submit(svc: Service, request: Any) -> JSONResponse:
     store = svc.job_store()
     # Paths are checked now, so a traversal attempt is refused here rather than recorded as a job. (In
     # anyio's thread pool: the checks touch the disk, and the workers may all be busy with jobs.)
-    planned = await anyio.to_thread.run_sync(operations.plan, request, svc.paths())
+    planned = await anyio.to_thread.run_sync(execution.plan, request, svc.paths())
     limit = svc.settings.max_voxels
     job = store.submit(request.operation, request.model_dump(mode="json"),
-                       lambda progress: operations.run_on_paths(planned, limit, progress), svc.submit)
+                       lambda progress: execution.run_on_paths(planned, limit, progress), svc.submit)
     return JSONResponse(job.public(), status_code=202, headers={"Location": _location(job.id)})
 
 

@@ -16,10 +16,9 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from noa_core.errors import UnknownFormatError
 from noa_core.io import formats
 from noa_core.operations import Operation
-from noa_server import operations
+from noa_server import execution
 from noa_server.models import PathRequest, WriteResult, WriteSeveralResult, request_model
 from noa_server.problems import ProblemError, documented
 from noa_server.sandbox import Sandbox
@@ -41,7 +40,7 @@ WRITE_SEVERAL_RESPONSES = {
 
 async def _run(svc: Service, request: PathRequest):
     # The sandbox checks follow symlinks on disk, so they run in the worker too (one thread hop).
-    return await svc.run(operations.plan_and_run, request, svc.paths(), svc.settings.max_voxels)
+    return await svc.run(execution.plan_and_run, request, svc.paths(), svc.settings.max_voxels)
 
 
 async def _report(svc: Service, request: PathRequest) -> JSONResponse:
@@ -95,7 +94,7 @@ def router(operations: list[Operation]) -> APIRouter:
 
 DOWNLOAD_RESPONSES = {
     200: {"description": "The file.", "content": {media: {"schema": {"type": "string", "format": "binary"}}
-                                                  for media in sorted(operations.MEDIA_TYPES.values())}},
+                                                  for media in sorted(execution.MEDIA_TYPES.values())}},
     **documented(400, 403, 404),
 }
 
@@ -105,7 +104,7 @@ class OpenedFileResponse(FileResponse):
     holds now), which is closed once sent, also when the transfer fails midway."""
 
     def __init__(self, fd: int, **kwargs: Any):
-        super().__init__(f"{operations.PROC_FD}/{fd}", stat_result=os.fstat(fd), **kwargs)
+        super().__init__(f"{execution.PROC_FD}/{fd}", stat_result=os.fstat(fd), **kwargs)
         self.fd = fd
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -123,14 +122,6 @@ def _open_file(sandbox: Sandbox, path: str) -> tuple[int, Path]:
     return fd, resolved
 
 
-def media_type(path: Path) -> str:
-    """The media type of a file by its extension (formats without one are plain bytes)."""
-    try:
-        return formats.output_format(path).media_type
-    except UnknownFormatError:
-        return "application/octet-stream"
-
-
 async def download(svc: Svc, path: str):
     fd, resolved = await anyio.to_thread.run_sync(_open_file, svc.paths(), path)
-    return OpenedFileResponse(fd, media_type=media_type(resolved), filename=resolved.name)
+    return OpenedFileResponse(fd, media_type=formats.media_type(resolved), filename=resolved.name)

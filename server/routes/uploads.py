@@ -23,7 +23,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from noa_core.operations import Operation
-from noa_server import operations
+from noa_server import execution
 from noa_server.models import Format, OpParams, params_model, without_default
 from noa_server.problems import documented
 from noa_server.service import Service, service
@@ -37,7 +37,7 @@ _BINARY = {"schema": {"type": "string", "format": "binary"}}
 FILE_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The result file, as an attachment named after the upload.",
-        "content": {media: _BINARY for media in sorted(set(operations.MEDIA_TYPES.values()))},
+        "content": {media: _BINARY for media in sorted(set(execution.MEDIA_TYPES.values()))},
         "headers": {"Noa-Notices": {"description": "JSON list of notices about the output (ASCII).",
                                     "schema": {"type": "string"}}},
     },
@@ -48,7 +48,7 @@ ZIP_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "Every output in one zip archive (stored, not compressed), named after the upload; written "
                        "to disk and streamed, so memory stays bounded whatever the outputs' size.",
-        "content": {operations.ZIP_MEDIA_TYPE: _BINARY},
+        "content": {execution.ZIP_MEDIA_TYPE: _BINARY},
         "headers": FILE_RESPONSES[200]["headers"],
     },
     **documented(400, 413, 422, 500, 507),
@@ -86,20 +86,20 @@ def _remove_unsent(future: Future) -> None:
     """Done-callback for an abandoned request: remove the folder of a result nobody will send."""
     if not future.cancelled() and future.exception() is None:
         outcome = future.result()
-        if isinstance(outcome, operations.FileResult) and outcome.content is None:
+        if isinstance(outcome, execution.UploadResult) and outcome.content is None:
             shutil.rmtree(outcome.path.parent, ignore_errors=True)
 
 
 async def _run(svc: Service, params: OpParams, files: list[UploadFile], out_format: str | None = None):
-    uploads = [operations.Upload(f.filename, f.file) for f in files]
-    future = svc.submit(operations.run_on_uploads, params, uploads, svc.settings.tmp_dir, out_format,
+    uploads = [execution.Upload(f.filename, f.file) for f in files]
+    future = svc.submit(execution.run_on_uploads, params, uploads, svc.settings.tmp_dir, out_format,
                         svc.settings.max_voxels)
     try:
         outcome = await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         future.add_done_callback(_remove_unsent)
         raise
-    if not isinstance(outcome, operations.FileResult):
+    if not isinstance(outcome, execution.UploadResult):
         return JSONResponse(outcome)
     headers = {"Noa-Notices": json.dumps(outcome.notices, ensure_ascii=True)}
     if outcome.changes is not None:

@@ -9,7 +9,7 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
-from conftest import EXAMPLE_MAP, SHARED, assert_user_error, load, mrc_data, noa, write_mrc
+from helpers import EXAMPLE_MAP, SHARED, assert_user_error, load, mrc_data, noa, write_mrc
 
 
 @pytest.mark.parametrize("args, message", [
@@ -367,7 +367,7 @@ def test_results_beyond_float32_are_refused_not_written_as_inf(tmp_path):
 
 def test_serve_says_where_it_listens_and_its_limits_defaults(tmp_path):
     """Issue 28 item 7: `noa serve` printed no URL; --max-body-bytes and --max-voxels showed no default."""
-    from conftest import start_server
+    from helpers import start_server
 
     from noa_server.settings import Settings
 

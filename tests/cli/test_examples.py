@@ -18,7 +18,7 @@ from pathlib import Path
 import mrcfile
 import numpy as np
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from noa_core import io
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import mrcfile
 import pytest
-from conftest import NOA
+from helpers import NOA
 
 SECTIONS, SIDE = 96, 1024  # 384 MiB of float32, mostly holes: made at once, written for a second or more
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
+from helpers import REPO
 
 SIM_TESTS = Path(__file__).resolve().parent / "cuda_sim"  # run by path, from the repository
 

@@ -1,4 +1,4 @@
-"""noa_core.fft and noa_core.signal against numpy.fft, scipy.fft, scipy.signal and RELION's formulas."""
+"""noa_core.fft and noa_core.spectral against numpy.fft, scipy.fft, scipy.signal and RELION's formulas."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noa_core as noa
-from noa_core import fft, signal
+from noa_core import fft, resampling, spectral
 from noa_core.errors import DTypeError, ParameterError, ShapeError
 
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -111,7 +111,7 @@ def test_resize_is_band_limited_resampling(shape, data, kind):
     axes = axes_of(shape)
     sizes = tuple(data.draw(st.integers(1, 12)) for _ in axes)
     values = np.random.default_rng(sum(shape)).normal(size=shape)
-    out = fft.resize(laid_out(values, kind), sizes)
+    out = resampling.fourier_resize(laid_out(values, kind), sizes)
     assert out.shape == tuple(sizes[axes.index(i)] if i in axes else n for i, n in enumerate(shape))
     expected = values
     for axis, n in zip(axes, sizes):  # scipy resamples one axis at a time; the operator is separable
@@ -123,41 +123,41 @@ def test_resize_is_band_limited_resampling(shape, data, kind):
                                           ((1, 8, 10, 9), (5, 7, 3))])
 def test_resize_equals_a_cropped_rfftn(shape, sizes):
     values = np.random.default_rng(3).normal(size=shape).astype(np.float32)
-    out = fft.resize(values, sizes)
+    out = resampling.fourier_resize(values, sizes)
     assert out.dtype == np.float32
     np.testing.assert_allclose(out.numpy(), cropped_rfftn(values.astype(np.float64), axes_of(shape), sizes),
                                atol=2e-5)
 
 
 def test_resize_keeps_a_constant_and_a_round_trip_of_a_band_limited_image():
-    assert np.allclose(fft.resize(np.full((1, 1, 10, 10), 3.0), (6, 4)).numpy(), 3.0)
-    values = fft.resize(np.random.default_rng(0).normal(size=(1, 1, 9, 9)), (9, 9)).numpy()  # already band-limited
-    up = fft.resize(values, (17, 19))
-    np.testing.assert_allclose(fft.resize(up, (9, 9)).numpy(), values, atol=1e-10)
+    assert np.allclose(resampling.fourier_resize(np.full((1, 1, 10, 10), 3.0), (6, 4)).numpy(), 3.0)
+    values = resampling.fourier_resize(np.random.default_rng(0).normal(size=(1, 1, 9, 9)), (9, 9)).numpy()  # already band-limited
+    up = resampling.fourier_resize(values, (17, 19))
+    np.testing.assert_allclose(resampling.fourier_resize(up, (9, 9)).numpy(), values, atol=1e-10)
 
 
 @pytest.mark.parametrize("size, old, new, expected", [(128, 1.0, 1.5, 84), (100, 1.0, 1.0, 100), (101, 1.0, 1.0, 100),
                                                       (240, 1.06, 2.12, 120), (64, 2.0, 1.0, 128), (3, 1.0, 0.999, 2)])
 def test_rescaled_sizes_follow_relion(size, old, new, expected):
     # RELION: newsize = ROUND(size * angpix / rescale_angpix); newsize -= newsize % 2
-    assert fft.rescaled_sizes([size], old / new) == (expected,)
+    assert resampling.rescaled_sizes([size], old / new) == (expected,)
 
 
 def test_rescale_by_pixel_size_or_factor():
     values = np.random.default_rng(2).normal(size=(3, 1, 40, 30)).astype(np.float32)
-    out = fft.rescale(values, pixel_size=2.5, from_pixel_size=1.0)
+    out = resampling.rescale(values, pixel_size=2.5, from_pixel_size=1.0)
     assert out.shape == (3, 1, 16, 12)
-    np.testing.assert_allclose(out.numpy(), fft.resize(values, (16, 12)).numpy())
-    assert fft.rescale(values, 0.5).shape == (3, 1, 20, 14)  # 15 made even
+    np.testing.assert_allclose(out.numpy(), resampling.fourier_resize(values, (16, 12)).numpy())
+    assert resampling.rescale(values, 0.5).shape == (3, 1, 20, 14)  # 15 made even
     assert noa.rescale(values, 2.0).shape == (3, 1, 80, 60)
     volume = np.ones((1, 9, 9, 9), np.float32)
-    assert fft.rescale(volume, 0.5).shape == (1, 4, 4, 4)
+    assert resampling.rescale(volume, 0.5).shape == (1, 4, 4, 4)
     with pytest.raises(ParameterError, match="either"):
-        fft.rescale(values, 0.5, pixel_size=2.0)
+        resampling.rescale(values, 0.5, pixel_size=2.0)
     with pytest.raises(ParameterError, match="unknown"):
-        fft.rescale(values, pixel_size=2.0)
+        resampling.rescale(values, pixel_size=2.0)
     with pytest.raises(ShapeError, match="fewer than 2"):
-        fft.rescale(values, 0.01)
+        resampling.rescale(values, 0.01)
 
 
 # -- band-pass ----------------------------------------------------------------------------------------
@@ -199,7 +199,7 @@ def relion_filter(image: np.ndarray, angpix: float, lowpass: float | None, highp
     (30, 1.0, 8.0, None, 0.0, 0.0), (28, 1.1, 3.0, 12.0, 2.0, -50.0), (32, 1.0, None, None, 2.0, 100.0)])
 def test_bandpass_is_relions_filter(size, angpix, lowpass, highpass, edge, bfactor):
     images = np.random.default_rng(size).normal(size=(2, 1, size, size))
-    out = signal.bandpass(images, lowpass, highpass, pixel_size=angpix, edge_width=edge, bfactor=bfactor)
+    out = spectral.bandpass(images, lowpass, highpass, pixel_size=angpix, edge_width=edge, bfactor=bfactor)
     for b in range(2):
         expected = relion_filter(images[b, 0], angpix, lowpass, highpass, edge, bfactor)
         np.testing.assert_allclose(out.numpy()[b, 0], expected, atol=1e-10)
@@ -207,7 +207,7 @@ def test_bandpass_is_relions_filter(size, angpix, lowpass, highpass, edge, bfact
 
 def test_bandpass_of_a_volume_is_3d_and_keeps_float32():
     volume = np.random.default_rng(0).normal(size=(1, 12, 12, 12)).astype(np.float32)
-    out = signal.bandpass(volume, 4.0, pixel_size=1.0, edge_width=0.0)
+    out = spectral.bandpass(volume, 4.0, pixel_size=1.0, edge_width=0.0)
     assert out.dtype == np.float32
     f = np.sqrt(sum(np.meshgrid(np.fft.fftfreq(12) ** 2, np.fft.fftfreq(12) ** 2, indexing="ij")[k][..., None]
                     for k in range(2)) + np.fft.rfftfreq(12)[None, None, :] ** 2)
@@ -223,7 +223,7 @@ def test_bandpass_of_a_volume_is_3d_and_keeps_float32():
     ({"lowpass": 8.0, "pixel_size": 1.0, "edge_width": -1.0}, "edge_width", "0 or more")])
 def test_bandpass_refusals(kwargs, param, words):
     with pytest.raises(ParameterError, match=words) as refused:
-        signal.bandpass(np.ones((1, 1, 8, 8)), **kwargs)
+        spectral.bandpass(np.ones((1, 1, 8, 8)), **kwargs)
     assert refused.value.param == param
 
 
@@ -239,14 +239,14 @@ def test_power_spectrum_is_centred_and_normalised(shape, kind, log):
     expected = np.fft.fftshift(np.abs(np.fft.fftn(values.astype(np.float64), axes=axes)) ** 2 / n, axes=axes)
     if log:
         expected = np.log(np.maximum(expected, np.finfo(np.float32).tiny))
-    out = signal.power_spectrum(laid_out(values, kind), log=log)
+    out = spectral.power_spectrum(laid_out(values, kind), log=log)
     assert out.shape == shape and out.dtype == np.float32
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_power_spectrum_mean_is_the_mean_square():
     values = np.random.default_rng(0).normal(size=(2, 1, 16, 10)).astype(np.float64)
-    spectrum = signal.power_spectrum(values).numpy()
+    spectrum = spectral.power_spectrum(values).numpy()
     np.testing.assert_allclose(spectrum.mean(axis=(1, 2, 3)), (values ** 2).mean(axis=(1, 2, 3)))
 
 
@@ -258,11 +258,11 @@ def test_rotational_average_is_the_mean_over_rounded_radii(shape):
     power = np.fft.fftshift(np.abs(np.fft.fftn(values, axes=axes)) ** 2 / n ** len(axes), axes=axes)
     grids = np.meshgrid(*[np.fft.fftshift(np.fft.fftfreq(n) * n)] * len(axes), indexing="ij")
     radius = np.rint(np.sqrt(sum(g ** 2 for g in grids))).astype(int)
-    out = signal.power_spectrum(values, rotational_average=True)
+    out = spectral.power_spectrum(values, rotational_average=True)
     assert out.shape == (shape[0], 1, 1, n // 2 + 1)
     for b in range(shape[0]):
         image = power[b, 0] if len(axes) == 2 else power[b]
         expected = [image[radius == r].mean() for r in range(n // 2 + 1)]
         np.testing.assert_allclose(out.numpy()[b, 0, 0], expected, rtol=1e-10)
-    logged = signal.power_spectrum(values, rotational_average=True, log=True).numpy()
+    logged = spectral.power_spectrum(values, rotational_average=True, log=True).numpy()
     np.testing.assert_allclose(logged, np.log(out.numpy()), rtol=1e-12)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noa_core as nc
-from noa_core import reduction
+from noa_core import moments
 from noa_core.errors import DTypeError, ShapeError
 from test_kernels import LAYOUTS, make_array  # pytest puts tests/core/ on sys.path (rootdir-relative imports)
 
@@ -143,10 +143,10 @@ def test_moments_match_numpy(shape, kind, dtype, seed):
     # Widths past one chunk (32768) give several runs per row, merged with Chan's formula.
     a = make_array(np.random.default_rng(seed), shape, dtype, kind)
     x = a.numpy().astype(np.complex128 if dtype == "complex64" else np.float64)
-    m = reduction.moments(a)
+    m = moments.block_moments(a)
     assert m.count == x.size
     if x.size == 0:
-        assert m == reduction.EMPTY_MOMENTS
+        assert m == moments.EMPTY_MOMENTS
         return
     np.testing.assert_allclose(m.mean, x.mean(), rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(m.m2, np.sum(np.abs(x - x.mean()) ** 2), rtol=1e-9, atol=1e-9)
@@ -168,32 +168,32 @@ def test_moments_lanes_and_tail(dtype):
         x = base.copy().reshape(1, 1, 1, n)
         if dtype == "int16":
             x[0, 0, 0, position] = np.iinfo(np.int16).min
-            m = reduction.moments(nc.asarray(x))
+            m = moments.block_moments(nc.asarray(x))
             assert (m.min, m.max) == (x.min(), x.max())
             np.testing.assert_allclose(m.mean, x.astype(np.float64).mean(), rtol=1e-12)
             continue
         x[0, 0, 0, position] = np.nan
-        m = reduction.moments(nc.asarray(x))
+        m = moments.block_moments(nc.asarray(x))
         assert np.isnan(m.min) and np.isnan(m.max) and np.isnan(m.mean), position
         x[0, 0, 0, position] = -np.inf
         x[0, 0, 0, (position + LANES + 1) % n] = np.inf
-        m = reduction.moments(nc.asarray(x))
+        m = moments.block_moments(nc.asarray(x))
         assert (m.min, m.max) == (-np.inf, np.inf) and np.isnan(m.mean), position
         x[0, 0, 0, (position + LANES + 1) % n] = 0
-        m = reduction.moments(nc.asarray(x))
+        m = moments.block_moments(nc.asarray(x))
         assert (m.min, m.max) == (-np.inf, x.max()) and m.mean == -np.inf, position
 
 
 def test_moments_propagate_nan_and_merge_exactly():
     x = np.arange(100_000, dtype=np.float32).reshape(1, 1, 4, 25_000)
-    halves = [reduction.moments(nc.asarray(x[:, :, :2])), reduction.moments(nc.asarray(x[:, :, 2:]))]
+    halves = [moments.block_moments(nc.asarray(x[:, :, :2])), moments.block_moments(nc.asarray(x[:, :, 2:]))]
     merged = halves[0].merge(halves[1])
-    whole = reduction.moments(nc.asarray(x))
+    whole = moments.block_moments(nc.asarray(x))
     assert merged.count == whole.count and (merged.min, merged.max) == (whole.min, whole.max)
     np.testing.assert_allclose([merged.mean, merged.m2], [whole.mean, whole.m2], rtol=1e-12)
     x[0, 0, 3, 7] = np.nan
-    m = reduction.moments(nc.asarray(x))
+    m = moments.block_moments(nc.asarray(x))
     assert np.isnan(m.min) and np.isnan(m.max) and np.isnan(m.mean)
-    assert np.isnan(halves[0].merge(reduction.moments(nc.asarray(x[:, :, 2:]))).min)
+    assert np.isnan(halves[0].merge(moments.block_moments(nc.asarray(x[:, :, 2:]))).min)
     with pytest.raises(DTypeError, match="scalar element types"):
-        reduction.moments(nc.empty((1, 1, 2, 2), nc.vector("float32", 3)))
+        moments.block_moments(nc.empty((1, 1, 2, 2), nc.vector("float32", 3)))

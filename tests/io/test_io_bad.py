@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mrcfile.dtypes import HEADER_DTYPE
-from conftest import SHARED as DATA, needs_data
+from helpers import SHARED as DATA, needs_data
 
 from noa_core import io
 from noa_core.errors import (

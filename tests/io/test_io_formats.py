@@ -16,7 +16,7 @@ import tifffile
 from noa_core import io
 from noa_core.errors import CorruptFileError, FileFormatError, UnknownFormatError, WriteDTypeError
 from noa_core.io import formats, mapped, mrc, tiff
-from noa_core.io.metadata import Metadata, Statistics
+from noa_core.io.metadata import Metadata, HeaderStatistics
 from noa_core.io.protocol import Created, ImageFormat, OutputSpec, ReadRequest
 
 IO_DIR = Path(io.__file__).parent
@@ -259,24 +259,24 @@ class RawFormat:
         flat = mapped.map_input(path, self.HEADER, dtype, math.prod(shape))
         array = asarray(flat.reshape(shape))
         return array, Metadata(format=self.name, shape=shape, dtype=dtype.name, path=str(path),
-                               statistics=Statistics(float(low), float(high), None, None))
+                               statistics=HeaderStatistics(float(low), float(high), None, None))
 
     def check_writable(self, dtype: np.dtype, shape, path: Path) -> None:
         if dtype.kind not in "iuf":
             raise FileFormatError(f"{path}: dtype: {dtype} cannot be stored in RAW")
 
-    def _header(self, spec: OutputSpec, statistics: Statistics) -> bytes:
+    def _header(self, spec: OutputSpec, statistics: HeaderStatistics) -> bytes:
         stats = (statistics.min or 0.0, statistics.max or 0.0)
         return (self.SIGNATURE + np.array(spec.shape, "<i4").tobytes() + spec.dtype.str.encode().ljust(8, b"\0")
                 + np.array(stats, "<f8").tobytes()).ljust(self.HEADER, b"\0")
 
     def create(self, temp: Path, spec: OutputSpec) -> Created:
         with open(temp, "r+b") as f:
-            f.write(self._header(spec, Statistics(None, None, None, None)))
+            f.write(self._header(spec, HeaderStatistics(None, None, None, None)))
             f.truncate(self.HEADER + math.prod(spec.shape) * spec.dtype.itemsize)
         return Created(self.HEADER, [f"{spec.path}: RAW keeps no pixel size"])
 
-    def finish(self, temp: Path, spec: OutputSpec, statistics: Statistics) -> None:
+    def finish(self, temp: Path, spec: OutputSpec, statistics: HeaderStatistics) -> None:
         with open(temp, "r+b") as f:
             f.write(self._header(spec, statistics))
 

@@ -24,7 +24,7 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
-from conftest import NOA, assert_user_error, noa, write_mrc
+from helpers import NOA, assert_user_error, noa, write_mrc
 from mrcfile.dtypes import HEADER_DTYPE
 
 from noa_core import io

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mrcfile.dtypes import HEADER_DTYPE
-from conftest import SHARED as DATA, need_shared, needs_data
+from helpers import need_shared, needs_data, random_values, SHARED as DATA
 
 import noa_core
 from noa_core import io
@@ -25,14 +25,7 @@ KINDS = {"image": (1, 1, 6, 5), "image stack": (3, 1, 6, 5), "volume": (1, 4, 6,
 
 
 def sample(shape, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    dt = np.dtype(dtype)
-    if dt.kind == "c":
-        return (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(dt)
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(dt)
-    return rng.normal(size=shape).astype(dt)
+    return random_values(shape, dtype, seed, span=None)
 
 
 def raw_mrc(path: Path, data: bytes, nx, ny, nz, mode, order="<", **fields) -> Path:
@@ -315,8 +308,9 @@ def test_existing_output_refused_and_input_untouched(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mrc"]
 
 
-def test_open_is_read():
-    assert io.open is io.read
+def test_io_has_no_open_shadowing_the_builtin():
+    """``noa_core.io.read`` is the one name for reading (``io.open`` was an alias that shadowed ``open``)."""
+    assert not hasattr(io, "open") and "open" not in io.__all__
 
 
 def test_copy_of_real_file_with_shutil_still_reads(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import NOA, load, write_mrc
+from helpers import NOA, load, write_mrc
 
 
 def test_an_input_truncated_after_it_was_mapped_is_an_error(tmp_path):

@@ -13,6 +13,7 @@ import noa_core
 from noa_core import io, layout
 from noa_core.errors import LayoutError
 from noa_core.io import mapped, stream
+from noa_core.moments import RunningStatistics
 
 
 def test_copy_into_permuted_and_broadcast_views(tmp_path):
@@ -67,7 +68,7 @@ def test_running_statistics_match_numpy():
     rng = np.random.default_rng(3)
     data = rng.normal(5, 2, size=1000) + 1j * rng.normal(size=1000)
     for values in (data.real, data):
-        stats = stream.RunningStatistics()
+        stats = RunningStatistics()
         for part in np.array_split(values, 7):
             stats.add(part)
         result = stats.result()
@@ -131,7 +132,7 @@ def test_pwritten_tiles_land_where_numpy_puts_them(tmp_path):
                 finally:
                     target.close()
                 np.testing.assert_array_equal(out.array.numpy(), data, err_msg=f"{order} {tile}")
-                out.complete(stream.RunningStatistics.of(data))
+                out.complete(RunningStatistics.of(data))
 
 
 _GENERATE = """

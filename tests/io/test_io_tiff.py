@@ -7,7 +7,7 @@ import pytest
 import tifffile
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from conftest import SHARED as DATA, needs_data
+from helpers import SHARED as DATA, needs_data
 
 import noa_core
 from noa_core import io

@@ -11,7 +11,7 @@ from pathlib import Path
 import mrcfile
 import numpy as np
 import pytest
-from conftest import assert_user_error, fei1_stack, mrc_data, noa, write_mrc
+from helpers import assert_user_error, fei1_stack, mrc_data, noa, write_mrc
 from mrcfile.dtypes import HEADER_DTYPE, get_ext_header_dtype
 
 from noa_core import io

@@ -25,7 +25,7 @@ from noa_core.errors import (
 )
 from noa_core.io import atomic, formats, omezarr
 from noa_core.io.metadata import Metadata
-from conftest import assert_problem, assert_user_error, noa, write_mrc
+from helpers import assert_problem, assert_user_error, noa, write_mrc
 
 
 def _ome_zarr_py_read(path):

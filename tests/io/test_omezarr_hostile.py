@@ -22,7 +22,7 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
-from conftest import REPO, assert_problem, assert_user_error, noa, start_server, write_mrc
+from helpers import REPO, assert_problem, assert_user_error, noa, start_server, write_mrc
 
 from noa_core import io
 from noa_core.errors import CorruptFileError, HeaderError, NoSpaceError, ParameterError

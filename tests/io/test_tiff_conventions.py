@@ -14,7 +14,7 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
-from conftest import NOA, assert_user_error, noa, write_mrc
+from helpers import NOA, assert_user_error, noa, write_mrc
 
 from noa_core import io
 from noa_core.errors import AxisMappingError, FileFormatError, HeaderError

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from conftest import write_mrc
+from helpers import write_mrc
 from noa_core import operations
 from noa_core.run import local
 

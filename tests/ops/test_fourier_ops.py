@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import time
 
 import httpx
 import numpy as np
 import pytest
 import scipy.signal
-from conftest import (assert_problem, assert_user_error, load, mrc_data, need_shared, noa, start_server,
-                      write_mrc)
+from helpers import (assert_problem, assert_user_error, load, mrc_data, need_shared, noa, start_server, wait_job,
+                    write_mrc)
 from scipy import ndimage
 
-from noa_core import fft, geometry, io, operations, signal
-from noa_core.io import stream
+from noa_core import geometry, io, operations, resampling, spectral
 from noa_core.run import local
+from noa_core.moments import RunningStatistics
 
 
 def stack(path, shape=(5, 48, 40), voxel=1.25, seed=0) -> np.ndarray:
@@ -40,7 +39,7 @@ def test_filter_plan_writes_whole_images_in_tiles(tmp_path):
     assert plan.label == "noa filter --lowpass 5 --highpass 40 --edge-width 3"
     keys = filled_in_tiles(plan, tmp_path / "out.mrcs", 1 << 20)  # the smallest budget (2 MiB): several tiles
     assert len(keys) > 1 and all(k[1:] == (slice(0, 1), slice(0, 256), slice(0, 192)) for k in keys)
-    expected = signal.bandpass(data[:, None], 5.0, 40.0, pixel_size=1.25, edge_width=3.0).numpy()[:, 0]
+    expected = spectral.bandpass(data[:, None], 5.0, 40.0, pixel_size=1.25, edge_width=3.0).numpy()[:, 0]
     np.testing.assert_allclose(load(tmp_path / "out.mrcs"), expected, atol=1e-5)
     _, header, voxel = mrc_data(tmp_path / "out.mrcs")
     assert float(voxel.x) == pytest.approx(1.25) and header.mode == 2
@@ -51,7 +50,7 @@ def test_filter_of_a_volume_is_3d_with_a_bfactor(tmp_path):
     write_mrc(tmp_path / "map.mrc", volume, voxel_size=2.0)
     result = noa("filter", tmp_path / "map.mrc", tmp_path / "sharp.mrc", "--lowpass", "6", "--bfactor", "-50")
     assert result.returncode == 0, result.stderr
-    expected = signal.bandpass(volume[None], 6.0, pixel_size=2.0, bfactor=-50.0).numpy()[0]
+    expected = spectral.bandpass(volume[None], 6.0, pixel_size=2.0, bfactor=-50.0).numpy()[0]
     np.testing.assert_allclose(load(tmp_path / "sharp.mrc"), expected, atol=1e-5)
 
 
@@ -96,14 +95,14 @@ def test_rescale_plan_in_tiles_and_in_split_tasks(tmp_path, split):
         if not split:
             io.fill(writer, plan.sources, None, reads=plan.tile_reads(), keys=keys)
         else:  # what Dask tasks run: the region filled by path in two runs, statistics merged in order
-            stats = stream.RunningStatistics()
+            stats = RunningStatistics()
             half = len(keys) // 2
             for run in (keys[:half], keys[half:]):
                 for tile_stats in writer.region().fill(operations.get("rescale").task(factor=0.5)
                                                        .plan(tmp_path / "in.mrcs").tile_reads(), run):
                     stats.merge(tile_stats)
             writer.complete(stats)
-    expected = fft.resize(data[:, None], (128, 128)).numpy()[:, 0]
+    expected = resampling.fourier_resize(data[:, None], (128, 128)).numpy()[:, 0]
     np.testing.assert_allclose(load(out), expected, atol=1e-5)
 
 
@@ -115,7 +114,7 @@ def test_rescale_of_a_volume_by_a_factor(tmp_path):
     out, _, voxel = mrc_data(tmp_path / "half.mrc")
     assert out.shape == (10, 8, 8)  # 9 -> 8
     assert (float(voxel.z), float(voxel.y), float(voxel.x)) == pytest.approx((2.2, 1.1 * 18 / 8, 2.2))
-    np.testing.assert_allclose(out, fft.resize(volume[None], (10, 8, 8)).numpy()[0], atol=1e-5)
+    np.testing.assert_allclose(out, resampling.fourier_resize(volume[None], (10, 8, 8)).numpy()[0], atol=1e-5)
     assert_user_error(noa("rescale", tmp_path / "map.mrc", tmp_path / "x.mrc", "--factor", "0.5", "--pixel-size", "2"),
                       "either")
     write_mrc(tmp_path / "unknown.mrc", volume)
@@ -135,7 +134,7 @@ def test_powerspectrum_files(tmp_path):
     assert noa("powerspectrum", tmp_path / "in.mrcs", tmp_path / "avg.mrc", "--rotavg").returncode == 0
     profile = load(tmp_path / "avg.mrc")
     assert profile.size == 3 * 17
-    expected = signal.power_spectrum(data[:, None], rotational_average=True).numpy()
+    expected = spectral.power_spectrum(data[:, None], rotational_average=True).numpy()
     np.testing.assert_allclose(profile.reshape(3, 17), expected.reshape(3, 17), rtol=1e-5)
 
 
@@ -143,10 +142,10 @@ def test_a_tile_reads_its_images_a_group_at_a_time(tmp_path, monkeypatch):
     """A rotational average writes a few values per image: however many images a tile holds, they are read
     and computed in groups of about GROUP_BYTES (here one image), never all at once."""
     from noa_core.io import mapped
-    from noa_core.operations import filter as filter_op
+    from noa_core.operations import plan as plan_module
 
     data = stack(tmp_path / "in.mrcs", shape=(6, 32, 32))
-    monkeypatch.setattr(filter_op, "GROUP_BYTES", 1)
+    monkeypatch.setattr(plan_module, "GROUP_BYTES", 1)
     read = []
     original = mapped.read_view
     monkeypatch.setattr(mapped, "read_view", lambda array, *args, **kw: read.append(array.shape) or original(array, *args, **kw))
@@ -154,7 +153,7 @@ def test_a_tile_reads_its_images_a_group_at_a_time(tmp_path, monkeypatch):
     assert plan.shape == (6, 1, 1, 17)
     keys = filled_in_tiles(plan, tmp_path / "avg.mrc", 1 << 20)
     assert len(keys) == 1 and read == [(1, 1, 32, 32)] * 6
-    expected = signal.power_spectrum(data[:, None], rotational_average=True).numpy()
+    expected = spectral.power_spectrum(data[:, None], rotational_average=True).numpy()
     np.testing.assert_allclose(load(tmp_path / "avg.mrc").reshape(6, 17), expected.reshape(6, 17), rtol=1e-5)
 
 
@@ -223,7 +222,7 @@ def test_real_map_rescaled_filtered_and_turned(tmp_path, name):
         expected = scipy.signal.resample(expected, 10, axis=axis)
     np.testing.assert_allclose(out, expected, atol=1e-4 * np.abs(volume).max())
     assert noa("filter", path, tmp_path / "f.mrc", "--lowpass", "40").returncode == 0
-    expected = signal.bandpass(volume[None], 40.0, pixel_size=11.4).numpy()[0]
+    expected = spectral.bandpass(volume[None], 40.0, pixel_size=11.4).numpy()[0]
     np.testing.assert_allclose(load(tmp_path / "f.mrc"), expected, atol=1e-5 * np.abs(volume).max())
     assert noa("transform", path, tmp_path / "t.mrc", "--euler", "10,20,30", "--interp", "cubic").returncode == 0
     m = geometry.affine_3d(volume.shape, euler=(10, 20, 30))
@@ -240,7 +239,7 @@ def test_real_tiffs_integer_and_float_volumes(tmp_path):
     assert noa("filter", uint16, tmp_path / "f.mrc", "--lowpass", "4", "--angpix", "1").returncode == 0
     out = load(tmp_path / "f.mrc")
     assert out.dtype == np.float32
-    np.testing.assert_allclose(out, signal.bandpass(ints[None], 4.0, pixel_size=1.0).numpy()[0], rtol=1e-6, atol=1e-3)
+    np.testing.assert_allclose(out, spectral.bandpass(ints[None], 4.0, pixel_size=1.0).numpy()[0], rtol=1e-6, atol=1e-3)
     floats = tifffile.imread(float32).astype(np.float64)
     assert noa("transform", float32, tmp_path / "t.tif", "--euler", "90,0,0", "--border", "mirror").returncode == 0
     m = geometry.affine_3d(floats.shape, euler=(90, 0, 0))
@@ -272,7 +271,7 @@ def test_http_uploads_paths_and_jobs(tmp_path):
         assert uploaded.status_code == 200, uploaded.text
         (tmp_path / "up.mrcs").write_bytes(uploaded.content)
         np.testing.assert_allclose(load(tmp_path / "up.mrcs"),
-                                   signal.bandpass(data[:, None], 4.0, pixel_size=1.0).numpy()[:, 0], atol=1e-5)
+                                   spectral.bandpass(data[:, None], 4.0, pixel_size=1.0).numpy()[:, 0], atol=1e-5)
 
         m = geometry.affine_2d((16, 16), rotate=45)[:2]
         written = client.post("/v1/paths/transform", json={"src": "in.mrcs", "dst": "t.mrcs",
@@ -292,12 +291,9 @@ def test_http_uploads_paths_and_jobs(tmp_path):
 
         job = client.post("/v1/jobs", json={"operation": "rescale", "src": "in.mrcs", "dst": "r.mrcs", "factor": 0.5})
         assert job.status_code == 202, job.text
-        deadline = time.monotonic() + 60
-        while (state := client.get(job.headers["location"]).json())["status"] in ("queued", "running"):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        state = wait_job(client, job.headers["location"], 60)
         assert state["status"] == "succeeded", state
-        np.testing.assert_allclose(load(root / "r.mrcs"), fft.resize(data[:, None], (8, 8)).numpy()[:, 0], atol=1e-5)
+        np.testing.assert_allclose(load(root / "r.mrcs"), resampling.fourier_resize(data[:, None], (8, 8)).numpy()[:, 0], atol=1e-5)
 
 
 def test_live_service_powerspectrum_and_transform(tmp_path):

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mrcfile.dtypes import get_ext_header_dtype
 
-from conftest import assert_problem, assert_user_error, mrc_data, need_shared, noa, write_mrc
+from helpers import assert_problem, assert_user_error, mrc_data, need_shared, noa, wait_job, write_mrc
 from noa_core import io as noa_io
 from noa_core import operations
 from noa_core.errors import FileFormatError, ParameterError
@@ -209,10 +209,7 @@ def test_header_over_http(tmp_path):
         assert float(header.origin.z) == 0.0  # the server's file is not the upload's
         job = client.post("/v1/jobs", json={"operation": "header", "path": "map.mrc", "label": "job"})
         assert job.status_code == 202, job.text
-        deadline = time.monotonic() + 30
-        while (state := client.get(job.headers["location"]).json())["status"] in ("queued", "running"):
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        state = wait_job(client, job.headers["location"], 30)
         assert state["status"] == "succeeded" and state["result"]["changes"]["labels"]["new"][-1] == "job"
     np.testing.assert_array_equal(mrc_data(root / "map.mrc")[0], data)
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import scipy.signal
 import zarr
-from conftest import NOA, assert_problem, assert_user_error, mrc_data, noa, write_mrc
+from helpers import NOA, assert_problem, assert_user_error, mrc_data, noa, write_mrc
 
-from noa_core import fft, limits, operations
+from noa_core import limits, operations, resampling
 from noa_core.errors import LimitError, SizeError
 from noa_core.io import compression
 
@@ -48,18 +48,18 @@ SQUARE = [((2, 1, 64, 64), 0.25), ((1, 12, 12, 12), 2.0), ((3, 1, 20, 20), 1.6)]
 def test_rescale_in_place_inverse_equals_scipy(shape, factor, like, monkeypatch):
     """The inverse transform now runs in place, a few rows at a time: the values are still scipy's
     (noa: scipy.signal.resample per axis; relion: the same windows through NumPy's irfftn, float64)."""
-    monkeypatch.setattr(fft, "ROW_BYTES", 200)  # a few rows a step: steps that end mid-image and mid-batch
+    monkeypatch.setattr(resampling, "ROW_BYTES", 200)  # a few rows a step: steps that end mid-image and mid-batch
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    got = fft.rescale(x, factor, like=like).numpy()
+    got = resampling.rescale(x, factor, like=like).numpy()
     axes = (2, 3) if shape[1] == 1 else (1, 2, 3)
-    sizes = fft.rescaling([shape[a] for a in axes], factor, like).sizes
+    sizes = resampling.rescaling([shape[a] for a in axes], factor, like).sizes
     if like == "noa":
         want = x.astype(np.float64)
         for a, n in zip(axes, sizes):
             want = scipy.signal.resample(want, n, axis=a)
     else:
         spectrum = np.fft.rfftn(x.astype(np.float64), axes=axes)
-        window = fft._window_sphere(spectrum, axes, shape[axes[0]], sizes[0])
+        window = resampling._window_sphere(spectrum, axes, shape[axes[0]], sizes[0])
         want = np.fft.irfftn(window, s=sizes, axes=axes) * (np.prod(sizes) / np.prod([shape[a] for a in axes]))
     assert got.dtype == np.float32 and got.shape == want.shape
     assert np.max(np.abs(got - want)) < 2e-5 * max(1.0, np.max(np.abs(want)))
@@ -67,7 +67,7 @@ def test_rescale_in_place_inverse_equals_scipy(shape, factor, like, monkeypatch)
 
 def test_rescale_float64_stays_float64():
     x = np.random.default_rng(2).standard_normal((1, 1, 16, 16))
-    got = fft.rescale(x, 2.0).numpy()
+    got = resampling.rescale(x, 2.0).numpy()
     want = scipy.signal.resample(scipy.signal.resample(x, 32, axis=2), 32, axis=3)
     assert got.dtype == np.float64 and np.max(np.abs(got - want)) < 1e-12
 

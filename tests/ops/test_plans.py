@@ -9,11 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import EXAMPLE_MAP, load, write_mrc
+from helpers import EXAMPLE_MAP, load, write_mrc
 from noa_core import operations
 from noa_core.errors import BroadcastError, OutputIsInputError, PermutationError
 from noa_core.io import mapped
 from noa_core.run import local
+from noa_core.io import stream
+from noa_core.moments import RunningStatistics
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 shapes = st.tuples(*(st.integers(1, 4) for _ in range(4)))
@@ -134,7 +136,6 @@ def test_stats_match_numpy(tmp_path):
 @pytest.mark.parametrize("order, suffix", [("C", ".mrc"), ("F", ".mrc"), ("C", ".tif")])
 def test_copy_flip_y_reverses_rows_in_every_tile(tmp_path, order, suffix):
     from noa_core import io
-    from noa_core.io import stream
 
     data = np.random.default_rng(2).normal(size=(40, 256, 200)).astype(np.float32)  # 8 MB: several 4 MiB tiles
     write_mrc(tmp_path / "in.mrc", data)
@@ -154,7 +155,7 @@ def test_copy_flip_y_reverses_rows_in_every_tile(tmp_path, order, suffix):
 def test_flip_y_through_the_cli_matches_tifffile(tmp_path):
     import tifffile
 
-    from conftest import noa
+    from helpers import noa
 
     data = np.arange(6 * 5 * 7, dtype=np.uint16).reshape(6, 5, 7)
     tifffile.imwrite(tmp_path / "in.tif", data, photometric="minisblack")
@@ -169,8 +170,7 @@ def test_plan_with_reads_computes_each_tile_from_its_own_source_region(tmp_path,
     as a binning would): each output tile reads its own region, locally and in split Dask tasks alike."""
     from noa_core import io
     from noa_core.array import asarray
-    from noa_core.io import stream
-    from noa_core.operations.plan import make_plan
+    from noa_core.operations.plan import region_plan
 
     data = np.random.default_rng(5).normal(size=(24, 512, 300)).astype(np.float32)
     write_mrc(tmp_path / "in.mrc", data)
@@ -186,8 +186,8 @@ def test_plan_with_reads_computes_each_tile_from_its_own_source_region(tmp_path,
         region = (*key[:2], *(slice(k.start * 2, k.stop * 2) for k in key[2:]))
         return [source[region]], binned
 
-    plan = make_plan([tmp_path / "in.mrc"], [source], [source], None, meta, "bin", shape=shape, reads=reads,
-                     read_factor=4)
+    plan = region_plan(operations.get("bin").options(factor=2), inputs=[tmp_path / "in.mrc"], read=[source], meta=meta,
+                       shape=shape, reads=reads, read_factor=4)
     out = tmp_path / "out.mrc"
     with plan.create(out, overwrite=True) as writer:
         keys = plan.keys(writer, 4 << 20)
@@ -195,7 +195,7 @@ def test_plan_with_reads_computes_each_tile_from_its_own_source_region(tmp_path,
         if scheduler is None:
             io.fill(writer, plan.sources, None, reads=plan.tile_reads(), keys=keys)
         else:  # what a Dask task runs: the region filled by path, two runs of tiles, statistics merged
-            stats = stream.RunningStatistics()
+            stats = RunningStatistics()
             half = len(keys) // 2
             for run in (keys[:half], keys[half:]):
                 for tile_stats in writer.region().fill(plan.tile_reads(), run):

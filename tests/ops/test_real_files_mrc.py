@@ -9,7 +9,7 @@ import json
 import mrcfile
 import numpy as np
 import pytest
-from conftest import SHARED, mrc_data, needs_data, noa
+from helpers import SHARED, mrc_data, needs_data, noa
 
 from noa_core.io import mrc
 

@@ -10,7 +10,7 @@ import json
 import mrcfile
 import numpy as np
 import pytest
-from conftest import SHARED, load, need_shared, noa
+from helpers import SHARED, load, need_shared, noa
 
 from noa_core import io
 from noa_core.io.metadata import angstroms_per_unit

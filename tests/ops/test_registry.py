@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import EXAMPLE_MAP, REPO, assert_user_error, load, noa, write_mrc
+from helpers import assert_user_error, EXAMPLE_MAP, load, noa, REPO, wait_job, write_mrc
 from noa_core import dtypes, expr, operations
 from noa_core.errors import ParameterError
 from noa_core.operations import ewise as ewise_declaration
@@ -30,12 +29,11 @@ from noa_core.operations.spec import Choice, Flag, Integer, Integers, Real, Real
 
 def plan_offset(inputs, options):
     from noa_core.expr import compile_expression
-    from noa_core.operations.plan import evaluator, make_plan
+    from noa_core.operations.plan import evaluator, tiled_plan
 
     array, meta = options.open_input(inputs[0])
     compiled = compile_expression(f"a * {options.scale!r} + {options.amount}", 1)
-    return make_plan(inputs, [array], [array], evaluator(compiled), meta, f"noa offset --amount {options.amount}",
-                     "float32")
+    return tiled_plan(options, inputs=inputs, read=[array], compute=evaluator(compiled), meta=meta, dtype="float32")
 
 
 OFFSET = operations.Operation(
@@ -208,10 +206,7 @@ def test_a_registered_operation_is_two_routes_and_a_job(offset, tmp_path):
 
         job = client.post("/v1/jobs", json={"operation": "offset", "src": "in.mrc", "dst": "j.mrc", "amount": 1})
         assert job.status_code == 202, job.text
-        deadline = time.monotonic() + 30
-        while (state := client.get(job.headers["location"]).json())["status"] in ("queued", "running"):
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        state = wait_job(client, job.headers["location"], 30)
         assert state["status"] == "succeeded", state
         np.testing.assert_array_equal(load(root / "j.mrc"), data + 1)
 
@@ -225,10 +220,11 @@ def test_operations_from_noa_operations_reach_a_fresh_process(tmp_path):
 
         def plan(inputs, options):
             from noa_core.expr import compile_expression
-            from noa_core.operations.plan import evaluator, make_plan
+            from noa_core.operations.plan import evaluator, tiled_plan
 
             array, meta = options.open_input(inputs[0])
-            return make_plan(inputs, [array], [array], evaluator(compile_expression("-a", 1)), meta, "noa negate")
+            return tiled_plan(options, inputs=inputs, read=[array], compute=evaluator(compile_expression("-a", 1)),
+                              meta=meta)
 
 
         OPERATION = operations.Operation("negate", "Negate every voxel.", ("noa negate in.mrc out.mrc",),

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import io
 import json
-import time
 import zipfile
 
 import numpy as np
 import pytest
 
-from conftest import load, noa, write_mrc
+from helpers import load, noa, wait_job, write_mrc
 from noa_core import operations
 from noa_core.errors import ParameterError
 from noa_core.operations.spec import Integer, Text
@@ -21,11 +20,12 @@ from noa_core.operations.spec import Integer, Text
 def plans_halves(inputs, options):
     """Two outputs: the input times 1 and times ``factor``."""
     from noa_core.expr import compile_expression
-    from noa_core.operations.plan import evaluator, make_plan
+    from noa_core.operations.plan import evaluator, tiled_plan
 
     array, meta = options.open_input(inputs[0])
-    return [(f"_x{k}.mrc", make_plan(inputs, [array], [array], evaluator(compile_expression(f"a * {k}", 1)), meta,
-                                     f"x{k}", "float32")) for k in (1, options.factor)]
+    return [(f"_x{k}.mrc", tiled_plan(options, inputs=inputs, read=[array], meta=meta, dtype="float32",
+                                      compute=evaluator(compile_expression(f"a * {k}", 1)), detail=f"x{k}"))
+            for k in (1, options.factor)]
 
 
 def edit_touch(path, options, dry_run):
@@ -130,8 +130,5 @@ def test_the_new_kinds_are_routes_and_jobs(kinds, tmp_path):
         assert (root / "notes.txt").read_text() == "start;hi"
         job = client.post("/v1/jobs", json={"operation": "twice", "src": "in.mrc", "dst": "job"})
         assert job.status_code == 202, job.text
-        deadline = time.monotonic() + 30
-        while (state := client.get(job.headers["location"]).json())["status"] in ("queued", "running"):
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        state = wait_job(client, job.headers["location"], 30)
         assert state["result"]["outputs"] == ["job/in_x1.mrc", "job/in_x2.mrc"], state

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_user_error, load, noa, relion, write_mrc
+from helpers import assert_user_error, load, noa, relion, write_mrc
 
-from noa_core import signal
+from noa_core import spectral
 
 
 def relion_bfactor(volume: np.ndarray, angpix: float, bfactor: float) -> np.ndarray:
@@ -31,7 +31,7 @@ def test_a_bfactor_alone_on_a_map_is_relions(tmp_path, shape, bfactor):
     got = load(tmp_path / "noa.mrc")
     np.testing.assert_allclose(got, relion_bfactor(volume, 2.0, bfactor), atol=1e-4 * np.abs(got).max())
     # The corners beyond Nyquist hold nothing: the power there is zero (before, B -80 amplified them).
-    f = signal.frequencies(shape)
+    f = spectral.frequencies(shape)
     assert np.abs(np.fft.rfftn(got.astype(np.float64))[f > 0.5 + 1e-9]).max() < 1e-3 * np.abs(got).sum() / got.size
     relion("relion_image_handler", "--i", tmp_path / "map.mrc", "--o", tmp_path / "relion.mrc", "--bfactor", bfactor,
            "--angpix", "2")

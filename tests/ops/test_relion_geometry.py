@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noa_core as noa
-from conftest import assert_user_error, load, noa as run_noa, relion, write_mrc
-from noa_core import geometry, operations, stack
+from helpers import assert_user_error, load, noa as run_noa, relion, write_mrc
+from noa_core import boxes, geometry, operations
 from noa_core.errors import ParameterError
 from noa_core.run import local
 
@@ -196,10 +196,10 @@ def test_hand_inversion_keeps_the_header_so_the_centre_stays_in_place(tmp_path):
 def test_flip_reads_tile_by_tile(shape, axis, about, data):
     """Any tiling along the mirrored axis (a tile holding index 0 of an even axis reads two regions)."""
     values = np.random.default_rng(4).normal(size=shape).astype(np.float32)
-    index = stack.AXES[axis]
+    index = boxes.AXES[axis]
     n = shape[index]
     cuts = sorted(set(data.draw(st.lists(st.integers(1, n - 1), max_size=3)) if n > 1 else []))
-    reads = stack.flip_reads(noa.asarray(values), index, about)
+    reads = boxes.flip_reads(noa.asarray(values), index, about)
     out = np.empty_like(values)
     for start, stop in zip([0, *cuts], [*cuts, n]):
         key = [slice(0, s) for s in shape]

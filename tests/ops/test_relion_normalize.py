@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import assert_user_error, load, noa, relion, write_mrc
+from helpers import assert_user_error, load, noa, relion, write_mrc
 
 import noa_core as noa_api
-from noa_core import stacks
+from noa_core import intensity
 from noa_core.errors import ParameterError
 
 
@@ -109,7 +109,7 @@ def test_the_background_is_outside_the_circle_from_the_centre():
     for shape, radius in (((6, 6), 2), ((7, 5), 2.5), ((4, 4, 4), 1)):
         grids = np.meshgrid(*[np.arange(n) - n // 2 for n in shape], indexing="ij")
         expected = sum(g * g for g in grids) > radius**2
-        np.testing.assert_array_equal(stacks.background(shape, radius, ramp=False).mask, expected)
+        np.testing.assert_array_equal(intensity.background(shape, radius, ramp=False).mask, expected)
 
 
 def test_a_constant_background_is_left_unscaled_as_relion_leaves_it():

@@ -15,9 +15,9 @@ import warnings
 import numpy as np
 import pytest
 import starfile
-from conftest import assert_user_error, noa, relion, write_mrc
+from helpers import assert_user_error, noa, relion, write_mrc
 
-from noa_core import operations, signal
+from noa_core import operations, spectral
 from noa_core.errors import ParameterError
 from noa_core.run import local
 
@@ -69,7 +69,7 @@ def noa_blocks(path) -> list:
 @pytest.mark.parametrize("shape", [(1, 1, 32, 32), (1, 1, 15, 15), (3, 1, 16, 16), (1, 12, 12, 12), (2, 9, 9, 9)])
 def test_relion_power_is_relions_get_spectrum(shape):
     values = np.random.default_rng(sum(shape)).normal(3.0, 2.0, size=shape)
-    got = signal.relion_power(values)
+    got = spectral.relion_power(values)
     images = values.reshape(shape[0], *shape[1 if shape[1] > 1 else 2:])
     assert got.shape == (shape[0], min(shape[3] // 2 + 2, shape[3]))
     for b in range(shape[0]):
@@ -82,20 +82,20 @@ def test_relion_power_normalisation_against_numpy():
     is N times larger per sample (|F|^2/N)."""
     n, k, amplitude = 32, 5, 3.0
     constant = np.full((1, 1, n, n), 2.5)
-    np.testing.assert_allclose(signal.relion_power(constant)[0], [6.25] + [0.0] * (n // 2 + 1), atol=1e-12)
+    np.testing.assert_allclose(spectral.relion_power(constant)[0], [6.25] + [0.0] * (n // 2 + 1), atol=1e-12)
     x = np.arange(n)
     wave = np.broadcast_to(amplitude * np.cos(2 * np.pi * k * x / n), (1, 1, n, n))
     ky, kx = np.meshgrid(np.fft.fftfreq(n) * n, np.fft.rfftfreq(n) * n, indexing="ij")
     samples = int((np.floor(np.hypot(ky, kx) + 0.5) == k).sum())
     expected = np.zeros(n // 2 + 2)
     expected[k] = (amplitude / 2) ** 2 / samples
-    np.testing.assert_allclose(signal.relion_power(wave)[0], expected, atol=1e-12)
-    noa_power = signal.power_spectrum(wave).numpy().astype(np.float64)
+    np.testing.assert_allclose(spectral.relion_power(wave)[0], expected, atol=1e-12)
+    noa_power = spectral.power_spectrum(wave).numpy().astype(np.float64)
     assert noa_power.max() == pytest.approx((amplitude / 2) ** 2 * n * n, rel=1e-5)  # |F|^2/N = N |F/N|^2
 
 
 def test_shell_resolutions_as_relion_writes_them():
-    inverse, angstrom = signal.shell_resolutions(32, 1.5, 18)
+    inverse, angstrom = spectral.shell_resolutions(32, 1.5, 18)
     assert angstrom[0] == 999.0 and inverse[0] == pytest.approx(1 / 999)
     np.testing.assert_allclose(angstrom[1:], 48.0 / np.arange(1, 18))
     np.testing.assert_allclose(inverse[1:], np.arange(1, 18) / 48.0)

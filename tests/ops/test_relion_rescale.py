@@ -10,9 +10,9 @@ import mrcfile
 import numpy as np
 import pytest
 import scipy.signal
-from conftest import assert_user_error, load, mrc_data, noa, relion, write_mrc
+from helpers import assert_user_error, load, mrc_data, noa, relion, write_mrc
 
-from noa_core import fft, operations
+from noa_core import operations, resampling
 from noa_core.errors import ParameterError, ShapeError
 
 # -- RELION 3.1.3, transcribed ------------------------------------------------------------------------
@@ -175,11 +175,11 @@ def test_noa_like_relion_is_relion(tmp_path, kind, shape, angpix, rescale_angpix
 def test_library_like_relion_is_the_transcription(kind, shape, angpix, rescale_angpix, new_box):
     data = np.random.default_rng(1).normal(size=shape).astype(np.float32)
     x = data[None] if kind == "volume" else data[:, None]
-    got = fft.rescale(x, pixel_size=rescale_angpix, from_pixel_size=angpix, like="relion").numpy()
+    got = resampling.rescale(x, pixel_size=rescale_angpix, from_pixel_size=angpix, like="relion").numpy()
     want, real_angpix = expected(data, kind == "volume", angpix, rescale_angpix)  # no window here
     close(got[0] if kind == "volume" else got[:, 0], want, data)
-    factor = fft.pixel_factor(angpix, rescale_angpix, "relion")
-    box = fft.rescaling(shape[1:] if kind == "stack" else shape, factor, "relion")
+    factor = resampling.pixel_factor(angpix, rescale_angpix, "relion")
+    box = resampling.rescaling(shape[1:] if kind == "stack" else shape, factor, "relion")
     assert box.sizes == want.shape[-len(box.sizes):]
     assert box.spacing == pytest.approx((real_angpix / angpix,) * len(box.sizes))
 
@@ -189,13 +189,13 @@ def test_resize_like_relion_keeps_plus_nyquist_or_a_sphere():
     4 -> 8, the corners beyond radius 2 are zero (noa keeps the whole square), +2 lands on +2 only."""
     rng = np.random.default_rng(2)
     image = rng.normal(size=(1, 1, 8, 8))
-    spectrum = np.fft.rfft2(fft.resize(image, (4, 4), like="relion").numpy()[0, 0]) / 16 * 64
+    spectrum = np.fft.rfft2(resampling.fourier_resize(image, (4, 4), like="relion").numpy()[0, 0]) / 16 * 64
     full = np.fft.rfft2(image[0, 0])
     np.testing.assert_allclose(spectrum[2, 1:2], full[2, 1:2], atol=1e-9)  # +2 only
-    folded = np.fft.rfft2(fft.resize(image, (4, 4)).numpy()[0, 0]) / 16 * 64
+    folded = np.fft.rfft2(resampling.fourier_resize(image, (4, 4)).numpy()[0, 0]) / 16 * 64
     np.testing.assert_allclose(folded[2, 1:2], full[2, 1:2] + full[6, 1:2], atol=1e-9)
     small = rng.normal(size=(1, 1, 4, 4))
-    grown = np.fft.rfft2(fft.resize(small, (8, 8), like="relion").numpy()[0, 0]) / 4
+    grown = np.fft.rfft2(resampling.fourier_resize(small, (8, 8), like="relion").numpy()[0, 0]) / 4
     source = np.fft.rfft2(small[0, 0])
     np.testing.assert_allclose(grown[1, 1], source[1, 1], atol=1e-9)  # |(1, 1)| <= 2: kept
     assert np.abs(grown[[2, 2, 6], [2, 1, 1]]).max() < 1e-9  # |(2, 2)|, |(2, 1)|, |(-2, 1)| > 2: zero
@@ -203,21 +203,21 @@ def test_resize_like_relion_keeps_plus_nyquist_or_a_sphere():
     # Hermitian part of that column: half on each
     np.testing.assert_allclose(grown[[2, 6], 0], source[2, 0] / 2, atol=1e-9)
     # noa: each axis on its own, Nyquist split, so the corners are kept (scipy.signal.resample)
-    noas = fft.resize(small, (8, 8)).numpy()[0, 0]
+    noas = resampling.fourier_resize(small, (8, 8)).numpy()[0, 0]
     np.testing.assert_allclose(noas, scipy.signal.resample(scipy.signal.resample(small[0, 0], 8, axis=0), 8, axis=1),
                                atol=1e-9)
     with pytest.raises(ShapeError, match="square"):
-        fft.resize(rng.normal(size=(1, 1, 8, 6)), (4, 4), like="relion")
+        resampling.fourier_resize(rng.normal(size=(1, 1, 8, 6)), (4, 4), like="relion")
     with pytest.raises(ParameterError, match="like"):
-        fft.resize(image, (4, 4), like="eman")
+        resampling.fourier_resize(image, (4, 4), like="eman")
 
 
 def test_rescaling_like_relion_refuses_non_cubic_volumes_and_reads_float32():
     with pytest.raises(ParameterError, match="cubic") as error:
-        fft.rescaling((12, 16, 16), 0.5, "relion")
+        resampling.rescaling((12, 16, 16), 0.5, "relion")
     assert error.value.param == "like"
-    assert fft.rescaling((15, 15, 15), 1.5 / 0.6).sizes == (38, 38, 38)  # noa: 37.5 rounds up
-    assert fft.rescaling((15, 15, 15), fft.pixel_factor(1.5, 0.6, "relion"), "relion").sizes == (36, 36, 36)
+    assert resampling.rescaling((15, 15, 15), 1.5 / 0.6).sizes == (38, 38, 38)  # noa: 37.5 rounds up
+    assert resampling.rescaling((15, 15, 15), resampling.pixel_factor(1.5, 0.6, "relion"), "relion").sizes == (36, 36, 36)
 
 
 # -- --new-box without --like relion; the origin keeps the content in place ------------------------------
@@ -309,4 +309,4 @@ def test_like_relion_at_the_same_size_returns_the_input():
     sphere of radius N//2 are not blanked (they were, before)."""
     for shape in ((2, 1, 32, 32), (1, 20, 20, 20), (1, 1, 30, 30)):
         x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
-        np.testing.assert_allclose(fft.rescale(x, 1.0, like="relion").numpy(), x, atol=1e-5)
+        np.testing.assert_allclose(resampling.rescale(x, 1.0, like="relion").numpy(), x, atol=1e-5)

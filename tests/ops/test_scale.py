@@ -13,7 +13,7 @@ from pathlib import Path
 import mrcfile
 import numpy as np
 import pytest
-from conftest import assert_same_file, noa
+from helpers import assert_same_file, noa
 
 pytest.importorskip("distributed")
 

@@ -4,17 +4,11 @@ and the service keeps answering on the same connection."""
 from __future__ import annotations
 
 import time
-import warnings
 
 import numpy as np
 import pytest
-from conftest import assert_problem, load, write_mrc
+from helpers import assert_problem, load, write_mrc
 
-warnings.filterwarnings("ignore", message=".*httpx.*")
-from fastapi.testclient import TestClient  # noqa: E402
-
-from noa_server.app import create_app  # noqa: E402
-from noa_server.settings import Settings  # noqa: E402
 
 KEY = "test-key-123"
 AUTH = {"X-API-Key": KEY}
@@ -30,11 +24,8 @@ def root(tmp_path):
 
 
 @pytest.fixture
-def client(root, tmp_path):
-    (tmp_path / "tmp").mkdir()
-    settings = Settings(data_root=root, api_key=KEY, tmp_dir=tmp_path / "tmp")
-    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
-        yield c
+def client(root, make_client):
+    return make_client(data_root=root, api_key=KEY)
 
 
 @pytest.mark.parametrize("expression,detail", [

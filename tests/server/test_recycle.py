@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from conftest import EXAMPLE_MAP, load
-from test_server_live import _children, start_server, stop_server
+from helpers import EXAMPLE_MAP, load
+from helpers import start_server, stop_server
+from test_server_live import _children
 
-SERVE = ["noa", "serve", "--log-level", "info"]
 
 
 def _ewise(url: str, root: Path, expression: str, name: str) -> None:
@@ -35,9 +35,9 @@ def _serve(tmp_path: Path, processes: int) -> tuple:
     root = tmp_path / "root"
     root.mkdir()
     (root / "m.map").write_bytes(EXAMPLE_MAP.read_bytes())
-    argv = [str(Path(sys.executable).parent / SERVE[0]), *SERVE[1:], "--processes", str(processes),
-            "--max-expressions", "2"]
-    return (*start_server(argv, {"NOA_DATA_ROOT": str(root)}, tmp_path / "server.log"), root)
+    args = ("--log-level", "info", "--processes", str(processes), "--max-expressions", "2")
+    return (*start_server(root, tmp_path / "server.log", args=args, command=(str(Path(sys.executable).parent / "noa"),)),
+            root)
 
 
 def test_processes_are_replaced_after_their_expressions(tmp_path):

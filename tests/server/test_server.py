@@ -17,7 +17,7 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
-from conftest import REPO, assert_problem, write_mrc
+from helpers import assert_problem, REPO, wait_job, write_mrc
 
 warnings.filterwarnings("ignore", message=".*httpx.*")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from noa_core.io import beneath  # noqa: E402
 from noa_core import errors  # noqa: E402
 from noa_core.expr import ExpressionError  # noqa: E402
-from noa_server import operations  # noqa: E402
+from noa_server import execution  # noqa: E402
 from noa_server.app import create_app  # noqa: E402
 from noa_server.jobs import JobStore  # noqa: E402
 from noa_server.limits import check_voxels  # noqa: E402
@@ -46,11 +46,8 @@ def root(tmp_path) -> Path:
 
 
 @pytest.fixture
-def client(root, tmp_path):
-    settings = Settings(data_root=root, api_key=KEY, max_body_bytes=4096, tmp_dir=tmp_path / "tmp")
-    (tmp_path / "tmp").mkdir()
-    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
-        yield c
+def client(root, make_client):
+    return make_client(data_root=root, api_key=KEY, max_body_bytes=4096)
 
 
 # -- settings ---------------------------------------------------------------------------------------
@@ -85,7 +82,7 @@ def test_settings_reject_nonsense():
 
 
 def test_kernel_threads_fit_the_cores():
-    from noa_server.settings import available_cores
+    from noa_core.limits import available_cores
 
     for processes in (1, 2, 5):
         for workers in (1, 2, 3, 64):
@@ -321,7 +318,7 @@ def test_internal_errors_hide_details(client, monkeypatch):
     def explode(*args):
         raise RuntimeError("secret /srv/internal/path")
 
-    monkeypatch.setattr(operations, "run_on_paths", explode)
+    monkeypatch.setattr(execution, "run_on_paths", explode)
     response = client.post("/v1/paths/info", json={"path": "sub/a.map"}, headers=AUTH)
     body = assert_problem(response, 500)
     assert "secret" not in response.text and "reference" in body["detail"]
@@ -618,10 +615,7 @@ def test_job_routes_over_http(client, root):
     assert response.status_code == 202
     location = response.headers["location"]
     assert location == f"/v1/jobs/{response.json()['id']}"
-    deadline = time.monotonic() + 10
-    while (state := client.get(location, headers=AUTH).json())["status"] in ("queued", "running"):
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    state = wait_job(client, location, 10, headers=AUTH)
     assert state["status"] == "failed" and state["error"]["status"] == 422  # not an MRC file
     assert_problem(client.get(location + "/result", headers=AUTH), 409, "job-not-succeeded")
     assert client.delete(location, headers=AUTH).status_code == 204
@@ -658,7 +652,7 @@ def test_upload_plumbing(client, tmp_path):
 
 
 def test_upload_plumbing_large_result_and_format(client, tmp_path, monkeypatch):
-    monkeypatch.setattr(operations, "INLINE_BYTES", 64)  # any result is streamed from its file
+    monkeypatch.setattr(execution, "INLINE_BYTES", 64)  # any result is streamed from its file
     data = write_mrc(tmp_path / "a.mrc", np.arange(12, dtype=np.float32).reshape(3, 4))
     response = client.post("/v1/upload/copy", data={"format": "tiff", "order": "F"},
                            files={"file": ("a.mrc", (tmp_path / "a.mrc").read_bytes())}, headers=AUTH)
@@ -737,10 +731,7 @@ def test_os_errors_a_request_causes_are_problems_not_500s(tmp_path):
         assert_problem(c.post("/v1/paths/header", json={"path": "folder", "pixel_size": [1.0]}), 422, "unreadable-file")
         job = c.post("/v1/jobs", json={"operation": "copy", "src": "a.mrc", "dst": long_name})
         assert job.status_code == 202
-        deadline = time.monotonic() + 30
-        while (state := c.get(job.headers["location"]).json())["status"] in ("queued", "running"):
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        state = wait_job(c, job.headers["location"], 30)
         assert state["status"] == "failed" and state["error"]["type"] == "urn:noa:problem:invalid-path"
     assert sorted(p.name for p in root.iterdir() if p.name != ".noa-jobs") == ["a.mrc", "folder"]
 

@@ -12,7 +12,6 @@ import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,33 +23,14 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import EXAMPLE_MAP, PROBLEM, REPO, SHARED, assert_problem, assert_same_data, load, noa
+from helpers import (assert_problem, assert_same_data, EXAMPLE_MAP, load, noa, PROBLEM, REPO, SHARED, start_server,
+                    stop_server, wait_for, wait_job)
 
 KEY = "live-test-key"
 AUTH = {"X-API-Key": KEY}
 MAX_BODY = 4 * 1024 * 1024
 MAX_VOXELS = 4_000_000
 INPUTS = ["EMD-3197.map", "float32_10z_32y_40x.tiff", "zyx_uint16.tiff", "input4_float16.tiff"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(url: str, path: str, timeout: float, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(url + path, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{url}{path} not 200 after {timeout} s")
 
 
 @dataclass
@@ -62,31 +42,6 @@ class Server:
 
     def client(self, **kwargs) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers=AUTH, timeout=60, **kwargs)
-
-
-def start_server(argv: list[str], env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with open(log, "ab") as out:
-        proc = subprocess.Popen([*argv, "--host", "127.0.0.1", "--port", str(port)], cwd=REPO,
-                                env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_for(url, "/healthz", 60, proc)
-        wait_for(url, "/readyz", 300, proc)  # kernels compile at startup (cached after the first run)
-    except BaseException:
-        stop_server(proc)
-        print(log.read_text()[-5000:])
-        raise
-    return proc, url
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
 
 
 @pytest.fixture(scope="session")
@@ -105,8 +60,7 @@ def server(tmp_path_factory) -> Iterator[Server]:
            "NOA_MAX_BODY_BYTES": str(MAX_BODY), "NOA_MAX_VOXELS": str(MAX_VOXELS), "NOA_WORKERS": "2"}
     # Two server processes, as `noa serve` runs by default on two cores: every test also checks that
     # requests (and jobs) are answered whichever process a connection lands on.
-    argv = [sys.executable, "-m", "noa_cli.main", "serve", "--processes", "2", "--log-level", "warning"]
-    proc, url = start_server(argv, env, base / "server.log")
+    proc, url = start_server(root, base / "server.log", env, args=("--processes", "2", "--log-level", "warning"))
     yield Server(url, root, tmp, proc)
     stop_server(proc)
 
@@ -214,16 +168,6 @@ def test_paths_match_cli(server, api, tmp_path, op, params, cli_args, inputs, ex
     assert downloaded.content == (server.root / dst).read_bytes()
     assert_problem(api.post(f"/v1/paths/{op}", json={**body, "dst": dst}), 409, "output-exists")
     assert api.post(f"/v1/paths/{op}", json={**body, "dst": dst, "overwrite": True}).status_code == 201
-
-
-def wait_job(api: httpx.Client, location: str, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        state = api.get(location).json()
-        if state["status"] not in ("queued", "running"):
-            return state
-        assert time.monotonic() < deadline, state
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("op, params, cli_args, inputs, ext", CASES[::3], ids=CASE_IDS[::3])
@@ -406,9 +350,9 @@ def test_jobs_survive_a_restart_via_noa_serve(tmp_path):
     root.mkdir()
     shutil.copy(EXAMPLE_MAP, root / "emd.map")
     state_dir = tmp_path / "state"
-    argv = [sys.executable, "-m", "noa_cli.main", "serve", "--data-root", str(root), "--state-dir", str(state_dir),
-            "--api-key", KEY, "--workers", "1", "--log-level", "warning"]
-    proc, url = start_server(argv, {}, tmp_path / "log")
+    args = ("--data-root", str(root), "--state-dir", str(state_dir), "--api-key", KEY, "--workers", "1",
+            "--log-level", "warning")
+    proc, url = start_server(None, tmp_path / "log", args=args)
     try:
         with httpx.Client(base_url=url, headers=AUTH, timeout=60) as client:
             location = client.post("/v1/jobs", json={"operation": "permute", "src": "emd.map", "dst": "p.mrc",
@@ -420,7 +364,7 @@ def test_jobs_survive_a_restart_via_noa_serve(tmp_path):
     # A job that was running when the server died.
     crashed = {**finished, "id": "f" * 32, "status": "running", "finished": None, "result": None}
     (state_dir / f"{'f' * 32}.json").write_text(json.dumps(crashed))
-    proc, url = start_server(argv, {}, tmp_path / "log")
+    proc, url = start_server(None, tmp_path / "log", args=args)
     try:
         with httpx.Client(base_url=url, headers=AUTH, timeout=60) as client:
             assert client.get(location).json() == finished
@@ -473,8 +417,8 @@ def test_server_processes_are_supervised(tmp_path):
     """A server process that dies is replaced; SIGTERM stops them all; a killed parent takes them along."""
     import signal
 
-    argv = [sys.executable, "-m", "noa_cli.main", "serve", "--processes", "2", "--log-level", "warning"]
-    proc, url = start_server(argv, {}, tmp_path / "log")
+    args = ("--processes", "2", "--log-level", "warning")
+    proc, url = start_server(None, tmp_path / "log", args=args)
     try:
         first = _children(proc.pid)
         assert len(first) == 2
@@ -489,7 +433,7 @@ def test_server_processes_are_supervised(tmp_path):
         assert _gone(now)
     finally:
         stop_server(proc)
-    proc, url = start_server(argv, {}, tmp_path / "log")
+    proc, url = start_server(None, tmp_path / "log", args=args)
     children = _children(proc.pid)
     assert len(children) == 2
     proc.kill()  # no chance to stop anything itself

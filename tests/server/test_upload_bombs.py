@@ -6,19 +6,13 @@ from __future__ import annotations
 import bz2
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import mrcfile
 import numpy as np
 import pytest
-from conftest import assert_problem
+from helpers import assert_problem
 
-warnings.filterwarnings("ignore", message=".*httpx.*")
-from fastapi.testclient import TestClient  # noqa: E402
-
-from noa_server.app import create_app  # noqa: E402
-from noa_server.settings import Settings  # noqa: E402
 
 MAX_VOXELS = 1000
 SHAPE = (16, 1024, 1024)  # nz, ny, nx: 64 MiB of float32
@@ -26,11 +20,8 @@ DATA_BYTES = 4 * SHAPE[0] * SHAPE[1] * SHAPE[2]
 
 
 @pytest.fixture
-def client(tmp_path):
-    (tmp_path / "tmp").mkdir()
-    with TestClient(create_app(Settings(max_voxels=MAX_VOXELS, tmp_dir=tmp_path / "tmp")),
-                    raise_server_exceptions=False) as c:
-        yield c
+def client(make_client):
+    return make_client(max_voxels=MAX_VOXELS)
 
 
 def claiming_header(tmp_path: Path) -> bytes:
@@ -69,7 +60,7 @@ def test_a_bzip2_bomb_upload_is_refused_without_decompressing_it(tmp_path):
 import sys, tracemalloc
 from noa_core import operations
 from noa_server.models import params_model
-from noa_server.operations import Upload, run_on_uploads
+from noa_server.execution import Upload, run_on_uploads
 from noa_server.problems import ProblemError
 params = params_model(operations.get("copy"))()
 tracemalloc.start()

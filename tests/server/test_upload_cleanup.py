@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_mrc
+from helpers import write_mrc
 
 warnings.filterwarnings("ignore", message=".*httpx.*")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -25,7 +25,7 @@ from noa_server.settings import Settings  # noqa: E402
 HOLDER = """
 import sys, time
 from pathlib import Path
-from noa_server.operations import new_upload_folder
+from noa_server.execution import new_upload_folder
 folder = new_upload_folder(Path(sys.argv[1]))
 (folder / "0-upload.mrc").write_bytes(b"half an upload")
 print(folder, flush=True)

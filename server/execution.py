@@ -212,7 +212,7 @@ class Upload:
 
 
 @dataclass(frozen=True)
-class FileResult:
+class UploadResult:
     """An output file for the response: its bytes when small (its folder is then already gone)."""
 
     path: Path
@@ -223,10 +223,10 @@ class FileResult:
 
 
 def run_on_uploads(params: OpParams, uploads: Sequence[Upload], tmp_dir: Path | None, out_format: str | None,
-                   max_voxels: int) -> FileResult | dict:
+                   max_voxels: int) -> UploadResult | dict:
     """Save ``uploads`` in a fresh folder under ``tmp_dir`` and run ``params`` on them.
 
-    Nothing is left behind, except a large result file: its folder (``FileResult.path.parent``) is
+    Nothing is left behind, except a large result file: its folder (``UploadResult.path.parent``) is
     for the response to remove once sent.
     """
     workdir = new_upload_folder(tmp_dir)
@@ -245,7 +245,7 @@ def run_on_uploads(params: OpParams, uploads: Sequence[Upload], tmp_dir: Path | 
         raise
 
 
-def _small_or_streamed(result: FileResult, workdir: Path) -> FileResult:
+def _small_or_streamed(result: UploadResult, workdir: Path) -> UploadResult:
     """Small results go back from memory (streaming a file costs a thread hop per chunk); larger ones are
     streamed from disk by the response, which removes ``workdir``."""
     if result.path.stat().st_size > INLINE_BYTES:
@@ -266,11 +266,11 @@ def _zip(outputs: list[Path], archive: Path) -> None:
 
 
 def _run_on_saved(params: OpParams, inputs: list[Path], workdir: Path, out_format: str | None, max_voxels: int,
-                  name: str, names: ClientNames) -> FileResult | dict:
+                  name: str, names: ClientNames) -> UploadResult | dict:
     if params.declaration.edits:  # the client's copy, edited: its data bytes are those sent
         changes = _run(params, inputs, None, max_voxels, overwrite=False, progress=ignore_progress)
         edited = inputs[0].rename(workdir / safe_name(name))
-        return _small_or_streamed(FileResult(edited, _media_type(edited), [],
+        return _small_or_streamed(UploadResult(edited, formats.media_type(edited), [],
                                              changes=for_client({**changes, "path": name}, names)), workdir)
     if params.declaration.writes_several:
         folder = workdir / "outputs"
@@ -282,7 +282,7 @@ def _run_on_saved(params: OpParams, inputs: list[Path], workdir: Path, out_forma
         _zip(outputs, archive)
         for path in outputs:  # the archive holds them now: the disk holds one copy at a time
             path.unlink()
-        return _small_or_streamed(FileResult(archive, ZIP_MEDIA_TYPE, [names.text(n) for n in notices]), workdir)
+        return _small_or_streamed(UploadResult(archive, ZIP_MEDIA_TYPE, [names.text(n) for n in notices]), workdir)
     if params.declaration.writes:
         fmt = out_format or _format_of(inputs[0])
         text = params.declaration.text_output and params.declaration.text_output(params.values())
@@ -292,11 +292,11 @@ def _run_on_saved(params: OpParams, inputs: list[Path], workdir: Path, out_forma
             notices = [names.text(n) for n in _run(params, inputs, output, max_voxels, overwrite=False,
                                                    progress=ignore_progress)]
         if output.stat().st_size > INLINE_BYTES:
-            return FileResult(output, media_type, notices)
+            return UploadResult(output, media_type, notices)
         # Small results go back from memory: streaming a file costs a thread hop per chunk.
         content = output.read_bytes()
         remove_upload_folder(workdir)
-        return FileResult(output, media_type, notices, content)
+        return UploadResult(output, media_type, notices, content)
     result = _run(params, inputs, None, max_voxels, overwrite=False, progress=ignore_progress)
     remove_upload_folder(workdir)
     return for_client({**result, "path": name}, names)
@@ -369,16 +369,6 @@ def _remove_if_unlocked(workdir: Path) -> bool:
     finally:
         os.close(fd)
     return True
-
-
-def _media_type(path: Path) -> str:
-    """The media type of a file by its extension (formats without one are plain bytes)."""
-    from noa_core.errors import UnknownFormatError
-
-    try:
-        return formats.output_format(path).media_type
-    except UnknownFormatError:
-        return "application/octet-stream"
 
 
 def _format_of(path: Path) -> str:

@@ -1,10 +1,9 @@
-"""noa split, join, scale and normalize (issue 17, second half): plans and results against NumPy and
+"""noa split, join, scale and normalize : plans and results against NumPy and
 mrcfile, the streamed percentiles against np.percentile, all-or-none outputs, the CLI and both HTTP modes."""
 
 from __future__ import annotations
 
 import io
-import time
 import zipfile
 from pathlib import Path
 
@@ -14,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import (EXAMPLE_MAP, assert_problem, assert_user_error, fei1_stack, load, mrc_data, need_shared, noa,
-                      write_mrc)
+from helpers import (assert_problem, assert_user_error, EXAMPLE_MAP, fei1_stack, load, mrc_data, need_shared, noa,
+                    wait_job, write_mrc)
 import noa_core as noa_api
 from noa_core import io as noa_io
 from noa_core import operations, statistics
@@ -408,25 +407,13 @@ def test_in_memory_functions_refuse_as_the_files_do():
 
 
 @pytest.fixture
-def client(tmp_path):
-    from fastapi.testclient import TestClient
-
-    from noa_server.app import create_app
-    from noa_server.settings import Settings
-
+def client(tmp_path, make_client):
     root = tmp_path / "root"
     root.mkdir()
-    with TestClient(create_app(Settings(data_root=root))) as test_client:
-        test_client.root = root
-        yield test_client
+    test_client = make_client(data_root=root)
+    test_client.root = root
+    return test_client
 
-
-def wait(client, location: str) -> dict:
-    deadline = time.monotonic() + 60
-    while (state := client.get(location).json())["status"] in ("queued", "running"):
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    return state
 
 
 def test_split_over_http_paths_upload_and_jobs(client):
@@ -450,7 +437,7 @@ def test_split_over_http_paths_upload_and_jobs(client):
     np.testing.assert_array_equal(load(_extract(packed, "st_001.mrcs", root)).reshape(-1, 4, 6), data[3:])
     job = client.post("/v1/jobs", json={"operation": "split", "src": "st.mrcs", "dst": "job"})
     assert job.status_code == 202, job.text
-    state = wait(client, job.headers["location"])
+    state = wait_job(client, job.headers["location"], 60)
     assert state["status"] == "succeeded" and len(state["result"]["outputs"]) == 5
 
 
@@ -486,7 +473,7 @@ def test_join_scale_normalize_over_http(client):
     assert_problem(bad, 400, "invalid-parameter")
     job = client.post("/v1/jobs", json={"operation": "normalize", "src": "a.mrcs", "dst": "n.mrcs",
                                         "per_section": True})
-    state = wait(client, job.headers["location"])
+    state = wait_job(client, job.headers["location"], 60)
     assert state["status"] == "succeeded", state
     got = load(root / "n.mrcs").astype(np.float64)
     np.testing.assert_allclose(got.mean(axis=(1, 2)), 0, atol=1e-6)
@@ -527,7 +514,7 @@ def test_scale_keeps_the_extended_header_and_labels(tmp_path):
     assert tilts(tmp_path / "n.mrcs") == tilts(tmp_path / "tilts.mrcs")
     _, header, _ = mrc_data(tmp_path / "n.mrcs")
     labels = [bytes(label).decode().strip() for label in header.label[:int(header.nlabl)]]
-    assert labels[0].startswith("Created by mrcfile") and "noa normalize per section" in labels[-1]
+    assert labels[0].startswith("Created by mrcfile") and "noa normalize --per-section" in labels[-1]
 
 
 def test_a_volumes_z_sections_keep_their_place(tmp_path):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +15,9 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import EXAMPLE_MAP, assert_problem, assert_same_data, load, noa, write_mrc
-from test_server_live import start_server, stop_server, wait_job
+from helpers import EXAMPLE_MAP, assert_problem, assert_same_data, load, noa, write_mrc
+from helpers import start_server, stop_server
+from test_server_live import wait_job
 
 KEY = "stack-ops-key"
 
@@ -29,8 +29,7 @@ def live(tmp_path_factory) -> Iterator[tuple[httpx.Client, Path, Path]]:
     root.mkdir()
     tmp.mkdir()
     env = {"NOA_DATA_ROOT": str(root), "NOA_API_KEY": KEY, "NOA_TMP_DIR": str(tmp), "NOA_WORKERS": "2"}
-    proc, url = start_server([sys.executable, "-m", "noa_cli.main", "serve", "--processes", "1", "--log-level",
-                              "warning"], env, base / "server.log")
+    proc, url = start_server(root, base / "server.log", env)
     try:
         with httpx.Client(base_url=url, headers={"X-API-Key": KEY}, timeout=120) as client:
             yield client, root, tmp

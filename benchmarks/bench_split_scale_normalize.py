@@ -8,34 +8,22 @@ process comes from wait4's rusage. The yardsticks hold the whole stack in memory
 sorts a copy); noa streams it in tiles. `header` is set against mrcfile's own header edit (open 'r+',
 set voxel_size, close), and against a full rewrite of the file with the new voxel size.
 
-    python benchmarks/bench_stack2.py [--size 256] [--rounds 3] [--folder DIR]
+    python benchmarks/bench_split_scale_normalize.py [--size 256] [--rounds 3] [--folder DIR]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from processes import run
+from processes import make_volume, paired, run
 
 NOA = str(Path(sys.executable).parent / "noa")
 PY = sys.executable
 
-MAKE = """
-import sys, mrcfile, numpy as np
-n = int(sys.argv[2])
-with mrcfile.new_mmap(sys.argv[1], (n, n, n), mrc_mode=2, overwrite=True) as f:
-    f.set_image_stack()
-    rng = np.random.default_rng(0)
-    for z in range(n):
-        f.data[z] = rng.normal(z, 1 + z % 3, (n, n)).astype(np.float32)
-    f.voxel_size = 1.0
-"""
 SCALE = """
 import sys, mrcfile, numpy as np
 d = np.asarray(mrcfile.read(sys.argv[1]), np.float64)
@@ -80,7 +68,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="noa-bench-stack2-", dir=args.folder))
     try:
         stack = folder / "stack.mrcs"
-        run([PY, "-c", MAKE, str(stack), str(args.size)])
+        make_volume(stack, (args.size,) * 3, varied=True, stack=True, pixel_size=1.0)
         run([NOA, "warmup", "-q"])
         cases = {
             "scale --percentiles -> uint8": (
@@ -101,19 +89,9 @@ def main() -> None:
                 lambda: [PY, "-c", REWRITE, str(stack), str(folder / "c.mrcs"), "1.5"]),
         }
         print(f"float32 stack {args.size}^3 ({args.size ** 3 * 4 >> 20} MiB), {args.rounds} rounds, paired in turns")
-        print(f"{'command':<38}{'noa s':>9}{'yardstick s':>13}{'ratio':>8}{'noa MiB':>9}{'yard MiB':>10}")
+        print(f"{'command':<38}{'noa s':>9}{'yardstick s':>13}{'ratio':>8}{'noa MiB':>10}{'yard MiB':>11}")
         for name, (ours, theirs) in cases.items():
-            ratios, times, yards, rss, yard_rss = [], [], [], [], []
-            for _ in range(args.rounds):
-                t, m = run(ours())
-                u, n = run(theirs())
-                ratios.append(t / u)
-                times.append(t)
-                yards.append(u)
-                rss.append(m)
-                yard_rss.append(n)
-            print(f"{name:<38}{statistics.median(times):>9.3f}{statistics.median(yards):>13.3f}"
-                  f"{statistics.median(ratios):>8.2f}{max(rss):>9.0f}{max(yard_rss):>10.0f}")
+            print(f"{name:<38}{paired(ours, theirs, args.rounds, warm=False).columns(3)}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

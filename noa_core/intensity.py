@@ -1,17 +1,13 @@
-"""Stacks of sections: split, join, rescale and normalise, in memory and as the file operations
-``noa split``, ``noa join``, ``noa scale`` and ``noa normalize`` use them.
+"""Intensities of stacks: rescale them linearly (``noa scale``) and normalise them (``noa normalize``,
+RELION's particle normalisation with a background disc, ramp and dust removal).
 
-A *section* is one (height, width) image. An array is split and joined along its batch axis (a stack
-of images or of volumes), or, for a single volume (batch 1, depth > 1), along its depth: a volume
-splits into its Z sections. The same value transforms serve the in-memory functions here and the
-tiles of the file operations, so both give the same values.
+The same value transforms serve the in-memory functions here and the tiles of the file operations, so
+both give the same values.
 
 Example::
 
     import noa_core as noa
 
-    parts = noa.split(stack, 10)                   # arrays of 10 images (the last may hold fewer)
-    whole = noa.join(parts)                        # the stack again
     bytes8 = noa.scale(stack, (0, 255), percentiles=(0.1, 99.9), dtype="uint8")
     z = noa.normalize(stack, per_section=True)     # mean 0, standard deviation 1 per image
 """
@@ -24,48 +20,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from noa_core import dtypes, layout
+from noa_core import dtypes
 from noa_core.array import Array, asarray
-from noa_core.errors import DTypeError, ParameterError, SectionMismatchError, ShapeError, ValueRangeError
-from noa_core.layout import Shape4
-
-BATCH, DEPTH = 0, 1
-
-# -- shapes --------------------------------------------------------------------------------------------
-
-
-def split_axis(shape: Sequence[int]) -> int:
-    """The axis a split walks: the batch, unless the array is a single volume (batch 1, depth > 1)."""
-    b, d, _, _ = layout.as_shape4(shape)
-    return DEPTH if b == 1 and d > 1 else BATCH
-
-
-def split_ranges(shape: Sequence[int], every: int) -> list[tuple[int, int]]:
-    """``(start, stop)`` along :func:`split_axis` of each part of ``every`` entries (the last may hold fewer)."""
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ParameterError(f"{every!r} is not a positive whole number", "every")
-    n = layout.as_shape4(shape)[split_axis(shape)]
-    return [(start, min(start + every, n)) for start in range(0, n, every)]
-
-
-def check_joinable(shapes: Sequence[Sequence[int]], types: Sequence[np.dtype], names: Sequence[str]) -> Shape4:
-    """The shape of the inputs joined along the batch axis; SectionMismatchError naming the first input
-    whose depth, height, width or element type differs from the first input's."""
-    if not shapes:
-        raise ParameterError("nothing to join: give at least one input")
-    first = layout.as_shape4(shapes[0])
-    for shape, dtype, name in zip(shapes[1:], types[1:], names[1:]):
-        shape = layout.as_shape4(shape)
-        if shape[1:] != first[1:]:
-            raise SectionMismatchError(f"{name}: depth, height, width {shape[1:]} differ from {names[0]}'s "
-                                       f"{first[1:]}; joined inputs must have the same")
-        if np.dtype(dtype) != np.dtype(types[0]):
-            raise SectionMismatchError(f"{name}: element type {np.dtype(dtype).name} differs from {names[0]}'s "
-                                       f"{np.dtype(types[0]).name}; convert it first (noa copy --dtype)")
-    return layout.Shape4((sum(layout.as_shape4(s)[0] for s in shapes), *first[1:]))
-
-
-# -- value transforms ------------------------------------------------------------------------------------
+from noa_core.errors import DTypeError, ParameterError, ShapeError, ValueRangeError
 
 
 def real_output_dtype(source: np.dtype, wanted: str | None = None) -> np.dtype:
@@ -329,115 +286,3 @@ def normalize(array, per_section: bool = False, mean: float = 0.0, std: float = 
             out[b, d] = normalized(section, float(section.mean(dtype=np.float64)),
                                    float(section.std(dtype=np.float64)), mean, std)
     return asarray(out)
-
-
-def join(arrays: Sequence) -> Array:
-    """A new array: ``arrays`` (same depth, height, width and element type) stacked along the batch axis."""
-    sources = [asarray(a) for a in arrays]
-    check_joinable([a.shape for a in sources], [a.dtype for a in sources],
-                   [f"array {i}" for i in range(len(sources))])
-    return asarray(np.concatenate([a.numpy() for a in sources], axis=0))
-
-
-def split(array, every: int = 1) -> list[Array]:
-    """Copies of ``array``'s parts of ``every`` entries along the batch axis (a single volume: its Z
-    sections), in order; the last part may hold fewer."""
-    source = asarray(array)
-    axis = split_axis(source.shape)
-    values = source.numpy()
-    parts = []
-    for start, stop in split_ranges(source.shape, every):
-        key = [slice(None)] * 4
-        key[axis] = slice(start, stop)
-        part = values[tuple(key)]
-        if axis == DEPTH:  # the Z sections of a volume become a stack of images
-            part = part.reshape(stop - start, 1, *part.shape[2:])
-        parts.append(asarray(np.ascontiguousarray(part)))
-    return parts
-
-
-# -- metadata of parts and wholes ------------------------------------------------------------------------
-
-
-def _record_bytes(fields, sections: int) -> int | None:
-    """Bytes of one section's record in an MRC extended header, None when it has no per-section records."""
-    from mrcfile.dtypes import get_ext_header_dtype
-
-    extended = fields.extended_header or b""
-    dtype = get_ext_header_dtype((fields.exttyp or "").encode("latin-1"), "<")
-    if dtype is not None:
-        return dtype.itemsize if len(extended) >= sections * dtype.itemsize else None
-    if fields.exttyp in ("SERI", "AGAR") and sections and len(extended) % sections == 0:
-        return len(extended) // sections
-    return None
-
-
-def _derived(meta, shape: Shape4):
-    return dataclasses.replace(meta, shape=shape, kind=layout.kind(shape), order=None, path=None,
-                               notices=list(meta.notices), labels=list(meta.labels))
-
-
-def part_metadata(meta, source_shape: Shape4, axis: int, start: int, stop: int):
-    """The metadata of entries ``start:stop`` along ``axis`` of an array described by ``meta``: pixel size
-    and labels kept; the Z sections of a volume keep their place (IMOD's convention, as ``noa sections``:
-    section ``k`` lies at ``k * pixel - origin``, so the origin loses ``start * pixel``); per-section
-    extended header records (FEI1/FEI2, SERI, AGAR) follow their sections, other extended headers are
-    dropped."""
-    b, d, h, w = source_shape
-    shape = layout.Shape4((stop - start, d, h, w) if axis == BATCH else (stop - start, 1, h, w))
-    out = _derived(meta, shape)
-    if axis == DEPTH:
-        out.origin = (meta.origin[0] - start * meta.pixel_size[0], *meta.origin[1:])
-    fields = meta.mrc
-    if fields is None:
-        return out
-    per_entry = d if axis == BATCH else 1
-    changes = {}
-    if axis == DEPTH:
-        changes["space_group"] = 0
-        changes["sampling"] = (0, *fields.sampling[1:])
-    if fields.extended_header is not None:
-        size = _record_bytes(fields, b * d)
-        if size is None or meta.order not in (None, "C", "F"):
-            why = f"its records are not one per section ({fields.exttyp or 'no type'})" if size is None else \
-                "the sections are not stored along Z"
-            changes.update(extended_header=None, exttyp=None, dropped=f"sections {start}..{stop - 1} taken, and {why}")
-        else:
-            first, last = start * per_entry, stop * per_entry
-            changes["extended_header"] = fields.extended_header[first * size:last * size]
-    out.mrc = dataclasses.replace(fields, **changes)
-    return out
-
-
-def joined_metadata(metas: Sequence, shapes: Sequence[Shape4], names: Sequence[str]):
-    """The metadata of inputs joined along the batch: the first input's (pixel size, origin, labels); the
-    extended headers' per-section records concatenated when every input has them of one type, else dropped."""
-    total = layout.Shape4((sum(s[0] for s in shapes), *shapes[0][1:]))
-    out = _derived(metas[0], total)
-    fields = metas[0].mrc
-    if fields is None:
-        return out
-    records, why = [], None
-    for meta, shape, name in zip(metas, shapes, names):
-        other = meta.mrc
-        if other is None or other.extended_header is None:
-            why = f"{name} has none"
-        elif other.exttyp != fields.exttyp:
-            why = f"{name}'s type ({other.exttyp}) differs from {names[0]}'s ({fields.exttyp})"
-        elif meta.order not in (None, "C", "F"):
-            why = f"{name}'s sections are not stored along Z"
-        else:
-            size = _record_bytes(other, shape[0] * shape[1])
-            if size is None:
-                why = f"{name}'s records are not one per section"
-            else:
-                records.append(other.extended_header[:size * shape[0] * shape[1]])
-                continue
-        break
-    if fields.extended_header is None:
-        return out
-    if why is None:
-        out.mrc = dataclasses.replace(fields, extended_header=b"".join(records))
-    else:
-        out.mrc = dataclasses.replace(fields, extended_header=None, exttyp=None, dropped=f"inputs joined, and {why}")
-    return out

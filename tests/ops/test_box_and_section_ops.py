@@ -15,12 +15,12 @@ import tifffile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import (PROBLEM, assert_problem, assert_user_error, fei1_stack, load, need_shared, noa,
-                      start_server)
+from helpers import (assert_problem, assert_user_error, fei1_stack, load, need_shared, noa, PROBLEM, random_values,
+                    start_server, wait_job)
 from noa_core import io, operations
 from noa_core.errors import ParameterError, ShapeError
-from noa_core.io import stream
 from noa_core.run import local
+from noa_core.moments import RunningStatistics
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 volume_shapes = st.tuples(st.integers(1, 2), st.integers(2, 5), st.integers(1, 6), st.integers(1, 6))
@@ -29,13 +29,7 @@ MODES = {"int8": 0, "int16": 1, "float32": 2, "complex64": 4, "uint16": 6, "floa
 
 
 def values(shape, dtype="float32", seed=1) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(dtype)
-    if dtype.kind == "c":
-        return (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(dtype)
-    if dtype.kind in "iu":
-        return rng.integers(0 if dtype.kind == "u" else -100, 100, size=shape).astype(dtype)
-    return rng.normal(2, 5, size=shape).astype(dtype)
+    return random_values(shape, dtype, seed, span=100, mean=2, sd=5)
 
 
 def write_bdhw(path, data: np.ndarray, order: str = "C", voxel=(1.5, 2.0, 2.5), origin=(3.0, -4.0, 5.0)):
@@ -196,9 +190,9 @@ def test_every_mrc_mode(tmp_path, dtype, name, options):
     local.write(operations.get(name).task(options), src, dst)
     with mrcfile.open(dst) as f:
         got, mode = np.array(f.data), int(f.header.mode)
-    from noa_core import stack
+    import noa_core as noa
 
-    expected = getattr(stack, name)(data, **{k: v for k, v in options.items()}).numpy()
+    expected = getattr(noa, "bin_voxels" if name == "bin" else name)(data, **{k: v for k, v in options.items()}).numpy()
     if name == "average":
         assert mode == (4 if dtype == "complex64" else 2)
     else:
@@ -226,7 +220,7 @@ def test_uint8_is_kept_as_values_and_bin_rounds_integers(tmp_path):
 def test_many_tiles_give_the_whole_result(tmp_path, name, options, split):
     """A 5-30 MB volume in tiles of at most 2 MiB (several tiles): the same values as the in-memory function,
     locally and as split tasks fill it (two runs of tiles from another 'process', statistics merged)."""
-    from noa_core import stack
+    import noa_core as noa
 
     # a binning writes K**2 (K**3) times less than it reads: its input is larger, for several output tiles
     data = values((1, 24, 256, 210) if name != "bin" else (1, 24, 600, 500) if options.get("depth") else (1, 12, 512, 450))
@@ -239,12 +233,12 @@ def test_many_tiles_give_the_whole_result(tmp_path, name, options, split):
         if not split:
             io.fill(writer, plan.sources, None, reads=plan.tile_reads(), keys=keys)
         else:
-            stats = stream.RunningStatistics()
+            stats = RunningStatistics()
             for part in (keys[: len(keys) // 2], keys[len(keys) // 2:]):
                 for tile in writer.region().fill(plan.tile_reads(), part):
                     stats.merge(tile)
             writer.complete(stats)
-    expected = getattr(stack, name)(data, **options).numpy()
+    expected = getattr(noa, "bin_voxels" if name == "bin" else name)(data, **options).numpy()
     got, header, _ = read_bdhw(dst, expected.shape)
     np.testing.assert_allclose(got, expected, rtol=1e-6)
     assert float(header.dmean) == pytest.approx(float(expected.astype(np.float64).mean()), rel=1e-4, abs=1e-5)
@@ -386,10 +380,7 @@ def test_http_uploads_paths_and_jobs(tmp_path):
             np.testing.assert_allclose(load(root / f"{name}.mrc"), expected, rtol=1e-6)
             job = client.post("/v1/jobs", json={"operation": name, "src": "vol.mrc", "dst": f"job-{name}.mrc", **params})
             assert job.status_code == 202, job.text
-            deadline = time.monotonic() + 60
-            while (state := client.get(job.headers["location"]).json())["status"] in ("queued", "running"):
-                assert time.monotonic() < deadline
-                time.sleep(0.02)
+            state = wait_job(client, job.headers["location"], 60)
             assert state["status"] == "succeeded", state
             np.testing.assert_allclose(load(root / f"job-{name}.mrc"), expected, rtol=1e-6)
         write_bdhw(root / "stack.mrcs", values((3, 1, 4, 4)))
@@ -410,7 +401,6 @@ def test_live_service_runs_a_stack_operation(tmp_path):
     root.mkdir()
     write_bdhw(root / "vol.mrc", values((1, 6, 10, 12)))
     proc, url = start_server(root, tmp_path / "server.log", {"NOA_API_KEY": "k", "NOA_TMP_DIR": str(tmp_path)})
-    deadline = time.monotonic() + 300
     try:
         assert noa("bin", root / "vol.mrc", tmp_path / "cli.mrc", "--factor", "2", "--depth").returncode == 0
         with httpx.Client(base_url=url, headers={"X-API-Key": "k"}, timeout=60) as client:
@@ -421,9 +411,7 @@ def test_live_service_runs_a_stack_operation(tmp_path):
             np.testing.assert_array_equal(load(tmp_path / "up.mrc"), load(tmp_path / "cli.mrc"))
             job = client.post("/v1/jobs", json={"operation": "rotx", "src": "vol.mrc", "dst": "rot.mrc"})
             assert job.status_code == 202, job.text
-            while (state := client.get(job.headers["location"]).json())["status"] in ("queued", "running"):
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            state = wait_job(client, job.headers["location"], 300)
             assert state["status"] == "succeeded", state
             np.testing.assert_array_equal(load(root / "rot.mrc"), np.rot90(load(root / "vol.mrc"), 1, axes=(0, 1)))
             refused = client.post("/v1/paths/rotx", json={"src": "vol.mrc", "dst": "x.mrc", "as_stack": True})

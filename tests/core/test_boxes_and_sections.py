@@ -7,11 +7,12 @@ import re
 
 import numpy as np
 import pytest
+from helpers import random_values
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noa_core as noa
-from noa_core import stack
+from noa_core import boxes, stack_sections
 from noa_core.errors import ParameterError, ShapeError, StrideError
 
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -21,14 +22,7 @@ DTYPES = ("int8", "uint8", "int16", "uint16", "float16", "float32", "float64", "
 
 
 def values(shape, dtype="float32", seed=0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    dtype = np.dtype(dtype)
-    if dtype.kind == "c":
-        return (rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(dtype)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(max(info.min, -1000), min(info.max, 1000), size=shape, endpoint=True).astype(dtype)
-    return rng.normal(3, 10, size=shape).astype(dtype)
+    return random_values(shape, dtype, seed, mean=3, sd=10)
 
 
 def as_array(data: np.ndarray, order: str = "C") -> noa.Array:
@@ -88,9 +82,9 @@ def test_resize_keeps_every_type_and_rounds_an_integer_mean(dtype):
 
 
 def test_resize_shapes_and_fill_values_are_checked():
-    assert stack.resize_shape((2, 3, 4, 5), (7, 8)) == (2, 3, 7, 8)
-    assert stack.resize_shape((2, 3, 4, 5), (6, 7, 8)) == (2, 6, 7, 8)
-    assert stack.resize_offsets((1, 1, 5, 4), (1, 1, 2, 7)) == (0, 0, 1, -1)
+    assert boxes.resize_shape((2, 3, 4, 5), (7, 8)) == (2, 3, 7, 8)
+    assert boxes.resize_shape((2, 3, 4, 5), (6, 7, 8)) == (2, 6, 7, 8)
+    assert boxes.resize_offsets((1, 1, 5, 4), (1, 1, 2, 7)) == (0, 0, 1, -1)
     with pytest.raises(ParameterError, match="shape: 1 sizes given"):
         noa.resize(np.zeros((4, 4), np.float32), (3,))
     with pytest.raises(ParameterError, match="fill: 'blue' is not mean, zero or a number"):
@@ -112,7 +106,7 @@ def test_resize_shapes_and_fill_values_are_checked():
 def test_bin_is_a_reshape_mean_of_the_evenly_cropped_region(shape, k, depth, order, dtype):
     shape = tuple(max(n, k) if i else n for i, n in enumerate(shape))  # at least one bin per binned axis
     data = values(shape, dtype)
-    got = noa.bin(as_array(data, order), k, depth=depth).numpy()
+    got = noa.bin_voxels(as_array(data, order), k, depth=depth).numpy()
     expected = binned(data, k, depth)
     assert got.dtype == data.dtype and got.shape == expected.shape
     if data.dtype.kind in "iu":  # float64 sums on both sides: the same rounding
@@ -123,11 +117,11 @@ def test_bin_is_a_reshape_mean_of_the_evenly_cropped_region(shape, k, depth, ord
 
 def test_bin_refuses_what_it_cannot_bin():
     with pytest.raises(ShapeError, match=r"bin --depth bins volumes.*\(4, 1, 8, 8\) is a stack of images"):
-        noa.bin(np.zeros((4, 1, 8, 8), np.float32), 2, depth=True)
+        noa.bin_voxels(np.zeros((4, 1, 8, 8), np.float32), 2, depth=True)
     with pytest.raises(ShapeError, match=r"width axis of shape \(1, 1, 8, 3\) has 3 pixels, fewer than one bin"):
-        noa.bin(np.zeros((8, 3), np.float32), 4)
+        noa.bin_voxels(np.zeros((8, 3), np.float32), 4)
     with pytest.raises(ParameterError, match="factor: 0 is below 1"):
-        noa.bin(np.zeros((8, 8), np.float32), 0)
+        noa.bin_voxels(np.zeros((8, 8), np.float32), 0)
 
 
 # -- flip and rotx -------------------------------------------------------------------------------------------
@@ -180,7 +174,7 @@ def test_a_selection_indexes_as_the_list_it_stands_for(ranges, start, stop):
     by one past 6.5 GB); indexing and slicing it must give what the listed sections would."""
     pairs = [(first, first + length) for first, length in ranges]
     listed = [i for first, last in pairs for i in range(first, last + 1)]
-    selection = stack.Selection(pairs)
+    selection = stack_sections.Selection(pairs)
     assert len(selection) == len(listed) and list(selection) == listed
     assert selection[start:stop] == listed[start:stop]
     for i in (0, -1, len(listed) // 2):
@@ -194,24 +188,24 @@ def test_a_huge_range_list_is_checked_against_the_output_limit_before_anything_i
     from noa_core.limits import output_voxel_limit
 
     text = ",".join(["0-99999"] * 1250)  # 125 million sections, 10 KB of text
-    assert len(stack.parse_ranges(text, 100_000, "keep", (100_000, 1, 2, 2))) == 125_000_000
+    assert len(stack_sections.parse_ranges(text, 100_000, "keep", (100_000, 1, 2, 2))) == 125_000_000
     with output_voxel_limit(1_000_000), pytest.raises(LimitError, match="500000000 voxels; the limit is 1000000"):
-        stack.parse_ranges(text, 100_000, "keep", (100_000, 1, 2, 2))
+        stack_sections.parse_ranges(text, 100_000, "keep", (100_000, 1, 2, 2))
 
 
 def test_range_lists_parse_and_name_the_bad_part():
-    assert list(stack.parse_ranges("0-3,7, 5", 10, "keep")) == [0, 1, 2, 3, 7, 5]
-    assert stack.runs([0, 1, 2, 7, 5, 6]) == [(0, 0, 3), (3, 7, 1), (4, 5, 2)]
+    assert list(stack_sections.parse_ranges("0-3,7, 5", 10, "keep")) == [0, 1, 2, 3, 7, 5]
+    assert stack_sections.runs([0, 1, 2, 7, 5, 6]) == [(0, 0, 3), (3, 7, 1), (4, 5, 2)]
     for text, words in (("0-3,x", "'x' in '0-3,x' is not a section number"),
                         ("5-2", "range '5-2' runs backwards"),
                         ("0-10", "section 10 (in '0-10') is outside 0..9: the input has 10 sections"),
                         ("1,,2", "'' in '1,,2'"), ("-1", "'-1'")):
         with pytest.raises(ParameterError, match=re.escape(words)):
-            stack.parse_ranges(text, 10, "keep")
+            stack_sections.parse_ranges(text, 10, "keep")
     with pytest.raises(ParameterError, match="drop: '0-2' drops every one of the 3 sections"):
-        stack.selected_sections((3, 1, 2, 2), None, "0-2")
+        stack_sections.selected_sections((3, 1, 2, 2), None, "0-2")
     with pytest.raises(ParameterError, match="give either keep or drop"):
-        stack.selected_sections((3, 1, 2, 2), "1", "2")
+        stack_sections.selected_sections((3, 1, 2, 2), "1", "2")
 
 
 @SETTINGS
@@ -241,7 +235,7 @@ def test_average_is_a_reshape_mean_over_groups_of_sections(shape, group, total, 
             noa.average(values(shape, dtype), group)
         return
     data = values(shape, dtype)
-    got = noa.average(as_array(data, order), group, sum=total).numpy()
+    got = noa.average(as_array(data, order), group, total=total).numpy()
     n = shape[axis] // group
     kept = np.take(data, range(n * group), axis=axis)
     wide = kept.astype(np.complex128 if data.dtype.kind == "c" else np.float64)

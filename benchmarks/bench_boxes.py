@@ -7,7 +7,7 @@ is the median of its per-round ratios (noa time / script time: below 1 noa is fa
 a new file each time and both are timed as processes (start-up included); peak resident memory of each
 comes from wait4's rusage.
 
-    python benchmarks/bench_stack.py [--size 256,1024,1024] [--rounds 3] [--folder DIR] [--only bin,flip]
+    python benchmarks/bench_boxes.py [--size 256,1024,1024] [--rounds 3] [--folder DIR] [--only bin,flip]
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from processes import make_volume, run
+from processes import make_volume, paired
 
 NOA = str(Path(sys.executable).parent / "noa")
 
@@ -125,20 +124,9 @@ def main() -> None:
         subprocess.run([NOA, "warmup", "-q"], check=True)
         wanted = [word for word in args.only.split(",") if word]
         table = [r for r in rows(folder, volume, shape) if not wanted or any(word in r[0] for word in wanted)]
-        print(f"{'command':<26}{'noa s':>8}{'numpy s':>9}{'ratio':>8}{'noa MiB':>10}{'numpy MiB':>11}")
+        print(f"{'command':<26}{'noa s':>9}{'numpy s':>13}{'ratio':>8}{'noa MiB':>10}{'numpy MiB':>11}")
         for name, command, yardstick in table:
-            run(command)  # once untimed: the page cache holds the input, as in every timed round
-            ratios, times, base, peaks, base_peaks = [], [], [], [], []
-            for _ in range(args.rounds):
-                t, rss = run(command)
-                y, yrss = run(yardstick)
-                ratios.append(t / y)
-                times.append(t)
-                base.append(y)
-                peaks.append(rss)
-                base_peaks.append(yrss)
-            print(f"{name:<26}{statistics.median(times):>8.2f}{statistics.median(base):>9.2f}"
-                  f"{statistics.median(ratios):>8.2f}{max(peaks):>10.0f}{max(base_peaks):>11.0f}")
+            print(f"{name:<26}{paired(command, yardstick, args.rounds).columns()}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from noa_core import fft as noa_fft
+from noa_core import resampling
 from noa_core.array import Array, asarray
 from noa_core.errors import ParameterError
 
@@ -119,9 +120,9 @@ def multiply_spectrum(x: Array, axes: tuple[int, ...], weights: np.ndarray) -> A
     spectrum = noa_fft.rfft(x, ndim=len(axes))
     shape = (1,) * (4 - len(axes)) + weights.shape
     if spectrum.device == "cuda":
-        cupy = noa_fft._cupy()
-        values = noa_fft._to_cupy(spectrum) * cupy.asarray(weights.reshape(shape).astype(np.float32))
-        filtered = noa_fft._from_cupy(values.astype(spectrum.dtype))
+        cupy = noa_fft.cupy_module()
+        values = noa_fft.to_cupy(spectrum) * cupy.asarray(weights.reshape(shape).astype(np.float32))
+        filtered = noa_fft.from_cupy(values.astype(spectrum.dtype))
     else:
         values = spectrum.numpy()
         values *= weights.reshape(shape).astype(values.real.dtype)
@@ -142,7 +143,7 @@ def bandpass(array, lowpass: float | None = None, highpass: float | None = None,
     axes = noa_fft.transform_axes(x.shape, ndim)
     sizes = tuple(x.shape[a] for a in axes)
     if x.size == 0:
-        return noa_fft.resize(x, sizes, ndim=len(axes))
+        return resampling.fourier_resize(x, sizes, ndim=len(axes))
     return multiply_spectrum(x, axes, bandpass_weights(sizes, pixel, lowpass, highpass, edge_width, bfactor))
 
 

@@ -1,0 +1,311 @@
+"""The box of an image, stack or volume: crop or pad it (resize), bin, flip, rotate 90 degrees about X.
+
+Each operation is written once, as the index arithmetic of an output region (which source region it is
+computed from) and a compute that fills the output region from that source block. The file operations
+(:mod:`noa_core.operations.resize`, ``bin``, ``flip``, ``rotx``) stream those regions tile by tile with
+bounded memory; the functions here run the same computes on a whole in-memory Array.
+
+Origins follow IMOD's convention, as the tools these operations mirror (``clip``, ``trimvol``,
+``newstack``): voxel ``i`` spans ``[i, i + 1)`` pixels and lies at ``i * pixel - origin``, so cropping at
+offset ``k`` subtracts ``k * pixel`` from the origin and the content stays where it was. (ChimeraX reads
+the MRC origin with the other sign.)
+
+No negative stride reaches a caller: flips and rotations reverse an axis inside a compute, from a block
+already in memory into the output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from noa_core import layout
+from noa_core.array import Array
+from noa_core.errors import ParameterError, ShapeError
+from noa_core.io.stream import Compute, Key, TileReads, compute_whole
+from noa_core.layout import Shape4
+from noa_core.stack_sections import operator_index, stack_input
+
+AXES = {"x": 3, "y": 2, "z": 1}  # flip axis name -> BDHW axis
+
+
+# -- resize: crop or pad about the centre ---------------------------------------------------------------
+
+
+def resize_shape(shape: Sequence[int], sizes: Sequence[int]) -> Shape4:
+    """The output shape of ``--shape`` with 2 to 4 sizes (H,W / D,H,W / B,D,H,W); the axes not given keep
+    the input's size."""
+    if not 2 <= len(sizes) <= 4:
+        raise ParameterError(f"{len(sizes)} sizes given; give H,W or D,H,W or B,D,H,W", "shape")
+    if any(n < 1 for n in sizes):
+        raise ParameterError(f"{tuple(sizes)} has a size below 1", "shape")
+    return layout.as_shape4(tuple(shape[:4 - len(sizes)]) + tuple(sizes))
+
+
+def resize_offsets(shape: Sequence[int], target: Sequence[int]) -> tuple[int, int, int, int]:
+    """Per axis, the input index of output index 0: centre ``N // 2`` lands on ``N' // 2`` (as RELION and
+    ``clip resize``); positive where the output crops, negative where it pads."""
+    return tuple(n // 2 - m // 2 for n, m in zip(shape, target))  # type: ignore[return-value]
+
+
+def fill_value(fill: str, dtype: np.dtype, mean: Callable[[], float] | None = None):
+    """The value of ``--fill`` ('mean', 'zero' or a number) in ``dtype``: a mean is rounded for integer
+    types; a number the type cannot hold is refused."""
+    dtype = np.dtype(dtype)
+    text = fill.strip().lower()
+    if text == "zero":
+        return dtype.type(0)
+    if text == "mean":
+        value = mean() if mean is not None else 0.0
+    else:
+        try:
+            value = complex(text) if dtype.kind == "c" else float(text)
+        except ValueError:
+            raise ParameterError(f"{fill!r} is not mean, zero or a number", "fill") from None
+        if not np.isfinite(value):
+            raise ParameterError(f"{fill!r} is not a finite number", "fill")
+    if dtype.kind in "iub":
+        value = float(np.rint(value))
+        limits = np.iinfo(dtype) if dtype.kind != "b" else None
+        if limits is not None and not limits.min <= value <= limits.max:
+            raise ParameterError(f"{fill!r} does not fit the input's type {dtype} "
+                                 f"({limits.min}..{limits.max})", "fill")
+        if limits is not None and text not in ("mean",) and value != float(text):
+            raise ParameterError(f"{fill!r} is not an integer; the input's type is {dtype}", "fill")
+    elif dtype.kind in "fc":
+        largest = float(np.finfo(dtype).max)
+        if max(abs(complex(value).real), abs(complex(value).imag)) > largest:
+            raise ParameterError(f"{fill!r} does not fit the input's type {dtype} (at most ±{largest:.4g})", "fill")
+    return dtype.type(value)
+
+
+def resize_reads(source: Array, target: Shape4, value: Callable[[], object]) -> TileReads:
+    """Output tile ``key`` of ``source`` cropped or padded to ``target``: the overlapping source region,
+    the rest filled with ``value()`` (asked only by tiles that pad)."""
+    offsets = resize_offsets(source.shape, target)
+
+    def reads(key: Key) -> tuple[list[Array], Compute]:
+        region, place, inside = [], [], True
+        for axis, k in enumerate(key):
+            start, stop, _ = k.indices(target[axis])
+            lo = max(start + offsets[axis], 0)
+            hi = min(stop + offsets[axis], source.shape[axis])
+            if hi <= lo:
+                inside = False
+                lo = hi = 0
+            region.append(slice(lo, hi))
+            place.append(slice(lo - offsets[axis] - start, hi - offsets[axis] - start))
+        pads = not inside or any(p.stop - p.start != k.indices(target[i])[1] - k.indices(target[i])[0]
+                                 for i, (p, k) in enumerate(zip(place, key)))
+        pad_value = value() if pads else None
+
+        def compute(blocks: list[Array], out: Array) -> None:
+            target_tile = out.numpy()
+            if pad_value is not None:
+                target_tile[...] = pad_value
+            if inside:
+                np.copyto(target_tile[tuple(place)], blocks[0].numpy())
+
+        return ([source[tuple(region)]] if inside else []), compute
+
+    return reads
+
+
+# -- bin: means of K x K (x K) blocks ------------------------------------------------------------------
+
+
+def bin_factors(shape: Sequence[int], factor: int, depth: bool) -> tuple[int, int, int, int]:
+    """Per-axis factors of ``bin --factor K [--depth]``; a 3-d binning of a stack of images is refused."""
+    if factor < 1:
+        raise ParameterError(f"{factor} is below 1", "factor")
+    if depth and shape[1] == 1:
+        raise ShapeError(f"bin --depth bins volumes (depth > 1); shape {tuple(shape)} is "
+                         f"{'a stack of images' if shape[0] > 1 else 'one image'}: bin without --depth")
+    factors = (1, factor if depth else 1, factor, factor)
+    for axis, (n, k) in enumerate(zip(shape, factors)):
+        if n < k:
+            raise ShapeError(f"bin --factor {factor}: the {layout.AXIS_NAMES[axis]} axis of shape {tuple(shape)} "
+                             f"has {n} pixels, fewer than one bin")
+    return factors  # type: ignore[return-value]
+
+
+def bin_layout(shape: Sequence[int], factors: Sequence[int]) -> tuple[Shape4, tuple[int, ...]]:
+    """The binned shape and, per axis, the first input index binned: a remainder is cropped evenly
+    (``remainder // 2`` at the start, as IMOD's binning)."""
+    out = tuple(n // k for n, k in zip(shape, factors))
+    starts = tuple((n % k) // 2 for n, k in zip(shape, factors))
+    return layout.as_shape4(out), starts
+
+
+def bin_reads(source: Array, factors: Sequence[int], starts: Sequence[int]) -> TileReads:
+    """Output tile ``key`` of the binning: the input region of its bins, reduced by :func:`bin_block`."""
+    out_shape, _ = bin_layout(source.shape, factors)
+
+    def reads(key: Key) -> tuple[list[Array], Compute]:
+        region = []
+        for axis, k in enumerate(key):
+            start, stop, _ = k.indices(out_shape[axis])
+            region.append(slice(starts[axis] + start * factors[axis], starts[axis] + stop * factors[axis]))
+        return [source[tuple(region)]], lambda blocks, out: bin_block(blocks[0], out, factors)
+
+    return reads
+
+
+def bin_block(block: Array, out: Array, factors: Sequence[int]) -> None:
+    """``out`` = the mean of each ``factors`` box of ``block`` (whose shape is ``out.shape * factors``).
+
+    A numba kernel accumulating in float64 (complex128); integer outputs are rounded half to even, as
+    ``numpy.rint``. float16 is computed in float32 (numba has no float16 arithmetic)."""
+    from noa_core.kernels.binning import bin_kernel  # numba: compiled when a binning runs, not on import
+
+    src = block.numpy()
+    dst = out.numpy()
+    if src.size == 0:
+        return
+    if src.dtype == np.float16:
+        src = src.astype(np.float32)
+    if dst.dtype == np.float16 or dst.dtype == np.bool_:
+        scratch = np.empty(dst.shape, np.float32)
+        bin_kernel(src, scratch, *factors[1:], np.empty(0, np.float64))
+        np.copyto(dst, scratch, casting="unsafe")
+        return
+    bin_kernel(src, dst, *factors[1:], np.empty(0, np.complex128 if src.dtype.kind == "c" else np.float64))
+
+
+
+# -- flip and rotx ------------------------------------------------------------------------------------
+
+
+def flip_axis(shape: Sequence[int], axis: str) -> int:
+    """The BDHW axis of ``--axis x|y|z``; z needs volumes (depth > 1)."""
+    name = axis.lower()
+    if name not in AXES:
+        raise ParameterError(f"{axis!r} is not one of x, y, z", "axis")
+    if name == "z" and shape[1] == 1:
+        raise ShapeError(f"flip --axis z mirrors the depth of volumes; shape {tuple(shape)} is "
+                         f"{'a stack of images' if shape[0] > 1 else 'one image'} with depth 1 "
+                         "(use noa sections to reorder a stack)")
+    return AXES[name]
+
+
+FLIP_ABOUT = ("box", "centre")
+
+
+def mirror_sum(n: int, about: str) -> int:
+    """Output index ``i`` of an axis of ``n`` mirrored ``about`` 'box' or 'centre' takes input index
+    ``(mirror_sum - i) % n``. 'box': ``n - 1``, the reversal about the box's middle (RELION's --flipX/Y/Z).
+    'centre': ``2 (n // 2)``, the mirror about the voxel ``n // 2``, which stays in place: for an even
+    ``n`` RELION's --invert_hand, index 0 having no mirror inside the box and keeping its value (RELION
+    wraps); for an odd ``n`` the reversal (RELION's --invert_hand there takes ``(n - i) % n``, the
+    reversal rolled by one voxel, which moves the centre voxel to ``n // 2 + 1``)."""
+    if about not in FLIP_ABOUT:
+        raise ParameterError(f"{about!r} is not one of {', '.join(FLIP_ABOUT)}", "about")
+    return n - 1 if about == "box" else 2 * (n // 2)
+
+
+def flip_reads(source: Array, axis: int, about: str = "box") -> TileReads:
+    """Output tile ``key`` of ``source`` mirrored along ``axis`` ``about`` 'box' or 'centre'
+    (:func:`mirror_sum`): the mirrored region (two about the centre of an even axis, where output 0
+    wraps onto input 0), each reversed in memory."""
+    n = source.shape[axis]
+    last = mirror_sum(n, about)
+
+    def reads(key: Key) -> tuple[list[Array], Compute]:
+        start, stop, _ = key[axis].indices(n)
+
+        def region(first: int, end: int) -> Array:
+            where = list(key)
+            where[axis] = slice(first, end)
+            return source[tuple(where)]
+
+        if last - start < n:
+            blocks = [region(last - stop + 1, last - start + 1)]
+        else:  # output 0 takes input 0, outputs 1, 2, ... take inputs n - 1, n - 2, ...
+            blocks = [region(0, 1)] + ([region(last - stop + 1, n)] if stop > 1 else [])
+        return blocks, reversed_into
+
+    def reversed_into(blocks: list[Array], out: Array) -> None:
+        parts = [np.flip(block.numpy(), axis) for block in blocks]
+        np.copyto(out.numpy(), parts[0] if len(parts) == 1 else np.concatenate(parts, axis))
+
+    return reads
+
+
+def check_volume(shape: Sequence[int], what: str) -> None:
+    """Refuse an image or a stack of images where ``what`` needs volumes (depth > 1)."""
+    if shape[1] == 1:
+        kind = "a stack of images" if shape[0] > 1 else "one image"
+        raise ShapeError(f"{what} needs volumes (depth > 1); shape {tuple(shape)} is {kind}")
+
+
+def rotx_shape(shape: Sequence[int]) -> Shape4:
+    """(B, D, H, W) -> (B, H, D, W)."""
+    b, d, h, w = shape
+    return layout.as_shape4((b, h, d, w))
+
+
+def rotx_reads(source: Array) -> TileReads:
+    """Output tile ``key`` of the rotation by -90 degrees about X (IMOD ``clip rotx``, clip_proc.c
+    ``clip_flip``: output section ``z'`` is input row ``ny - 1 - z'``, its rows the input sections in
+    order), i.e. ``out[b, k, j, i] = in[b, j, H - 1 - k, i]``: y' = z, z' = -y, which keeps the hand."""
+    h = source.shape[2]
+
+    def reads(key: Key) -> tuple[list[Array], Compute]:
+        kb, kk, kj, ki = key
+        start, stop, _ = kk.indices(h)
+        region = (kb, kj, slice(h - stop, h - start), ki)
+
+        def compute(blocks: list[Array], out: Array) -> None:
+            np.copyto(out.numpy(), np.flip(blocks[0].numpy(), 2).transpose(0, 2, 1, 3))
+
+        return [source[region]], compute
+
+    return reads
+
+
+# -- in memory ---------------------------------------------------------------------------------------
+
+
+def resize(array, shape: Sequence[int], fill: str | float = "mean") -> Array:
+    """``array`` cropped or padded about its centre to ``shape`` (2 to 4 sizes: H,W / D,H,W / B,D,H,W);
+    new voxels take ``fill``: 'mean' (of the input), 'zero' or a number."""
+    source = stack_input(array)
+    target = resize_shape(source.shape, tuple(shape))
+
+    def mean() -> float:
+        from noa_core.reduction import mean as average_of
+
+        if source.size == 0:
+            return 0.0
+        value = average_of(source.to("cpu") if source.device != "cpu" else source).numpy().reshape(-1)[0]
+        return value if source.dtype.kind == "c" else float(np.real(value))
+
+    value = fill_value(str(fill), source.dtype, mean)
+    return compute_whole(source, target, source.dtype, resize_reads(source, target, lambda: value))
+
+
+def bin_voxels(array, factor: int, depth: bool = False) -> Array:
+    """Means of ``factor`` x ``factor`` boxes of each image (x ``factor`` in depth with ``depth``); a
+    remainder is cropped evenly. The element type is kept (integers rounded)."""
+    source = stack_input(array)
+    factors = bin_factors(source.shape, operator_index(factor, "factor"), depth)
+    out_shape, starts = bin_layout(source.shape, factors)
+    return compute_whole(source, out_shape, source.dtype, bin_reads(source, factors, starts))
+
+
+def flip(array, axis: str, about: str = "box") -> Array:
+    """``array`` mirrored along ``axis`` ('x', 'y' or 'z'): a new array, never a negative-stride view.
+    ``about`` 'box' reverses the axis (RELION's --flipX/Y/Z); 'centre' mirrors it about the voxel
+    ``n // 2``, which stays in place: the hand inversion of RELION's --invert_hand (:func:`mirror_sum`)."""
+    source = stack_input(array)
+    index = flip_axis(source.shape, axis)
+    return compute_whole(source, source.shape, source.dtype, flip_reads(source, index, about))
+
+
+def rotx(array) -> Array:
+    """Volumes rotated by -90 degrees about X as IMOD's ``clip rotx``: (B, D, H, W) -> (B, H, D, W) with
+    ``out[b, k, j, i] = array[b, j, H - 1 - k, i]`` (keeps the hand, unlike swapping Y and Z)."""
+    source = stack_input(array)
+    check_volume(source.shape, "rotx")
+    return compute_whole(source, rotx_shape(source.shape), source.dtype, rotx_reads(source))
