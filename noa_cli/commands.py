@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
-import click
 import typer
 
 from noa_cli import report
@@ -59,13 +58,13 @@ def _annotation(param: Param) -> tuple[Any, Any]:
         if param.default is None:  # true, false or not given: an --x/--no-x pair
             return Annotated[Optional[bool], typer.Option(*param.cli_flags, help=param.help)], None
         return Annotated[bool, typer.Option(*param.cli_flags, help=param.help)], default
-    # Numbers are converted by click and their ranges checked by the declaration, as on every door: one line
-    # that names the option (click's own range check printed a usage block, and took nan for out of range).
-    if isinstance(kind, Integer):
-        return Annotated[Optional[int], typer.Option(*param.cli_flags, help=param.help)], default
-    if isinstance(kind, Real):
-        return Annotated[Optional[float], typer.Option(*param.cli_flags, help=param.help)], default
-    # Lists are written '0,1,3,2'; choices and text are checked by the declaration, in one line.
+    # Numbers and lists ('0,1,3,2') are read as text and parsed by the declaration, which checks their ranges,
+    # as on every door: one line that names the option, whatever the parser's version says.
+    if isinstance(kind, (Integer, Real)):
+        metavar = "INTEGER" if isinstance(kind, Integer) else "FLOAT"
+        shown = f"{default:g}" if isinstance(default, float) else default  # 2.0 shown as 2, as typed
+        return Annotated[Optional[str], typer.Option(*param.cli_flags, help=param.help, metavar=metavar)], \
+            (str(shown) if isinstance(default, (int, float)) else default)
     return Annotated[Optional[str], typer.Option(*param.cli_flags, help=param.help)], default
 
 
@@ -74,7 +73,9 @@ def option_values(operation: Operation, given: dict[str, Any]) -> dict[str, Any]
     values = {}
     for param in operation.params_for("cli"):
         value = given[param.name]
-        if isinstance(param.type, (Integers, Reals)) and value is not None:
+        if param.argument and isinstance(value, str):
+            value = value.strip()  # see _text_first
+        if isinstance(param.type, (Integer, Integers, Real, Reals)) and isinstance(value, str):
             value = param.type.parse(param.name, value)
         values[param.name] = value
     return values
@@ -101,10 +102,10 @@ def _pairs(paths: list[Path], out_dir: Optional[Path], suffix: Optional[str] = N
     """(input, output) pairs: IN OUT, or every path into --out-dir (keeping names, maybe a new suffix)."""
     if out_dir is None:
         if len(paths) != 2:
-            raise click.UsageError(f"expected IN OUT (2 paths), got {len(paths)}; use --out-dir for several inputs")
+            raise report.UsageError(f"expected IN OUT (2 paths), got {len(paths)}; use --out-dir for several inputs")
         return [(paths[0], paths[1])]
     if not paths:
-        raise click.UsageError("--out-dir needs at least one input")
+        raise report.UsageError("--out-dir needs at least one input")
     if suffix is None:
         return [(p, out_dir / p.name) for p in paths]
     from noa_core.io.formats import strip_image_suffix
@@ -129,9 +130,9 @@ def _execute(task: FileTask, pairs: list[tuple[Path, Path]], *, force: bool, res
              scheduler: Optional[str], workers: Optional[int], quiet: bool) -> None:
     """Write every pair with ``task``: here, or on Dask with --scheduler; report each as it ends."""
     if resume and force:
-        raise click.UsageError("--resume skips existing outputs and --force replaces them; choose one")
+        raise report.UsageError("--resume skips existing outputs and --force replaces them; choose one")
     if workers is not None and scheduler != "local":
-        raise click.UsageError("--workers sizes the cluster of --scheduler local")
+        raise report.UsageError("--workers sizes the cluster of --scheduler local")
     from noa_core import run
 
     where = "" if scheduler is None else f" on {scheduler}"
@@ -149,13 +150,14 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
     arguments = [(p.name, *_annotation(p)) for p in params if p.argument]
     options = [(p.name, *_annotation(p)) for p in params if not p.argument]
     if several:
+        named = any(p.argument for p in params)  # an expression names its inputs a, b, c, ...
         inputs = [("inputs", Annotated[list[Path], typer.Argument(
-            help="Input files, named a, b, c, ... in order; with --out-dir, each is a in turn.",
-            show_default=False)], ...),
+            help=("Input files, named a, b, c, ... in order" if named else "Input files, in order")
+            + "; with --out-dir, each is the first in turn.", show_default=False)], ...),
             ("output", Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file.")], None),
             ("others", Annotated[Optional[list[Path]], typer.Option(
-                "--with", help="Inputs b, c, ... shared by every file of the batch (repeatable, in order).")],
-             None)]
+                "--with", help=("Inputs b, c, ... shared" if named else "Inputs after the first, shared")
+                + " by every file of the batch (repeatable, in order).")], None)]
     else:
         inputs = [("paths", Annotated[list[Path], typer.Argument(
             help="IN OUT, or several inputs with --out-dir.", show_default=False)], ...)]
@@ -168,7 +170,7 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
             suffix = (operation.text_output(given) or (None,))[0]
         if several:
             if (given["output"] is None) == (given["out_dir"] is None):
-                raise click.UsageError("give either --output FILE or --out-dir FOLDER")
+                raise report.UsageError("give either --output FILE or --out-dir FOLDER")
             inputs_, shared = list(given["inputs"]), list(given["others"] or [])
             if given["output"] is not None:
                 pairs, shared = [(inputs_[0], given["output"])], inputs_[1:] + shared
@@ -194,8 +196,8 @@ def _reporter(operation: Operation) -> tuple[Callable[..., None], list[tuple[str
     def command(**given: Any) -> None:
         with flags_in_errors(operation):
             options = operation.options(option_values(operation, given))
-        assert operation.report is not None and operation.text is not None
-        results = [operation.report(path, options) for path in given["files"]]
+        assert operation.text is not None
+        results = [operation.run_report(path, options) for path in given["files"]]
         if given["as_json"]:
             typer.echo(json.dumps(results if len(results) > 1 else results[0], indent=2))
         else:
@@ -283,7 +285,7 @@ def _editor(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
 BUILDERS = {"plan": _writer, "plans": _several_writer, "report": _reporter, "edit": _editor}
 
 
-def build(operation: Operation) -> click.Command:
+def build(operation: Operation) -> typer.core.TyperCommand:
     """The ``noa NAME`` command of ``operation``."""
     command, params = BUILDERS[operation.kind](operation)
     command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
@@ -293,4 +295,22 @@ def build(operation: Operation) -> click.Command:
     command.__annotations__ = {name: annotation for name, annotation, _ in params}
     single = typer.Typer(add_completion=False, context_settings={"help_option_names": ["-h", "--help"]})
     single.command(operation.name, help=_help(operation))(command)
-    return typer.main.get_command(single)
+    built = typer.main.get_command(single)
+    if any(p.argument for p in operation.params_for("cli")):
+        _text_first(built)
+    return built
+
+
+def _text_first(command: typer.core.TyperCommand) -> None:
+    """Let the first argument, free text (an expression), begin with a minus, as ``noa ewise "-a" ...``:
+    a first word that is no option of the command is text, not an unknown option. (Marked with a leading
+    space, which :func:`option_values` strips, so that the parser takes it for an argument.)"""
+    known = {name for param in command.params for name in (*param.opts, *param.secondary_opts)}
+    parse_args = command.parse_args
+
+    def parse(ctx, args: list[str]) -> list[str]:
+        if args and args[0].startswith("-") and not args[0].startswith("--") and args[0] not in known:
+            args = [" " + args[0], *args[1:]]
+        return parse_args(ctx, args)
+
+    command.parse_args = parse  # type: ignore[method-assign]

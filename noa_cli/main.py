@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -24,12 +23,12 @@ class Commands(TyperGroup):
     """noa's commands: one per registered operation (built from its declaration only when asked
     for, so that ``noa --help`` and ``noa NAME --help`` start fast), then warmup and serve."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: typer.Context) -> list[str]:
         from noa_core import operations
 
         return [*operations.names(), *super().list_commands(ctx)]
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.TyperCommand | None:
         command = super().get_command(ctx, cmd_name)
         if command is None:
             from noa_core import operations
@@ -39,6 +38,17 @@ class Commands(TyperGroup):
 
                 command = self.commands[cmd_name] = commands.build(operations.get(cmd_name))
         return command
+
+    def resolve_command(self, ctx: typer.Context, args: list[str]):
+        """A mistyped command (``noa bni``, ``noa normalise``) is named, with the closest commands."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib
+
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(close)}?" if close else "; see noa --help for the commands"
+            raise report.UnknownCommand(f"no command {name!r}{hint}")
+        return super().resolve_command(ctx, args)
 
 
 app = typer.Typer(
@@ -65,26 +75,51 @@ def main(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of internal errors.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of internal errors, and what noa "
+                                                     "decides on the way (which code computes: NumPy or numba).")] = False,
 ) -> None:
     """noa: reshape, reorder and convert MRC and TIFF stacks (BDHW: batch, depth, height, width).
 
     Example: noa permute movie.mrc movie_t.mrc --axes 0,1,3,2
     """
+    if debug:
+        import logging
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("noa: debug: %(message)s"))
+        logger = logging.getLogger("noa")
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
 
 
 # -- commands beside the operations --------------------------------------------------------------
 
 
 @app.command()
-def warmup(quiet: Quiet = False) -> None:
-    """Compile the kernels into the cache so that later commands start fast.
+def warmup(
+    quiet: Quiet = False,
+    jobs: Annotated[
+        Optional[int], typer.Option("--jobs", "-j", min=1, help="Worker processes compiling at once (default: the "
+                                    "cores this process may use; 1: all in this process).")
+    ] = None,
+) -> None:
+    """Compile the kernels into the cache so that later commands start fast; one line per step.
 
-    Example: noa warmup
+    Example: noa warmup --jobs 2
     """
+    import os
+
+    from noa_core import compute_path, limits
     from noa_core.run.warmup import warmup as compile_kernels
 
-    seconds = compile_kernels()
+    # This process only warms up: small files must take the numba path too (workers force it themselves).
+    os.environ[compute_path.ENVIRONMENT] = "numba"
+
+    def step(done: int, total: int, what: str) -> None:
+        if not quiet:
+            typer.echo(f"[{done}/{total}] {what}", err=True)
+
+    seconds = compile_kernels(progress=step, jobs=jobs or limits.available_cores())
     report.done(f"kernels compiled and cached in {seconds:.1f} s", quiet)
 
 
@@ -139,12 +174,12 @@ def serve(
                                      max_expressions=max_expressions)
         serve_until_stopped, port = prepare(settings, host, port, log_level)
     except ValueError as exc:  # a bad setting (e.g. NOA_WORKERS=abc, a missing data root): usage, not a crash
-        raise click.UsageError(str(exc)) from None
+        raise report.UsageError(str(exc)) from None
     except OSError as exc:
-        raise click.UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        raise report.UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     shown = f"[{host}]" if ":" in host else host
     root = settings.data_root or "none (uploads only)"
-    click.echo(f"noa serve: http://{shown}:{port} (API docs at /docs; data root {root}; {settings.processes} "
+    typer.echo(f"noa serve: http://{shown}:{port} (API docs at /docs; data root {root}; {settings.processes} "
                f"process(es))", err=True)
     serve_until_stopped()
 

@@ -12,22 +12,29 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-import click
 import typer
+
+try:  # typer 0.26+ parses with a copy of click of its own: importing click as well would cost 50 ms a call
+    from typer._click import exceptions as parser_errors
+except ImportError:  # an older typer parses with click itself
+    from click import exceptions as parser_errors
 
 if TYPE_CHECKING:
     from noa_core.run import FileResult
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
-# Typer 0.29 parses with a private copy of click, whose exceptions are not click's: both kinds count.
-_EXITS = (click.exceptions.Exit, typer.Exit)
-_ABORTS = (click.exceptions.Abort, typer.Abort)
-_CLI_ERRORS = (click.ClickException, typer.TyperException)
+UsageError = parser_errors.UsageError  # what a command raises for a bad command line (exit 2, one line)
+_EXITS, _ABORTS = (typer.Exit,), (typer.Abort,)  # click's own where typer parses with click
+_CLI_ERRORS = (parser_errors.ClickException, getattr(typer, "TyperException", parser_errors.ClickException))
 
 
 class BatchFailed(Exception):
     """Some inputs of a batch failed (each was already reported)."""
+
+
+class UnknownCommand(Exception):
+    """``noa NAME`` where no command is called NAME (the message names the closest ones)."""
 
 
 class Terminated(BaseException):
@@ -59,18 +66,18 @@ def one_line(exc: BaseException) -> str:
 
 
 def error(message: str) -> None:
-    click.echo(f"noa: error: {message}", err=True)
+    typer.echo(f"noa: error: {message}", err=True)
 
 
 def notices(lines: list[str] | None, quiet: bool) -> None:
     if not quiet:
         for line in lines or ():
-            click.echo(f"noa: note: {line}", err=True)
+            typer.echo(f"noa: note: {line}", err=True)
 
 
 def done(message: str, quiet: bool) -> None:
     if not quiet:
-        click.echo(message, err=True)
+        typer.echo(message, err=True)
 
 
 def failure(src: Path, exc: BaseException) -> None:
@@ -102,8 +109,8 @@ def finish(results: Sequence[FileResult]) -> None:
 
 def _bad_value(exc: Exception) -> bool:
     """A value given but not convertible (not a missing one, which the usage line explains)."""
-    missing = any(cls.__name__ == "MissingParameter" for cls in type(exc).__mro__)  # click's or typer's copy
-    return isinstance(exc, (click.BadParameter, typer.BadParameter)) and not missing
+    missing = isinstance(exc, parser_errors.MissingParameter)
+    return isinstance(exc, (parser_errors.BadParameter, typer.BadParameter)) and not missing
 
 
 def guarded(call: Callable[[], object], debug: bool) -> int:
@@ -128,7 +135,7 @@ def guarded(call: Callable[[], object], debug: bool) -> int:
         else:
             error(exc.format_message())
         return exc.exit_code
-    except BatchFailed as exc:
+    except (BatchFailed, UnknownCommand) as exc:
         error(str(exc))
         return EXIT_USAGE
     except (NoaError, OSError) as exc:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from noa_core import layout
+from noa_core import compute_path, layout
 from noa_core.array import Array
 from noa_core.errors import ParameterError, ShapeError
 from noa_core.io.stream import Compute, Key, TileReads, compute_whole
@@ -155,23 +155,41 @@ def bin_reads(source: Array, factors: Sequence[int], starts: Sequence[int]) -> T
 def bin_block(block: Array, out: Array, factors: Sequence[int]) -> None:
     """``out`` = the mean of each ``factors`` box of ``block`` (whose shape is ``out.shape * factors``).
 
-    A numba kernel accumulating in float64 (complex128); integer outputs are rounded half to even, as
-    ``numpy.rint``. float16 is computed in float32 (numba has no float16 arithmetic)."""
-    from noa_core.kernels.binning import bin_kernel  # numba: compiled when a binning runs, not on import
-
+    Sums in float64 (complex128), multiplied by ``1 / (kd kh kw)``; integer outputs are rounded half to
+    even, as ``numpy.rint``; float16 is computed in float32. The numba kernel adds each output row's
+    ``kd * kh`` input rows in order, each row's ``kw`` values in order; NumPy (small files,
+    :mod:`noa_core.compute_path`) adds in that same order, so both give the same bits."""
     src = block.numpy()
     dst = out.numpy()
     if src.size == 0:
         return
     if src.dtype == np.float16:
         src = src.astype(np.float32)
-    if dst.dtype == np.float16 or dst.dtype == np.bool_:
-        scratch = np.empty(dst.shape, np.float32)
-        bin_kernel(src, scratch, *factors[1:], np.empty(0, np.float64))
-        np.copyto(dst, scratch, casting="unsafe")
-        return
-    bin_kernel(src, dst, *factors[1:], np.empty(0, np.complex128 if src.dtype.kind == "c" else np.float64))
+    wide = np.complex128 if src.dtype.kind == "c" else np.float64
+    through_float = dst.dtype == np.float16 or dst.dtype == np.bool_
+    target = np.empty(dst.shape, np.float32) if through_float else dst
+    if compute_path.numpy_path():
+        with np.errstate(all="ignore"):
+            _bin_numpy(src, target, factors[1:], wide)
+    else:
+        from noa_core.kernels.binning import bin_kernel  # numba: compiled when a binning runs, not on import
 
+        bin_kernel(src, target, *factors[1:], np.empty(0, wide))
+    if through_float:
+        np.copyto(dst, target, casting="unsafe")
+
+
+def _bin_numpy(src: np.ndarray, dst: np.ndarray, factors: Sequence[int], wide) -> None:
+    """The bin kernel's arithmetic with NumPy: per output value, ``acc += x`` over the box's input rows in
+    order and, within a row, over its ``kw`` values in order, then ``acc * (1 / (kd kh kw))``."""
+    kd, kh, kw = factors
+    nb, nd, nh, nw = dst.shape
+    boxes = src[:, :nd * kd, :nh * kh, :nw * kw].reshape(nb, nd, kd, nh, kh, nw, kw)
+    ordered = boxes.transpose(0, 1, 3, 5, 2, 4, 6).reshape(nb, nd, nh, nw, kd * kh * kw)  # the kernel's order
+    acc = np.add.accumulate(np.concatenate([np.zeros((*ordered.shape[:4], 1), wide), ordered.astype(wide)], axis=4),
+                            axis=4)[..., -1]
+    mean = acc * (1.0 / (kd * kh * kw))
+    np.copyto(dst, np.rint(mean) if dst.dtype.kind in "iu" else mean, casting="unsafe")
 
 
 # -- flip and rotx ------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import numpy as np
 
 from noa_core import devices, dtypes, layout
 from noa_core.array import Array, asarray, empty, resolve_copy_order
+from noa_core.dtypes import FLOAT16_COMPUTE
 from noa_core.errors import DeviceError, DTypeError, OverlapError, ReadOnlyError, ShapeError, StrideError
 from noa_core.kernels import BUILTIN_OPS
 from noa_core.kernels import cpu as cpu_kernels
@@ -46,7 +47,6 @@ def common_device(arrays: Sequence[Array]) -> str:
 # (inputs widened with NumPy, results rounded back by NumPy on store). Raw copies move float16 bits
 # untouched, and CUDA computes in float16 natively.
 
-FLOAT16_COMPUTE = np.dtype(np.float32)
 
 
 def computes_as(dtype: np.dtype, device: str) -> np.dtype:

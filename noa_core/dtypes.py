@@ -75,3 +75,7 @@ def base_of(dt: np.dtype) -> np.dtype:
 def element_shape_of(dt: np.dtype) -> tuple[int, ...]:
     """The shape of one element: ``()`` for scalars, ``(n,)`` for vectors, ``(r, c)`` for matrices."""
     return tuple(dt.subdtype[1]) if dt.subdtype is not None else ()
+
+
+# float16 elements are computed in float32 (numba has no float16 arithmetic on the CPU) and rounded when stored.
+FLOAT16_COMPUTE = np.dtype(np.float32)

@@ -6,6 +6,10 @@ comparisons, conditional expressions and a fixed list of math functions over the
 element types of the inputs, :meth:`Expression.numba_function` then writes one statement per
 operation, each computed in the type NumPy gives it (NEP 50: Python constants are "weak"), and
 numba compiles that. Nothing the user typed is ever evaluated as Python.
+:meth:`Expression.numpy_function` computes the same operations, typed by the same writer, with NumPy
+on whole arrays (noa_core.compute_path's NumPy path for small files), giving the same bits, or
+None when the expression uses an operation NumPy computes differently from numba. This module
+imports numba only to compile an element function.
 
 Every step is bounded, so no expression can hang a process: the text's length, the tree's size
 and depth, and the size of folded integer constants are limited before the work they would cost.
@@ -30,7 +34,6 @@ from pathlib import Path
 
 import numpy as np
 
-from noa_core import runtime
 from noa_core.errors import NoaError
 
 
@@ -108,6 +111,22 @@ _CASTS = {dt.name: f"t_{dt.name}" for dt in map(np.dtype, "?bhilqBHILQefdFD")}
 _NAMESPACE_CASTS = {f"t_{name}": (np.float32 if name == "float16" else np.dtype(name).type) for name in _CASTS}
 
 
+# Operations that the NumPy path (Expression.numpy_function) computes to the same bits as numba, by
+# the kinds of the types they read and write ('b' bool, 'i'/'u' integers, 'f' real, 'c' complex).
+# Found by comparing both on every type, edge values included (tests/core/test_expr_numpy_path.py):
+# exactly rounded IEEE operations, integer arithmetic and NumPy's float // and % (which numba copies)
+# agree. The others differ in the last bits or in NaN's sign on some values, as NumPy computes them
+# with its own SIMD code (and FMA) and numba with LLVM's and libm's: exp, log, log10, sin, cos, tan
+# and powers of floats, and complex multiplication, division, absolute value and square root.
+_NUMPY_EXACT: dict[str, str] = {
+    **dict.fromkeys(("add", "subtract", "negative", "positive", "less", "less_equal", "greater", "greater_equal",
+                     "equal", "not_equal", "logical_and", "logical_or", "logical_not", "where", "constant"), "biufc"),
+    **dict.fromkeys(("multiply", "true_divide", "floor_divide", "remainder", "absolute", "sqrt", "minimum", "maximum",
+                     "floor", "ceil"), "biuf"),
+    "integer_power": "biu",
+}
+
+
 @dataclass(frozen=True)
 class Node:
     """A checked operation (``op``: 'input', 'constant', 'where' or a NumPy ufunc's name) on ``args``;
@@ -130,6 +149,40 @@ class _Value:
 
 
 @dataclass(frozen=True)
+class _Arg:
+    """An operand of one operation, already in the operation's type ``dtype``: ``code`` in the
+    element function; for the NumPy path, the ``variable`` (an input or a temporary) it converts, or
+    else the NumPy scalar ``value`` it is (converted as the element function converts it)."""
+
+    code: str
+    dtype: np.dtype
+    variable: str | None = None
+    value: object = None
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One operation of the element function: temporary ``name`` = ``op`` (a NumPy ufunc's name,
+    'where', 'constant' or 'integer_power') of ``args``, stored in ``dtype``."""
+
+    name: str
+    op: str
+    args: tuple[_Arg, ...]
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class _Typed:
+    """An expression written for given input types: the element function's ``source``, its result
+    ``dtype`` and the same operations as ``steps``; ``result`` names the variable returned."""
+
+    source: str
+    dtype: np.dtype
+    steps: tuple[_Step, ...]
+    result: str
+
+
+@dataclass(frozen=True)
 class Expression:
     """A checked, folded expression over inputs ``names``, typed and compiled per input types."""
 
@@ -140,17 +193,51 @@ class Expression:
 
     def source(self, *dtypes) -> str:
         """The element function for inputs of ``dtypes`` (scalars in, scalar out), as Python text."""
-        return self._typed_for(dtypes)[0]
+        return self._typed_for(dtypes).source
 
     def result_dtype(self, dtypes: Sequence) -> np.dtype:
         """The dtype NumPy gives this expression on inputs of ``dtypes`` (the output's default)."""
-        return self._typed_for(tuple(dtypes))[1]
+        return self._typed_for(tuple(dtypes)).dtype
 
     def numba_function(self, *dtypes) -> Callable:
         """The element function for inputs of ``dtypes``, compiled by numba (once per source)."""
         return _compile_numba(self.source(*dtypes))
 
-    def _typed_for(self, dtypes: tuple) -> tuple[str, np.dtype]:
+    def numpy_function(self, *dtypes) -> Callable[[list[np.ndarray]], np.ndarray] | None:
+        """The expression on whole arrays of ``dtypes``, computed with NumPy, or None where it uses
+        an operation whose NumPy result may differ from numba's in the last bits (see _NUMPY_EXACT).
+
+        The function takes the input arrays (in order; any strides, read-only or broadcast views,
+        never written) and returns an array broadcastable to them: stored into an output with
+        ``np.copyto(out, result, casting="unsafe")``, it gives the bytes that the element function
+        from :meth:`numba_function` gives through the ewise kernels. Each operation runs in the type
+        the element function computes it in (float16 as float32, rounded only when stored)."""
+        typed = self._typed_for(tuple(dtypes))
+        if not all(step.dtype.kind in _NUMPY_EXACT.get(step.op, "")
+                   and all(arg.dtype.kind in _NUMPY_EXACT[step.op] for arg in step.args) for step in typed.steps):
+            return None
+        inputs = tuple((name, _computed_as(dtype)) for name, dtype in zip(self.names, map(np.dtype, dtypes)))
+        # Each step as (its name, the NumPy function, its arguments: (variable or None, value, type), its type).
+        steps = tuple((step.name, _NUMPY_OPERATIONS.get(step.op) or getattr(np, step.op),
+                       tuple((arg.variable, arg.value, _computed_as(arg.dtype)) for arg in step.args),
+                       _computed_as(step.dtype)) for step in typed.steps)
+        result = typed.result
+
+        def evaluate(arrays: Sequence[np.ndarray]) -> np.ndarray:
+            if len(arrays) != len(inputs):
+                raise ExpressionError(f"expression {_shown(self.text)} takes {len(inputs)} input(s), "
+                                      f"got {len(arrays)}")
+            variables = {name: np.asarray(array, dtype) for (name, dtype), array in zip(inputs, arrays)}
+            with np.errstate(all="ignore"):  # the element function gives inf, NaN and wrapped integers silently
+                for name, operation, args, dtype in steps:
+                    values = [np.asarray(value if variable is None else variables[variable], computed)
+                              for variable, value, computed in args]
+                    variables[name] = np.asarray(operation(*values), dtype)
+            return variables[result]
+
+        return evaluate
+
+    def _typed_for(self, dtypes: tuple) -> _Typed:
         key = tuple(np.dtype(dt) for dt in dtypes)
         typed = self._typed.get(key)
         if typed is None:
@@ -319,19 +406,20 @@ class _Writer:
     the type NumPy computes it in."""
 
     def __init__(self, text: str, inputs: dict[str, np.dtype]):
-        self.text, self.inputs, self.lines = text, inputs, []
+        self.text, self.inputs, self.lines, self.steps = text, inputs, [], []
 
-    def function(self, tree: Node) -> tuple[str, np.dtype]:
-        """(source of ``element(a, b, ...)``, result dtype)."""
+    def function(self, tree: Node) -> _Typed:
+        """The source of ``element(a, b, ...)``, its result dtype and its steps."""
         result = self.value(tree)
         if result.dtype is None:  # the whole expression is a constant: NumPy makes it an array
             dtype = np.asarray(result.constant).dtype
             if dtype.kind == "O":  # an integer beyond 64 bits: NumPy holds it as a Python object, no image can
                 raise _refused(self.text, tree.text, "is an integer beyond every integer type an image holds "
                                                      "(NumPy keeps it as a Python object)")
-            result = self.assign(self.literal(result.constant, dtype, tree), dtype)
+            result = self.constant(self.literal(result.constant, dtype, tree))
         body = "".join(f"    {line}\n" for line in self.lines)
-        return f"def element({', '.join(self.inputs)}):\n{body}    return {result.code}\n", result.dtype
+        source = f"def element({', '.join(self.inputs)}):\n{body}    return {result.code}\n"
+        return _Typed(source, result.dtype, tuple(self.steps), result.code)
 
     def value(self, node: Node) -> _Value:
         if node.op == "input":
@@ -349,20 +437,20 @@ class _Writer:
         if node.op in _BEYOND:
             decided = self.beyond_range(node.op, operands, ins[0])
             if decided is not None:
-                return self.assign(repr(decided), np.dtype(bool))
+                return self.constant(self.literal(decided, np.dtype(bool), node))
         if node.op in _ORDERED and ins[0].kind == "c":
             raise _refused(self.text, node.text, "compares complex values, which have no order")
         if node.op == "power" and ins[1].kind in "iu" and any(
                 v.dtype is None and v.constant < 0 for v in operands[1:]):
             raise _refused(self.text, node.text, "raises integers to a negative power, which NumPy refuses too "
                                                  "(write a float exponent: -1.0)")
-        codes = [self.operand(value, dtype, node) for value, dtype in zip(operands, ins)]
+        args = tuple(self.operand(value, dtype, node) for value, dtype in zip(operands, ins))
         if node.op == "power" and out.kind in "iu":
-            return self.integer_power(*codes, out)
+            return self.integer_power(*args, out)
         template = _TEMPLATES[node.op]
         if node.op == "floor_divide" and ins[0] == np.int64:  # numba gives 0 for MIN // -1, NumPy MIN
             template = "(-{0} if {1} == -1 else {0} // {1})"
-        return self.assign(template.format(*codes), out)
+        return self.assign(template.format(*(arg.code for arg in args)), out, node.op, args)
 
     def loop(self, node: Node, operands: list[_Value]) -> tuple[np.dtype, ...]:
         """NumPy's loop types for ``node``'s ufunc on these operands (weak constants by their Python type)."""
@@ -395,7 +483,7 @@ class _Writer:
         """``x if c else y``: NumPy's np.where, whose type is the branches' result type; constants
         are converted to it as np.where does (integers wrap around)."""
         result = np.result_type(*(v.dtype if v.dtype is not None else v.constant for v in branches))
-        codes = []
+        args = []
         for value in branches:
             if value.dtype is None:
                 with np.errstate(all="ignore"):
@@ -403,42 +491,54 @@ class _Writer:
                         converted = np.asarray(value.constant).astype(result).item()
                     except OverflowError:
                         raise self.too_large(node, result) from None
-                codes.append(self.literal(converted, result, node))
+                args.append(self.literal(converted, result, node))
             else:
-                codes.append(self.operand(value, result, node))
-        test = condition.code if condition.dtype is not None else repr(bool(condition.constant))
-        return self.assign(f"({codes[0]} if {test} != 0 else {codes[1]})", result)
+                args.append(self.operand(value, result, node))
+        test = (_Arg(condition.code, condition.dtype, variable=condition.code) if condition.dtype is not None
+                else self.literal(bool(condition.constant), np.dtype(bool), node))
+        return self.assign(f"({args[0].code} if {test.code} != 0 else {args[1].code})", result, "where",
+                           (test, *args))
 
-    def operand(self, value: _Value, dtype: np.dtype, node: Node) -> str:
+    def operand(self, value: _Value, dtype: np.dtype, node: Node) -> _Arg:
         """``value`` converted to ``dtype`` (a constant must fit an integer type, as NumPy requires)."""
         if value.dtype is None:
             if dtype.kind in "iu" and not np.iinfo(dtype).min <= value.constant <= np.iinfo(dtype).max:
                 raise _refused(self.text, value.code, f"is out of range for {dtype} values (NumPy refuses it too)")
             return self.literal(value.constant, dtype, node)
-        return value.code if value.dtype == dtype else f"{_CASTS[dtype.name]}({value.code})"
+        code = value.code if value.dtype == dtype else f"{_CASTS[dtype.name]}({value.code})"
+        return _Arg(code, dtype, variable=value.code)
 
-    def literal(self, constant, dtype: np.dtype, node: Node) -> str:
-        """Python text for ``constant`` as a value of ``dtype``."""
+    def literal(self, constant, dtype: np.dtype, node: Node) -> _Arg:
+        """``constant`` as a value of ``dtype``: Python text, and the NumPy scalar that text gives."""
+        cast = _NAMESPACE_CASTS[_CASTS[dtype.name]]
         if dtype.kind == "b":
-            return repr(bool(constant))
+            return _Arg(repr(bool(constant)), dtype, value=np.bool_(bool(constant)))
         if dtype.kind in "iu":
-            return f"{_CASTS[dtype.name]}({int(constant)})"
+            return _Arg(f"{_CASTS[dtype.name]}({int(constant)})", dtype, value=cast(int(constant)))
         try:
             number = complex(constant) if dtype.kind == "c" else float(constant)
         except OverflowError:
             raise self.too_large(node, dtype) from None
+        with np.errstate(all="ignore"):  # a float beyond float32 is inf there, as numba converts it
+            # The value of the text below: NaN is the name nan (positive, whatever NaN was folded).
+            value = cast(complex(_named(number.real), _named(number.imag)) if dtype.kind == "c" else _named(number))
         if dtype.kind == "c":
-            return f"{_CASTS[dtype.name]}(complex({_real(number.real)}, {_real(number.imag)}))"
-        return f"{_CASTS[dtype.name]}({_real(number)})"
+            return _Arg(f"{_CASTS[dtype.name]}(complex({_real(number.real)}, {_real(number.imag)}))", dtype,
+                        value=value)
+        return _Arg(f"{_CASTS[dtype.name]}({_real(number)})", dtype, value=value)
 
-    def integer_power(self, base: str, exponent: str, dtype: np.dtype) -> _Value:
+    def constant(self, literal: _Arg) -> _Value:
+        """A temporary holding the constant ``literal``."""
+        return self.assign(literal.code, literal.dtype, "constant", (literal,))
+
+    def integer_power(self, base: _Arg, exponent: _Arg, dtype: np.dtype) -> _Value:
         """``base ** exponent`` by squaring in ``dtype``, wrapping around as NumPy does (numba's own
         integer power turns to floating point beyond an exponent of 65536). At most 64 rounds; a
         negative exponent (which NumPy refuses) gives 1."""
         cast = _CASTS[dtype.name]
-        result = self.assign("1", dtype)
+        result = self.assign("1", dtype, "integer_power", (base, exponent))
         name = result.code
-        self.lines += [f"{name}_base, {name}_exponent = {base}, {exponent}",
+        self.lines += [f"{name}_base, {name}_exponent = {base.code}, {exponent.code}",
                        f"while {name}_exponent > 0:",
                        f"    if {name}_exponent & 1:",
                        f"        {name} = {cast}({name} * {name}_base)",
@@ -449,10 +549,44 @@ class _Writer:
     def too_large(self, node: Node, dtype: np.dtype) -> ExpressionError:
         return _refused(self.text, node.text, f"holds a constant too large for {dtype} (NumPy refuses it too)")
 
-    def assign(self, code: str, dtype: np.dtype) -> _Value:
+    def assign(self, code: str, dtype: np.dtype, op: str, args: tuple[_Arg, ...]) -> _Value:
+        """A new temporary ``code`` of ``dtype``: the operation ``op`` of ``args``."""
         name = f"t{len(self.lines)}"
         self.lines.append(f"{name} = {_CASTS[dtype.name]}({code})")
+        self.steps.append(_Step(name, op, args, dtype))
         return _Value(name, dtype)
+
+
+def _computed_as(dtype: np.dtype) -> np.dtype:
+    """The type values of ``dtype`` are computed in (float16 in float32, as the element function does)."""
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
+def _minimum(x, y):
+    return np.where((x <= y) | (x != x), x, y)  # as _TEMPLATES writes it: NaN first, and the signs of zeros
+
+
+def _maximum(x, y):
+    return np.where((x >= y) | (x != x), x, y)
+
+
+# The NumPy path's operations (over operands already in the operation's type), where they are not
+# NumPy's ufunc of that name: each as _TEMPLATES writes it.
+_NUMPY_OPERATIONS: dict[str, Callable] = {
+    "constant": lambda x: x,
+    "where": lambda test, x, y: np.where(np.not_equal(test, 0), x, y),
+    "logical_and": lambda x, y: np.not_equal(x, 0) & np.not_equal(y, 0),
+    "logical_or": lambda x, y: np.not_equal(x, 0) | np.not_equal(y, 0),
+    "logical_not": lambda x: np.equal(x, 0),
+    "minimum": _minimum, "maximum": _maximum,
+    # The element function multiplies by squaring, wrapping around; a negative exponent gives 1.
+    "integer_power": lambda x, y: np.power(x, np.maximum(y, 0) if y.dtype.kind == "i" else y),
+}
+
+
+def _named(number: float) -> float:
+    """The float :func:`_real`'s text gives in the element function."""
+    return math.nan if math.isnan(number) else number
 
 
 def _real(number: float) -> str:
@@ -482,6 +616,8 @@ def _compile_numba(source: str) -> Callable:
             _NUMBA_CACHE.move_to_end(source)
             return function
     import numba
+
+    from noa_core import runtime
 
     # error_model='numpy': division by zero gives inf/nan as in NumPy instead of raising.
     function = numba.njit(nogil=True, error_model="numpy")(_define(source))

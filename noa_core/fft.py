@@ -2,7 +2,7 @@
 
 The transforms are scipy.fft's on the CPU (``workers=`` the numba thread count, so a service
 worker keeps to its share of the cores) and cuFFT's through CuPy on CUDA (``pip install
-'noa[cupy]'``); noa writes no FFT of its own. The non-redundant dimension of a real transform is
+'.[cupy]'`` in noa's checkout); noa writes no FFT of its own. The non-redundant dimension of a real transform is
 the **width**: a ``(B, 1, H, W)`` real array gives ``(B, 1, H, W // 2 + 1)`` complex values.
 ``norm`` is NumPy's ("backward", "ortho", "forward"). Inputs may be C or F ordered or strided
 views; outputs are new C-contiguous arrays on the input's device.
@@ -25,17 +25,25 @@ from noa_core.array import Array, asarray
 from noa_core.errors import DeviceError, DTypeError, ParameterError, ShapeError
 
 NORMS = ("backward", "ortho", "forward")
-CUPY_HINT = "install CuPy for cuFFT (pip install 'noa[cupy]', or the cupy-cudaXXx wheel of your CUDA version)"
+CUPY_HINT = ("install CuPy for cuFFT (in noa's checkout: pip install -e '.[cupy]', or pip install '.[cupy]'; "
+             "or the cupy-cudaXXx wheel of your CUDA version)")
 
 
 __all__ = ["rfft", "irfft", "fft", "ifft", "transform_axes", "workers", "NORMS"]
 
 
 def workers() -> int:
-    """Threads scipy.fft may use: numba's count for this thread (a service worker's share)."""
-    import numba
+    """Threads scipy.fft may use: numba's count for this thread (a service worker's share) where numba is
+    loaded; else what numba would start with (NUMBA_NUM_THREADS, or the cores), without loading it (a
+    small file on the NumPy path, :mod:`noa_core.compute_path`). Results do not depend on it."""
+    import os
+    import sys
 
-    return max(1, int(numba.get_num_threads()))
+    if "numba" in sys.modules:
+        return max(1, int(sys.modules["numba"].get_num_threads()))
+    from noa_core.limits import available_cores
+
+    return max(1, int(os.environ.get("NUMBA_NUM_THREADS") or available_cores()))
 
 
 def transform_axes(shape: Sequence[int], ndim: int | None = None) -> tuple[int, ...]:

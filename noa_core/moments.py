@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import builtins
 import math
+from collections.abc import Sequence
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from noa_core import compute_path
 from noa_core.array import Array, asarray
 from noa_core.errors import DTypeError
+from noa_core.scalar_ops import CHUNK, LANES, chan_merge, maximum, minimum
 
 if TYPE_CHECKING:
     from noa_core.io.metadata import HeaderStatistics
@@ -42,12 +45,9 @@ class Moments:
             return self
         if self.count == 0:
             return other
-        from noa_core.kernels import BUILTIN_OPS  # numba: only merging needs it
-        from noa_core.kernels import cpu as cpu_kernels
-
-        count, mean, m2 = cpu_kernels.chan_merge(self.count, self.mean, self.m2, other.count, other.mean, other.m2)
-        return Moments(count, _extreme(BUILTIN_OPS["minimum"], self.min, other.min),
-                       _extreme(BUILTIN_OPS["maximum"], self.max, other.max), mean, m2)
+        count, mean, m2 = chan_merge(self.count, self.mean, self.m2, other.count, other.mean, other.m2)
+        return Moments(count, _extreme(minimum, self.min, other.min), _extreme(maximum, self.max, other.max),
+                       mean, m2)
 
 
 EMPTY_MOMENTS = Moments(0, None, None, 0.0, 0.0)
@@ -103,8 +103,7 @@ def _float16_moments(array: Array) -> Moments:
     """:func:`block_moments` of float16 data, widened a slab of rows at a time into one small float32 buffer
     (numba has no float16 on the CPU): widening the whole array would cost a copy twice its size."""
     from noa_core import layout
-    from noa_core.dispatch import FLOAT16_COMPUTE, half_bits, launch
-    from noa_core.kernels import BUILTIN_OPS
+    from noa_core.dtypes import FLOAT16_COMPUTE
 
     b, d, h, w = array.shape
     rows = builtins.max(1, HALF_SLAB // builtins.max(w, 1))
@@ -115,7 +114,13 @@ def _float16_moments(array: Array) -> Moments:
             for r in range(0, h, rows):
                 slab = array[i:i + 1, j:j + 1, r:r + rows]
                 wide = Array(scratch, 0, slab.shape, layout.strides_for(slab.shape), FLOAT16_COMPUTE)
-                launch(BUILTIN_OPS["half_value"], [half_bits(slab)], [wide])
+                if compute_path.numpy_path():
+                    np.copyto(wide.numpy(), slab.numpy())  # float16 to float32 is exact: the kernel's values
+                else:
+                    from noa_core.dispatch import half_bits, launch
+                    from noa_core.kernels import BUILTIN_OPS
+
+                    launch(BUILTIN_OPS["half_value"], [half_bits(slab)], [wide])
                 total = total.merge(block_moments(wide))
     return total
 
@@ -125,9 +130,7 @@ def block_moments(array: Array) -> Moments:
 
     Accumulates in float64 (complex128). Used for file header statistics, tile by tile.
     """
-    from noa_core import dtypes, layout  # numba: imported when data are measured, not for reading headers
-    from noa_core.dispatch import flat_buffer
-    from noa_core.kernels import cpu as cpu_kernels
+    from noa_core import dtypes, layout
 
     if dtypes.element_shape_of(array.dtype):
         raise DTypeError(f"moments take scalar element types, not {array.dtype}")
@@ -139,8 +142,103 @@ def block_moments(array: Array) -> Moments:
     if array.dtype == np.float16:
         return _float16_moments(array)
     planned_shape, (planned_strides,) = layout.plan_iteration(array.shape, array.strides)
-    flat, _ = flat_buffer(array)
-    count, lo, hi, mean, m2 = cpu_kernels.moments(flat, planned_shape, planned_strides)
+    if compute_path.numpy_path():
+        with np.errstate(all="ignore"):  # inf - inf is NaN, as in the kernel, without warnings
+            count, lo, hi, mean, m2 = _numpy_moments(array, planned_shape, planned_strides)
+    else:
+        from noa_core.dispatch import flat_buffer
+        from noa_core.kernels import cpu as cpu_kernels
+
+        flat, _ = flat_buffer(array)
+        count, lo, hi, mean, m2 = cpu_kernels.moments(flat, planned_shape, planned_strides)
     if dt.kind == "c":
         return Moments(int(count), None, None, complex(mean), float(m2))
     return Moments(int(count), float(lo), float(hi), float(mean), float(m2))
+
+
+def _numpy_moments(array: Array, shape: Sequence[int], strides: Sequence[int]) -> tuple:
+    """What ``noa_core.kernels.cpu.moments`` computes, to the bit, with NumPy. Over the planned layout, one
+    task per run of at most ``CHUNK`` elements of a row, in row order: contiguous real runs sum their
+    float64 values in ``LANES`` lanes added row by row, then the lanes in order, then the run's tail; other
+    runs add their values one by one; the squared deviations from the run's mean likewise. The runs are
+    then merged in task order (:func:`chan_merge`, NaN-propagating extremes; ties between 0.0 and -0.0
+    resolved as the kernel's order resolves them)."""
+    from numpy.lib.stride_tricks import as_strided
+
+    values = as_strided(array.numpy(), shape=tuple(shape), strides=tuple(s * array.itemsize for s in strides),
+                        writeable=False)
+    complex_input = values.dtype.kind == "c"
+    lanes = (shape[3] == 1 or strides[3] == 1) and not complex_input
+    rows = values.reshape(-1, shape[3])
+    chunk = builtins.min(CHUNK, shape[3])
+    columns = []  # per column range: (length, lows, highs, means, m2s) of every row's run
+    for start in range(0, shape[3], chunk):
+        runs = rows[:, start:start + chunk].astype(np.complex128 if complex_input else np.float64)
+        means = _run_means(_run_sums(runs, lanes), runs.shape[1])
+        d = runs - means[:, None]
+        m2s = _run_sums(d.real * d.real + d.imag * d.imag if complex_input else d * d, lanes)
+        lows = highs = None
+        if not complex_input:
+            lows, highs = _run_extreme(runs, lanes, "min"), _run_extreme(runs, lanes, "max")
+        columns.append((runs.shape[1], lows, highs, means, m2s))
+    n, lo, hi, mean, m2 = None, np.inf, -np.inf, 0.0, 0.0
+    for row in range(rows.shape[0]):  # the kernel's task order: the runs of a row, then the next row
+        for length, lows, highs, means, m2s in columns:
+            run_mean, run_m2 = means[row].item(), m2s[row].item()
+            if n is None:
+                n, mean, m2 = length, run_mean, run_m2
+                if lows is not None:
+                    lo, hi = lows[row], highs[row]
+                continue
+            n, mean, m2 = chan_merge(n, mean, m2, length, run_mean, run_m2)
+            if lows is not None:
+                lo, hi = minimum(lo, lows[row]), maximum(hi, highs[row])
+    return n, lo, hi, mean, m2
+
+
+def _run_means(sums: np.ndarray, count: int) -> np.ndarray:
+    """``sums / count`` as the kernel divides: a complex sum by CPython's algorithm (numba's), with the
+    count as ``count + 0j`` (NumPy's vectorised complex division rounds otherwise)."""
+    if sums.dtype.kind != "c":
+        return sums / count
+    ratio = 0.0 / count
+    means = np.empty_like(sums)
+    means.real = (sums.real + sums.imag * ratio) / count
+    means.imag = (sums.imag - sums.real * ratio) / count
+    return means
+
+
+def _run_sums(runs: np.ndarray, lanes: bool) -> np.ndarray:
+    """Per row of ``runs``, the sum the kernel makes, starting from 0: in ``LANES`` lanes added row by
+    row, the lanes added in order, then the tail (``lanes``); else every value in order. In order is
+    ``np.add.accumulate``'s order (NumPy's sums pair values up, which rounds differently)."""
+    zero = np.zeros((runs.shape[0], 1), runs.dtype)
+    if not lanes:
+        return np.add.accumulate(np.concatenate([zero, runs], axis=1), axis=1)[:, -1]
+    full = runs.shape[1] // LANES * LANES
+    grid = runs[:, :full].reshape(runs.shape[0], -1, LANES)
+    lane_sums = np.add.accumulate(np.concatenate([np.zeros((runs.shape[0], 1, LANES)), grid], axis=1), axis=1)[:, -1]
+    return np.add.accumulate(np.concatenate([zero, lane_sums, runs[:, full:]], axis=1), axis=1)[:, -1]
+
+
+def _run_extreme(runs: np.ndarray, lanes: bool, which: str) -> list[float]:
+    """Per row, the NaN-propagating minimum or maximum the kernel finds. Only a zero can differ (0.0 and
+    -0.0 compare equal, and the kernel keeps one by its order): the lanes keep their last, the lanes are
+    taken in order keeping the last, then the tail's last; the one-by-one loop keeps the first."""
+    found = runs.min(axis=1) if which == "min" else runs.max(axis=1)  # NaN propagates, as the kernel's
+    out = [float(v) for v in found]
+    for row in np.flatnonzero(found == 0):
+        zeros = np.flatnonzero(runs[row] == 0)
+        if lanes:
+            full = runs.shape[1] // LANES * LANES
+            tail = zeros[zeros >= full]
+            if len(tail):
+                pick = tail[-1]
+            else:
+                lane = zeros % LANES
+                last_lane = lane.max()
+                pick = zeros[lane == last_lane][-1]
+        else:
+            pick = zeros[0]
+        out[row] = float(runs[row, pick])
+    return out

@@ -90,8 +90,7 @@ def _run(params: OpParams, inputs: Sequence[Path], output: Path | None, max_voxe
             plan = task.plan(inputs[0])
         check_voxels([*plan.input_shapes, plan.shape], max_voxels)
         return write_plan(plan, output, overwrite=overwrite, device=task.device, progress=progress)
-    assert operation.report is not None
-    return operation.report(inputs[0], options)
+    return operation.run_report(inputs[0], options)
 
 
 @dataclass(frozen=True)

@@ -10,22 +10,43 @@ format sees it.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from noa_core.errors import EmptyFileError, NotAFileError, UnknownFormatError
-from noa_core.io import compression, mrc, omezarr, tiff
+from noa_core.io import compression, mrc
 from noa_core.io.protocol import ImageFormat
 
+
+class _Registry(Sequence[ImageFormat]):
+    """Formats in order, each module imported when the format is first reached: TIFF and OME-Zarr cost
+    30 ms to import, which a call on an MRC file (its signature and extension tried first) never needs."""
+
+    def __init__(self, *entries: ImageFormat | str) -> None:
+        self._entries = list(entries)  # a format, or the name of the module whose FORMAT it is
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return _Registry(*(self[i] for i in range(*index.indices(len(self)))))
+        entry = self._entries[index]
+        if isinstance(entry, str):
+            import importlib
+
+            entry = self._entries[index] = importlib.import_module(entry).FORMAT
+        return entry
+
+    def __add__(self, other: Sequence[ImageFormat]) -> _Registry:
+        return _Registry(*self._entries, *(other._entries if isinstance(other, _Registry) else other))
+
+
 # Signatures are tried in this order; messages list formats and extensions in it too.
-FORMATS: tuple[ImageFormat, ...] = (
-    mrc.FORMAT,
-    tiff.FORMAT,
-)
+FORMATS = _Registry(mrc.FORMAT, "noa_core.io.tiff")
 # Formats whose inputs and outputs are directories (a store of chunk files).
-STORES: tuple[ImageFormat, ...] = (
-    omezarr.FORMAT,
-)
-ALL_FORMATS: tuple[ImageFormat, ...] = FORMATS + STORES
+STORES = _Registry("noa_core.io.omezarr")
+ALL_FORMATS = FORMATS + STORES
 HEAD_BYTES = 1024  # what detection reads: every signature lies in the first kilobyte
 
 
@@ -136,6 +157,15 @@ def media_type(path: Path) -> str:
         return output_format(path).media_type
     except UnknownFormatError:
         return "application/octet-stream"
+
+
+def names_store(path: str | os.PathLike) -> bool:
+    """Whether an output path asks for a store (a directory: 'x.ome.zarr'); the formats of one file are
+    asked first, so an MRC output imports no store format."""
+    suffix = Path(path).suffix.lower()
+    if any(suffix in fmt.output_extensions for fmt in FORMATS):
+        return False
+    return Path(path).name.lower().endswith(tuple(e for fmt in STORES for e in fmt.output_extensions))
 
 
 def strip_image_suffix(name: str) -> str:

@@ -200,6 +200,15 @@ class Metadata:
             out.mrc = out.mrc.joined(parts, out.notices)
         return out
 
+    def with_pixel_size(self, pixel_size: Sequence[float]) -> Metadata:
+        """A copy with ``pixel_size`` in Å (one value for every axis, or D, H, W); the origin converted to Å
+        with it, so that both keep one unit."""
+        values = tuple(float(v) for v in pixel_size)
+        values = values * 3 if len(values) == 1 else values
+        _, origin, _ = self.in_angstrom()
+        return dataclasses.replace(self, pixel_size=values, origin=tuple(origin), unit=ANGSTROM,
+                                   notices=list(self.notices), labels=list(self.labels))
+
     def resampled(self, shape: int | Sequence[int], pixel_size: Triple) -> Metadata:
         """Metadata of the array resampled onto ``shape`` (a Fourier rescale) with ``pixel_size`` per D, H, W:
         resized axes lose their MRC sampling, and the extended header goes when the shape changes."""

@@ -20,7 +20,6 @@ import dataclasses
 import datetime
 import math
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from noa_core.errors import (
     LayoutError,
     SizeError,
     TruncatedFileError,
+    UnknownFormatError,
     UnsupportedModeError,
     WriteDTypeError,
 )
@@ -446,6 +446,8 @@ def _spill(path: Path, source: Decompressed, nbytes: int, dtype: np.dtype) -> np
     folder = mapped.spill_folder(path, nbytes, "nx/ny/nz/mode", "decompressing")
     # Unlinked from the start (O_TMPFILE where the file system has it, else removed as soon as made) and
     # mapped through its descriptor: a process killed while decompressing leaves nothing behind.
+    import tempfile
+
     with tempfile.TemporaryFile(prefix="noa-", suffix=".decompressed", dir=folder) as temp:
         for start in range(0, nbytes, CHUNK_BYTES):  # whole items per chunk: CHUNK_BYTES is a multiple of 8
             chunk = source.read(min(CHUNK_BYTES, nbytes - start))
@@ -794,7 +796,18 @@ class MrcFormat:
         return head[offset:offset + len(value)] == value
 
     def claim_by_extension(self, head: bytes, path: Path) -> bool:
-        return True  # files written before MRC2014 have no 'MAP ' mark
+        """Files written before MRC2014 have no 'MAP ' mark: one named as MRC is taken for MRC when its first
+        bytes could be an MRC header (positive sizes, a known mode, in one byte order or the other); else
+        it is not an MRC file, whatever its name (a text file saved as .mrc)."""
+        if len(head) < 16:
+            return True  # too short even to tell: the header check says how short
+        for order in "<>":
+            nx, ny, nz, mode = np.frombuffer(head, f"{order}i4", count=4)
+            if min(nx, ny, nz) > 0 and int(mode) in _MODE_DTYPES:
+                return True
+        text = all(32 <= c < 127 or c in (9, 10, 13) for c in head[:256])
+        raise UnknownFormatError(f"{path}: not an MRC file: no 'MAP ' stamp, and its first bytes are "
+                                 f"{'text' if text else 'no MRC header (sizes and mode)'}")
 
     def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
         _check_series(path, request)

@@ -29,7 +29,6 @@ zarr is imported inside the functions: commands that never touch a store do not 
 
 from __future__ import annotations
 
-import asyncio
 import bz2
 import contextlib
 import errno
@@ -124,6 +123,8 @@ def _open_beneath(root_fd: int, key: str) -> int:
 def _beneath_store_class() -> type:
     """zarr's LocalStore, read-only, reading its files with :func:`_open_beneath` (built on first use:
     zarr is imported by the first store read only)."""
+    import asyncio  # zarr's stores are asynchronous; asyncio is loaded only for a store
+
     from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
     from zarr.core.buffer import default_buffer_prototype
     from zarr.storage import LocalStore
@@ -329,6 +330,8 @@ class _BoundedCodec:
 @functools.cache
 def _bounded_bytes_class() -> type:
     """A zarr v3 bytes-to-bytes codec decoding no chunk to more than the chunk holds (built on first use)."""
+    import asyncio  # zarr's stores are asynchronous; asyncio is loaded only for a store
+
     from dataclasses import dataclass
 
     from zarr.abc.codec import BytesBytesCodec
@@ -408,6 +411,8 @@ def _guard(path: Path, level: int, array) -> None:
 def _settle() -> None:
     """Let the other tasks of a zarr read that failed finish (within a few seconds): zarr stops at the
     first error and leaves them pending, and asyncio reports each one still pending when the process exits."""
+    import asyncio  # zarr's stores are asynchronous; asyncio is loaded only for a store
+
     from zarr.core.sync import sync
 
     async def rest() -> None:

@@ -282,7 +282,7 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
 
 def _convert(dst: Array, src: Array) -> None:
     """``dst[...] = src`` with a checked conversion: values the output type cannot hold are refused."""
-    from noa_core.elementwise import convert_into
+    from noa_core.conversion import convert_into
 
     convert_into(src, dst, mode="checked")
 
@@ -318,8 +318,7 @@ class Writer:
                  order: str, overwrite: bool, label: str | None,
                  write_options: Mapping[str, str] | None = None) -> None:
         # a store (OME-Zarr: a directory) is refused or replaced as a directory, never as a file
-        store = Path(path).name.lower().endswith(tuple(e for f in formats.STORES for e in f.output_extensions))
-        self.path = atomic.check_output(path, overwrite, directory=store)
+        self.path = atomic.check_output(path, overwrite, directory=formats.names_store(path))
         self.format = formats.output_format(self.path)
         self.shape = layout.as_shape4(shape)
         self.dtype = np.dtype(dtype)  # what the file stores, once created (MRC widens uint8)

@@ -34,6 +34,7 @@ from numba.core.caching import CompileResultCacheImpl, FunctionCache
 from numba.extending import intrinsic, overload
 
 from noa_core import runtime  # noqa: F401  (configures numba before any kernel is compiled)
+from noa_core.scalar_ops import maximum, minimum
 
 
 # -- element operators -------------------------------------------------------------------------
@@ -176,20 +177,6 @@ def squared_deviation(x, m):
 def squared_deviation_complex(x, m):
     d = x - m
     return d.real * d.real + d.imag * d.imag
-
-
-def minimum(a, b):
-    """NaN-propagating minimum, like numpy.min."""
-    if a <= b or a != a:
-        return a
-    return b
-
-
-def maximum(a, b):
-    """NaN-propagating maximum, like numpy.max."""
-    if a >= b or a != a:
-        return a
-    return b
 
 
 BUILTIN_OPS: dict[str, Callable] = {

@@ -27,12 +27,12 @@ from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic, register_jitable
 
 from noa_core.kernels import BUILTIN_OPS, cache_on_disk, compile_template, transpose_plan
-from noa_core import runtime
+from noa_core import runtime, scalar_ops
 from noa_core.runtime import SERIAL_THRESHOLD
+from noa_core.scalar_ops import CHUNK, LANES
 
 # Elements per parallel task along the innermost dimension: large enough to amortise the task
 # bookkeeping, small enough that a single long contiguous row still spreads over every thread.
-CHUNK = 1 << 15
 # Transpose tile edge: a TILE x TILE buffer of the output type stays in L1 (16 KiB for float32).
 TILE_SMALL, TILE_LARGE = 64, 32
 # Edge of the blocks full tiles are written in (a multiple-of-it tile edge is required).
@@ -41,9 +41,11 @@ assert MICRO & (MICRO - 1) == 0, "the register transpose needs a power-of-two bl
 # Below this edge length a dimension is too short for tiles to pay off.
 MIN_TILE_EDGE = 8
 
-# numba dates cache entries by this module's file only; the operators live in kernels/__init__.py.
-# Naming cached kernels after a digest of that file retires their entries when an operator changes.
-_OPS_DIGEST = hashlib.sha1(Path(__file__).with_name("__init__.py").read_bytes()).hexdigest()[:8]
+# numba dates cache entries by this module's file only; the operators live in kernels/__init__.py and
+# noa_core/scalar_ops.py. Naming cached kernels after a digest of those files retires their entries when an
+# operator changes.
+_OPS_DIGEST = hashlib.sha1(Path(__file__).with_name("__init__.py").read_bytes()
+                           + Path(scalar_ops.__file__).read_bytes()).hexdigest()[:8]
 
 # The NaN-propagating extrema, compiled, for the module's own jitted helpers.
 _minimum, _maximum = numba.njit(BUILTIN_OPS["minimum"]), numba.njit(BUILTIN_OPS["maximum"])
@@ -469,7 +471,6 @@ def view4d(array) -> np.ndarray:
 # Independent accumulators per run. LLVM does not vectorize a min/max reduction unless it may
 # assume there are no NaNs, which numba cannot promise; per-lane accumulators turn the reduction
 # into an element-wise update that it does vectorize (measured 3x faster on a 32K run).
-LANES = 64
 
 
 @numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
@@ -573,13 +574,7 @@ def moments(buf: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> tu
     return _merge_moments(counts, lows, highs, means, m2s)
 
 
-@register_jitable
-def chan_merge(n, mean, m2, k, other_mean, other_m2):
-    """Count, mean and squared deviations of two disjoint sets of values, from each set's
-    (Chan et al.: exact, and stable where sums of squares are not)."""
-    total = n + k
-    delta = other_mean - mean
-    return total, mean + delta * (k / total), m2 + other_m2 + abs(delta) ** 2 * (n * k / total)
+chan_merge = register_jitable(scalar_ops.chan_merge)
 
 
 @numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)

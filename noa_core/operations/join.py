@@ -39,7 +39,7 @@ def plan(inputs: list[Path], options: Options):
 
 
 def _placer(places: list[slice]):
-    from noa_core.elementwise import convert_into
+    from noa_core.conversion import convert_into
 
     def compute(blocks, out) -> None:
         for block, place in zip(blocks, places):

@@ -12,7 +12,7 @@ from noa_core.operations.spec import READING, Flag, Operation, Options, Param, R
 def plan(inputs: list[Path], options: Options):
     from noa_core import intensity, statistics
     from noa_core.array import asarray
-    from noa_core.elementwise import convert_into
+    from noa_core.conversion import convert_into
     from noa_core.errors import ShapeError
     from noa_core.operations.plan import region_plan
 

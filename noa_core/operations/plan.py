@@ -202,7 +202,7 @@ def whole_image_plan(options: Options, *, inputs: Sequence[PathLike], array: Arr
 
 def converter(mode: str) -> Compute:
     """Tiles copied into the output, converted with ``mode`` ('checked', 'clamp', 'cast')."""
-    from noa_core.elementwise import convert_into
+    from noa_core.conversion import convert_into
 
     def convert(blocks: list[Array], out: Array) -> None:
         convert_into(blocks[0], out, mode=mode)
@@ -212,10 +212,24 @@ def converter(mode: str) -> Compute:
 
 
 def evaluator(expression) -> Compute:
-    """Tiles computed by a compiled expression over every source (typed for the sources' types)."""
-    from noa_core.elementwise import ewise as run_ewise
+    """Tiles computed by an expression over every source (typed for the sources' types): with NumPy on
+    the NumPy path where the expression's operations give NumPy's bits there too (:meth:`Expression.numpy_function`,
+    None otherwise), else compiled by numba into the element-wise kernels."""
+    from noa_core import compute_path
 
-    return lambda blocks, out: run_ewise(blocks, [out], expression.numba_function(*(b.dtype for b in blocks)))
+    def compute(blocks: list[Array], out: Array) -> None:
+        types = [b.dtype for b in blocks]
+        if compute_path.numpy_path() and out.device == "cpu":
+            function = expression.numpy_function(*types)
+            if function is not None:
+                with np.errstate(all="ignore"):  # as the kernels: overflow to inf, no warnings
+                    np.copyto(out.numpy(), function([b.numpy() for b in blocks]), casting="unsafe")
+                return
+        from noa_core.elementwise import ewise as run_ewise
+
+        run_ewise(blocks, [out], expression.numba_function(*types))
+
+    return compute
 
 
 def reversing(compute: Compute, axes: tuple[int, ...]) -> Compute:
@@ -236,7 +250,7 @@ def on_device(compute: Compute, device: str) -> Compute:
         return compute
     from noa_core.array import empty
     from noa_core.devices import require_cuda
-    from noa_core.elementwise import convert_into
+    from noa_core.conversion import convert_into
 
     require_cuda()
 

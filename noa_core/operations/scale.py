@@ -37,7 +37,7 @@ def source_range(array, path: Path, percentiles) -> tuple[float, float]:
 def plan(inputs: list[Path], options: Options):
     from noa_core import intensity
     from noa_core.array import asarray
-    from noa_core.elementwise import convert_into
+    from noa_core.conversion import convert_into
     from noa_core.errors import ShapeError
     from noa_core.operations.plan import tiled_plan
 

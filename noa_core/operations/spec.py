@@ -70,6 +70,13 @@ class Integer:
     def check(self, name: str, value: Any) -> int:
         return _in_range(name, _integer(name, value), self.low, self.high)
 
+    def parse(self, name: str, text: str) -> int:
+        """The integer written as text ('42')."""
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise ParameterError(f"{text!r} is not a valid integer", name) from None
+
 
 @dataclass(frozen=True)
 class Integers:
@@ -116,6 +123,13 @@ class Real:
 
     def check(self, name: str, value: Any) -> float:
         return _real_in_range(name, _real(name, value), self.low, self.high)
+
+    def parse(self, name: str, text: str) -> float:
+        """The number written as text ('1.5', '2e-3')."""
+        try:
+            return float(text.strip())
+        except ValueError:
+            raise ParameterError(f"{text!r} is not a valid number", name) from None
 
 
 @dataclass(frozen=True)
@@ -279,7 +293,12 @@ CHUNKS = Param("chunks", Integers(2, 4, 1, 1 << 30),
 NGFF = Param("ngff", Choice(("0.4", "0.5")),
              "OME-Zarr outputs: the NGFF version: 0.4 (zarr v2, what most viewers read) or 0.5 (zarr v3).",
              default="0.4")
+# The output's pixel size, as relion_image_handler --angpix and e2proc2d --apix set it on the way (a TIFF
+# without one converted to MRC); an operation that resamples declares its own (rescale's target).
+OUTPUT_PIXEL_SIZE = Param("pixel_size", Reals(1, 3, 0.0),
+                          "Pixel size of the output in Å, replacing the input's: one value for every axis, or D,H,W.")
 STORE_OUTPUT = (CHUNKS, NGFF)
+OUTPUT = (OUTPUT_PIXEL_SIZE, *STORE_OUTPUT)  # what every writing operation takes besides its own parameters
 WRITE_OPTIONS = ("uint8_mode", "chunks", "ngff")  # what the output format, not the operation, decides with
 
 
@@ -412,7 +431,7 @@ class Operation:
             raise ValueError(f"operation {self.name!r}: a {self.kind} reads one input")
         if self.plan is not None or self.plans is not None:  # writes files, maybe OME-Zarr stores
             object.__setattr__(self, "params", self.params + tuple(
-                p for p in STORE_OUTPUT if p.name not in {q.name for q in self.params}))
+                p for p in OUTPUT if p.name not in {q.name for q in self.params}))
         object.__setattr__(self, "_by_name", {p.name: p for p in self.params})
 
     @property
@@ -478,7 +497,16 @@ class Operation:
         """Run a reporting operation on ``path``: its JSON-ready result."""
         if self.report is None:
             raise ParameterError(f"{self.name}: writes a file; run it through a driver (noa_core.run)")
-        return self.report(Path(path), self.options(values, **more))
+        return self.run_report(Path(path), self.options(values, **more))
+
+    def run_report(self, path: Path, options: Options) -> dict:
+        """The report on ``path`` with checked ``options``, computed on the path its size calls for
+        (:mod:`noa_core.compute_path`): what every door runs."""
+        from noa_core import compute_path
+
+        assert self.report is not None
+        with compute_path.for_inputs([path], self.name):
+            return self.report(path, options)
 
     def apply(self, path: str | Path, values: Mapping[str, Any] | None = None, *, dry_run: bool = False,
               **more: Any) -> dict:
@@ -518,10 +546,30 @@ class FileTask:
 
     def plan(self, src: str | Path) -> Plan:
         """What the pair whose input is ``src`` writes, from the headers (no data is read)."""
+        from noa_core import compute_path
+
         assert self.operation.plan is not None
-        return self.operation.plan(self.inputs(src), self.options)
+        with compute_path.for_inputs(self.inputs(src), f"planning {self.name}"):  # plans may read statistics
+            return self._with_pixel_size(self.operation.plan(self.inputs(src), self.options))
 
     def plans(self, src: str | Path) -> list[tuple[str, Plan]]:
         """The outputs of an operation writing several files from ``src``: (name suffix, plan) each."""
+        from noa_core import compute_path
+
         assert self.operation.plans is not None
-        return self.operation.plans(self.inputs(src), self.options)
+        with compute_path.for_inputs(self.inputs(src), f"planning {self.name}"):
+            return [(suffix, self._with_pixel_size(plan))
+                    for suffix, plan in self.operation.plans(self.inputs(src), self.options)]
+
+    def _with_pixel_size(self, plan: Plan) -> Plan:
+        """``plan`` with the output pixel size the user gave (``--pixel-size``), where the operation takes
+        the shared one (:data:`OUTPUT_PIXEL_SIZE`)."""
+        given = self.options.get("pixel_size")
+        if given is not None and self.operation._by_name.get("pixel_size") is OUTPUT_PIXEL_SIZE:
+            words = ",".join(f"{v:g}" for v in given)
+            if len(given) not in (1, 3):
+                raise ParameterError(f"{words}: give one pixel size for every axis, or three (D,H,W)", "pixel_size")
+            if min(given) <= 0:
+                raise ParameterError(f"{words} Å: a pixel size must be above 0", "pixel_size")
+            plan.meta = plan.meta.with_pixel_size(given)
+        return plan

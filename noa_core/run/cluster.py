@@ -59,7 +59,7 @@ def _distributed():
         import distributed
     except ImportError:
         raise SchedulerError("--scheduler needs Dask, which is not installed: install noa[dask] "
-                             "(pip install 'noa[dask]')") from None
+                             "(in noa's checkout: pip install -e '.[dask]', or pip install '.[dask]')") from None
     return distributed
 
 

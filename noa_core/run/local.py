@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,10 +15,14 @@ from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
 
 def write_plan(plan: Plan, dst: PathLike, *, overwrite: bool = False, device: str = "cpu",
                progress: Progress | None = None) -> list[str]:
-    """Create ``dst`` (never one of the plan's inputs) and fill it tile by tile as ``plan`` says; return notices."""
-    from noa_core import io
+    """Create ``dst`` (never one of the plan's inputs) and fill it tile by tile as ``plan`` says; return notices.
+    Small work (inputs and output) is computed with NumPy, the rest with the kernels (:mod:`noa_core.compute_path`)."""
+    from noa_core import compute_path, io
 
-    with plan.create(dst, overwrite=overwrite) as writer:
+    inputs = compute_path.input_bytes(plan.inputs)
+    work = None if inputs is None else max(inputs, math.prod(plan.shape) * plan.dtype.itemsize)
+    with compute_path.for_size(work if device == "cpu" else None, "writing"), \
+            plan.create(dst, overwrite=overwrite) as writer:
         keys = plan.keys(writer, TILE_BYTES)
         io.fill(writer, plan.sources, None, progress=progress, reads=plan.tile_reads(device), keys=keys)
         if progress is not None:  # a last word before the commit: a job cancelled after its last tile stops here

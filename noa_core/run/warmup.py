@@ -7,15 +7,37 @@ numba compiles one version per argument type, and an input read from a file is a
 memory map while an array built in Python is writable: two types. So every registered operation
 runs for real, through the local driver, with the option sets its declaration lists
 (``Operation.warmup``), on small files of every element type; the in-memory variants run besides.
+The work is cut into units (an operation x an element type x a size, and the in-memory variants of
+an element type x a size), each reported to ``progress`` once done.
+
+Small files are computed with NumPy (:mod:`noa_core.compute_path`), which compiles nothing: every
+unit runs with the numba path forced, in whichever process runs it.
+
+numba compiles in the calling process and holds the GIL for most of it, so with ``jobs`` > 1 the
+units run in that many worker processes (started with "spawn": never a fork of a process whose
+numba threading layer may have started), sharing the on-disk cache. numba writes each cache file
+atomically (a temporary file, then ``os.replace``), but adding an entry to a function's index is a
+read-modify-write of that index: two processes saving different versions of one function at once
+could each pick the same data file, and the index could end naming the other's machine code. The
+workers therefore take one lock around each cache save (:func:`_serialise_cache_saves`); saves are
+milliseconds, compiling is seconds, so this costs nothing measurable. Units are handed out in
+chunks of one element type (:func:`split`), so that the kernels all operations on that type share
+(reading, writing, converting) are compiled by one worker, not by every worker at once.
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
+import queue
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
+from concurrent import futures
 from pathlib import Path
+from typing import NamedTuple, Protocol
 
 from noa_core.array import empty, full
 from noa_core.runtime import SERIAL_THRESHOLD
@@ -24,23 +46,176 @@ from noa_core.runtime import SERIAL_THRESHOLD
 FILE_DTYPES = ("int8", "uint8", "int16", "uint16", "float16", "float32", "int32", "float64", "complex64")
 # Sizes that reach the serial twin and the parallel version of each kernel.
 COUNTS = (64, SERIAL_THRESHOLD)
+IN_MEMORY = "in-memory"
+
+# progress(done, total, what): called after each unit of work.
+Progress = Callable[[int, int, str], None]
 
 
-def warmup(stop: threading.Event | None = None) -> float:
+class _Flag(Protocol):
+    def is_set(self) -> bool: ...
+
+
+class Unit(NamedTuple):
+    """One unit of work: ``operation`` (a registered operation's name, or :data:`IN_MEMORY`) on
+    inputs of element type ``dtype`` and ``count`` elements a plane pair."""
+
+    operation: str
+    dtype: str
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.operation} {self.dtype} ({'serial' if self.count < SERIAL_THRESHOLD else 'parallel'} kernels)"
+
+
+def units() -> list[Unit]:
+    """Every unit :func:`warmup` runs, in the order one process runs them."""
+    from noa_core import operations
+
+    names = [operation.name for operation in operations.operations() if operation.warmup]
+    return ([Unit(name, dtype, count) for count in COUNTS for dtype in FILE_DTYPES for name in names]
+            + [Unit(IN_MEMORY, dtype, count) for count in COUNTS for dtype in FILE_DTYPES])
+
+
+def split(work: Sequence[Unit]) -> list[list[Unit]]:
+    """``work`` in chunks of one element type each (in the order of first appearance, units in their
+    order): what one worker process runs in turn. Every unit is in exactly one chunk."""
+    chunks: dict[str, list[Unit]] = {}
+    for unit in work:
+        chunks.setdefault(unit.dtype, []).append(unit)
+    return list(chunks.values())
+
+
+def warmup(stop: threading.Event | None = None, progress: Progress | None = None, jobs: int = 1) -> float:
     """Run every kernel variant a file operation can reach, serial and parallel, for FILE_DTYPES;
-    return the seconds it took. With ``stop``, it returns early once that is set (a server shutting
-    down must not leave a thread running kernels while the interpreter exits)."""
+    return the seconds it took. ``progress(done, total, what)`` is called after each unit. With
+    ``jobs`` > 1, in up to that many worker processes (at most :func:`noa_core.limits.available_cores`);
+    with 1, in this process. With ``stop``, it returns early once that is set (a server shutting
+    down must not leave a thread running kernels while the interpreter exits): no unit starts after
+    that, and the units running end after their current case."""
+    from noa_core import limits
+
     stop = stop or threading.Event()
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="noa-warmup-") as folder:
-        for count in COUNTS:
-            for name in FILE_DTYPES:
-                _file_operations(Path(folder), name, count, stop)
-    for count in COUNTS:
-        for name in FILE_DTYPES:
-            if not stop.is_set():
-                _in_memory(name, count)
+    work = units()
+    chunks = split(work)
+    workers = max(1, min(jobs, limits.available_cores(), len(chunks)))
+    if workers == 1:
+        _in_process(work, stop, progress)
+    else:
+        _in_workers(chunks, len(work), workers, stop, progress)
     return time.perf_counter() - start
+
+
+def _in_process(work: Sequence[Unit], stop: _Flag, progress: Progress | None) -> None:
+    with tempfile.TemporaryDirectory(prefix="noa-warmup-") as folder:
+        for done, unit in enumerate(work, 1):
+            if stop.is_set():
+                return
+            _run(unit, Path(folder), stop)
+            if progress is not None:
+                progress(done, len(work), str(unit))
+
+
+def _in_workers(chunks: list[list[Unit]], total: int, workers: int, stop: threading.Event,
+                progress: Progress | None) -> None:
+    context = multiprocessing.get_context("spawn")
+    finished = context.Queue()  # each unit, once a worker has run it
+    stopping = context.Event()  # `stop`, seen by the workers (a threading.Event does not cross)
+    lock = context.Lock()  # around numba's cache saves
+    done = 0
+    with futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                                     initargs=(finished, stopping, lock)) as pool:
+        running = {pool.submit(_run_chunk, chunk) for chunk in chunks}
+        try:
+            while running:
+                if stop.is_set():
+                    stopping.set()
+                    for future in running:
+                        future.cancel()
+                try:
+                    unit = finished.get(timeout=0.2)
+                except queue.Empty:
+                    pass
+                else:
+                    done += 1
+                    if progress is not None:
+                        progress(done, total, str(Unit(*unit)))
+                ended = {future for future in running if future.done()}
+                for future in ended:
+                    if not future.cancelled():
+                        future.result()  # a worker's exception ends the warm-up with it
+                running -= ended
+        except BaseException:
+            stopping.set()
+            for future in running:
+                future.cancel()
+            raise
+    while progress is not None:  # units reported after their chunk's future was seen done
+        try:
+            unit = finished.get(timeout=0.2)
+        except queue.Empty:
+            break
+        done += 1
+        progress(done, total, str(Unit(*unit)))
+
+
+# -- in a worker process --------------------------------------------------------------------------
+
+_finished: multiprocessing.Queue | None = None
+_stopping: _Flag = threading.Event()
+
+
+def _start_worker(finished: multiprocessing.Queue, stopping: _Flag, lock) -> None:
+    global _finished, _stopping
+    from noa_core import compute_path
+
+    _finished, _stopping = finished, stopping
+    # This process only warms up: its drivers must choose numba whatever the size (compute_path's
+    # context variable does not cross into a process, and drivers choose again per file).
+    os.environ[compute_path.ENVIRONMENT] = "numba"
+    _serialise_cache_saves(lock)
+
+
+def _serialise_cache_saves(lock) -> None:
+    """Make numba's cache saves in this process take ``lock`` (shared by the warm-up's workers), so
+    that two workers adding versions of one function to its index do not lose or mix up an entry."""
+    from numba.core import caching
+
+    save = caching.IndexDataCacheFile.save
+    if getattr(save, "_noa_locked", False):
+        return
+
+    def locked_save(self, key, data):
+        with lock:
+            return save(self, key, data)
+
+    locked_save._noa_locked = True  # type: ignore[attr-defined]
+    caching.IndexDataCacheFile.save = locked_save
+
+
+def _run_chunk(chunk: list[Unit]) -> None:
+    assert _finished is not None
+    with tempfile.TemporaryDirectory(prefix="noa-warmup-") as folder:
+        for unit in chunk:
+            if _stopping.is_set():
+                return
+            _run(unit, Path(folder), _stopping)
+            _finished.put(tuple(unit))
+
+
+# -- a unit ---------------------------------------------------------------------------------------
+
+
+def _run(unit: Unit, folder: Path, stop: _Flag) -> None:
+    """Run ``unit``, on the numba path, writing its files in ``folder``."""
+    from noa_core import compute_path
+
+    with compute_path.using("numba"):
+        if unit.operation == IN_MEMORY:
+            _in_memory(unit.dtype, unit.count)
+        else:
+            _file_operation(unit, folder, stop)
 
 
 def _suffix(dtype: str) -> str:
@@ -49,29 +224,28 @@ def _suffix(dtype: str) -> str:
     return ".mrc" if dtype in io.mrc.WRITABLE_DTYPES else ".tif"
 
 
-def _file_operations(folder: Path, name: str, count: int, stop: threading.Event) -> None:
+def _file_operation(unit: Unit, folder: Path, stop: _Flag) -> None:
     from noa_core import io, operations
     from noa_core.run import local
 
-    width = math.isqrt(count) + 1
+    operation = operations.get(unit.operation)
+    width = math.isqrt(unit.count) + 1
     shape = (1, 2, width, width)
-    sources: dict[str, Path] = {}
 
     def source(dtype: str) -> Path:
-        if dtype not in sources:
-            sources[dtype] = folder / f"{dtype}-{count}{_suffix(dtype)}"
-            io.write(sources[dtype], full(shape, 1, dtype=dtype), overwrite=True)
-        return sources[dtype]
+        path = folder / f"{dtype}-{unit.count}{_suffix(dtype)}"
+        if not path.exists():
+            io.write(path, full(shape, 1, dtype=dtype), overwrite=True)
+        return path
 
-    for operation in operations.operations():
-        for dtype, values in operation.warmup(name, shape) if operation.warmup else ():
-            if stop.is_set():
-                return
-            if operation.writes:
-                out = folder / f"out{_suffix(values.get('dtype') or dtype)}"
-                local.write(operation.task(values), source(dtype), out, overwrite=True)
-            else:
-                operation.describe(source(dtype), values)
+    for dtype, values in operation.warmup(unit.dtype, shape) if operation.warmup else ():
+        if stop.is_set():
+            return
+        if operation.writes:
+            out = folder / f"out{_suffix(values.get('dtype') or dtype)}"
+            local.write(operation.task(values), source(dtype), out, overwrite=True)
+        else:
+            operation.describe(source(dtype), values)
 
 
 def _in_memory(name: str, count: int) -> None:

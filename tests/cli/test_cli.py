@@ -14,8 +14,7 @@ from helpers import EXAMPLE_MAP, SHARED, assert_user_error, load, mrc_data, noa,
 
 @pytest.mark.parametrize("args, message", [
     (["permute"], "Missing argument"), (["permute", "a.mrc", "b.mrc", "--bogus"], "No such option: --bogus"),
-    (["nosuch"], "No such command"),
-])
+])  # an unknown command is one line with the closest commands: test_a_mistyped_command_gets_did_you_mean
 def test_parser_errors_are_usage_errors(args, message):
     """What the parser itself refuses: exit 2, click's usage line and error, no traceback, nothing internal."""
     result = noa(*args)
@@ -381,3 +380,34 @@ def test_serve_says_where_it_listens_and_its_limits_defaults(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_join_help_speaks_of_join_and_ewise_help_of_named_inputs():
+    """`noa join --help` once showed ewise's words (inputs named a, b, c for an expression)."""
+    join = noa("join", "--help")
+    ewise = noa("ewise", "--help")
+    assert join.returncode == ewise.returncode == 0
+    assert "named a, b, c" not in join.stdout and "Inputs b, c" not in join.stdout
+    assert "Input files, in order" in join.stdout
+    assert "named a, b, c" in ewise.stdout and "Inputs b, c" in ewise.stdout
+
+
+def test_an_expression_may_begin_with_a_minus(tmp_path):
+    """`noa ewise "-a" ...` is an expression, not an unknown option -a; a mistyped long option still is one."""
+    data = write_mrc(tmp_path / "in.mrc", np.arange(24, dtype=np.float32).reshape(2, 3, 4) - 5)
+    result = noa("ewise", "-a * 2", tmp_path / "in.mrc", "-o", tmp_path / "out.mrc")
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_array_equal(load(tmp_path / "out.mrc"), -data * 2)
+    assert noa("ewise", "--outptu", "x.mrc", "a", tmp_path / "in.mrc").returncode == 2
+
+
+@pytest.mark.parametrize("typed, meant", [("bni", "bin"), ("normalise", "normalize"), ("sectoins", "sections"),
+                                          ("powerspecturm", "powerspectrum")])
+def test_a_mistyped_command_gets_did_you_mean(typed, meant):
+    result = noa(typed, "in.mrc", "out.mrc")
+    assert_user_error(result, f"no command {typed!r}", f"did you mean {meant}")
+    assert "Usage" not in result.stderr
+
+
+def test_an_unknown_command_says_where_the_commands_are():
+    assert_user_error(noa("zzzz"), "no command 'zzzz'", "noa --help")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mrcfile.dtypes import HEADER_DTYPE
-from helpers import SHARED as DATA, needs_data
+from helpers import SHARED as DATA, assert_user_error, needs_data, noa
 
 from noa_core import io
 from noa_core.errors import (
@@ -171,3 +171,15 @@ def test_mutated_real_headers_fail_only_with_noa_errors(tmp_path, index, edits, 
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
     assert peak <= 4 * len(raw) + (8 << 20)  # parsing (OME-XML, tifffile caches) costs about 2 MiB
+
+
+def test_a_text_file_named_mrc_is_not_an_mrc_file(tmp_path):
+    """A note saved as .mrc (no 'MAP ' stamp, no sizes and mode) is 'not an MRC file', not a bad mode."""
+    notes = tmp_path / "notes.mrc"
+    notes.write_text("particles picked by hand on 2026-11-24, see the lab book\n" * 30)
+    result = noa("info", notes)
+    assert_user_error(result, f"{notes}: not an MRC file", "text")
+    assert "mode" not in result.stderr
+    random_bytes = tmp_path / "random.mrc"
+    random_bytes.write_bytes(bytes(range(256)) * 8)
+    assert_user_error(noa("stats", random_bytes), "not an MRC file")

@@ -85,7 +85,8 @@ def test_options_fill_defaults_and_name_the_bad_parameter():
     copy = operations.get("copy")
     assert copy.options() == {"order": "C", "dtype": None, "clamp": False, "flip_y": False, "uint8_mode": "widen",
                               "as_stack": None, "series": None, "channel": None, "level": None, "device": "cpu",
-                              "chunks": None, "ngff": "0.4"}  # every writing operation takes the store options
+                              "pixel_size": None, "chunks": None, "ngff": "0.4"}  # every writing operation takes
+    # the output's pixel size and the store options
     assert operations.get("info").options() == {"as_stack": None, "series": None, "channel": None, "level": None}
     assert copy.options(order="F", dtype="int16").order == "F"
     for values, param, fragment in (({"order": "X"}, "order", "not one of C, F, K"),

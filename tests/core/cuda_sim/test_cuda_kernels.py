@@ -5,6 +5,8 @@ Tests marked ``gpu`` need real hardware and are skipped under the simulator and 
 
 from __future__ import annotations
 
+import importlib.util
+
 import numba
 import numpy as np
 import pytest
@@ -14,7 +16,10 @@ import noa_core as nc
 from noa_core.errors import DeviceError, OverlapError, StrideError
 
 SIMULATOR = bool(numba.config.ENABLE_CUDASIM)
-pytestmark = pytest.mark.skipif(not cuda.is_available(), reason="needs numba-cuda's simulator or a GPU")
+# Where this process has no GPU: test_cuda_sim.py runs these tests under the simulator, in a process of their own.
+NO_CUDA = ("run under numba-cuda's simulator by tests/core/test_cuda_sim.py (in its own process); here: no GPU"
+           if importlib.util.find_spec("numba_cuda") else "needs numba-cuda (pip install -e '.[cuda]') or a GPU")
+pytestmark = pytest.mark.skipif(not cuda.is_available(), reason=NO_CUDA)
 gpu = pytest.mark.skipif(SIMULATOR or not cuda.is_available(), reason="needs a real CUDA GPU")
 
 

@@ -13,7 +13,10 @@ import noa_core as nc
 from noa_core import fft, geometry
 from noa_core.errors import DeviceError
 
-pytestmark = pytest.mark.skipif(not cuda.is_available(), reason="needs numba-cuda's simulator or a GPU")
+# Where this process has no GPU: test_cuda_sim.py runs these tests under the simulator, in a process of their own.
+NO_CUDA = ("run under numba-cuda's simulator by tests/core/test_cuda_sim.py (in its own process); here: no GPU"
+           if importlib.util.find_spec("numba_cuda") else "needs numba-cuda (pip install -e '.[cuda]') or a GPU")
+pytestmark = pytest.mark.skipif(not cuda.is_available(), reason=NO_CUDA)
 
 
 @pytest.mark.parametrize("interp", ["nearest", "linear", "cubic"])

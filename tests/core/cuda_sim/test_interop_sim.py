@@ -8,6 +8,7 @@ through one side and reading the other.
 from __future__ import annotations
 
 import gc
+import importlib.util
 
 import numba
 import numpy as np
@@ -19,8 +20,11 @@ from noa_core import interop, user_kernels
 from noa_core.errors import StrideError
 from noa_core.kernels import cuda as cuda_kernels
 
-pytestmark = pytest.mark.skipif(not (numba.config.ENABLE_CUDASIM and cuda.is_available()),
-                                reason="checks pointers against the simulator's host memory")
+# Only under the simulator: test_cuda_sim.py runs these tests there, in a process of their own.
+SIM_ONLY = ("checks pointers against the simulator's host memory: run under numba-cuda's simulator by "
+            "tests/core/test_cuda_sim.py (in its own process)" if importlib.util.find_spec("numba_cuda") else
+            "checks pointers against the simulator's host memory: needs numba-cuda (pip install -e '.[cuda]')")
+pytestmark = pytest.mark.skipif(not (numba.config.ENABLE_CUDASIM and cuda.is_available()), reason=SIM_ONLY)
 
 
 class Interface:

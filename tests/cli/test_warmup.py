@@ -1,0 +1,101 @@
+"""`noa warmup`: its units of work and how they are split over workers, its progress lines, and the
+cache its worker processes leave (after which a numba-path command compiles nothing)."""
+
+import os
+import re
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import NOA, write_mrc
+
+from noa_core.run import warmup as warmup_module
+from noa_core.run.warmup import FILE_DTYPES, IN_MEMORY, Unit, split, units
+
+STEP = re.compile(r"^\[(\d+)/(\d+)\] (\S+) (\S+) \((serial|parallel) kernels\)$")
+
+
+def test_every_unit_is_in_exactly_one_chunk_of_one_element_type():
+    work = units()
+    assert len(work) == len(set(work)) > 0
+    chunks = split(work)
+    assert sorted(unit for chunk in chunks for unit in chunk) == sorted(work)
+    assert all(len({unit.dtype for unit in chunk}) == 1 for chunk in chunks)
+    assert sorted(chunk[0].dtype for chunk in chunks) == sorted(FILE_DTYPES)
+    # Every registered operation with warm-up cases, and the in-memory variants, for every type and size.
+    assert {unit.operation for unit in work} >= {"copy", "bin", IN_MEMORY}
+    assert len({(unit.dtype, unit.count) for unit in work}) == 2 * len(FILE_DTYPES)
+
+
+def test_split_keeps_each_units_order_and_any_list():
+    work = [Unit("b", "int8", 1), Unit("a", "uint8", 2), Unit("a", "int8", 3), Unit("c", "uint8", 1)]
+    assert split(work) == [[work[0], work[2]], [work[1], work[3]]]
+    assert split([]) == []
+
+
+def test_in_process_progress_counts_up_and_stop_ends_it(monkeypatch):
+    """One process (jobs=1): progress after each unit, and no unit starts once ``stop`` is set."""
+    ran, steps, stop = [], [], threading.Event()
+
+    def fake_run(unit, folder, flag):
+        ran.append(unit)
+        if len(ran) == 3:
+            stop.set()
+
+    monkeypatch.setattr(warmup_module, "_run", fake_run)
+    warmup_module.warmup(progress=lambda *step: steps.append(step), jobs=1)
+    assert len(ran) == len(steps)  # no stop given: it runs on
+    total = len(units())
+    assert ran == units() and [step[:2] for step in steps] == [(done, total) for done in range(1, total + 1)]
+    assert steps[0][2] == str(ran[0])
+
+    ran.clear()
+    stop.clear()
+    warmup_module.warmup(stop, jobs=1)
+    assert len(ran) == 3
+
+
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory):
+    """`noa warmup --jobs 2` run once, on an empty cache: (its result, the cache folder)."""
+    cache = tmp_path_factory.mktemp("numba-cache")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), COLUMNS="200")
+    env.pop("NUMBA_DEBUG_CACHE", None)
+    result = subprocess.run(NOA + ["warmup", "--jobs", "2"], capture_output=True, text=True, env=env, timeout=1200)
+    return result, cache
+
+
+@pytest.mark.slow
+def test_warmup_prints_one_line_per_unit_up_to_the_total(warmed):
+    result, _ = warmed
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert re.fullmatch(r"kernels compiled and cached in \d+\.\d s", lines[-1]), lines[-1]
+    steps = [STEP.match(line) for line in lines[:-1]]
+    assert all(steps), lines
+    total = len(units())
+    assert [int(step[1]) for step in steps] == list(range(1, total + 1))
+    assert {int(step[2]) for step in steps} == {total}
+    assert sorted(Unit(step[3], step[4], 0)[:2] for step in steps) == sorted(unit[:2] for unit in units())
+
+
+@pytest.mark.slow
+def test_parallel_warmup_leaves_a_complete_cache(warmed, tmp_path):
+    """After `noa warmup --jobs 2`, numba-path commands in a fresh process load every kernel they
+    run from the cache and save none."""
+    result, cache = warmed
+    assert result.returncode == 0, result.stderr
+    assert not list(Path(cache).rglob("*.tmp.*"))  # no temporary cache file left behind
+    source = tmp_path / "in.mrc"
+    write_mrc(source, np.arange(2 * 40 * 48, dtype=np.float32).reshape(2, 40, 48))
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), NUMBA_DEBUG_CACHE="1", NOA_COMPUTE="numba", COLUMNS="200")
+    # (not `noa bin` yet: its warm-up cases miss the kernel version a file written by mrcfile needs, with
+    # the in-process warm-up as well)
+    for args in (["copy", source, tmp_path / "out.mrc"], ["copy", source, tmp_path / "out.tif", "--dtype", "int16", "--clamp"]):
+        run = subprocess.run(NOA + [str(a) for a in args], capture_output=True, text=True, env=env, timeout=300)
+        assert run.returncode == 0, run.stderr
+        assert "data loaded" in run.stdout, run.stdout
+        saved = [line for line in run.stdout.splitlines() if "data saved" in line or "index saved" in line]
+        assert not saved, (args, saved)
