@@ -8,10 +8,10 @@ stack) or D, H, W (3-d: volumes), like :mod:`noa_core.fft`.
 Example::
 
     import noa_core as noa
-    filtered = noa.signal.bandpass(stack, lowpass=8.0, highpass=200.0, pixel_size=1.06)
-    spectrum = noa.signal.power_spectrum(stack, log=True)           # centred, H x W
-    profile = noa.signal.power_spectrum(stack, rotational_average=True)   # (B, 1, 1, min(H, W) // 2 + 1)
-    table = noa.signal.relion_power(stack)   # (B, W // 2 + 2): relion_image_handler --power
+    filtered = noa.spectral.bandpass(stack, lowpass=8.0, highpass=200.0, pixel_size=1.06)
+    spectrum = noa.spectral.power_spectrum(stack, log=True)           # centred, H x W
+    profile = noa.spectral.power_spectrum(stack, rotational_average=True)   # (B, 1, 1, min(H, W) // 2 + 1)
+    table = noa.spectral.relion_power(stack)   # (B, W // 2 + 2): relion_image_handler --power
 """
 
 from __future__ import annotations
