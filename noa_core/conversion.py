@@ -81,27 +81,38 @@ def _check_range(source: Array, target: np.dtype) -> None:
 
 def convert_into(source: Array, out: Array, *, mode: str = "cast") -> Array:
     """Write ``source`` (broadcast onto ``out``'s shape) into ``out``, converting to ``out.dtype`` as
-    ``mode`` says (see the module); returns ``out``."""
+    ``mode`` says (see the module); returns ``out``. The checks are made here, once; the values are stored
+    by NumPy or by the kernels (:func:`noa_core.compute_path.numpy_path`), which store the same bits."""
     if mode not in CONVERSION_MODES:
         raise ValueError(f"conversion mode {mode!r} is not one of {CONVERSION_MODES}")
     target = out.dtype
+    bounds = None
+    if target != source.dtype:
+        if dtypes.element_shape_of(target) or dtypes.element_shape_of(source.dtype):
+            raise DTypeError(f"conversion between scalar element types only; {source.dtype} to {target} is not "
+                             "supported")
+        if target.kind != "b":  # to bool is x != 0 in every mode
+            if mode == "checked":
+                _check_range(source, target)
+            bounds = _clamp_bounds(source.dtype, target) if mode == "clamp" else None
     if compute_path.numpy_path() and out.device == "cpu" and source.device == "cpu":
-        return _convert_numpy(source, out, mode)
+        _store_numpy(source, out, bounds)
+    else:
+        _store_kernels(source, out, bounds)
+    return out
+
+
+def _store_kernels(source: Array, out: Array, bounds) -> None:
+    """The values of :func:`convert_into`, stored by the kernels (clamped to ``bounds`` when given)."""
     from noa_core.dispatch import half_bits, launch  # numba: the kernels' path only
     from noa_core.kernels import BUILTIN_OPS
 
+    target = out.dtype
     if target == source.dtype:
         launch(BUILTIN_OPS["identity"], [source], [out], raw=True)
-        return out
-    if dtypes.element_shape_of(target) or dtypes.element_shape_of(source.dtype):
-        raise DTypeError(f"conversion between scalar element types only; {source.dtype} to {target} is not supported")
-    if target.kind == "b":
+    elif target.kind == "b":
         launch(BUILTIN_OPS["nonzero"], [source], [out])
-        return out
-    if mode == "checked":
-        _check_range(source, target)
-    bounds = _clamp_bounds(source.dtype, target) if mode == "clamp" else None
-    if bounds is not None:
+    elif bounds is not None:
         op = BUILTIN_OPS["clamp_nan_to_zero" if target.kind in "iu" else "clamp_keep_nan"]
         launch(op, [source, *bounds], [out])
     elif source.dtype.kind == "c" and target.kind != "c":
@@ -112,27 +123,20 @@ def convert_into(source: Array, out: Array, *, mode: str = "cast") -> Array:
         launch(BUILTIN_OPS["half_value"], [half_bits(source)], [out])
     else:
         launch(BUILTIN_OPS["identity"], [source], [out])
-    return out
 
 
-
-
-def _convert_numpy(source: Array, out: Array, mode: str) -> Array:
-    """:func:`convert_into` with NumPy: the same checks, and the values the kernels store, to the bit (the
-    kernels' casts are C's, as NumPy's ``casting='unsafe'``; float16 is computed in float32)."""
+def _store_numpy(source: Array, out: Array, bounds) -> None:
+    """The values the kernels store, to the bit, with NumPy (the kernels' casts are C's, as NumPy's
+    ``casting='unsafe'``; float16 is computed in float32, and a float16 output is computed in float32 and
+    rounded, but where a float is only rounded to float16)."""
     target = out.dtype
-    if dtypes.element_shape_of(target) or dtypes.element_shape_of(source.dtype):
-        raise DTypeError(f"conversion between scalar element types only; {source.dtype} to {target} is not supported")
     values, dst = np.broadcast_to(source.numpy(), out.shape), out.numpy()
     if target == source.dtype:
         np.copyto(dst, values)
-        return out
+        return
     if target.kind == "b":
         np.not_equal(values, 0, out=dst)
-        return out
-    if mode == "checked":
-        _check_range(source, target)
-    bounds = _clamp_bounds(source.dtype, target) if mode == "clamp" else None
+        return
     if source.dtype.kind == "c" and target.kind != "c":
         values = values.real
     if bounds is not None:
@@ -143,6 +147,7 @@ def _convert_numpy(source: Array, out: Array, mode: str) -> Array:
         if target.kind in "iu" and clamped.dtype.kind == "f":
             clamped[np.isnan(clamped)] = 0
         values = clamped
+    if target == np.float16 and not (source.dtype.kind == "f" and bounds is None):
+        values = values.astype(FLOAT16_COMPUTE)  # the kernels compute a float16 output in float32, then round
     with np.errstate(all="ignore"):  # as the kernels: out-of-range casts are C's, without warnings
         np.copyto(dst, values, casting="unsafe")
-    return out
