@@ -19,6 +19,7 @@ when it is first compiled; :func:`generated_sources` returns those of this proce
 from __future__ import annotations
 
 import hashlib
+import itertools
 import linecache
 import math
 import os
@@ -185,6 +186,19 @@ BUILTIN_OPS: dict[str, Callable] = {
               clamp_keep_nan, clamp_nan_to_zero, squared_deviation, squared_deviation_complex,
               minimum, maximum, half_bits, half_value)
 }
+
+
+def operand_variants(max_operands: int = 3) -> dict[str, list[str]]:
+    """The variants of the templates both back-ends have, with up to ``max_operands`` inputs, outputs or
+    extra arguments (ewise: 'a'/'s' per input, then the number of outputs); each back-end adds its own."""
+    counts = range(1, max_operands + 1)
+    return {
+        "ewise": [f"{''.join(kinds)}_{n_out}" for n_in in counts for kinds in itertools.product("as", repeat=n_in)
+                  for n_out in counts],
+        "iwise": [str(n) for n in range(max_operands + 1)],
+        "reduce": [str(n) for n in counts],
+        "reduce_final": ["1"],
+    }
 
 
 def transpose_plan(shape: Sequence[int], in_strides: Sequence[int], out_strides: Sequence[int],

@@ -14,7 +14,6 @@ per process and kept in memory.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,7 +25,7 @@ from numba.core import cgutils, types
 from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic, register_jitable
 
-from noa_core.kernels import BUILTIN_OPS, cache_on_disk, compile_template, transpose_plan
+from noa_core.kernels import BUILTIN_OPS, cache_on_disk, compile_template, operand_variants, transpose_plan
 from noa_core import runtime, scalar_ops
 from noa_core.runtime import SERIAL_THRESHOLD
 from noa_core.scalar_ops import CHUNK, LANES
@@ -303,19 +302,8 @@ TEMPLATES: dict[str, Callable[[str, str], str]] = {
 
 
 def template_variants(kind: str, max_operands: int = 3) -> list[str]:
-    """The variants of :data:`TEMPLATES` ``kind`` with up to ``max_operands`` inputs, outputs or
-    extra arguments (ewise: 'a'/'s' per input, then the number of outputs)."""
-    counts = range(1, max_operands + 1)
-    variants = {
-        "ewise": [f"{''.join(kinds)}_{n_out}" for n_in in counts for kinds in itertools.product("as", repeat=n_in)
-                  for n_out in counts],
-        "transpose": ["11"],
-        "iwise": [str(n) for n in range(max_operands + 1)],
-        "reduce": [str(n) for n in counts],
-        "reduce_final": ["1"],
-        "moments": ["r", "c"],
-    }
-    return variants[kind]
+    """The variants of :data:`TEMPLATES` ``kind`` (see :func:`noa_core.kernels.operand_variants`)."""
+    return {**operand_variants(max_operands), "transpose": ["11"], "moments": ["r", "c"]}[kind]
 
 
 # -- compilation -------------------------------------------------------------------------------

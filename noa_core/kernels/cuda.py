@@ -11,7 +11,6 @@ from its template's source under a ``<noa kernel ...>`` name (see :mod:`noa_core
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -20,7 +19,7 @@ import numba
 import numpy as np
 from numba import cuda
 
-from noa_core.kernels import compile_template, transpose_plan, true_divide, true_divide_typer
+from noa_core.kernels import compile_template, operand_variants, transpose_plan, true_divide, true_divide_typer
 
 THREADS = 256
 # Transpose tiles: TILE x TILE elements per block, read and written by TILE x TILE_ROWS threads.
@@ -155,18 +154,8 @@ TEMPLATES: dict[str, Callable[[str, str], str]] = {
 
 
 def template_variants(kind: str, max_operands: int = 3) -> list[str]:
-    """The variants of :data:`TEMPLATES` ``kind`` with up to ``max_operands`` inputs, outputs or
-    extra arguments (ewise: 'a'/'s' per input, then the number of outputs)."""
-    counts = range(1, max_operands + 1)
-    variants = {
-        "ewise": [f"{''.join(kinds)}_{n_out}" for n_in in counts for kinds in itertools.product("as", repeat=n_in)
-                  for n_out in counts],
-        "transpose": ["float32", "complex128"],
-        "iwise": [str(n) for n in range(max_operands + 1)],
-        "reduce": [str(n) for n in counts],
-        "reduce_final": ["1"],
-    }
-    return variants[kind]
+    """The variants of :data:`TEMPLATES` ``kind`` (see :func:`noa_core.kernels.operand_variants`)."""
+    return {**operand_variants(max_operands), "transpose": ["float32", "complex128"]}[kind]
 
 
 def _device_function(op: Callable) -> Callable:
