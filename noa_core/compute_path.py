@@ -77,16 +77,8 @@ def using(path: str) -> Iterator[str]:
 def for_size(nbytes: int | None, what: str = "") -> Iterator[str]:
     """Compute work of ``nbytes`` on the path :func:`choose` gives (or the one an enclosing :func:`using`
     pins), saying which at DEBUG level."""
-    pinned = _pinned.get()
-    if pinned is not None:
-        token = _current.set(pinned)
-        try:
-            yield pinned
-        finally:
-            _current.reset(token)
-        return
-    path = choose(nbytes)
-    if _log.isEnabledFor(logging.DEBUG):
+    path = _pinned.get() or choose(nbytes)
+    if _pinned.get() is None and _log.isEnabledFor(logging.DEBUG):
         size = "unknown size" if nbytes is None else f"{nbytes / 1024:.0f} KiB"
         if forced() != "auto":
             why = f"{ENVIRONMENT}={forced()}"
