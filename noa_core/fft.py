@@ -1,7 +1,8 @@
 """Fourier transforms of BDHW arrays over H, W (2-d: every batch and depth slice) or D, H, W (3-d).
 
-The transforms are scipy.fft's on the CPU (``workers=`` the numba thread count, so a service
-worker keeps to its share of the cores) and cuFFT's through CuPy on CUDA (``pip install
+The transforms are scipy.fft's on the CPU (its pocketfft, called as scipy.fft calls it: :func:`r2c`,
+:func:`c2r`, :func:`c2c`; ``workers=`` the numba thread count, so a service worker keeps to its share of
+the cores) and cuFFT's through CuPy on CUDA (``pip install
 '.[cupy]'`` in noa's checkout); noa writes no FFT of its own. The non-redundant dimension of a real transform is
 the **width**: a ``(B, 1, H, W)`` real array gives ``(B, 1, H, W // 2 + 1)`` complex values.
 ``norm`` is NumPy's ("backward", "ortho", "forward"). Inputs may be C or F ordered or strided
@@ -29,7 +30,7 @@ CUPY_HINT = ("install CuPy for cuFFT (in noa's checkout: pip install -e '.[cupy]
              "or the cupy-cudaXXx wheel of your CUDA version)")
 
 
-__all__ = ["rfft", "irfft", "fft", "ifft", "transform_axes", "workers", "NORMS"]
+__all__ = ["rfft", "irfft", "fft", "ifft", "r2c", "c2r", "c2c", "pocketfft", "transform_axes", "workers", "NORMS"]
 
 
 def workers() -> int:
@@ -114,6 +115,66 @@ def from_cupy(values) -> Array:
 # -- transforms ---------------------------------------------------------------------------------
 
 
+POCKETFFT = "scipy.fft._pocketfft.pypocketfft"  # scipy.fft's transforms: the C++ module its functions call
+_NORM_CODES = {"backward": 0, "ortho": 1, "forward": 2}  # pocketfft's code of a forward transform's norm
+
+
+def pocketfft():
+    """scipy's pocketfft extension, the module scipy.fft's functions call. Loaded from its file alone
+    where scipy.fft is not imported yet: ``import scipy.fft`` costs 0.2-0.5 s (its array-API layer and
+    scipy.special), most of a small file's call (issue 27); the module itself, 2 ms. Registered under its
+    own name, so a later ``import scipy.fft`` uses this very module."""
+    import sys
+
+    module = sys.modules.get(POCKETFFT)
+    if module is not None:
+        return module
+    import importlib.machinery
+    import importlib.util
+    from pathlib import Path
+
+    scipy_spec = importlib.util.find_spec("scipy")  # finds the package without running it
+    folders = scipy_spec.submodule_search_locations if scipy_spec else None
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES if folders else ():
+        path = Path(folders[0]) / "fft" / "_pocketfft" / f"pypocketfft{suffix}"
+        if path.is_file():
+            spec = importlib.util.spec_from_file_location(POCKETFFT, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            sys.modules[POCKETFFT] = module
+            return module
+    import scipy.fft._pocketfft  # another layout of scipy: the ordinary import
+
+    return sys.modules[POCKETFFT]
+
+
+def _native(values: np.ndarray) -> np.ndarray:
+    """``values`` as pocketfft takes them, as scipy.fft prepares them: native byte order, aligned."""
+    dtype = values.dtype.newbyteorder("=")
+    return np.array(values, dtype=dtype, copy=None if values.flags.aligned else True)
+
+
+def r2c(values: np.ndarray, axes: tuple[int, ...], norm: str = "backward") -> np.ndarray:
+    """``scipy.fft.rfftn(values, axes=axes, norm=norm)`` of real float32 or float64 NumPy values, bit for bit."""
+    return pocketfft().r2c(_native(values), axes, True, _NORM_CODES[norm], None, workers())
+
+
+def c2r(values: np.ndarray, axes: tuple[int, ...], width: int, norm: str = "backward") -> np.ndarray:
+    """``scipy.fft.irfftn(values, s=(..., width), axes=axes, norm=norm)`` of complex NumPy values whose last
+    axis holds ``width // 2 + 1`` values, bit for bit."""
+    return pocketfft().c2r(_native(values), axes, width, False, 2 - _NORM_CODES[norm], None, workers())
+
+
+def c2c(values: np.ndarray, axes: tuple[int, ...], forward: bool, norm: str = "backward", *,
+        overwrite: bool = False) -> np.ndarray:
+    """``scipy.fft.fftn`` (``forward``) or ``ifftn`` of complex NumPy values, bit for bit; ``overwrite``
+    computes in place where ``values`` allows it (native and aligned), as their ``overwrite_x``."""
+    prepared = _native(values)
+    code = _NORM_CODES[norm] if forward else 2 - _NORM_CODES[norm]
+    out = prepared if (overwrite or prepared is not values) and prepared.dtype.kind == "c" else None
+    return pocketfft().c2c(prepared, axes, forward, code, out, workers())
+
+
 def _run(name: str, x: Array, axes: tuple[int, ...], norm: str, dtype: np.dtype, width: int | None = None) -> Array:
     if x.device == "cuda":
         cupy = cupy_module()
@@ -121,14 +182,10 @@ def _run(name: str, x: Array, axes: tuple[int, ...], norm: str, dtype: np.dtype,
         transform = getattr(cupy.fft, name + "n")
         shape = None if width is None else [x.shape[a] for a in axes[:-1]] + [width]
         return from_cupy(transform(values, s=shape, axes=axes, norm=norm))
-    import scipy.fft
-
     values = x.numpy()
     if values.dtype != dtype:
         values = values.astype(dtype)
-    transform = getattr(scipy.fft, name + "n")
-    shape = None if width is None else [x.shape[a] for a in axes[:-1]] + [width]
-    if x.size == 0:  # scipy refuses empty axes: the result is empty too
+    if x.size == 0:  # pocketfft refuses empty axes: the result is empty too
         out_shape = list(x.shape)
         if name == "rfft":
             out_shape[3] = x.shape[3] // 2 + 1
@@ -137,7 +194,11 @@ def _run(name: str, x: Array, axes: tuple[int, ...], norm: str, dtype: np.dtype,
         kind = np.float64 if dtype in (np.float64, np.complex128) else np.float32
         out_dtype = kind if name == "irfft" else (np.complex128 if kind == np.float64 else np.complex64)
         return asarray(np.zeros(out_shape, out_dtype))
-    return asarray(transform(values, s=shape, axes=axes, norm=norm, workers=workers()))
+    if name == "rfft":
+        return asarray(r2c(values, axes, norm))
+    if name == "irfft":
+        return asarray(c2r(values, axes, width, norm))
+    return asarray(c2c(values, axes, name == "fft", norm))
 
 
 def rfft(array, *, ndim: int | None = None, norm: str = "backward") -> Array:

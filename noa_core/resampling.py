@@ -181,19 +181,16 @@ def _irfft_consuming(values: np.ndarray, axes: tuple[int, ...], width: int) -> A
     transformed in place, then the width :data:`ROW_BYTES` of rows at a time. scipy's multi-axis inverse
     would hold a second spectrum-sized buffer (pocketfft's own, outside NumPy) besides its result: here
     memory is the spectrum and the result."""
-    import scipy.fft
-
     if values.size == 0:
         return fft.irfft(asarray(values), width=width, ndim=len(axes))
     if len(axes) > 1:
-        values = scipy.fft.ifftn(values, axes=axes[:-1], overwrite_x=True, workers=fft.workers())
+        values = fft.c2c(values, axes[:-1], False, overwrite=True)
     real = np.float64 if values.dtype == np.complex128 else np.float32
     out = np.empty(values.shape[:-1] + (width,), real)
     rows, out_rows = values.reshape(-1, values.shape[-1]), out.reshape(-1, width)
     step = max(1, ROW_BYTES // (width * out.itemsize))
     for first in range(0, len(rows), step):
-        out_rows[first:first + step] = scipy.fft.irfft(rows[first:first + step], n=width, axis=-1,
-                                                       workers=fft.workers())
+        out_rows[first:first + step] = fft.c2r(rows[first:first + step], (1,), width)
     return asarray(out)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -61,6 +63,35 @@ def test_real_and_complex_transforms_match_numpy(shape, kind, dtype, norm, seed)
     full = fft.fft(x, norm=norm)
     np.testing.assert_allclose(full.numpy(), np.fft.fftn(values.astype(np.float64), axes=axes, norm=norm), **tolerance)
     np.testing.assert_allclose(fft.ifft(full, norm=norm).numpy().real, values, **tolerance)
+
+
+@SETTINGS
+@given(shape=shapes, kind=st.sampled_from(LAYOUTS), dtype=st.sampled_from(["float32", "float64", ">f4"]),
+       norm=st.sampled_from(fft.NORMS), seed=st.integers(0, 2**16))
+def test_transforms_are_scipy_fft_bit_for_bit(shape, kind, dtype, norm, seed):
+    """noa calls scipy's pocketfft module itself (no ``import scipy.fft`` for a small file): the values are
+    scipy.fft's exactly, byte-swapped and strided inputs included."""
+    values = np.random.default_rng(seed).normal(size=shape).astype(dtype)
+    axes = axes_of(shape)
+    x = laid_out(values.astype(values.dtype.newbyteorder("=")), kind)
+    spectrum = fft.rfft(x, norm=norm).numpy()
+    assert np.array_equal(spectrum, scipy.fft.rfftn(values, axes=axes, norm=norm))
+    assert np.array_equal(fft.r2c(values, axes, norm), spectrum)
+    back = scipy.fft.irfftn(spectrum, s=[shape[a] for a in axes], axes=axes, norm=norm)
+    assert np.array_equal(fft.irfft(spectrum, width=shape[3], norm=norm).numpy(), back)
+    complex_values = values.astype(np.complex64 if values.dtype.itemsize == 4 else np.complex128)
+    full = scipy.fft.fftn(complex_values, axes=axes, norm=norm)  # noa makes real inputs complex first
+    assert np.array_equal(fft.fft(x, norm=norm).numpy(), full)
+    assert np.array_equal(fft.c2c(full.copy(), axes, False, norm, overwrite=True),
+                          scipy.fft.ifftn(full, axes=axes, norm=norm))
+
+
+def test_the_pocketfft_module_loads_alone_and_scipy_fft_shares_it():
+    probe = ("import sys\nfrom noa_core import fft\nmodule = fft.pocketfft()\n"
+             "assert 'scipy.fft' not in sys.modules\n"
+             "import scipy.fft._pocketfft.basic as basic\nassert basic.pfft is module\nprint('ok')")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "ok", result.stderr
 
 
 def test_the_width_is_the_non_redundant_dimension_and_2d_is_per_depth_slice():

@@ -147,17 +147,21 @@ def test_conversions_are_the_same_bits_on_both_paths(array, target, mode):
 
 
 def test_small_work_imports_no_numba(tmp_path):
-    """Each small command a pipeline runs per file leaves numba unimported (the start-up it costs)."""
+    """Each small command a pipeline runs per file leaves numba and scipy.fft unimported (the start-up they
+    cost: 0.3-0.4 s and 0.2-0.3 s)."""
     src = tmp_path / "small.mrc"
     write_mrc(src, np.random.default_rng(0).normal(size=(3, 64, 64)).astype(np.float32))
     commands = [["stats", src], ["info", src], ["copy", src, tmp_path / "c.mrc"], ["permute", src, tmp_path / "p.mrc",
                 "--axes", "0,1,3,2"], ["flip", src, tmp_path / "f.mrc", "--axis", "x"], ["bin", src, tmp_path / "b.mrc",
                 "--factor", "2"], ["sections", src, tmp_path / "s.mrc", "--keep", "0,2"],
                 ["header", src, "--pixel-size", "1.5"], ["scale", src, tmp_path / "u.mrc", "--to-range", "0,255",
-                "--dtype", "uint8"], ["normalize", src, tmp_path / "n.mrc"]]
+                "--dtype", "uint8"], ["normalize", src, tmp_path / "n.mrc"],
+                ["filter", src, tmp_path / "l.mrc", "--lowpass", "8", "--angpix", "1"],
+                ["powerspectrum", src, tmp_path / "w.mrc"], ["rescale", src, tmp_path / "r.mrc", "--factor", "0.5"]]
     probe = ("import sys; from noa_cli.main import run\n"
              "try:\n    run(sys.argv[1:])\nexcept SystemExit as exit:\n    assert exit.code == 0, exit.code\n"
-             "assert 'numba' not in sys.modules, 'numba imported'\n")
+             "assert 'numba' not in sys.modules, 'numba imported'\n"
+             "assert 'scipy.fft' not in sys.modules, 'scipy.fft imported'\n")
     for command in commands:
         result = subprocess.run([sys.executable, "-c", probe, *map(str, command)], capture_output=True, text=True,
                                 cwd=REPO, timeout=120)
