@@ -26,7 +26,7 @@ from noa_core import resampling
 from noa_core.array import Array, asarray
 from noa_core.errors import ParameterError
 
-DEFAULT_EDGE_WIDTH = 2.0  # RELION's --filter_edge_width: Fourier shells of the raised cosine
+DEFAULT_EDGE_WIDTH = 2  # RELION's --filter_edge_width: Fourier shells of the raised cosine (an integer)
 NYQUIST = 0.5 + 1e-12  # cycles per pixel; the margin keeps samples exactly at Nyquist (k = n/2) despite rounding
 MAX_BFACTOR_GAIN = 60.0  # the most a B-factor may amplify Nyquist: e**60 (~1e26), well inside float32
 __all__ = ["bandpass", "bandpass_weights", "check_bandpass", "multiply_spectrum", "power_spectrum", "relion_power",
@@ -46,7 +46,7 @@ def frequencies(sizes: Sequence[int], half: bool = True) -> np.ndarray:
 
 
 def check_bandpass(lowpass: float | None, highpass: float | None, pixel_size: float | None,
-                   edge_width: float = DEFAULT_EDGE_WIDTH, bfactor: float = 0.0) -> float:
+                   edge_width: int = DEFAULT_EDGE_WIDTH, bfactor: float = 0.0) -> float:
     """The pixel size to filter with, after checking the request; ParameterError names the bad value."""
     if lowpass is None and highpass is None and not bfactor:
         raise ParameterError("give a lowpass, a highpass or a bfactor", "lowpass")
@@ -64,8 +64,9 @@ def check_bandpass(lowpass: float | None, highpass: float | None, pixel_size: fl
             raise ParameterError(f"{highpass:g} Å must be above 0", "highpass")
         if lowpass is not None and highpass <= lowpass:
             raise ParameterError(f"{highpass:g} Å must be coarser (larger) than the lowpass, {lowpass:g} Å", "highpass")
-    if not edge_width >= 0:
-        raise ParameterError(f"{edge_width:g} shells must be 0 or more", "edge_width")
+    if not edge_width >= 0 or edge_width != int(edge_width):
+        raise ParameterError(f"{edge_width:g} shells: a whole number, 0 or more (as RELION's --filter_edge_width)",
+                             "edge_width")
     gain = -bfactor / (16.0 * pixel_size ** 2)  # the exponent at Nyquist, 1 / (2 x pixel size) Å⁻¹
     if gain > MAX_BFACTOR_GAIN:
         raise ParameterError(f"{bfactor:g} Å² at {pixel_size:g} Å/pixel multiplies Nyquist by e^{gain:.4g}, beyond "
@@ -75,24 +76,25 @@ def check_bandpass(lowpass: float | None, highpass: float | None, pixel_size: fl
 
 
 def bandpass_weights(sizes: Sequence[int], pixel_size: float, lowpass: float | None = None,
-                     highpass: float | None = None, edge_width: float = DEFAULT_EDGE_WIDTH,
+                     highpass: float | None = None, edge_width: int = DEFAULT_EDGE_WIDTH,
                      bfactor: float = 0.0) -> np.ndarray:
     """The real weights of :func:`bandpass` over a half (rfft) transform of ``sizes`` (float64).
 
     RELION's relion_image_handler rules, with its ``ori_size`` the width ``n = sizes[-1]``: a
-    resolution ``R`` is the shell ``round(n * pixel_size / R)``; the raised cosine spans ``edge_width``
-    shells centred on it: below ``(shell - edge_width / 2) / n`` cycles per pixel a low-pass keeps
-    everything, above ``(shell + edge_width / 2) / n`` nothing, between ``0.5 + 0.5 cos(pi (f - low) /
+    resolution ``R`` is the shell ``floor(n * pixel_size / R + 0.5)`` (RELION's ROUND: halves up); the
+    raised cosine spans ``2 * (edge_width // 2)`` shells centred on it (RELION halves its integer
+    --filter_edge_width in integers: 3 gives 2): below ``(shell - edge_width // 2) / n`` cycles per pixel a
+    low-pass keeps everything, above ``(shell + edge_width // 2) / n`` nothing, between ``0.5 + 0.5 cos(pi (f - low) /
     width)``; a high-pass is the complement. ``bfactor`` multiplies by ``exp(-bfactor / 4 * (f /
     pixel_size) ** 2)`` (negative sharpens) up to Nyquist, and zeroes every frequency beyond it (the
     corners of the box), as RELION does whenever it applies a B-factor."""
     f = frequencies(sizes)
     n = sizes[-1]
     weights = np.ones_like(f)
-    half_edge = edge_width / 2
+    half_edge = int(edge_width) // 2
 
     def edges(resolution: float) -> tuple[float, float]:
-        shell = round(n * pixel_size / resolution)
+        shell = math.floor(n * pixel_size / resolution + 0.5)
         return max(0.0, (shell - half_edge) / n), (shell + half_edge) / n
 
     if lowpass is not None:
@@ -131,7 +133,7 @@ def multiply_spectrum(x: Array, axes: tuple[int, ...], weights: np.ndarray) -> A
 
 
 def bandpass(array, lowpass: float | None = None, highpass: float | None = None, *,
-             pixel_size: float | None = None, edge_width: float = DEFAULT_EDGE_WIDTH, bfactor: float = 0.0,
+             pixel_size: float | None = None, edge_width: int = DEFAULT_EDGE_WIDTH, bfactor: float = 0.0,
              ndim: int | None = None) -> Array:
     """``array`` low-passed to ``lowpass`` Å and/or high-passed to ``highpass`` Å, with a raised-cosine
     edge ``edge_width`` Fourier shells wide, and a ``bfactor`` (Å², negative sharpens), as

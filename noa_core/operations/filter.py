@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import READING, Operation, Options, Param, Real
+from noa_core.operations.spec import READING, Integer, Operation, Options, Param, Real
 
 def plan(inputs: list[Path], options: Options):
     from noa_core import spectral
@@ -40,8 +40,9 @@ OPERATION = Operation(
     summary="Band-pass each image (volumes in 3-d) as RELION does: low-pass, high-pass, raised-cosine edge, "
             "B-factor.",
     details="Resolutions are in Å at the header's pixel size (or --angpix). The edge is a raised cosine "
-            "--edge-width Fourier shells wide (RELION's --filter_edge_width, default 2) centred on the shell "
-            "round(width x pixel size / resolution). A lowpass finer than Nyquist (2 x pixel size) is refused. "
+            "2 x (--edge-width // 2) Fourier shells wide (RELION's --filter_edge_width, default 2, halved in whole "
+            "shells as RELION does: 3 gives 2) centred on the shell floor(width x pixel size / resolution + 0.5) "
+            "(RELION's rounding: a half shell rounds up). A lowpass finer than Nyquist (2 x pixel size) is refused. "
             "A B-factor multiplies each frequency s (1/Å) up to Nyquist by exp(-B s²/4) and zeroes everything "
             "beyond Nyquist (the corners of the box), as RELION's --bfactor. Frequencies are measured per axis, so "
             "square boxes filter exactly as RELION; RELION measures a rectangular image's every axis in units of "
@@ -50,8 +51,8 @@ OPERATION = Operation(
               "noa filter map.mrc sharpened.mrc --bfactor -80"),
     params=(Param("lowpass", Real(0.0), "Low-pass resolution in Å: detail finer than it is removed."),
             Param("highpass", Real(0.0), "High-pass resolution in Å: features coarser than it are removed."),
-            Param("edge_width", Real(0.0, 1000.0), "Width of the raised-cosine edge in Fourier shells (RELION's "
-                  "--filter_edge_width).", default=2.0),
+            Param("edge_width", Integer(0, 1000), "Width of the raised-cosine edge in Fourier shells, a whole number "
+                  "(RELION's --filter_edge_width).", default=2),
             Param("bfactor", Real(-10000.0, 10000.0), "B-factor in Å² applied as exp(-B/4 s²) up to Nyquist, zero beyond "
                   "(RELION's --bfactor); negative sharpens."),
             Param("angpix", Real(0.0), "Pixel size of the input in Å, when the header's is unknown or wrong."),

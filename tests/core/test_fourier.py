@@ -195,12 +195,12 @@ def test_rescale_by_pixel_size_or_factor():
 
 
 def relion_filter(image: np.ndarray, angpix: float, lowpass: float | None, highpass: float | None,
-                  edge_width: float, bfactor: float) -> np.ndarray:
+                  edge_width: int, bfactor: float) -> np.ndarray:
     """RELION's lowPassFilterMap, highPassFilterMap and applyBFactorToMap (src/fftw.cpp, 3.1.3), transcribed loop
     by loop for a square image: FT over the half transform, ori_size the image size."""
     ori_size = image.shape[-1]
     ft = np.fft.rfft2(image)
-    half = edge_width / 2.0
+    half = edge_width // 2  # int filter_edge_halfwidth = filter_edge_width / 2, both int
     for ip in range(ft.shape[0]):
         i = ip if ip < ori_size / 2 else ip - ori_size  # FFTW_ELEM logical index
         for jp in range(ft.shape[1]):
@@ -227,7 +227,9 @@ def relion_filter(image: np.ndarray, angpix: float, lowpass: float | None, highp
 
 @pytest.mark.parametrize("size, angpix, lowpass, highpass, edge, bfactor", [
     (32, 1.0, 4.0, None, 2.0, 0.0), (33, 1.3, 5.0, 20.0, 3.0, 0.0), (24, 2.0, None, 16.0, 2.0, 0.0),
-    (30, 1.0, 8.0, None, 0.0, 0.0), (28, 1.1, 3.0, 12.0, 2.0, -50.0), (32, 1.0, None, None, 2.0, 100.0)])
+    (30, 1.0, 8.0, None, 0.0, 0.0), (28, 1.1, 3.0, 12.0, 2.0, -50.0), (32, 1.0, None, None, 2.0, 100.0),
+    # half shells (24 x 1.5 / 8 = 4.5, 20 x 1 / 8 = 2.5): RELION's ROUND takes the upper shell, Python's round the even
+    (24, 1.5, 8.0, None, 2, 0.0), (20, 1.0, None, 8.0, 3, 0.0), (24, 1.5, 8.0, 48.0, 5, 0.0)])
 def test_bandpass_is_relions_filter(size, angpix, lowpass, highpass, edge, bfactor):
     images = np.random.default_rng(size).normal(size=(2, 1, size, size))
     out = spectral.bandpass(images, lowpass, highpass, pixel_size=angpix, edge_width=edge, bfactor=bfactor)
@@ -251,7 +253,8 @@ def test_bandpass_of_a_volume_is_3d_and_keeps_float32():
     ({"lowpass": 8.0, "highpass": 6.0, "pixel_size": 1.0}, "highpass", "coarser"),
     ({"lowpass": 8.0}, "pixel_size", "unknown"),
     ({"pixel_size": 1.0}, "lowpass", "give a lowpass"),
-    ({"lowpass": 8.0, "pixel_size": 1.0, "edge_width": -1.0}, "edge_width", "0 or more")])
+    ({"lowpass": 8.0, "pixel_size": 1.0, "edge_width": -1.0}, "edge_width", "0 or more"),
+    ({"lowpass": 8.0, "pixel_size": 1.0, "edge_width": 2.5}, "edge_width", "whole number")])
 def test_bandpass_refusals(kwargs, param, words):
     with pytest.raises(ParameterError, match=words) as refused:
         spectral.bandpass(np.ones((1, 1, 8, 8)), **kwargs)

@@ -34,12 +34,12 @@ def filled_in_tiles(plan, out, block_bytes: int) -> list:
 
 def test_filter_plan_writes_whole_images_in_tiles(tmp_path):
     data = stack(tmp_path / "in.mrcs", shape=(24, 256, 192))
-    plan = operations.get("filter").task(lowpass=5.0, highpass=40.0, edge_width=3.0).plan(tmp_path / "in.mrcs")
+    plan = operations.get("filter").task(lowpass=5.0, highpass=40.0, edge_width=3).plan(tmp_path / "in.mrcs")
     assert plan.shape == (24, 1, 256, 192) and plan.whole_axes == (1, 2, 3) and plan.dtype == np.float32
     assert plan.label == "noa filter --lowpass 5 --highpass 40 --edge-width 3"
     keys = filled_in_tiles(plan, tmp_path / "out.mrcs", 1 << 20)  # the smallest budget (2 MiB): several tiles
     assert len(keys) > 1 and all(k[1:] == (slice(0, 1), slice(0, 256), slice(0, 192)) for k in keys)
-    expected = spectral.bandpass(data[:, None], 5.0, 40.0, pixel_size=1.25, edge_width=3.0).numpy()[:, 0]
+    expected = spectral.bandpass(data[:, None], 5.0, 40.0, pixel_size=1.25, edge_width=3).numpy()[:, 0]
     np.testing.assert_allclose(load(tmp_path / "out.mrcs"), expected, atol=1e-5)
     _, header, voxel = mrc_data(tmp_path / "out.mrcs")
     assert float(voxel.x) == pytest.approx(1.25) and header.mode == 2

@@ -62,3 +62,19 @@ def test_strong_sharpening_stays_finite_or_is_refused(tmp_path):
     refused = noa("filter", tmp_path / "img.mrc", tmp_path / "g.mrc", "--bfactor", "-10000", "--angpix", "0.5")
     assert_user_error(refused, "--bfactor", "e^2500", "-240")
     assert not (tmp_path / "g.mrc").exists()
+
+
+@pytest.mark.parametrize("size, angpix, options", [
+    (24, 1.5, ("--lowpass", "8")),                                  # shell 4.5: RELION rounds half shells up
+    (20, 1.0, ("--highpass", "8", "--filter_edge_width", "3")),    # shell 2.5, an odd edge halved in integers
+    (24, 1.5, ("--lowpass", "8", "--highpass", "48", "--filter_edge_width", "5"))])
+def test_half_shells_and_odd_edges_are_relions(tmp_path, size, angpix, options):
+    images = np.random.default_rng(size).normal(size=(2, size, size)).astype(np.float32)
+    write_mrc(tmp_path / "in.mrcs", images, stack=True, voxel_size=angpix)
+    noa_options = [("--edge-width" if o == "--filter_edge_width" else o) for o in options]
+    result = noa("filter", tmp_path / "in.mrcs", tmp_path / "noa.mrcs", *noa_options)
+    assert result.returncode == 0, result.stderr
+    relion("relion_image_handler", "--i", tmp_path / "in.mrcs", "--o", tmp_path / "relion.mrcs", *options,
+           "--angpix", angpix)
+    got, expected = load(tmp_path / "noa.mrcs"), load(tmp_path / "relion.mrcs")
+    np.testing.assert_allclose(got, expected, atol=1e-5 * np.abs(expected).max())
