@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 from noa_core.array import Array, asarray
 from noa_core.errors import FileFormatError
@@ -33,7 +34,7 @@ __all__ = ["read", "probe", "Probe", "write", "create", "copy_into", "Metadata",
 
 def read(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bool | None = None,
          series: int | None = None, channel: int | None = None, level: int | None = None,
-         mmap: bool = True) -> tuple[Array, Metadata]:
+         mmap: bool = True, **eer: Any) -> tuple[Array, Metadata]:
     """Read an MRC (.mrc .mrcs .map .st .ali .rec, optionally .gz/.bz2) or TIFF file.
 
     Args:
@@ -45,28 +46,32 @@ def read(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bo
             map to the batch axis are refused without it.
         level: TIFF and OME-Zarr only: which pyramid level to read (default 0, the full resolution).
         mmap: map uncompressed data read-only instead of loading it (the Array is then not writable).
+        eer: EER only: ``eer_group``, ``eer_group_last``, ``eer_upsampling``, ``gain``, ``gain_flip_y``,
+            ``gain_rotate`` (:class:`~noa_core.io.protocol.ReadRequest`).
 
     Returns:
         The BDHW array (a permuted view when the file's axes are not Z, Y, X) and its metadata.
     """
     request = ReadRequest(as_stack=as_stack, as_volume=as_volume, series=series, channel=channel, level=level,
-                          mmap=mmap)
+                          mmap=mmap, **eer)
     return _format_and_request(path, request, "read")
 
 
 def probe(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bool | None = None,
-          series: int | None = None, channel: int | None = None, level: int | None = None) -> Probe:
+          series: int | None = None, channel: int | None = None, level: int | None = None, **eer: Any) -> Probe:
     """What :func:`read` would give, from the header alone: BDHW shape, strides, dtype and metadata.
 
     No data are read or decompressed (a compressed MRC: its first kilobyte and extended header), yet
     the header's sizes are checked against what the file can hold. Arguments as for :func:`read`.
     """
-    request = ReadRequest(as_stack=as_stack, as_volume=as_volume, series=series, channel=channel, level=level)
+    request = ReadRequest(as_stack=as_stack, as_volume=as_volume, series=series, channel=channel, level=level, **eer)
     return _format_and_request(path, request, "probe")
 
 
 # Read options only some formats take: a format lists those it takes in ``read_options``.
-_FORMAT_READ_OPTIONS = {"channel": "channels", "level": "pyramid levels"}
+_FORMAT_READ_OPTIONS = {"channel": "channels", "level": "pyramid levels",
+                        **{name: "EER frames" for name in ("eer_group", "eer_group_last", "eer_upsampling", "gain",
+                                                           "gain_flip_y", "gain_rotate")}}
 
 
 def _format_and_request(path, request: ReadRequest, method: str):

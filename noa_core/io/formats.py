@@ -44,9 +44,12 @@ class _Registry(Sequence[ImageFormat]):
 
 # Signatures are tried in this order; messages list formats and extensions in it too.
 FORMATS = _Registry(mrc.FORMAT, "noa_core.io.tiff")
+# Formats read, never written (EER movies: TIFF files of their own): outputs, the service's output formats and
+# its uploads list FORMATS only.
+MOVIES = _Registry("noa_core.io.eer")
 # Formats whose inputs and outputs are directories (a store of chunk files).
 STORES = _Registry("noa_core.io.omezarr")
-ALL_FORMATS = FORMATS + STORES
+ALL_FORMATS = FORMATS + MOVIES + STORES
 HEAD_BYTES = 1024  # what detection reads: every signature lies in the first kilobyte
 
 
@@ -56,6 +59,12 @@ def by_name(name: str) -> ImageFormat:
         if fmt.name == name:
             return fmt
     raise UnknownFormatError(f"format: {name!r} is not one noa knows ({', '.join(f.name for f in ALL_FORMATS)})")
+
+
+def readable() -> _Registry:
+    """Formats of one input file, in the order signatures are tried: :data:`FORMATS` with :data:`MOVIES` after
+    MRC, before TIFF, which would claim their files (modules still imported only when reached)."""
+    return _Registry(*FORMATS._entries[:1], *MOVIES._entries, *FORMATS._entries[1:])
 
 
 def check_input(path: str | os.PathLike) -> Path:
@@ -115,11 +124,11 @@ def detect(path: Path) -> tuple[ImageFormat, str | None]:
             if not head:
                 raise EmptyFileError(f"{path}: size: the decompressed content is empty")
     ext = _image_extension(path)
-    for fmt in FORMATS:
+    for fmt in readable():
         if fmt.detect(head, path):
             _check_compression(fmt, kind, path)
             return fmt, kind
-    for fmt in FORMATS:
+    for fmt in readable():
         if ext in fmt.extensions and fmt.claim_by_extension(head, path):
             _check_compression(fmt, kind, path)
             return fmt, kind
@@ -175,7 +184,7 @@ def strip_image_suffix(name: str) -> str:
         for ext in fmt.extensions:
             if lowered.endswith(ext):
                 return name[:-len(ext)]
-    image_extensions = tuple(e for fmt in FORMATS for e in fmt.extensions)
+    image_extensions = tuple(e for fmt in readable() for e in fmt.extensions)
     stem = name
     for suffixes in (tuple(compression.EXTENSIONS), image_extensions):
         ext = Path(stem).suffix

@@ -39,6 +39,10 @@ class ReadRequest:
         channel: which channel (C axis or samples per pixel) to read (TIFF); None when the file has one.
         level: which pyramid level to read (TIFF); None for the full resolution, level 0.
         mmap: map uncompressed data read-only instead of loading it.
+        eer_group, eer_group_last, eer_upsampling: EER hardware frames per fraction (None: 1), what becomes
+            of the frames left over ('drop', the default, or 'keep') and the grid (1, 2 or 3: 4K, 8K, 16K).
+        gain, gain_flip_y, gain_rotate: EER: a gain file multiplying each fraction, turned upside down and
+            rotated by 90-degree steps clockwise first (see :func:`noa_core.io.eer.load_gain`).
     """
 
     compression: str | None = None
@@ -48,6 +52,12 @@ class ReadRequest:
     channel: int | None = None
     level: int | None = None
     mmap: bool = True
+    eer_group: int | None = None
+    eer_group_last: str | None = None
+    eer_upsampling: int | None = None
+    gain: str | None = None
+    gain_flip_y: bool | None = None
+    gain_rotate: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,575 @@
+"""EER movies (Electron Event Representation, Thermo Fisher Falcon 4 detectors) read as stacks of fractions.
+
+An EER file is a TIFF whose pages are hardware frames, each a run-length coded list of electron events
+with their sub-pixel positions (Compression 65000: 8-bit runs and 2+2 sub-pixel bits; 65001: 7-bit
+runs, 2+2 bits; 65002: the widths in tags 65007-65009). A file is EER when its first page has one of
+those compressions, whatever its extension; plain TIFF files stay the TIFF module's.
+
+Reading gives ``(fractions, 1, H, W)``: fraction i is the sum of hardware frames ``i*N .. i*N+N-1``
+(``eer_group`` N, default 1). Frames left over when N does not divide the count are dropped with a
+notice, as RELION's ``--eer_grouping`` does, or make a last, smaller fraction (``eer_group_last='keep'``).
+``eer_upsampling`` 1, 2 or 3 renders events on the physical grid (4K), twice (8K) or four times (16K)
+finer, with RELION's sub-pixel convention. Counts are uint16; with a gain they are float32, each fraction
+multiplied by the gain as RELION's motion correction does, after :func:`load_gain` has turned the file
+into RELION's multiplicative gain. Rows are kept as stored (row 0 is the first the detector wrote).
+
+Decoding is imagecodecs' ``eer_decode`` adding each frame's events into one uint16 accumulator per
+fraction; fractions are decoded side by side in threads (the codec releases the GIL), so memory holds
+one fraction per thread (:data:`THREAD_BYTES` in all), never the movie; a gain multiplies it in cache-sized
+bands of rows, a frame-sized gain without an upsampled copy of itself. The fractions go to an unlinked
+temporary file mapped read-only (as OME-Zarr chunks do), so every operation reads them tile by tile. Pixel
+size is unknown: the acquisition XML gives the sensor's pixel, not the specimen's.
+
+:data:`FORMAT` is the EER :class:`~noa_core.io.protocol.ImageFormat`; writing EER is not offered.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import struct
+import tempfile
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from noa_core import layout
+from noa_core.errors import (
+    CorruptFileError,
+    FileFormatError,
+    HeaderError,
+    NoSpaceError,
+    ParameterError,
+    SizeError,
+    TruncatedFileError,
+    WriteDTypeError,
+)
+from noa_core.io import mapped
+from noa_core.io.compression import open_input
+from noa_core.io.metadata import HeaderStatistics, Metadata
+from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
+from noa_core.layout import Shape4
+from noa_core.limits import MAX_OUTPUT_BYTES
+
+if TYPE_CHECKING:
+    from noa_core.array import Array
+
+EXTENSIONS = (".eer", ".ecc")  # RELION takes both
+COMPRESSIONS = {65000: (8, 2, 2), 65001: (7, 2, 2), 65002: None}  # run, x and y sub-pixel bits (65002: tags)
+_BIT_TAGS = (65007, 65008, 65009)
+READ_OPTIONS = ("eer_group", "eer_group_last", "eer_upsampling", "gain", "gain_flip_y", "gain_rotate")
+MAX_GROUP = 65535  # a uint16 accumulator holds at most one event per grid pixel and frame
+MAX_FRACTION_PIXELS = 1 << 28  # 16K x 16K: a 4K detector at --eer-upsampling 3
+THREAD_BYTES = 320 << 20  # the accumulators of the fractions decoded at once (one per thread): at most this much
+_BAND_BYTES = 1 << 20  # a gained fraction is multiplied and written in bands of rows this size (cache-sized)
+
+
+# -- detection: the first page's compression, from its IFD ------------------------------------------
+
+
+def first_compression(path: Path, head: bytes) -> int | None:
+    """The Compression tag of the first page of a TIFF whose first bytes are ``head`` (None: not a TIFF,
+    or no such tag): a few bytes read from the IFD, so that plain TIFF files cost nothing more."""
+    if head[:2] not in (b"II", b"MM") or len(head) < 16:
+        return None
+    order = "<" if head[:2] == b"II" else ">"
+    version = struct.unpack(order + "H", head[2:4])[0]
+    if version == 42:
+        first, count_fmt, entry_size, value_at = struct.unpack(order + "I", head[4:8])[0], "H", 12, 8
+    elif version == 43:
+        first, count_fmt, entry_size, value_at = struct.unpack(order + "Q", head[8:16])[0], "Q", 20, 12
+    else:
+        return None
+    try:
+        with open_input(path) as f:
+            fd = f.fileno()
+            counted = os.pread(fd, struct.calcsize(count_fmt), first)
+            if len(counted) < struct.calcsize(count_fmt):
+                return None
+            count = min(struct.unpack(order + count_fmt, counted)[0], 4096)
+            ifd = os.pread(fd, count * entry_size, first + struct.calcsize(count_fmt))
+    except OSError:
+        return None
+    for i in range(len(ifd) // entry_size):
+        entry = ifd[i * entry_size:(i + 1) * entry_size]
+        if struct.unpack(order + "H", entry[:2])[0] == 259:
+            return struct.unpack(order + "H", entry[value_at:value_at + 2])[0]
+    return None
+
+
+# -- the movie's structure ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Movie:
+    """What the pages of an EER file say: frame size, coding, and where each frame's strips lie.
+
+    Attributes:
+        height, width: pixels of the detector (a frame at upsampling 1).
+        compression: 65000, 65001 or 65002.
+        bits: widths of the run length and of the x and y sub-pixel fields.
+        rows_per_strip: rows each strip of a frame covers (the last strip may cover fewer).
+        strips: per frame, ``(offset, byte count)`` of each strip.
+        acquisition: the XML metadata (tag 65001) as tifffile parses it: name -> value, 'name.unit' -> unit.
+    """
+
+    height: int
+    width: int
+    compression: int
+    bits: tuple[int, int, int]
+    rows_per_strip: int
+    strips: list[tuple[tuple[int, int], ...]]
+    acquisition: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def frames(self) -> int:
+        return len(self.strips)
+
+
+def _bits(path: Path, page, number: int) -> tuple[int, int, int]:
+    compression = int(page.compression)
+    if compression not in COMPRESSIONS:
+        raise CorruptFileError(f"{path}: Compression (page {number}): {compression} is not an EER compression "
+                               f"(65000, 65001 or 65002, as the first page has)")
+    bits = COMPRESSIONS[compression]
+    if bits is None:
+        values = [page.tags.valueof(tag) for tag in _BIT_TAGS]
+        if any(v is None for v in values):
+            raise HeaderError(f"{path}: tags 65007-65009 (page {number}): compression 65002 needs the run and "
+                              "sub-pixel widths, and the page lacks them")
+        bits = tuple(int(v) for v in values)
+    skip, horz, vert = bits
+    if not (4 <= skip <= 14 and 1 <= horz <= 2 and 1 <= vert <= 2 and 8 < skip + horz + vert <= 16):
+        raise HeaderError(f"{path}: tags 65007-65009 (page {number}): widths {skip},{horz},{vert} are not read by "
+                          "noa (runs of 4 to 14 bits, sub-pixel fields of 1 or 2 bits, 9 to 16 bits a code)")
+    return bits
+
+
+def parse(path: Path) -> Movie:
+    """The structure of the EER file ``path``: every page is checked (compression, size, strips within
+    the file) before any data are read."""
+    import tifffile
+
+    from noa_core.io import tiff
+
+    messages: list[str] = []
+    try:
+        with tiff._library_messages(path, messages), open_input(path) as file, \
+                tifffile.TiffFile(file, name=path.name) as tif:
+            size = os.fstat(file.fileno()).st_size
+            pages = list(tif.pages)
+            if messages:  # a broken chain of pages would silently lose the frames after the break
+                raise TruncatedFileError(messages[0])
+            if not pages:
+                raise CorruptFileError(f"{path}: TIFF structure: no page")
+            first = pages[0]
+            height, width = int(first.imagelength), int(first.imagewidth)
+            compression = int(first.compression)
+            bits = _bits(path, first, 0)
+            rows = min(int(first.rowsperstrip or height), height)
+            if height < 1 or width < 1 or rows < 1:
+                raise HeaderError(f"{path}: ImageWidth/ImageLength: {width} x {height} is not a frame")
+            acquisition = dict(first.eer_tags or {}) if first.is_eer else {}
+            strips = []
+            for number, page in enumerate(pages):
+                if (int(page.imagelength), int(page.imagewidth)) != (height, width):
+                    raise HeaderError(f"{path}: ImageWidth/ImageLength (page {number}): {page.imagewidth} x "
+                                      f"{page.imagelength}, where the first page is {width} x {height}")
+                if int(page.compression) != compression:
+                    _bits(path, page, number)  # says what is wrong with a compression that is not EER's
+                    raise CorruptFileError(f"{path}: Compression (page {number}): {int(page.compression)}, where "
+                                           f"the first page has {compression}; every frame is coded alike")
+                if _bits(path, page, number) != bits:
+                    raise HeaderError(f"{path}: tags 65007-65009 (page {number}): widths differ from the first page's")
+                offsets, counts = page.dataoffsets, page.databytecounts
+                if len(offsets) != -(-height // rows) or len(counts) != len(offsets):
+                    raise CorruptFileError(f"{path}: StripOffsets (page {number}): {len(offsets)} strips, where "
+                                           f"{height} rows of {rows} a strip make {-(-height // rows)}")
+                for offset, count in zip(offsets, counts):
+                    if offset + count > size:
+                        raise TruncatedFileError(f"{path}: StripOffsets/StripByteCounts (page {number}): a strip of "
+                                                 f"{count} bytes at offset {offset} ends past the {size}-byte file")
+                strips.append(tuple(zip(map(int, offsets), map(int, counts))))
+    except FileFormatError:
+        raise
+    except Exception as exc:  # tifffile raises many types on damaged files; each becomes one error
+        raise CorruptFileError(f"{path}: TIFF structure: {tiff._in_words(exc)}") from None
+    return Movie(height, width, compression, bits, rows, strips, acquisition)
+
+
+# -- what a read asks for --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fractions:
+    """How a read groups and renders the frames: ``groups`` (frame ranges, one per fraction), the grid
+    factor along y and x, the element type, and notices."""
+
+    groups: list[range]
+    factor: tuple[int, int]
+    dtype: np.dtype
+    notices: list[str]
+
+    def shape(self, movie: Movie) -> Shape4:
+        return layout.as_shape4((len(self.groups), 1, movie.height * self.factor[0], movie.width * self.factor[1]))
+
+
+def fractions(path: Path, movie: Movie, request: ReadRequest) -> Fractions:
+    """The fractions ``request`` asks of ``movie``, checked: group size, what to do with the frames left
+    over, and the grid (sub-pixel bits bound the upsampling)."""
+    group = request.eer_group or 1
+    upsampling = request.eer_upsampling or 1
+    level = upsampling - 1
+    skip, horz, vert = movie.bits
+    if level > min(horz, vert):
+        raise ParameterError(f"{path}: {upsampling} needs {level} sub-pixel bits along x and y; this movie has "
+                             f"{horz} and {vert} (compression {movie.compression})", "eer_upsampling")
+    factor = (1 << level, 1 << level)
+    rows = movie.rows_per_strip
+    if level and (movie.width % (1 << horz) or rows % (1 << vert) or movie.height % rows % (1 << vert)):
+        raise ParameterError(f"{path}: {upsampling} needs frames and strips whose width and height are multiples of "
+                             f"{1 << horz} and {1 << vert} (imagecodecs' decoder); this movie's frames are "
+                             f"{movie.width} x {movie.height} in strips of {rows} rows", "eer_upsampling")
+    if movie.height * movie.width * factor[0] * factor[1] > MAX_FRACTION_PIXELS:
+        raise SizeError(f"{path}: ImageWidth/ImageLength: {movie.width} x {movie.height} at upsampling {upsampling} "
+                        f"is more than the {MAX_FRACTION_PIXELS} pixels a fraction may have")
+    notices = []
+    whole, left = divmod(movie.frames, group)
+    groups = [range(i * group, (i + 1) * group) for i in range(whole)]
+    if left and (request.eer_group_last or "drop") == "keep":
+        groups.append(range(whole * group, movie.frames))
+        notices.append(f"{path}: {movie.frames} frames in fractions of {group}: the last fraction sums the "
+                       f"{left} frames left over")
+    elif left:
+        dropped = f"the last {left} frames are" if left > 1 else "the last frame is"
+        notices.append(f"{path}: {movie.frames} frames in fractions of {group}: {dropped} dropped, as RELION does "
+                       "(--eer-group-last keep sums them into a last fraction)")
+    if not groups:
+        raise ParameterError(f"{path}: {group} frames a fraction, and the movie has {movie.frames}; pass "
+                             "--eer-group-last keep to sum them all, or a smaller --eer-group", "eer_group")
+    dtype = np.dtype(np.float32 if request.gain else np.uint16)
+    return Fractions(groups, factor, dtype, notices)
+
+
+# -- gain ------------------------------------------------------------------------------------------
+
+
+def _gain_image(gain: Path, notices: list[str]) -> np.ndarray:
+    """The gain file's first image, float32 (RELION reads its first page), rows as stored."""
+    from noa_core import io
+
+    array, meta = io.read(gain)
+    values = np.asarray(array.numpy(), np.float32)
+    if array.shape[1] > 1:
+        raise ParameterError(f"{gain}: a gain is an image; this file holds a volume {tuple(array.shape)}", "gain")
+    if array.shape[0] > 1:
+        notices.append(f"{gain}: {array.shape[0]} images; the first is the gain, as RELION reads it")
+    return values[0, 0]
+
+
+def check_gain_header(gain: Path, movie_path: Path, movie: Movie, factor: tuple[int, int], rotate: int) -> None:
+    """The gain's size from its header, checked against the movie (ParameterError naming both sizes)."""
+    from noa_core import io
+
+    shape = io.probe(gain).shape
+    _check_gain_size(gain, (shape[2], shape[3]), movie_path, movie, factor, rotate)
+
+
+def _check_gain_size(gain: Path, size: tuple[int, int], movie_path: Path, movie: Movie, factor: tuple[int, int],
+                     rotate: int) -> None:
+    gh, gw = (size[1], size[0]) if rotate % 2 else size
+    grid = (movie.height * factor[0], movie.width * factor[1])
+    fits = [(movie.height, movie.width), grid] + [(grid[0] * k, grid[1] * k) for k in (2, 4)]
+    if (gh, gw) not in fits:
+        turned = f" (after --gain-rotate {rotate})" if rotate % 2 else ""
+        raise ParameterError(f"{gain}: {gw} x {gh} pixels{turned} does not fit {movie_path}, whose frames are "
+                             f"{movie.width} x {movie.height} ({grid[1]} x {grid[0]} as read): a gain is the frame's "
+                             "size, the grid's, or 2 or 4 times finer", "gain")
+
+
+def load_gain(gain: Path, movie_path: Path, movie: Movie, factor: tuple[int, int], flip_y: bool = False,
+              rotate: int = 0, notices: list[str] | None = None) -> np.ndarray:
+    """The multiplicative float32 gain on the read grid, as RELION 3.1.3's ``EERRenderer::loadEERGain``
+    makes it (a fraction is multiplied by it, as ``relion_run_motioncorr`` does): :func:`reading_gain` with
+    each of a frame-sized gain's pixels repeated over its grid pixels."""
+    values = reading_gain(gain, movie_path, movie, factor, flip_y, rotate, notices)
+    ky, kx = movie.height * factor[0] // values.shape[0], movie.width * factor[1] // values.shape[1]
+    return np.repeat(np.repeat(values, ky, axis=0), kx, axis=1) if ky > 1 else values
+
+
+def reading_gain(gain: Path, movie_path: Path, movie: Movie, factor: tuple[int, int], flip_y: bool = False,
+                 rotate: int = 0, notices: list[str] | None = None) -> np.ndarray:
+    """The multiplicative float32 gain, on the read grid or, when the file has the frame's size, on the frame
+    (each of its pixels stands for its grid pixels: a fraction is multiplied by it without an 8K or 16K copy).
+
+    The file's first image, rows as stored, is first rotated ``rotate`` x 90 degrees clockwise as
+    relion_display shows it (``--gain_rot``), then flipped upside down when ``flip_y`` (``--gain_flip 1``).
+    Then, as RELION: a gain of the frame's size on a finer grid gives each grid pixel its physical pixel's
+    value; a finer gain than the grid is summed over each grid pixel (in float32, row by row); a '.gain'
+    file is multiplicative as it is; any other (MRC: counts) becomes ``mean / gain``, the mean taken over
+    the grid, zeros left at 0 (defects: their pixels read 0). RELION's TIFF reader turns images upside
+    down and its ``loadEERGain`` turns a '.gain' back, so RELION too pairs the rows as stored.
+    """
+    notices = [] if notices is None else notices
+    values = np.rot90(_gain_image(gain, notices), -rotate)
+    if flip_y:
+        values = values[::-1]
+    _check_gain_size(gain, (values.shape[0], values.shape[1]), movie_path, movie, factor, 0)
+    grid = (movie.height * factor[0], movie.width * factor[1])
+    if values.shape[0] > grid[0]:
+        ky, kx = values.shape[0] // grid[0], values.shape[1] // grid[1]
+        summed = np.zeros(grid, np.float32)
+        for dy in range(ky):  # RELION's order: gain(i / 2, j / 2) += original(i, j), row by row
+            for dx in range(kx):
+                summed += values[dy::ky, dx::kx]
+        values = summed
+    values = np.ascontiguousarray(values, np.float32)
+    if gain.suffix.lower() != ".gain":  # the mean of a repeated gain is its own: each pixel counts k x k times
+        values = _inverted(values)
+    return values
+
+
+def _inverted(counts: np.ndarray) -> np.ndarray:
+    """RELION's ``mean / gain`` in double, 0 kept, stored as float32: a band of rows at a time, so that a
+    16K gain never has a float64 copy."""
+    mean = counts.sum(dtype=np.float64) / counts.size
+    out = np.empty(counts.shape, np.float32)
+    rows = max(1, _BAND_BYTES // (counts.shape[1] * 8))
+    for first in range(0, counts.shape[0], rows):
+        band = counts[first:first + rows].astype(np.float64)
+        np.divide(mean, band, out=band, where=band != 0)  # where 0: stays 0
+        out[first:first + rows] = band
+    return out
+
+
+# -- decoding -------------------------------------------------------------------------------------
+
+
+def _decode_frames(path: Path, fd: int, movie: Movie, frames: range, out: np.ndarray, level: int) -> None:
+    """Add the events of ``frames`` into ``out`` (uint16, the fraction's grid), strip by strip."""
+    import imagecodecs
+
+    skip, horz, vert = movie.bits
+    fy = out.shape[0] // movie.height
+    for frame in frames:
+        for number, (offset, count) in enumerate(movie.strips[frame]):
+            data = os.pread(fd, count, offset)
+            if len(data) != count:
+                raise TruncatedFileError(f"{path}: data: the file changed size while being read (frame {frame})")
+            if count % 2:  # the codec reads 16-bit words; a zero byte past the end holds no code
+                data += b"\0"
+            first = number * movie.rows_per_strip
+            rows = min(movie.rows_per_strip, movie.height - first)
+            target = out[first * fy:(first + rows) * fy]
+            try:
+                imagecodecs.eer_decode(data, target.shape, skip, horz, vert, superres=level, out=target)
+            except (RuntimeError, ValueError) as exc:
+                raise CorruptFileError(f"{path}: strip {number} of frame {frame}: its events run past the end of "
+                                       f"the {movie.width} x {rows}-pixel strip, or its codes are damaged "
+                                       f"({str(exc).splitlines()[0] if str(exc) else 'the codec refused it'})") \
+                    from None
+
+
+def _threads(fraction_bytes: int, count: int) -> int:
+    return max(1, min(mapped.io_threads(), count, THREAD_BYTES // max(fraction_bytes, 1)))
+
+
+def decode(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray | None,
+           put: Callable[[int, np.ndarray, int], None]) -> None:
+    """Decode every fraction of ``plan``, side by side in threads, each into its own reused accumulator, and
+    hand it to ``put(fraction, rows, first_row)``: uint16 counts, or float32 counts x gain in cache-sized
+    bands of rows. ``gain`` is on the grid, or on the frame (:func:`reading_gain`), each pixel then
+    multiplying its k x k grid pixels."""
+    shape = tuple(plan.shape(movie)[2:])
+    level = plan.factor[0].bit_length() - 1
+    k = 1 if gain is None else shape[0] // gain.shape[0]
+    rows = max(k, _BAND_BYTES // (shape[1] * 4) // k * k)  # whole rows of the gain in each band
+    local = threading.local()
+    stop = threading.Event()
+
+    def one(index: int) -> None:
+        if stop.is_set():
+            return
+        if not hasattr(local, "counts"):
+            local.counts = np.empty(shape, np.uint16)
+            local.band = np.empty((min(rows, shape[0]), shape[1]), np.float32) if gain is not None else None
+            local.wide = np.empty((min(rows, shape[0]) // k, shape[1]), np.float32) if k > 1 else None
+        counts = local.counts
+        counts.fill(0)
+        try:
+            _decode_frames(path, fd, movie, plan.groups[index], counts, level)
+        except BaseException:
+            stop.set()
+            raise
+        if gain is None:
+            put(index, counts, 0)
+            return
+        for first in range(0, shape[0], rows):
+            band = local.band[:min(rows, shape[0] - first)]
+            n = len(band)
+            if k == 1:
+                np.multiply(counts[first:first + n], gain[first:first + n], out=band)
+            else:  # grid pixel (y*k + i, x*k + j) takes the gain's (y, x): its rows widened once, then k products
+                wide = local.wide[:n // k]
+                for j in range(k):
+                    wide[:, j::k] = gain[first // k:(first + n) // k]
+                for i in range(k):
+                    np.multiply(counts[first + i:first + n:k], wide, out=band[i::k])
+            put(index, band, first)
+
+    fraction_bytes = math.prod(shape) * 2 + (rows * shape[1] * 4 if gain is not None else 0)
+    with open_input(path) as file:
+        fd = file.fileno()
+        threads = _threads(fraction_bytes, len(plan.groups))
+        if threads == 1:
+            for index in range(len(plan.groups)):
+                one(index)
+            return
+        with ThreadPoolExecutor(threads, "noa-eer") as pool:
+            for future in [pool.submit(one, i) for i in range(len(plan.groups))]:
+                future.result()
+
+
+def _allocate(path: Path, fd: int, nbytes: int, folder: str) -> None:
+    """Give the temporary file its blocks now: a disk that fills while the mapping is read would be a SIGBUS."""
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise NoSpaceError(f"{path}: decoding the {nbytes} bytes of fractions: no space left in {folder}") \
+                from None
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        os.ftruncate(fd, nbytes)
+
+
+def _read_fractions(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray | None, to_file: bool) -> np.ndarray:
+    """Every fraction, ``(fractions, H, W)``: in an unlinked temporary file mapped read-only (``to_file``), else
+    in memory."""
+    shape = tuple(plan.shape(movie)[i] for i in (0, 2, 3))
+    nbytes = math.prod(shape) * plan.dtype.itemsize
+    if nbytes > MAX_OUTPUT_BYTES:
+        raise SizeError(f"{path}: {shape[0]} fractions of {shape[2]} x {shape[1]} are more than noa reads")
+    row_bytes = shape[2] * plan.dtype.itemsize
+    if not to_file:
+        data = np.empty(shape, plan.dtype)
+
+        def into_memory(index: int, rows: np.ndarray, first: int) -> None:
+            data[index, first:first + len(rows)] = rows
+
+        decode(path, movie, plan, gain, into_memory)
+        return data
+    folder = mapped.spill_folder(path, nbytes, "frames", "decoding")
+    with tempfile.TemporaryFile(prefix="noa-", suffix=".eer-decoded", dir=folder) as temp:
+        _allocate(path, temp.fileno(), nbytes, folder)
+
+        def into_file(index: int, rows: np.ndarray, first: int) -> None:
+            at = (index * shape[1] + first) * row_bytes
+            mapped.pwrite_all(temp.fileno(), memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8)), at,
+                              path)
+
+        decode(path, movie, plan, gain, into_file)
+        return mapped.map_input(path, 0, plan.dtype, math.prod(shape), private=True, fd=temp.fileno()).reshape(shape)
+
+
+# -- metadata --------------------------------------------------------------------------------------
+
+
+def _acquisition_label(acquisition: dict[str, Any]) -> str | None:
+    """The acquisition XML in one line: exposure, dose rate, sensor size (what the tags give)."""
+    parts = []
+    for key, name in (("exposureTime", "exposure"), ("meanDoseRate", "dose rate"), ("totalDose", "total dose")):
+        if key in acquisition:
+            parts.append(f"{name} {acquisition[key]:g} {acquisition.get(key + '.unit', '')}".rstrip()
+                         if isinstance(acquisition[key], (int, float)) else f"{name} {acquisition[key]}")
+    if "sensorImageWidth" in acquisition and "sensorImageHeight" in acquisition:
+        parts.append(f"sensor {acquisition['sensorImageWidth']} x {acquisition['sensorImageHeight']}")
+    return "EER " + ", ".join(parts) if parts else None
+
+
+def _metadata(path: Path, movie: Movie, plan: Fractions, request: ReadRequest) -> Metadata:
+    group = len(plan.groups[0])
+    coding = f"EER {movie.frames} frames, compression {movie.compression} (bits {','.join(map(str, movie.bits))})"
+    labels = [coding] + [label for label in [_acquisition_label(movie.acquisition)] if label]
+    upsampling = plan.factor[0].bit_length()
+    axes = (f"frames -> B: {len(plan.groups)} fractions of {group} of the {movie.frames} frames, "
+            f"{movie.width} x {movie.height} detector at upsampling {upsampling}"
+            + (f", times the gain {request.gain}" if request.gain else ""))
+    return Metadata(format=FORMAT.name, shape=plan.shape(movie), dtype=plan.dtype.name, pixel_size=(0.0, 0.0, 0.0),
+                    unit=None, labels=labels, order="C", axes=axes, path=str(path), notices=list(plan.notices))
+
+
+def _check_request(path: Path, request: ReadRequest) -> None:
+    if request.as_stack or request.as_volume:
+        raise FileFormatError(f"{path}: as_stack/as_volume: an EER movie reads as a stack of fractions; these "
+                              "options are for MRC")
+    if request.series is not None:
+        raise FileFormatError(f"{path}: series: an EER movie has one series of frames; series= is for TIFF")
+    if not request.gain and (request.gain_flip_y or request.gain_rotate):
+        raise ParameterError(f"{path}: --gain-flip-y and --gain-rotate turn a gain; pass --gain FILE", "gain")
+
+
+def _opened(path: Path, request: ReadRequest) -> tuple[Movie, Fractions]:
+    _check_request(path, request)
+    movie = parse(path)
+    plan = fractions(path, movie, request)
+    if request.gain:
+        check_gain_header(Path(request.gain), path, movie, plan.factor, request.gain_rotate or 0)
+    return movie, plan
+
+
+class EerFormat:
+    """EER movies: the EER :class:`~noa_core.io.protocol.ImageFormat` (read only)."""
+
+    name = "eer"
+    title = "EER"
+    extensions = EXTENSIONS
+    output_extensions: tuple[str, ...] = ()
+    media_type = "image/tiff"
+    compressed_input = False  # the pages are found by offset
+    header_statistics = False
+    read_options = READ_OPTIONS
+
+    def detect(self, head: bytes, path: Path) -> bool:
+        return first_compression(path, head) in COMPRESSIONS
+
+    def claim_by_extension(self, head: bytes, path: Path) -> bool:
+        if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+            raise CorruptFileError(f"{path}: Compression: the first page is not EER-coded (65000, 65001 or 65002); "
+                                   "a plain TIFF is read under a .tif name")
+        raise CorruptFileError(f"{path}: magic bytes: {head[:4]!r} is not a TIFF signature, so not an EER movie")
+
+    def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
+        from noa_core.array import asarray
+
+        movie, plan = _opened(path, request)
+        metadata = _metadata(path, movie, plan, request)
+        gain = None
+        if request.gain:
+            gain = reading_gain(Path(request.gain), path, movie, plan.factor, bool(request.gain_flip_y),
+                                request.gain_rotate or 0, metadata.notices)
+        data = _read_fractions(path, movie, plan, gain, to_file=request.mmap)
+        return asarray(data[:, None]), metadata
+
+    def probe(self, path: Path, request: ReadRequest) -> Probe:
+        movie, plan = _opened(path, request)
+        shape = plan.shape(movie)
+        return Probe(shape, layout.strides_for(shape), plan.dtype, _metadata(path, movie, plan, request))
+
+    def check_writable(self, dtype: np.dtype, shape: Shape4, path: Path) -> None:
+        raise WriteDTypeError(f"{path}: EER is read, not written; write the fractions as .mrc or .tif")
+
+    def create(self, temp: Path, spec: OutputSpec) -> Created:
+        raise FileFormatError(f"{spec.path}: EER is read, not written")
+
+    def finish(self, temp: Path, spec: OutputSpec, statistics: HeaderStatistics) -> None:
+        raise FileFormatError(f"{spec.path}: EER is read, not written")
+
+
+FORMAT = EerFormat()

@@ -1,0 +1,416 @@
+"""EER movies: the test encoder against the specification and tifffile, noa's fractions against NumPy sums of
+tifffile's frames, the gain against RELION's formula and programs, every door, and damaged files."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from pathlib import Path
+
+import imagecodecs
+import mrcfile
+import numpy as np
+import pytest
+import tifffile
+from hypothesis import given, settings, strategies as st
+
+sys.path.insert(0, str(Path(__file__).parent))
+from eer_encoder import BITS, encode_frame, pack, random_frame, render, write_eer  # noqa: E402
+from helpers import assert_problem, assert_user_error, load, noa, relion, write_mrc  # noqa: E402
+
+from noa_core import io  # noqa: E402
+from noa_core.errors import CorruptFileError, ParameterError, TruncatedFileError  # noqa: E402
+from noa_core.io import eer, formats  # noqa: E402
+
+SPEC = bytes.fromhex("031bfcb135fb")  # the specification's example: bits 7,1,1, shape (1, 312)
+
+
+def movie(path: Path, height=24, width=32, frames=7, compression=65001, bits=None, dose=0.05, seed=0,
+          rows_per_strip=None):
+    """An EER file of random events; returns the events of each frame."""
+    bits = bits or BITS.get(compression, (7, 2, 2))
+    rng = np.random.default_rng(seed)
+    events = [random_frame(rng, height, width, dose, bits) for _ in range(frames)]
+    rows = rows_per_strip or height
+    pages = []
+    for positions, subx, suby in events:
+        strips = []
+        for first in range(0, height, rows):  # each strip its own stream over its rows
+            n = min(rows, height - first)
+            keep = (positions >= first * width) & (positions < (first + n) * width)
+            strips.append(encode_frame(positions[keep] - first * width, subx[keep], suby[keep], n * width, bits))
+        pages.append(strips)
+    write_eer(path, pages, height, width, compression, bits, rows_per_strip)
+    return events, bits
+
+
+def tifffile_frames(path: Path, upsampling: int) -> np.ndarray:
+    """Every frame as tifffile and imagecodecs decode it (the yardstick)."""
+    with tifffile.TiffFile(path, superres=upsampling - 1) as tif:
+        return np.stack([page.asarray() for page in tif.pages]).astype(np.int64)
+
+
+def fractions_of(frames: np.ndarray, group: int, keep: bool) -> np.ndarray:
+    """NumPy's sums of ``group`` consecutive frames (the leftover summed or dropped)."""
+    count = len(frames) if keep else len(frames) // group * group
+    return np.stack([frames[i:min(i + group, count)].sum(0) for i in range(0, count, group)])
+
+
+def relion_gain(gain: np.ndarray, multiplicative: bool, grid: tuple[int, int]) -> np.ndarray:
+    """RELION 3.1.3's EERRenderer::loadEERGain, written out: a coarser gain repeated, a finer one summed in
+    float, then (not .gain) sum/n / gain where gain != 0, in double, stored as float."""
+    gain = gain.astype(np.float32)
+    if gain.shape[0] < grid[0]:
+        k = grid[0] // gain.shape[0]
+        out = np.empty(grid, np.float32)
+        for i in range(grid[0]):
+            out[i] = np.repeat(gain[i // k], k)
+        gain = out
+    elif gain.shape[0] > grid[0]:
+        k = gain.shape[0] // grid[0]
+        out = np.zeros(grid, np.float32)
+        for i in range(gain.shape[0]):
+            for j in range(k):
+                out[i // k] += gain[i, j::k]
+        gain = out
+    if not multiplicative:
+        mean = float(np.sum(gain, dtype=np.float64)) / gain.size
+        gain = np.array([[mean / float(v) if v != 0 else 0.0 for v in row] for row in gain], np.float32)
+    return gain
+
+
+# -- the encoder ------------------------------------------------------------------------------------
+
+
+def test_encoder_writes_the_specification_example():
+    """The specification's bytes decode to events at 3, 17, 233 and 311; the encoder writes those bits."""
+    assert np.flatnonzero(imagecodecs.eer_decode(SPEC, (1, 312), 7, 1, 1)).tolist() == [3, 17, 233, 311]
+    ours = encode_frame([3, 17, 233, 311], [1, 1, 0, 0], [0, 1, 1, 1], 312, (7, 1, 1))
+    bits = lambda data: np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")  # noqa: E731
+    assert (bits(ours)[:43] == bits(SPEC)[:43]).all()  # the example stops after its last event's 43 bits
+    assert pack([5, 1], [3, 1]) == bytes([0b1101, 0])  # least significant bit first, even length
+
+
+@pytest.mark.parametrize("compression,bits", [(65000, (8, 2, 2)), (65001, (7, 2, 2)), (65002, (7, 1, 1)),
+                                              (65002, (6, 2, 1)), (65002, (10, 2, 2))])
+@pytest.mark.parametrize("upsampling", [1, 2, 3])
+def test_encoder_files_decode_in_tifffile(tmp_path, compression, bits, upsampling):
+    if upsampling - 1 > min(bits[1:]):
+        pytest.skip("fewer sub-pixel bits than the upsampling needs")
+    events, _ = movie(tmp_path / "m.eer", compression=compression, bits=bits, dose=0.3, rows_per_strip=10)
+    with tifffile.TiffFile(tmp_path / "m.eer") as tif:
+        assert tif.is_eer and len(tif.pages) == 7 and tif.pages[0].compression == compression
+    decoded = tifffile_frames(tmp_path / "m.eer", upsampling)
+    for frame, truth in zip(decoded, events):
+        assert (frame == render([truth], 24, 32, bits, upsampling)).all()
+
+
+# -- reading ----------------------------------------------------------------------------------------
+
+
+@settings(max_examples=15, deadline=None)
+@given(height=st.integers(1, 5).map(lambda n: 4 * n) | st.integers(1, 20),
+       width=st.integers(1, 6).map(lambda n: 4 * n) | st.integers(1, 24), frames=st.integers(1, 9), group=st.integers(1, 9),
+       keep=st.booleans(), upsampling=st.integers(1, 3), compression=st.sampled_from([65000, 65001]),
+       mmap=st.booleans())
+def test_fractions_are_sums_of_tifffile_frames(tmp_path_factory, height, width, frames, group, keep, upsampling,
+                                               compression, mmap):
+    path = tmp_path_factory.mktemp("eer") / "m.eer"
+    movie(path, height, width, frames, compression, dose=0.2, seed=height * width + frames)
+    expected_count = -(-frames // group) if keep else frames // group
+    request = dict(eer_group=group, eer_group_last="keep" if keep else None, eer_upsampling=upsampling)
+    if upsampling > 1 and (height % 4 or width % 4):  # imagecodecs decodes sub-pixels of whole 4 x 4 blocks
+        with pytest.raises(ParameterError, match="multiples of 4"):
+            io.read(path, **request)
+        return
+    if expected_count == 0:
+        with pytest.raises(ParameterError, match="--eer-group"):
+            io.read(path, **request)
+        return
+    array, meta = io.read(path, mmap=mmap, **request)
+    expected = fractions_of(tifffile_frames(path, upsampling), group, keep)
+    assert array.dtype == np.uint16 and array.shape == (expected_count, 1) + expected.shape[1:]
+    assert (np.asarray(array.numpy())[:, 0] == expected).all()
+    assert io.probe(path, **request).shape == array.shape
+    assert any("dropped, as RELION does" in n for n in meta.notices) == (frames % group != 0 and not keep)
+
+
+def test_info_reports_the_coding_and_acquisition(tmp_path):
+    movie(tmp_path / "m.eer", frames=10, compression=65002, bits=(7, 1, 1))
+    result = noa("info", tmp_path / "m.eer", "--eer-group", "4", "--eer-upsampling", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    described = json.loads(result.stdout)
+    assert described["format"] == "eer" and described["shape"] == [2, 1, 48, 64] and described["dtype"] == "uint16"
+    assert described["labels"][0] == "EER 10 frames, compression 65002 (bits 7,1,1)"
+    assert "exposure 2.5 s, dose rate 5.5 e/pixel/s, sensor 32 x 24" in described["labels"][1]
+    assert described["pixel_size"] == [0, 0, 0]
+    assert any("the last 2 frames are dropped" in n for n in described["notices"])
+    refused = noa("info", tmp_path / "m.eer", "--eer-upsampling", "3")
+    assert_user_error(refused, "--eer-upsampling", "sub-pixel bits")
+
+
+def test_plain_tiff_stays_tiff_and_eer_named_tif_is_eer(tmp_path):
+    tifffile.imwrite(tmp_path / "plain.tif", np.ones((2, 8, 8), np.uint16))
+    movie(tmp_path / "movie.tif")
+    assert formats.detect(tmp_path / "plain.tif")[0].name == "tiff"
+    assert formats.detect(tmp_path / "movie.tif")[0].name == "eer"
+    with pytest.raises(Exception, match="eer_group= is for EER"):
+        io.read(tmp_path / "plain.tif", eer_group=2)
+    assert_user_error(noa("stats", tmp_path / "plain.tif", "--eer-group", "2"), "eer_group", "EER")
+
+
+# -- gain -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["gain", "mrc"])
+@pytest.mark.parametrize("upsampling,scale", [(1, 1), (2, 1), (2, 2), (1, 2)])
+@pytest.mark.parametrize("band_bytes", [eer._BAND_BYTES, 256])
+def test_gain_as_relion_applies_it(tmp_path, monkeypatch, kind, upsampling, scale, band_bytes):
+    """fraction x gain, the gain made as RELION's loadEERGain makes it (checked against the formula above);
+    also multiplied and inverted in bands of one or two rows (a frame-sized gain then spans several bands)."""
+    monkeypatch.setattr(eer, "_BAND_BYTES", band_bytes)
+    movie(tmp_path / "m.eer", frames=6, dose=0.3)
+    rng = np.random.default_rng(3)
+    values = rng.uniform(0.5, 2.0, (24 * scale, 32 * scale)).astype(np.float32)
+    values[3, 5] = 0  # a defect
+    path = tmp_path / f"g.{kind}"
+    if kind == "gain":
+        tifffile.imwrite(path, values)
+    else:
+        write_mrc(path, values)
+    array, meta = io.read(tmp_path / "m.eer", eer_group=3, eer_upsampling=upsampling, gain=str(path))
+    grid = (24 << (upsampling - 1), 32 << (upsampling - 1))
+    gain = relion_gain(values, kind == "gain", grid)
+    expected = fractions_of(tifffile_frames(tmp_path / "m.eer", upsampling), 3, False).astype(np.float32) * gain
+    assert array.dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(array.numpy())[:, 0], expected)
+    if kind == "mrc" and scale <= 1 << (upsampling - 1):  # a defect not summed with others reads 0
+        assert (np.asarray(array.numpy())[:, 0, 3 * grid[0] // 24 // scale, 5 * grid[1] // 32 // scale] == 0).all()
+
+
+def test_gain_turned_and_wrong_sizes_refused(tmp_path):
+    movie(tmp_path / "m.eer", frames=4, dose=0.3)
+    values = np.random.default_rng(4).uniform(0.5, 2.0, (32, 24)).astype(np.float32)
+    tifffile.imwrite(tmp_path / "turned.gain", values)
+    frames = fractions_of(tifffile_frames(tmp_path / "m.eer", 1), 2, False).astype(np.float32)
+    array, _ = io.read(tmp_path / "m.eer", eer_group=2, gain=str(tmp_path / "turned.gain"), gain_rotate=1,
+                       gain_flip_y=True)
+    # RELION's rotate90 (dest[x, ny-1-y] = src[y, x]), then flipY
+    turned = np.empty((24, 32), np.float32)
+    for y in range(32):
+        for x in range(24):
+            turned[x, 31 - y] = values[y, x]
+    np.testing.assert_array_equal(np.asarray(array.numpy())[:, 0], frames * turned[::-1])
+    with pytest.raises(ParameterError, match=r"24 x 32 pixels does not fit .* 32 x 24"):
+        io.read(tmp_path / "m.eer", gain=str(tmp_path / "turned.gain"))
+    out = tmp_path / "o.mrc"
+    assert_user_error(noa("copy", tmp_path / "m.eer", out, "--gain", tmp_path / "turned.gain"),
+                      "--gain", "24 x 32", "32 x 24")
+    assert not out.exists()
+    assert_user_error(noa("copy", tmp_path / "m.eer", out, "--gain-flip-y"), "--gain")
+
+
+def test_against_relion_convert_to_tiff(tmp_path):
+    """relion_convert_to_tiff's fractions (uint16, --short) and its gain-reference.mrc, on a 4K movie (RELION
+    3.1.3 reads only 4096 x 4096 movies of compression 65000 or 65001)."""
+    movie(tmp_path / "m.eer", 4096, 4096, frames=6, dose=0.002)
+    counts = np.random.default_rng(5).integers(0, 50, (4096, 4096)).astype(np.float32)
+    write_mrc(tmp_path / "g.mrc", counts)
+    for upsampling in (1, 2):
+        out = tmp_path / f"up{upsampling}"
+        out.mkdir()
+        relion("relion_convert_to_tiff", "--i", "m.eer", "--o", f"{out.name}/", "--eer_grouping", 3,
+               "--eer_upsampling", upsampling, "--short", "--gain", "g.mrc", cwd=tmp_path)
+        theirs = tifffile.imread(out / "m.tif")[:, ::-1]  # RELION writes TIFF rows bottom first (IMOD's way)
+        ours, _ = io.read(tmp_path / "m.eer", eer_group=3, eer_upsampling=upsampling)
+        assert (np.asarray(ours.numpy())[:, 0] == theirs).all()
+        with mrcfile.open(out / "gain-reference.mrc") as f:
+            relion_reference = np.array(f.data)
+        grid = (4096 << (upsampling - 1),) * 2
+        ours_gain = eer.load_gain(tmp_path / "g.mrc", tmp_path / "m.eer", eer.parse(tmp_path / "m.eer"),
+                                  (grid[0] // 4096,) * 2)
+        np.testing.assert_allclose(ours_gain, relion_reference, rtol=1e-6)
+
+
+# -- the doors --------------------------------------------------------------------------------------
+
+
+def test_cli_copy_average_stats_and_batch(tmp_path):
+    events, bits = movie(tmp_path / "a.eer", frames=9, dose=0.3)
+    movie(tmp_path / "b.eer", frames=9, dose=0.3, seed=9)
+    gain = np.random.default_rng(6).uniform(0.5, 2.0, (24, 32)).astype(np.float32)
+    tifffile.imwrite(tmp_path / "g.gain", gain)
+    frames = tifffile_frames(tmp_path / "a.eer", 1)
+    result = noa("copy", tmp_path / "a.eer", tmp_path / "f.mrc", "--eer-group", "4", "--gain", tmp_path / "g.gain")
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_array_equal(load(tmp_path / "f.mrc"), fractions_of(frames, 4, False).astype(np.float32) * gain)
+    assert mrcfile.validate(str(tmp_path / "f.mrc"))
+    result = noa("average", tmp_path / "a.eer", tmp_path / "avg.mrc", "--group", "3", "--eer-group", "3",
+                 "--eer-group-last", "keep")
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(load(tmp_path / "avg.mrc").reshape(24, 32), fractions_of(frames, 3, True).mean(0), rtol=1e-6)
+    result = noa("stats", tmp_path / "a.eer", "--eer-group", "9", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["mean"] == pytest.approx(frames.sum(0).mean())
+    result = noa("copy", tmp_path / "a.eer", tmp_path / "b.eer", "--out-dir", tmp_path / "out", "--to", "mrc",
+                 "--eer-group", "3")
+    assert result.returncode == 0, result.stderr
+    for name in "ab":
+        expected = fractions_of(tifffile_frames(tmp_path / f"{name}.eer", 1), 3, False)
+        assert (load(tmp_path / "out" / f"{name}.mrc") == expected).all()
+
+
+def test_http_paths_jobs_and_uploads_refused(tmp_path, make_client):
+    from helpers import wait_job
+
+    root = tmp_path / "root"
+    root.mkdir()
+    movie(root / "m.eer", frames=8, dose=0.3)
+    expected = fractions_of(tifffile_frames(root / "m.eer", 2), 4, False)
+    client = make_client(data_root=root)
+    response = client.post("/v1/paths/copy", json={"src": "m.eer", "dst": "f.mrc", "eer_group": 4,
+                                                   "eer_upsampling": 2})
+    assert response.status_code == 201, response.text
+    assert (load(root / "f.mrc") == expected).all()
+    response = client.post("/v1/jobs", json={"operation": "copy", "src": "m.eer", "dst": "j.mrc", "eer_group": 4,
+                                             "eer_upsampling": 2})
+    assert response.status_code == 202, response.text
+    assert wait_job(client, response.headers["location"])["status"] == "succeeded"
+    assert (load(root / "j.mrc") == expected).all()
+    info = client.post("/v1/paths/info", json={"path": "m.eer", "eer_group": 3})
+    assert info.status_code == 200 and info.json()["shape"] == [2, 1, 24, 32]
+    refused = assert_problem(client.post("/v1/upload/copy", files={"file": ("m.eer", (root / "m.eer").read_bytes())},
+                                         data={"eer_group": "4"}), 422)
+    assert "POST /v1/paths" in refused["detail"] and "m.eer" in refused["detail"]
+    assert_problem(client.post("/v1/paths/copy", json={"src": "m.eer", "dst": "x.mrc", "eer_group": 0}), 400)
+    assert not (root / "x.mrc").exists()
+
+
+def test_http_gain_under_the_data_root(tmp_path, make_client):
+    """A gain named relative to the data root, turned as asked, in paths mode and in a job; a gain outside the
+    root (by '..' or by a symlink) is refused naming gain; an upload cannot name one."""
+    from helpers import wait_job
+
+    root = tmp_path / "root"
+    (root / "gains").mkdir(parents=True)
+    movie(root / "m.eer", frames=8, dose=0.3)
+    gain = np.random.default_rng(3).uniform(0.5, 2.0, (24, 32)).astype(np.float32)
+    # stored upside down and a quarter turn counter-clockwise: --gain-rotate 1 --gain-flip-y give it back
+    tifffile.imwrite(root / "gains" / "turned.gain", np.ascontiguousarray(np.rot90(gain[::-1], 1)))
+    tifffile.imwrite(root / "gains" / "g.gain", gain)
+    tifffile.imwrite(tmp_path / "outside.gain", gain)
+    (root / "gains" / "link.gain").symlink_to(tmp_path / "outside.gain")
+    expected = fractions_of(tifffile_frames(root / "m.eer", 1), 4, False).astype(np.float32) * gain
+    client = make_client(data_root=root)
+    response = client.post("/v1/paths/copy", json={"src": "m.eer", "dst": "f.mrc", "eer_group": 4,
+                                                   "gain": "gains/turned.gain", "gain_rotate": 1, "gain_flip_y": True})
+    assert response.status_code == 201, response.text
+    np.testing.assert_array_equal(load(root / "f.mrc"), expected)
+    response = client.post("/v1/jobs", json={"operation": "copy", "src": "m.eer", "dst": "j.mrc", "eer_group": 4,
+                                             "gain": "gains/g.gain"})
+    assert response.status_code == 202, response.text
+    assert wait_job(client, response.headers["location"])["status"] == "succeeded"
+    np.testing.assert_array_equal(load(root / "j.mrc"), expected)
+
+    for where in ("../outside.gain", "gains/link.gain", str(tmp_path / "outside.gain")):
+        body = {"src": "m.eer", "dst": "x.mrc", "gain": where}
+        refused = assert_problem(client.post("/v1/paths/copy", json=body), 403, "path-refused")
+        assert refused["detail"].startswith("gain: "), refused
+        refused = assert_problem(client.post("/v1/jobs", json={"operation": "copy", **body}), 403, "path-refused")
+        assert refused["detail"].startswith("gain: "), refused
+    assert not (root / "x.mrc").exists()
+    missing = assert_problem(client.post("/v1/paths/copy", json={"src": "m.eer", "dst": "x.mrc", "gain": "no.gain"}),
+                             404)
+    assert missing["detail"].startswith("gain: no.gain"), missing
+    # an upload has no data root to find a gain in: its form has none (the movie upload itself is refused)
+    forms = client.get("/openapi.json").json()["components"]["schemas"]
+    assert {"gain", "gain_rotate", "gain_flip_y"} <= forms["CopyRequest"]["properties"].keys()
+    upload_form = forms["CopyUploadParams"]["properties"]
+    assert "gain" not in upload_form and {"eer_group", "gain_rotate"} <= upload_form.keys()
+
+
+def test_dropped_frames_are_told_by_every_writing_door(tmp_path, make_client):
+    """RELION drops the frames left over by --eer-group: the notice of the read reaches the CLI's report and
+    the service's result, for copy and for an operation of its own (average), as it reaches info's."""
+    root = tmp_path / "root"
+    root.mkdir()
+    movie(root / "m.eer", frames=10, dose=0.3)
+    told = "10 frames in fractions of 3: the last frame is dropped"
+    result = noa("copy", root / "m.eer", tmp_path / "out.mrc", "--eer-group", "3")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0].startswith(f"noa: note: {root / 'm.eer'}: {told}"), result.stderr
+    assert load(tmp_path / "out.mrc").shape == (3, 24, 32)
+    result = noa("average", root / "m.eer", tmp_path / "avg.mrc", "--group", "3", "--eer-group", "3")
+    assert result.returncode == 0 and told in result.stderr, result.stderr
+    assert told not in noa("copy", root / "m.eer", tmp_path / "whole.mrc", "--eer-group", "5").stderr
+    assert told in noa("info", root / "m.eer", "--eer-group", "3").stdout
+    client = make_client(data_root=root)
+    response = client.post("/v1/paths/copy", json={"src": "m.eer", "dst": "f.mrc", "eer_group": 3})
+    assert response.status_code == 201, response.text
+    assert response.json()["notices"] == [f"m.eer: {told}, as RELION does (--eer-group-last keep sums them into a "
+                                          "last fraction)"], response.json()
+
+
+# -- damaged files ----------------------------------------------------------------------------------
+
+
+def _patch_tag(path: Path, page: int, tag: int, value: int) -> None:
+    """Set a SHORT or LONG tag of BigTIFF page ``page`` (walking the IFD chain)."""
+    data = bytearray(path.read_bytes())
+    ifd = struct.unpack_from("<Q", data, 8)[0]
+    for _ in range(page):
+        count = struct.unpack_from("<Q", data, ifd)[0]
+        ifd = struct.unpack_from("<Q", data, ifd + 8 + 20 * count)[0]
+    count = struct.unpack_from("<Q", data, ifd)[0]
+    for i in range(count):
+        at = ifd + 8 + 20 * i
+        if struct.unpack_from("<H", data, at)[0] == tag:
+            kind = struct.unpack_from("<H", data, at + 2)[0]
+            struct.pack_into({3: "<H", 4: "<I", 16: "<Q"}[kind], data, at + 12, value)
+    path.write_bytes(bytes(data))
+
+
+def test_damaged_movies_are_one_line_errors_with_no_output(tmp_path):
+    movie(tmp_path / "wrong.eer", frames=4)
+    _patch_tag(tmp_path / "wrong.eer", 2, 259, 65000)
+    with pytest.raises(CorruptFileError, match=r"Compression \(page 2\): 65000, where the first page has 65001"):
+        io.read(tmp_path / "wrong.eer")
+    _patch_tag(tmp_path / "wrong.eer", 2, 259, 5)
+    with pytest.raises(CorruptFileError, match=r"page 2\): 5 is not an EER compression"):
+        io.probe(tmp_path / "wrong.eer")
+
+    movie(tmp_path / "cut.eer", frames=4, dose=0.5)
+    _patch_tag(tmp_path / "cut.eer", 3, 279, 1 << 30)  # the last frame's strip said to run past the file's end
+    with pytest.raises(TruncatedFileError, match=r"page 3\): a strip of 1073741824 bytes .* ends past"):
+        io.probe(tmp_path / "cut.eer")
+    movie(tmp_path / "short.eer", frames=4, dose=0.5)
+    with tifffile.TiffFile(tmp_path / "short.eer") as tif:
+        end = tif.pages[3].dataoffsets[0] + 4
+    (tmp_path / "short.eer").write_bytes((tmp_path / "short.eer").read_bytes()[:end])  # the file cut in a strip
+    with pytest.raises(TruncatedFileError, match="page offset"):
+        io.read(tmp_path / "short.eer")
+
+    # events past the frame's end: a 24 x 32 frame's codes run on into pixels a 24 x 32 frame lacks
+    rng = np.random.default_rng(7)
+    positions = np.sort(rng.choice(48 * 32, 200, replace=False))
+    strip = encode_frame(positions, np.zeros(200, int), np.zeros(200, int), 48 * 32, (7, 2, 2))
+    write_eer(tmp_path / "past.eer", [[strip]], 24, 32)
+    with pytest.raises(CorruptFileError, match="past the end"):
+        io.read(tmp_path / "past.eer")
+    for name in ("wrong.eer", "cut.eer", "short.eer", "past.eer"):
+        out = tmp_path / f"{name}.mrc"
+        result = noa("copy", tmp_path / name, out)
+        assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "Traceback" not in result.stderr and not out.exists()
+
+
+def test_crafted_strip_cannot_expand_past_the_frame(tmp_path):
+    """A strip of runs claiming a frame of 2^32 pixels is refused by its header's size bound, and a strip
+    far longer than its frame decodes into that frame's accumulator only (the codec stops at its end)."""
+    strip = encode_frame(np.arange(0, 24 * 32, 2), np.zeros(384, int), np.zeros(384, int), 24 * 32, (7, 2, 2))
+    write_eer(tmp_path / "long.eer", [[strip + b"\xff" * 100_000]], 24, 32)
+    array, _ = io.read(tmp_path / "long.eer")
+    assert int(np.asarray(array.numpy()).sum()) == 384
+    write_eer(tmp_path / "huge.eer", [[strip]], 1 << 16, 1 << 16)
+    assert_user_error(noa("info", tmp_path / "huge.eer"), "more than the")
