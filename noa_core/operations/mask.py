@@ -1,0 +1,119 @@
+"""noa mask: a soft mask of a map (or image) as relion_mask_create makes it, or a sphere or cylinder in its box."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noa_core.operations.spec import READING, Flag, Operation, Options, Param, Real
+
+SHAPES = ("threshold", "sphere", "cylinder")  # what the mask is made from: one of them
+MAP_ONLY = ("extend", "lowpass", "angpix")  # what only a mask of the map's values takes
+THRESHOLD_WORKING = 12.0  # float32-output-sized buffers: the low-passed map, distance transforms (see masks.py)
+SHAPE_WORKING = 5.0  # the distances from the centre and the mask, float64
+
+
+def check_options(options: Options) -> str:
+    """Which of :data:`SHAPES` the options ask for, after checking they fit together."""
+    from noa_core.errors import ParameterError
+
+    given = [name for name in SHAPES if options.get(name) is not None]
+    if len(given) != 1:
+        said = f": {' and '.join(given)} were given" if given else ""
+        raise ParameterError(f"give one of threshold (a mask of the map's values), sphere or cylinder{said}",
+                             given[-1] if given else "threshold")
+    kind = given[0]
+    if options.get("height") is not None and kind != "cylinder":
+        raise ParameterError("a height is the length of a cylinder: give it with cylinder", "height")
+    if kind != "threshold":
+        for name in MAP_ONLY:
+            if options.get(name):
+                raise ParameterError(f"applies to a mask of the map's values (threshold), not to a {kind}", name)
+    return kind
+
+
+def plan(inputs: list[Path], options: Options):
+    from noa_core import masks, spectral
+    from noa_core.errors import ParameterError, ShapeError
+    from noa_core.operations.plan import whole_image_plan
+
+    kind = check_options(options)
+    array, meta = options.open_real_input(inputs[0], "mask")
+    batch, depth = array.shape[0], array.shape[1]
+    if batch > 1:
+        what = "volumes" if depth > 1 else "images"
+        raise ShapeError(f"{inputs[0]}: the input of shape {array.shape} is a stack of {batch} {what}; noa mask "
+                         "takes one volume or one image (pick one with noa sections)")
+    box = array.shape[1:] if depth > 1 else array.shape[2:]
+    if kind == "cylinder" and depth == 1:
+        raise ShapeError(f"{inputs[0]}: the input of shape {array.shape} is an image; a cylinder runs along Z "
+                         "through a volume: give sphere for a disc")
+    pixel = None
+    if options.get("lowpass") is not None:
+        try:
+            pixel = spectral.check_bandpass(options.lowpass, None, options.input_pixel_size(meta))
+        except ParameterError as exc:
+            if exc.param == "pixel_size":  # the file's: say which option gives it
+                raise ParameterError(f"{inputs[0]}: the pixel size is unknown; give it with angpix (Å)",
+                                     "angpix") from None
+            raise
+
+    def images(block, key):
+        if kind == "sphere":
+            mask = masks.sphere(box, options.sphere, options.soft_edge)
+        elif kind == "cylinder":
+            mask = masks.cylinder(box, options.cylinder, options.height, options.soft_edge)
+        else:
+            values = block.numpy().reshape(box)
+            if pixel is not None:  # in float64, as RELION filters: the threshold then cuts the same voxels
+                values = spectral.bandpass(values.astype(float).reshape(block.shape), options.lowpass,
+                                           pixel_size=pixel).numpy().reshape(box)
+            mask = masks.threshold_mask(values, options.threshold, extend=options.extend, width=options.soft_edge,
+                                        what=str(inputs[0]) + (" low-passed" if pixel is not None else ""))
+        if options.invert:
+            mask = 1.0 - mask
+        return mask.reshape(block.shape)
+
+    working = THRESHOLD_WORKING if kind == "threshold" else SHAPE_WORKING
+    return whole_image_plan(options, inputs=inputs, array=array, shape=array.shape, meta=meta, images=images,
+                            working=working)
+
+
+OPERATION = Operation(
+    name="mask",
+    summary="A soft mask of a map as relion_mask_create makes it (threshold, extend, raised-cosine edge), or a "
+            "sphere or cylinder in the box.",
+    details="With --threshold T: the map (low-passed first with --lowpass, RELION's filter with its 2-shell edge) "
+            "becomes 1 where its value >= T and 0 elsewhere; --extend E then adds every voxel nearer than E pixels "
+            "to the mask (E < 0 removes every voxel nearer than -E to the outside); --soft-edge W finally gives each "
+            "voxel at a distance d < W pixels from the mask 0.5 + 0.5 cos(pi d / W). Distances are Euclidean, voxel "
+            "centre to voxel centre, within the box: the mask relion_mask_create --i IN --ini_threshold T "
+            "--extend_inimask E --width_soft_edge W [--lowpass A] [--invert] writes, computed with an exact distance "
+            "transform instead of RELION's search (RELION caps distances at sqrt(9999) pixels, so it differs for "
+            "edges wider than 99.99 pixels). A threshold above every value refuses (the mask would be empty). "
+            "--sphere R and --cylinder R take only IN's box and pixel size: a ball of radius R pixels about the box "
+            "centre N//2 (RELION's origin), 1 for d < R, 0.5 - 0.5 cos(pi (R + W - d) / W) up to R + W, as "
+            "relion_mask_create --denovo --box_size N --outer_radius R --width_soft_edge W; a cylinder about Z, "
+            "the same edge on the distance from the axis and, with --height H, on |z| with H / 2 (the lower of the "
+            "two). --invert writes 1 - mask. IN is one volume or one image (2-d: a disc, and a threshold mask "
+            "in 2-d); a stack is refused. The output is float32 with IN's pixel size and origin.",
+    examples=("noa mask map.mrc mask.mrc --threshold 0.02 --extend 3 --soft-edge 6",
+              "noa mask map.mrc mask.mrc --threshold 0.01 --lowpass 15 --soft-edge 8",
+              "noa mask map.mrc sphere.mrc --sphere 60 --soft-edge 5"),
+    params=(Param("threshold", Real(), "Binarise the map at value >= T (RELION's --ini_threshold)."),
+            Param("extend", Real(-1000.0, 1000.0), "Grow the binary mask by E pixels, or shrink it for E < 0 "
+                  "(RELION's --extend_inimask).", default=0.0),
+            Param("soft_edge", Real(0.0, 1000.0), "Width in pixels of the raised-cosine edge added outside the mask "
+                  "(RELION's --width_soft_edge).", default=0.0),
+            Param("lowpass", Real(0.0), "Low-pass the map to A Å before the threshold (RELION's --lowpass)."),
+            Param("angpix", Real(0.0), "Pixel size of the input in Å for --lowpass, when the header's is unknown or "
+                  "wrong (RELION's --angpix)."),
+            Param("invert", Flag(), "Write 1 - mask (RELION's --invert).", default=False),
+            Param("sphere", Real(0.0, 1e6), "A sphere (a disc for an image) of radius R pixels about the box centre "
+                  "N//2 instead of a threshold (RELION's --denovo --outer_radius)."),
+            Param("cylinder", Real(0.0, 1e6), "A cylinder of radius R pixels about the Z axis through the box centre "
+                  "N//2 instead of a threshold."),
+            Param("height", Real(0.0, 1e6), "The cylinder's length along Z in pixels, centred (default: the whole "
+                  "box)."),
+            *READING),
+    plan=plan,
+)
