@@ -339,6 +339,13 @@ class Array:
             return view.astype(dtype)
         return view
 
+    def _repr_png_(self) -> bytes | None:
+        """A PNG picture for notebooks (IPython and Jupyter call this): an image, a stack's first image, or a
+        volume's three central slices, longest side 512 pixels, sigma:3 contrast (:mod:`noa_core.pictures`);
+        None (the text repr alone) for an array with no picture (empty, vector elements)."""
+        assert providers.png_picture is not None, "noa_core installs the picture provider on import"
+        return providers.png_picture(self)
+
 
 def resolve_copy_order(array: Array, order: str) -> str:
     """'K' keeps F for arrays packed in F order (and not C), C otherwise; 'C' and 'F' pass through."""

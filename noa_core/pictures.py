@@ -1,0 +1,613 @@
+"""Pictures of images and volumes: planes read with bounded memory, contrast, colour maps, montages, PNG/JPEG.
+
+The numbers behind ``noa preview``, ``noa.preview``, ``Array._repr_png_`` and the service's viewer:
+
+- :func:`read_plane` reads one plane of a file (a section, a volume's slice on z, y or x, or a mean projection),
+  cropped to a region and block-averaged ``step`` x ``step``, reading only what is drawn, in row bands;
+- :func:`contrast_limits`, :func:`to_gray`, :func:`colorize` turn values into 8-bit pixels (RELION's
+  ``--sigma_contrast`` rule by default); :func:`downsample`, :func:`log_spectrum`, :func:`histogram`;
+- :func:`plan_layout` and :func:`preview` make the whole picture (the three central slices of a volume side by
+  side, a montage, a scale bar, ``flip_y``); :func:`encode` writes PNG or JPEG through Pillow.
+
+Rows are as stored (MRC row 0, the bottom of the image in IMOD's view, drawn at the top), as RELION's
+``relion_image_handler --o x.png`` and mrcfile + Pillow show them; ``flip_y`` draws IMOD's view.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from noa_core.errors import ParameterError
+
+if TYPE_CHECKING:
+    from noa_core.io import Metadata
+
+CMAPS: tuple[str, ...] = ("gray", "fire", "ice", "viridis")
+AXES: tuple[str, ...] = ("z", "y", "x")
+CONTRASTS: dict[str, str] = {
+    "sigma:K": "mean ± K standard deviations of the values drawn (the sample deviation, n - 1, as RELION's "
+               "relion_image_handler --sigma_contrast K computes it)",
+    "percentiles:LO,HI": "the LO-th and HI-th percentiles of the values drawn (linear interpolation, numpy.percentile)",
+    "minmax": "the smallest and largest value drawn",
+    "range:A,B": "the values A and B, as given",
+}
+BAND_BYTES = 16 << 20  # the file bytes a plane is read in at a time (at least one row of it)
+GAP = 4  # pixels of background between the panels of a picture (central slices, montage)
+MAX_PANELS = 10_000  # sections a montage draws (a 100 x 100 grid)
+MAX_PIXELS = 1 << 28  # pixels of a picture (16384 x 16384): 256 MiB of gray, three times that in colour
+
+# Colour maps, as knots (position 0..1, red, green, blue) joined linearly. fire: black, red, yellow, white
+# (each channel ramps over a third of the range, as gnuplot's and matplotlib's "hot"); ice: the same ramps
+# in blue, green, red; viridis: matplotlib's, at every 16th of its 256 entries and its last (within 2/255).
+_RAMPS = {
+    "fire": ((0.0, 0, 0, 0), (1 / 3, 255, 0, 0), (2 / 3, 255, 255, 0), (1.0, 255, 255, 255)),
+    "ice": ((0.0, 0, 0, 0), (1 / 3, 0, 0, 255), (2 / 3, 0, 255, 255), (1.0, 255, 255, 255)),
+    "viridis": tuple((i * 16 / 255, *rgb) for i, rgb in enumerate((
+        (68, 1, 84), (71, 24, 106), (71, 44, 123), (66, 64, 133), (58, 82, 139), (50, 98, 141), (44, 114, 142),
+        (38, 129, 142), (32, 144, 140), (30, 159, 136), (40, 174, 127), (62, 188, 115), (94, 201, 97),
+        (131, 211, 75), (173, 220, 48), (215, 226, 25)))) + ((1.0, 253, 231, 37),),
+}
+
+
+# -- reading planes ------------------------------------------------------------------------------
+
+
+def _read_options(reading: dict | None) -> dict[str, Any]:
+    """noa's read options (as_stack: True for a stack, False for a volume; series, channel, level) as
+    :func:`noa_core.io.read` takes them."""
+    given = dict(reading or {})
+    as_stack = given.pop("as_stack", None)
+    unknown = set(given) - {"series", "channel", "level"}
+    if unknown:
+        raise ParameterError(f"unknown read option {sorted(unknown)[0]!r}; as_stack, series, channel, level", "reading")
+    return {"as_stack": as_stack is True or None, "as_volume": as_stack is False or None,
+            **{k: v for k, v in given.items() if v is not None}}
+
+
+def open_data(path: str | os.PathLike, reading: dict | None = None) -> tuple[np.ndarray, Metadata]:
+    """``(data, metadata)`` of the file at ``path``: ``data`` the 4-d BDHW NumPy view of the lazily read
+    (memory-mapped) array; ``reading``: noa's read options (see :func:`_read_options`)."""
+    from noa_core import io
+
+    array, meta = io.read(path, **_read_options(reading))
+    return array.numpy(), meta
+
+
+def plane_shape(path: str | os.PathLike, *, axis: str = "z", reading: dict | None = None) -> tuple[int, int]:
+    """(rows, cols) of a plane of the file at ``path`` on ``axis``: z (H, W), y (D, W), x (D, H); from the
+    header alone."""
+    from noa_core import io
+
+    return plane_extent(io.probe(path, **_read_options(reading)).shape, _axis(axis))
+
+
+def plane_extent(shape: Sequence[int], axis: str) -> tuple[int, int]:
+    """(rows, cols) of a plane on ``axis`` of a BDHW ``shape``."""
+    _, depth, height, width = shape
+    return {"z": (height, width), "y": (depth, width), "x": (depth, height)}[axis]
+
+
+def read_plane(path: str | os.PathLike, *, section: int | None = None, axis: str = "z", index: int | None = None,
+               projection: bool = False, region: tuple[int, int, int, int] | None = None, step: int = 1,
+               reading: dict | None = None) -> np.ndarray:
+    """One plane of the file at ``path`` as float32 (rows, cols): see :func:`plane_of`."""
+    data, _ = open_data(path, reading)
+    return plane_of(data, section=section, axis=axis, index=index, projection=projection, region=region, step=step)
+
+
+def plane_of(data: np.ndarray, *, section: int | None = None, axis: str = "z", index: int | None = None,
+             projection: bool = False, region: tuple[int, int, int, int] | None = None,
+             step: int = 1) -> np.ndarray:
+    """One plane of the BDHW ``data`` (a mapped input's view: only what is drawn is read, with pread).
+
+    ``section``: the batch entry (a stack's image, default 0). A volume's plane is its slice on ``axis``
+    (z: rows y, cols x; y: rows z, cols x; x: rows z, cols y) at ``index`` (default the centre, N // 2),
+    or with ``projection`` the mean along ``axis`` (read in bands of sections). ``region`` = (y0, y1, x0,
+    x1) in the plane's full-resolution pixels crops it; ``step`` = k averages k x k blocks (the last row
+    and column of blocks over the pixels there are: none dropped), read in row bands, so that memory is
+    bounded by the output and one band. Complex values give their modulus. Rows as stored."""
+    batch, depth, _, _ = data.shape
+    axis = _axis(axis)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ParameterError(f"{step!r} is not a whole number of pixels from 1 up", "step")
+    section = _in_range(0 if section is None else section, batch, "section", "sections")
+    volume = data[section]
+    rows, cols = plane_extent(data.shape, axis)
+    if depth == 1 and axis != "z":
+        raise ParameterError(f"an image has no {axis} slice or projection (it is one section); use z", "axis")
+    y0, y1, x0, x1 = _region(region, rows, cols)
+    if projection:
+        return _block_mean(_projection(volume, axis, (y0, y1, x0, x1)), step).astype(np.float32)
+    index = _in_range(depth_extent(data.shape, axis) // 2 if index is None else index,
+                      depth_extent(data.shape, axis), "index", f"{axis} slices")
+    plane = volume[index] if axis == "z" else volume[:, index, :] if axis == "y" else volume[:, :, index]
+    return _read_binned(plane[y0:y1, x0:x1], step)
+
+
+def depth_extent(shape: Sequence[int], axis: str) -> int:
+    """How many slices a BDHW ``shape`` has on ``axis``."""
+    return {"z": shape[1], "y": shape[2], "x": shape[3]}[axis]
+
+
+def _axis(axis: str) -> str:
+    if axis not in AXES:
+        raise ParameterError(f"{axis!r} is not one of z, y, x", "axis")
+    return axis
+
+
+def _in_range(value: int, count: int, name: str, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < count:
+        raise ParameterError(f"{value!r} is outside 0..{count - 1} (there are {count} {what})", name)
+    return int(value)
+
+
+def _region(region, rows: int, cols: int) -> tuple[int, int, int, int]:
+    if region is None:
+        return 0, rows, 0, cols
+    y0, y1, x0, x1 = (int(v) for v in region)
+    if not (0 <= y0 < y1 <= rows and 0 <= x0 < x1 <= cols):
+        raise ParameterError(f"({y0}, {y1}, {x0}, {x1}) is not a region (y0, y1, x0, x1) within the plane's "
+                             f"{rows} x {cols} pixels", "region")
+    return y0, y1, x0, x1
+
+
+def _values(block: np.ndarray) -> np.ndarray:
+    """Real values to draw: the modulus of complex ones (sums over them are taken in float64)."""
+    return np.abs(block) if block.dtype.kind == "c" else block
+
+
+def _read(view: np.ndarray) -> np.ndarray:
+    """The values of ``view`` in memory (with pread when it views a mapped input), real."""
+    from noa_core.io import mapped
+
+    return _values(mapped.read_view(view, 0))
+
+
+def _read_binned(plane: np.ndarray, step: int) -> np.ndarray:
+    """``plane`` (a 2-d view, maybe of a mapped file) read in bands of whole block rows and averaged
+    ``step`` x ``step``: float32, (ceil(rows / step), ceil(cols / step))."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from noa_core.limits import available_cores
+
+    rows, cols = plane.shape
+    out = np.empty((-(-rows // step), -(-cols // step)), np.float32)
+    # A band's bytes in the file: a row's stride covers the gaps of a strided plane (a volume's x slice).
+    row_bytes = max(abs(plane.strides[0]), cols * plane.itemsize, 1)
+    band = max(step, BAND_BYTES // row_bytes // step * step)
+    firsts = range(0, rows, band)
+
+    def average(first: int) -> None:
+        block = _read(plane[first:first + band])
+        out[first // step:(first + block.shape[0] + step - 1) // step] = _block_mean(block, step)
+
+    threads = min(len(firsts), available_cores())
+    if threads < 2:
+        for first in firsts:
+            average(first)
+    else:  # NumPy's sums release the GIL: a band a core (memory: a band each)
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(average, firsts))
+    return out
+
+
+def _block_mean(values: np.ndarray, step: int) -> np.ndarray:
+    """Means of ``step`` x ``step`` blocks of 2-d ``values``, summed in float64 (partial blocks at the ends:
+    the mean of their own pixels)."""
+    if step == 1:
+        return values
+    rows, cols = values.shape
+    out_rows, out_cols = -(-rows // step), -(-cols // step)
+    # Every step-th row, then every step-th column, added whole: step vectorised adds each, where a sum over a
+    # short inner axis (reshape(..., step).sum) runs element by element.
+    row_sums = np.zeros((out_rows, cols))
+    for i in range(min(step, rows)):
+        part = values[i::step]
+        row_sums[:part.shape[0]] += part
+    sums = np.zeros((out_rows, out_cols))
+    for j in range(min(step, cols)):
+        part = row_sums[:, j::step]
+        sums[:, :part.shape[1]] += part
+    counts = np.outer(np.minimum(step, rows - step * np.arange(out_rows)),
+                      np.minimum(step, cols - step * np.arange(out_cols)))
+    return sums / counts
+
+
+def _projection(volume: np.ndarray, axis: str, region: tuple[int, int, int, int]) -> np.ndarray:
+    """The mean of ``volume`` (D, H, W) along ``axis`` over ``region`` of the projected plane, float64, read
+    in bands of sections of about :data:`BAND_BYTES`."""
+    y0, y1, x0, x1 = region
+    depth = volume.shape[0]
+    if axis == "z":
+        part, first_rows = volume[:, y0:y1, x0:x1], range(0, depth)
+        out = np.zeros((y1 - y0, x1 - x0))
+    else:  # the plane's rows are sections: each band of sections gives its rows
+        part = volume[y0:y1, :, x0:x1] if axis == "y" else volume[y0:y1, x0:x1, :]
+        first_rows = range(0, y1 - y0)
+        out = np.empty((y1 - y0, x1 - x0))
+    section_bytes = max(1, math.prod(part.shape[1:]) * part.itemsize)
+    band = max(1, BAND_BYTES // section_bytes)
+    for first in first_rows[::band]:
+        block = _read(part[first:first + band])
+        if axis == "z":
+            out += block.sum(axis=0, dtype=np.float64)
+        else:
+            out[first:first + block.shape[0]] = block.mean(axis=1 if axis == "y" else 2, dtype=np.float64)
+    return out / depth if axis == "z" else out
+
+
+# -- values to pixels ----------------------------------------------------------------------------
+
+
+def parse_contrast(contrast: str) -> tuple[str, tuple[float, ...]]:
+    """``(kind, numbers)`` of a contrast spec (:data:`CONTRASTS`); ParameterError naming ``contrast``."""
+    kind, _, rest = str(contrast).strip().partition(":")
+    counts = {"sigma": 1, "percentiles": 2, "minmax": 0, "range": 2}
+    if kind not in counts or (counts[kind] == 0) != (rest == ""):
+        raise ParameterError(f"{contrast!r} is not one of sigma:K, percentiles:LO,HI, minmax, range:A,B", "contrast")
+    try:
+        numbers = tuple(float(part) for part in rest.split(",")) if rest else ()
+    except ValueError:
+        raise ParameterError(f"{contrast!r}: {rest!r} is not {counts[kind]} number(s)", "contrast") from None
+    if len(numbers) != counts[kind] or not all(math.isfinite(n) for n in numbers):
+        raise ParameterError(f"{contrast!r}: {kind} takes {counts[kind]} finite number(s)", "contrast")
+    if kind == "sigma" and not numbers[0] > 0:
+        raise ParameterError(f"{contrast!r}: K must be above 0", "contrast")
+    if kind == "percentiles" and not 0 <= numbers[0] < numbers[1] <= 100:
+        raise ParameterError(f"{contrast!r}: give 0 <= LO < HI <= 100", "contrast")
+    if kind == "range" and not numbers[0] < numbers[1]:
+        raise ParameterError(f"{contrast!r}: give A < B", "contrast")
+    return kind, numbers
+
+
+def contrast_limits(values, contrast: str = "sigma:3") -> tuple[float, float]:
+    """The values drawn black and white, ``lo < hi``, by ``contrast`` (:data:`CONTRASTS`) over ``values``
+    (NaN-free). A constant input gives its value ± 0.5."""
+    kind, numbers = parse_contrast(contrast)
+    if kind == "range":
+        return numbers[0], numbers[1]
+    flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    if flat.size == 0:
+        return 0.0, 1.0
+    if kind == "sigma":
+        mean = float(flat.mean())
+        sd = float(flat.std(ddof=1)) if flat.size > 1 else 0.0
+        lo, hi = mean - numbers[0] * sd, mean + numbers[0] * sd
+    elif kind == "percentiles":
+        lo, hi = (float(v) for v in np.percentile(flat, numbers))
+    else:
+        lo, hi = float(flat.min()), float(flat.max())
+    if not lo < hi:
+        centre = float(flat.mean()) if kind == "sigma" else lo
+        return centre - 0.5, centre + 0.5
+    return lo, hi
+
+
+def to_gray(values, lo: float, hi: float, *, invert: bool = False) -> np.ndarray:
+    """uint8 levels of ``values``: clipped to ``lo..hi``, then floor((v - lo) / ((hi - lo) / 255)), the
+    formula of RELION's PNG output (image_handler.cpp), so ``hi`` is 255; ``invert``: 255 minus that."""
+    if not hi > lo:
+        raise ParameterError(f"{lo:g}..{hi:g}: the white value must be above the black one", "contrast")
+    clipped = np.clip(np.asarray(values, dtype=np.float64), lo, hi)
+    gray = np.floor((clipped - lo) / ((hi - lo) / 255)).clip(0, 255).astype(np.uint8)
+    return 255 - gray if invert else gray
+
+
+def colour_table(cmap: str) -> np.ndarray:
+    """The (256, 3) uint8 table of colour map ``cmap`` (one of :data:`CMAPS`; gray: r = g = b = level)."""
+    if cmap not in CMAPS:
+        raise ParameterError(f"{cmap!r} is not one of {', '.join(CMAPS)}", "cmap")
+    levels = np.arange(256) / 255
+    if cmap == "gray":
+        return np.repeat(np.arange(256, dtype=np.uint8)[:, None], 3, axis=1)
+    knots = np.array(_RAMPS[cmap], dtype=np.float64)
+    return np.stack([np.rint(np.interp(levels, knots[:, 0], knots[:, c])) for c in (1, 2, 3)], axis=1).astype(np.uint8)
+
+
+def colorize(gray, cmap: str = "gray") -> np.ndarray:
+    """uint8 pixels of the levels ``gray``: (H, W) itself for gray, (H, W, 3) RGB for fire, ice, viridis."""
+    table = colour_table(cmap)
+    gray = np.asarray(gray, dtype=np.uint8)
+    return gray.copy() if cmap == "gray" else table[gray]
+
+
+def downsample(values, size: int) -> np.ndarray:
+    """``values`` (2-d) averaged in k x k blocks, k the smallest with the longest side at most ``size``
+    (partial blocks at the ends averaged over their pixels: nothing dropped); float32."""
+    values = np.asarray(values)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ParameterError(f"{size!r} is not a size in pixels from 1 up", "size")
+    step = max(1, -(-max(values.shape) // size))
+    return _block_mean(_values(values), step).astype(np.float32)
+
+
+def log_spectrum(values) -> np.ndarray:
+    """The natural log of the power spectrum |F|^2 / N of the 2-d image ``values``, zero frequency at
+    (H // 2, W // 2) (numpy.fft.fftshift's centre), full width (the redundant half mirrors the other, as
+    Thon rings are looked at); float32, same shape. A power of 0 gives the log of the smallest normal
+    float32, as ``noa powerspectrum --log``."""
+    from noa_core import spectral
+    from noa_core.array import asarray
+
+    image = np.asarray(values)
+    if image.ndim != 2:
+        raise ParameterError(f"a spectrum is of a 2-d image; got {image.ndim} dimensions", "spectrum")
+    real = np.abs(image).astype(np.float32) if image.dtype.kind == "c" else image.astype(np.float32, copy=False)
+    power = spectral.power_spectrum(asarray(np.ascontiguousarray(real)[None, None]), log=True, ndim=2)
+    return power.numpy()[0, 0].astype(np.float32, copy=False)
+
+
+def histogram(values, bins: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """``numpy.histogram`` of ``values`` over their range in ``bins`` equal bins: (counts, edges)."""
+    if isinstance(bins, bool) or not isinstance(bins, int) or not 1 <= bins <= 1 << 16:
+        raise ParameterError(f"{bins!r} is not a number of bins in 1..65536", "bins")
+    return np.histogram(np.asarray(values, dtype=np.float64).reshape(-1), bins=bins)
+
+
+FORMATS = {"png": ("PNG", ".png", "image/png"), "jpeg": ("JPEG", ".jpg", "image/jpeg")}
+
+
+def format_of(name: str) -> str | None:
+    """'png' or 'jpeg' for a file name ending .png, .jpg or .jpeg (any case); None otherwise."""
+    lower = str(name).lower()
+    if lower.endswith(".png"):
+        return "png"
+    return "jpeg" if lower.endswith((".jpg", ".jpeg")) else None
+
+
+def encode(pixels, fmt: str, quality: int = 90) -> bytes:
+    """``pixels`` (uint8 (H, W) gray or (H, W, 3) RGB) encoded by Pillow as "png" (lossless) or "jpeg" at
+    ``quality`` (1..95, Pillow's scale)."""
+    import io
+
+    from PIL import Image
+
+    if fmt not in FORMATS:
+        raise ParameterError(f"{fmt!r} is not one of png, jpeg", "format")
+    if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 95:
+        raise ParameterError(f"{quality!r} is not a JPEG quality in 1..95", "quality")
+    pixels = np.ascontiguousarray(pixels, dtype=np.uint8)
+    buffer = io.BytesIO()
+    options = {"quality": quality} if fmt == "jpeg" else {"compress_level": 6}
+    Image.fromarray(pixels, "L" if pixels.ndim == 2 else "RGB").save(buffer, format=FORMATS[fmt][0], **options)
+    return buffer.getvalue()
+
+
+# -- the picture ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One plane of a picture: the batch entry ``section``, the slice (or ``projection``) on ``axis`` at
+    ``index``, (``rows``, ``cols``) full-resolution pixels, placed at (``top``, ``left``) of the picture."""
+
+    section: int
+    axis: str
+    index: int | None
+    projection: bool
+    rows: int
+    cols: int
+    top: int = 0
+    left: int = 0
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a picture shows: its panels, each averaged ``step`` x ``step``, and its ``shape`` (rows, cols)."""
+
+    panels: tuple[Panel, ...]
+    step: int
+    shape: tuple[int, int]
+
+
+def plan_layout(shape: Sequence[int], *, section: int | None = None, axis: str | None = None,
+                index: int | None = None, projection: str | None = None, montage: bool = False,
+                columns: int | None = None, every: int = 1, size: int = 1024, bin: int | None = None,
+                box: tuple[int, int] | None = None) -> Layout:
+    """The layout of the picture of a BDHW ``shape``, from the header alone.
+
+    An image (D = 1) is the section ``section`` (default 0); a volume shows its three central slices side
+    by side (z: XY, y: XZ, x: YZ; rows are z in the last two) unless ``axis`` (with ``index``, default the
+    centre) or ``projection`` (an axis) names one. ``montage``: the sections of a stack (a volume's z
+    slices) every ``every``, in a grid of ``columns`` (default about square), left to right, top to bottom.
+    Panels are :data:`GAP` pixels apart. Each panel is averaged k x k: k = ``bin``, or the smallest k whose
+    picture fits ``box`` (rows, cols), default ``size`` x ``size``."""
+    shape = tuple(int(n) for n in shape)
+    if len(shape) != 4 or min(shape) < 1:
+        raise ParameterError(f"nothing to draw in an array of shape {shape}", "shape")
+    batch, depth = shape[0], shape[1]
+    if projection is not None and axis is not None:
+        raise ParameterError("give a slice or a projection, not both", "projection")
+    if montage and (axis not in (None, "z") or projection is not None):
+        raise ParameterError("a montage shows z sections; it takes no slice axis or projection", "montage")
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ParameterError(f"{every!r} is not a step of sections from 1 up", "every")
+    if not montage and (columns is not None or every != 1):
+        raise ParameterError("columns and every lay out a montage; add montage", "columns" if columns else "every")
+    if montage:
+        count = -(-(depth if depth > 1 else batch) // every)
+        if count > MAX_PANELS:  # checked before anything is built per section
+            raise ParameterError(f"{count} sections: a montage draws at most {MAX_PANELS}; draw every "
+                                 f"{-(-count * every // MAX_PANELS)}-th or more", "every")
+        if depth > 1:
+            entry = _in_range(0 if section is None else section, batch, "section", "sections")
+            planes = [Panel(entry, "z", z, False, *shape[2:]) for z in range(0, depth, every)]
+        else:
+            planes = [Panel(s, "z", 0, False, *shape[2:]) for s in range(0, batch, every)]
+        columns = columns or math.ceil(math.sqrt(count))
+        grid = [planes[i:i + columns] for i in range(0, count, columns)]
+    else:
+        entry = _in_range(0 if section is None else section, batch, "section", "sections")
+        if depth == 1 or axis is not None or projection is not None:
+            along = _axis(projection or axis or "z")
+            if depth == 1 and along != "z":
+                raise ParameterError(f"an image has no {along} slice or projection (it is one section); use z",
+                                     "projection" if projection else "axis")
+            at = None if projection else _in_range(
+                depth_extent(shape, along) // 2 if index is None else index, depth_extent(shape, along), "index",
+                f"{along} slices")
+            grid = [[Panel(entry, along, at, projection is not None, *plane_extent(shape, along))]]
+        else:
+            if index is not None:
+                raise ParameterError("an index needs a slice axis (--slice z|y|x)", "index")
+            grid = [[Panel(entry, a, depth_extent(shape, a) // 2, False, *plane_extent(shape, a)) for a in AXES]]
+    rows_max, cols_max = box or (size, size)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ParameterError(f"{size!r} is not a size in pixels from 1 up", "size")
+    if bin is not None:
+        step = bin
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise ParameterError(f"{step!r} is not a binning factor from 1 up", "bin")
+    else:
+        step = _fitting_step(grid, rows_max, cols_max)
+    rows, cols = _extent(grid, step)
+    if rows * cols > MAX_PIXELS:
+        raise ParameterError(f"a picture of {rows} x {cols} pixels is more than the {MAX_PIXELS} noa draws; bin more "
+                             "(--bin) or draw less", "bin")
+    return _placed(grid, step)
+
+
+def _extent(grid: list[list[Panel]], step: int) -> tuple[int, int]:
+    cell_rows = max(-(-p.rows // step) for row in grid for p in row)
+    width = max(sum(-(-p.cols // step) for p in row) + GAP * (len(row) - 1) for row in grid)
+    return cell_rows * len(grid) + GAP * (len(grid) - 1), width
+
+
+def _fitting_step(grid: list[list[Panel]], rows_max: int, cols_max: int) -> int:
+    """The smallest k whose picture fits rows_max x cols_max (refused when even one pixel a panel does not)."""
+    rows, cols = _extent(grid, 1 << 62)
+    if rows > rows_max or cols > cols_max:
+        raise ParameterError(f"{len(grid) * len(grid[0])} panels do not fit in {rows_max} x {cols_max} pixels; "
+                             "draw fewer (--every, --columns) or a larger picture (--size)", "size")
+    full_rows, full_cols = _extent(grid, 1)
+    step = max(1, math.ceil(max(full_rows / rows_max, full_cols / cols_max)))
+    while _extent(grid, step)[0] > rows_max or _extent(grid, step)[1] > cols_max:
+        step += 1
+    return step
+
+
+def _placed(grid: list[list[Panel]], step: int) -> Layout:
+    cell_rows = max(-(-p.rows // step) for row in grid for p in row)
+    panels, top = [], 0
+    for row in grid:
+        left = 0
+        for p in row:
+            panels.append(Panel(p.section, p.axis, p.index, p.projection, p.rows, p.cols, top, left))
+            left += -(-p.cols // step) + GAP
+        top += cell_rows + GAP
+    return Layout(tuple(panels), step, _extent(grid, step))
+
+
+def scale_bar_length(cols: int, pixel_size: float) -> tuple[float, int, str]:
+    """A round scale bar for a panel ``cols`` pixels wide of ``pixel_size`` Å each: (length in Å, length in
+    pixels, its label). The length is the largest 1, 2 or 5 x 10^n Å at most a quarter of the width,
+    labelled in nm from 10 nm up ("50 Å", "20 nm")."""
+    target = cols * pixel_size / 4
+    power = 10.0 ** math.floor(math.log10(target))
+    length = max(m * power for m in (1, 2, 5) if m * power <= target * (1 + 1e-9))
+    label = f"{length / 10:g} nm" if length >= 100 else f"{length:g} Å"
+    return length, max(1, round(length / pixel_size)), label
+
+
+def preview(source, *, section: int | None = None, axis: str | None = None, index: int | None = None,
+           projection: str | None = None, montage: bool = False, columns: int | None = None, every: int = 1,
+           spectrum: bool = False, contrast: str = "sigma:3", invert: bool = False, cmap: str = "gray",
+           size: int = 1024, bin: int | None = None, box: tuple[int, int] | None = None,
+           scale_bar: bool = False, pixel_size: float | None = None, flip_y: bool = False,
+           reading: dict | None = None) -> np.ndarray:
+    """The picture of ``source`` (a file path, a noa Array or a NumPy array, padded to BDHW as noa does):
+    uint8 (rows, cols) for gray, (rows, cols, 3) for the other colour maps.
+
+    The panels are those of :func:`plan_layout`, each read by :func:`plane_of` (only what is drawn),
+    averaged k x k; ``spectrum`` draws each panel's :func:`log_spectrum` (of the full-resolution plane)
+    instead. Black and white are :func:`contrast_limits` of every value drawn, then :func:`to_gray`
+    (``invert``) and :func:`colorize` (``cmap``); the background between panels is black. ``flip_y``
+    draws each panel with row 0 at the bottom (IMOD's view). ``scale_bar``: a white bar of a round length
+    (:func:`scale_bar_length`) and its label at the bottom left of the first panel, from ``pixel_size`` (Å,
+    default the file's; refused when unknown)."""
+    data, known = _source(source, reading)
+    if scale_bar:
+        pixel_size = pixel_size or known
+        if not pixel_size:
+            raise ParameterError("the pixel size is unknown, so a scale bar cannot be drawn; give one (--angpix)",
+                                 "scale_bar")
+        if spectrum:
+            raise ParameterError("a spectrum is in frequencies: it takes no scale bar", "scale_bar")
+    cmap_table = colour_table(cmap)
+    layout = plan_layout(data.shape, section=section, axis=axis, index=index, projection=projection,
+                         montage=montage, columns=columns, every=every, size=size, bin=bin, box=box)
+    values = [_panel_values(data, p, layout.step, spectrum) for p in layout.panels]
+    lo, hi = contrast_limits(np.concatenate([v.reshape(-1) for v in values]), contrast)
+    picture = np.zeros((*layout.shape, 3), np.uint8) if cmap != "gray" else np.zeros(layout.shape, np.uint8)
+    for panel, v in zip(layout.panels, values):
+        gray = to_gray(np.flipud(v) if flip_y else v, lo, hi, invert=invert)
+        picture[panel.top:panel.top + gray.shape[0], panel.left:panel.left + gray.shape[1]] = (
+            gray if cmap == "gray" else cmap_table[gray])
+    if scale_bar:
+        first = layout.panels[0]
+        rows, cols = values[0].shape
+        _draw_scale_bar(picture, first.top, first.left, rows, cols, pixel_size * layout.step)
+    return picture
+
+
+def _source(source, reading: dict | None) -> tuple[np.ndarray, float | None]:
+    """(BDHW NumPy data, pixel size in Å or None) of a path, an Array or anything noa.asarray takes."""
+    if isinstance(source, (str, os.PathLike)):
+        data, meta = open_data(source, reading)
+        pixel, _, _ = meta.in_angstrom()
+        return data, (pixel[2] if pixel[2] > 0 else None)
+    from noa_core.array import Array, asarray
+
+    array = source if isinstance(source, Array) else asarray(np.asarray(source))
+    if array.element_shape:
+        raise ParameterError(f"an array of {array.dtype} elements has no picture; give scalars", "array")
+    return array.to("cpu").numpy(), None
+
+
+def _panel_values(data: np.ndarray, panel: Panel, step: int, spectrum: bool) -> np.ndarray:
+    if spectrum:
+        plane = plane_of(data, section=panel.section, axis=panel.axis, index=panel.index,
+                         projection=panel.projection)
+        return _block_mean(log_spectrum(plane), step).astype(np.float32)
+    return plane_of(data, section=panel.section, axis=panel.axis, index=panel.index, projection=panel.projection,
+                    step=step)
+
+
+def scale_bar_box(top: int, left: int, rows: int, cols: int, length: int) -> tuple[int, int, int, int]:
+    """(y0, y1, x0, x1) of the bar of ``length`` pixels drawn on a panel of ``rows`` x ``cols`` at (``top``,
+    ``left``): a margin of max(2, cols // 32) pixels from the bottom-left corner, max(2, rows // 64) rows
+    thick."""
+    margin, thick = max(2, cols // 32), max(2, rows // 64)
+    y1 = top + rows - margin
+    return y1 - thick, y1, left + margin, left + margin + length
+
+
+def _draw_scale_bar(picture: np.ndarray, top: int, left: int, rows: int, cols: int, pixel_size: float) -> None:
+    """The bar (white) and its label (white, outlined black) drawn with Pillow's ImageDraw into ``picture``."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    _, length, label = scale_bar_length(cols, pixel_size)
+    y0, y1, x0, x1 = scale_bar_box(top, left, rows, cols, length)
+    image = Image.fromarray(picture)
+    draw = ImageDraw.Draw(image)
+    white = 255 if picture.ndim == 2 else (255, 255, 255)
+    black = 0 if picture.ndim == 2 else (0, 0, 0)
+    draw.rectangle((x0, y0, x1 - 1, y1 - 1), fill=white)
+    font = ImageFont.load_default(size=max(8, min(rows, cols) // 24))
+    draw.text((x0, y0 - 2), label, fill=white, font=font, anchor="ld", stroke_width=1, stroke_fill=black)
+    picture[...] = np.asarray(image)
+
+
+def png_picture(array) -> bytes | None:
+    """``Array._repr_png_``: the preview of a notebook cell, longest side 512 pixels, as PNG; None (the text
+    repr alone) for an array with no picture (empty, vector elements)."""
+    try:
+        return encode(preview(array, size=512), "png")
+    except ParameterError:
+        return None

@@ -1,0 +1,525 @@
+// The noa viewer: browses the data root through GET /v1/view/... of the same server.
+// Plain JavaScript, nothing loaded from elsewhere. Everything a file or header says (names, labels) is
+// put in the page as text (textContent), never as HTML. The API key is kept in sessionStorage and sent
+// as the X-API-Key header; pictures are fetched (so they carry it) and drawn from blobs, never by URL.
+"use strict";
+
+(() => {
+  const KEY = "noa-api-key";
+  const HEADER = "X-API-Key";
+  const TILE_CACHE = 256; // tiles kept decoded
+  const MAX_ZOOM = 3; // at most 2^3 screen pixels a plane pixel
+  const $ = (id) => document.getElementById(id);
+
+  const view = {
+    folder: "", file: null, info: null, geometry: null,
+    lo: 0, hi: 1, edges: null, counts: null, limits: null,
+    zoom: 0, ox: 0, oy: 0, // display pixels per plane pixel = 2^zoom; (ox, oy): where plane pixel (0, 0) is drawn
+    generation: 0, tiles: new Map(), spectrum: null,
+  };
+
+  class KeyNeeded extends Error {}
+
+  // -- requests ------------------------------------------------------------------------------------
+
+  async function request(url) {
+    const headers = {};
+    const key = sessionStorage.getItem(KEY);
+    if (key) headers[HEADER] = key;
+    const response = await fetch(url, { headers, credentials: "same-origin" });
+    if (response.status === 401) {
+      sessionStorage.removeItem(KEY);
+      askKey(key ? "That key was refused; type the key this server was started with." : "");
+      throw new KeyNeeded();
+    }
+    if (!response.ok) {
+      let detail = `${response.status} ${response.statusText}`;
+      try { detail = (await response.json()).detail || detail; } catch (_) { /* not a problem body */ }
+      throw new Error(detail);
+    }
+    return response;
+  }
+
+  function api(endpoint, params) {
+    return request(`v1/view/${endpoint}?${new URLSearchParams(params)}`);
+  }
+
+  function report(error) {
+    if (error instanceof KeyNeeded) return;
+    $("status").textContent = error.message;
+    document.body.dataset.state = "error";
+  }
+
+  function askKey(message) {
+    $("key-form").hidden = false;
+    $("status").textContent = message || "This server asks for an API key.";
+    document.body.dataset.state = "key";
+    $("key").focus();
+  }
+
+  $("key-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(KEY, $("key").value);
+    $("key").value = "";
+    $("key-form").hidden = true;
+    $("status").textContent = "";
+    browse(view.folder).then(() => view.file && openFile(view.file)).catch(report);
+  });
+
+  // -- the file browser ----------------------------------------------------------------------------
+
+  function button(text, onClick) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = text;
+    b.addEventListener("click", onClick);
+    return b;
+  }
+
+  function cell(row, text, className) {
+    const td = row.insertCell();
+    td.textContent = text;
+    if (className) td.className = className;
+    return td;
+  }
+
+  function pixelSize(sizes, unit) {
+    if (!sizes || !sizes.some((v) => v)) return "unknown";
+    return sizes.map((v) => (v ? Number(v.toPrecision(6)) : "?")).join(" × ") + " " + (unit || "");
+  }
+
+  async function browse(folder) {
+    const listing = await (await api("list", { path: folder })).json();
+    view.folder = listing.path;
+    const crumbs = $("crumbs");
+    crumbs.replaceChildren(button("data root", () => browse("").catch(report)));
+    let path = "";
+    for (const part of listing.path ? listing.path.split("/") : []) {
+      path = path ? `${path}/${part}` : part;
+      const target = path;
+      const separator = document.createElement("span");
+      separator.textContent = "/";
+      crumbs.append(separator, button(part, () => browse(target).catch(report)));
+    }
+    const body = $("files").tBodies[0];
+    body.replaceChildren();
+    for (const folderEntry of listing.folders) {
+      const row = body.insertRow();
+      row.insertCell().append(button(folderEntry.name + "/", () => browse(folderEntry.path).catch(report)));
+      row.dataset.folder = folderEntry.path;
+    }
+    for (const file of listing.files) {
+      const row = body.insertRow();
+      row.dataset.file = file.path;
+      if (file.error) {
+        cell(row, file.name);
+        const td = cell(row, file.error, "error");
+        td.colSpan = 4;
+        continue;
+      }
+      row.insertCell().append(button(file.name, () => openFile(file.path).catch(report)));
+      cell(row, file.format);
+      cell(row, file.shape.join(" × "));
+      cell(row, file.dtype);
+      cell(row, pixelSize(file.pixel_size, file.pixel_unit));
+    }
+    $("truncated").hidden = !listing.truncated;
+    document.body.dataset.state = "listed";
+  }
+
+  // -- one file ------------------------------------------------------------------------------------
+
+  function headerRows(info) {
+    const rows = [
+      ["file", info.path], ["format", info.format],
+      ["dtype", info.dtype + (info.mode !== null && info.mode !== undefined ? ` (MRC mode ${info.mode})` : "")],
+      ["shape (BDHW)", info.shape.join(" × ")], ["order", info.order], ["kind", info.kind],
+      ["pixel size (DHW)", pixelSize(info.pixel_size, info.pixel_unit)],
+      ["origin (DHW)", (info.origin || []).join(", ")],
+    ];
+    for (const [name, v] of Object.entries(info.statistics || {})) rows.push([`header ${name}`, String(v)]);
+    if (info.exttyp || info.extended_header_bytes) {
+      rows.push(["extended header", `${info.exttyp || "no type"}, ${info.extended_header_bytes} bytes`]);
+    }
+    (info.labels || []).forEach((label, i) => rows.push([i ? "" : "labels", label]));
+    (info.notices || []).forEach((note) => rows.push(["note", note]));
+    return rows;
+  }
+
+  function fillTable(table, rows) {
+    const body = table.tBodies[0];
+    body.replaceChildren();
+    for (const [name, text] of rows) {
+      const row = body.insertRow();
+      cell(row, name);
+      cell(row, text);
+    }
+  }
+
+  function setRange(input, output, count, value) {
+    input.max = String(Math.max(0, count - 1));
+    input.value = String(value);
+    output.textContent = `${value} / ${count - 1}`;
+  }
+
+  async function openFile(path) {
+    view.file = path;
+    view.tiles.clear();
+    const info = await (await api("info", { file: path })).json();
+    view.info = info;
+    $("viewer").hidden = false;
+    sizeCanvas();
+    $("file-name").textContent = path;
+    fillTable($("header"), headerRows(info));
+    const [batch, depth] = info.shape;
+    $("section-box").hidden = batch < 2;
+    setRange($("section"), $("section-out"), batch, 0);
+    const volume = depth > 1;
+    $("axis-box").hidden = $("index-box").hidden = $("projection-box").hidden = !volume;
+    $("axis").value = "z";
+    $("projection").checked = false;
+    $("index").disabled = false;
+    resetIndex();
+    setDownload(path);
+    await loadPlane(true);
+  }
+
+  function resetIndex() {
+    const [, depth, height, width] = view.info.shape;
+    const count = { z: depth, y: height, x: width }[$("axis").value];
+    setRange($("index"), $("index-out"), count, Math.floor(count / 2));
+  }
+
+  function planeParams() {
+    const params = { file: view.file };
+    const [batch, depth] = view.info.shape;
+    if (batch > 1) params.section = $("section").value;
+    if (depth > 1) {
+      params.axis = $("axis").value;
+      if ($("projection").checked) params.projection = "true";
+      else params.index = $("index").value;
+    }
+    return params;
+  }
+
+  function displayParams() {
+    const params = { cmap: $("cmap").value };
+    if ($("invert").checked) params.invert = "true";
+    return params;
+  }
+
+  function rangeText() {
+    return `range:${Number(view.lo.toPrecision(9))},${Number(view.hi.toPrecision(9))}`;
+  }
+
+  async function loadPlane(fit) {
+    const generation = ++view.generation;
+    document.body.dataset.state = "loading";
+    const hist = await (await api("histogram", planeParams())).json();
+    if (generation !== view.generation) return;
+    view.geometry = { rows: hist.plane[0], cols: hist.plane[1], tile: hist.tile, levels: hist.levels };
+    view.edges = hist.edges;
+    view.counts = hist.counts;
+    view.limits = hist.limits;
+    const rule = $("rule").value;
+    if (rule !== "range") [view.lo, view.hi] = hist.limits[rule].map(Number);
+    const stats = hist.statistics || {};
+    fillTable($("statistics"), [
+      ["plane", `${hist.plane[0]} rows × ${hist.plane[1]} columns`],
+      ...Object.entries(stats).map(([name, v]) => [name, String(Number(Number(v).toPrecision(6)))]),
+      ["from", hist.step > 1 ? `block means of ${hist.step} × ${hist.step} pixels` : "every pixel"],
+    ]);
+    drawHistogram();
+    view.tiles.clear();
+    if (fit) fitView();
+    await render();
+  }
+
+  // -- the picture: tiles of the level that matches the zoom, or the spectrum ------------------------
+
+  function level() { return Math.max(0, -view.zoom); }
+  function magnification() { return 2 ** Math.max(0, view.zoom); }
+  function scale() { return 2 ** view.zoom; }
+
+  // The largest zoom at which the whole plane fits (small images magnified up to 8 times).
+  function fitView() {
+    const canvas = $("image");
+    const { rows, cols, levels } = view.geometry;
+    const fits = (z) => {
+      const L = Math.max(0, -z);
+      const m = 2 ** Math.max(0, z);
+      return Math.ceil(cols / 2 ** L) * m <= canvas.width && Math.ceil(rows / 2 ** L) * m <= canvas.height;
+    };
+    let zoom = MAX_ZOOM;
+    while (zoom > -(levels - 1) && !fits(zoom)) zoom -= 1;
+    view.zoom = zoom;
+    const L = level();
+    const m = magnification();
+    view.ox = Math.floor((canvas.width - Math.ceil(cols / 2 ** L) * m) / 2);
+    view.oy = Math.floor((canvas.height - Math.ceil(rows / 2 ** L) * m) / 2);
+  }
+
+  function sizeCanvas() {
+    const canvas = $("image");
+    const width = Math.max(256, Math.floor($("stage").clientWidth));
+    if (canvas.width !== width) canvas.width = width;
+    canvas.height = 512;
+  }
+
+  function tileURL(L, x, y) {
+    const params = { ...planeParams(), ...displayParams(), contrast: rangeText(), level: L, x, y };
+    return `v1/view/tile?${new URLSearchParams(params)}`;
+  }
+
+  function bitmap(url) {
+    let entry = view.tiles.get(url);
+    if (!entry) {
+      entry = request(url).then((r) => r.blob()).then((blob) => createImageBitmap(blob));
+      view.tiles.set(url, entry);
+      entry.catch(() => view.tiles.delete(url));
+      while (view.tiles.size > TILE_CACHE) view.tiles.delete(view.tiles.keys().next().value);
+    }
+    return entry;
+  }
+
+  async function render() {
+    const generation = ++view.generation;
+    const canvas = $("image");
+    const context = canvas.getContext("2d");
+    context.imageSmoothingEnabled = false;
+    document.body.dataset.state = "loading";
+    if ($("spectrum").checked) {
+      await renderSpectrum(generation, context);
+      return;
+    }
+    const { rows, cols, tile } = view.geometry;
+    const L = level();
+    const m = magnification();
+    const span = tile * m; // display pixels a whole tile covers
+    const across = Math.ceil(Math.ceil(cols / 2 ** L) / tile); // a level's pixels: ceil(n / 2^L), as the server
+    const down = Math.ceil(Math.ceil(rows / 2 ** L) / tile);
+    const first = [Math.max(0, Math.floor(-view.ox / span)), Math.max(0, Math.floor(-view.oy / span))];
+    const last = [Math.min(across - 1, Math.floor((canvas.width - view.ox - 1) / span)),
+      Math.min(down - 1, Math.floor((canvas.height - view.oy - 1) / span))];
+    const wanted = [];
+    for (let y = first[1]; y <= last[1]; y += 1) {
+      for (let x = first[0]; x <= last[0]; x += 1) wanted.push([x, y, bitmap(tileURL(L, x, y))]);
+    }
+    const drawn = await Promise.all(wanted.map(([, , p]) => p));
+    if (generation !== view.generation) return;
+    context.fillStyle = "#444";
+    context.fillRect(0, 0, canvas.width, canvas.height);
+    wanted.forEach(([x, y], i) => {
+      const image = drawn[i];
+      context.drawImage(image, view.ox + x * span, view.oy + y * span, image.width * m, image.height * m);
+    });
+    finished();
+  }
+
+  async function renderSpectrum(generation, context) {
+    const canvas = context.canvas;
+    const rule = $("rule").value === "range" ? "sigma:3" : $("rule").value;
+    const size = Math.min(canvas.width, canvas.height);
+    const params = { ...planeParams(), ...displayParams(), contrast: rule, spectrum: "true", size };
+    const image = await createImageBitmap(await (await api("image", params)).blob());
+    if (generation !== view.generation) return;
+    context.fillStyle = "#444";
+    context.fillRect(0, 0, canvas.width, canvas.height);
+    context.drawImage(image, Math.floor((canvas.width - image.width) / 2), Math.floor((canvas.height - image.height) / 2));
+    finished();
+  }
+
+  function finished() {
+    // What is drawn where (zoom ox oy: plane pixel (0, 0) at canvas (ox, oy), 2^zoom canvas pixels a pixel).
+    $("image").dataset.view = `${$("spectrum").checked ? "spectrum" : view.zoom} ${view.ox} ${view.oy}`;
+    document.body.dataset.state = "ready";
+    document.body.dataset.renders = String(Number(document.body.dataset.renders) + 1);
+  }
+
+  function zoomAt(cx, cy, step) {
+    const zoom = Math.min(MAX_ZOOM, Math.max(-(view.geometry.levels - 1), view.zoom + step));
+    if (zoom === view.zoom) return;
+    const ratio = 2 ** (zoom - view.zoom);
+    view.ox = Math.round(cx - (cx - view.ox) * ratio);
+    view.oy = Math.round(cy - (cy - view.oy) * ratio);
+    view.zoom = zoom;
+    render().catch(report);
+  }
+
+  // -- the cursor readout: one request at a time, the latest position wins --------------------------
+
+  const cursor = { wanted: null, busy: false };
+
+  function planePixel(event) {
+    const s = scale();
+    const rect = $("image").getBoundingClientRect(); // offsetX/Y are rounded: the exact position
+    const x = Math.floor((event.clientX - rect.left - view.ox) / s);
+    const y = Math.floor((event.clientY - rect.top - view.oy) / s);
+    const { rows, cols } = view.geometry;
+    return x >= 0 && y >= 0 && x < cols && y < rows ? [x, y] : null;
+  }
+
+  async function readValue() {
+    if (cursor.busy || !cursor.wanted) return;
+    cursor.busy = true;
+    const [x, y] = cursor.wanted;
+    cursor.wanted = null;
+    try {
+      const found = await (await api("value", { ...planeParams(), x, y })).json();
+      $("readout").textContent = `x ${found.x}, y ${found.y}: ${Number(Number(found.value).toPrecision(7))}`;
+    } catch (error) {
+      report(error);
+    } finally {
+      cursor.busy = false;
+      readValue();
+    }
+  }
+
+  // -- the histogram and its draggable limits --------------------------------------------------------
+
+  function histX(v) {
+    const canvas = $("histogram");
+    const first = view.edges[0];
+    const last = view.edges[view.edges.length - 1];
+    return ((v - first) / (last - first || 1)) * canvas.width;
+  }
+
+  // Where a limit's line is drawn: limits beyond the histogram's range sit at its ends.
+  function drawnX(v) {
+    return Math.min(Math.max(histX(v), 1), $("histogram").width - 1);
+  }
+
+  function histValue(x) {
+    const canvas = $("histogram");
+    const first = view.edges[0];
+    const last = view.edges[view.edges.length - 1];
+    return first + (Math.min(Math.max(x, 0), canvas.width) / canvas.width) * (last - first);
+  }
+
+  function drawHistogram() {
+    const canvas = $("histogram");
+    const context = canvas.getContext("2d");
+    context.clearRect(0, 0, canvas.width, canvas.height);
+    const heights = view.counts.map((c) => Math.log1p(c));
+    const top = Math.max(...heights, 1);
+    const width = canvas.width / heights.length;
+    context.fillStyle = "#678";
+    heights.forEach((h, i) => {
+      const bar = (h / top) * (canvas.height - 4);
+      context.fillRect(i * width, canvas.height - bar, Math.max(1, width), bar);
+    });
+    for (const [v, colour] of [[view.lo, "#c22"], [view.hi, "#22c"]]) {
+      const x = drawnX(v);
+      context.fillStyle = colour;
+      context.fillRect(x - 1, 0, 2, canvas.height);
+    }
+    $("limits").textContent = `limits ${Number(view.lo.toPrecision(6))} to ${Number(view.hi.toPrecision(6))}`;
+  }
+
+  const drag = { which: null };
+
+  $("histogram").addEventListener("mousedown", (event) => {
+    if (!view.edges) return;
+    const lo = Math.abs(event.offsetX - drawnX(view.lo));
+    const hi = Math.abs(event.offsetX - drawnX(view.hi));
+    drag.which = Math.min(lo, hi) > 8 ? null : (lo <= hi ? "lo" : "hi");
+  });
+
+  window.addEventListener("mousemove", (event) => {
+    if (!drag.which) return;
+    const canvas = $("histogram");
+    const v = histValue(event.clientX - canvas.getBoundingClientRect().left - canvas.clientLeft);
+    if (drag.which === "lo") view.lo = Math.min(v, view.hi - Math.abs(view.hi) * 1e-6 - 1e-12);
+    else view.hi = Math.max(v, view.lo + Math.abs(view.lo) * 1e-6 + 1e-12);
+    drawHistogram();
+  });
+
+  window.addEventListener("mouseup", () => {
+    if (!drag.which) return;
+    drag.which = null;
+    $("rule").value = "range";
+    render().catch(report);
+  });
+
+  // -- panning and zooming ---------------------------------------------------------------------------
+
+  const pan = { from: null };
+  const image = $("image");
+
+  image.addEventListener("mousedown", (event) => { pan.from = [event.clientX, event.clientY, view.ox, view.oy]; });
+  window.addEventListener("mouseup", () => { pan.from = null; });
+  image.addEventListener("mousemove", (event) => {
+    if (!view.geometry || $("spectrum").checked) return;
+    if (pan.from) {
+      const [x, y, ox, oy] = pan.from;
+      view.ox = ox + event.clientX - x;
+      view.oy = oy + event.clientY - y;
+      render().catch(report);
+      return;
+    }
+    const pixel = planePixel(event);
+    if (!pixel) {
+      $("readout").textContent = "";
+      return;
+    }
+    cursor.wanted = pixel;
+    readValue();
+  });
+  image.addEventListener("wheel", (event) => {
+    if (!view.geometry || $("spectrum").checked) return;
+    event.preventDefault();
+    zoomAt(event.offsetX, event.offsetY, event.deltaY < 0 ? 1 : -1);
+  }, { passive: false });
+  $("zoom-in").addEventListener("click", () => view.geometry && zoomAt(image.width / 2, image.height / 2, 1));
+  $("zoom-out").addEventListener("click", () => view.geometry && zoomAt(image.width / 2, image.height / 2, -1));
+  $("fit").addEventListener("click", () => { if (view.geometry) { fitView(); render().catch(report); } });
+
+  // -- controls --------------------------------------------------------------------------------------
+
+  $("section").addEventListener("input", () => {
+    setRange($("section"), $("section-out"), view.info.shape[0], Number($("section").value));
+    loadPlane(false).catch(report);
+  });
+  $("index").addEventListener("input", () => {
+    const count = Number($("index").max) + 1;
+    setRange($("index"), $("index-out"), count, Number($("index").value));
+    loadPlane(false).catch(report);
+  });
+  $("axis").addEventListener("change", () => { resetIndex(); loadPlane(true).catch(report); });
+  $("projection").addEventListener("change", () => {
+    $("index").disabled = $("projection").checked; // a projection has no slice
+    loadPlane(false).catch(report);
+  });
+  $("rule").addEventListener("change", () => {
+    if ($("rule").value !== "range" && view.limits) [view.lo, view.hi] = view.limits[$("rule").value].map(Number);
+    drawHistogram();
+    render().catch(report);
+  });
+  for (const id of ["invert", "cmap", "spectrum"]) $(id).addEventListener("change", () => render().catch(report));
+
+  // The download carries the key too: with one, the file is fetched and handed over as a blob.
+  function setDownload(path) {
+    const link = $("download");
+    link.href = "v1/files/" + path.split("/").map(encodeURIComponent).join("/");
+    link.download = path.split("/").pop();
+  }
+
+  $("download").addEventListener("click", (event) => {
+    if (!sessionStorage.getItem(KEY)) return; // a plain link: no key to send
+    event.preventDefault();
+    const link = event.currentTarget;
+    request(link.href).then((r) => r.blob()).then((blob) => {
+      const url = URL.createObjectURL(blob);
+      const temporary = document.createElement("a");
+      temporary.href = url;
+      temporary.download = link.download;
+      temporary.click();
+      setTimeout(() => URL.revokeObjectURL(url), 10000);
+    }).catch(report);
+  });
+
+  window.addEventListener("resize", () => { if (view.geometry) { sizeCanvas(); render().catch(report); } });
+
+  sizeCanvas();
+  browse("").catch(report);
+})();

@@ -1,0 +1,396 @@
+"""The viewer's endpoints (GET /v1/view/...): pictures against the same picture computed here with NumPy
+(block means, RELION's contrast formula, projections, tiles, spectra against numpy.fft), decoded with
+Pillow; histograms, values and listings against NumPy, mrcfile and tifffile; caching, the sandbox, the
+API key and the memory a tile takes.
+
+In process (an app without its start-up warm-up: no kernel is compiled for these routes) except the key
+test, which reads a live uvicorn's access log.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import httpx
+import mrcfile
+import numpy as np
+import pytest
+import tifffile
+from hypothesis import given, settings, strategies as st
+from PIL import Image
+from helpers import assert_problem, REPO, start_server, stop_server, write_mrc
+
+warnings.filterwarnings("ignore", message=".*httpx.*")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from noa_server.app import create_app  # noqa: E402
+from noa_server.settings import Settings  # noqa: E402
+
+TILE = 256
+KEY = "viewer-key-8d1c0b"
+
+
+# -- the oracle: the picture as the formulas say, in NumPy ---------------------------------------------
+
+def block_mean(values: np.ndarray, k: int) -> np.ndarray:
+    """k x k block means, blocks cut by the edge averaged over the pixels they have (float64 -> float32)."""
+    rows, cols = values.shape
+    padded = np.full((-(-rows // k) * k, -(-cols // k) * k), np.nan)
+    padded[:rows, :cols] = values
+    blocks = padded.reshape(padded.shape[0] // k, k, padded.shape[1] // k, k)
+    return np.nanmean(blocks, axis=(1, 3)).astype(np.float32)
+
+
+def limits(values: np.ndarray, contrast: str) -> tuple[float, float]:
+    kind, _, rest = contrast.partition(":")
+    flat = values.astype(np.float64).ravel()
+    if kind == "sigma":  # RELION's --sigma_contrast: mean ± K sd (sample sd)
+        k = float(rest)
+        return flat.mean() - k * flat.std(ddof=1), flat.mean() + k * flat.std(ddof=1)
+    if kind == "percentiles":
+        lo, hi = (float(v) for v in rest.split(","))
+        return tuple(np.percentile(flat, [lo, hi]))
+    if kind == "minmax":
+        return flat.min(), flat.max()
+    return tuple(float(v) for v in rest.split(","))
+
+
+def gray(values: np.ndarray, lo: float, hi: float, invert: bool = False) -> np.ndarray:
+    """RELION's PNG levels (image_handler.cpp): floor((v - lo) / ((hi - lo) / 255)) of the clipped value."""
+    levels = np.floor((np.clip(values.astype(np.float64), lo, hi) - lo) / ((hi - lo) / 255)).astype(np.uint8)
+    return 255 - levels if invert else levels
+
+
+def picture(values: np.ndarray, contrast: str = "sigma:3", invert: bool = False) -> np.ndarray:
+    return gray(values, *limits(values, contrast), invert=invert)
+
+
+def decoded(response: httpx.Response) -> np.ndarray:
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "image/png"
+    return np.asarray(Image.open(io.BytesIO(response.content)))
+
+
+def integers(shape, seed: int = 0) -> np.ndarray:
+    """float32 whole numbers: block sums are exact, so the oracle and noa agree to the last bit."""
+    return np.random.default_rng(seed).integers(-1000, 1000, size=shape).astype(np.float32)
+
+
+# -- fixtures ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("viewer-root")
+
+
+@pytest.fixture(scope="module")
+def client(root, tmp_path_factory) -> TestClient:
+    app = create_app(Settings(data_root=root, tmp_dir=tmp_path_factory.mktemp("viewer-tmp"), workers=1))
+    return TestClient(app, raise_server_exceptions=False)
+
+
+def image_of(client: TestClient, **params) -> np.ndarray:
+    return decoded(client.get("/v1/view/image", params=params))
+
+
+# -- pictures --------------------------------------------------------------------------------------------
+
+@settings(max_examples=12, deadline=None)
+@given(rows=st.integers(16, 64), cols=st.integers(16, 64), size=st.integers(16, 64),
+       contrast=st.sampled_from(["sigma:3", "sigma:1.5", "percentiles:2,98", "minmax", "range:-300,450"]),
+       invert=st.booleans(), section=st.integers(0, 2))
+def test_a_section_is_the_numpy_picture(client, root, rows, cols, size, contrast, invert, section):
+    data = integers((3, rows, cols), seed=rows * 100 + cols)
+    name = f"stack_{rows}_{cols}.mrcs"
+    write_mrc(root / name, data, stack=True)
+    got = image_of(client, file=name, section=section, size=size, contrast=contrast, invert=invert)
+    k = max(1, -(-max(rows, cols) // size))
+    expected = picture(block_mean(data[section], k), contrast, invert)
+    assert got.shape == expected.shape and max(got.shape) <= size
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_volume_slices_and_projections_on_each_axis(client, root):
+    data = integers((12, 20, 28), seed=3)
+    write_mrc(root / "volume.mrc", data)
+    cases = [({"axis": "z"}, data[6]), ({"axis": "y", "index": 5}, data[:, 5, :]), ({"axis": "x", "index": 27},
+             data[:, :, 27]), ({"axis": "z", "projection": True}, data.astype(np.float64).mean(axis=0)),
+             ({"axis": "x", "projection": True}, data.astype(np.float64).mean(axis=2))]
+    for params, plane in cases:
+        got = image_of(client, file="volume.mrc", contrast="minmax", **params)
+        np.testing.assert_array_equal(got, picture(plane.astype(np.float32), "minmax"), err_msg=str(params))
+
+
+def test_colour_maps_and_jpeg(client, root):
+    data = integers((24, 32), seed=5)
+    write_mrc(root / "colour.mrc", data)
+    fire = image_of(client, file="colour.mrc", cmap="fire", contrast="minmax")
+    levels = picture(data, "minmax")
+    # fire: black -> red over the first third, then green, then blue (matplotlib's "hot" knots)
+    expected_red = np.rint(np.interp(levels / 255, [0, 1 / 3, 1], [0, 255, 255])).astype(np.uint8)
+    assert fire.shape == (24, 32, 3)
+    np.testing.assert_array_equal(fire[..., 0], expected_red)
+    jpeg = client.get("/v1/view/image", params={"file": "colour.mrc", "format": "jpeg", "quality": 95,
+                                                "contrast": "minmax"})
+    assert jpeg.headers["content-type"] == "image/jpeg"
+    decoded_jpeg = np.asarray(Image.open(io.BytesIO(jpeg.content)).convert("L"), dtype=np.int16)
+    assert decoded_jpeg.shape == levels.shape and np.abs(decoded_jpeg - levels).mean() < 6
+
+
+def test_the_spectrum_is_numpy_fft(client, root):
+    data = np.random.default_rng(7).normal(size=(32, 48)).astype(np.float32)
+    write_mrc(root / "noise.mrc", data)
+    got = image_of(client, file="noise.mrc", spectrum=True, contrast="minmax", size=48)
+    power = np.fft.fftshift(np.abs(np.fft.fft2(data.astype(np.float64))) ** 2 / data.size)
+    expected = picture(np.log(np.maximum(power, np.finfo(np.float32).tiny)).astype(np.float32), "minmax")
+    assert got.shape == expected.shape
+    # scipy's and NumPy's transforms round differently: a level may move across a step of the floor
+    assert np.abs(got.astype(int) - expected).max() <= 1 and (got == expected).mean() > 0.97
+
+
+def test_tiles_are_the_block_means_of_their_regions(client, root):
+    data = integers((600, 700), seed=11)
+    write_mrc(root / "large.mrc", data)
+    for level, x, y in [(0, 0, 0), (0, 2, 1), (1, 1, 1), (1, 0, 0), (2, 0, 0)]:
+        k = 1 << level
+        region = data[y * TILE * k:(y + 1) * TILE * k, x * TILE * k:(x + 1) * TILE * k]
+        got = decoded(client.get("/v1/view/tile", params={"file": "large.mrc", "level": level, "x": x, "y": y,
+                                                          "contrast": "range:-800,900"}))
+        np.testing.assert_array_equal(got, gray(block_mean(region, k), -800, 900), err_msg=f"{level, x, y}")
+    # the tiles of a level put together are the plane at that level
+    whole = np.block([[decoded(client.get("/v1/view/tile", params={"file": "large.mrc", "level": 1, "x": x, "y": y,
+                                                                  "contrast": "range:-800,900"})) for x in (0, 1)]
+                      for y in (0, 1)])
+    np.testing.assert_array_equal(whole, gray(block_mean(data, 2), -800, 900))
+    # other rules: the limits of the plane's overview (here every pixel: 700 <= 1024), the same for every tile
+    lo, hi = limits(data, "sigma:3")
+    got = decoded(client.get("/v1/view/tile", params={"file": "large.mrc", "level": 0, "x": 2, "y": 2}))
+    np.testing.assert_array_equal(got, gray(data[512:, 512:], lo, hi))
+    histogram = client.get("/v1/view/histogram", params={"file": "large.mrc"}).json()
+    assert histogram["plane"] == [600, 700] and histogram["levels"] == 3 and histogram["tile"] == TILE
+    np.testing.assert_allclose(histogram["limits"]["sigma:3"], [lo, hi], rtol=1e-12)
+
+
+BIG = 8192  # a plane of 256 MiB of float32
+
+
+def test_a_tile_reads_only_its_region(tmp_path):
+    """A server whose voxel limit is below the plane's refuses the whole picture, yet serves its tiles, and
+    its peak memory grows by far less than the plane while doing so."""
+    root = tmp_path / "root"
+    root.mkdir()
+    with mrcfile.new_mmap(root / "big.mrc", (BIG, BIG), mrc_mode=2) as f:  # sparse: only the tiles' rows are written
+        f.data[1024:1536, 2048:2560] = integers((512, 512), seed=13)
+    write_mrc(root / "small.mrc", integers((32, 32)))
+    script = f"""
+import io, json, resource, warnings
+warnings.filterwarnings("ignore")
+from pathlib import Path
+import numpy as np
+from PIL import Image
+from fastapi.testclient import TestClient
+from noa_server.app import create_app
+from noa_server.settings import Settings
+client = TestClient(create_app(Settings(data_root=Path({str(root)!r}), tmp_dir=Path({str(tmp_path)!r}),
+                                        max_voxels={BIG * BIG - 1}, workers=1)))
+assert client.get("/v1/view/tile", params={{"file": "small.mrc", "contrast": "range:0,1"}}).status_code == 200
+whole = client.get("/v1/view/image", params={{"file": "big.mrc", "size": 256}})
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+tiles = []
+for level, x, y in [(0, 8, 4), (0, 9, 5), (1, 4, 2)]:
+    r = client.get("/v1/view/tile", params={{"file": "big.mrc", "level": level, "x": x, "y": y,
+                                              "contrast": "range:-800,900"}})
+    tiles.append([r.status_code, np.asarray(Image.open(io.BytesIO(r.content))).tolist()])
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({{"whole": [whole.status_code, whole.json()], "kib": [before, after], "tiles": tiles}}))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    status, problem = out["whole"]
+    assert status == 422 and problem["type"] == "urn:noa:problem:too-many-voxels", problem
+    with mrcfile.mmap(root / "big.mrc", permissive=True) as f:
+        expected = [gray(np.array(f.data[1024:1280, 2048:2304]), -800, 900),
+                    gray(np.array(f.data[1280:1536, 2304:2560]), -800, 900),
+                    gray(block_mean(np.array(f.data[1024:1536, 2048:2560]), 2), -800, 900)]
+    for (code, pixels), want in zip(out["tiles"], expected, strict=True):
+        assert code == 200
+        np.testing.assert_array_equal(np.array(pixels, dtype=np.uint8), want)
+    before, after = out["kib"]
+    assert after - before < 48 * 1024, f"peak memory grew by {(after - before) // 1024} MiB for three tiles"
+
+
+# -- histogram, value, header, listing -----------------------------------------------------------------------
+
+def test_the_histogram_its_statistics_and_the_limits_of_each_rule(client, root):
+    data = integers((40, 50), seed=17)
+    write_mrc(root / "hist.mrc", data)
+    got = client.get("/v1/view/histogram", params={"file": "hist.mrc", "bins": 64,
+                                                   "contrast": "percentiles:5,95"}).json()
+    counts, edges = np.histogram(data.astype(np.float64), bins=64)
+    assert got["counts"] == counts.tolist()
+    np.testing.assert_allclose(got["edges"], edges, rtol=1e-12)
+    for rule in ("sigma:3", "percentiles:1,99", "minmax", "percentiles:5,95"):
+        np.testing.assert_allclose(got["limits"][rule], limits(data, rule), rtol=1e-12, err_msg=rule)
+    stats = got["statistics"]
+    assert stats["min"] == data.min() and stats["max"] == data.max()
+    np.testing.assert_allclose([stats["mean"], stats["sd"]], [data.mean(dtype=np.float64), data.std(dtype=np.float64)])
+
+
+def test_the_value_under_the_cursor(client, root):
+    data = integers((6, 10, 12), seed=19)
+    write_mrc(root / "values.mrc", data)
+    got = client.get("/v1/view/value", params={"file": "values.mrc", "x": 11, "y": 9}).json()
+    assert got["value"] == data[3, 9, 11]
+    got = client.get("/v1/view/value", params={"file": "values.mrc", "axis": "y", "index": 2, "x": 4, "y": 5}).json()
+    assert got == {"file": "values.mrc", "x": 4, "y": 5, "value": float(data[5, 2, 4])}
+    got = client.get("/v1/view/value", params={"file": "values.mrc", "projection": True, "x": 1, "y": 2}).json()
+    assert got["value"] == pytest.approx(data[:, 2, 1].astype(np.float64).mean(), rel=1e-6)
+    body = assert_problem(client.get("/v1/view/value", params={"file": "values.mrc", "x": 12, "y": 0}), 400)
+    assert body["detail"].startswith("x: ")
+
+
+def test_the_header_is_what_info_says(client, root):
+    data = integers((4, 8, 10))
+    with mrcfile.new(root / "labelled.mrc", data, overwrite=True) as f:
+        f.voxel_size = 2.5
+        f.header.label[1] = b"<script>alert(1)</script>"
+        f.header.nlabl = 2
+    got = client.get("/v1/view/info", params={"file": "labelled.mrc"}).json()
+    assert got["path"] == "labelled.mrc" and got["shape"] == [1, 4, 8, 10] and got["pixel_size"] == [2.5] * 3
+    assert "<script>alert(1)</script>" in got["labels"]
+
+
+def test_the_listing_says_what_the_headers_say(client, tmp_path, make_client):
+    root = tmp_path / "listed"
+    (root / "sub" / "deeper").mkdir(parents=True)
+    write_mrc(root / "map.mrc", integers((5, 6, 7)), voxel_size=1.25)
+    write_mrc(root / "sub" / "stack.mrcs", integers((3, 6, 7)), stack=True)
+    tifffile.imwrite(root / "image.tif", np.zeros((9, 11), np.uint16))
+    (root / "notes.txt").write_text("not an image")
+    (root / ".hidden.mrc").write_bytes((root / "map.mrc").read_bytes())
+    outside = tmp_path / "outside.mrc"
+    write_mrc(outside, integers((4, 4)))
+    (root / "escape.mrc").symlink_to(outside)
+    api = make_client(data_root=root)
+    listing = api.get("/v1/view/list").json()
+    assert listing["folders"] == [{"name": "sub", "path": "sub"}] and not listing["truncated"]
+    files = {f["name"]: f for f in listing["files"]}
+    assert sorted(files) == ["image.tif", "map.mrc", "notes.txt"]  # no hidden file, no link out of the root
+    with mrcfile.open(root / "map.mrc") as f:
+        assert files["map.mrc"].get("shape") == [1, *f.data.shape] and files["map.mrc"]["format"] == "mrc", files
+        assert files["map.mrc"]["pixel_size"] == [float(f.voxel_size.z), float(f.voxel_size.y), float(f.voxel_size.x)]
+    assert files["map.mrc"]["dtype"] == "float32" and files["map.mrc"]["bytes"] == (root / "map.mrc").stat().st_size
+    assert files["image.tif"]["shape"] == [1, 1, *tifffile.imread(root / "image.tif").shape]
+    assert files["image.tif"]["pixel_size"] == [0.0, 0.0, 0.0]  # unknown stays unknown
+    assert "notes.txt" in files["notes.txt"]["error"] and "shape" not in files["notes.txt"]
+    assert str(root) not in json.dumps(listing)
+    sub = api.get("/v1/view/list", params={"path": "sub"}).json()
+    assert sub["path"] == "sub" and sub["folders"] == [{"name": "deeper", "path": "sub/deeper"}]
+    assert [(f["path"], f["shape"]) for f in sub["files"]] == [("sub/stack.mrcs", [3, 1, 6, 7])]
+
+
+# -- caching ---------------------------------------------------------------------------------------------------
+
+def test_etag_from_the_file_and_the_query_and_304(client, root):
+    path = root / "cached.mrc"
+    write_mrc(path, integers((16, 16), seed=23))
+    params = {"file": "cached.mrc", "contrast": "minmax"}
+    first = client.get("/v1/view/image", params=params)
+    tag = first.headers["etag"]
+    assert tag.startswith('"') and first.headers["cache-control"] == "private, no-cache"
+    again = client.get("/v1/view/image", params=params, headers={"If-None-Match": f'W/"other", {tag}'})
+    assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == tag
+    assert client.get("/v1/view/image", params={**params, "invert": True}).headers["etag"] != tag
+    assert client.get("/v1/view/tile", params=params).headers["etag"] != tag
+    for endpoint in ("histogram", "info"):
+        answer = client.get(f"/v1/view/{endpoint}", params={"file": "cached.mrc"})
+        assert client.get(f"/v1/view/{endpoint}", params={"file": "cached.mrc"},
+                          headers={"If-None-Match": answer.headers["etag"]}).status_code == 304
+    # rewritten in place: another identity (size and modification time), so a fresh picture
+    write_mrc(path, integers((16, 20), seed=29))
+    os.utime(path, ns=(1, 1))
+    fresh = client.get("/v1/view/image", params=params, headers={"If-None-Match": tag})
+    assert fresh.status_code == 200 and fresh.headers["etag"] != tag and decoded(fresh).shape == (16, 20)
+
+
+# -- refusals --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("params, status, slug, named", [
+    ({"file": "../outside.mrc"}, 403, "path-refused", ".."),
+    ({"file": "/etc/passwd"}, 403, "path-refused", "absolute"),
+    ({"file": "sub%2f..%2fx.mrc"}, 403, "path-refused", "encoded"),
+    ({"file": "link_out.mrc"}, 403, "path-refused", "outside the data root"),
+    ({"file": "missing.mrc"}, 404, "file-not-found", "missing.mrc"),
+    ({"file": "good.mrc", "size": 5}, 400, "invalid-parameters", "size"),
+    ({"file": "good.mrc", "axis": "w"}, 400, "invalid-parameters", "axis"),
+    ({"file": "good.mrc", "contrast": "range:5,1"}, 400, "invalid-parameter", "contrast"),
+    ({"file": "good.mrc", "contrast": "sigma:-1"}, 400, "invalid-parameter", "contrast"),
+    ({"file": "good.mrc", "contrast": "sigma"}, 400, "invalid-parameters", "contrast"),
+    ({"file": "good.mrc", "cmap": "jet"}, 400, "invalid-parameters", "cmap"),
+    ({"file": "good.mrc", "section": 4}, 400, "invalid-parameter", "section"),
+    ({"file": "good.mrc", "axis": "y"}, 400, "invalid-parameter", "axis"),
+    ({"file": "good.mrc", "quality": 0}, 400, "invalid-parameters", "quality"),
+])
+def test_bad_requests_are_problems_naming_what_is_wrong(client, root, params, status, slug, named):
+    write_mrc(root / "good.mrc", integers((20, 20)))
+    outside = root.parent / "outside.mrc"
+    write_mrc(outside, integers((4, 4)))
+    if not (root / "link_out.mrc").is_symlink():
+        (root / "link_out.mrc").symlink_to(outside)
+    body = assert_problem(client.get("/v1/view/image", params=params), status, slug)
+    assert named in body["detail"], body
+
+
+def test_tile_coordinates_past_the_plane_and_folders_outside(client, root):
+    write_mrc(root / "tiles.mrc", integers((300, 600)))
+    for params, named in [({"level": 3}, "level"), ({"level": 0, "x": 3}, "x"), ({"level": 1, "y": 1}, "y")]:
+        body = assert_problem(client.get("/v1/view/tile", params={"file": "tiles.mrc", **params}), 400,
+                              "invalid-parameter")
+        assert body["detail"].startswith(f"{named}: "), body
+    assert_problem(client.get("/v1/view/list", params={"path": "../"}), 403, "path-refused")
+    body = assert_problem(client.get("/v1/view/list", params={"path": "tiles.mrc"}), 404, "file-not-found")
+    assert body["detail"] == "tiles.mrc: a file, not a folder"
+    assert_problem(client.get("/v1/view/info", params={"file": "."}), 403, "path-refused")
+
+
+def test_the_page_and_its_parts_forbid_inline_script_and_remote_loads(client):
+    page = client.get("/view")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    csp = dict(part.strip().split(" ", 1) for part in page.headers["content-security-policy"].split(";"))
+    assert csp["default-src"] == "'none'" and csp["script-src"] == "'self'" and csp["connect-src"] == "'self'"
+    assert "http" not in page.text.replace('http-equiv', '') and "<script>" not in page.text
+    script = client.get("/view/view.js")
+    assert script.headers["content-type"].startswith("text/javascript") and "innerHTML" not in script.text
+    assert "http://" not in script.text and "https://" not in script.text
+    assert client.get("/view/view.css").status_code == 200
+    assert_problem(client.get("/view/secret.py"), 404)
+
+
+def test_the_key_is_required_and_never_logged(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    data = integers((20, 30))
+    write_mrc(root / "keyed.mrc", data)
+    log = tmp_path / "server.log"
+    proc, url = start_server(root, log, {"NOA_API_KEY": KEY}, args=("--processes", "1", "--log-level", "info"))
+    try:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            for endpoint in ("list", "image?file=keyed.mrc", "tile?file=keyed.mrc", "info?file=keyed.mrc"):
+                assert_problem(http.get(f"/v1/view/{endpoint}"), 401, "unauthorized")
+                assert_problem(http.get(f"/v1/view/{endpoint}", headers={"X-API-Key": "wrong"}), 401)
+            assert http.get("/view").status_code == 200  # the page holds no data: no key needed
+            got = decoded(http.get("/v1/view/image", params={"file": "keyed.mrc", "contrast": "minmax"},
+                                   headers={"X-API-Key": KEY}))
+            np.testing.assert_array_equal(got, picture(data, "minmax"))
+    finally:
+        stop_server(proc)
+    text = log.read_text()
+    assert "/v1/view/image?file=keyed.mrc" in text  # the access log is on
+    assert KEY not in text

@@ -1,0 +1,272 @@
+"""The viewer page (/view) in a real browser: Debian's headless Chromium driven over the DevTools protocol
+(tests/browser.py) against a live ``noa serve`` with an API key.
+
+Checked: the page asks for the key and then works, the key never in a URL; the file list shows names as
+text; a file's header table and picture, whose canvas pixels equal the PNG the endpoint serves for the
+request the page made; the slider changes the slice; dragging a contrast limit re-requests with range:;
+the value under the cursor; a label or file name holding HTML does not run; no request leaves the server.
+A screenshot of the page is kept beside the test's files (viewer.png).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import mrcfile
+import numpy as np
+import pytest
+from PIL import Image
+from browser import Browser, Page, chromium
+from helpers import start_server, stop_server, write_mrc
+
+pytestmark = pytest.mark.skipif(chromium() is None, reason="chromium not found (apt-get install chromium)")
+
+KEY = "browser-key-5f2e71"
+HOSTILE = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
+HOSTILE_NAME = "x<img src=x onerror=window.__pwned=3>.mrc"
+VOLUME = np.random.default_rng(1).integers(-500, 500, size=(9, 40, 48)).astype(np.float32)
+LARGE = np.random.default_rng(2).normal(size=(600, 700)).astype(np.float32)  # more than one tile at any zoom
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
+    base = tmp_path_factory.mktemp("viewer-browser")
+    root = base / "root"
+    (root / "folder").mkdir(parents=True)
+    write_mrc(root / "volume.mrc", VOLUME, voxel_size=1.5)
+    with mrcfile.new(root / "labelled.mrc", VOLUME[0], overwrite=True) as f:
+        f.header.label[0] = HOSTILE[:80].encode()
+        f.header.nlabl = 1
+    write_mrc(root / HOSTILE_NAME, VOLUME[1])
+    write_mrc(root / "folder" / "inner.mrc", VOLUME[2])
+    write_mrc(root / "large.mrc", LARGE)
+    proc, url = start_server(root, base / "server.log", {"NOA_API_KEY": KEY})
+    yield url, base
+    stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory) -> Iterator[Browser]:
+    with Browser.start(tmp_path_factory.mktemp("chromium-profile")) as started:
+        yield started
+
+
+@pytest.fixture
+def page(browser) -> Iterator[Page]:
+    tab = browser.new_page()
+    yield tab
+    tab.close()
+
+
+def open_viewer(page: Page, url: str) -> None:
+    """/view, the key typed into the form it shows, and the data root listed."""
+    page.goto(f"{url}/view")
+    page.wait("document.body.dataset.state === 'key'")
+    page.evaluate("document.getElementById('key').focus()")
+    page.send("Input.insertText", text=KEY)
+    page.evaluate("document.getElementById('key-form').requestSubmit()")
+    page.wait("document.body.dataset.state === 'listed'")
+
+
+def open_file(page: Page, name: str) -> None:
+    renders = int(page.evaluate("document.body.dataset.renders"))
+    page.evaluate(f"[...document.querySelectorAll('#files button')].find(b => b.textContent === {name!r}).click()")
+    wait_render(page, renders)
+
+
+def wait_render(page: Page, renders: int) -> None:
+    page.wait(f"document.body.dataset.state === 'ready' && Number(document.body.dataset.renders) > {renders}")
+
+
+def canvas_image_any(page: Page) -> tuple[np.ndarray, str]:
+    """The image canvas as (H, W, 4) RGBA, and its data-view."""
+    width, height, data, drawn = page.evaluate("""(() => {
+        const c = document.getElementById('image');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height);
+        let s = '';
+        for (let i = 0; i < d.data.length; i += 8192) s += String.fromCharCode(...d.data.subarray(i, i + 8192));
+        return [c.width, c.height, btoa(s), c.dataset.view];
+    })()""")
+    return np.frombuffer(base64.b64decode(data), np.uint8).reshape(height, width, 4), drawn
+
+
+def canvas_image(page: Page) -> tuple[np.ndarray, tuple[int, int, int]]:
+    """The image canvas as (H, W, 4) RGBA, and what is drawn where (zoom, ox, oy)."""
+    pixels, drawn = canvas_image_any(page)
+    zoom, ox, oy = (int(v) for v in drawn.split())
+    return pixels, (zoom, ox, oy)
+
+
+def tile_requests(page: Page) -> list[str]:
+    return [r["url"] for r in page.requests() if urlsplit(r["url"]).path == "/v1/view/tile"]
+
+
+def served(url: str) -> np.ndarray:
+    """The picture at ``url``, fetched here with the key and decoded by Pillow."""
+    response = httpx.get(url, headers={"X-API-Key": KEY}, timeout=30)
+    assert response.status_code == 200, response.text
+    return np.asarray(Image.open(io.BytesIO(response.content)))
+
+
+def assert_canvas_is(page: Page, tile_url: str, shape: tuple[int, int]) -> np.ndarray:
+    """The canvas shows the one tile at ``tile_url``, magnified 2^zoom times, exactly its PNG's pixels."""
+    pixels, (zoom, ox, oy) = canvas_image(page)
+    assert zoom >= 0
+    m = 2 ** zoom
+    region = pixels[oy:oy + shape[0] * m, ox:ox + shape[1] * m]
+    expected = served(tile_url)
+    assert expected.shape == shape
+    expected = expected.repeat(m, axis=0).repeat(m, axis=1)  # nearest neighbour: each pixel an m x m square
+    np.testing.assert_array_equal(region[..., 0], expected)
+    np.testing.assert_array_equal(region[..., 1], expected)
+    assert (region[..., 3] == 255).all()
+    return region[..., 0]
+
+
+def test_the_key_is_asked_for_then_sent_as_a_header_never_in_a_url(server, page):
+    url, _ = server
+    open_viewer(page, url)
+    open_file(page, "volume.mrc")
+    requests = page.requests()
+    api = [r for r in requests if "/v1/" in r["url"]]
+    assert api[0]["url"].endswith("/v1/view/list?path=") and "X-API-Key" not in api[0]["headers"]  # answered 401
+    keyed = [r for r in api if r["headers"].get("X-API-Key") == KEY]
+    assert {urlsplit(r["url"]).path for r in keyed} >= {"/v1/view/list", "/v1/view/info", "/v1/view/histogram",
+                                                         "/v1/view/tile"}
+    assert page.evaluate("sessionStorage.getItem('noa-api-key')") == KEY
+    # the download link fetches the file with the key too (the browser is told to save nothing)
+    page.send("Browser.setDownloadBehavior", behavior="deny")
+    page.evaluate("document.getElementById('download').click()")
+    deadline = time.monotonic() + 15
+    while not (downloads := [r for r in page.requests() if urlsplit(r["url"]).path == "/v1/files/volume.mrc"]):
+        assert time.monotonic() < deadline, "no download request"
+        time.sleep(0.05)
+    assert downloads[0]["headers"].get("X-API-Key") == KEY
+    requests = page.requests()
+    assert all(KEY not in r["url"] for r in requests)
+    # nothing but the server: no CDN, no font, no remote image
+    assert all(r["url"].startswith(url + "/") or r["url"].startswith(("blob:", "data:")) for r in requests), \
+        [r["url"] for r in requests]
+
+
+def test_names_and_labels_are_text_and_never_run(server, page):
+    url, base = server
+    open_viewer(page, url)
+    names = page.evaluate("[...document.querySelectorAll('#files tbody tr')].map(r => r.cells[0].textContent)")
+    assert names == ["folder/", "labelled.mrc", "large.mrc", "volume.mrc", HOSTILE_NAME]
+    open_file(page, HOSTILE_NAME)
+    open_file(page, "labelled.mrc")
+    header = page.evaluate("[...document.querySelectorAll('#header td')].map(td => td.textContent)")
+    assert HOSTILE[:80] in header
+    assert page.evaluate("document.querySelectorAll('#viewer img, #viewer script, #browser img').length") == 0
+    assert page.evaluate("window.__pwned === undefined")
+    page.send("Page.captureScreenshot")  # the page has drawn; keep a picture of it
+    shot = page.send("Page.captureScreenshot", format="png")["data"]
+    (base / "viewer.png").write_bytes(base64.b64decode(shot))
+
+
+def test_the_picture_the_slider_the_contrast_and_the_value_under_the_cursor(server, page):
+    url, _ = server
+    open_viewer(page, url)
+    open_file(page, "volume.mrc")
+    header = dict(page.evaluate("[...document.querySelectorAll('#header tr')].map(r => [r.cells[0].textContent, "
+                                "r.cells[1].textContent])"))
+    assert header["shape (BDHW)"] == "1 × 9 × 40 × 48" and header["format"] == "mrc"
+    first = tile_requests(page)[-1]
+    assert parse_qs(urlsplit(first).query)["index"] == ["4"]  # the central slice, N // 2
+    central = assert_canvas_is(page, first, (40, 48))
+
+    # the slider: another slice, drawn as its endpoint serves it
+    renders = int(page.evaluate("document.body.dataset.renders"))
+    page.evaluate("(() => { const s = document.getElementById('index'); s.value = '1'; "
+                  "s.dispatchEvent(new Event('input')); })()")
+    wait_render(page, renders)
+    second = tile_requests(page)[-1]
+    assert parse_qs(urlsplit(second).query)["index"] == ["1"]
+    assert not np.array_equal(assert_canvas_is(page, second, (40, 48)), central)
+
+    # drag the low limit to the right on the histogram: the tiles come again with range:A,B
+    before = parse_qs(urlsplit(second).query)["contrast"][0]
+    left, top, width = page.evaluate("(() => { const c = document.getElementById('histogram'); "
+                                     "const r = c.getBoundingClientRect(); "
+                                     "return [r.left + c.clientLeft, r.top + c.clientTop, c.width]; })()")
+    histogram = httpx.get(f"{url}/v1/view/histogram", params={"file": "volume.mrc", "axis": "z", "index": 1},
+                          headers={"X-API-Key": KEY}).json()
+    lo = float(before.removeprefix("range:").split(",")[0])
+    # where the page draws the line: a limit beyond the histogram's range sits at its end
+    x = left + min(max((lo - histogram["edges"][0]) / (histogram["edges"][-1] - histogram["edges"][0]) * width, 1),
+                   width - 1)
+    renders = int(page.evaluate("document.body.dataset.renders"))
+    page.mouse("mousePressed", x, top + 60, clickCount=1)
+    page.mouse("mouseMoved", x + 40, top + 60, buttons=1)
+    page.mouse("mouseReleased", x + 40, top + 60, clickCount=1)
+    wait_render(page, renders)
+    third = tile_requests(page)[-1]
+    after = parse_qs(urlsplit(third).query)["contrast"][0]
+    assert after.startswith("range:") and float(after[6:].split(",")[0]) > lo
+    assert page.evaluate("document.getElementById('rule').value") == "range"
+    assert_canvas_is(page, third, (40, 48))
+
+    # the value under the cursor: plane pixel (x 7, y 12) of slice 1
+    _, (zoom, ox, oy) = canvas_image(page)
+    left, top = page.evaluate("(() => { const r = document.getElementById('image').getBoundingClientRect(); "
+                              "return [r.left, r.top]; })()")
+    # Chromium rounds mouse positions to whole CSS pixels: aim at the first whole one inside the pixel
+    m = 2 ** zoom
+    page.mouse("mouseMoved", math.ceil(left + ox + 7 * m) + 0.2, math.ceil(top + oy + 12 * m) + 0.2, button="none")
+    expected = f"x 7, y 12: {VOLUME[1, 12, 7]:g}"
+    page.wait(f"document.getElementById('readout').textContent === {expected!r}")
+
+
+def test_a_large_image_is_drawn_from_tiles_and_zoomed_by_levels(server, page):
+    url, _ = server
+    open_viewer(page, url)
+    open_file(page, "large.mrc")
+    pixels, (zoom, ox, oy) = canvas_image(page)
+    assert zoom == -1  # 600 rows do not fit the 512 of the canvas: level 1, 300 x 350, drawn from 2 x 2 tiles
+    tiles = {(q["x"][0], q["y"][0]): u for u in tile_requests(page)
+             if (q := parse_qs(urlsplit(u).query))["level"] == ["1"]}
+    assert sorted(tiles) == [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]
+    whole = np.block([[served(tiles[x, y]) for x in "01"] for y in "01"])
+    assert whole.shape == (300, 350)
+    np.testing.assert_array_equal(pixels[oy:oy + 300, ox:ox + 350, 0], whole)
+
+    # zoom in about the centre: level 0, only the tiles in view
+    renders = int(page.evaluate("document.body.dataset.renders"))
+    page.evaluate("document.getElementById('zoom-in').click()")
+    wait_render(page, renders)
+    pixels, (zoom, ox, oy) = canvas_image(page)
+    assert zoom == 0
+    width, height = pixels.shape[1], pixels.shape[0]
+    level0 = {(int(q["x"][0]), int(q["y"][0])): u for u in tile_requests(page)
+              if (q := parse_qs(urlsplit(u).query))["level"] == ["0"]}
+    visible = {(x, y) for x in range(3) for y in range(3)
+               if ox + x * 256 < width and ox + (x + 1) * 256 > 0 and oy + y * 256 < height and oy + (y + 1) * 256 > 0}
+    assert set(level0) == visible
+    for (x, y), tile_url in level0.items():  # each drawn where it belongs, cut by the canvas's edges
+        tile = served(tile_url)
+        top, left = oy + y * 256, ox + x * 256
+        shown = pixels[max(0, top):top + tile.shape[0], max(0, left):left + tile.shape[1], 0]
+        np.testing.assert_array_equal(shown, tile[max(0, -top):, max(0, -left):][:shown.shape[0], :shown.shape[1]])
+
+    # the power spectrum instead: one picture, the endpoint's, centred
+    renders = int(page.evaluate("document.body.dataset.renders"))
+    page.evaluate("(() => { const s = document.getElementById('spectrum'); s.checked = true; "
+                  "s.dispatchEvent(new Event('change')); })()")
+    wait_render(page, renders)
+    spectra = [r["url"] for r in page.requests() if urlsplit(r["url"]).path == "/v1/view/image"]
+    assert parse_qs(urlsplit(spectra[-1]).query)["spectrum"] == ["true"]
+    expected = served(spectra[-1])
+    assert max(expected.shape) <= 512
+    shown = page.evaluate("document.getElementById('image').dataset.view")
+    assert shown.startswith("spectrum ")
+    pixels, _ = canvas_image_any(page)
+    top, left = (pixels.shape[0] - expected.shape[0]) // 2, (pixels.shape[1] - expected.shape[1]) // 2
+    np.testing.assert_array_equal(pixels[top:top + expected.shape[0], left:left + expected.shape[1], 0], expected)
