@@ -161,23 +161,40 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
     else:
         inputs = [("paths", Annotated[list[Path], typer.Argument(
             help="IN OUT, or several inputs with --out-dir.", show_default=False)], ...)]
+    query = operation.query
+    if query is not None:  # answered with no file: IN OUT may be left out
+        inputs = [(name, annotation, None if default is ... else default) for name, annotation, default in inputs]
+        inputs.append((query.param.name, Annotated[Optional[str], typer.Option(
+            *query.param.cli_flags, help=query.param.help + " (No files needed.)")], None))
     extra = [("to", *TO)] if operation.chooses_format else []
     driver = [(name, *spec) for name, spec in DRIVER_OPTIONS.items()]
 
     def command(**given: Any) -> None:
+        if query is not None and given[query.param.name] is not None:
+            if given.get("paths") or given.get("inputs"):
+                raise report.UsageError(f"{query.param.cli_flags[0]} reads no file; give it without input files")
+            try:
+                answer = query.answer(query.param.check(given[query.param.name]))
+            except ParameterError as exc:  # named as typed: the option asked, whatever the library called it
+                raise ParameterError(exc.problem, query.param.cli_flags[0]) from None
+            typer.echo(query.text(answer))
+            return
+        if operation.show is not None and given.get("terminal"):  # drawn here, no output file
+            _show(operation, given)
+            return
         suffix = None if given.get("to") is None else "." + given["to"].lstrip(".")
         if suffix is None and operation.text_output is not None:  # a table instead of an image
             suffix = (operation.text_output(given) or (None,))[0]
         if several:
             if (given["output"] is None) == (given["out_dir"] is None):
                 raise report.UsageError("give either --output FILE or --out-dir FOLDER")
-            inputs_, shared = list(given["inputs"]), list(given["others"] or [])
+            inputs_, shared = list(given["inputs"] or []), list(given["others"] or [])
             if given["output"] is not None:
                 pairs, shared = [(inputs_[0], given["output"])], inputs_[1:] + shared
             else:
                 pairs = _pairs(inputs_, given["out_dir"], suffix)
         else:
-            shared, pairs = [], _pairs(given["paths"], given["out_dir"], suffix)
+            shared, pairs = [], _pairs(given["paths"] or [], given["out_dir"], suffix)
         with flags_in_errors(operation):  # also around the run: a plan may find a parameter wrong for its input
             task = operation.task(option_values(operation, given), shared=shared)
             if given.get("out_dir") is not None:  # once the options are known good: no folder for a refused call
@@ -188,16 +205,37 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
     return command, arguments + inputs + options + extra + driver
 
 
+def _show(operation: Operation, given: dict[str, Any]) -> None:
+    """``noa NAME IN... --terminal``: each input's output drawn on this terminal, sized to it (written as is:
+    typer.echo would strip the colour codes when stdout is a pipe, as under ssh -T or tmux's capture)."""
+    import shutil
+    import sys
+
+    if given.get("out_dir") is not None:
+        raise report.UsageError("--terminal draws on this terminal; it takes no --out-dir")
+    assert operation.show is not None
+    columns, lines = shutil.get_terminal_size()
+    with flags_in_errors(operation):
+        options = operation.options(option_values(operation, given))
+        for path in given["paths"]:
+            sys.stdout.write(operation.show(path, options, columns, lines))
+
+
 def _reporter(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, Any, Any]]]:
-    """The command function of a reporting operation, and its parameters."""
-    files = ("files", Annotated[list[Path], typer.Argument(help="MRC or TIFF files.", show_default=False)], ...)
+    """The command function of a reporting operation, and its parameters: a report on each file, or one report
+    on all of them where it reads several inputs."""
+    several = operation.max_inputs > 1
+    files = ("files", Annotated[list[Path], typer.Argument(
+        help="Input files, in order." if several else "MRC or TIFF files.", show_default=False)], ...)
     params = [(p.name, *_annotation(p)) for p in operation.params_for("cli")]
 
     def command(**given: Any) -> None:
         with flags_in_errors(operation):
             options = operation.options(option_values(operation, given))
         assert operation.text is not None
-        results = [operation.run_report(path, options) for path in given["files"]]
+        with flags_in_errors(operation):  # the report may find an option wrong for its inputs
+            results = ([operation.run_report(given["files"], options)] if several
+                       else [operation.run_report(path, options) for path in given["files"]])
         if given["as_json"]:
             typer.echo(json.dumps(results if len(results) > 1 else results[0], indent=2))
         else:

@@ -32,7 +32,13 @@ def _load_array_kernels():
                               arithmetic=elementwise.arithmetic, transfer=devices.transfer, interop=interop)
 
 
+def _png_picture(array) -> bytes | None:
+    """Array._repr_png_ (by name, as the lazy names below: the pictures module reaches the files' modules)."""
+    return importlib.import_module("noa_core.pictures").png_picture(array)
+
+
 providers.array_kernels = _load_array_kernels
+providers.png_picture = _png_picture
 
 _LAZY = {
     **dict.fromkeys(("Array", "arange", "asarray", "empty", "full", "ones", "zeros"), "noa_core.array"),
@@ -46,8 +52,11 @@ _LAZY = {
     **dict.fromkeys(("average", "join", "sections", "split"), "noa_core.stack_sections"),
     **dict.fromkeys(("bin_voxels", "flip", "resize", "rotx"), "noa_core.boxes"),
     **dict.fromkeys(("fourier_resize", "rescale"), "noa_core.resampling"),
+    "fsc": "noa_core.resolution",
+    "symmetrize": "noa_core.symmetry",
+    "preview": "noa_core.pictures",
 }
-_SUBMODULES = ("array", "layout", "fft", "spectral", "geometry")  # `noa_core.layout` etc. as attributes, also lazily
+_SUBMODULES = ("array", "layout", "fft", "spectral", "geometry", "pictures")  # `noa_core.layout` etc., also lazily
 
 
 def __getattr__(name: str):
@@ -68,5 +77,6 @@ __all__ = [
     "ewise", "iwise", "reduce_ewise", "sum", "mean", "min", "max", "var", "std", "copy", "permute_copy",
     "astype", "fill", "cuda_available", "from_dlpack",
     "split", "join", "sections", "average", "scale", "normalize",
-    "resize", "bin_voxels", "flip", "rotx", "fourier_resize", "rescale", "fft", "spectral", "geometry",
+    "resize", "bin_voxels", "flip", "rotx", "fourier_resize", "rescale", "fft", "spectral", "geometry", "pictures", "preview",
+    "fsc", "symmetrize",
 ]

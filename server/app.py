@@ -18,7 +18,7 @@ from noa_core import __version__, operations
 from noa_server import problems
 from noa_server.auth import HEADER, ApiKeyMiddleware, declare_key
 from noa_server.limits import BodyLimitMiddleware
-from noa_server.routes import health, jobs, paths, uploads
+from noa_server.routes import health, jobs, paths, queries, uploads, view
 from noa_server.service import Service
 from noa_server.settings import Settings
 
@@ -30,7 +30,8 @@ can be downloaded from `/v1/files/...`). Errors are `application/problem+json` (
 """
 
 
-VERSIONED = (uploads, paths, jobs)  # route modules under /v1 (behind the API key), built from the registry
+# route modules under /v1 (behind the API key), built from the registry
+VERSIONED = (uploads, paths, jobs, view, queries)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -55,7 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # For the Allow header of a 405, which must name the methods of every route at that path.
     app.state.route_methods = [
         (re.compile("^" + re.escape(prefix) + route.path_regex.pattern.removeprefix("^")), route.methods)
-        for prefix, routers in (("", [health.router]), (v1.prefix, versioned))
+        for prefix, routers in (("", [health.router, view.page]), (v1.prefix, versioned))
         for routes in routers
         for route in routes.routes
     ]
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.api_key is not None:
         guarded = {"dependencies": [Security(declare_key)], "responses": problems.documented(401)}
     app.include_router(health.router)
+    app.include_router(view.page)  # the viewer's page: no data in it, so not behind the key
     app.include_router(v1, **guarded)
 
     # Added last = outermost. The key is checked before the body is counted, and CORS headers reach

@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from noa_core.errors import NoaError
+from noa_core.errors import NoaError, UnknownFormatError
 from noa_core.io import formats
 from noa_core.io.atomic import scratch_outputs
 from noa_core.operations import Operation
 from noa_core.run import Progress
 from noa_server.limits import check_voxels
 from noa_server.models import OpParams, PathRequest
-from noa_server.problems import classify
+from noa_server.problems import ProblemError, classify
 from noa_server.sandbox import Sandbox
 
 try:
@@ -56,8 +56,25 @@ class Planned:
 
 def plan(request: PathRequest, sandbox: Sandbox) -> Planned:
     output = request.output_path()
+    for name, relative in _input_files(request).items():  # checked now too: a job refuses them on submission
+        with _naming(name):
+            sandbox.resolve(relative)
     return Planned(request, [sandbox.resolve(p) for p in request.input_paths()],
                    None if output is None else sandbox.resolve(output), sandbox)
+
+
+def _input_files(request: PathRequest) -> dict[str, str]:
+    return request.input_files() if isinstance(request, OpParams) else {}
+
+
+@contextmanager
+def _naming(name: str) -> Iterator[None]:
+    """A refused path of the parameter ``name`` (a gain) named as the parameter, as the client sent it."""
+    try:
+        yield
+    except ProblemError as problem:
+        problem.detail = f"{name}: {problem.detail}"
+        raise
 
 
 def _run(params: OpParams, inputs: Sequence[Path], output: Path | None, max_voxels: int, *, overwrite: bool,
@@ -90,7 +107,7 @@ def _run(params: OpParams, inputs: Sequence[Path], output: Path | None, max_voxe
             plan = task.plan(inputs[0])
         check_voxels([*plan.input_shapes, plan.shape], max_voxels)
         return write_plan(plan, output, overwrite=overwrite, device=task.device, progress=progress)
-    return operation.run_report(inputs[0], options)
+    return operation.run_report(inputs if operation.max_inputs > 1 else inputs[0], options)
 
 
 @dataclass(frozen=True)
@@ -130,8 +147,9 @@ def run_on_paths(planned: Planned, max_voxels: int, progress: Progress) -> Any:
     files as the client did."""
     with ExitStack() as opened:
         inputs, output, names = _open(planned, opened)
+        files = _open_input_files(planned, opened, names)
         with names.in_errors():
-            return _run_on_paths(planned, inputs, output, max_voxels, progress, names)
+            return _run_on_paths(planned, inputs, output, max_voxels, progress, names, files)
 
 
 def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None, ClientNames]:
@@ -169,6 +187,26 @@ def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None,
     return inputs, Path(PROC_FD, str(fd), path.name), ClientNames(names)
 
 
+def _open_input_files(planned: Planned, opened: ExitStack, names: ClientNames) -> dict[str, str]:
+    """The request's :class:`~noa_core.operations.spec.InputFile` parameters opened beneath the root as inputs
+    are (:func:`_open`): parameter name -> a link to the opened file, named as the client's file."""
+    files: dict[str, str] = {}
+    if not _input_files(planned.request):
+        return files
+    folder = new_upload_folder(planned.sandbox.scratch)
+    opened.callback(remove_upload_folder, folder)
+    for name, relative in _input_files(planned.request).items():
+        with _naming(name):
+            fd, _ = planned.sandbox.open(relative)
+        opened.callback(os.close, fd)
+        link = folder / name / PurePosixPath(relative).name
+        link.parent.mkdir()
+        link.symlink_to(f"{PROC_FD}/{fd}")
+        names.names[str(link)] = relative
+        files[name] = str(link)
+    return files
+
+
 def _open_output_folder(sandbox: Sandbox, dst: str, opened: ExitStack, names: dict[str, str]) -> Path:
     """The folder ``dst`` names, made when missing and opened beneath the root, as ``/proc/self/fd/N``
     (an output folder left empty by a failure stays)."""
@@ -188,9 +226,10 @@ def _open_output_folder(sandbox: Sandbox, dst: str, opened: ExitStack, names: di
 
 
 def _run_on_paths(planned: Planned, inputs: list[Path], output: Path | None, max_voxels: int, progress: Progress,
-                  names: ClientNames) -> Any:
+                  names: ClientNames, files: dict[str, str]) -> Any:
     request = planned.request
     assert isinstance(request, OpParams)
+    request = request.model_copy(update=files)  # the opened files, not the client's paths
     overwrite = getattr(request, "overwrite", False)  # reports write nothing
     result = _run(request, inputs, output, max_voxels, overwrite=overwrite, progress=progress,
                   dry_run=getattr(request, "dry_run", False))
@@ -264,8 +303,23 @@ def _zip(outputs: list[Path], archive: Path) -> None:
             packed.write(path, path.name)
 
 
+def _movie_format(path: Path):
+    """The movie format (EER) of the uploaded ``path``, or None: an image, or a file the operation reads itself
+    (an edit's text; what is not an image is refused by the operation that reads it, in its words)."""
+    try:
+        fmt = formats.detect(formats.check_input(path))[0]
+    except NoaError:
+        return None
+    return fmt if fmt in formats.MOVIES else None
+
+
 def _run_on_saved(params: OpParams, inputs: list[Path], workdir: Path, out_format: str | None, max_voxels: int,
                   name: str, names: ClientNames) -> UploadResult | dict:
+    for path in inputs:  # movies (GBs, and no output format of their own) are read where they are
+        fmt = _movie_format(path)
+        if fmt is not None:
+            raise UnknownFormatError(f"{path}: format: {fmt.title} movies are not taken as uploads; put the movie "
+                                     "under the service's data root and POST /v1/paths/NAME (or a job)")
     if params.declaration.edits:  # the client's copy, edited: its data bytes are those sent
         changes = _run(params, inputs, None, max_voxels, overwrite=False, progress=ignore_progress)
         edited = inputs[0].rename(workdir / safe_name(name))

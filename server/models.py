@@ -18,6 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from noa_core.io import formats
 from noa_core.operations import Choice, Flag, Integer, Integers, Operation, Param, Real, Reals, Text
+from noa_core.operations.spec import InputFile
 
 RelPath = Annotated[str, Field(min_length=1, max_length=1024, description="A path relative to the data root.")]
 Format = Literal[tuple(fmt.name for fmt in formats.FORMATS)]  # type: ignore[valid-type]
@@ -69,7 +70,10 @@ def _field(param: Param) -> tuple[Any, Any]:
     elif isinstance(kind, Choice):
         annotation = Literal[kind.values]  # type: ignore[valid-type]
     elif isinstance(kind, Text):
-        annotation = Annotated[str, Field(min_length=kind.min_length, max_length=kind.max_length)]
+        annotation = Annotated[str, Field(min_length=kind.min_length, max_length=kind.max_length,
+                                          pattern=kind.pattern)]
+    elif isinstance(kind, InputFile):  # resolved under the data root as inputs are (execution.plan)
+        annotation = RelPath
     else:
         raise TypeError(f"parameter {param.name}: no HTTP form for {kind!r}")
     if param.required:
@@ -86,7 +90,12 @@ class OpParams(BaseModel):
 
     def values(self) -> dict[str, Any]:
         """The parameter values given (or defaulted) for :meth:`Operation.options`."""
-        return {p.name: getattr(self, p.name) for p in self.declaration.params_for("http")}
+        return {p.name: getattr(self, p.name, p.default) for p in self.declaration.params_for("http")}
+
+    def input_files(self) -> dict[str, str]:
+        """The :class:`~noa_core.operations.spec.InputFile` parameters given: name -> path as the client sent it."""
+        return {p.name: getattr(self, p.name) for p in self.declaration.params_for("http")
+                if isinstance(p.type, InputFile) and getattr(self, p.name, None) is not None}
 
 
 def _pascal(name: str) -> str:
@@ -94,9 +103,13 @@ def _pascal(name: str) -> str:
 
 
 @functools.cache
-def params_model(operation: Operation) -> type[OpParams]:
-    fields = {p.name: _field(p) for p in operation.params_for("http")}
-    model = create_model(f"{_pascal(operation.name)}Params", __base__=OpParams, **fields)  # type: ignore[call-overload]
+def params_model(operation: Operation, *, uploads: bool = False) -> type[OpParams]:
+    """The parameters of ``operation`` over HTTP; ``uploads``: the form of ``POST /v1/upload/NAME``, without the
+    parameters that name a file of the server (InputFile: an upload has no data root to find it in)."""
+    fields = {p.name: _field(p) for p in operation.params_for("http")
+              if not (uploads and isinstance(p.type, InputFile))}
+    name = f"{_pascal(operation.name)}{'Upload' if uploads else ''}Params"
+    model = create_model(name, __base__=OpParams, **fields)  # type: ignore[call-overload]
     model.declaration = operation
     return model
 
@@ -146,6 +159,13 @@ class _WritesSeveral(_Output):
         return list(self.srcs)
 
 
+class _ReadsSeveral(PathRequest):
+    srcs: list[RelPath]
+
+    def input_paths(self) -> list[str]:
+        return list(self.srcs)
+
+
 class _Edits(_OneInput):
     dry_run: bool = Field(False, description="Say what would change; change nothing.")
 
@@ -168,12 +188,10 @@ def _paths_base(operation: Operation) -> tuple[type[PathRequest], dict[str, Any]
         return _Edits, {}
     if operation.writes_several:
         return _WritesFolder, {}
-    if not operation.writes:
-        return _OneInput, {}
     if operation.max_inputs == 1:
-        return _WritesOne, {}
+        return (_WritesOne if operation.writes else _OneInput), {}
     srcs = Field(min_length=1, max_length=operation.max_inputs, description="Inputs, named a, b, c, ... in order.")
-    return _WritesSeveral, {"srcs": (list[RelPath], srcs)}
+    return (_WritesSeveral if operation.writes else _ReadsSeveral), {"srcs": (list[RelPath], srcs)}
 
 
 @functools.cache

@@ -42,9 +42,10 @@ from noa_core.operations.spec import (
 __all__ = ["BUILTIN", "REQUIRED", "Choice", "FileTask", "Flag", "Integer", "Integers", "Operation", "Options",
            "Param", "Real", "Reals", "Text", "get", "markdown_table", "names", "operations", "register", "unregister"]
 
-BUILTIN = ("info", "stats", "permute", "broadcast", "copy", "ewise", "split", "join", "scale", "normalize", "header",
-           "resize", "bin", "flip", "rotx", "sections", "average", "rescale", "filter", "powerspectrum",
-           "transform")  # modules of this package, in CLI order
+BUILTIN = ("info", "preview", "stats", "permute", "broadcast", "copy", "ewise", "split", "join", "scale", "normalize",
+           "header",
+           "resize", "bin", "flip", "rotx", "sections", "average", "rescale", "filter", "powerspectrum", "fsc", "mask",
+           "transform", "symmetrize")  # modules of this package, in CLI order
 PLUGINS_VARIABLE = "NOA_OPERATIONS"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _registry: dict[str, Operation] = {}

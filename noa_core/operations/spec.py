@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -185,10 +187,12 @@ class Choice:
 
 @dataclass(frozen=True)
 class Text:
-    """Free text of bounded length (an expression, a label)."""
+    """Free text of bounded length (an expression, a label); ``pattern``: the grammar of the words accepted, for
+    the HTTP schema (a JSON Schema regex); the operation checks them itself, in its words."""
 
     min_length: int = 1
     max_length: int | None = None
+    pattern: str | None = None
 
     def check(self, name: str, value: Any) -> str:
         if not isinstance(value, str):
@@ -199,7 +203,24 @@ class Text:
         return value
 
 
-ParamType = Flag | Integer | Integers | Real | Reals | Choice | Text
+@dataclass(frozen=True)
+class InputFile:
+    """The path of a file an operation reads beside its inputs (an EER gain). Each door resolves it as it
+    resolves inputs: the CLI and Python take it as given; the service takes a path relative to its data
+    root, checked and opened as ``src`` is (refused outside the root, naming the parameter), and refuses
+    it with uploads."""
+
+    max_length: int = 4096
+
+    def check(self, name: str, value: Any) -> str:
+        if not isinstance(value, (str, Path)) or not str(value):
+            raise ParameterError(f"{value!r} is not a file path", name)
+        if len(str(value)) > self.max_length:
+            raise ParameterError(f"a path of {len(str(value))} characters; at most {self.max_length}", name)
+        return str(value)
+
+
+ParamType = Flag | Integer | Integers | Real | Reals | Choice | Text | InputFile
 Door = Literal["cli", "http"]
 
 
@@ -276,7 +297,25 @@ SERIES = Param("series", Integer(0, 10_000), "TIFF series to read (default 0).")
 CHANNEL = Param("channel", Integer(0, 10_000), "TIFF or OME-Zarr channel (C axis or RGB sample) to read; needed when the "
                 "channels cannot be the batch axis.")
 LEVEL = Param("level", Integer(0, 100), "TIFF or OME-Zarr pyramid level to read (default 0, the full resolution).")
-READING = (AS_STACK, SERIES, CHANNEL, LEVEL)
+# EER movies (noa_core.io.eer): refused, naming the option, for any other input.
+EER_GROUP = Param("eer_group", Integer(1, 65535), "EER: hardware frames summed into each fraction (default 1), "
+                  "as RELION's --eer_grouping (whose default is 40).")
+EER_GROUP_LAST = Param("eer_group_last", Choice(("drop", "keep")), "EER: frames left over when --eer-group does not "
+                       "divide the count: drop (with a notice, as RELION does) or keep (a last, smaller fraction).",
+                       default="drop")
+EER_UPSAMPLING = Param("eer_upsampling", Integer(1, 3), "EER: grid of the fractions: 1 (the detector's pixels, 4K), "
+                       "2 (8K) or 3 (16K), from the events' sub-pixel bits as RELION's --eer_upsampling.", default=1)
+GAIN = Param("gain", InputFile(), "EER: gain file multiplying each fraction (float32 output), as RELION's "
+             "motion correction: a .gain TIFF is multiplicative, any other (MRC counts) becomes mean/gain with 0 kept "
+             "(defects read 0); rows as stored (RELION's TIFF reader flips .gain images and loadEERGain flips them "
+             "back); a gain of the detector's size is repeated onto a finer grid, a finer gain summed. Over HTTP: a "
+             "path under the data root (paths mode and jobs; refused with uploads).")
+GAIN_FLIP_Y = Param("gain_flip_y", Flag(), "EER: turn the gain upside down (after --gain-rotate), as RELION's "
+                    "--gain_flip 1.", default=False)
+GAIN_ROTATE = Param("gain_rotate", Integer(0, 3), "EER: rotate the gain N x 90 degrees clockwise with row 0 at the "
+                    "top (relion_display's view), as RELION's --gain_rot N and MotionCor2's -RotGain N.")
+EER_READING = (EER_GROUP, EER_GROUP_LAST, EER_UPSAMPLING, GAIN, GAIN_FLIP_Y, GAIN_ROTATE)
+READING = (AS_STACK, SERIES, CHANNEL, LEVEL, *EER_READING)
 DEVICE = Param("device", Choice(("cpu", "cuda")), "Where kernels run: cpu or cuda.", default="cpu",
                doors=frozenset({"cli"}))
 
@@ -327,7 +366,11 @@ class Options(dict):
         header first."""
         from noa_core import io
 
-        return io.read(path, **self._reading())
+        array, meta = io.read(path, **self._reading())
+        told = _READING_NOTICES.get()
+        if told is not None:
+            told.extend(meta.notices)
+        return array, meta
 
     def open_real_input(self, path: str | Path, what: str) -> tuple[Array, Metadata]:
         """:meth:`open_input` for an operation ``what`` that takes real images: complex data are refused."""
@@ -355,8 +398,34 @@ class Options(dict):
 
     def _reading(self) -> dict[str, Any]:
         as_stack = self.get("as_stack")
+        eer = {param.name: self.get(param.name) for param in EER_READING}
+        # the defaults stand for "not given": only options given are refused for other formats
+        eer = {name: value for name, value in eer.items() if value not in (None, False)
+               and not (name == "eer_group_last" and value == "drop") and not (name == "eer_upsampling" and value == 1)}
         return {"as_stack": as_stack is True or None, "as_volume": as_stack is False or None,
-                **{param.name: self.get(param.name) for param in (SERIES, CHANNEL, LEVEL)}}
+                **{param.name: self.get(param.name) for param in (SERIES, CHANNEL, LEVEL)}, **eer}
+
+
+# What the reads made while a plan is made said (frames an EER grouping dropped, the TIFF series chosen): a
+# plan's metadata is the output's, so :meth:`FileTask.plan` collects them here for the user (per thread).
+_READING_NOTICES: ContextVar[list[str] | None] = ContextVar("noa_reading_notices", default=None)
+
+
+@contextmanager
+def _reading_notices() -> Iterator[list[str]]:
+    """The notices of every input :meth:`Options.open_input` reads within the block."""
+    told: list[str] = []
+    token = _READING_NOTICES.set(told)
+    try:
+        yield told
+    finally:
+        _READING_NOTICES.reset(token)
+
+
+def _told(plan: Plan, notices: list[str]) -> Plan:
+    """``plan`` whose notices start with ``notices`` (each once)."""
+    plan.notices = list(dict.fromkeys([*notices, *plan.notices]))
+    return plan
 
 
 # -- the declaration ------------------------------------------------------------------------------
@@ -364,12 +433,26 @@ class Options(dict):
 PlanFunction = Callable[[list[Path], Options], "Plan"]
 # Several outputs from one input (a split): [(name suffix, plan), ...], each written beside the others.
 PlansFunction = Callable[[list[Path], Options], "list[tuple[str, Plan]]"]
-ReportFunction = Callable[[Path, Options], dict]
+# A report's input (its list of inputs, like a plan's, when max_inputs > 1) and options -> the JSON-ready result.
+ReportFunction = Callable[[Any, Options], dict]
 # An edit of the input file itself (a header): (path, options, dry_run) -> the change, old and new values.
 EditFunction = Callable[[Path, Options, bool], dict]
 Kind = Literal["plan", "plans", "report", "edit"]
 # (dtype, shape) of a small warmup input -> [(dtype of the input to run on, options), ...]
 WarmupCases = Callable[[str, tuple[int, ...]], list[tuple[str, dict[str, Any]]]]
+
+
+@dataclass(frozen=True)
+class Query:
+    """A question an operation answers from one parameter's value alone, reading no file (``noa symmetrize
+    --list C4``: a point group's matrices). The CLI offers ``param`` as an option of ``noa NAME`` that,
+    given, prints ``text(answer(value))`` instead of running (IN OUT left out); HTTP answers ``GET
+    /v1/query/NAME?PARAM=VALUE`` with ``answer(value)``, described by the ``result`` TypedDict."""
+
+    param: Param
+    answer: Callable[[Any], dict]
+    text: Callable[[dict], str]
+    result: type | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -393,7 +476,8 @@ class Operation:
         params: parameters in CLI order.
         details: more help text for ``noa NAME --help``.
         max_inputs: how many input files it reads: 1, or more named a, b, c, ... (the first is
-            the pair's input in a batch; the others are shared by every pair).
+            the pair's input in a batch; the others are shared by every pair; a report gets them all
+            as one list, as a plan does).
         reads_data: the operation reads every voxel (a service's voxel limit applies); False for
             header-only operations.
         chooses_format: the output format may differ from the input's (CLI ``--to``, upload ``format``).
@@ -402,6 +486,11 @@ class Operation:
         text_output: for a ``plan`` whose options may ask for a text file instead of an image (a table):
             the parameter values -> ``(extension, media type)`` of that file, or None for an image; the doors
             name outputs they choose with it (upload results, ``--out-dir``).
+        show: for a ``plan`` that can also draw its output on the terminal (a CLI-only flag ``terminal``:
+            ``noa NAME IN --terminal``, no OUT): ``(path, options, columns, lines) -> text`` printed for each input.
+        query: for a ``plan``, a :class:`Query` it answers with no file (``noa NAME --PARAM VALUE``).
+        image_output: the output may be an image file; False where it never is (a picture: ``noa preview``), so
+            the options of image outputs (:data:`OUTPUT`: pixel size, OME-Zarr chunks and version) are not offered.
     """
 
     name: str
@@ -420,6 +509,9 @@ class Operation:
     chooses_format: bool = False
     warmup: WarmupCases | None = None
     text_output: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None = None
+    show: Callable[[Path, Options, int, int], str] | None = None
+    query: Query | None = None
+    image_output: bool = True
     _by_name: dict[str, Param] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -427,9 +519,9 @@ class Operation:
         if len(given) != 1:
             raise ValueError(f"operation {self.name!r}: give either plan (writes a file) or report (returns JSON), "
                              "or plans (writes several files) or edit (changes its input)")
-        if self.plan is None and self.max_inputs != 1:
+        if self.plan is None and self.report is None and self.max_inputs != 1:
             raise ValueError(f"operation {self.name!r}: a {self.kind} reads one input")
-        if self.plan is not None or self.plans is not None:  # writes files, maybe OME-Zarr stores
+        if (self.plan is not None or self.plans is not None) and self.image_output:  # maybe OME-Zarr stores
             object.__setattr__(self, "params", self.params + tuple(
                 p for p in OUTPUT if p.name not in {q.name for q in self.params}))
         object.__setattr__(self, "_by_name", {p.name: p for p in self.params})
@@ -493,20 +585,24 @@ class Operation:
                                  f"{len(shared) + 1} given")
         return FileTask(self, self.options(values, **more), tuple(Path(p) for p in shared))
 
-    def describe(self, path: str | Path, values: Mapping[str, Any] | None = None, **more: Any) -> dict:
-        """Run a reporting operation on ``path``: its JSON-ready result."""
+    def describe(self, path: str | Path | Sequence[str | Path], values: Mapping[str, Any] | None = None,
+                 **more: Any) -> dict:
+        """Run a reporting operation on ``path`` (a list of paths when it reads several): its JSON-ready result."""
         if self.report is None:
             raise ParameterError(f"{self.name}: writes a file; run it through a driver (noa_core.run)")
-        return self.run_report(Path(path), self.options(values, **more))
+        return self.run_report(path, self.options(values, **more))
 
-    def run_report(self, path: Path, options: Options) -> dict:
-        """The report on ``path`` with checked ``options``, computed on the path its size calls for
-        (:mod:`noa_core.compute_path`): what every door runs."""
+    def run_report(self, path: Path | Sequence[Path], options: Options) -> dict:
+        """The report on ``path`` (the list of inputs when ``max_inputs > 1``) with checked ``options``,
+        computed on the path its size calls for (:mod:`noa_core.compute_path`): what every door runs."""
         from noa_core import compute_path
 
         assert self.report is not None
-        with compute_path.for_inputs([path], self.name):
-            return self.report(path, options)
+        paths = [Path(p) for p in path] if self.max_inputs > 1 else [Path(path)]  # type: ignore[union-attr]
+        if len(paths) > self.max_inputs:
+            raise ParameterError(f"{self.name}: reads at most {self.max_inputs} input(s); {len(paths)} given")
+        with compute_path.for_inputs(paths, self.name):
+            return self.report(paths if self.max_inputs > 1 else paths[0], options)
 
     def apply(self, path: str | Path, values: Mapping[str, Any] | None = None, *, dry_run: bool = False,
               **more: Any) -> dict:
@@ -549,17 +645,20 @@ class FileTask:
         from noa_core import compute_path
 
         assert self.operation.plan is not None
-        with compute_path.for_inputs(self.inputs(src), f"planning {self.name}"):  # plans may read statistics
-            return self._with_pixel_size(self.operation.plan(self.inputs(src), self.options))
+        with compute_path.for_inputs(self.inputs(src), f"planning {self.name}"), \
+                _reading_notices() as told:  # plans may read statistics
+            return self._with_pixel_size(_told(self.operation.plan(self.inputs(src), self.options), told))
 
     def plans(self, src: str | Path) -> list[tuple[str, Plan]]:
         """The outputs of an operation writing several files from ``src``: (name suffix, plan) each."""
         from noa_core import compute_path
 
         assert self.operation.plans is not None
-        with compute_path.for_inputs(self.inputs(src), f"planning {self.name}"):
-            return [(suffix, self._with_pixel_size(plan))
-                    for suffix, plan in self.operation.plans(self.inputs(src), self.options)]
+        with compute_path.for_inputs(self.inputs(src), f"planning {self.name}"), _reading_notices() as told:
+            planned = self.operation.plans(self.inputs(src), self.options)
+            if planned:  # told once, with the first output
+                _told(planned[0][1], told)
+            return [(suffix, self._with_pixel_size(plan)) for suffix, plan in planned]
 
     def _with_pixel_size(self, plan: Plan) -> Plan:
         """``plan`` with the output pixel size the user gave (``--pixel-size``), where the operation takes

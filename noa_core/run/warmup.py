@@ -244,6 +244,8 @@ def _file_operation(unit: Unit, folder: Path, stop: _Flag) -> None:
         if operation.writes:
             out = folder / f"out{_suffix(values.get('dtype') or dtype)}"
             local.write(operation.task(values), source(dtype), out, overwrite=True)
+        elif operation.max_inputs > 1:  # a report on several files (fsc: two halves and a mask): the same one
+            operation.describe([source(dtype)] * operation.max_inputs, values)
         else:
             operation.describe(source(dtype), values)
 

@@ -117,7 +117,7 @@ def _endpoint(operation: Operation) -> Callable[..., Any]:
     files = ("files", Annotated[list[UploadFile], File(description="Inputs, named a, b, c, ... in order.",
                                                          min_length=1, max_length=operation.max_inputs)], ...)
     one = ("file", OneFile, ...)
-    params = [("svc", Svc, ...), ("params", Annotated[params_model(operation), Form()], ...),
+    params = [("svc", Svc, ...), ("params", Annotated[params_model(operation, uploads=True), Form()], ...),
               files if operation.max_inputs > 1 else one]
     if operation.chooses_format:
         params.append(("format", FormatField, None))

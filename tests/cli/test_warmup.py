@@ -93,7 +93,10 @@ def test_parallel_warmup_leaves_a_complete_cache(warmed, tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), NUMBA_DEBUG_CACHE="1", NOA_COMPUTE="numba", COLUMNS="200")
     # (not `noa bin` yet: its warm-up cases miss the kernel version a file written by mrcfile needs, with
     # the in-process warm-up as well)
-    for args in (["copy", source, tmp_path / "out.mrc"], ["copy", source, tmp_path / "out.tif", "--dtype", "int16", "--clamp"]):
+    volume = tmp_path / "half.mrc"
+    write_mrc(volume, np.random.default_rng(0).normal(size=(24, 24, 24)).astype(np.float32))
+    for args in (["copy", source, tmp_path / "out.mrc"], ["copy", source, tmp_path / "out.tif", "--dtype", "int16", "--clamp"],
+                 ["fsc", volume, volume], ["fsc", volume, volume, "--shells", "linear"]):
         run = subprocess.run(NOA + [str(a) for a in args], capture_output=True, text=True, env=env, timeout=300)
         assert run.returncode == 0, run.stderr
         assert "data loaded" in run.stdout, run.stdout

@@ -55,7 +55,7 @@ def offset():
 
 
 def test_builtin_operations_in_order():
-    assert operations.names()[:6] == ["info", "stats", "permute", "broadcast", "copy", "ewise"]
+    assert operations.names()[:7] == ["info", "preview", "stats", "permute", "broadcast", "copy", "ewise"]
     for op in operations.operations():
         assert op.summary and op.examples and all(e.startswith(f"noa {op.name} ") for e in op.examples), op.name
         assert op.writes == (op.plan is not None) and op.kind in ("plan", "plans", "report", "edit")
@@ -83,11 +83,12 @@ def test_declared_limits_match_the_code_that_enforces_them():
 
 def test_options_fill_defaults_and_name_the_bad_parameter():
     copy = operations.get("copy")
+    reading = {"as_stack": None, "series": None, "channel": None, "level": None, "eer_group": None,
+               "eer_group_last": "drop", "eer_upsampling": 1, "gain": None, "gain_flip_y": False, "gain_rotate": None}
     assert copy.options() == {"order": "C", "dtype": None, "clamp": False, "flip_y": False, "uint8_mode": "widen",
-                              "as_stack": None, "series": None, "channel": None, "level": None, "device": "cpu",
-                              "pixel_size": None, "chunks": None, "ngff": "0.4"}  # every writing operation takes
-    # the output's pixel size and the store options
-    assert operations.get("info").options() == {"as_stack": None, "series": None, "channel": None, "level": None}
+                              **reading, "device": "cpu", "pixel_size": None, "chunks": None,
+                              "ngff": "0.4"}  # every writing operation takes the output's pixel size and the store options
+    assert operations.get("info").options() == reading
     assert copy.options(order="F", dtype="int16").order == "F"
     for values, param, fragment in (({"order": "X"}, "order", "not one of C, F, K"),
                                     ({"dtype": "float128"}, "dtype", "not one of"),
