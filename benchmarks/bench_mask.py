@@ -25,26 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from processes import paired, run
+from processes import make_particle_map, paired, run
 
 NOA = str(Path(sys.executable).parent / "noa")
 EXTEND, SOFT_EDGE = 3, 6
-MAKE_MAP = """
-import sys, mrcfile, numpy as np
-from scipy import ndimage
-n = int(sys.argv[2])
-rng = np.random.default_rng(0)
-atoms = rng.normal(size=(300, 3))
-atoms *= (rng.uniform(size=(300, 1)) ** (1 / 3) * 0.3 * n / np.linalg.norm(atoms, axis=1, keepdims=True))
-density = np.zeros((n, n, n), np.float32)
-np.add.at(density, tuple((atoms + n // 2).astype(int).T), 1.0)
-density = ndimage.gaussian_filter(density, n / 32)
-density /= density.max()
-density += rng.normal(0, 0.01, density.shape).astype(np.float32)
-with mrcfile.new(sys.argv[1], density, overwrite=True) as f:
-    f.voxel_size = 1.2
-print(0.2)
-"""
 DIFFERENCE = """
 import sys, mrcfile, numpy as np
 a, b = (mrcfile.open(p).data.astype(np.float64) for p in sys.argv[1:3])
@@ -54,10 +38,8 @@ print(float(np.abs(a - b).max()))
 
 def one_size(folder: Path, n: int, rounds: int) -> None:
     path, ours, theirs = folder / f"map{n}.mrc", folder / f"noa{n}.mrc", folder / f"relion{n}.mrc"
-    # A child writes the map: the benchmark's own pages stay out of the peaks of the commands it starts.
-    made = subprocess.run([sys.executable, "-c", MAKE_MAP, str(path), str(n)], check=True, capture_output=True,
-                          text=True)
-    threshold = made.stdout.strip()
+    make_particle_map(path, n)
+    threshold = "0.2"  # takes the particle (see make_particle_map)
     noa_command = [NOA, "mask", str(path), str(ours), "--threshold", threshold, "--extend", str(EXTEND),
                    "--soft-edge", str(SOFT_EDGE)]
     relion_command = ["relion_mask_create", "--i", str(path), "--o", str(theirs), "--ini_threshold", threshold,

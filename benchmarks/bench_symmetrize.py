@@ -23,24 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from processes import paired, run
+from processes import make_particle_map, paired, run
 
 NOA = str(Path(sys.executable).parent / "noa")
-MAKE_MAP = """
-import sys, mrcfile, numpy as np
-from scipy import ndimage
-n = int(sys.argv[2])
-rng = np.random.default_rng(0)
-atoms = rng.normal(size=(300, 3))
-atoms *= (rng.uniform(size=(300, 1)) ** (1 / 3) * 0.3 * n / np.linalg.norm(atoms, axis=1, keepdims=True))
-density = np.zeros((n, n, n), np.float32)
-np.add.at(density, tuple((atoms + n // 2).astype(int).T), 1.0)
-density = ndimage.gaussian_filter(density, n / 32)
-density /= density.max()
-density += rng.normal(0, 0.01, density.shape).astype(np.float32)
-with mrcfile.new(sys.argv[1], density, overwrite=True) as f:
-    f.voxel_size = 1.2
-"""
 DIFFERENCE = """
 import sys, mrcfile, numpy as np
 a, b, m = (mrcfile.open(p).data.astype(np.float64) for p in sys.argv[1:4])
@@ -54,8 +39,7 @@ print(f"{d[inside].max():.1e} {d.max():.1e}")
 
 def one_size(folder: Path, n: int, group: str, rounds: int) -> None:
     path, ours, theirs = folder / f"map{n}.mrc", folder / f"noa{n}.mrc", folder / f"relion{n}.mrc"
-    # A child writes the map: the benchmark's own pages stay out of the peaks of the commands it starts.
-    subprocess.run([sys.executable, "-c", MAKE_MAP, str(path), str(n)], check=True)
+    make_particle_map(path, n)
     noa_command = [NOA, "symmetrize", str(path), str(ours), "--sym", group]
     relion_command = ["relion_image_handler", "--i", str(path), "--o", str(theirs), "--sym", group]
     result = paired(noa_command, relion_command, rounds, outputs=(ours, theirs))

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
@@ -267,3 +267,69 @@ def check_distinct(dst: PathLike, srcs: Sequence[PathLike]) -> None:
     for src in srcs:
         if Path(dst).exists() and Path(src).exists() and Path(dst).samefile(src):
             raise OutputIsInputError(f"{dst}: the output is the input file {src}; write to a new file")
+
+
+class RewrittenOutput:
+    """An output that is not an image file (a table's text, a picture's PNG): any driver writes its values as
+    an image's tiles, into the temporary file beside ``path`` (C order, ``shape``, ``dtype``); on a clean exit
+    ``rewrite(values, out)`` writes the output from them into another temporary file, which replaces the
+    first and is renamed into place: never half-written, nothing left behind on failure. ``compute`` pins a
+    compute path while it is open (:func:`noa_core.compute_path.using`)."""
+
+    def __init__(self, path: Path, shape, dtype, overwrite: bool, rewrite: Callable[[Path, BinaryIO], None], *,
+                 compute: str | None = None) -> None:
+        from noa_core.io import atomic
+
+        self.path = atomic.check_output(path, overwrite)
+        self.shape, self.order, self.chunks = shape, "C", None
+        self.dtype = self.values_dtype = np.dtype(dtype)
+        self.notices: list[str] = []
+        self._rewrite, self._compute, self._overwrite = rewrite, compute, overwrite
+        self._temp: Any = None
+        self._pinned: Any = None
+
+    def __enter__(self) -> RewrittenOutput:
+        from noa_core import compute_path
+        from noa_core.io import atomic
+
+        self._temp = atomic.TemporaryOutput(self.path, self._overwrite)
+        if self._compute is not None:
+            self._pinned = compute_path.using(self._compute)
+            self._pinned.__enter__()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        import os
+        import tempfile
+
+        from noa_core.io.atomic import TEMP_SUFFIX
+
+        if self._pinned is not None:
+            self._pinned.__exit__(None, None, None)
+        if exc_type is not None:
+            self._temp.abort()
+            return False
+        try:
+            # named as a temporary output, so that one a killed process leaves is found and removed as such
+            fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=TEMP_SUFFIX, dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    self._rewrite(self._temp.temp, out)
+                os.replace(name, self._temp.temp)
+            except BaseException:
+                os.unlink(name)
+                raise
+            self._temp.commit()
+        except BaseException:
+            self._temp.abort()
+            raise
+        return False
+
+    def region(self):
+        """Where the values go: the temporary file, packed."""
+        from noa_core.io.stream import Region
+
+        return Region(self._temp.temp, 0, self.dtype, self.shape, self.order)
+
+    def complete(self, stats) -> None:
+        """Every tile written (the output has no header statistics)."""

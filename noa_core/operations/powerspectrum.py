@@ -59,69 +59,20 @@ def table_parts(powers, kind: str, width: int, pixel_size: float | None):
         yield "\n".join([*head, *(" ".join(values(i, powers[b, i])) for i in index)]) + "\n"
 
 
-class TableWriter:
-    """The output of a table plan: the tiles (rotational averages, float64) are written into the temporary
-    file beside ``path`` by any driver, as an image's are; on a clean exit that file is rewritten as the
-    table text and renamed into place (never half-written, nothing left behind on failure)."""
+def table_file(path: Path, shape, kind: str, width: int, pixel_size: float | None, overwrite: bool):
+    """The output of a table plan: the rotational averages (float64 tiles) written as any image's, then the
+    table text (:func:`table_parts`, image by image through a mapping: bounded memory)."""
+    import numpy as np
 
-    def __init__(self, path: Path, shape, kind: str, width: int, pixel_size: float | None, overwrite: bool) -> None:
-        import numpy as np
+    from noa_core.operations.plan import RewrittenOutput
 
-        from noa_core.io import atomic
+    def rewrite(values: Path, out) -> None:
+        powers = np.memmap(values, np.float64, "r", shape=(shape[0], shape[3]))
+        for part in table_parts(powers, kind, width, pixel_size):
+            out.write(part.encode())
+        del powers
 
-        self.path = atomic.check_output(path, overwrite)
-        self.shape, self.order, self.chunks = shape, "C", None
-        self.dtype = self.values_dtype = np.dtype(np.float64)
-        self.notices: list[str] = []
-        self._table = (kind, width, pixel_size)
-        self._overwrite = overwrite
-        self._temp: atomic.TemporaryOutput | None = None
-
-    def __enter__(self) -> TableWriter:
-        from noa_core.io import atomic
-
-        self._temp = atomic.TemporaryOutput(self.path, self._overwrite)
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        import numpy as np
-
-        assert self._temp is not None
-        if exc_type is not None:
-            self._temp.abort()
-            return False
-        try:  # the values are read through a mapping and the text written image by image: bounded memory
-            import os
-            import tempfile
-
-            powers = np.memmap(self._temp.temp, np.float64, "r", shape=(self.shape[0], self.shape[3]))
-            from noa_core.io.atomic import TEMP_SUFFIX
-
-            # named as a temporary output, so that one a killed process leaves is found and removed as such
-            fd, text = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=TEMP_SUFFIX, dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w") as out:
-                    out.writelines(table_parts(powers, *self._table))
-                del powers
-                os.replace(text, self._temp.temp)
-            except BaseException:
-                os.unlink(text)
-                raise
-            self._temp.commit()
-        except BaseException:
-            self._temp.abort()
-            raise
-        return False
-
-    def region(self):
-        """Where tiles go: the temporary file, packed float64 (B, 1, 1, shells)."""
-        from noa_core.io.stream import Region
-
-        assert self._temp is not None
-        return Region(self._temp.temp, 0, self.dtype, self.shape, self.order)
-
-    def complete(self, stats) -> None:
-        """Every tile written (a table has no header statistics)."""
+    return RewrittenOutput(path, shape, np.float64, overwrite, rewrite)
 
 
 @functools.cache
@@ -144,7 +95,7 @@ def spectrum_plan() -> type:
 
 
 def create_output(plan, dst, *, overwrite: bool):
-    """The writer of a :func:`spectrum_plan`: an image's (the format by extension) or a :class:`TableWriter`."""
+    """The writer of a :func:`spectrum_plan`: an image's (the format by extension) or a :func:`table_file`."""
     from noa_core.errors import ParameterError
     from noa_core.operations.plan import Plan, check_distinct
 
@@ -158,7 +109,7 @@ def create_output(plan, dst, *, overwrite: bool):
     if plan.table is None:
         return Plan.create(plan, dst, overwrite=overwrite)
     check_distinct(dst, plan.inputs)
-    return TableWriter(Path(dst), plan.shape, plan.table, plan.width, plan.pixel_size, overwrite)
+    return table_file(Path(dst), plan.shape, plan.table, plan.width, plan.pixel_size, overwrite)
 
 
 def plan(inputs: list[Path], options: Options):

@@ -73,82 +73,22 @@ def _pixel_size(options: Options, meta, path: Path) -> float | None:
     return pixel
 
 
-class PictureWriter:
-    """The output of a picture plan: the picture's pixels (uint8, rows x cols x channels) are written into
-    the temporary file beside ``path`` by any driver, as an image's tiles are; on a clean exit they are
-    encoded by Pillow (PNG or JPEG) into another temporary file that replaces it and is renamed into place
-    (never half a picture; nothing left behind on failure)."""
+def picture_file(path: Path, shape, fmt: str, channels: int, quality: int, overwrite: bool):
+    """The output of a picture plan: the pixels (uint8, rows x cols x channels) written as any image's tiles,
+    then encoded by Pillow (PNG or JPEG). The picture and its statistics are computed with NumPy while it is
+    open, whatever its input file's size (which the driver chooses by): it reads only what it draws, and
+    numba's import would cost more."""
+    import numpy as np
 
-    def __init__(self, path: Path, shape, fmt: str, channels: int, quality: int, overwrite: bool) -> None:
-        import numpy as np
+    from noa_core import pictures
+    from noa_core.operations.plan import RewrittenOutput
 
-        from noa_core.io import atomic
+    def rewrite(values: Path, out) -> None:
+        rows, width = shape[2], shape[3]
+        pixels = np.fromfile(values, np.uint8, rows * width).reshape(rows, width // channels, channels)
+        out.write(pictures.encode(pixels[..., 0] if channels == 1 else pixels, fmt, quality))
 
-        self.path = atomic.check_output(path, overwrite)
-        self.shape, self.order, self.chunks = shape, "C", None
-        self.dtype = self.values_dtype = np.dtype(np.uint8)
-        self.notices: list[str] = []
-        self._picture = (fmt, channels, quality)
-        self._overwrite = overwrite
-        self._temp: atomic.TemporaryOutput | None = None
-
-    def __enter__(self) -> PictureWriter:
-        from noa_core import compute_path
-        from noa_core.io import atomic
-
-        self._temp = atomic.TemporaryOutput(self.path, self._overwrite)
-        # The picture and its statistics are computed with NumPy while it is open, whatever its input file's size
-        # (which the driver chooses by): it reads only what it draws, and numba's import would cost more.
-        self._numpy = compute_path.using("numpy")
-        self._numpy.__enter__()
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> bool:
-        self._numpy.__exit__(None, None, None)
-        return self._finish(exc_type)
-
-    def _finish(self, exc_type) -> bool:
-        import os
-        import tempfile
-
-        import numpy as np
-
-        from noa_core import pictures
-        from noa_core.io.atomic import TEMP_SUFFIX
-
-        assert self._temp is not None
-        if exc_type is not None:
-            self._temp.abort()
-            return False
-        try:
-            fmt, channels, quality = self._picture
-            rows, width = self.shape[2], self.shape[3]
-            pixels = np.fromfile(self._temp.temp, np.uint8, rows * width).reshape(rows, width // channels, channels)
-            encoded = pictures.encode(pixels[..., 0] if channels == 1 else pixels, fmt, quality)
-            # named as a temporary output, so that one a killed process leaves is found and removed as such
-            fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=TEMP_SUFFIX, dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(encoded)
-                os.replace(name, self._temp.temp)
-            except BaseException:
-                os.unlink(name)
-                raise
-            self._temp.commit()
-        except BaseException:
-            self._temp.abort()
-            raise
-        return False
-
-    def region(self):
-        """Where the pixels go: the temporary file, packed uint8 (1, 1, rows, cols x channels)."""
-        from noa_core.io.stream import Region
-
-        assert self._temp is not None
-        return Region(self._temp.temp, 0, self.dtype, self.shape, self.order)
-
-    def complete(self, stats) -> None:
-        """Every pixel written (a picture has no header statistics)."""
+    return RewrittenOutput(path, shape, np.uint8, overwrite, rewrite, compute="numpy")
 
 
 @functools.cache
@@ -170,7 +110,7 @@ def picture_plan() -> type:
     return PicturePlan
 
 
-def create_output(plan, dst, *, overwrite: bool) -> PictureWriter:
+def create_output(plan, dst, *, overwrite: bool):
     """The writer of a :func:`picture_plan`, once ``dst``'s extension is found to match the format."""
     from noa_core import pictures
     from noa_core.errors import ParameterError
@@ -184,7 +124,7 @@ def create_output(plan, dst, *, overwrite: bool) -> PictureWriter:
         raise ParameterError(f"{Path(dst).name} names a {named.upper()} file, but --format {plan.fmt} was asked "
                              f"for; name it {PICTURES[plan.fmt][0]}", "format")
     check_distinct(dst, plan.inputs)
-    return PictureWriter(Path(dst), plan.shape, named, plan.channels, plan.quality, overwrite)
+    return picture_file(Path(dst), plan.shape, named, plan.channels, plan.quality, overwrite)
 
 
 def plan(inputs: list[Path], options: Options):
