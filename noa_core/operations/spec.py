@@ -398,10 +398,9 @@ class Options(dict):
 
     def _reading(self) -> dict[str, Any]:
         as_stack = self.get("as_stack")
-        eer = {param.name: self.get(param.name) for param in EER_READING}
-        # the defaults stand for "not given": only options given are refused for other formats
-        eer = {name: value for name, value in eer.items() if value not in (None, False)
-               and not (name == "eer_group_last" and value == "drop") and not (name == "eer_upsampling" and value == 1)}
+        # the defaults (and off, 0) stand for "not given": only options given are refused for other formats
+        eer = {param.name: self.get(param.name) for param in EER_READING
+               if self.get(param.name) not in (None, False, param.default)}
         return {"as_stack": as_stack is True or None, "as_volume": as_stack is False or None,
                 **{param.name: self.get(param.name) for param in (SERIES, CHANNEL, LEVEL)}, **eer}
 
