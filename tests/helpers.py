@@ -141,6 +141,20 @@ def relion(program: str, *args, cwd: Path | None = None) -> subprocess.Completed
     return result
 
 
+def relion_transform_elements(zdim: int, ydim: int, half: int):
+    """RELION's FOR_ALL_ELEMENTS_IN_FFTW_TRANSFORM over a half transform of ``half`` columns (src/fftw.h), with
+    its shell rule: ``(k, i, j, idx)`` for each stored element, kp = k if k < half else k - zdim (likewise ip),
+    idx = ROUND(sqrt(kp^2 + ip^2 + j^2)) (ROUND of a positive value: floor(x + 0.5))."""
+    import math
+
+    for k in range(zdim):
+        kp = k if k < half else k - zdim
+        for i in range(ydim):
+            ip = i if i < half else i - ydim
+            for j in range(half):
+                yield k, i, j, int(math.sqrt(kp * kp + ip * ip + j * j) + 0.5)
+
+
 def free_port() -> int:
     """A loopback port no one listens on now."""
     import socket

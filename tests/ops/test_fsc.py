@@ -18,7 +18,8 @@ import mrcfile
 import numpy as np
 import pytest
 import starfile
-from helpers import EXAMPLE_MAP, assert_problem, assert_user_error, noa, relion, write_mrc
+from helpers import (EXAMPLE_MAP, assert_problem, assert_user_error, noa, relion, relion_transform_elements,
+                     write_mrc)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,18 +38,13 @@ def relion_get_fsc(one: np.ndarray, two: np.ndarray) -> np.ndarray:
     f1, f2 = np.fft.rfftn(a.astype(np.float64)), np.fft.rfftn(b.astype(np.float64))
     zdim, ydim, half = f1.shape
     num, den1, den2 = np.zeros(half), np.zeros(half), np.zeros(half)
-    for k in range(zdim):
-        kp = k if k < half else k - zdim
-        for i in range(ydim):
-            ip = i if i < half else i - ydim
-            for j in range(half):
-                idx = int(math.sqrt(kp * kp + ip * ip + j * j) + 0.5)  # ROUND of a positive value
-                if idx >= half:
-                    continue
-                z1, z2 = f1[k, i, j], f2[k, i, j]
-                num[idx] += (np.conj(z1) * z2).real
-                den1[idx] += abs(z1) ** 2
-                den2[idx] += abs(z2) ** 2
+    for k, i, j, idx in relion_transform_elements(zdim, ydim, half):
+        if idx >= half:
+            continue
+        z1, z2 = f1[k, i, j], f2[k, i, j]
+        num[idx] += (np.conj(z1) * z2).real
+        den1[idx] += abs(z1) ** 2
+        den2[idx] += abs(z2) ** 2
     return num / np.sqrt(den1 * den2)
 
 

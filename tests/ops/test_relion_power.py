@@ -9,13 +9,12 @@ from __future__ import annotations
 import csv
 import io as text_io
 import json
-import math
 import warnings
 
 import numpy as np
 import pytest
 import starfile
-from helpers import assert_user_error, noa, relion, write_mrc
+from helpers import assert_user_error, noa, relion, relion_transform_elements, write_mrc
 
 from noa_core import operations, spectral
 from noa_core.errors import ParameterError
@@ -35,14 +34,9 @@ def relion_get_spectrum(image: np.ndarray) -> np.ndarray:
     faux = np.fft.rfftn(volume.astype(np.float64)) / volume.size
     half = faux.shape[2]  # XSIZE(Faux)
     spectrum, count = np.zeros(xdim), np.zeros(xdim)
-    for k in range(zdim):
-        kp = k if k < half else k - zdim
-        for i in range(ydim):
-            ip = i if i < half else i - ydim
-            for j in range(half):
-                idx = int(math.sqrt(kp * kp + ip * ip + j * j) + 0.5)  # ROUND of a positive value
-                spectrum[idx] += abs(faux[k, i, j]) ** 2
-                count[idx] += 1
+    for k, i, j, idx in relion_transform_elements(zdim, ydim, half):
+        spectrum[idx] += abs(faux[k, i, j]) ** 2
+        count[idx] += 1
     spectrum[count > 0] /= count[count > 0]
     return spectrum[:min(xdim // 2 + 2, xdim)]
 
