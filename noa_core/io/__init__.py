@@ -26,7 +26,7 @@ from noa_core.array import Array, asarray
 from noa_core.errors import FileFormatError
 from noa_core.io import formats
 from noa_core.io.metadata import Metadata, HeaderStatistics
-from noa_core.io.protocol import Probe, ReadRequest
+from noa_core.io.protocol import EER_READ_OPTIONS, Probe, ReadRequest
 from noa_core.io.stream import Writer, copy_into, create, fill
 
 __all__ = ["read", "probe", "Probe", "write", "create", "copy_into", "Metadata", "Statistics", "Writer"]
@@ -70,8 +70,7 @@ def probe(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: b
 
 # Read options only some formats take: a format lists those it takes in ``read_options``.
 _FORMAT_READ_OPTIONS = {"channel": "channels", "level": "pyramid levels",
-                        **{name: "EER frames" for name in ("eer_group", "eer_group_last", "eer_upsampling", "gain",
-                                                           "gain_flip_y", "gain_rotate")}}
+                        **dict.fromkeys(EER_READ_OPTIONS, "EER frames")}
 
 
 def _format_and_request(path, request: ReadRequest, method: str):

@@ -53,7 +53,7 @@ from noa_core.errors import (
 from noa_core.io import mapped
 from noa_core.io.compression import open_input
 from noa_core.io.metadata import HeaderStatistics, Metadata
-from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
+from noa_core.io.protocol import EER_READ_OPTIONS, Created, OutputSpec, Probe, ReadRequest
 from noa_core.layout import Shape4
 from noa_core.limits import MAX_OUTPUT_BYTES
 
@@ -63,7 +63,6 @@ if TYPE_CHECKING:
 EXTENSIONS = (".eer", ".ecc")  # RELION takes both
 COMPRESSIONS = {65000: (8, 2, 2), 65001: (7, 2, 2), 65002: None}  # run, x and y sub-pixel bits (65002: tags)
 _BIT_TAGS = (65007, 65008, 65009)
-READ_OPTIONS = ("eer_group", "eer_group_last", "eer_upsampling", "gain", "gain_flip_y", "gain_rotate")
 MAX_GROUP = 65535  # a uint16 accumulator holds at most one event per grid pixel and frame
 MAX_FRACTION_PIXELS = 1 << 28  # 16K x 16K: a 4K detector at --eer-upsampling 3
 THREAD_BYTES = 320 << 20  # the accumulators of the fractions decoded at once (one per thread): at most this much
@@ -534,7 +533,7 @@ class EerFormat:
     media_type = "image/tiff"
     compressed_input = False  # the pages are found by offset
     header_statistics = False
-    read_options = READ_OPTIONS
+    read_options = EER_READ_OPTIONS
 
     def detect(self, head: bytes, path: Path) -> bool:
         return first_compression(path, head) in COMPRESSIONS

@@ -60,6 +60,10 @@ class ReadRequest:
     gain_rotate: int | None = None
 
 
+# The fields of a ReadRequest that only EER movies take (noa_core.io.eer lists them as its read options).
+EER_READ_OPTIONS = ("eer_group", "eer_group_last", "eer_upsampling", "gain", "gain_flip_y", "gain_rotate")
+
+
 @dataclass(frozen=True)
 class Probe:
     """What an input's header says, its data unread: the BDHW shape and element strides that a read
