@@ -5,67 +5,65 @@ A writing operation becomes ``noa NAME IN OUT [options]`` (or several inputs wit
 ``--out-dir`` with ``--with`` for the shared inputs); a reporting one ``noa NAME FILES... [--json]``;
 one writing several files per input ``noa NAME IN... --out-dir DIR``; one editing its input in place
 ``noa NAME FILES... [--dry-run] [--json]``.
-Parameters follow their declared types; nothing here knows any particular operation.
+Parameters follow their declared types; nothing here knows any particular operation. Each command is a
+function and its parameters (:class:`noa_cli.parse.CliParam`); Typer builds the command from them only when
+the plain reader (:func:`noa_cli.parse.read`) cannot read the command line alone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Optional
-
-import typer
+from typing import TYPE_CHECKING, Any, Optional
 
 from noa_cli import report
+from noa_cli.parse import CliParam
 from noa_core.errors import NoaError, ParameterError
 from noa_core.operations import FileTask, Flag, Integer, Integers, Operation, Param, Real, Reals
 
+if TYPE_CHECKING:
+    import typer
+
 # -- options every writing command has (the driver's, not the operation's) -------------------------
 
-DRIVER_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "out_dir": (Annotated[Optional[Path], typer.Option(
-        "--out-dir", help="Treat every input as a batch and write each result into this folder under its own "
-        "name.")], None),
-    "force": (Annotated[bool, typer.Option("--force", "-f", help="Overwrite existing outputs.")], False),
-    "resume": (Annotated[bool, typer.Option(
-        "--resume", help="Skip inputs whose output exists: outputs are renamed into place when complete, so an "
-        "existing one is finished (rerun an interrupted batch with it).")], False),
-    "scheduler": (Annotated[Optional[str], typer.Option(
-        "--scheduler", help="Run on Dask (the dask extra of noa): 'local' starts worker processes on this machine, "
-        "tcp://HOST:PORT uses a running scheduler (paths must be the same on its workers). Several inputs run as "
-        "parallel tasks; one large input is split into tasks that each write their own tiles of the output.")],
-        None),
-    "workers": (Annotated[Optional[int], typer.Option(
-        "--workers", min=1, help="With --scheduler local: worker processes (default one per core).")], None),
-    "quiet": (Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors; no progress bar.")],
-              False),
-}
-TO = (Annotated[Optional[str], typer.Option(
-    "--to", help="With --out-dir: output format by extension (mrc, tif).")], None)
-AS_JSON = (Annotated[bool, typer.Option("--json", help="Print JSON for pipelines.")], False)
+DRIVER_OPTIONS = (
+    CliParam("out_dir", ("--out-dir",), Path, default=None, help="Treat every input as a batch and write each "
+             "result into this folder under its own name."),
+    CliParam("force", ("--force", "-f"), bool, default=False, help="Overwrite existing outputs."),
+    CliParam("resume", ("--resume",), bool, default=False, help="Skip inputs whose output exists: outputs are "
+             "renamed into place when complete, so an existing one is finished (rerun an interrupted batch with "
+             "it)."),
+    CliParam("scheduler", ("--scheduler",), default=None, help="Run on Dask (the dask extra of noa): 'local' starts "
+             "worker processes on this machine, tcp://HOST:PORT uses a running scheduler (paths must be the same on "
+             "its workers). Several inputs run as parallel tasks; one large input is split into tasks that each "
+             "write their own tiles of the output."),
+    CliParam("workers", ("--workers",), int, default=None, low=1,
+             help="With --scheduler local: worker processes (default one per core)."),
+    CliParam("quiet", ("--quiet", "-q"), bool, default=False, help="Print nothing but errors; no progress bar."),
+)
+DRIVER = {param.name: param for param in DRIVER_OPTIONS}
+TO = CliParam("to", ("--to",), default=None, help="With --out-dir: output format by extension (mrc, tif).")
+AS_JSON = CliParam("as_json", ("--json",), bool, default=False, help="Print JSON for pipelines.")
 
 
-def _annotation(param: Param) -> tuple[Any, Any]:
-    """``(typer annotation, default)`` of one declared parameter."""
+def _cli_param(param: Param) -> CliParam:
+    """One declared parameter on the command line."""
     kind = param.type
     default = ... if param.required else param.default
     if param.argument:
-        return Annotated[str, typer.Argument(help=param.help, show_default=False)], default
-    if isinstance(kind, Flag):
-        if param.default is None:  # true, false or not given: an --x/--no-x pair
-            return Annotated[Optional[bool], typer.Option(*param.cli_flags, help=param.help)], None
-        return Annotated[bool, typer.Option(*param.cli_flags, help=param.help)], default
+        return CliParam(param.name, (), str, default=default, help=param.help)
+    if isinstance(kind, Flag):  # default None: true, false or not given, an --x/--no-x pair
+        return CliParam(param.name, param.cli_flags, bool, default=default, help=param.help)
     # Numbers and lists ('0,1,3,2') are read as text and parsed by the declaration, which checks their ranges,
     # as on every door: one line that names the option, whatever the parser's version says.
     if isinstance(kind, (Integer, Real)):
-        metavar = "INTEGER" if isinstance(kind, Integer) else "FLOAT"
         shown = f"{default:g}" if isinstance(default, float) else default  # 2.0 shown as 2, as typed
-        return Annotated[Optional[str], typer.Option(*param.cli_flags, help=param.help, metavar=metavar)], \
-            (str(shown) if isinstance(default, (int, float)) else default)
-    return Annotated[Optional[str], typer.Option(*param.cli_flags, help=param.help)], default
+        return CliParam(param.name, param.cli_flags, default=str(shown) if isinstance(default, (int, float))
+                        else default, help=param.help, metavar="INTEGER" if isinstance(kind, Integer) else "FLOAT")
+    return CliParam(param.name, param.cli_flags, default=default, help=param.help)
 
 
 def option_values(operation: Operation, given: dict[str, Any]) -> dict[str, Any]:
@@ -143,31 +141,29 @@ def _execute(task: FileTask, pairs: list[tuple[Path, Path]], *, force: bool, res
     report.finish(results)
 
 
-def _writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, Any, Any]]]:
+def _writer(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
     """The command function of a writing operation, and its parameters."""
     several = operation.max_inputs > 1
-    params = operation.params_for("cli")
-    arguments = [(p.name, *_annotation(p)) for p in params if p.argument]
-    options = [(p.name, *_annotation(p)) for p in params if not p.argument]
+    params = [_cli_param(p) for p in operation.params_for("cli")]
+    arguments = [p for p in params if not p.flags]
+    options = [p for p in params if p.flags]
     if several:
-        named = any(p.argument for p in params)  # an expression names its inputs a, b, c, ...
-        inputs = [("inputs", Annotated[list[Path], typer.Argument(
-            help=("Input files, named a, b, c, ... in order" if named else "Input files, in order")
-            + "; with --out-dir, each is the first in turn.", show_default=False)], ...),
-            ("output", Annotated[Optional[Path], typer.Option("--output", "-o", help="Output file.")], None),
-            ("others", Annotated[Optional[list[Path]], typer.Option(
-                "--with", help=("Inputs b, c, ... shared" if named else "Inputs after the first, shared")
-                + " by every file of the batch (repeatable, in order).")], None)]
+        named = bool(arguments)  # an expression names its inputs a, b, c, ...
+        inputs = [CliParam("inputs", (), Path, many=True, help=(
+            "Input files, named a, b, c, ... in order" if named else "Input files, in order")
+            + "; with --out-dir, each is the first in turn."),
+            CliParam("output", ("--output", "-o"), Path, default=None, help="Output file."),
+            CliParam("others", ("--with",), Path, many=True, default=None, help=(
+                "Inputs b, c, ... shared" if named else "Inputs after the first, shared")
+                + " by every file of the batch (repeatable, in order).")]
     else:
-        inputs = [("paths", Annotated[list[Path], typer.Argument(
-            help="IN OUT, or several inputs with --out-dir.", show_default=False)], ...)]
+        inputs = [CliParam("paths", (), Path, many=True, help="IN OUT, or several inputs with --out-dir.")]
     query = operation.query
     if query is not None:  # answered with no file: IN OUT may be left out
-        inputs = [(name, annotation, None if default is ... else default) for name, annotation, default in inputs]
-        inputs.append((query.param.name, Annotated[Optional[str], typer.Option(
-            *query.param.cli_flags, help=query.param.help + " (No files needed.)")], None))
-    extra = [("to", *TO)] if operation.chooses_format else []
-    driver = [(name, *spec) for name, spec in DRIVER_OPTIONS.items()]
+        inputs = [replace(p, default=None) if p.default is ... else p for p in inputs]
+        inputs.append(CliParam(query.param.name, query.param.cli_flags, default=None,
+                               help=query.param.help + " (No files needed.)"))
+    extra = [TO] if operation.chooses_format else []
 
     def command(**given: Any) -> None:
         if query is not None and given[query.param.name] is not None:
@@ -177,7 +173,7 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
                 answer = query.answer(query.param.check(given[query.param.name]))
             except ParameterError as exc:  # named as typed: the option asked, whatever the library called it
                 raise ParameterError(exc.problem, query.param.cli_flags[0]) from None
-            typer.echo(query.text(answer))
+            report.echo(query.text(answer))
             return
         if operation.show is not None and given.get("terminal"):  # drawn here, no output file
             _show(operation, given)
@@ -202,12 +198,12 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
             _execute(task, pairs, force=given["force"], resume=given["resume"], scheduler=given["scheduler"],
                      workers=given["workers"], quiet=given["quiet"])
 
-    return command, arguments + inputs + options + extra + driver
+    return command, arguments + inputs + options + extra + list(DRIVER_OPTIONS)
 
 
 def _show(operation: Operation, given: dict[str, Any]) -> None:
     """``noa NAME IN... --terminal``: each input's output drawn on this terminal, sized to it (written as is:
-    typer.echo would strip the colour codes when stdout is a pipe, as under ssh -T or tmux's capture)."""
+    click's echo would strip the colour codes when stdout is a pipe, as under ssh -T or tmux's capture)."""
     import shutil
     import sys
 
@@ -221,13 +217,12 @@ def _show(operation: Operation, given: dict[str, Any]) -> None:
             sys.stdout.write(operation.show(path, options, columns, lines))
 
 
-def _reporter(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, Any, Any]]]:
+def _reporter(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
     """The command function of a reporting operation, and its parameters: a report on each file, or one report
     on all of them where it reads several inputs."""
     several = operation.max_inputs > 1
-    files = ("files", Annotated[list[Path], typer.Argument(
-        help="Input files, in order." if several else "MRC or TIFF files.", show_default=False)], ...)
-    params = [(p.name, *_annotation(p)) for p in operation.params_for("cli")]
+    files = CliParam("files", (), Path, many=True, help="Input files, in order." if several else "MRC or TIFF files.")
+    params = [_cli_param(p) for p in operation.params_for("cli")]
 
     def command(**given: Any) -> None:
         with flags_in_errors(operation):
@@ -237,25 +232,26 @@ def _reporter(operation: Operation) -> tuple[Callable[..., None], list[tuple[str
             results = ([operation.run_report(given["files"], options)] if several
                        else [operation.run_report(path, options) for path in given["files"]])
         if given["as_json"]:
-            typer.echo(json.dumps(results if len(results) > 1 else results[0], indent=2))
+            import json
+
+            report.echo(json.dumps(results if len(results) > 1 else results[0], indent=2))
         else:
-            typer.echo("\n\n".join(operation.text(result) for result in results))
+            report.echo("\n\n".join(operation.text(result) for result in results))
 
-    return command, [files, *params, ("as_json", *AS_JSON)]
+    return command, [files, *params, AS_JSON]
 
 
-def _several_writer(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, Any, Any]]]:
+def _several_writer(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
     """The command function of an operation writing several files per input (``plans``), and its parameters:
     ``noa NAME IN... --out-dir DIR``; each input's outputs are all written, or none."""
-    params = operation.params_for("cli")
-    options = [(p.name, *_annotation(p)) for p in params if not p.argument]
-    arguments = [(p.name, *_annotation(p)) for p in params if p.argument]
-    inputs = ("paths", Annotated[list[Path], typer.Argument(
-        help="Input file(s); each one's outputs go into --out-dir, named after it.", show_default=False)], ...)
-    out_dir = ("out_dir", Annotated[Path, typer.Option(
-        "--out-dir", help="Folder for the outputs (created when missing): each input's outputs are all written "
-        "there, or none of them.")], ...)
-    force, quiet = (("force", *DRIVER_OPTIONS["force"]), ("quiet", *DRIVER_OPTIONS["quiet"]))
+    params = [_cli_param(p) for p in operation.params_for("cli")]
+    options = [p for p in params if p.flags]
+    arguments = [p for p in params if not p.flags]
+    inputs = CliParam("paths", (), Path, many=True,
+                      help="Input file(s); each one's outputs go into --out-dir, named after it.")
+    out_dir = CliParam("out_dir", ("--out-dir",), Path, help="Folder for the outputs (created when missing): each "
+                       "input's outputs are all written there, or none of them.")
+    force, quiet = DRIVER["force"], DRIVER["quiet"]
 
     def command(**given: Any) -> None:
         from noa_core.run.local import write_several
@@ -284,14 +280,12 @@ def _several_writer(operation: Operation) -> tuple[Callable[..., None], list[tup
     return command, arguments + [inputs, out_dir] + options + [force, quiet]
 
 
-def _editor(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, Any, Any]]]:
+def _editor(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
     """The command function of an operation that changes its input in place (``edit``), and its parameters:
     ``noa NAME FILE... [options] [--dry-run] [--json]`` prints each change (old and new values)."""
-    files = ("files", Annotated[list[Path], typer.Argument(help="Files to change in place.", show_default=False)],
-             ...)
-    params = [(p.name, *_annotation(p)) for p in operation.params_for("cli")]
-    dry_run = ("dry_run", Annotated[bool, typer.Option(
-        "--dry-run", help="Print what would change; change nothing.")], False)
+    files = CliParam("files", (), Path, many=True, help="Files to change in place.")
+    params = [_cli_param(p) for p in operation.params_for("cli")]
+    dry_run = CliParam("dry_run", ("--dry-run",), bool, default=False, help="Print what would change; change nothing.")
 
     def command(**given: Any) -> None:
         files = given["files"]
@@ -310,33 +304,65 @@ def _editor(operation: Operation) -> tuple[Callable[..., None], list[tuple[str, 
                     except (NoaError, OSError) as exc:
                         report.failure(path, exc)
         if given["as_json"]:
-            typer.echo(json.dumps(results if len(files) > 1 else results[0], indent=2))
+            import json
+
+            report.echo(json.dumps(results if len(files) > 1 else results[0], indent=2))
         elif results:
-            typer.echo("\n\n".join(operation.text(result) for result in results))
+            report.echo("\n\n".join(operation.text(result) for result in results))
         if len(results) < len(files):
             failed = len(files) - len(results)
             raise report.BatchFailed(f"{failed} of {len(files)} files failed")
 
-    return command, [files, *params, dry_run, ("as_json", *AS_JSON)]
+    return command, [files, *params, dry_run, AS_JSON]
 
 
 BUILDERS = {"plan": _writer, "plans": _several_writer, "report": _reporter, "edit": _editor}
 
 
+def describe(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
+    """The command function of ``operation`` and its parameters (what Typer builds ``noa NAME`` from, and what
+    :func:`noa_cli.parse.read` reads a plain command line with)."""
+    return BUILDERS[operation.kind](operation)
+
+
+def text_first(operation: Operation) -> bool:
+    """Whether the command's first word is free text (an expression) that may begin with a minus."""
+    return any(p.argument for p in operation.params_for("cli"))
+
+
 def build(operation: Operation) -> typer.core.TyperCommand:
-    """The ``noa NAME`` command of ``operation``."""
-    command, params = BUILDERS[operation.kind](operation)
+    """The ``noa NAME`` command of ``operation``, built with Typer."""
+    import typer
+
+    command, params = describe(operation)
+    annotations = {p.name: _typer_annotation(p) for p in params}
     command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
-                           default=inspect.Parameter.empty if default is ... else default)
-         for name, annotation, default in params])
-    command.__annotations__ = {name: annotation for name, annotation, _ in params}
+        [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY, annotation=annotations[p.name],
+                           default=inspect.Parameter.empty if p.default is ... else p.default)
+         for p in params])
+    command.__annotations__ = annotations
     single = typer.Typer(add_completion=False, context_settings={"help_option_names": ["-h", "--help"]})
     single.command(operation.name, help=_help(operation))(command)
     built = typer.main.get_command(single)
-    if any(p.argument for p in operation.params_for("cli")):
+    if text_first(operation):
         _text_first(built)
     return built
+
+
+def _typer_annotation(param: CliParam) -> Any:
+    """``Annotated[type, typer.Argument or typer.Option]`` of one parameter."""
+    from typing import Annotated
+
+    import typer
+
+    kind: Any = list[param.value] if param.many else param.value
+    if not param.flags:
+        return Annotated[kind, typer.Argument(help=param.help, show_default=False)]
+    extra = {"metavar": param.metavar} if param.metavar else {}
+    if param.low is not None:
+        extra["min"] = param.low
+    return Annotated[Optional[kind] if param.default is None else kind,
+                     typer.Option(*param.flags, help=param.help, **extra)]
 
 
 def _text_first(command: typer.core.TyperCommand) -> None:

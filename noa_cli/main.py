@@ -1,197 +1,49 @@
-"""The ``noa`` command: a command per registered operation (:mod:`noa_cli.commands`), plus
-``warmup`` and ``serve``; every outcome becomes an exit code and at most one line (:mod:`noa_cli.report`).
-
-No array logic lives here. Heavy modules (numba, mrcfile, tifffile) are imported inside the
-commands so that ``noa --help`` starts fast.
+"""The ``noa`` command's entry point. A plain command line of an operation (``noa stats x.mrc``, ``noa copy
+a.mrc b.mrc -f``) is read without Typer (:mod:`noa_cli.parse`) and run at once; every other line (help,
+completion, a usage error, ``warmup``, ``serve``) goes to the Typer app (:mod:`noa_cli.app`). Every outcome
+becomes an exit code and at most one line (:mod:`noa_cli.report`).
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
-from typer.core import TyperGroup
+from collections.abc import Callable
+from typing import Optional
 
 from noa_cli import report
-
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors; no progress bar.")]
-
-
-class Commands(TyperGroup):
-    """noa's commands: one per registered operation (built from its declaration only when asked
-    for, so that ``noa --help`` and ``noa NAME --help`` start fast), then warmup and serve."""
-
-    def list_commands(self, ctx: typer.Context) -> list[str]:
-        from noa_core import operations
-
-        return [*operations.names(), *super().list_commands(ctx)]
-
-    def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.TyperCommand | None:
-        command = super().get_command(ctx, cmd_name)
-        if command is None:
-            from noa_core import operations
-
-            if cmd_name in operations.names():
-                from noa_cli import commands
-
-                command = self.commands[cmd_name] = commands.build(operations.get(cmd_name))
-        return command
-
-    def resolve_command(self, ctx: typer.Context, args: list[str]):
-        """A mistyped command (``noa bni``, ``noa normalise``) is named, with the closest commands."""
-        name = args[0] if args else ""
-        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
-            import difflib
-
-            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
-            hint = f"; did you mean {' or '.join(close)}?" if close else "; see noa --help for the commands"
-            raise report.UnknownCommand(f"no command {name!r}{hint}")
-        return super().resolve_command(ctx, args)
-
-
-app = typer.Typer(
-    name="noa",
-    cls=Commands,
-    help="Reshape, reorder and convert MRC and TIFF image stacks as 4-d BDHW arrays.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
-
-def _version(value: bool) -> None:
-    if value:
-        from noa_core import __version__
-
-        typer.echo(f"noa {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def main(
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
-    ] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of internal errors, and what noa "
-                                                     "decides on the way (which code computes: NumPy or numba).")] = False,
-) -> None:
-    """noa: reshape, reorder and convert MRC and TIFF stacks (BDHW: batch, depth, height, width).
-
-    Example: noa permute movie.mrc movie_t.mrc --axes 0,1,3,2
-    """
-    if debug:
-        import logging
-
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("noa: debug: %(message)s"))
-        logger = logging.getLogger("noa")
-        logger.addHandler(handler)
-        logger.setLevel(logging.DEBUG)
-
-
-# -- commands beside the operations --------------------------------------------------------------
-
-
-@app.command()
-def warmup(
-    quiet: Quiet = False,
-    jobs: Annotated[
-        Optional[int], typer.Option("--jobs", "-j", min=1, help="Worker processes compiling at once (default: the "
-                                    "cores this process may use; 1: all in this process).")
-    ] = None,
-) -> None:
-    """Compile the kernels into the cache so that later commands start fast; one line per step.
-
-    Example: noa warmup --jobs 2
-    """
-    import os
-
-    from noa_core import compute_path, limits
-    from noa_core.run.warmup import warmup as compile_kernels
-
-    # This process only warms up: small files must take the numba path too (workers force it themselves).
-    os.environ[compute_path.ENVIRONMENT] = "numba"
-
-    def step(done: int, total: int, what: str) -> None:
-        if not quiet:
-            typer.echo(f"[{done}/{total}] {what}", err=True)
-
-    seconds = compile_kernels(progress=step, jobs=jobs or limits.available_cores())
-    report.done(f"kernels compiled and cached in {seconds:.1f} s", quiet)
-
-
-@app.command()
-def serve(
-    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")] = 8000,
-    data_root: Annotated[
-        Optional[Path], typer.Option("--data-root", help="Folder that server-side paths are relative to (env NOA_DATA_ROOT).")
-    ] = None,
-    state_dir: Annotated[
-        Optional[Path], typer.Option("--state-dir", help="Where job state is kept (default DATA_ROOT/.noa-jobs).")
-    ] = None,
-    api_key: Annotated[
-        Optional[str], typer.Option("--api-key", help="Require this X-API-Key on /v1 (env NOA_API_KEY).")
-    ] = None,
-    processes: Annotated[
-        Optional[int], typer.Option("--processes", min=1, help="Server processes (default: 2, or 1 on one core).")
-    ] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Operations run at once per process (default 2).")] = None,
-    max_body_bytes: Annotated[Optional[int], typer.Option("--max-body-bytes", min=1, help="Largest request body "
-                                                          "(default 1073741824, 1 GiB).")] = None,
-    max_voxels: Annotated[Optional[int], typer.Option("--max-voxels", min=1, help="Largest output, in voxels "
-                                                      "(default 2147483648).")] = None,
-    cors_origin: Annotated[
-        Optional[list[str]], typer.Option("--cors-origin", help="Allow browser requests from this origin (repeatable).")
-    ] = None,
-    tmp_dir: Annotated[
-        Optional[Path], typer.Option("--tmp-dir", help="Folder for upload scratch files (tmpfs such as /dev/shm is fastest).")
-    ] = None,
-    job_ttl: Annotated[
-        Optional[int], typer.Option("--job-ttl", min=0, help="Seconds finished job records are kept (0: forever; default 7 days).")
-    ] = None,
-    max_expressions: Annotated[
-        Optional[int], typer.Option("--max-expressions", min=0, help="Replace a server process once it has compiled "
-                                    "this many distinct expressions (their machine code is never freed; ~5 MB each; "
-                                    "0: never; default 200).")
-    ] = None,
-    log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
-) -> None:
-    """Start the HTTP service (uvicorn); options override NOA_* environment variables.
-
-    Example: noa serve --data-root /data/em --api-key "$KEY" --port 8000
-    """
-    from noa_server.processes import prepare
-    from noa_server.settings import Settings
-
-    try:
-        settings = Settings.from_env(data_root=data_root, state_dir=state_dir, api_key=api_key, workers=workers,
-                                     processes=processes, max_body_bytes=max_body_bytes, max_voxels=max_voxels,
-                                     cors_origins=cors_origin, tmp_dir=tmp_dir, job_ttl=job_ttl,
-                                     max_expressions=max_expressions)
-        serve_until_stopped, port = prepare(settings, host, port, log_level)
-    except ValueError as exc:  # a bad setting (e.g. NOA_WORKERS=abc, a missing data root): usage, not a crash
-        raise report.UsageError(str(exc)) from None
-    except OSError as exc:
-        raise report.UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    shown = f"[{host}]" if ":" in host else host
-    root = settings.data_root or "none (uploads only)"
-    typer.echo(f"noa serve: http://{shown}:{port} (API docs at /docs; data root {root}; {settings.processes} "
-               f"process(es))", err=True)
-    serve_until_stopped()
-
-
-# -- entry point -----------------------------------------------------------------------------------
 
 
 def run(argv: Optional[list[str]] = None) -> None:
     """Console-script entry: exit 0 on success, 2 on bad usage or input, 1 on internal errors, 130 on
     Ctrl-C and 143 on SIGTERM (temporary outputs removed in both cases)."""
     args = sys.argv[1:] if argv is None else argv
-    report.leave(report.guarded(lambda: app(args=args, prog_name="noa", standalone_mode=False), debug="--debug" in args))
+    report.leave(report.guarded(lambda: _call(args), debug="--debug" in args))
+
+
+def _call(args: list[str]) -> object:
+    command = _plain(args)
+    if command is not None:
+        return command()
+    from noa_cli.app import app
+
+    return app(args=args, prog_name="noa", standalone_mode=False)
+
+
+def _plain(args: list[str]) -> Callable[[], None] | None:
+    """The operation's command with its values, where ``args`` is a plain line of one operation; else None."""
+    if not args or args[0].startswith("-") or "_NOA_COMPLETE" in os.environ:
+        return None
+    from noa_core import operations
+
+    operation = operations.find(args[0])
+    if operation is None:
+        return None
+    from noa_cli import commands, parse
+
+    command, params = commands.describe(operation)
+    given = parse.read(params, args[1:], text_first=commands.text_first(operation))
+    return None if given is None else (lambda: command(**given))
 
 
 if __name__ == "__main__":

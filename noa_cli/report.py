@@ -12,21 +12,16 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-import typer
-
-try:  # typer 0.26+ parses with a copy of click of its own: importing click as well would cost 50 ms a call
-    from typer._click import exceptions as parser_errors
-except ImportError:  # an older typer parses with click itself
-    from click import exceptions as parser_errors
-
 if TYPE_CHECKING:
     from noa_core.run import FileResult
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
-UsageError = parser_errors.UsageError  # what a command raises for a bad command line (exit 2, one line)
-_EXITS, _ABORTS = (typer.Exit,), (typer.Abort,)  # click's own where typer parses with click
-_CLI_ERRORS = (parser_errors.ClickException, getattr(typer, "TyperException", parser_errors.ClickException))
+
+
+class UsageError(Exception):
+    """A command line the parser took but the command refuses (IN OUT missing, options that exclude each
+    other): exit 2, one line."""
 
 
 class BatchFailed(Exception):
@@ -65,19 +60,27 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def echo(message: str, err: bool = False) -> None:
+    """One message and a new line, on stdout (or stderr), at once (Typer is not imported for plain command
+    lines: :mod:`noa_cli.parse`)."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(message + "\n")
+    stream.flush()
+
+
 def error(message: str) -> None:
-    typer.echo(f"noa: error: {message}", err=True)
+    echo(f"noa: error: {message}", err=True)
 
 
 def notices(lines: list[str] | None, quiet: bool) -> None:
     if not quiet:
         for line in lines or ():
-            typer.echo(f"noa: note: {line}", err=True)
+            echo(f"noa: note: {line}", err=True)
 
 
 def done(message: str, quiet: bool) -> None:
     if not quiet:
-        typer.echo(message, err=True)
+        echo(message, err=True)
 
 
 def failure(src: Path, exc: BaseException) -> None:
@@ -107,10 +110,35 @@ def finish(results: Sequence[FileResult]) -> None:
         raise BatchFailed(f"{len(failed)} of {len(results)} inputs failed")
 
 
-def _bad_value(exc: Exception) -> bool:
-    """A value given but not convertible (not a missing one, which the usage line explains)."""
-    missing = isinstance(exc, parser_errors.MissingParameter)
-    return isinstance(exc, (parser_errors.BadParameter, typer.BadParameter)) and not missing
+def _parser_outcome(exc: Exception) -> int | None:
+    """The exit code of Typer's (click's) exits, aborts and usage errors, shown as click shows them; None for
+    any other exception. Only a line Typer parsed can raise them: a plain one never imports Typer."""
+    if "typer" not in sys.modules:
+        return None
+    import typer
+
+    try:  # typer 0.26+ parses with a copy of click of its own: importing click as well would cost 50 ms a call
+        from typer._click import exceptions as parser_errors
+    except ImportError:  # an older typer parses with click itself
+        from click import exceptions as parser_errors
+    if isinstance(exc, typer.Exit):
+        return exc.exit_code
+    if isinstance(exc, typer.Abort):
+        error("aborted")
+        return EXIT_INTERNAL
+    if not isinstance(exc, (parser_errors.ClickException, getattr(typer, "TyperException",
+                                                                  parser_errors.ClickException))):
+        return None
+    # A value given but not convertible ('--factor abc'): one line, as any bad value; a missing one is
+    # explained with the usage line, as every other usage error.
+    bad_value = (isinstance(exc, (parser_errors.BadParameter, typer.BadParameter))
+                 and not isinstance(exc, parser_errors.MissingParameter))
+    show = getattr(exc, "show", None)
+    if bad_value or show is None:
+        error(exc.format_message())
+    else:
+        show()
+    return exc.exit_code
 
 
 def guarded(call: Callable[[], object], debug: bool) -> int:
@@ -121,21 +149,7 @@ def guarded(call: Callable[[], object], debug: bool) -> int:
         with terminated_by_sigterm():
             result = call()
         return result if isinstance(result, int) else EXIT_OK
-    except _EXITS as exc:
-        return exc.exit_code
-    except _ABORTS:
-        error("aborted")
-        return EXIT_INTERNAL
-    except _CLI_ERRORS as exc:  # bad usage: click's own message (with the usage line) and its exit code, 2
-        show = getattr(exc, "show", None)
-        if _bad_value(exc):  # a value click cannot convert ('--factor abc'): one line, as any bad value
-            error(exc.format_message())
-        elif show is not None:
-            show()
-        else:
-            error(exc.format_message())
-        return exc.exit_code
-    except (BatchFailed, UnknownCommand) as exc:
+    except (BatchFailed, UnknownCommand, UsageError) as exc:
         error(str(exc))
         return EXIT_USAGE
     except (NoaError, OSError) as exc:
@@ -146,6 +160,9 @@ def guarded(call: Callable[[], object], debug: bool) -> int:
     except Terminated:
         return _stopped("terminated", EXIT_TERMINATED)
     except Exception as exc:  # noqa: BLE001 - the last resort: never a bare traceback
+        code = _parser_outcome(exc)
+        if code is not None:
+            return code
         if debug:
             traceback.print_exc()
         else:

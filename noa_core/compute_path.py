@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -32,7 +31,6 @@ ENVIRONMENT = "NOA_COMPUTE"
 
 _current: contextvars.ContextVar[str] = contextvars.ContextVar("noa_compute_path", default="numba")
 _pinned: contextvars.ContextVar[str | None] = contextvars.ContextVar("noa_compute_path_pinned", default=None)
-_log = logging.getLogger("noa")
 
 
 def forced() -> str:
@@ -78,7 +76,10 @@ def for_size(nbytes: int | None, what: str = "") -> Iterator[str]:
     """Compute work of ``nbytes`` on the path :func:`choose` gives (or the one an enclosing :func:`using`
     pins), saying which at DEBUG level."""
     path = _pinned.get() or choose(nbytes)
-    if _pinned.get() is None and _log.isEnabledFor(logging.DEBUG):
+    # Where logging was never imported, nothing can have been set to show it (and importing it costs 8 ms).
+    logging = sys.modules.get("logging")
+    log = None if logging is None else logging.getLogger("noa")
+    if _pinned.get() is None and log is not None and log.isEnabledFor(logging.DEBUG):
         size = "unknown size" if nbytes is None else f"{nbytes / 1024:.0f} KiB"
         if forced() != "auto":
             why = f"{ENVIRONMENT}={forced()}"
@@ -86,7 +87,7 @@ def for_size(nbytes: int | None, what: str = "") -> Iterator[str]:
             why = f"{size}, but numba is loaded already"
         else:
             why = f"{size} {'<' if path == 'numpy' else '>='} the threshold {SMALL_BYTES >> 20} MiB"
-        _log.debug("compute path %s%s: %s", path, f" for {what}" if what else "", why)
+        log.debug("compute path %s%s: %s", path, f" for {what}" if what else "", why)
     token = _current.set(path)
     try:
         yield path

@@ -22,14 +22,17 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from noa_core.errors import NoSpaceError, SizeError, TruncatedFileError
 from noa_core.io.compression import open_input
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 # mmap object -> address of its first byte. Weak, so a closed and dropped mapping leaves no trace.
 _SHARED: weakref.WeakKeyDictionary[mmap.mmap, int] = weakref.WeakKeyDictionary()
@@ -96,6 +99,8 @@ def io_threads() -> int:
 def _readers() -> tuple[ThreadPoolExecutor, int]:
     """The threads that read runs (pread releases the GIL) and their count (:func:`io_threads`)."""
     if not _READERS:
+        from concurrent.futures import ThreadPoolExecutor
+
         count = io_threads()
         _READERS.append((ThreadPoolExecutor(count, "noa-read"), count))
     return _READERS[0]

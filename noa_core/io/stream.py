@@ -18,7 +18,6 @@ import mmap as mmap_module
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -218,6 +217,8 @@ class TileFile:
         self.fd = os.open(region.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
         # Writeback is started from a thread of its own: the call blocks while the disk's queue is full,
         # and the tiles after it need not wait for that.
+        from concurrent.futures import ThreadPoolExecutor
+
         self._writeback = ThreadPoolExecutor(1, "noa-writeback")
 
     def sync(self) -> None:
@@ -259,11 +260,9 @@ def _load_sync_file_range() -> Callable[[int, int, int], None] | None:
     waiting: the disk then works while later tiles are computed, and the commit's fsync has little left
     to wait for (dd conv=fsync writes everything at its end)."""
     import ctypes
-    import ctypes.util
 
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        call = libc.sync_file_range
+    try:  # the process's own symbols, libc's among them (ctypes.util.find_library would run ldconfig)
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
     except (OSError, AttributeError):
         return None
     call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
@@ -569,6 +568,8 @@ def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, valu
     stats: list[RunningStatistics] = []
     writing: list = []
     in_flight = target.writers + 1  # output buffers: one being computed, the others being written
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(target.writers, "noa-write") as writer_thread, mapped.scratch_buffers():
         for done, key in enumerate(keys, 1):
             slot = -1 - done % in_flight  # the output buffers' slots; sources use 0, 1, ...

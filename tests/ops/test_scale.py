@@ -282,7 +282,7 @@ def test_cli_scheduler_errors_are_one_line(tmp_path):
 
 def test_core_and_cli_do_not_import_dask(tmp_path):
     src = make_inputs(tmp_path / "in", 1)[0]
-    code = ("import sys, noa_core, noa_core.run.cluster; from noa_cli.main import app\n"
+    code = ("import sys, noa_core, noa_core.run.cluster; from noa_cli.app import app\n"
             "for args in (['--help'], ['info', sys.argv[1]], ['permute', '--help']):\n"
             "    try: app(args, standalone_mode=False)\n"
             "    except SystemExit: pass\n"
