@@ -34,7 +34,7 @@ __all__ = ["read", "probe", "Probe", "write", "create", "copy_into", "Metadata",
 
 def read(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bool | None = None,
          series: int | None = None, channel: int | None = None, level: int | None = None,
-         mmap: bool = True, **eer: Any) -> tuple[Array, Metadata]:
+         mmap: bool = True, tiles: bool = False, **eer: Any) -> tuple[Array, Metadata]:
     """Read an MRC (.mrc .mrcs .map .st .ali .rec, optionally .gz/.bz2) or TIFF file.
 
     Args:
@@ -46,6 +46,8 @@ def read(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bo
             map to the batch axis are refused without it.
         level: TIFF and OME-Zarr only: which pyramid level to read (default 0, the full resolution).
         mmap: map uncompressed data read-only instead of loading it (the Array is then not writable).
+        tiles: the array will be read only tile by tile by :func:`noa_core.io.mapped.read_view` (a plan's
+            sources), so a format may make its data as the tiles ask (EER decodes fractions on demand).
         eer: EER only: ``eer_group``, ``eer_group_last``, ``eer_upsampling``, ``gain``, ``gain_flip_y``,
             ``gain_rotate`` (:class:`~noa_core.io.protocol.ReadRequest`).
 
@@ -53,7 +55,7 @@ def read(path: str | os.PathLike, *, as_stack: bool | None = None, as_volume: bo
         The BDHW array (a permuted view when the file's axes are not Z, Y, X) and its metadata.
     """
     request = ReadRequest(as_stack=as_stack, as_volume=as_volume, series=series, channel=channel, level=level,
-                          mmap=mmap, **eer)
+                          mmap=mmap, tiles=tiles, **eer)
     return _format_and_request(path, request, "read")
 
 

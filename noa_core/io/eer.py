@@ -17,7 +17,9 @@ Decoding is imagecodecs' ``eer_decode`` adding each frame's events into one uint
 fraction; fractions are decoded side by side in threads (the codec releases the GIL), so memory holds
 one fraction per thread (:data:`THREAD_BYTES` in all), never the movie; a gain multiplies it in cache-sized
 bands of rows, a frame-sized gain without an upsampled copy of itself. The fractions go to an unlinked
-temporary file mapped read-only (as OME-Zarr chunks do), so every operation reads them tile by tile. Pixel
+temporary file mapped read-only (as OME-Zarr chunks do), so every operation reads them tile by tile; for a
+plan's source read only by tiles (``ReadRequest.tiles``: ``noa copy``) they are decoded as the tiles ask,
+a few fractions ahead, and dropped from the file once read, so that they never reach the disk. Pixel
 size is unknown: the acquisition XML gives the sensor's pixel, not the specimen's.
 
 :data:`FORMAT` is the EER :class:`~noa_core.io.protocol.ImageFormat`; writing EER is not offered.
@@ -31,6 +33,7 @@ import os
 import struct
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -379,33 +382,34 @@ def _threads(fraction_bytes: int, count: int) -> int:
     return max(1, min(mapped.io_threads(), count, THREAD_BYTES // max(fraction_bytes, 1)))
 
 
-def decode(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray | None,
-           put: Callable[[int, np.ndarray, int], None]) -> None:
-    """Decode every fraction of ``plan``, side by side in threads, each into its own reused accumulator, and
-    hand it to ``put(fraction, rows, first_row)``: uint16 counts, or float32 counts x gain in cache-sized
-    bands of rows. ``gain`` is on the grid, or on the frame (:func:`reading_gain`), each pixel then
-    multiplying its k x k grid pixels."""
-    shape = tuple(plan.shape(movie)[2:])
-    level = plan.factor[0].bit_length() - 1
-    k = 1 if gain is None else shape[0] // gain.shape[0]
-    rows = max(k, _BAND_BYTES // (shape[1] * 4) // k * k)  # whole rows of the gain in each band
-    local = threading.local()
-    stop = threading.Event()
+class _Decoder:
+    """Decodes fractions of ``plan``, each into the accumulator of the thread decoding it (reused), and hands
+    it to ``put(fraction, rows, first_row)``: uint16 counts, or float32 counts x gain in cache-sized bands of
+    rows. ``gain`` is on the grid, or on the frame (:func:`reading_gain`), each pixel then multiplying its
+    k x k grid pixels. ``fd``: the movie, open."""
 
-    def one(index: int) -> None:
-        if stop.is_set():
-            return
+    def __init__(self, path: Path, fd: int, movie: Movie, plan: Fractions, gain: np.ndarray | None) -> None:
+        self.path, self.fd, self.movie, self.plan, self.gain = path, fd, movie, plan, gain
+        self.shape = tuple(plan.shape(movie)[2:])
+        self.level = plan.factor[0].bit_length() - 1
+        self.k = 1 if gain is None else self.shape[0] // gain.shape[0]
+        self.rows = max(self.k, _BAND_BYTES // (self.shape[1] * 4) // self.k * self.k)  # whole gain rows a band
+        self.local = threading.local()
+
+    @property
+    def thread_bytes(self) -> int:
+        """What one decoding thread holds: its accumulator and its band of gained rows."""
+        return math.prod(self.shape) * 2 + (self.rows * self.shape[1] * 4 if self.gain is not None else 0)
+
+    def fraction(self, index: int, put: Callable[[int, np.ndarray, int], None]) -> None:
+        local, shape, rows, k, gain = self.local, self.shape, self.rows, self.k, self.gain
         if not hasattr(local, "counts"):
             local.counts = np.empty(shape, np.uint16)
             local.band = np.empty((min(rows, shape[0]), shape[1]), np.float32) if gain is not None else None
             local.wide = np.empty((min(rows, shape[0]) // k, shape[1]), np.float32) if k > 1 else None
         counts = local.counts
         counts.fill(0)
-        try:
-            _decode_frames(path, fd, movie, plan.groups[index], counts, level)
-        except BaseException:
-            stop.set()
-            raise
+        _decode_frames(self.path, self.fd, self.movie, self.plan.groups[index], counts, self.level)
         if gain is None:
             put(index, counts, 0)
             return
@@ -422,17 +426,99 @@ def decode(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray | None,
                     np.multiply(counts[first + i:first + n:k], wide, out=band[i::k])
             put(index, band, first)
 
-    fraction_bytes = math.prod(shape) * 2 + (rows * shape[1] * 4 if gain is not None else 0)
+
+def decode(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray | None,
+           put: Callable[[int, np.ndarray, int], None]) -> None:
+    """Decode every fraction of ``plan`` (:class:`_Decoder`), side by side in threads."""
     with open_input(path) as file:
-        fd = file.fileno()
-        threads = _threads(fraction_bytes, len(plan.groups))
+        decoder = _Decoder(path, file.fileno(), movie, plan, gain)
+        threads = _threads(decoder.thread_bytes, len(plan.groups))
         if threads == 1:
             for index in range(len(plan.groups)):
-                one(index)
+                decoder.fraction(index, put)
             return
+        stop = threading.Event()
+
+        def one(index: int) -> None:
+            if stop.is_set():
+                return
+            try:
+                decoder.fraction(index, put)
+            except BaseException:
+                stop.set()
+                raise
+
         with ThreadPoolExecutor(threads, "noa-eer") as pool:
             for future in [pool.submit(one, i) for i in range(len(plan.groups))]:
                 future.result()
+
+
+class _OnDemand:
+    """Fractions decoded into the (unlinked, temporary) file ``temp`` as :func:`noa_core.io.mapped.read_view`
+    asks for byte ranges of it: the asked ones at once, the next ones ahead in the other threads; a fraction
+    no longer asked is removed from the file (a hole punched), so the file holds a few fractions at a time and
+    its pages are dropped before they are written to disk. A read spanning more fractions than that (an
+    F-ordered copy) decodes every fraction left and keeps them all. A fraction asked again is decoded again."""
+
+    def __init__(self, path: Path, movie: Movie, plan: Fractions, gain: np.ndarray | None, temp: int) -> None:
+        self.file = open_input(path)  # open while the mapping lives
+        self.decoder = _Decoder(path, self.file.fileno(), movie, plan, gain)
+        self.path, self.temp, self.count = path, temp, len(plan.groups)
+        self.fraction_bytes = math.prod(self.decoder.shape) * plan.dtype.itemsize
+        self.threads = _threads(self.decoder.thread_bytes, self.count)
+        self.capacity = 2 * self.threads + 1  # fractions in the file at once: those read, those ahead
+        self.pool = ThreadPoolExecutor(self.threads, "noa-eer")
+        self.decoding: dict[int, Any] = {}  # fraction -> its Future (running or done), least recently asked first
+        self.keep_all = False
+        self.lock = threading.Lock()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.file.close()
+
+    def _write(self, index: int, rows: np.ndarray, first: int) -> None:
+        at = index * self.fraction_bytes + first * rows.shape[1] * rows.itemsize
+        mapped.pwrite_all(self.temp, memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8)), at,
+                          self.path)
+
+    def __call__(self, first: int, stop: int) -> None:
+        asked = range(first // self.fraction_bytes, min(self.count, (stop - 1) // self.fraction_bytes + 1))
+        with self.lock:
+            if len(asked) + self.threads > self.capacity:
+                self.keep_all = True
+            wanted = range(asked.start, self.count) if self.keep_all else \
+                range(asked.start, min(self.count, asked.stop + self.threads))
+            for index in wanted:
+                if index in self.decoding:
+                    self.decoding[index] = self.decoding.pop(index)  # asked again: most recent
+                else:
+                    self.decoding[index] = self.pool.submit(self.decoder.fraction, index, self._write)
+            if not self.keep_all:
+                for index in [i for i in self.decoding if i not in wanted][:max(0, len(self.decoding) - self.capacity)]:
+                    self.decoding.pop(index).exception()  # finished (or failed, unasked) before its pages go
+                    _punch_hole(self.temp, index * self.fraction_bytes, self.fraction_bytes)
+            futures = [self.decoding[i] for i in asked]
+        for future in futures:
+            future.result()
+
+
+def _punch_hole(fd: int, offset: int, length: int) -> None:
+    """Free ``length`` bytes of ``fd`` at ``offset`` (Linux's FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE): their
+    pages are dropped, dirty or not. Advice: where it fails, the bytes stay and only the disk does more."""
+    if not _FALLOCATE:
+        import ctypes
+
+        try:
+            call = ctypes.CDLL(None, use_errno=True).fallocate
+            call.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+        except (OSError, AttributeError):
+            call = None
+        _FALLOCATE.append(call)
+    if _FALLOCATE[0] is not None:
+        _FALLOCATE[0](fd, 0x02 | 0x01, offset, length)
+
+
+_FALLOCATE: list = []
 
 
 def _allocate(path: Path, fd: int, nbytes: int, folder: str) -> None:
@@ -448,9 +534,10 @@ def _allocate(path: Path, fd: int, nbytes: int, folder: str) -> None:
         os.ftruncate(fd, nbytes)
 
 
-def _read_fractions(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray | None, to_file: bool) -> np.ndarray:
+def _read_fractions(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray | None, to_file: bool,
+                    tiles: bool = False) -> np.ndarray:
     """Every fraction, ``(fractions, H, W)``: in an unlinked temporary file mapped read-only (``to_file``), else
-    in memory."""
+    in memory; ``tiles`` (with ``to_file``): decoded as tiles are read (:class:`_OnDemand`), not all first."""
     shape = tuple(plan.shape(movie)[i] for i in (0, 2, 3))
     nbytes = math.prod(shape) * plan.dtype.itemsize
     if nbytes > MAX_OUTPUT_BYTES:
@@ -467,6 +554,12 @@ def _read_fractions(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray 
     folder = mapped.spill_folder(path, nbytes, "frames", "decoding")
     with tempfile.TemporaryFile(prefix="noa-", suffix=".eer-decoded", dir=folder) as temp:
         _allocate(path, temp.fileno(), nbytes, folder)
+        if tiles:
+            on_demand = _OnDemand(path, movie, plan, gain, os.dup(temp.fileno()))
+            data = mapped.map_input(path, 0, plan.dtype, math.prod(shape), private=True, fd=temp.fileno(),
+                                    produce=on_demand)
+            weakref.finalize(data, _close_on_demand, on_demand)
+            return data.reshape(shape)
 
         def into_file(index: int, rows: np.ndarray, first: int) -> None:
             at = (index * shape[1] + first) * row_bytes
@@ -475,6 +568,11 @@ def _read_fractions(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray 
 
         decode(path, movie, plan, gain, into_file)
         return mapped.map_input(path, 0, plan.dtype, math.prod(shape), private=True, fd=temp.fileno()).reshape(shape)
+
+
+def _close_on_demand(on_demand: _OnDemand) -> None:
+    on_demand.close()
+    os.close(on_demand.temp)
 
 
 # -- metadata --------------------------------------------------------------------------------------
@@ -553,7 +651,7 @@ class EerFormat:
         if request.gain:
             gain = reading_gain(Path(request.gain), path, movie, plan.factor, bool(request.gain_flip_y),
                                 request.gain_rotate or 0, metadata.notices)
-        data = _read_fractions(path, movie, plan, gain, to_file=request.mmap)
+        data = _read_fractions(path, movie, plan, gain, to_file=request.mmap, tiles=request.tiles)
         return asarray(data[:, None]), metadata
 
     def probe(self, path: Path, request: ReadRequest) -> Probe:

@@ -21,7 +21,7 @@ import os
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +40,8 @@ _CAN_RELEASE = hasattr(mmap, "MADV_DONTNEED") and hasattr(mmap.mmap, "madvise")
 # input mapping -> (descriptor kept open for pread, path for messages); the descriptor closes with the mapping
 _INPUTS: weakref.WeakKeyDictionary[mmap.mmap, tuple[int, Path]] = weakref.WeakKeyDictionary()
 _PRIVATE: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # mappings of this process's temporary files
+# input mapping -> what writes a byte range into its file before read_view reads it (map_input's ``produce``)
+_PRODUCERS: weakref.WeakKeyDictionary[mmap.mmap, Callable[[int, int], None]] = weakref.WeakKeyDictionary()
 RUN_BYTES = 8 << 20  # a view is read in runs of at most this many contiguous bytes (and at least one element)
 PARALLEL_BYTES = 4 << 20  # smaller views are read by one thread
 
@@ -62,11 +64,13 @@ def spill_folder(path: Path, nbytes: int, fields: str, doing: str) -> str:
 
 
 def map_input(path: Path, offset: int, dtype: np.dtype, count: int, *, private: bool = False,
-              fd: int | None = None) -> np.ndarray:
+              fd: int | None = None, produce: Callable[[int, int], None] | None = None) -> np.ndarray:
     """A read-only 1-d view of ``count`` items of ``dtype`` at byte ``offset`` of ``path``; ``private``: a
     temporary file of this process (decompressed data) that no other process can map by its path;
     ``fd``: that file already open (an unlinked temporary), mapped instead of ``path``, which then only
-    names it in messages."""
+    names it in messages; ``produce(first, stop)``: called by :func:`read_view` before it reads bytes
+    ``first .. stop-1``, to write them into the file first (data made as tiles ask for them: the array
+    must then be read through :func:`read_view` only)."""
     if fd is not None:
         fd = os.dup(fd)
     else:
@@ -81,6 +85,8 @@ def map_input(path: Path, offset: int, dtype: np.dtype, count: int, *, private: 
     _INPUTS[mm] = (fd, Path(path))
     if private:
         _PRIVATE.add(mm)
+    if produce is not None:
+        _PRODUCERS[mm] = produce
     weakref.finalize(mm, os.close, fd)
     return np.frombuffer(mm, dtype=dtype, count=count, offset=offset)
 
@@ -142,6 +148,9 @@ def read_view(array: np.ndarray, slot: int = 0, into: np.ndarray | None = None) 
         return array
     fd, path = _INPUTS[mm]
     start = array.ctypes.data - _SHARED[mm]  # file offset of the first element (mappings start at 0)
+    produce = _PRODUCERS.get(mm)
+    if produce is not None:
+        produce(start, start + sum((n - 1) * s for n, s in zip(array.shape, array.strides)) + array.itemsize)
     dims = sorted((i for i in range(array.ndim) if array.strides[i] != 0 and array.shape[i] > 1),
                   key=lambda i: array.strides[i])
     inner, span = 0, array.itemsize

@@ -39,6 +39,9 @@ class ReadRequest:
         channel: which channel (C axis or samples per pixel) to read (TIFF); None when the file has one.
         level: which pyramid level to read (TIFF); None for the full resolution, level 0.
         mmap: map uncompressed data read-only instead of loading it.
+        tiles: the caller reads the array only tile by tile, through :func:`noa_core.io.mapped.read_view` (a
+            plan's sources): a format may then make its data as the tiles ask for them (EER decodes fractions
+            on demand instead of all first).
         eer_group, eer_group_last, eer_upsampling: EER hardware frames per fraction (None: 1), what becomes
             of the frames left over ('drop', the default, or 'keep') and the grid (1, 2 or 3: 4K, 8K, 16K).
         gain, gain_flip_y, gain_rotate: EER: a gain file multiplying each fraction, turned upside down and
@@ -52,6 +55,7 @@ class ReadRequest:
     channel: int | None = None
     level: int | None = None
     mmap: bool = True
+    tiles: bool = False
     eer_group: int | None = None
     eer_group_last: str | None = None
     eer_upsampling: int | None = None

@@ -25,7 +25,7 @@ def plan(inputs: list[Path], options: Options):
     from noa_core.array import resolve_copy_order
     from noa_core.operations.plan import converter, reversing, tiled_plan
 
-    array, meta = options.open_input(inputs[0])
+    array, meta = options.open_input(inputs[0], tiles=True)  # read by tiled_plan alone
     out_dtype = None if options.dtype is None else dtypes.scalar_dtype(options.dtype)
     out_order = resolve_copy_order(array, options.order)
     compute = converter("clamp" if options.clamp else "checked")

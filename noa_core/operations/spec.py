@@ -361,12 +361,12 @@ class Options(dict):
         """The output format's own choices among these options (:data:`WRITE_OPTIONS`)."""
         return {name: self[name] for name in WRITE_OPTIONS if name in self}
 
-    def open_input(self, path: str | Path) -> tuple[Array, Metadata]:
+    def open_input(self, path: str | Path, tiles: bool = False) -> tuple[Array, Metadata]:
         """An input read as :data:`READING` say (MRC stack or volume, TIFF series, channel and level): lazily,
-        header first."""
+        header first; ``tiles``: a plan's source, read only tile by tile (:func:`noa_core.io.read`)."""
         from noa_core import io
 
-        array, meta = io.read(path, **self._reading())
+        array, meta = io.read(path, tiles=tiles, **self._reading())
         told = _READING_NOTICES.get()
         if told is not None:
             told.extend(meta.notices)

@@ -4,6 +4,7 @@ tifffile's frames, the gain against RELION's formula and programs, every door, a
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 from pathlib import Path
@@ -414,3 +415,55 @@ def test_crafted_strip_cannot_expand_past_the_frame(tmp_path):
     assert int(np.asarray(array.numpy()).sum()) == 384
     write_eer(tmp_path / "huge.eer", [[strip]], 1 << 16, 1 << 16)
     assert_user_error(noa("info", tmp_path / "huge.eer"), "more than the")
+
+
+# -- fractions decoded as the tiles ask (ReadRequest.tiles: a plan's source, noa copy) ---------------------------
+
+
+@settings(max_examples=20, deadline=None)
+@given(fractions=st.integers(1, 12), reads=st.lists(st.tuples(st.integers(0, 11), st.integers(1, 12), st.integers(0, 15),
+                                                               st.integers(1, 16)), min_size=1, max_size=30),
+       gain=st.booleans(), upsampling=st.integers(1, 2))
+def test_fractions_made_on_demand_equal_those_decoded_first(tmp_path_factory, fractions, reads, gain, upsampling):
+    """Regions read through read_view in any order (one fraction, several, all; again after their pages were
+    dropped) hold exactly the values of the movie decoded whole first."""
+    from noa_core.io import mapped
+
+    folder = tmp_path_factory.mktemp("lazy")
+    movie(folder / "m.eer", 16, 16, 2 * fractions, dose=0.3, seed=fractions)
+    options = dict(eer_group=2, eer_upsampling=upsampling)
+    if gain:
+        tifffile.imwrite(folder / "g.gain", np.random.default_rng(2).uniform(0.5, 2, (16, 16)).astype(np.float32))
+        options["gain"] = str(folder / "g.gain")
+    whole = np.array(io.read(folder / "m.eer", **options)[0].numpy())
+    lazy = io.read(folder / "m.eer", tiles=True, **options)[0].numpy()
+    for first, count, row, rows in reads:
+        first, row = first % fractions, row % whole.shape[2]
+        key = (slice(first, first + count), slice(None), slice(row, row + rows))
+        np.testing.assert_array_equal(mapped.read_view(lazy[key]), whole[key])
+
+
+def test_on_demand_file_holds_a_few_fractions_and_a_damaged_one_fails_its_read(tmp_path):
+    """Read in order, the temporary file keeps only the fractions near the one read (the others' blocks are
+    freed); a damaged frame fails the read of its fraction, as a CorruptFileError, not zeros."""
+    from noa_core.io import mapped
+
+    movie(tmp_path / "m.eer", 64, 64, 24, dose=0.3)
+    lazy = io.read(tmp_path / "m.eer", eer_group=2, tiles=True)[0].numpy()
+    whole = np.array(io.read(tmp_path / "m.eer", eer_group=2)[0].numpy())
+    for index in range(12):
+        np.testing.assert_array_equal(mapped.read_view(lazy[index:index + 1]), whole[index:index + 1])
+    fd = mapped._INPUTS[mapped._mapping_of(lazy)][0]
+    fraction_bytes = 64 * 64 * 2
+    assert os.fstat(fd).st_blocks * 512 <= 6 * fraction_bytes < 12 * fraction_bytes
+
+    rng = np.random.default_rng(7)
+    good = encode_frame(np.sort(rng.choice(24 * 32, 50, replace=False)), np.zeros(50, int), np.zeros(50, int),
+                        24 * 32, (7, 2, 2))
+    positions = np.sort(rng.choice(48 * 32, 200, replace=False))  # events past the frame's end
+    bad = encode_frame(positions, np.zeros(200, int), np.zeros(200, int), 48 * 32, (7, 2, 2))
+    write_eer(tmp_path / "past.eer", [[good], [good], [bad], [good]], 24, 32)
+    lazy = io.read(tmp_path / "past.eer", tiles=True)[0].numpy()
+    assert [int(mapped.read_view(lazy[i:i + 1]).sum()) for i in (0, 1)] == [50, 50]
+    with pytest.raises(CorruptFileError, match="frame 2: its events run past the end"):
+        mapped.read_view(lazy[2:3])
