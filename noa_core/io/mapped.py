@@ -181,10 +181,13 @@ def read_view(array: np.ndarray, slot: int = 0, into: np.ndarray | None = None) 
 
     # One thread copies from the page cache at a fraction of the memory's speed: read runs side by side,
     # in a few batches per thread (a task per run would cost more than a small run's read).
-    pool, threads = _readers()
-    batches = 1 if runs * span < PARALLEL_BYTES else min(runs, 4 * threads)
-    bounds = [runs * b // batches for b in range(batches + 1)]
-    complete = read_runs(0, runs) if batches == 1 else all(pool.map(read_runs, bounds[:-1], bounds[1:]))
+    if runs * span < PARALLEL_BYTES:
+        complete = read_runs(0, runs)
+    else:
+        pool, threads = _readers()
+        batches = min(runs, 4 * threads)
+        bounds = [runs * b // batches for b in range(batches + 1)]
+        complete = read_runs(0, runs) if batches == 1 else all(pool.map(read_runs, bounds[:-1], bounds[1:]))
     if not complete:
         raise TruncatedFileError(f"{path}: data: the file changed size while being read (it holds "
                                  f"{os.fstat(fd).st_size} bytes now)")
