@@ -11,6 +11,7 @@ this path: page faults on a mapped output cost more than the copy itself.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import math
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -216,16 +217,16 @@ class TileFile:
         self.outer_first = sorted(range(4), key=lambda i: -self.strides[i])
         self.fd = os.open(region.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
         # Writeback is started from a thread of its own: the call blocks while the disk's queue is full,
-        # and the tiles after it need not wait for that.
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._writeback = ThreadPoolExecutor(1, "noa-writeback")
+        # and the tiles after it need not wait for that. (None until a tile short of the whole file is written:
+        # the commit's fdatasync follows a whole file's write at once.)
+        self._writeback: Any = None
 
     def sync(self) -> None:
         os.fdatasync(self.fd)
 
     def close(self) -> None:
-        self._writeback.shutdown(wait=True)
+        if self._writeback is not None:
+            self._writeback.shutdown(wait=True)
         os.close(self.fd)
 
     def buffer(self, key: Key, slot: int) -> np.ndarray:
@@ -251,6 +252,12 @@ class TileFile:
             at = first + sum(n * self.strides[i] for n, i in zip(index, outer)) * self.itemsize
             mapped.pwrite_all(self.fd, data[position:position + run], at, self.region.path)
             position += run
+        if tuple(extents) == tuple(self.region.shape):
+            return
+        if self._writeback is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._writeback = ThreadPoolExecutor(1, "noa-writeback")
         last = first + sum((n - 1) * s for n, s in zip(extents, self.strides)) * self.itemsize + self.itemsize
         self._writeback.submit(_start_writeback, self.fd, first, last - first)
 
@@ -568,9 +575,14 @@ def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, valu
     stats: list[RunningStatistics] = []
     writing: list = []
     in_flight = target.writers + 1  # output buffers: one being computed, the others being written
-    from concurrent.futures import ThreadPoolExecutor
+    with contextlib.ExitStack() as stack:
+        if len(keys) > 1:
+            from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(target.writers, "noa-write") as writer_thread, mapped.scratch_buffers():
+            submit = stack.enter_context(ThreadPoolExecutor(target.writers, "noa-write")).submit
+        else:  # one tile: no other tile to overlap its write with, so no thread (nor its import)
+            submit = _WrittenNow
+        stack.enter_context(mapped.scratch_buffers())
         for done, key in enumerate(keys, 1):
             slot = -1 - done % in_flight  # the output buffers' slots; sources use 0, 1, ...
             if len(writing) == in_flight:
@@ -587,12 +599,22 @@ def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, valu
                 blocks = [asarray(mapped.read_view(view.numpy(), i)) for i, view in enumerate(views)]
                 storing(values_dtype, compute)(blocks, asarray(buffer))
             stats.append(RunningStatistics.of(buffer))
-            writing.append(writer_thread.submit(target.write, key, buffer))
+            writing.append(submit(target.write, key, buffer))
             if progress is not None:
                 progress(done, len(keys))
         for pending in writing:
             pending.result()
     return stats
+
+
+class _WrittenNow:
+    """A tile written at once, in this thread; like the Future of a write, it has a result."""
+
+    def __init__(self, write: Callable[..., None], *args: Any) -> None:
+        write(*args)
+
+    def result(self) -> None:
+        return None
 
 
 def fill(writer: Writer, sources: Sequence[Array], compute: Compute | None, *, block_bytes: int = TILE_BYTES,
