@@ -27,6 +27,7 @@ size is unknown: the acquisition XML gives the sensor's pixel, not the specimen'
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -34,7 +35,8 @@ import struct
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -470,6 +472,7 @@ class _OnDemand:
         self.pool = ThreadPoolExecutor(self.threads, "noa-eer")
         self.decoding: dict[int, Any] = {}  # fraction -> its Future (running or done), least recently asked first
         self.keep_all = False
+        self.readers: Counter[int] = Counter()  # fraction -> reads under way (its pages stay)
         self.lock = threading.Lock()
 
     def close(self) -> None:
@@ -481,7 +484,9 @@ class _OnDemand:
         mapped.pwrite_all(self.temp, memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8)), at,
                           self.path)
 
-    def __call__(self, first: int, stop: int) -> None:
+    @contextlib.contextmanager
+    def __call__(self, first: int, stop: int) -> Iterator[None]:
+        """Bytes ``first .. stop-1`` in the file (decoded now, or ahead), kept there while the block reads them."""
         asked = range(first // self.fraction_bytes, min(self.count, (stop - 1) // self.fraction_bytes + 1))
         with self.lock:
             if len(asked) + self.threads > self.capacity:
@@ -494,12 +499,19 @@ class _OnDemand:
                 else:
                     self.decoding[index] = self.pool.submit(self.decoder.fraction, index, self._write)
             if not self.keep_all:
-                for index in [i for i in self.decoding if i not in wanted][:max(0, len(self.decoding) - self.capacity)]:
+                unused = [i for i in self.decoding if i not in wanted and not self.readers[i]]
+                for index in unused[:max(0, len(self.decoding) - self.capacity)]:
                     self.decoding.pop(index).exception()  # finished (or failed, unasked) before its pages go
                     _punch_hole(self.temp, index * self.fraction_bytes, self.fraction_bytes)
             futures = [self.decoding[i] for i in asked]
-        for future in futures:
-            future.result()
+            self.readers.update(asked)
+        try:
+            for future in futures:
+                future.result()
+            yield
+        finally:
+            with self.lock:
+                self.readers.subtract(asked)
 
 
 def _punch_hole(fd: int, offset: int, length: int) -> None:

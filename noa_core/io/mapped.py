@@ -40,8 +40,9 @@ _CAN_RELEASE = hasattr(mmap, "MADV_DONTNEED") and hasattr(mmap.mmap, "madvise")
 # input mapping -> (descriptor kept open for pread, path for messages); the descriptor closes with the mapping
 _INPUTS: weakref.WeakKeyDictionary[mmap.mmap, tuple[int, Path]] = weakref.WeakKeyDictionary()
 _PRIVATE: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # mappings of this process's temporary files
-# input mapping -> what writes a byte range into its file before read_view reads it (map_input's ``produce``)
-_PRODUCERS: weakref.WeakKeyDictionary[mmap.mmap, Callable[[int, int], None]] = weakref.WeakKeyDictionary()
+# input mapping -> what writes a byte range into its file while read_view reads it (map_input's ``produce``)
+_PRODUCERS: weakref.WeakKeyDictionary[mmap.mmap, Callable[[int, int], contextlib.AbstractContextManager]] = \
+    weakref.WeakKeyDictionary()
 RUN_BYTES = 8 << 20  # a view is read in runs of at most this many contiguous bytes (and at least one element)
 PARALLEL_BYTES = 4 << 20  # smaller views are read by one thread
 
@@ -64,13 +65,15 @@ def spill_folder(path: Path, nbytes: int, fields: str, doing: str) -> str:
 
 
 def map_input(path: Path, offset: int, dtype: np.dtype, count: int, *, private: bool = False,
-              fd: int | None = None, produce: Callable[[int, int], None] | None = None) -> np.ndarray:
+              fd: int | None = None,
+              produce: Callable[[int, int], contextlib.AbstractContextManager] | None = None) -> np.ndarray:
     """A read-only 1-d view of ``count`` items of ``dtype`` at byte ``offset`` of ``path``; ``private``: a
     temporary file of this process (decompressed data) that no other process can map by its path;
     ``fd``: that file already open (an unlinked temporary), mapped instead of ``path``, which then only
-    names it in messages; ``produce(first, stop)``: called by :func:`read_view` before it reads bytes
-    ``first .. stop-1``, to write them into the file first (data made as tiles ask for them: the array
-    must then be read through :func:`read_view` only)."""
+    names it in messages; ``produce(first, stop)``: a context manager :func:`read_view` enters around its
+    reading of bytes ``first .. stop-1``, which writes them into the file first and keeps them there until
+    the reading ends (data made as tiles ask for them: the array must then be read through :func:`read_view`
+    only)."""
     if fd is not None:
         fd = os.dup(fd)
     else:
@@ -148,9 +151,6 @@ def read_view(array: np.ndarray, slot: int = 0, into: np.ndarray | None = None) 
         return array
     fd, path = _INPUTS[mm]
     start = array.ctypes.data - _SHARED[mm]  # file offset of the first element (mappings start at 0)
-    produce = _PRODUCERS.get(mm)
-    if produce is not None:
-        produce(start, start + sum((n - 1) * s for n, s in zip(array.shape, array.strides)) + array.itemsize)
     dims = sorted((i for i in range(array.ndim) if array.strides[i] != 0 and array.shape[i] > 1),
                   key=lambda i: array.strides[i])
     inner, span = 0, array.itemsize
@@ -181,13 +181,16 @@ def read_view(array: np.ndarray, slot: int = 0, into: np.ndarray | None = None) 
 
     # One thread copies from the page cache at a fraction of the memory's speed: read runs side by side,
     # in a few batches per thread (a task per run would cost more than a small run's read).
-    if runs * span < PARALLEL_BYTES:
-        complete = read_runs(0, runs)
-    else:
-        pool, threads = _readers()
-        batches = min(runs, 4 * threads)
-        bounds = [runs * b // batches for b in range(batches + 1)]
-        complete = read_runs(0, runs) if batches == 1 else all(pool.map(read_runs, bounds[:-1], bounds[1:]))
+    produce = _PRODUCERS.get(mm)
+    stop = start + sum((n - 1) * s for n, s in zip(array.shape, array.strides)) + array.itemsize
+    with contextlib.nullcontext() if produce is None else produce(start, stop):
+        if runs * span < PARALLEL_BYTES:
+            complete = read_runs(0, runs)
+        else:
+            pool, threads = _readers()
+            batches = min(runs, 4 * threads)
+            bounds = [runs * b // batches for b in range(batches + 1)]
+            complete = read_runs(0, runs) if batches == 1 else all(pool.map(read_runs, bounds[:-1], bounds[1:]))
     if not complete:
         raise TruncatedFileError(f"{path}: data: the file changed size while being read (it holds "
                                  f"{os.fstat(fd).st_size} bytes now)")

@@ -456,6 +456,12 @@ def test_on_demand_file_holds_a_few_fractions_and_a_damaged_one_fails_its_read(t
     fd = mapped._INPUTS[mapped._mapping_of(lazy)][0]
     fraction_bytes = 64 * 64 * 2
     assert os.fstat(fd).st_blocks * 512 <= 6 * fraction_bytes < 12 * fraction_bytes
+    # a fraction being read keeps its pages while reads of the others drop theirs
+    produce = mapped._PRODUCERS[mapped._mapping_of(lazy)]
+    with produce(0, fraction_bytes):
+        for index in range(1, 12):
+            np.testing.assert_array_equal(mapped.read_view(lazy[index:index + 1]), whole[index:index + 1])
+        assert np.array_equal(np.frombuffer(os.pread(fd, fraction_bytes, 0), np.uint16), whole[0].reshape(-1))
 
     rng = np.random.default_rng(7)
     good = encode_frame(np.sort(rng.choice(24 * 32, 50, replace=False)), np.zeros(50, int), np.zeros(50, int),
