@@ -54,7 +54,7 @@ def _cli_param(param: Param) -> CliParam:
     kind = param.type
     default = ... if param.required else param.default
     if param.argument:
-        return CliParam(param.name, (), str, default=default, help=param.help)
+        return CliParam(param.name, (), str, default=default, help=param.help, metavar=param.name.upper())
     if isinstance(kind, Flag):  # default None: true, false or not given, an --x/--no-x pair
         return CliParam(param.name, param.cli_flags, bool, default=default, help=param.help)
     # Numbers and lists ('0,1,3,2') are read as text and parsed by the declaration, which checks their ranges,
@@ -149,7 +149,7 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
     options = [p for p in params if p.flags]
     if several:
         named = bool(arguments)  # an expression names its inputs a, b, c, ...
-        inputs = [CliParam("inputs", (), Path, many=True, help=(
+        inputs = [CliParam("inputs", (), Path, many=True, metavar="INPUTS...", help=(
             "Input files, named a, b, c, ... in order" if named else "Input files, in order")
             + "; with --out-dir, each is the first in turn."),
             CliParam("output", ("--output", "-o"), Path, default=None, help="Output file."),
@@ -157,7 +157,8 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
                 "Inputs b, c, ... shared" if named else "Inputs after the first, shared")
                 + " by every file of the batch (repeatable, in order).")]
     else:
-        inputs = [CliParam("paths", (), Path, many=True, help="IN OUT, or several inputs with --out-dir.")]
+        inputs = [CliParam("paths", (), Path, many=True, metavar="IN OUT",
+                           help="IN OUT, or several inputs with --out-dir.")]
     query = operation.query
     if query is not None:  # answered with no file: IN OUT may be left out
         inputs = [replace(p, default=None) if p.default is ... else p for p in inputs]
@@ -221,7 +222,8 @@ def _reporter(operation: Operation) -> tuple[Callable[..., None], list[CliParam]
     """The command function of a reporting operation, and its parameters: a report on each file, or one report
     on all of them where it reads several inputs."""
     several = operation.max_inputs > 1
-    files = CliParam("files", (), Path, many=True, help="Input files, in order." if several else "MRC or TIFF files.")
+    files = CliParam("files", (), Path, many=True, metavar="FILES...",
+                     help="Input files, in order." if several else "MRC or TIFF files.")
     params = [_cli_param(p) for p in operation.params_for("cli")]
 
     def command(**given: Any) -> None:
@@ -247,7 +249,7 @@ def _several_writer(operation: Operation) -> tuple[Callable[..., None], list[Cli
     params = [_cli_param(p) for p in operation.params_for("cli")]
     options = [p for p in params if p.flags]
     arguments = [p for p in params if not p.flags]
-    inputs = CliParam("paths", (), Path, many=True,
+    inputs = CliParam("paths", (), Path, many=True, metavar="INPUTS...",
                       help="Input file(s); each one's outputs go into --out-dir, named after it.")
     out_dir = CliParam("out_dir", ("--out-dir",), Path, help="Folder for the outputs (created when missing): each "
                        "input's outputs are all written there, or none of them.")
@@ -283,7 +285,7 @@ def _several_writer(operation: Operation) -> tuple[Callable[..., None], list[Cli
 def _editor(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
     """The command function of an operation that changes its input in place (``edit``), and its parameters:
     ``noa NAME FILE... [options] [--dry-run] [--json]`` prints each change (old and new values)."""
-    files = CliParam("files", (), Path, many=True, help="Files to change in place.")
+    files = CliParam("files", (), Path, many=True, metavar="FILES...", help="Files to change in place.")
     params = [_cli_param(p) for p in operation.params_for("cli")]
     dry_run = CliParam("dry_run", ("--dry-run",), bool, default=False, help="Print what would change; change nothing.")
 
@@ -356,9 +358,9 @@ def _typer_annotation(param: CliParam) -> Any:
     import typer
 
     kind: Any = list[param.value] if param.many else param.value
-    if not param.flags:
-        return Annotated[kind, typer.Argument(help=param.help, show_default=False)]
     extra = {"metavar": param.metavar} if param.metavar else {}
+    if not param.flags:
+        return Annotated[kind, typer.Argument(help=param.help, show_default=False, **extra)]
     if param.low is not None:
         extra["min"] = param.low
     return Annotated[Optional[kind] if param.default is None else kind,

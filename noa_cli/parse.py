@@ -30,7 +30,8 @@ class CliParam:
         many: a list: an argument takes every word left, an option may repeat.
         default: the value when not given; ``...`` when it must be given.
         help: one sentence for ``--help``.
-        metavar: the value's name in ``--help`` (numbers read as text show INTEGER, FLOAT).
+        metavar: the value's name in ``--help`` and the usage line (IN OUT; numbers read as text show INTEGER,
+            FLOAT).
         low: the least integer accepted.
     """
 
