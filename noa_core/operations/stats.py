@@ -41,7 +41,7 @@ def compute(path: Path, options: Options) -> dict:
     """
     from noa_core.errors import DTypeError, ShapeError
 
-    array, _ = options.open_input(path)
+    array, _ = options.open_input(path, tiles=options.device == "cpu")  # the CPU reads it by tiles alone
     if array.size == 0:
         raise ShapeError(f"{path}: the array of shape {array.shape} is empty; it has no statistics")
     if array.dtype.kind == "c":

@@ -473,3 +473,17 @@ def test_on_demand_file_holds_a_few_fractions_and_a_damaged_one_fails_its_read(t
     assert [int(mapped.read_view(lazy[i:i + 1]).sum()) for i in (0, 1)] == [50, 50]
     with pytest.raises(CorruptFileError, match="frame 2: its events run past the end"):
         mapped.read_view(lazy[2:3])
+
+
+def test_stats_of_a_movie_read_on_demand_are_numpys(tmp_path):
+    """noa stats reads its input by tiles alone, so an EER movie's fractions are decoded as it goes: the
+    per-fraction and whole statistics are NumPy's of tifffile's frames summed."""
+    movie(tmp_path / "m.eer", 64, 64, 24, dose=0.3)
+    expected = fractions_of(tifffile_frames(tmp_path / "m.eer", 1), 2, False).astype(np.float64)
+    result = noa("stats", tmp_path / "m.eer", "--eer-group", "2", "--per-batch", "--json")
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert [row["mean"] for row in found["per_batch"]] == pytest.approx(expected.mean(axis=(1, 2)).tolist())
+    assert [row["max"] for row in found["per_batch"]] == expected.max(axis=(1, 2)).tolist()
+    assert (found["min"], found["max"]) == (expected.min(), expected.max())
+    assert found["mean"] == pytest.approx(expected.mean()) and found["std"] == pytest.approx(expected.std())
