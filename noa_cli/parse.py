@@ -12,7 +12,6 @@ generated command lines of every command.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 HELP = ("-h", "--help")

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError
+from noa_core.io import libc
 
 try:
     import fcntl
@@ -387,16 +388,7 @@ _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-def _renameat2():
-    try:
-        function = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    return function
-
-
-_RENAMEAT2 = _renameat2()
+_RENAMEAT2 = libc.function("renameat2", ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
 
 
 def _rename(source: Path, target: Path, flags: int) -> bool:

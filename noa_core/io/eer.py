@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import math
 import os
 import struct
@@ -55,7 +56,7 @@ from noa_core.errors import (
     TruncatedFileError,
     WriteDTypeError,
 )
-from noa_core.io import mapped
+from noa_core.io import libc, mapped
 from noa_core.io.compression import open_input
 from noa_core.io.metadata import HeaderStatistics, Metadata
 from noa_core.io.protocol import EER_READ_OPTIONS, Created, OutputSpec, Probe, ReadRequest
@@ -467,6 +468,7 @@ class _OnDemand:
         self.decoder = _Decoder(path, self.file.fileno(), movie, plan, gain)
         self.path, self.temp, self.count = path, temp, len(plan.groups)
         self.fraction_bytes = math.prod(self.decoder.shape) * plan.dtype.itemsize
+        self.write = functools.partial(_write_rows, temp, path, self.fraction_bytes)
         self.threads = _threads(self.decoder.thread_bytes, self.count)
         self.capacity = 2 * self.threads + 1  # fractions in the file at once: those read, those ahead
         self.pool = ThreadPoolExecutor(self.threads, "noa-eer")
@@ -478,11 +480,7 @@ class _OnDemand:
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.file.close()
-
-    def _write(self, index: int, rows: np.ndarray, first: int) -> None:
-        at = index * self.fraction_bytes + first * rows.shape[1] * rows.itemsize
-        mapped.pwrite_all(self.temp, memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8)), at,
-                          self.path)
+        os.close(self.temp)
 
     @contextlib.contextmanager
     def __call__(self, first: int, stop: int) -> Iterator[None]:
@@ -497,7 +495,7 @@ class _OnDemand:
                 if index in self.decoding:
                     self.decoding[index] = self.decoding.pop(index)  # asked again: most recent
                 else:
-                    self.decoding[index] = self.pool.submit(self.decoder.fraction, index, self._write)
+                    self.decoding[index] = self.pool.submit(self.decoder.fraction, index, self.write)
             if not self.keep_all:
                 unused = [i for i in self.decoding if i not in wanted and not self.readers[i]]
                 for index in unused[:max(0, len(self.decoding) - self.capacity)]:
@@ -514,23 +512,21 @@ class _OnDemand:
                 self.readers.subtract(asked)
 
 
+def _write_rows(fd: int, path: Path, fraction_bytes: int, index: int, rows: np.ndarray, first: int) -> None:
+    """Rows ``first ..`` of fraction ``index`` into the temporary file ``fd``, which holds the fractions one
+    after another (a :class:`_Decoder`'s ``put``)."""
+    at = index * fraction_bytes + first * rows.shape[1] * rows.itemsize
+    mapped.pwrite_all(fd, memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8)), at, path)
+
+
 def _punch_hole(fd: int, offset: int, length: int) -> None:
     """Free ``length`` bytes of ``fd`` at ``offset`` (Linux's FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE): their
     pages are dropped, dirty or not. Advice: where it fails, the bytes stay and only the disk does more."""
-    if not _FALLOCATE:
-        import ctypes
+    import ctypes
 
-        try:
-            call = ctypes.CDLL(None, use_errno=True).fallocate
-            call.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-        except (OSError, AttributeError):
-            call = None
-        _FALLOCATE.append(call)
-    if _FALLOCATE[0] is not None:
-        _FALLOCATE[0](fd, 0x02 | 0x01, offset, length)
-
-
-_FALLOCATE: list = []
+    call = libc.function("fallocate", ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    if call is not None:
+        call(fd, 0x02 | 0x01, offset, length)
 
 
 def _allocate(path: Path, fd: int, nbytes: int, folder: str) -> None:
@@ -554,7 +550,6 @@ def _read_fractions(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray 
     nbytes = math.prod(shape) * plan.dtype.itemsize
     if nbytes > MAX_OUTPUT_BYTES:
         raise SizeError(f"{path}: {shape[0]} fractions of {shape[2]} x {shape[1]} are more than noa reads")
-    row_bytes = shape[2] * plan.dtype.itemsize
     if not to_file:
         data = np.empty(shape, plan.dtype)
 
@@ -570,21 +565,10 @@ def _read_fractions(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray 
             on_demand = _OnDemand(path, movie, plan, gain, os.dup(temp.fileno()))
             data = mapped.map_input(path, 0, plan.dtype, math.prod(shape), private=True, fd=temp.fileno(),
                                     produce=on_demand)
-            weakref.finalize(data, _close_on_demand, on_demand)
+            weakref.finalize(data, on_demand.close)
             return data.reshape(shape)
-
-        def into_file(index: int, rows: np.ndarray, first: int) -> None:
-            at = (index * shape[1] + first) * row_bytes
-            mapped.pwrite_all(temp.fileno(), memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8)), at,
-                              path)
-
-        decode(path, movie, plan, gain, into_file)
+        decode(path, movie, plan, gain, functools.partial(_write_rows, temp.fileno(), path, nbytes // shape[0]))
         return mapped.map_input(path, 0, plan.dtype, math.prod(shape), private=True, fd=temp.fileno()).reshape(shape)
-
-
-def _close_on_demand(on_demand: _OnDemand) -> None:
-    on_demand.close()
-    os.close(on_demand.temp)
 
 
 # -- metadata --------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import itertools
 import math
 import mmap as mmap_module
 import os
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ import numpy as np
 from noa_core import layout
 from noa_core.array import Array, asarray
 from noa_core.errors import FileFormatError, LayoutError, NoSpaceError, ShapeError
-from noa_core.io import atomic, formats, mapped
+from noa_core.io import atomic, formats, libc, mapped
 from noa_core.io.metadata import Metadata
 from noa_core.io.protocol import OutputSpec
 from noa_core.limits import check_output_size
@@ -262,28 +261,15 @@ class TileFile:
         self._writeback.submit(_start_writeback, self.fd, first, last - first)
 
 
-def _load_sync_file_range() -> Callable[[int, int, int], None] | None:
+def _start_writeback(fd: int, offset: int, length: int) -> None:
     """Linux's sync_file_range(..., SYNC_FILE_RANGE_WRITE), which starts writing pages back without
     waiting: the disk then works while later tiles are computed, and the commit's fsync has little left
     to wait for (dd conv=fsync writes everything at its end)."""
     import ctypes
 
-    try:  # the process's own symbols, libc's among them (ctypes.util.find_library would run ldconfig)
-        call = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-    return lambda fd, offset, length: call(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE
-
-
-_SYNC_FILE_RANGE: list = []
-
-
-def _start_writeback(fd: int, offset: int, length: int) -> None:
-    if not _SYNC_FILE_RANGE:
-        _SYNC_FILE_RANGE.append(_load_sync_file_range() if sys.platform == "linux" else None)
-    if _SYNC_FILE_RANGE[0] is not None:
-        _SYNC_FILE_RANGE[0](fd, offset, length)  # advice: a failure changes nothing but the timing
+    call = libc.function("sync_file_range", ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    if call is not None:
+        call(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE; advice: a failure changes nothing but the timing
 
 
 def _convert(dst: Array, src: Array) -> None:
