@@ -159,12 +159,18 @@ def serve(
                                     "this many distinct expressions (their machine code is never freed; ~5 MB each; "
                                     "0: never; default 200).")
     ] = None,
+    warmup: Annotated[
+        Optional[bool], typer.Option("--warmup/--no-warmup", help="Compile the kernels into the cache in the "
+                                     "background at start, once per installation (default; env NOA_WARMUP). "
+                                     "Requests are answered meanwhile.")
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
 ) -> None:
     """Start the HTTP service (uvicorn); options override NOA_* environment variables.
 
     Example: noa serve --data-root /data/em --api-key "$KEY" --port 8000
     """
+    from noa_core.run.warmup import warmed
     from noa_server.processes import prepare
     from noa_server.settings import Settings
 
@@ -172,14 +178,20 @@ def serve(
         settings = Settings.from_env(data_root=data_root, state_dir=state_dir, api_key=api_key, workers=workers,
                                      processes=processes, max_body_bytes=max_body_bytes, max_voxels=max_voxels,
                                      cors_origins=cors_origin, tmp_dir=tmp_dir, job_ttl=job_ttl,
-                                     max_expressions=max_expressions)
-        serve_until_stopped, port = prepare(settings, host, port, log_level)
+                                     max_expressions=max_expressions, warmup=warmup)
+        serve_until_stopped, port = prepare(settings, host, port, log_level, lambda: listening(port))
     except ValueError as exc:  # a bad setting (e.g. NOA_WORKERS=abc, a missing data root): usage, not a crash
         raise report.UsageError(str(exc)) from None
     except OSError as exc:
         raise report.UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    shown = f"[{host}]" if ":" in host else host
-    root = settings.data_root or "none (uploads only)"
-    typer.echo(f"noa serve: http://{shown}:{port} (API docs at /docs; data root {root}; {settings.processes} "
-               f"process(es))", err=True)
+    def listening(port: int) -> None:
+        shown = f"[{host}]" if ":" in host else host
+        root = settings.data_root or "none (uploads only)"
+        typer.echo(f"noa serve: http://{shown}:{port} (API docs at /docs; data root {root}; {settings.processes} "
+                   f"process(es))", err=True)
+        if settings.warmup and not warmed():
+            typer.echo("noa serve: compiling the kernels into the cache in the background, once for this "
+                       "installation (`noa warmup` does it ahead of time); requests are answered meanwhile, "
+                       "a first large file more slowly", err=True)
+
     serve_until_stopped()

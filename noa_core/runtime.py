@@ -115,6 +115,13 @@ def configure() -> None:
         numba.config.THREADING_LAYER = "threadsafe"
 
 
+def cache_folder() -> Path | None:
+    """The folder numba caches noa's kernels in now (after :func:`configure`); None when nothing is cached."""
+    if not CACHE_ENABLED:
+        return None
+    return Path(numba.config.CACHE_DIR) if numba.config.CACHE_DIR else PACKAGE_DIR / "__pycache__"
+
+
 def load_cpu_target() -> None:
     """Load numba's CPU implementations now, with SciPy hidden.
 

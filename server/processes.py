@@ -38,10 +38,12 @@ RETIRED_EXIT = 75  # a process that stopped to be replaced (EX_TEMPFAIL), not on
 STOP_TIMEOUT_S = 30.0
 
 
-def prepare(settings: Settings, host: str, port: int, log_level: str) -> tuple[Callable[[], None], int]:
+def prepare(settings: Settings, host: str, port: int, log_level: str,
+            on_listening: Callable[[], None] = lambda: None) -> tuple[Callable[[], None], int]:
     """Check the settings (by building the app) and claim the port: the function that serves until
-    stopped, and the port (the one picked for port 0). Raises ValueError for a bad setting and OSError
-    for a port that cannot be had."""
+    stopped, and the port (the one picked for port 0). ``on_listening()`` is called once, when every
+    server process accepts connections. Raises ValueError for a bad setting and OSError for a port
+    that cannot be had."""
     app = create_app(settings)
     # A plain bind first: it fails when anything holds the port, where uvicorn would fail only after
     # starting up, and SO_REUSEPORT would even join another server's port. (It picks one for port 0.)
@@ -49,15 +51,18 @@ def prepare(settings: Settings, host: str, port: int, log_level: str) -> tuple[C
         probe.bind((host, port))
         port = probe.getsockname()[1]
     if settings.processes == 1:
-        return (lambda: _serve_alone(app, host, port, log_level)), port
+        return (lambda: _serve_alone(app, host, port, log_level, on_listening)), port
     # Every process builds its app from the factory, which reads the settings from the environment.
     os.environ.update(settings.to_env())
     if not sys.platform.startswith("linux"):  # SO_REUSEPORT spreads connections only on Linux
-        return (lambda: uvicorn.run(FACTORY, factory=True, workers=settings.processes, host=host, port=port,
-                                    log_level=log_level)), port
+        def serve_with_workers() -> None:
+            on_listening()  # uvicorn's own supervisor says when its workers start
+            uvicorn.run(FACTORY, factory=True, workers=settings.processes, host=host, port=port, log_level=log_level)
+
+        return serve_with_workers, port
     # Held (bound, not listening) for the whole run, so that the port stays ours.
     reserved = _listener(host, port)
-    return (lambda: _supervise(reserved, settings.processes, host, log_level)), port
+    return (lambda: _supervise(reserved, settings.processes, host, log_level, on_listening)), port
 
 
 def _socket(host: str) -> socket.socket:
@@ -73,37 +78,58 @@ def _listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _serve(config: uvicorn.Config, **run: object) -> bool:
+class _Server(uvicorn.Server):
+    """A uvicorn server that calls ``on_listening()`` once its socket accepts connections."""
+
+    def __init__(self, config: uvicorn.Config, on_listening: Callable[[], None]):
+        super().__init__(config)
+        self._on_listening = on_listening
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started and not self.should_exit:
+            self._on_listening()
+
+
+def _serve(config: uvicorn.Config, on_listening: Callable[[], None], **run: object) -> bool:
     """Run a uvicorn server until it stops; True when it stopped to retire (see the module doc)."""
-    server = uvicorn.Server(config)
+    server = _Server(config, on_listening)
     service.on_retire(lambda: setattr(server, "should_exit", True))
     server.run(**run)
     return service.RETIRING.is_set()
 
 
-def _serve_alone(app: object, host: str, port: int, log_level: str) -> None:
-    if _serve(uvicorn.Config(app, host=host, port=port, log_level=log_level)):
+def _serve_alone(app: object, host: str, port: int, log_level: str, on_listening: Callable[[], None]) -> None:
+    if _serve(uvicorn.Config(app, host=host, port=port, log_level=log_level), on_listening):
         os.execv(sys.executable, sys.orig_argv)  # the same command in a fresh process, with the same pid
 
 
-def _process_main(parent: int, host: str, port: int, log_level: str) -> None:
+def _process_main(parent: int, host: str, port: int, log_level: str, listening) -> None:
     os.setpgrp()  # a terminal's Ctrl-C reaches the parent only, which stops each process once
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: stop too when the parent is killed outright
     if os.getppid() != parent:  # the parent died before prctl
         return
     config = uvicorn.Config(FACTORY, factory=True, host=host, port=port, log_level=log_level)
-    if _serve(config, sockets=[_listener(host, port)]):
+
+    def count_in() -> None:
+        with listening.get_lock():
+            listening.value += 1
+
+    if _serve(config, count_in, sockets=[_listener(host, port)]):
         sys.exit(RETIRED_EXIT)
 
 
-def _supervise(reserved: socket.socket, count: int, host: str, log_level: str) -> None:
+def _supervise(reserved: socket.socket, count: int, host: str, log_level: str,
+               on_listening: Callable[[], None]) -> None:
     port = reserved.getsockname()[1]
     context = multiprocessing.get_context("spawn")
     stopping = threading.Event()
+    listening = context.Value("i", 0)  # processes accepting connections (replacements count again)
+    told = False
 
     def start() -> multiprocessing.process.BaseProcess:
-        process = context.Process(target=_process_main, args=(os.getpid(), host, port, log_level),
+        process = context.Process(target=_process_main, args=(os.getpid(), host, port, log_level, listening),
                                   name="noa-server")
         process.start()
         return process
@@ -115,7 +141,10 @@ def _supervise(reserved: socket.socket, count: int, host: str, log_level: str) -
     children = [start() for _ in range(count)]
     deaths: list[float] = []
     try:
-        while not stopping.wait(0.5):
+        while not stopping.wait(0.05 if not told else 0.5):
+            if not told and listening.value >= count:
+                told = True
+                on_listening()
             for i, process in enumerate(children):
                 if process.is_alive():
                     continue

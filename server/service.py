@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from fastapi import Request
 
 from noa_core import expr, runtime
-from noa_core.run.warmup import warmup
+from noa_core.run.warmup import warmup_once
 from noa_server.jobs import JobStore
 from noa_server.execution import remove_abandoned_uploads
 from noa_server.problems import ProblemError
@@ -63,14 +63,17 @@ class Service:
 
     def start(self) -> None:
         """Remove what killed server processes left in the upload folder; compile the kernels in a
-        worker thread (/readyz reports ready once that is done)."""
+        worker thread, once per installation (:func:`noa_core.run.warmup.warmup_once`). Requests are
+        answered meanwhile: small files by NumPy, larger ones by kernels compiled (or loaded from the
+        cache) when first needed, so readiness does not wait for it."""
         for folder in remove_abandoned_uploads(self.settings.tmp_dir):
             log.info("removed %s, the upload folder of a server process that was killed", folder)
         # Clients' expressions are compiled once per process and kept in memory, not cached on
         # disk: every distinct one would stay in the cache directory for good.
         runtime.CACHE_EXPRESSIONS = False
-        self._warmup = self._pool.submit(warmup, self._stopping)
-        self._warmup.add_done_callback(_log_warmup)
+        if self.settings.warmup:
+            self._warmup = self._pool.submit(warmup_once, self._stopping)
+            self._warmup.add_done_callback(_log_warmup)
 
     def retire_if_spent(self) -> None:
         """Once this process has compiled ``max_expressions`` expressions and runs no job, ask its
@@ -97,9 +100,12 @@ class Service:
 
     @property
     def kernels(self) -> str:
-        if self._warmup is None or not self._warmup.done():
+        """The kernels' warm-up: "off", "compiling", "failed", or what warmup_once found or did."""
+        if self._warmup is None:
+            return "off"
+        if not self._warmup.done():
             return "compiling"
-        return "failed" if self._warmup.exception() is not None else "compiled"
+        return "failed" if self._warmup.exception() is not None else self._warmup.result()
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         future = self._pool.submit(fn, *args)
@@ -124,9 +130,9 @@ class Service:
 
 def _log_warmup(future: Future) -> None:
     if future.exception() is not None:
-        log.error("kernel warm-up failed; /readyz reports not ready", exc_info=future.exception())
+        log.error("kernel warm-up failed; kernels compile when first needed", exc_info=future.exception())
     else:
-        log.info("kernels compiled in %.1f s", future.result())
+        log.info("kernel warm-up: %s", future.result())
 
 
 async def service(request: Request) -> Service:

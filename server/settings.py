@@ -28,6 +28,8 @@ class Settings:
     wrote are the client's and are never removed.
     ``max_expressions``: a process that has compiled this many distinct client expressions is
     replaced by a fresh one once idle (numba never gives compiled code back; each costs ~5 MB; 0: never).
+    ``warmup``: compile the kernels into the shared cache at start, once per installation (a process
+    that finds them cached, or another process compiling them, does nothing).
     ``processes`` server processes (uvicorn workers) each run ``workers`` operations at once. Several
     processes, not more threads, because request handling is Python code that one process runs on
     one core at a time (the GIL); jobs are shared through the state directory.
@@ -44,6 +46,7 @@ class Settings:
     tmp_dir: Path | None = None
     job_ttl: int = 7 * 24 * 3600
     max_expressions: int = 200
+    warmup: bool = True
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.processes < 1:
@@ -109,4 +112,8 @@ def _parse(name: str, text: str) -> Any:
         return tuple(part.strip() for part in text.split(",") if part.strip())
     if name == "api_key":
         return text
+    if name == "warmup":
+        if text.lower() not in ("0", "1", "true", "false", "yes", "no"):
+            raise ValueError(f"{ENV_PREFIX}{name.upper()}={text!r} is not 0 or 1")
+        return text.lower() in ("1", "true", "yes")
     return Path(text)

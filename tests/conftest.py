@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+
+# Service processes started by tests (`noa serve`, and in-process apps built with warmup=False) do not warm
+# the kernels up in the background: dozens of them would compile the same kernels beside the tests on a cold
+# cache. The warm-up has tests of its own (tests/cli/test_warmup.py).
+os.environ["NOA_WARMUP"] = "0"
 
 
 @pytest.fixture
@@ -26,7 +32,7 @@ def make_client(tmp_path: Path) -> Iterator[Callable]:
             made += 1
             tmp = tmp_path / ("tmp" if made == 1 else f"tmp-{made}")
             tmp.mkdir()
-            app = create_app(Settings(**{"tmp_dir": tmp, **settings}))
+            app = create_app(Settings(warmup=False, **{"tmp_dir": tmp, **settings}))
             return clients.enter_context(TestClient(app, raise_server_exceptions=False))
 
         yield make

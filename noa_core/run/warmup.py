@@ -23,13 +23,22 @@ workers therefore take one lock around each cache save (:func:`_serialise_cache_
 milliseconds, compiling is seconds, so this costs nothing measurable. Units are handed out in
 chunks of one element type (:func:`split`), so that the kernels all operations on that type share
 (reading, writing, converting) are compiled by one worker, not by every worker at once.
+
+Once per installation: a finished warm-up leaves a mark in the cache folder, named by what the
+machine code depends on (numba's version, noa's sources). :func:`warmup_once`, what every service
+process calls at start, returns at once where that mark exists, and where another process holds the
+warm-up's lock (it is compiling into the same cache): so several processes, or a service started
+after ``noa warmup``, never compile the same kernels twice.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import math
 import multiprocessing
 import os
+import sys
 import queue
 import tempfile
 import threading
@@ -37,8 +46,11 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Literal, NamedTuple, Protocol
 
+import numba
+
+from noa_core import runtime
 from noa_core.array import empty, full
 from noa_core.runtime import SERIAL_THRESHOLD
 
@@ -86,6 +98,54 @@ def split(work: Sequence[Unit]) -> list[list[Unit]]:
     return list(chunks.values())
 
 
+def installation_key() -> str:
+    """What the cached machine code depends on: numba's and Python's versions and every noa_core source
+    file (path, size, modification time), as a short digest."""
+    digest = hashlib.sha256(f"{numba.__version__} {sys.version}".encode())
+    for path in sorted(runtime.PACKAGE_DIR.rglob("*.py")):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(runtime.PACKAGE_DIR)} {stat.st_size} {stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def _mark(folder: Path) -> Path:
+    return folder / f"noa-warmup-{installation_key()}.done"
+
+
+def warmed() -> bool:
+    """Whether a warm-up of this installation has finished into the cache folder in use."""
+    folder = runtime.cache_folder()
+    return folder is not None and _mark(folder).exists()
+
+
+# What warmup_once found or did.
+WarmupState = Literal["cached", "compiled", "compiling elsewhere", "stopped"]
+
+
+def warmup_once(stop: threading.Event | None = None, progress: Progress | None = None,
+                jobs: int = 1) -> WarmupState:
+    """:func:`warmup` unless this installation's kernels are cached already ("cached") or another
+    process is compiling them into the same cache now ("compiling elsewhere": kernels this process
+    needs meanwhile are compiled, or loaded from the cache, when first called). Without a cache folder,
+    a warm-up of this process's memory."""
+    folder = runtime.cache_folder()
+    if folder is None:
+        warmup(stop, progress, jobs)
+        return "stopped" if stop is not None and stop.is_set() else "compiled"
+    if _mark(folder).exists():
+        return "cached"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "noa-warmup.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "compiling elsewhere"
+        if _mark(folder).exists():  # finished by another process between the look and the lock
+            return "cached"
+        warmup(stop, progress, jobs)
+    return "stopped" if stop is not None and stop.is_set() else "compiled"
+
+
 def warmup(stop: threading.Event | None = None, progress: Progress | None = None, jobs: int = 1) -> float:
     """Run every kernel variant a file operation can reach, serial and parallel, for FILE_DTYPES;
     return the seconds it took. ``progress(done, total, what)`` is called after each unit. With
@@ -104,6 +164,11 @@ def warmup(stop: threading.Event | None = None, progress: Progress | None = None
         _in_process(work, stop, progress)
     else:
         _in_workers(chunks, len(work), workers, stop, progress)
+    folder = runtime.cache_folder()
+    if folder is not None and not stop.is_set():
+        for old in folder.glob("noa-warmup-*.done"):  # marks of earlier sources or versions
+            old.unlink(missing_ok=True)
+        _mark(folder).write_text(f"noa {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     return time.perf_counter() - start
 
 

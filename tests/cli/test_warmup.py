@@ -4,6 +4,7 @@ cache its worker processes leave (after which a numba-path command compiles noth
 import os
 import re
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -55,6 +56,47 @@ def test_in_process_progress_counts_up_and_stop_ends_it(monkeypatch):
     stop.clear()
     warmup_module.warmup(stop, jobs=1)
     assert len(ran) == 3
+
+
+def test_warmup_once_per_installation(monkeypatch, tmp_path):
+    """The first call compiles and marks the cache folder; later calls (other processes, a service started
+    after `noa warmup`) find the mark and compile nothing, until noa's sources or numba change."""
+    ran = []
+    monkeypatch.setattr(warmup_module, "_run", lambda unit, folder, flag: ran.append(unit))
+    monkeypatch.setattr(warmup_module.runtime, "cache_folder", lambda: tmp_path)
+    assert not warmup_module.warmed()
+    assert warmup_module.warmup_once() == "compiled" and ran == units()
+    assert warmup_module.warmed()
+    ran.clear()
+    assert warmup_module.warmup_once() == "cached" and ran == []
+    monkeypatch.setattr(warmup_module, "installation_key", lambda: "other-sources")
+    assert not warmup_module.warmed()
+    assert warmup_module.warmup_once() == "compiled" and ran == units()
+    assert [p.name for p in tmp_path.glob("noa-warmup-*.done")] == ["noa-warmup-other-sources.done"]
+
+
+def test_a_stopped_warmup_leaves_no_mark(monkeypatch, tmp_path):
+    stop = threading.Event()
+    monkeypatch.setattr(warmup_module, "_run", lambda unit, folder, flag: stop.set())
+    monkeypatch.setattr(warmup_module.runtime, "cache_folder", lambda: tmp_path)
+    assert warmup_module.warmup_once(stop) == "stopped"
+    assert not warmup_module.warmed()
+
+
+def test_a_second_process_does_not_compile_beside_the_first(monkeypatch, tmp_path):
+    """Another process holding the warm-up's lock (compiling into the same cache): this one returns at once."""
+    monkeypatch.setattr(warmup_module.runtime, "cache_folder", lambda: tmp_path)
+    monkeypatch.setattr(warmup_module, "_run", lambda unit, folder, flag: pytest.fail("compiled twice"))
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time\n"
+                               f"f = open({str(tmp_path / 'noa-warmup.lock')!r}, 'a')\n"
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert warmup_module.warmup_once() == "compiling elsewhere"
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 @pytest.fixture(scope="module")

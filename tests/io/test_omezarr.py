@@ -312,7 +312,7 @@ def test_http_paths_mode_reads_and_writes_stores_and_uploads_refuse_them(tmp_pat
     root.mkdir()
     data = np.arange(20, dtype=np.float32).reshape(4, 5)
     io.write(root / "in.ome.zarr", data)
-    with TestClient(create_app(Settings(data_root=root))) as client:
+    with TestClient(create_app(Settings(warmup=False, data_root=root))) as client:
         written = client.post("/v1/paths/copy", json={"src": "in.ome.zarr", "dst": "out.ome.zarr",
                                                       "chunks": [2, 3], "ngff": "0.5"})
         assert written.status_code == 201, written.text

@@ -129,7 +129,7 @@ def test_paths_mode_never_reads_a_store_chunk_linked_out_of_the_data_root(tmp_pa
     chunk = next(p for p in (root / "in.ome.zarr" / "0").iterdir() if not p.name.startswith("."))
     chunk.unlink()
     chunk.symlink_to(tmp_path / "outside.zarr" / "0.0")
-    with TestClient(create_app(Settings(data_root=root)), raise_server_exceptions=False) as client:
+    with TestClient(create_app(Settings(warmup=False, data_root=root)), raise_server_exceptions=False) as client:
         refused = client.post("/v1/paths/copy", json={"src": "in.ome.zarr", "dst": "out.mrc"})
         detail = assert_problem(refused, 422)["detail"]
         assert detail.startswith("in.ome.zarr: chunk data:") and "symbolic link" in detail, detail
@@ -211,7 +211,7 @@ def test_a_store_over_the_voxel_limit_with_bomb_chunks_is_refused_over_http(tmp_
     zarr.create_array(store=str(root / "b.zarr"), shape=(4, 4), chunks=(32768, 32768), dtype="uint8",
                       zarr_format=2, compressors=numcodecs.Zstd(), fill_value=0)
     (root / "b.zarr" / "0.0").write_bytes(_rle_zstd(32768 * 32768, declare=True))
-    with TestClient(create_app(Settings(data_root=root, max_voxels=1_000_000)), raise_server_exceptions=False) as c:
+    with TestClient(create_app(Settings(warmup=False, data_root=root, max_voxels=1_000_000)), raise_server_exceptions=False) as c:
         detail = assert_problem(c.post("/v1/paths/copy", json={"src": "b.zarr", "dst": "o.mrc"}), 422)["detail"]
     assert detail.startswith("b.zarr: chunks: level 0 has chunks of (32768, 32768)"), detail
 

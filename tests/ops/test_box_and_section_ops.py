@@ -366,7 +366,7 @@ def test_http_uploads_paths_and_jobs(tmp_path):
              ("bin", {"factor": 2}, data.reshape(4, 3, 2, 4, 2).mean(axis=(2, 4))),
              ("flip", {"axis": "z"}, data[::-1]), ("rotx", {}, np.rot90(data, 1, axes=(0, 1))),
              ("sections", {"keep": "3,0"}, data[[3, 0]]), ("average", {"group": 2}, data.reshape(2, 2, 6, 8).mean(1)))
-    with TestClient(create_app(Settings(data_root=root))) as client:
+    with TestClient(create_app(Settings(warmup=False, data_root=root))) as client:
         for name, params, expected in cases:
             form = {k: [str(x) for x in v] if isinstance(v, list) else str(v).lower() if isinstance(v, bool) else str(v)
                     for k, v in params.items()}

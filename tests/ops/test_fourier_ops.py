@@ -262,7 +262,7 @@ def test_http_uploads_paths_and_jobs(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     data = stack(root / "in.mrcs", shape=(2, 16, 16), voxel=1.0)
-    with TestClient(create_app(Settings(data_root=root))) as client:
+    with TestClient(create_app(Settings(warmup=False, data_root=root))) as client:
         paths = client.get("/openapi.json").json()["paths"]
         assert {f"/v1/{door}/{name}" for door in ("upload", "paths")
                 for name in ("rescale", "filter", "powerspectrum", "transform")} <= paths.keys()

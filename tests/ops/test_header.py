@@ -183,7 +183,7 @@ def test_header_over_http(tmp_path):
     root.mkdir()
     data = write_mrc(root / "map.mrc", np.arange(24, dtype=np.float32).reshape(2, 3, 4), voxel_size=1.0)
     before = data_hash(root / "map.mrc")
-    with TestClient(create_app(Settings(data_root=root))) as client:
+    with TestClient(create_app(Settings(warmup=False, data_root=root))) as client:
         schema = client.get("/openapi.json").json()
         assert "HeaderResult" in json.dumps(schema["paths"]["/v1/paths/header"])
         dry = client.post("/v1/paths/header", json={"path": "map.mrc", "pixel_size": [2.0], "dry_run": True})

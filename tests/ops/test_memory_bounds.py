@@ -137,7 +137,7 @@ def test_service_refuses_what_memory_cannot_hold(tmp_path, monkeypatch):
     monkeypatch.setattr(limits, "available_memory", lambda: 2 * MIB)
     write_mrc(tmp_path / "img.mrc", np.random.default_rng(3).standard_normal((32, 32)).astype(np.float32))
     sent = (tmp_path / "img.mrc").read_bytes()
-    with TestClient(create_app(Settings(tmp_dir=tmp_path)), raise_server_exceptions=False) as c:
+    with TestClient(create_app(Settings(warmup=False, tmp_dir=tmp_path)), raise_server_exceptions=False) as c:
         body = assert_problem(c.post("/v1/upload/rescale", data={"factor": "16"},
                                      files={"file": ("img.mrc", sent)}), 507, "insufficient-memory")
         assert "2 MiB available" in body["detail"] and "--factor 16" in body["detail"]
@@ -174,7 +174,7 @@ def test_a_store_of_absurd_shape_over_http_is_a_4xx(huge_store, tmp_path):
     from noa_server.app import create_app
     from noa_server.settings import Settings
 
-    with TestClient(create_app(Settings(data_root=tmp_path)), raise_server_exceptions=False) as c:
+    with TestClient(create_app(Settings(warmup=False, data_root=tmp_path)), raise_server_exceptions=False) as c:
         response = c.post("/v1/paths/stats", json={"path": "huge.zarr"})
         assert 400 <= response.status_code < 500, response.text
         assert "shape" in response.json()["detail"]

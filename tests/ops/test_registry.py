@@ -185,7 +185,7 @@ def test_a_registered_operation_is_two_routes_and_a_job(offset, tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     data = write_mrc(root / "in.mrc", np.arange(12, dtype=np.float32).reshape(3, 4))
-    with TestClient(create_app(Settings(data_root=root))) as client:
+    with TestClient(create_app(Settings(warmup=False, data_root=root))) as client:
         schema = client.get("/openapi.json").json()
         assert {"/v1/upload/offset", "/v1/paths/offset"} <= schema["paths"].keys()
         job_types = schema["components"]["schemas"]["OffsetJob"]["properties"]["operation"]

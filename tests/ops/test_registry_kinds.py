@@ -105,7 +105,7 @@ def test_the_new_kinds_are_routes_and_jobs(kinds, tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     data = write_mrc(root / "in.mrc", np.arange(6, dtype=np.float32).reshape(2, 3))
-    with TestClient(create_app(Settings(data_root=root))) as client:
+    with TestClient(create_app(Settings(warmup=False, data_root=root))) as client:
         schema = client.get("/openapi.json").json()
         assert {"/v1/upload/twice", "/v1/paths/twice", "/v1/upload/note", "/v1/paths/note"} <= schema["paths"].keys()
         assert schema["components"]["schemas"]["TwiceJob"]["properties"]["operation"]["const"] == "twice"

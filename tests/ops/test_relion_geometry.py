@@ -234,7 +234,7 @@ def test_hand_inversion_over_http(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     data = write_mrc(root / "in.mrc", np.random.default_rng(5).normal(size=(4, 6, 8)).astype(np.float32))
-    with TestClient(create_app(Settings(data_root=root))) as client:
+    with TestClient(create_app(Settings(warmup=False, data_root=root))) as client:
         response = client.post("/v1/upload/flip", data={"axis": "y", "about": "centre"},
                                files={"file": ("in.mrc", (root / "in.mrc").read_bytes())})
         assert response.status_code == 200, response.text

@@ -235,7 +235,7 @@ def test_http_upload_normalises_as_relion(tmp_path):
     stack = particles(2, 32, 9)
     write_mrc(tmp_path / "in.mrcs", stack, stack=True)
     (tmp_path / "root").mkdir()
-    with TestClient(create_app(Settings(data_root=tmp_path / "root"))) as client:
+    with TestClient(create_app(Settings(warmup=False, data_root=tmp_path / "root"))) as client:
         response = client.post("/v1/upload/normalize", data={"bg_radius": "12", "ramp": "false"},
                                files={"file": ("in.mrcs", (tmp_path / "in.mrcs").read_bytes())})
         assert response.status_code == 200, response.text

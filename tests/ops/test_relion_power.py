@@ -222,7 +222,7 @@ def test_upload_returns_the_table(tmp_path):
                      voxel_size=1.5)
     (tmp_path / "root").mkdir()
     (tmp_path / "tmp").mkdir()
-    settings = Settings(data_root=tmp_path / "root", api_key="k", tmp_dir=tmp_path / "tmp")
+    settings = Settings(data_root=tmp_path / "root", api_key="k", tmp_dir=tmp_path / "tmp", warmup=False)
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         response = client.post("/v1/upload/powerspectrum", data={"table": "csv"},
                                files={"file": ("mic.mrc", (tmp_path / "mic.mrc").read_bytes())},

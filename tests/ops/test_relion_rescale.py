@@ -292,7 +292,7 @@ def test_http_upload_like_relion_with_a_new_box(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     data = write_input(root / "in.mrcs", "stack", (2, 20, 26), 1.5)
-    with TestClient(create_app(Settings(data_root=root))) as client:
+    with TestClient(create_app(Settings(warmup=False, data_root=root))) as client:
         response = client.post("/v1/upload/rescale", data={"pixel_size": "2", "like": "relion", "new_box": "24"},
                                files={"file": ("in.mrcs", (root / "in.mrcs").read_bytes())})
         assert response.status_code == 200, response.text

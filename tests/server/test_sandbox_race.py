@@ -97,7 +97,7 @@ def test_symlinks_swapped_in_never_reach_outside(tree, monkeypatch, walk):
     inside_bytes = tree["inside"].read_bytes()
     pairs = [(root / "sub", root / "sub-swap"), (root / "other" / "file.mrc", root / "other" / "file-swap")]
     stop, counts, seen = threading.Event(), [0] * len(pairs), {}
-    with TestClient(create_app(Settings(data_root=root, tmp_dir=tree["tmp"])), raise_server_exceptions=False) as client:
+    with TestClient(create_app(Settings(warmup=False, data_root=root, tmp_dir=tree["tmp"])), raise_server_exceptions=False) as client:
         swapper = threading.Thread(target=_swapping, args=(pairs, stop, counts))
         swapper.start()
         try:

@@ -235,10 +235,20 @@ def test_check_voxels():
 
 def test_health_needs_no_key(client):
     assert client.get("/healthz").json() == {"status": "ok", "checks": {}}
+    # Ready with no kernel compiled (the tests turn the warm-up off): requests are answered meanwhile.
     ready = client.get("/readyz")
-    assert ready.status_code in (200, 503)
-    if ready.status_code == 503:
-        assert_problem(ready, 503, "not-ready")
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["checks"] == {"kernels": "off", "data_root": "reachable"}
+
+
+def test_not_ready_when_the_data_root_is_gone(make_client, tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    client = make_client(data_root=root)
+    assert client.get("/readyz").status_code == 200
+    root.rename(tmp_path / "moved")  # an unmounted share
+    body = assert_problem(client.get("/readyz"), 503, "not-ready")
+    assert "data_root: unreachable" in body["detail"] and "kernels" not in body["detail"]
 
 
 @pytest.mark.parametrize("headers, detail", [({}, "required"), ({"X-API-Key": "wrong"}, "invalid"),
@@ -258,7 +268,7 @@ def test_api_key_checked_before_the_body_is_read(client):
 
 
 def test_no_key_configured_means_open(root):
-    with TestClient(create_app(Settings(data_root=root)), raise_server_exceptions=False) as c:
+    with TestClient(create_app(Settings(warmup=False, data_root=root)), raise_server_exceptions=False) as c:
         assert_problem(c.post("/v1/paths/info", json={"path": "../x"}), 403, "path-refused")
         assert "security" not in json.dumps(c.get("/openapi.json").json()["paths"])
 
@@ -340,9 +350,9 @@ def test_upload_errors_leave_no_temporary_files(client, tmp_path):
 
 def test_cors_off_unless_configured(root):
     headers = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST"}
-    with TestClient(create_app(Settings(data_root=root))) as c:
+    with TestClient(create_app(Settings(warmup=False, data_root=root))) as c:
         assert "access-control-allow-origin" not in c.get("/healthz", headers=headers).headers
-    settings = Settings(data_root=root, api_key=KEY, cors_origins=("http://app.example",))
+    settings = Settings(data_root=root, api_key=KEY, cors_origins=("http://app.example",), warmup=False)
     with TestClient(create_app(settings)) as c:
         preflight = c.options("/v1/paths/info", headers={**headers, "Access-Control-Request-Headers": "X-API-Key"})
         assert preflight.status_code == 200
@@ -353,7 +363,7 @@ def test_cors_off_unless_configured(root):
 
 
 def test_paths_disabled_without_data_root():
-    with TestClient(create_app(Settings()), raise_server_exceptions=False) as c:
+    with TestClient(create_app(Settings(warmup=False)), raise_server_exceptions=False) as c:
         assert_problem(c.post("/v1/paths/info", json={"path": "a.map"}), 403, "paths-disabled")
         assert_problem(c.post("/v1/jobs", json={"operation": "info", "path": "a.map"}), 403, "paths-disabled")
 
@@ -627,7 +637,7 @@ def test_job_routes_over_http(client, root):
 
 def test_missing_data_root_stops_the_server(tmp_path):
     with pytest.raises(ValueError, match="not a folder"):
-        create_app(Settings(data_root=tmp_path / "typo"))
+        create_app(Settings(warmup=False, data_root=tmp_path / "typo"))
     assert not (tmp_path / "typo").exists()
 
 
@@ -724,7 +734,7 @@ def test_os_errors_a_request_causes_are_problems_not_500s(tmp_path):
     write_mrc(root / "a.mrc", np.zeros((3, 4, 5), np.float32), stack=True)
     (root / "folder").mkdir()
     long_name = "x" * 300 + ".mrc"
-    with TestClient(create_app(Settings(data_root=root)), raise_server_exceptions=False) as c:
+    with TestClient(create_app(Settings(warmup=False, data_root=root)), raise_server_exceptions=False) as c:
         body = assert_problem(c.post("/v1/paths/copy", json={"src": "a.mrc", "dst": long_name}), 400, "invalid-path")
         assert "File name too long" in body["detail"] and str(root) not in body["detail"]
         assert_problem(c.post("/v1/paths/split", json={"src": "a.mrc", "dst": "y" * 300}), 400, "invalid-path")
@@ -746,7 +756,7 @@ def test_the_voxel_limit_is_checked_while_planning(tmp_path):
     write_mrc(root / "many.mrcs", np.zeros((100_000, 2, 2), np.float32), stack=True)
     keep = ",".join(["0-99999"] * 1250)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with TestClient(create_app(Settings(data_root=root, max_voxels=1_000_000))) as c:
+    with TestClient(create_app(Settings(warmup=False, data_root=root, max_voxels=1_000_000))) as c:
         body = assert_problem(c.post("/v1/paths/sections", json={"src": "many.mrcs", "dst": "k.mrcs", "keep": keep}),
                               422, "too-many-voxels")
         assert "the limit is 1000000" in body["detail"]

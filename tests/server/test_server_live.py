@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from helpers import (assert_problem, assert_same_data, EXAMPLE_MAP, load, noa, PROBLEM, REPO, SHARED, start_server,
-                    stop_server, wait_for, wait_job)
+from helpers import (assert_problem, assert_same_data, EXAMPLE_MAP, free_port, load, noa, PROBLEM, REPO, SHARED,
+                     start_server, stop_server, wait_for, wait_job)
 
 KEY = "live-test-key"
 AUTH = {"X-API-Key": KEY}
@@ -388,6 +388,22 @@ def test_noa_serve_refuses_clearly(server, tmp_path, processes):
         result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
         assert result.returncode == 2, (args, result.stderr)
         assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_the_url_is_printed_once_connections_are_accepted(tmp_path, processes):
+    """`noa serve`'s URL line comes when every process listens: a client acting on it is answered at once."""
+    port = free_port()
+    argv = [sys.executable, "-m", "noa_cli.main", "serve", "--processes", processes, "--port", str(port),
+            "--data-root", str(tmp_path), "--log-level", "warning"]
+    proc = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stderr.readline()
+        assert line.startswith(f"noa serve: http://127.0.0.1:{port} "), line
+        for _ in range(int(processes) * 4):  # new connections, spread over the processes
+            assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
+    finally:
+        stop_server(proc)
 
 
 def _children(pid: int) -> list[int]:

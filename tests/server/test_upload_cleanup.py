@@ -48,7 +48,7 @@ def holder(tmp_path):
 
 def _start_service(tmp: Path) -> None:
     """Start (and stop) the real app, as a server process does."""
-    with TestClient(create_app(Settings(tmp_dir=tmp))) as client:
+    with TestClient(create_app(Settings(warmup=False, tmp_dir=tmp))) as client:
         assert client.get("/healthz").status_code == 200
 
 
@@ -82,7 +82,7 @@ def test_upload_folder_locks_are_released(tmp_path):
             response = client.post("/v1/upload/copy", files={"file": ("big.mrc", f)})
         assert response.status_code == 200, response.text
 
-    with TestClient(create_app(Settings(tmp_dir=tmp))) as client:
+    with TestClient(create_app(Settings(warmup=False, tmp_dir=tmp))) as client:
         deadline = time.monotonic() + 300  # the warm-up opens files of its own: count after it
         while client.get("/readyz").status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.1)

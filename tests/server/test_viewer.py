@@ -91,7 +91,7 @@ def root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(root, tmp_path_factory) -> TestClient:
-    app = create_app(Settings(data_root=root, tmp_dir=tmp_path_factory.mktemp("viewer-tmp"), workers=1))
+    app = create_app(Settings(warmup=False, data_root=root, tmp_dir=tmp_path_factory.mktemp("viewer-tmp"), workers=1))
     return TestClient(app, raise_server_exceptions=False)
 
 
@@ -197,7 +197,7 @@ from PIL import Image
 from fastapi.testclient import TestClient
 from noa_server.app import create_app
 from noa_server.settings import Settings
-client = TestClient(create_app(Settings(data_root=Path({str(root)!r}), tmp_dir=Path({str(tmp_path)!r}),
+client = TestClient(create_app(Settings(warmup=False, data_root=Path({str(root)!r}), tmp_dir=Path({str(tmp_path)!r}),
                                         max_voxels={BIG * BIG - 1}, workers=1)))
 assert client.get("/v1/view/tile", params={{"file": "small.mrc", "contrast": "range:0,1"}}).status_code == 200
 whole = client.get("/v1/view/image", params={{"file": "big.mrc", "size": 256}})
