@@ -16,6 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from noa_cli import report
+from noa_core import SUMMARY
 
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors; no progress bar.")]
 
@@ -55,7 +56,7 @@ class Commands(TyperGroup):
 app = typer.Typer(
     name="noa",
     cls=Commands,
-    help="Reshape, reorder and convert MRC and TIFF image stacks as 4-d BDHW arrays.",
+    help=SUMMARY,
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
@@ -79,10 +80,7 @@ def main(
     debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of internal errors, and what noa "
                                                      "decides on the way (which code computes: NumPy or numba).")] = False,
 ) -> None:
-    """noa: reshape, reorder and convert MRC and TIFF stacks (BDHW: batch, depth, height, width).
-
-    Example: noa permute movie.mrc movie_t.mrc --axes 0,1,3,2
-    """
+    """Example: noa permute movie.mrc movie_t.mrc --axes 0,1,3,2"""
     if debug:
         import logging
 

@@ -1,4 +1,4 @@
-"""noa_core: 4-d BDHW arrays with element strides, layout rules, kernels and MRC/TIFF files.
+"""noa_core: 4-d BDHW arrays with element strides, layout rules, kernels, operations and image files.
 
 Names are loaded on first use (PEP 562), so that ``import noa_core`` (and the CLI's ``--help``,
 which reads the operation declarations) loads neither NumPy nor numba until something needs them.
@@ -20,6 +20,10 @@ from noa_core.errors import (
 )
 
 __version__ = "0.1.0"
+# What noa is, in one line: `noa --help`, the service's API page and the package's description (a test keeps
+# pyproject.toml's equal).
+SUMMARY = ("Convert, reshape, filter, measure and look at cryo-EM and microscopy images, maps and movies (MRC, TIFF, "
+           "OME-Zarr, EER) as 4-d BDHW arrays, from the shell, Python, HTTP and batch jobs.")
 
 
 def _load_array_kernels():

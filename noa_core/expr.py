@@ -262,8 +262,11 @@ def compile_expression(text: str, count: int) -> Expression:
     stripped = text.strip()
     try:
         tree = ast.parse(stripped, mode="eval")
-    except SyntaxError as exc:
-        raise ExpressionError(f"expression {_shown(text)} is not valid: {exc.msg} at column {exc.offset}") from None
+    except SyntaxError as exc:  # its offset counts in the stripped text from 1; 0 (or past it): the text ended early
+        column = exc.offset or 0
+        where = (f"at column {column + len(text) - len(text.lstrip())}" if 0 < column <= len(stripped)
+                 else "at the end")
+        raise ExpressionError(f"expression {_shown(text)} is not valid: {exc.msg} {where}") from None
     except (RecursionError, MemoryError):
         raise ExpressionError(f"expression {_shown(text)} is nested too deeply") from None
     _check_size(tree.body, text)

@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Security
 from fastapi.middleware.cors import CORSMiddleware
 
-from noa_core import __version__, operations
+from noa_core import SUMMARY, __version__, operations
 from noa_server import problems
 from noa_server.auth import HEADER, ApiKeyMiddleware, declare_key
 from noa_server.limits import BodyLimitMiddleware
@@ -22,7 +22,7 @@ from noa_server.routes import health, jobs, paths, queries, uploads, view
 from noa_server.service import Service
 from noa_server.settings import Settings
 
-DESCRIPTION = """Reshape, reorder and convert MRC and TIFF image stacks (4-d BDHW arrays).
+DESCRIPTION = SUMMARY + """
 
 Two ways to give data: **upload** the file(s) (`/v1/upload/...`, the result comes back), or name
 files under the server's data root (`/v1/paths/...` and `/v1/jobs`, outputs are written there and

@@ -200,4 +200,24 @@ def finish_openapi(schema: dict[str, Any]) -> dict[str, Any]:
                     content[MEDIA_TYPE] = content.pop("application/json")
     for unused in ("HTTPValidationError", "ValidationError"):
         schema.get("components", {}).get("schemas", {}).pop(unused, None)
+    _closed_forms(schema)
     return schema
+
+
+def _closed_forms(schema: dict[str, Any]) -> None:
+    """Upload forms as one closed object. FastAPI writes a form as ``allOf`` the parameters' model plus the file
+    fields, with no word on other fields; the routes refuse unknown fields (a misspelt ``bfactr``), so the
+    schema says so: the parameters' fields merged in, ``additionalProperties: false``."""
+    components = schema.get("components", {}).get("schemas", {})
+    for path in schema.get("paths", {}).values():
+        for operation in path.values():
+            form = operation.get("requestBody", {}).get("content", {}).get("multipart/form-data")
+            ref = (form or {}).get("schema", {}).get("$ref", "")
+            body = components.get(ref.rsplit("/", 1)[-1])
+            if body is None or len(body.get("allOf", ())) != 1:
+                continue
+            params = components[body["allOf"][0]["$ref"].rsplit("/", 1)[-1]]
+            body["properties"] = {**params.get("properties", {}), **body.get("properties", {})}
+            body["required"] = [*params.get("required", ()), *body.get("required", ())]
+            body["additionalProperties"] = False
+            del body["allOf"]

@@ -54,9 +54,9 @@ def open_input(path: Path) -> BinaryIO:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise MissingFileError(f"{path}: path: no such file") from None
+        raise MissingFileError(f"{path}: no such file") from None
     except OSError as exc:
-        raise FileFormatError(f"{path}: path: cannot be accessed ({exc.strerror})") from None
+        raise FileFormatError(f"{path}: cannot be accessed ({exc.strerror})") from None
     try:
         check_descriptor(path, fd)
         os.set_blocking(fd, True)
@@ -70,9 +70,9 @@ def check_descriptor(path: Path, fd: int) -> None:
     """Refuse an open descriptor that is not a non-empty regular file (``path`` names it in messages)."""
     info = os.fstat(fd)
     if stat.S_ISDIR(info.st_mode):
-        raise NotAFileError(f"{path}: path: is a directory, not a file")
+        raise NotAFileError(f"{path}: is a directory, not a file")
     if not stat.S_ISREG(info.st_mode):
-        raise NotAFileError(f"{path}: path: is not a regular file")
+        raise NotAFileError(f"{path}: is not a regular file")
     if info.st_size == 0:
         raise EmptyFileError(f"{path}: size: the file is empty (0 bytes)")
 

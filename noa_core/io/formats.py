@@ -75,7 +75,7 @@ def check_input(path: str | os.PathLike) -> Path:
         if any(fmt.detect(b"", p) for fmt in STORES):
             return p
         stores = ", ".join(f"{fmt.title} ({'/'.join(fmt.extensions)})" for fmt in STORES)
-        raise NotAFileError(f"{p}: path: is a directory, neither a file nor a store noa reads ({stores}: "
+        raise NotAFileError(f"{p}: is a directory, neither a file nor a store noa reads ({stores}: "
                             "no zarr.json, .zgroup or .zattrs in it)")
     with compression.open_input(p):
         return p

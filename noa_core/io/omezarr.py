@@ -1016,7 +1016,7 @@ class OmeZarrFormat:
         return is_store(path)
 
     def claim_by_extension(self, head: bytes, path: Path) -> bool:
-        raise FileFormatError(f"{path}: path: an OME-Zarr store is a directory, and this is a file")
+        raise FileFormatError(f"{path}: an OME-Zarr store is a directory, and this is a file")
 
     def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
         from noa_core.array import asarray

@@ -254,6 +254,25 @@ def _pixel_size(path: Path, tif: tifffile.TiffFile, index: int, level, notices: 
     return _in_one_unit(path, sizes, notices)
 
 
+def _origin(extra: dict, pixel: tuple[float, float, float], unit: str | None) -> tuple[float, float, float]:
+    """The origin per D, H, W in ``unit`` (the pixel sizes'): noa's ``origin`` key (Z,Y,X in the metadata's
+    unit), else ImageJ's ``zorigin``, ``yorigin``, ``xorigin`` (in pixels, where the pixel size is known)."""
+    given = extra.get("origin")
+    if given is not None:
+        try:
+            values = [float(v) for v in (given.split(",") if isinstance(given, str) else given)]
+        except (TypeError, ValueError):
+            values = []
+        if len(values) == 3 and all(math.isfinite(v) for v in values):
+            own, to = angstroms_per_unit(_metadata_unit(extra) or unit or "Å"), angstroms_per_unit(unit or "Å")
+            return tuple(v * own / to if own and to else v for v in values)  # type: ignore[return-value]
+    origin = []
+    for letter, size in zip("zyx", pixel):
+        value = extra.get(f"{letter}origin")
+        origin.append(float(value) * size if isinstance(value, (int, float)) and math.isfinite(value) else 0.0)
+    return tuple(origin)  # type: ignore[return-value]
+
+
 def _level_scale(series, level, letter: str) -> float:
     """How many level-0 pixels one pixel of pyramid ``level`` spans along axis ``letter``."""
     i = series.axes.find(letter)
@@ -373,6 +392,7 @@ def _parsed(path: Path, request: ReadRequest, take: Take) -> tuple[np.ndarray, M
             _declared_bytes(path, level, file_size)
             bdhw, words = map_axes(path, take(tif, file, level, file_size), level.axes, request.channel)
             pixel, unit = _pixel_size(path, tif, index, level, notices)
+            origin = _origin(_extra_metadata(tif), pixel, unit)
     except FileFormatError:
         raise
     except Exception as exc:  # tifffile raises many types on damaged files; each becomes one error
@@ -383,7 +403,8 @@ def _parsed(path: Path, request: ReadRequest, take: Take) -> tuple[np.ndarray, M
         notices.append(f"{path}: stored column-major (axes {level.axes}): readers that ignore the axes show "
                        "the transpose")
     metadata = Metadata(format=FORMAT.name, shape=shape, dtype=np.dtype(level.dtype).name, pixel_size=pixel,
-                        unit=unit, order=order, axes=words, path=str(path), series=index, notices=notices)
+                        origin=origin, unit=unit, order=order, axes=words, path=str(path), series=index,
+                        notices=notices)
     return bdhw, metadata
 
 
@@ -535,7 +556,13 @@ def _calibration(metadata: Metadata | None, info: dict, imagej: bool, order: str
         # ResolutionUnit none: the unit is the metadata's (tifffile's default tag would say inch)
         columns, rows = (height, width) if order == "F" else (width, height)
         kwargs.update(resolution=(1.0 / columns, 1.0 / rows), resolutionunit="NONE")
-    if metadata is not None and metadata.unit and (depth > 0 or "resolution" in kwargs):
+    origin = metadata.origin if metadata is not None else (0.0, 0.0, 0.0)
+    if any(origin):  # noa's key (read back by noa, in the unit), and ImageJ's own in pixels where it can say them
+        info["origin"] = ",".join(repr(float(v)) for v in origin) if imagej else [float(v) for v in origin]
+        if imagej:
+            info.update({f"{letter}origin": value / size for letter, value, size
+                         in zip("zyx", origin, (depth, height, width)) if size > 0 and value})
+    if metadata is not None and metadata.unit and (depth > 0 or "resolution" in kwargs or any(origin)):
         info["unit"] = _escape(metadata.unit) if imagej else metadata.unit
     return kwargs
 

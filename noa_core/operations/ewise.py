@@ -11,6 +11,7 @@ from noa_core.operations.spec import (
     REQUIRED,
     UINT8_MODE,
     Choice,
+    Flag,
     Operation,
     Options,
     Param,
@@ -27,6 +28,7 @@ def plan(inputs: list[Path], options: Options):
     import numpy as np
 
     from noa_core import dtypes, layout
+    from noa_core.errors import ParameterError
     from noa_core.expr import compile_expression
     from noa_core.operations.plan import evaluator, tiled_plan
 
@@ -34,6 +36,10 @@ def plan(inputs: list[Path], options: Options):
     compiled = compile_expression(options.expression, len(inputs))
     arrays = [array for array, _ in opened]
     shape = layout.broadcast_shapes(*(a.shape for a in arrays))
+    if not options.broadcast and all(a.shape != shape for a in arrays):
+        sizes = ", ".join(f"{path} {' x '.join(map(str, a.shape))}" for path, a in zip(inputs, arrays))
+        raise ParameterError(f"no input has the output's shape {' x '.join(map(str, shape))}: the inputs ({sizes}) "
+                             "grow each other; give this option to write that", "broadcast")
     out_dtype = compiled.result_dtype([a.dtype for a in arrays])  # typing refuses bad constants before any output
     if options.dtype is not None:
         out_dtype = dtypes.scalar_dtype(options.dtype)
@@ -57,6 +63,9 @@ OPERATION = Operation(
                   default=REQUIRED, argument=True),
             Param("dtype", Choice(ELEMENT_TYPES, element_type_name),
                   "Output element type (default: NumPy's result type)."),
+            Param("broadcast", Flag(), "Allow inputs of which none has the output's shape, each growing the others "
+                  "(a volume against a stack of images); without it they are refused. An input of the full shape "
+                  "with others broadcast onto it (a gain over a movie) needs no option.", default=False),
             UINT8_MODE, *READING, DEVICE),
     max_inputs=MAX_INPUTS,
     plan=plan,

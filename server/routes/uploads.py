@@ -9,6 +9,7 @@ a done-callback when the request is abandoned while the worker still runs.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import inspect
 import json
 import shutil
@@ -18,8 +19,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Depends, File, Form, UploadFile
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
+from starlette.datastructures import FormData
 from starlette.types import Receive, Scope, Send
 
 from noa_core.operations import Operation
@@ -122,16 +125,34 @@ def _endpoint(operation: Operation) -> Callable[..., Any]:
     if operation.chooses_format:
         params.append(("format", FormatField, None))
 
-    async def upload(svc: Service, params: OpParams, **given: Any) -> Response:
+    known = {*params_model(operation, uploads=True).model_fields, "file", "files", "format"}
+
+    async def upload(request: Request, svc: Service, params: OpParams, **given: Any) -> Response:
+        _refuse_unknown_fields(await request.form(), known)
         sent = given["files"] if "files" in given else [given["file"]]
         return await _run(svc, params, sent, given.get("format"))
 
     upload.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
-                           default=inspect.Parameter.empty if default is ... else default)
-         for name, annotation, default in params])
+        [inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, annotation=Request)]
+        + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                             default=inspect.Parameter.empty if default is ... else default)
+           for name, annotation, default in params])
     upload.__name__ = operation.name  # operationId: NAME_v1_upload_NAME_post
     return upload
+
+
+def _refuse_unknown_fields(form: FormData, known: set[str]) -> None:
+    """A misspelt form field must fail, as a misspelt JSON field does, not be ignored (``bfactr``: the B-factor
+    silently not applied): a 400 naming it, with the closest fields."""
+    unknown = sorted(set(form.keys()) - known)
+    if unknown:
+        errors = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(known), n=2, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            errors.append({"type": "extra_forbidden", "loc": ("body", name), "msg": f"unknown field{hint}",
+                           "input": None})
+        raise RequestValidationError(errors)
 
 
 def router(operations: list[Operation]) -> APIRouter:

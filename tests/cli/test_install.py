@@ -67,7 +67,13 @@ def test_a_wheel_of_the_checkout_installs_into_a_fresh_venv(tmp_path):
     wheels = tmp_path / "wheels"
     built = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", wheels, "."], source)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    # issue 40 item 10: setuptools' 40-line "Package 'noa_server.static' is absent ... would be ignored" box
+    assert "would be ignored" not in built.stdout + built.stderr and "BuildBackendWarning" not in built.stderr
     (wheel,) = wheels.glob("noa-*.whl")
+    import zipfile
+
+    assert {"noa_server/static/view.html", "noa_server/static/view.js", "noa_server/static/view.css"} <= set(
+        zipfile.ZipFile(wheel).namelist())
 
     venv = tmp_path / "venv"
     made = run([sys.executable, "-m", "venv", venv], tmp_path, timeout=300)
@@ -146,3 +152,14 @@ def test_cuda_tests_skipped_here_say_where_they_run(name):
     else:
         assert "needs numba-cuda (pip install -e '.[cuda]')" in reason, reason
     assert "cuda" in EXTRAS
+
+
+def test_one_summary_of_what_noa_is():
+    """Issue 40 item 11: `noa --help`, the package and the service said "reshape, reorder and convert MRC and TIFF"."""
+    from noa_core import SUMMARY
+
+    assert PYPROJECT["project"]["description"] == SUMMARY
+    assert all(word in SUMMARY for word in ("cryo-EM", "OME-Zarr", "EER", "filter"))
+    result = subprocess.run([sys.executable, "-m", "noa_cli.main", "--help"], capture_output=True, text=True,
+                            cwd=REPO, env={**os.environ, "COLUMNS": "300"}, timeout=60)
+    assert SUMMARY in result.stdout

@@ -68,7 +68,8 @@ def test_division_by_zero_follows_numpy():
         ("b * 2", "uses input 'b', but only 1 input"),
         ("foo(a)", "unknown function 'foo'"),
         ("sqrt(a, a)", "takes 1 argument"),
-        ("a +", "is not valid"),
+        ("a +", "is not valid: invalid syntax at the end"),  # issue 40 item 11: it said "at column 0"
+        ("  a b", "is not valid: invalid syntax at column 5"),
         ("lambda: a", "is not allowed"),
         ("'text'", "is not allowed"),
         ("[x for x in a]", "is not allowed"),

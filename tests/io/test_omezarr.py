@@ -199,7 +199,7 @@ def test_stores_that_are_not_images_are_refused_in_one_line(tmp_path):
     with pytest.raises(HeaderError, match="an HCS plate"):
         io.read(tmp_path / "g.zarr")
     (tmp_path / "folder").mkdir()
-    with pytest.raises(NotAFileError, match="folder: path: is a directory, neither a file nor a store"):
+    with pytest.raises(NotAFileError, match="folder: is a directory, neither a file nor a store"):
         io.read(tmp_path / "folder")
     (tmp_path / "f.zarr").write_bytes(b"not a store")
     with pytest.raises(FileFormatError, match="an OME-Zarr store is a directory"):

@@ -406,3 +406,24 @@ def test_lzw_without_imagecodecs_says_so(tmp_path):
     result = subprocess.run([sys.executable, "-c", cli], capture_output=True, text=True, timeout=120)
     assert_user_error(result, "LZW compression needs imagecodecs")
     assert "Error" not in result.stderr
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", ["float32", "int16"])  # ImageJ metadata (float32, C) or tifffile's shaped JSON
+def test_the_origin_survives_a_tiff_round_trip(tmp_path, order, dtype):
+    """Issue 40 item 7: `noa copy rect.mrc r.tif; noa copy r.tif back.mrc` turned origin (30, 20, 10) Å into 0."""
+    import mrcfile
+
+    with mrcfile.new(tmp_path / "rect.mrc") as f:
+        f.set_data(np.arange(4 * 5 * 6, dtype=dtype).reshape(4, 5, 6))
+        f.voxel_size = (1.5, 2.0, 2.5)
+        f.header.origin = (10.0, 20.0, 30.0)  # x, y, z
+    assert noa("copy", tmp_path / "rect.mrc", tmp_path / "r.tif", "--order", order).returncode == 0
+    assert noa("copy", tmp_path / "r.tif", tmp_path / "back.mrc").returncode == 0
+    with mrcfile.open(tmp_path / "back.mrc") as f:
+        assert (float(f.header.origin.x), float(f.header.origin.y), float(f.header.origin.z)) == (10.0, 20.0, 30.0)
+        assert f.voxel_size.tolist() == pytest.approx((1.5, 2.0, 2.5))
+    if dtype == "float32" and order == "C":  # what Fiji reads: ImageJ's origin in pixels
+        with tifffile.TiffFile(tmp_path / "r.tif") as tif:
+            info = tif.imagej_metadata
+        assert (info["xorigin"], info["yorigin"], info["zorigin"]) == (10.0 / 1.5, 20.0 / 2.0, 30.0 / 2.5)

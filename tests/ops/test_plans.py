@@ -206,3 +206,23 @@ def test_plan_with_reads_computes_each_tile_from_its_own_source_region(tmp_path,
     with mrcfile.open(out) as f:
         assert float(f.header.dmean) == pytest.approx(float(expected.mean()), rel=1e-5)
     assert asarray(expected).shape == (1, 24, 256, 150)
+
+
+def test_ewise_inputs_that_grow_each_other_need_broadcast(tmp_path):
+    """Issue 40 item 6: a volume times a stack of images wrote a 12 x 100^3 file with no word. A gain over a
+    movie (one input has the output's shape) needs nothing; inputs that each grow the other need broadcast."""
+    from noa_core.errors import ParameterError
+
+    volume, stack = values((1, 4, 5, 6)), values((3, 1, 5, 6))
+    write_bdhw(tmp_path / "volume.mrc", volume)
+    write_bdhw(tmp_path / "stack.mrcs", stack)
+    write_bdhw(tmp_path / "gain.mrc", values((1, 1, 5, 6)))
+    task = operations.get("ewise").task(expression="a * b", shared=[tmp_path / "stack.mrcs"])
+    with pytest.raises(ParameterError, match=r"no input has the output's shape 3 x 4 x 5 x 6") as refused:
+        task.plan(tmp_path / "volume.mrc")
+    assert refused.value.param == "broadcast"
+    task = operations.get("ewise").task(expression="a * b", broadcast=True, shared=[tmp_path / "stack.mrcs"])
+    local.write(task, tmp_path / "volume.mrc", tmp_path / "out.mrc")
+    np.testing.assert_allclose(read_bdhw(tmp_path / "out.mrc", (3, 4, 5, 6)), volume * stack, rtol=1e-6)
+    gain = operations.get("ewise").task(expression="a * b", shared=[tmp_path / "gain.mrc"])
+    assert gain.plan(tmp_path / "stack.mrcs").shape == (3, 1, 5, 6)

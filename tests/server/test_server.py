@@ -765,3 +765,20 @@ def test_the_voxel_limit_is_checked_while_planning(tmp_path):
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert grown_mib < 500, grown_mib  # listing the sections took gigabytes
     assert sorted(p.name for p in root.iterdir() if p.name != ".noa-jobs") == ["many.mrcs"]
+
+
+def test_misspelt_form_fields_are_refused_naming_them(make_client, tmp_path):
+    """Issue 40 item 4: `-F bfactr=-50` was ignored (200, no B-factor applied); `-F lowpas=10` was answered
+    "give a lowpass, a highpass or a bfactor". The multipart routes refuse unknown fields as the JSON ones do."""
+    from helpers import write_mrc
+
+    write_mrc(tmp_path / "m.mrc", np.random.default_rng(0).normal(size=(16, 16)).astype(np.float32), voxel_size=2)
+    client = make_client()
+    upload = {"file": ("m.mrc", (tmp_path / "m.mrc").read_bytes())}
+    for fields, name, hint in (({"lowpass": "10", "bfactr": "-50"}, "bfactr", "bfactor"),
+                               ({"lowpas": "10"}, "lowpas", "lowpass"), ({"zzz": "1"}, "zzz", None)):
+        body = assert_problem(client.post("/v1/upload/filter", data=fields, files=upload), 400, "invalid-parameters")
+        assert body["errors"][0]["loc"] == ["body", name], body
+        assert (f"did you mean {hint}" in body["errors"][0]["msg"]) if hint else "did you mean" not in body["detail"]
+    assert client.post("/v1/upload/filter", data={"lowpass": "10", "bfactor": "-50"}, files=upload).status_code == 200
+    assert client.post("/v1/upload/copy", data={"format": "tiff"}, files=upload).status_code == 200
