@@ -1,6 +1,7 @@
 """EER movie -> fractions of MRC with a gain: noa against a tifffile + imagecodecs + NumPy script doing the same.
 
     python benchmarks/bench_eer.py CACHE_DIR [--frames 1000] [--size 4096] [--group 40] [--dose 0.02]
+                                   [--pages 100000]
 
 A synthetic movie (``--frames`` frames of ``--size``^2 pixels at ``--dose`` events per pixel per frame; 50
 distinct frames repeated, which costs the decoders as much as distinct ones) and a .gain reference are
@@ -8,7 +9,8 @@ cached in CACHE_DIR. Each run writes float32 fractions (counts x gain), at upsam
 is what users write today: each page decoded by tifffile (imagecodecs' eer_decode), summed in NumPy,
 multiplied by the gain, written with mrcfile. Printed: median seconds of 3 paired rounds, the ratio noa /
 script (goal <= 0.5; the median of the rounds' ratios, each round's ratio below it: the spread) and peak RSS
-in MiB (goal <= 512).
+in MiB (goal <= 512). First, ``noa info`` on a movie of ``--pages`` pages of 4 x 4 pixels, which reads only
+the pages' table of strips: seconds and peak RSS (goal: about a second, tens of MiB).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import tifffile
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "io"))
 from eer_encoder import encode_frame, random_frame, write_eer  # noqa: E402
-from processes import paired  # noqa: E402
+from processes import paired, run  # noqa: E402
 
 SCRIPT = """
 import sys, mrcfile, numpy as np, tifffile
@@ -58,6 +60,16 @@ def make_movie(folder: Path, frames: int, size: int, dose: float) -> tuple[Path,
     return movie, gain
 
 
+def make_pages(folder: Path, pages: int) -> Path:
+    """A movie of ``pages`` frames of 4 x 4 pixels, one event each."""
+    movie = folder / f"pages_{pages}.eer"
+    if not movie.exists():
+        frames = [[encode_frame([i], [0], [0], 16, (7, 2, 2))] for i in range(16)]
+        write_eer(movie.with_suffix(".part"), (frames[i % 16] for i in range(pages)), 4, 4, frame_count=pages)
+        movie.with_suffix(".part").rename(movie)
+    return movie
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cache", type=Path)
@@ -65,12 +77,16 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--group", type=int, default=40)
     parser.add_argument("--dose", type=float, default=0.02)
+    parser.add_argument("--pages", type=int, default=100_000)
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     movie, gain = make_movie(args.cache, args.frames, args.size, args.dose)
     script = args.cache / "script.py"
     script.write_text(SCRIPT)
     noa = Path(sys.executable).with_name("noa")
+    pages = make_pages(args.cache, args.pages)
+    seconds, mib = run([str(noa), "info", str(pages)])  # first: a child's peak RSS starts from its parent's
+    print(f"noa info on {args.pages} pages of 4 x 4: {seconds:.2f} s, {mib:.0f} MiB")
     out = args.cache / "noa.mrc"
     theirs = args.cache / "script.mrc"
     print(f"{args.frames} frames of {args.size}^2 at {args.dose} e/px/frame, fractions of {args.group}, with gain")

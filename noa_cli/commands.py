@@ -111,17 +111,28 @@ def _pairs(paths: list[Path], out_dir: Optional[Path], suffix: Optional[str] = N
     return [(p, out_dir / (strip_image_suffix(p.name) + suffix)) for p in paths]
 
 
-def _make_folder(out_dir: Path) -> None:
-    """``--out-dir`` created when missing (its parent must exist): one error for one cause, not one per input."""
-    from noa_core.errors import MissingFileError, NotAFileError
+@contextlib.contextmanager
+def _output_folder(out_dir: Optional[Path]) -> Iterator[None]:
+    """``--out-dir`` made with its missing parents, as ``mkdir -p`` (and RELION for its outputs); a run that
+    fails leaves none of the folders it made empty behind. One error for one cause, not one per input."""
+    from noa_core.errors import NotAFileError
 
-    if out_dir.is_dir():
-        return
-    if out_dir.exists():
-        raise NotAFileError(f"{out_dir}: --out-dir names a file, not a folder")
-    if not out_dir.parent.is_dir():
-        raise MissingFileError(f"{out_dir}: --out-dir's parent folder {out_dir.parent} does not exist")
-    out_dir.mkdir()
+    made: list[Path] = []
+    if out_dir is not None and not out_dir.is_dir():
+        for folder in (*reversed(out_dir.parents), out_dir):
+            if folder.exists() and not folder.is_dir():
+                raise NotAFileError(f"{out_dir}: --out-dir names a file, not a folder" if folder == out_dir
+                                    else f"{out_dir}: --out-dir's parent {folder} is a file, not a folder")
+            if not folder.exists():
+                folder.mkdir()
+                made.append(folder)
+    try:
+        yield
+    except BaseException:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):  # only when empty: what the run wrote stays
+                folder.rmdir()
+        raise
 
 
 def _execute(task: FileTask, pairs: list[tuple[Path, Path]], *, force: bool, resume: bool,
@@ -134,6 +145,8 @@ def _execute(task: FileTask, pairs: list[tuple[Path, Path]], *, force: bool, res
     from noa_core import run
 
     where = "" if scheduler is None else f" on {scheduler}"
+    if scheduler is None:  # placed by this process (Dask's workers place theirs)
+        report.expect_outputs([dst for _, dst in pairs if not (resume and dst.exists())], quiet)
     with run.driver(scheduler, workers=workers) as driver:
         with report.progress(f"noa {task.name}: {len(pairs)} file(s){where}", quiet) as progress:
             results = driver.run_batch(task, pairs, overwrite=force, resume=resume, progress=progress,
@@ -194,10 +207,9 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
             shared, pairs = [], _pairs(given["paths"] or [], given["out_dir"], suffix)
         with flags_in_errors(operation):  # also around the run: a plan may find a parameter wrong for its input
             task = operation.task(option_values(operation, given), shared=shared)
-            if given.get("out_dir") is not None:  # once the options are known good: no folder for a refused call
-                _make_folder(given["out_dir"])
-            _execute(task, pairs, force=given["force"], resume=given["resume"], scheduler=given["scheduler"],
-                     workers=given["workers"], quiet=given["quiet"])
+            with _output_folder(given.get("out_dir")):  # once the options are known good: no folder for a refused call
+                _execute(task, pairs, force=given["force"], resume=given["resume"], scheduler=given["scheduler"],
+                         workers=given["workers"], quiet=given["quiet"])
 
     return command, arguments + inputs + options + extra + list(DRIVER_OPTIONS)
 
@@ -215,7 +227,7 @@ def _show(operation: Operation, given: dict[str, Any]) -> None:
     with flags_in_errors(operation):
         options = operation.options(option_values(operation, given))
         for path in given["paths"]:
-            sys.stdout.write(operation.show(path, options, columns, lines))
+            sys.stdout.writelines(operation.show(path, options, columns, lines))
 
 
 def _reporter(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
@@ -230,17 +242,39 @@ def _reporter(operation: Operation) -> tuple[Callable[..., None], list[CliParam]
         with flags_in_errors(operation):
             options = operation.options(option_values(operation, given))
         assert operation.text is not None
-        with flags_in_errors(operation):  # the report may find an option wrong for its inputs
-            results = ([operation.run_report(given["files"], options)] if several
-                       else [operation.run_report(path, options) for path in given["files"]])
+        if several:
+            with flags_in_errors(operation):  # the report may find an option wrong for its inputs
+                results = [operation.run_report(given["files"], options)]
+            report.echo(_json(results[0]) if given["as_json"] else operation.text(results[0]))
+            return
+        paths = given["files"]
+        results, failed = [], 0
+        for path in paths:  # every file reported, a bad one in one line: `noa info *.mrc` gives the overview
+            try:
+                with flags_in_errors(operation):
+                    result = operation.run_report(path, options)
+            except (NoaError, OSError) as exc:
+                if len(paths) == 1:
+                    raise
+                failed += 1
+                report.failure(path, exc)
+                results.append({"path": str(path), "error": report.one_line(exc)})
+                continue
+            results.append(result)
+            if not given["as_json"]:
+                report.echo(("\n" if len(results) > 1 else "") + operation.text(result))
         if given["as_json"]:
-            import json
-
-            report.echo(json.dumps(results if len(results) > 1 else results[0], indent=2))
-        else:
-            report.echo("\n\n".join(operation.text(result) for result in results))
+            report.echo(_json(results if len(results) > 1 else results[0]))
+        if failed:
+            raise report.BatchFailed(f"{failed} of {len(paths)} inputs failed")
 
     return command, [files, *params, AS_JSON]
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, indent=2)
 
 
 def _several_writer(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
@@ -261,23 +295,24 @@ def _several_writer(operation: Operation) -> tuple[Callable[..., None], list[Cli
         with flags_in_errors(operation):
             task = operation.task(option_values(operation, given))
         paths, failed = list(given["paths"]), 0
-        for src in paths:
-            try:
-                with report.progress(f"noa {operation.name}: {src}", given["quiet"]) as progress, \
-                        flags_in_errors(operation):
-                    outputs, notices = write_several(task, src, given["out_dir"], overwrite=given["force"],
-                                                     progress=progress)
-            except Exception as exc:
-                if len(paths) == 1 or not isinstance(exc, (NoaError, OSError)):
-                    raise
-                report.failure(src, exc)
-                failed += 1
-                continue
-            report.notices(notices, given["quiet"])
-            report.done(f"wrote {len(outputs)} file(s) into {given['out_dir']}: {outputs[0].name} ... "
-                        f"{outputs[-1].name}" if len(outputs) > 1 else f"wrote {outputs[0]}", given["quiet"])
-        if failed:
-            raise report.BatchFailed(f"{failed} of {len(paths)} inputs failed")
+        with _output_folder(given["out_dir"]):
+            for src in paths:
+                try:
+                    with report.progress(f"noa {operation.name}: {src}", given["quiet"]) as progress, \
+                            flags_in_errors(operation):
+                        outputs, notices = write_several(task, src, given["out_dir"], overwrite=given["force"],
+                                                         progress=progress)
+                except Exception as exc:
+                    if len(paths) == 1 or not isinstance(exc, (NoaError, OSError)):
+                        raise
+                    report.failure(src, exc)
+                    failed += 1
+                    continue
+                report.notices(notices, given["quiet"])
+                report.done(f"wrote {len(outputs)} file(s) into {given['out_dir']}: {outputs[0].name} ... "
+                            f"{outputs[-1].name}" if len(outputs) > 1 else f"wrote {outputs[0]}", given["quiet"])
+            if failed:
+                raise report.BatchFailed(f"{failed} of {len(paths)} inputs failed")
 
     return command, arguments + [inputs, out_dir] + options + [force, quiet]
 
@@ -358,7 +393,9 @@ def _typer_annotation(param: CliParam) -> Any:
     import typer
 
     kind: Any = list[param.value] if param.many else param.value
-    extra = {"metavar": param.metavar} if param.metavar else {}
+    extra: dict[str, Any] = {"metavar": param.metavar} if param.metavar else {}
+    if param.value is Path:  # as the plain reader: an output replaced need not be readable (its folder writable)
+        extra["readable"] = False
     if not param.flags:
         return Annotated[kind, typer.Argument(help=param.help, show_default=False, **extra)]
     if param.low is not None:
@@ -375,7 +412,8 @@ def _text_first(command: typer.core.TyperCommand) -> None:
     parse_args = command.parse_args
 
     def parse(ctx, args: list[str]) -> list[str]:
-        if args and args[0].startswith("-") and not args[0].startswith("--") and args[0] not in known:
+        if (args and args[0].startswith("-") and not args[0].startswith("--") and args[0] not in known
+                and args[0] not in ctx.help_option_names):
             args = [" " + args[0], *args[1:]]
         return parse_args(ctx, args)
 

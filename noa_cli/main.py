@@ -18,7 +18,7 @@ def run(argv: Optional[list[str]] = None) -> None:
     """Console-script entry: exit 0 on success, 2 on bad usage or input, 1 on internal errors, 130 on
     Ctrl-C and 143 on SIGTERM (temporary outputs removed in both cases)."""
     args = sys.argv[1:] if argv is None else argv
-    report.leave(report.guarded(lambda: _call(args), debug="--debug" in args))
+    report.leave(report.guarded(lambda: _call(args), debug="--debug" in args), process=argv is None)
 
 
 def _call(args: list[str]) -> object:

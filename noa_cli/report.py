@@ -37,10 +37,33 @@ class Terminated(BaseException):
     so that no ``except Exception`` stops it and every writer's ``with`` block discards its temporary file."""
 
 
+# The outputs of the command running, with whether results are quiet: once every one is placed, the command
+# has succeeded, and a SIGTERM after that only cuts its tidying up short (see guarded).
+_EXPECTED: list[str] = []
+_QUIET = [False]
+_REPORTED: set[str] = set()  # outputs whose "wrote" line was printed
+
+
+def expect_outputs(paths: Sequence[Path], quiet: bool) -> None:
+    """Say which outputs the running command places (a batch's, IN OUT's one)."""
+    _EXPECTED[:] = [os.path.abspath(p) for p in paths]
+    _QUIET[0] = quiet
+
+
+def _all_placed() -> bool:
+    """Whether every expected output has taken its name. Asked in a signal handler: imports nothing (an
+    interrupted import of NumPy cannot be done again), so a process that never loaded the writer placed none."""
+    atomic = sys.modules.get("noa_core.io.atomic")
+    if not _EXPECTED or atomic is None:
+        return False
+    return set(_EXPECTED) <= {os.path.abspath(p) for p in atomic.PLACED}
+
+
 def _raise_terminated(signum: int, frame: object) -> None:
     # Once is enough: a second SIGTERM must not interrupt the clean-up the first one started.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Terminated
+    if not _all_placed():
+        raise Terminated
 
 
 @contextlib.contextmanager
@@ -95,6 +118,7 @@ def result(outcome: FileResult, count: int, quiet: bool) -> None:
     if outcome.status == "written":
         notices(list(outcome.notices), quiet)
         done(f"wrote {outcome.dst}", quiet)
+        _REPORTED.add(os.path.abspath(outcome.dst))
     elif outcome.status == "skipped":
         done(f"skipped {outcome.dst}: the output exists (--resume)", quiet)
     elif count > 1:
@@ -129,6 +153,13 @@ def _parser_outcome(exc: Exception) -> int | None:
     if not isinstance(exc, (parser_errors.ClickException, getattr(typer, "TyperException",
                                                                   parser_errors.ClickException))):
         return None
+    if isinstance(exc, parser_errors.NoSuchOption):  # one line with the closest options, as for commands
+        error(_no_such_option(exc))
+        return exc.exit_code
+    if isinstance(exc, parser_errors.BadOptionUsage):  # '--force=1', '--lowpass' without its value
+        error(f"{exc.option_name} takes no value" if "does not take a value" in exc.message
+              else exc.format_message())
+        return exc.exit_code
     # A value given but not convertible ('--factor abc'): one line, as any bad value; a missing one is
     # explained with the usage line, as every other usage error.
     bad_value = (isinstance(exc, (parser_errors.BadParameter, typer.BadParameter))
@@ -141,10 +172,18 @@ def _parser_outcome(exc: Exception) -> int | None:
     return exc.exit_code
 
 
+def _no_such_option(exc) -> str:
+    """'no option --forse for noa copy; did you mean --force?' (click lists every possibility, unordered)."""
+    import difflib
+
+    command = exc.ctx.command_path if exc.ctx is not None else "noa"
+    close = difflib.get_close_matches(exc.option_name, list(exc.possibilities or ()), n=2, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}?" if close else f"see {command} --help for its options"
+    return f"no option {exc.option_name} for {command}; {hint}"
+
+
 def guarded(call: Callable[[], object], debug: bool) -> int:
     """Run the CLI and turn every outcome into an exit code and at most one line on stderr."""
-    from noa_core.errors import NoaError
-
     try:
         with terminated_by_sigterm():
             result = call()
@@ -152,14 +191,20 @@ def guarded(call: Callable[[], object], debug: bool) -> int:
     except (BatchFailed, UnknownCommand, UsageError) as exc:
         error(str(exc))
         return EXIT_USAGE
-    except (NoaError, OSError) as exc:
-        error(one_line(exc))
-        return EXIT_USAGE
     except KeyboardInterrupt:
         return _stopped("interrupted", EXIT_INTERRUPTED)
     except Terminated:
+        if _all_placed():  # the signal cut short only what followed the last placement: a success
+            for path in _EXPECTED:
+                if path not in _REPORTED:
+                    done(f"wrote {os.path.relpath(path)}", _QUIET[0])
+            return EXIT_OK
         return _stopped("terminated", EXIT_TERMINATED)
     except Exception as exc:  # noqa: BLE001 - the last resort: never a bare traceback
+        errors = sys.modules.get("noa_core.errors")  # loaded by whatever raised one (imported here, it could be
+        if isinstance(exc, OSError) or (errors is not None and isinstance(exc, errors.NoaError)):  # cut short)
+            error(one_line(exc))
+            return EXIT_USAGE
         code = _parser_outcome(exc)
         if code is not None:
             return code
@@ -170,10 +215,14 @@ def guarded(call: Callable[[], object], debug: bool) -> int:
         return EXIT_INTERNAL
 
 
-def leave(code: int) -> NoReturn:
+def leave(code: int, process: bool = True) -> NoReturn:
     """Exit with ``code``; after a signal at once, with the streams flushed: the signal may have landed
     while a worker pool's queue or lock was half-updated, and the interpreter's exit, which joins the
-    pool's threads, would then wait forever. The work is abandoned anyway."""
+    pool's threads, would then wait forever. The work is abandoned anyway. ``process``: this is the
+    process's command (not a call from Python): once it has succeeded, SIGTERM no longer kills it while
+    the interpreter ends (its outputs are in place)."""
+    if process and code == EXIT_OK:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         sys.stdout.flush()
         sys.stderr.flush()
@@ -191,15 +240,17 @@ def _stopped(message: str, code: int) -> int:
 
 def _remove_own_temporaries() -> None:
     """Remove the temporary outputs this process still has open. A temporary output stays open (its
-    lock) until it is committed or discarded, so an open one is this process's and unfinished."""
-    from noa_core.io.atomic import TEMP_SUFFIX
-
+    lock) until it is committed or discarded, so an open one is this process's and unfinished. Imports
+    nothing: a process that never loaded the writer made none (and a signal may have cut an import short)."""
+    atomic = sys.modules.get("noa_core.io.atomic")
+    if atomic is None:
+        return
     with contextlib.suppress(OSError):  # no /proc (not Linux): the ``with`` blocks did what they could
         for fd in os.listdir("/proc/self/fd"):
             with contextlib.suppress(OSError):
                 target = os.readlink(f"/proc/self/fd/{fd}")  # a removed file reads 'PATH (deleted)'
                 name = os.path.basename(target)
-                if name.startswith(".") and name.endswith(TEMP_SUFFIX):
+                if name.startswith(".") and name.endswith(atomic.TEMP_SUFFIX):
                     os.unlink(target)
 
 

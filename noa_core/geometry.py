@@ -32,7 +32,7 @@ import numpy as np
 from noa_core.array import Array, asarray
 from noa_core.errors import DTypeError, ParameterError, ShapeError
 
-__all__ = ["transform_2d", "transform_3d", "affine_2d", "affine_3d", "rotate_2d", "euler_zyz",
+__all__ = ["transform_2d", "transform_3d", "affine_2d", "affine_3d", "rotate_2d", "euler_zyz", "relion_rotated",
            "as_matrices", "INTERPOLATIONS", "BORDERS"]
 
 INTERPOLATIONS = ("linear", "cubic", "nearest")
@@ -239,6 +239,91 @@ def transform_3d(input: Array | np.ndarray, output: Array | np.ndarray, matrices
             raise ShapeError(f"transform_3d: the {what} of shape {array.shape} is not a volume (depth "
                              f"{array.shape[1]}); transform_3d takes volumes (B, D, H, W): use transform_2d")
     return _run("transform_3d", 3, x, output, matrices, interp, border)
+
+
+RELION_PADDING = 2  # relion_project's --pad default: the map is padded to twice its size before its transform
+
+
+def relion_rotated(volume: np.ndarray, euler: Sequence[float] = (0.0, 0.0, 0.0),
+                   shift: Sequence[float] = (0.0, 0.0, 0.0)) -> np.ndarray:
+    """The cube ``volume`` (D, H, W) as ``relion_project --3d_rot --rot --tilt --psi --xoff --yoff --zoff`` (RELION
+    3.1.3) writes it, float64: its Projector (src/projector.cpp: griddingCorrect, computeFourierTransformMap,
+    rotate3D) and src/apps/project.cpp transcribed. ``euler`` and ``shift`` (dz, dy, dx: RELION's offsets negated)
+    mean what they mean in :func:`affine_3d`; RELION reads them as float32, and so they are rounded here.
+
+    The rotation happens in Fourier space, so it differs from :func:`transform_3d`'s in three ways: the result is
+    periodic (content rotated or shifted out of the box comes back in at the opposite face); it holds only the
+    frequencies within the Nyquist sphere (|k| <= N // 2); and for an odd N the map comes out one voxel further
+    along every axis (RELION's CenterFFT puts the origin at N // 2 + 1). Steps: the map divided by sinc²(r / 2N)
+    (trilinear interpolation's transform), padded into 2N (its centre at N), transformed (normalised by the
+    samples, times pad³) with the origin moved to the centre by sign; samples of |k| <= 2 (N // 2) kept (logical
+    index k < N + 1 is k, else k - 2N: -N never stored); each output sample of |k| <= N // 2 (logical k <= N // 2
+    is k, else k - N) interpolated trilinearly in that grid at 2 A⁻¹ k (conjugated where x < 0), unless
+    int(|2 A⁻¹ k|²) > (2 (N // 2))²; the offsets applied as phases exp(-2πi k.s / N) (k < N // 2 + 1 is k, else
+    k - N); the inverse transform unnormalised; and the origin rolled from index 0 by -(N // 2)."""
+    from scipy import fft as scipy_fft  # as ndimage above: importing geometry does not import scipy (0.3 s)
+
+    n = volume.shape[0]
+    if volume.ndim != 3 or volume.shape != (n, n, n):
+        raise ShapeError(f"relion_project rotates cubes; the volume of shape {volume.shape} is not one")
+    half = n // 2
+    pad_size = RELION_PADDING * n
+    logical = np.arange(n) - half
+    radius = np.sqrt(logical[:, None, None] ** 2 + logical[None, :, None] ** 2 + logical[None, None, :] ** 2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rval = radius / pad_size
+        sinc = np.where(radius > 0, np.sin(np.pi * rval) / (np.pi * rval), 1.0)
+    padded = np.zeros((pad_size,) * 3)
+    start = n - half  # the map's logical 0 at the padded box's logical 0, index n
+    padded[start:start + n, start:start + n, start:start + n] = volume.astype(np.float64) / (sinc * sinc)
+    # the half transform along x first, then the other axes in place: the padded map and one transform held at once
+    spectrum = scipy_fft.rfft(padded, axis=2)
+    del padded
+    spectrum = scipy_fft.fftn(spectrum, axes=(0, 1), overwrite_x=True)
+    spectrum *= RELION_PADDING ** 3 / pad_size ** 3
+    sign = np.where(np.arange(pad_size) % 2 == 1, -1.0, 1.0)  # CenterFFTbySign: (-1)^(k + i + j)
+    spectrum *= sign[:, None, None]
+    spectrum *= sign[None, :, None]
+    spectrum *= sign[None, None, :n + 1]
+    ref_r2 = (RELION_PADDING * half) ** 2
+
+    def data(z: np.ndarray, y: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Projector::data at logical (z, y, x): 0 beyond |k|² = ref_r2 and on the planes -N (never filled)."""
+        kept = (z * z + y * y + x * x <= ref_r2) & (z != -n) & (y != -n)
+        return np.where(kept, spectrum[z % pad_size, y % pad_size, np.minimum(x, n)], 0.0)
+
+    a = euler_zyz(*(float(np.float32(v)) for v in euler))[::-1, ::-1]  # RELION's A, acting on (x, y, z)
+    inverse = np.linalg.inv(a) * RELION_PADDING
+    def lerp(t: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:  # RELION's LIN_INTERP
+        return low + (high - low) * t
+
+    out = np.zeros((n, n, half + 1), np.complex128)
+    signed = np.where(np.arange(n) <= half, np.arange(n), np.arange(n) - n)  # logical index of a depth or row
+    y, x = np.meshgrid(signed, np.arange(half + 1), indexing="ij")
+    for k, z in enumerate(signed):
+        inside = x * x + y * y + z * z <= half * half
+        xo, yo = x[inside], y[inside]
+        xp, yp, zp = (inverse[row, 0] * xo + inverse[row, 1] * yo + inverse[row, 2] * z for row in range(3))
+        keep = (xp * xp + yp * yp + zp * zp).astype(np.int64) <= ref_r2  # C's int(): truncation
+        xp, yp, zp, rows, columns = xp[keep], yp[keep], zp[keep], yo[keep] % n, xo[keep]
+        negative = xp < 0  # only the half x >= 0 is stored: the Hermitian mate, conjugated
+        xp, yp, zp = (np.where(negative, -v, v) for v in (xp, yp, zp))
+        x0, y0, z0 = (np.floor(v).astype(np.int64) for v in (xp, yp, zp))
+        fx, fy, fz = xp - x0, yp - y0, zp - z0
+        dx00 = lerp(fx, data(z0, y0, x0), data(z0, y0, x0 + 1))
+        dx01 = lerp(fx, data(z0 + 1, y0, x0), data(z0 + 1, y0, x0 + 1))
+        dx10 = lerp(fx, data(z0, y0 + 1, x0), data(z0, y0 + 1, x0 + 1))
+        dx11 = lerp(fx, data(z0 + 1, y0 + 1, x0), data(z0 + 1, y0 + 1, x0 + 1))
+        value = lerp(fz, lerp(fy, dx00, dx10), lerp(fy, dx01, dx11))
+        out[k, rows, columns] = np.where(negative, np.conj(value), value)
+    del spectrum
+    offsets = [float(np.float32(v)) for v in shift]  # (dz, dy, dx): RELION's shift vector (-zoff, -yoff, -xoff)
+    if any(abs(v) > 0.001 for v in offsets):  # project.cpp shifts only past 0.001 pixel
+        phase = (offsets[0] * signed[:, None, None] + offsets[1] * signed[None, :, None]
+                 + offsets[2] * np.arange(half + 1)[None, None, :]) * (-2 * np.pi / n)
+        out *= np.cos(phase) + 1j * np.sin(phase)
+    rotated = np.fft.irfftn(out, s=(n, n, n), axes=(0, 1, 2)) * float(n) ** 3
+    return np.roll(rotated, -half, axis=(0, 1, 2))
 
 
 MATRIX_FILE_BYTES_PER_MATRIX = 4096  # the most a file may spend on one matrix (text with comments, or .npy)

@@ -228,7 +228,8 @@ def check_background_options(bg_radius: float | None, ramp: bool, white_dust: fl
 # -- in memory ---------------------------------------------------------------------------------------
 
 
-def _finite(values: np.ndarray, what: str) -> None:
+def check_finite(values: np.ndarray, what: str) -> None:
+    """Refuse in-memory data holding NaN or infinite values (``what``: the file or parameter they came from)."""
     if not np.isfinite(values).all():
         raise ValueRangeError(f"{what}: the data hold NaN or infinite values; this needs finite values")
 
@@ -246,7 +247,7 @@ def scale(array, to_range: Sequence[float], percentiles: Sequence[float] | None 
     values = source.numpy()
     if values.size == 0:
         raise ShapeError(f"scale: the array of shape {source.shape} is empty")
-    _finite(values, "scale")
+    check_finite(values, "scale")
     ends = (float(values.min()), float(values.max())) if qs is None else tuple(
         float(v) for v in np.percentile(values, qs))
     return asarray(scaled(values, ends, target, out_dtype.kind in "iu").astype(out_dtype))
@@ -268,7 +269,7 @@ def normalize(array, per_section: bool = False, mean: float = 0.0, std: float = 
     values = source.numpy()
     if values.size == 0:
         raise ShapeError(f"normalize: the array of shape {source.shape} is empty")
-    _finite(values, "normalize")
+    check_finite(values, "normalize")
     out_dtype = real_output_dtype(source.dtype)
     if bg_radius is not None:
         images = particle_images(values.shape, per_section)

@@ -7,7 +7,8 @@ The numbers behind ``noa preview``, ``noa.preview``, ``Array._repr_png_`` and th
 - :func:`contrast_limits`, :func:`to_gray`, :func:`colorize` turn values into 8-bit pixels (RELION's
   ``--sigma_contrast`` rule by default); :func:`downsample`, :func:`log_spectrum`, :func:`histogram`;
 - :func:`plan_layout` and :func:`preview` make the whole picture (the three central slices of a volume side by
-  side, a montage, a scale bar, ``flip_y``); :func:`encode` writes PNG or JPEG through Pillow.
+  side, a montage, a scale bar, ``flip_y``; :func:`draw` also says how many values drawn were not finite);
+  :func:`working_bytes` is the memory that holds; :func:`encode` writes PNG or JPEG through Pillow.
 
 Rows are as stored (MRC row 0, the bottom of the image in IMOD's view, drawn at the top), as RELION's
 ``relion_image_handler --o x.png`` and mrcfile + Pillow show them; ``flip_y`` draws IMOD's view.
@@ -123,7 +124,7 @@ def plane_of(data: np.ndarray, *, section: int | None = None, axis: str = "z", i
         raise ParameterError(f"an image has no {axis} slice or projection (it is one section); use z", "axis")
     y0, y1, x0, x1 = _region(region, rows, cols)
     if projection:
-        return _block_mean(_projection(volume, axis, (y0, y1, x0, x1)), step).astype(np.float32)
+        return _projection(volume, axis, (y0, y1, x0, x1), step)
     index = _in_range(depth_extent(data.shape, axis) // 2 if index is None else index,
                       depth_extent(data.shape, axis), "index", f"{axis} slices")
     plane = volume[index] if axis == "z" else volume[:, index, :] if axis == "y" else volume[:, :, index]
@@ -185,7 +186,8 @@ def _read_binned(plane: np.ndarray, step: int) -> np.ndarray:
 
     def average(first: int) -> None:
         block = _read(plane[first:first + band])
-        out[first // step:(first + block.shape[0] + step - 1) // step] = _block_mean(block, step)
+        with np.errstate(over="ignore"):  # float64 values past float32's range are drawn as infinities
+            out[first // step:(first + block.shape[0] + step - 1) // step] = _block_mean(block, step)
 
     threads = min(len(firsts), available_cores())
     if threads < 2:
@@ -207,39 +209,60 @@ def _block_mean(values: np.ndarray, step: int) -> np.ndarray:
     # Every step-th row, then every step-th column, added whole: step vectorised adds each, where a sum over a
     # short inner axis (reshape(..., step).sum) runs element by element.
     row_sums = np.zeros((out_rows, cols))
-    for i in range(min(step, rows)):
-        part = values[i::step]
-        row_sums[:part.shape[0]] += part
     sums = np.zeros((out_rows, out_cols))
-    for j in range(min(step, cols)):
-        part = row_sums[:, j::step]
-        sums[:, :part.shape[1]] += part
+    with np.errstate(invalid="ignore"):  # +inf and -inf in one block: its mean is NaN
+        for i in range(min(step, rows)):
+            part = values[i::step]
+            row_sums[:part.shape[0]] += part
+        for j in range(min(step, cols)):
+            part = row_sums[:, j::step]
+            sums[:, :part.shape[1]] += part
     counts = np.outer(np.minimum(step, rows - step * np.arange(out_rows)),
                       np.minimum(step, cols - step * np.arange(out_cols)))
-    return sums / counts
+    sums /= counts
+    return sums
 
 
-def _projection(volume: np.ndarray, axis: str, region: tuple[int, int, int, int]) -> np.ndarray:
-    """The mean of ``volume`` (D, H, W) along ``axis`` over ``region`` of the projected plane, float64, read
-    in bands of sections of about :data:`BAND_BYTES`."""
+def _projection(volume: np.ndarray, axis: str, region: tuple[int, int, int, int], step: int) -> np.ndarray:
+    """The mean of ``volume`` (D, H, W) along ``axis`` over ``region`` of the projected plane, averaged ``step`` x
+    ``step``: float32. Made in bands of whole block rows whose float64 means fit :data:`BAND_BYTES` (at least one
+    block row), so that memory is the picture and a few bands, never the full-resolution plane."""
     y0, y1, x0, x1 = region
-    depth = volume.shape[0]
-    if axis == "z":
-        part, first_rows = volume[:, y0:y1, x0:x1], range(0, depth)
-        out = np.zeros((y1 - y0, x1 - x0))
-    else:  # the plane's rows are sections: each band of sections gives its rows
+    out = np.empty((-(-(y1 - y0) // step), -(-(x1 - x0) // step)), np.float32)
+    band = max(step, BAND_BYTES // (8 * (x1 - x0)) // step * step)
+    for first in range(y0, y1, band):
+        last = min(first + band, y1)
+        top = (first - y0) // step
+        out[top:top + -(-(last - first) // step)] = _block_mean(_projected_band(volume, axis, (first, last, x0, x1)),
+                                                                step)
+    return out
+
+
+def _projected_band(volume: np.ndarray, axis: str, region: tuple[int, int, int, int]) -> np.ndarray:
+    """The means (float64) of ``volume`` along ``axis`` over ``region``, a band of the projected plane: the sums
+    are read in pieces of about :data:`BAND_BYTES`, whole sections where they fit, else rows of one section."""
+    y0, y1, x0, x1 = region
+    along = AXES.index(axis)
+    if axis == "z":  # the plane's rows are the sections' rows
+        part = volume[:, y0:y1, x0:x1]
+    else:  # the plane's rows are sections, summed across their rows (y) or along them (x)
         part = volume[y0:y1, :, x0:x1] if axis == "y" else volume[y0:y1, x0:x1, :]
-        first_rows = range(0, y1 - y0)
-        out = np.empty((y1 - y0, x1 - x0))
-    section_bytes = max(1, math.prod(part.shape[1:]) * part.itemsize)
-    band = max(1, BAND_BYTES // section_bytes)
-    for first in first_rows[::band]:
-        block = _read(part[first:first + band])
-        if axis == "z":
-            out += block.sum(axis=0, dtype=np.float64)
-        else:
-            out[first:first + block.shape[0]] = block.mean(axis=1 if axis == "y" else 2, dtype=np.float64)
-    return out / depth if axis == "z" else out
+    sums = np.zeros((y1 - y0, x1 - x0))
+    row_bytes = max(abs(part.strides[1]), part.shape[2] * part.itemsize, 1)
+    rows = min(part.shape[1], max(1, BAND_BYTES // row_bytes))
+    sections = max(1, BAND_BYTES // (rows * row_bytes)) if rows == part.shape[1] else 1
+    with np.errstate(invalid="ignore"):  # +inf and -inf along one line: its mean is NaN
+        for a in range(0, part.shape[0], sections):
+            for b in range(0, part.shape[1], rows):
+                piece = _read(part[a:a + sections, b:b + rows])
+                if along == 0:
+                    sums[b:b + piece.shape[1]] += piece.sum(axis=0, dtype=np.float64)
+                elif along == 1:
+                    sums[a:a + piece.shape[0]] += piece.sum(axis=1, dtype=np.float64)
+                else:
+                    sums[a:a + piece.shape[0], b:b + piece.shape[1]] = piece.sum(axis=2, dtype=np.float64)
+    sums /= part.shape[along]
+    return sums
 
 
 # -- values to pixels ----------------------------------------------------------------------------
@@ -267,12 +290,15 @@ def parse_contrast(contrast: str) -> tuple[str, tuple[float, ...]]:
 
 
 def contrast_limits(values, contrast: str = "sigma:3") -> tuple[float, float]:
-    """The values drawn black and white, ``lo < hi``, by ``contrast`` (:data:`CONTRASTS`) over ``values``
-    (NaN-free). A constant input gives its value ± 0.5."""
+    """The values drawn black and white, ``lo < hi``, by ``contrast`` (:data:`CONTRASTS`) over the finite
+    ``values`` (NaN and infinities are left out). A constant input gives its value ± 0.5; none: 0..1."""
     kind, numbers = parse_contrast(contrast)
     if kind == "range":
         return numbers[0], numbers[1]
     flat = np.asarray(values, dtype=np.float64).reshape(-1)
+    finite = np.isfinite(flat)
+    if not finite.all():
+        flat = flat[finite]
     if flat.size == 0:
         return 0.0, 1.0
     if kind == "sigma":
@@ -291,10 +317,11 @@ def contrast_limits(values, contrast: str = "sigma:3") -> tuple[float, float]:
 
 def to_gray(values, lo: float, hi: float, *, invert: bool = False) -> np.ndarray:
     """uint8 levels of ``values``: clipped to ``lo..hi``, then floor((v - lo) / ((hi - lo) / 255)), the
-    formula of RELION's PNG output (image_handler.cpp), so ``hi`` is 255; ``invert``: 255 minus that."""
+    formula of RELION's PNG output (image_handler.cpp), so ``hi`` is 255; ``invert``: 255 minus that. NaN is
+    drawn as ``lo`` (black), infinities as they clip."""
     if not hi > lo:
         raise ParameterError(f"{lo:g}..{hi:g}: the white value must be above the black one", "contrast")
-    clipped = np.clip(np.asarray(values, dtype=np.float64), lo, hi)
+    clipped = np.fmin(np.fmax(np.asarray(values, dtype=np.float64), lo), hi)  # fmax: NaN -> lo
     gray = np.floor((clipped - lo) / ((hi - lo) / 255)).clip(0, 255).astype(np.uint8)
     return 255 - gray if invert else gray
 
@@ -515,12 +542,39 @@ def scale_bar_length(cols: int, pixel_size: float) -> tuple[float, int, str]:
     return length, max(1, round(length / pixel_size)), label
 
 
-def preview(source, *, section: int | None = None, axis: str | None = None, index: int | None = None,
-           projection: str | None = None, montage: bool = False, columns: int | None = None, every: int = 1,
-           spectrum: bool = False, contrast: str = "sigma:3", invert: bool = False, cmap: str = "gray",
-           size: int = 1024, bin: int | None = None, box: tuple[int, int] | None = None,
-           scale_bar: bool = False, pixel_size: float | None = None, flip_y: bool = False,
-           reading: dict | None = None) -> np.ndarray:
+def working_bytes(pixels: int, *, spectrum: int = 0) -> int:
+    """The bytes drawing a picture of ``pixels`` holds at once: its values (float32) and their copy for the limits,
+    that copy in float64 and its deviations from the mean, or the float64 levels and their clipped copy, then the
+    levels and colours (32 a pixel, 29 to 31 measured); per core (two at least) a band read and its float64 sums,
+    or a projection's band and its means (3 x :data:`BAND_BYTES`); with a spectrum, the full-resolution plane of
+    ``spectrum`` pixels and its transform (24 a pixel)."""
+    from noa_core.limits import available_cores
+
+    return 32 * pixels + 3 * BAND_BYTES * max(2, available_cores()) + 24 * spectrum
+
+
+@dataclass(frozen=True)
+class Drawing:
+    """A picture (:func:`draw`): its ``pixels``, how many values it draws (``count``, block means) and how many of
+    them are not finite (``non_finite``: NaN, drawn black, and infinities, drawn as they clip), which the contrast
+    limits leave out."""
+
+    pixels: np.ndarray
+    count: int
+    non_finite: int
+
+
+def preview(source, **options) -> np.ndarray:
+    """The picture of ``source``: the pixels of :func:`draw` (the same options)."""
+    return draw(source, **options).pixels
+
+
+def draw(source, *, section: int | None = None, axis: str | None = None, index: int | None = None,
+         projection: str | None = None, montage: bool = False, columns: int | None = None, every: int = 1,
+         spectrum: bool = False, contrast: str = "sigma:3", invert: bool = False, cmap: str = "gray",
+         size: int = 1024, bin: int | None = None, box: tuple[int, int] | None = None,
+         scale_bar: bool = False, pixel_size: float | None = None, flip_y: bool = False,
+         reading: dict | None = None) -> Drawing:
     """The picture of ``source`` (a file path, a noa Array or a NumPy array, padded to BDHW as noa does):
     uint8 (rows, cols) for gray, (rows, cols, 3) for the other colour maps.
 
@@ -543,7 +597,10 @@ def preview(source, *, section: int | None = None, axis: str | None = None, inde
     layout = plan_layout(data.shape, section=section, axis=axis, index=index, projection=projection,
                          montage=montage, columns=columns, every=every, size=size, bin=bin, box=box)
     values = [_panel_values(data, p, layout.step, spectrum) for p in layout.panels]
-    lo, hi = contrast_limits(np.concatenate([v.reshape(-1) for v in values]), contrast)
+    drawn = np.concatenate([v.reshape(-1) for v in values])
+    non_finite = drawn.size - int(np.count_nonzero(np.isfinite(drawn)))
+    lo, hi = contrast_limits(drawn, contrast)
+    del drawn  # a copy of every value: not held while the picture is made
     picture = np.zeros((*layout.shape, 3), np.uint8) if cmap != "gray" else np.zeros(layout.shape, np.uint8)
     for panel, v in zip(layout.panels, values):
         gray = to_gray(np.flipud(v) if flip_y else v, lo, hi, invert=invert)
@@ -553,7 +610,7 @@ def preview(source, *, section: int | None = None, axis: str | None = None, inde
         first = layout.panels[0]
         rows, cols = values[0].shape
         _draw_scale_bar(picture, first.top, first.left, rows, cols, pixel_size * layout.step)
-    return picture
+    return Drawing(picture, sum(v.size for v in values), non_finite)
 
 
 def _source(source, reading: dict | None) -> tuple[np.ndarray, float | None]:

@@ -15,7 +15,9 @@ RELION's ``getFSC``. Two shell rules:
   sample within Nyquist (``|f| <= 0.5``) adds ``1 - frac(r)`` of itself to shell ``floor(r)`` and
   ``frac(r)`` to the next (the last shell, ``m // 2``, takes both at Nyquist); shells ``0 .. m // 2``.
 
-A shell whose sums are zero (a half map without power there) has no correlation: NaN.
+A shell whose sums are zero (a half map without power there) has no correlation: NaN, and the FSC is
+undefined from there on: thresholds are looked for in the shells before it (constant or empty maps have
+none). Half maps and masks holding NaN or infinite values are refused.
 
 Example::
 
@@ -34,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from noa_core.errors import ParameterError, ShapeError
+from noa_core.intensity import check_finite
 
 RULES = ("relion", "linear")
 THRESHOLDS = (0.143, 0.5)  # the gold-standard criterion (Rosenthal & Henderson 2003) and the older 0.5
@@ -64,12 +67,16 @@ class Crossing:
         interpolated: the fractional shell where the straight line between that shell and the next (the
             first below) meets the threshold: ``s + (FSC(s) - t) / (FSC(s) - FSC(s + 1))``; None where the
             curve does not fall below, or already at shell 1.
+        undefined_from: the first shell >= 1 where the FSC is undefined (NaN: a half map has no power there),
+            or None. The search stops before it: ``shell`` is then at most the shell before it, and None (with
+            ``falls_below`` False) where that is shell 0: no resolution, as for constant or empty maps.
     """
 
     threshold: float
     falls_below: bool
     shell: int | None
     interpolated: float | None
+    undefined_from: int | None = None
 
 
 @dataclass(frozen=True)
@@ -115,32 +122,42 @@ class Curve:
             return None
         return self.size * self.pixel_size / shell
 
+    @property
+    def undefined_from(self) -> int | None:
+        """The first shell >= 1 whose FSC is undefined (NaN), or None."""
+        undefined = np.flatnonzero(np.isnan(self.values[1:]))
+        return int(undefined[0]) + 1 if undefined.size else None
+
     def crossing(self, threshold: float) -> Crossing:
         """Where the curve first falls below ``threshold`` (see :class:`Crossing`)."""
-        values = self.values
+        undefined_from = self.undefined_from
+        values = self.values[:undefined_from]
         below = np.flatnonzero(values[1:] < threshold) + 1
         if below.size == 0:
-            return Crossing(threshold, False, int(values.size - 1) if values.size > 1 else None, None)
+            return Crossing(threshold, False, int(values.size - 1) if values.size > 1 else None, None, undefined_from)
         first = int(below[0])
         if first == 1:
-            return Crossing(threshold, True, None, None)
+            return Crossing(threshold, True, None, None, undefined_from)
         above, after = values[first - 1], values[first]
-        return Crossing(threshold, True, first - 1, (first - 1) + float((above - threshold) / (above - after)))
+        return Crossing(threshold, True, first - 1, (first - 1) + float((above - threshold) / (above - after)),
+                        undefined_from)
 
 
-def fsc(half1: Any, half2: Any, *, mask: Any = None, shells: str = "relion", pixel_size: float | None = None) -> Curve:
+def fsc(half1: Any, half2: Any, *, mask: Any = None, shells: str = "relion", pixel_size: float | None = None,
+        names: Sequence[str] = ("half1", "half2", "mask")) -> Curve:
     """The FSC (3-d) or FRC (2-d) of two half maps, NumPy or noa arrays of the same shape: ``(D, H, W)`` or
-    ``(H, W)``, or BDHW with one batch (``(1, D, H, W)``, ``(1, 1, H, W)``).
+    ``(H, W)``, or BDHW with one batch (``(1, D, H, W)``, ``(1, 1, H, W)``), of finite values.
 
     ``mask`` (same shape) multiplies both halves first; ``shells`` is the rule (:data:`RULES`, see the module);
-    ``pixel_size`` (Å) gives the curve its resolutions."""
+    ``pixel_size`` (Å) gives the curve its resolutions; ``names``: what errors call the half maps and the mask
+    (their files)."""
     if shells not in RULES:
         raise ParameterError(f"{shells!r} is not one of {', '.join(RULES)}", "shells")
-    one, two = _map(half1, "half1"), _map(half2, "half2")
+    one, two = _map(half1, names[0]), _map(half2, names[1])
     if one.shape != two.shape:
         raise ShapeError(f"the half maps differ in shape: {one.shape} and {two.shape}")
     if mask is not None:
-        weights = _map(mask, "mask")
+        weights = _map(mask, names[2])
         if weights.shape != one.shape:
             raise ShapeError(f"the mask's shape {weights.shape} is not the half maps' {one.shape}")
         one, two = _masked(one, weights), _masked(two, weights)
@@ -296,6 +313,7 @@ def _map(values: Any, what: str) -> np.ndarray:
         raise ShapeError(f"{what}: shape {values.shape} is not a 2-d image or a 3-d volume")
     if values.dtype.kind == "c":
         raise ShapeError(f"{what}: the FSC is of real maps; these are {values.dtype} values")
+    check_finite(values, what)  # one NaN would make every shell NaN
     return values if values.dtype == np.float64 else values.astype(np.float32, copy=False)
 
 
@@ -308,7 +326,10 @@ def _masked(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def relion_number(value: float) -> str:
     """A double as RELION's MetaDataTable writes it (src/metadata_table.cpp): ``%12.6f``, or ``%12.6e`` for
-    magnitudes below 0.001 (not 0) or above 100000; one digit fewer for negative values."""
+    magnitudes below 0.001 (not 0) or above 100000; one digit fewer for negative values. An undefined FSC (0 / 0)
+    prints as RELION's does on x86, whose 0 / 0 is a negative NaN: ``-nan``."""
+    if np.isnan(value):
+        return f"{'-nan':>12}"
     digits = 5 if value < 0 else 6
     kind = "e" if (0 < abs(value) < 0.001) or abs(value) > 100000 else "f"
     return f"{value:12.{digits}{kind}}"

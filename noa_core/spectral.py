@@ -27,10 +27,10 @@ from noa_core.array import Array, asarray
 from noa_core.errors import ParameterError
 
 DEFAULT_EDGE_WIDTH = 2  # RELION's --filter_edge_width: Fourier shells of the raised cosine (an integer)
-NYQUIST = 0.5 + 1e-12  # cycles per pixel; the margin keeps samples exactly at Nyquist (k = n/2) despite rounding
 MAX_BFACTOR_GAIN = 60.0  # the most a B-factor may amplify Nyquist: e**60 (~1e26), well inside float32
-__all__ = ["bandpass", "bandpass_weights", "check_bandpass", "multiply_spectrum", "power_spectrum", "relion_power",
-           "shell_resolutions", "frequencies", "DEFAULT_EDGE_WIDTH", "RELION_NO_RESOLUTION"]
+__all__ = ["bandpass", "bandpass_weights", "bfactor_weights", "check_bandpass", "multiply_spectrum",
+           "power_spectrum", "relion_power", "shell_resolutions", "frequencies", "DEFAULT_EDGE_WIDTH",
+           "RELION_NO_RESOLUTION"]
 
 
 def frequencies(sizes: Sequence[int], half: bool = True) -> np.ndarray:
@@ -87,7 +87,7 @@ def bandpass_weights(sizes: Sequence[int], pixel_size: float, lowpass: float | N
     low-pass keeps everything, above ``(shell + edge_width // 2) / n`` nothing, between ``0.5 + 0.5 cos(pi (f - low) /
     width)``; a high-pass is the complement. ``bfactor`` multiplies by ``exp(-bfactor / 4 * (f /
     pixel_size) ** 2)`` (negative sharpens) up to Nyquist, and zeroes every frequency beyond it (the
-    corners of the box), as RELION does whenever it applies a B-factor."""
+    corners of the box), as RELION does whenever it applies a B-factor (:func:`bfactor_weights`)."""
     f = frequencies(sizes)
     n = sizes[-1]
     weights = np.ones_like(f)
@@ -111,10 +111,29 @@ def bandpass_weights(sizes: Sequence[int], pixel_size: float, lowpass: float | N
             weights *= np.where(f < low, 0.0, np.where(f > high, 1.0, ramp))
         else:
             weights *= f >= low
-    if bfactor:  # up to Nyquist only, as RELION's applyBFactorToMap: the corners beyond it are zeroed
-        inside = f <= NYQUIST
-        weights *= np.where(inside, np.exp(-(bfactor / 4.0) * (np.where(inside, f, 0.0) / pixel_size) ** 2), 0.0)
+    if bfactor:
+        weights *= bfactor_weights(sizes, pixel_size, bfactor)
     return weights
+
+
+def bfactor_weights(sizes: Sequence[int], pixel_size: float, bfactor: float) -> np.ndarray:
+    """RELION's applyBFactorToMap (src/fftw.cpp) over a half transform of ``sizes``, evaluated as it does, in
+    double: ``res = sqrt(r2) / (n * pixel_size)`` with ``r2`` the squared radius in Fourier pixels of the width
+    ``n``; ``exp(-(bfactor / 4) * res * res)`` where ``res <= 1 / (pixel_size * 2)``, 0 beyond. Samples exactly
+    at Nyquist (``r2 = (n / 2) ** 2``) fall on either side as that rounding falls: at 1.3 Å/pixel and an even
+    width of 20, 40 or 160 they are zeroed, at 2 Å kept. Other axes are counted in true frequencies (``k * n /
+    n_axis`` Fourier pixels of the width): integers, RELION's own, for square images and cubic volumes."""
+    n = sizes[-1]
+    r2 = 0.0
+    for i, size in enumerate(sizes):
+        index = np.arange(size // 2 + 1 if i == len(sizes) - 1 else size)
+        k = np.where(index <= size // 2, index, index - size) * n / size  # the integer k where size == n
+        shape = [1] * len(sizes)
+        shape[i] = k.size
+        r2 = r2 + (k ** 2).reshape(shape)
+    res = np.sqrt(r2) / (n * pixel_size)
+    # the corners' exponent is at most 3 x Nyquist's (MAX_BFACTOR_GAIN): finite in float64 before it is dropped
+    return np.where(res <= 1.0 / (pixel_size * 2.0), np.exp(-(bfactor / 4.0) * res * res), 0.0)
 
 
 def multiply_spectrum(x: Array, axes: tuple[int, ...], weights: np.ndarray) -> Array:

@@ -13,8 +13,8 @@ A matrix ``R`` acts on ``(x, y, z)`` from the centre ``N // 2`` of each axis. :f
 what ``relion_image_handler --sym`` writes (``symmetriseMap``): the mean of the map and, for every
 operator but the identity, the map sampled at ``R r`` by trilinear interpolation (the output at ``r`` is
 the input at ``R r``), a sample beyond the box's last voxel (by more than RELION's 1e-6) reading 0; the
-sum, made in double precision in RELION's order, is divided by the group's order. On the CPU the result is
-RELION's arithmetic transcribed (:mod:`noa_core.kernels.symmetrize`), faces included.
+sum, made in double precision in RELION's order, is divided by the group's order. On the CPU and on CUDA the
+result is RELION's arithmetic transcribed (:mod:`noa_core.kernels.symmetrize`), faces included.
 
 Example::
 
@@ -26,7 +26,6 @@ Example::
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -34,13 +33,12 @@ import numpy as np
 
 from noa_core.array import Array, asarray
 from noa_core.errors import DTypeError, ParameterError, ShapeError
+from noa_core import point_group_names
+from noa_core.point_group_names import PARTS
 
-__all__ = ["PointGroup", "point_group", "symmetrize", "sampling_matrices", "working_volumes", "NAMES"]
+__all__ = ["PointGroup", "point_group", "symmetrize", "working_volumes"]
 
-NAMES = "Cn, Ci, Cs, Cnv, Cnh, Sn (n even), Dn, Dnv, Dnh, T, Td, Th, O, Oh, I, I1-I4, Ih, I1h-I4h"
-MAX_ORDER = 99  # RELION reads at most two digits
 EQUAL = 1e-6  # RELION's XMIPP_EQUAL_ACCURACY: products closer than this to a known operator are that operator
-SCRATCH_BYTES = 64 << 20  # the most the interpolated copies of one volume held at once may take
 
 
 def _unit(*v: float) -> tuple[float, float, float]:
@@ -70,7 +68,6 @@ _ICOSAHEDRAL = {"1": (("rot", 2, _X), ("rot", 5, _I1_5), ("rot", 3, _I1_3)),
                 "3": (("rot", 2, _I3_2), ("rot", 5, _Z), ("rot", 3, _I3_3)),
                 "4": (("rot", 2, _I4_2), ("rot", 5, _I4_5), ("rot", 3, _I4_3))}
 _ICOSAHEDRAL_MIRROR = {"1": (0, 0, -1), "2": _X, "3": _unit(_PHI, 0, 1), "4": _unit(_PHI, 0, -1)}
-_NAME = re.compile(r"^(C|D|S)(\d{1,2})(V|H)?$|^(CI|CS|T|TD|TH|O|OH|I|IH)$|^I([1-5])(H)?$")
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,16 +105,9 @@ def _rotation(degrees: float, axis: tuple[float, float, float]) -> np.ndarray:
 
 
 def _generators(name: str) -> tuple[tuple, ...]:
-    """RELION's symmetry definition of ``name`` (``fill_symmetry_class``): ('rot', fold, axis),
+    """RELION's symmetry definition of the canonical ``name`` (``fill_symmetry_class``): ('rot', fold, axis),
     ('mirror', normal) and ('inversion',) lines, in its order."""
-    match = _NAME.match(name)
-    if match is None:
-        raise ParameterError(f"{name!r} is not a point group RELION knows; give one of {NAMES} (n from 1 to "
-                             f"{MAX_ORDER})", "sym")
-    letter, digits, suffix, word, variant, mirrored = match.groups()
-    if variant == "5":
-        raise ParameterError(f"{name!r}: RELION does not implement the icosahedral setting I5; give I1, I2, I3 or "
-                             "I4", "sym")
+    letter, digits, suffix, word, variant, mirrored = PARTS.fullmatch(name).groups()  # type: ignore[union-attr]
     if variant is not None:
         return _ICOSAHEDRAL[variant] + ((("mirror", _ICOSAHEDRAL_MIRROR[variant]),) if mirrored else ())
     if word is not None:
@@ -131,13 +121,7 @@ def _generators(name: str) -> tuple[tuple, ...]:
                 "I": _ICOSAHEDRAL["2"],
                 "IH": _ICOSAHEDRAL["2"] + (("mirror", _X),)}[word]
     n = int(digits)
-    if n < 1:
-        raise ParameterError(f"{name!r}: the order n must be 1 to {MAX_ORDER}", "sym")
     if letter == "S":
-        if suffix is not None:
-            raise ParameterError(f"{name!r} is not a point group RELION knows; give one of {NAMES}", "sym")
-        if n % 2:
-            raise ParameterError(f"{name!r}: the order of an S group must be even (RELION's rule)", "sym")
         return (("rot", n // 2, _Z), ("inversion",))
     if letter == "C":
         extra = {None: (), "V": (("mirror", (0.0, 1.0, 0.0)),), "H": (("mirror", _Z),)}[suffix]
@@ -194,41 +178,22 @@ def _group(name: str) -> PointGroup:
 
 
 def point_group(name: str | PointGroup) -> PointGroup:
-    """The point group RELION calls ``name`` (any case, surrounding spaces ignored); ParameterError
-    (``sym``) for a name RELION does not know, I5 (RELION does not implement it), n = 0 or an odd Sn."""
+    """The point group RELION calls ``name`` (any case; :mod:`noa_core.point_group_names` is the grammar);
+    ParameterError (``sym``) for a name RELION does not know, I5 (RELION does not implement it), n = 0 or an
+    odd Sn. Its name is the canonical one (``c01`` is ``C1``)."""
     if isinstance(name, PointGroup):
         return name
     if not isinstance(name, str):
         raise ParameterError(f"{name!r} is not a point group name", "sym")
-    return _group(name.strip().upper())
-
-
-def sampling_matrices(group: str | PointGroup, shape) -> np.ndarray:
-    """The inverse matrices ``(order - 1, 3, 4)`` of every operator but the identity, for
-    :func:`noa_core.geometry.transform_3d` on volumes of ``shape`` (``(..., D, H, W)``): the output index
-    ``(z, y, x)`` samples the input at ``R`` applied about the centre ``N // 2``, in index order."""
-    r = point_group(group).matrices[1:, ::-1, ::-1]  # on (x, y, z) -> on (z, y, x)
-    centre = np.array([s // 2 for s in tuple(shape)[-3:]], float)
-    return np.concatenate([r, (centre - r @ centre)[:, :, None]], axis=2)
-
-
-def _copies_per_call(order: int, shape) -> int:
-    """How many interpolated copies of a volume of ``shape`` one transform call fills (counted as float32;
-    a float64 map's take twice the bytes)."""
-    return max(1, min(order - 1, SCRATCH_BYTES // (4 * math.prod(tuple(shape)[-3:]))))
+    return _group(point_group_names.read(name))
 
 
 def working_volumes(group: str | PointGroup, shape, dtype="float32", device: str = "cpu") -> float:
     """The float32 volumes of ``shape`` that :func:`symmetrize` holds beyond a map of type ``dtype`` and its
     output: on the CPU none but, for a map neither float32 nor float64, its float32 copy (the rows copied
-    between symmetric rows go 1024 at a time); on CUDA also the
-    float64 sum (two) and the interpolated copies (in float64 for a float64 map)."""
-    kind = np.dtype(dtype)
-    converted = 0 if kind in (np.float32, np.float64) else 1
-    if device == "cpu":
-        return float(converted)
-    copies = _copies_per_call(point_group(group).order, shape) * (2 if kind == np.float64 else 1)
-    return 2.0 + copies + converted
+    between symmetric rows go 1024 at a time); on CUDA also the float64 sums (two)."""
+    converted = 0 if np.dtype(dtype) in (np.float32, np.float64) else 1
+    return float(converted) if device == "cpu" else 2.0 + converted
 
 
 def symmetrize(volume, group: str | PointGroup, output=None) -> Array:
@@ -237,14 +202,12 @@ def symmetrize(volume, group: str | PointGroup, output=None) -> Array:
     ``relion_image_handler --sym`` computes it (see the module): into ``output`` (float32 or float64 of the
     same shape and device, written in place) or a new float32 array, returned.
 
-    On the CPU, one fused kernel (:mod:`noa_core.kernels.symmetrize`) samples and sums every operator in
-    RELION's double-precision arithmetic, its rule at the box's faces included (a sample beyond the last
-    voxel reads 0), holding nothing but the map and its output; rows that a 2-fold about an axis, the
-    inversion or an axial mirror of the group maps onto computed rows are copied from them
-    (:func:`_symmetric_rows`: 1/4 of the work for I1, I2, O and D2n, 1/2 for I3, I4, Th, Dn (n odd), C2n). On
-    CUDA, operators are sampled in batches by :func:`noa_core.geometry.transform_3d` (trilinear,
-    interpolating towards 0 beyond the last voxel, so the outermost shell may differ from RELION's) into
-    interpolated copies of at most :data:`SCRATCH_BYTES` (at least one), summed in float64."""
+    One fused kernel (:mod:`noa_core.kernels.symmetrize`) samples and sums every operator in RELION's
+    double-precision arithmetic, its rule at the box's faces included (a sample beyond the last voxel reads
+    0), holding nothing but the map and its output (on CUDA, and a float64 volume of sums); rows that a
+    2-fold about an axis, the inversion or an axial mirror of the group maps onto computed rows are copied
+    from them (:func:`_symmetric_rows`: 1/4 of the work for I1, I2, O and D2n, 1/2 for I3, I4, Th, Dn (n
+    odd), C2n). The CPU and CUDA kernels are compiled from one source: the same sums, in the same order."""
     import noa_core as noa
 
     x = volume if isinstance(volume, Array) else asarray(np.asarray(volume))  # (D, H, W) padded to (1, D, H, W)
@@ -264,18 +227,18 @@ def symmetrize(volume, group: str | PointGroup, output=None) -> Array:
     real = np.float64 if x.dtype == np.float64 else np.float32
     if x.dtype != real:  # the kernels sample their own type: integer and float16 maps are read as float32
         x = noa.astype(x, real)
-    if x.device == "cpu":
-        from noa_core.kernels.symmetrize import symmetrize_kernel, tiles_of
-
-        operators = np.ascontiguousarray(g.matrices[1:])
-        columns, targets, sources, flipped = _symmetric_rows(g, x.shape[1:])
-        tiles = tiles_of(columns)
-        source, target = x.numpy(), out.numpy()
-        for b in range(x.shape[0]):
-            symmetrize_kernel(source[b], target[b], operators, float(g.order), columns, tiles)
-            _copy_rows(target[b], targets, sources, flipped)
+    operators = np.ascontiguousarray(g.matrices[1:])
+    columns, targets, sources, flipped = _symmetric_rows(g, x.shape[1:])
+    if x.device != "cpu":
+        _symmetrize_on_device(x, out, operators, float(g.order), (columns, targets, sources, flipped))
         return out
-    _symmetrize_on_device(x, out, g)
+    from noa_core.kernels.symmetrize import symmetrize_kernel, tiles_of
+
+    tiles = tiles_of(columns)
+    source, target = x.numpy(), out.numpy()
+    for b in range(x.shape[0]):
+        symmetrize_kernel(source[b], target[b], operators, float(g.order), columns, tiles)
+        _copy_rows(target[b], targets, sources, flipped)
     return out
 
 
@@ -325,22 +288,22 @@ def _copy_rows(volume: np.ndarray, targets: np.ndarray, sources: np.ndarray, fli
         volume[t[0][reverse], t[1][reverse], first:] = volume[f[0][reverse], f[1][reverse], first:][:, ::-1]
 
 
-def _symmetrize_on_device(x: Array, out: Array, g: PointGroup) -> None:
-    """:func:`symmetrize` on CUDA: batched trilinear transforms summed in float64."""
-    import noa_core as noa
-    from noa_core import geometry
+def _symmetrize_on_device(x: Array, out: Array, operators: np.ndarray, order: float, rows: tuple) -> None:
+    """:func:`symmetrize` on CUDA: the CPU's sums by the same kernel source, one thread per row, then the
+    symmetric rows copied (``rows``: :func:`_symmetric_rows`'s)."""
+    from numba import cuda
 
-    m = sampling_matrices(g, x.shape)
-    per_call = min(len(m), _copies_per_call(g.order, x.shape))
-    scratch = noa.empty((max(per_call, 1), *x.shape[1:]), x.dtype, device=x.device)
-    total = noa.empty((1, *x.shape[1:]), np.float64, device=x.device)
+    from noa_core.kernels import cuda as cuda_kernels
+    from noa_core.kernels.symmetrize import cuda_kernels as symmetrize_kernels
+    from noa_core.kernels.transform import launch_cuda
+
+    kernels = symmetrize_kernels()
+    columns, targets, sources, flipped = (cuda.to_device(np.ascontiguousarray(v)) for v in rows)
+    matrices = cuda.to_device(operators)
+    total = cuda.device_array(x.shape[1:], np.float64)
+    source, target = cuda_kernels.view4d(x), cuda_kernels.view4d(out)
     for b in range(x.shape[0]):
-        entry = x[b:b + 1]
-        noa.ewise(entry, total, "identity")  # the identity's term, as it is (RELION's sum starts from the map)
-        for first in range(0, len(m), per_call or 1):
-            chunk = m[first:first + per_call]
-            part = scratch[:len(chunk)]
-            geometry.transform_3d(entry, part, chunk, "linear", "zero")
-            for k in range(len(chunk)):
-                noa.ewise([total, part[k:k + 1]], total, "add")
-        noa.ewise([total, float(g.order)], out[b:b + 1], "divide")
+        launch_cuda(kernels["symmetrize"], x.shape[1] * x.shape[2], source[b], target[b], total, matrices, order,
+                    columns)
+        if len(rows[1]):
+            launch_cuda(kernels["copy_rows"], len(rows[1]), target[b], targets, sources, flipped)

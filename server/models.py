@@ -17,7 +17,7 @@ from annotated_types import Interval
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from noa_core.io import formats
-from noa_core.operations import Choice, Flag, Integer, Integers, Operation, Param, Real, Reals, Text
+from noa_core.operations import Choice, Flag, Integer, Integers, Name, Operation, Param, Real, Reals, Text
 from noa_core.operations.spec import InputFile
 
 RelPath = Annotated[str, Field(min_length=1, max_length=1024, description="A path relative to the data root.")]
@@ -72,6 +72,8 @@ def _field(param: Param) -> tuple[Any, Any]:
     elif isinstance(kind, Text):
         annotation = Annotated[str, Field(min_length=kind.min_length, max_length=kind.max_length,
                                           pattern=kind.pattern)]
+    elif isinstance(kind, Name):  # the grammar as the schema's pattern; read (canonical) by the declaration
+        annotation = Annotated[str, Field(min_length=1, max_length=kind.max_length, pattern=kind.pattern)]
     elif isinstance(kind, InputFile):  # resolved under the data root as inputs are (execution.plan)
         annotation = RelPath
     else:

@@ -38,6 +38,11 @@ except ImportError:  # Windows has none: abandoned temporary files are then left
 _DURABLE: contextvars.ContextVar[bool] = contextvars.ContextVar("noa_durable_outputs", default=True)
 
 
+# The outputs this process has given their final names, in order. A command whose outputs are all placed has
+# succeeded, whatever interrupts it afterwards: noa_cli's SIGTERM handling asks (noa_cli.report).
+PLACED: list[Path] = []
+
+
 def durable() -> bool:
     """Whether outputs committed now must reach the disk (False inside :func:`scratch_outputs`)."""
     return _DURABLE.get()
@@ -64,13 +69,13 @@ def check_output(path: str | os.PathLike, overwrite: bool, directory: bool = Fal
     """
     p = Path(path)
     if p.is_dir() and not directory:
-        raise NotAFileError(f"{p}: path: is a directory; give a file name")
+        raise NotAFileError(f"{p}: is a directory; give a file name")
     if directory and p.is_dir() and overwrite and not _is_zarr_store(p):
-        raise NotAFileError(f"{p}: path: is a directory that is not a zarr store; noa replaces only stores")
+        raise NotAFileError(f"{p}: is a directory that is not a zarr store; noa replaces only stores")
     if p.exists() and not overwrite:
-        raise OutputExistsError(f"{p}: path: exists; pass overwrite=True to replace it")
+        raise OutputExistsError(f"{p}: exists; pass overwrite=True to replace it")
     if not p.parent.is_dir():
-        raise MissingFileError(f"{p}: path: the folder {p.parent} does not exist")
+        raise MissingFileError(f"{p}: the folder {p.parent} does not exist")
     return p
 
 
@@ -197,6 +202,7 @@ class TemporaryOutput:
         self.temp = Path(name)
         self.directory: Path | None = None  # the store being built, for directory outputs
         self._directory_fd: int | None = None
+        self._placing: tuple[int, int] | None = None  # while committing: the identity that takes the name
         _remove_leftovers(path)
 
     def make_directory(self) -> Path:
@@ -215,9 +221,15 @@ class TemporaryOutput:
 
     def commit(self) -> None:
         """Make the temporary file durable and give it the final name (refusing to clobber unless asked)."""
+        self._placing = _identity(self.directory if self.directory is not None else self.temp)
         if self.directory is not None:
             self._commit_directory()
-            return
+        else:
+            self._commit_file()
+        PLACED.append(self.path)
+        self._placing = None
+
+    def _commit_file(self) -> None:
         must_sync = durable()
         os.chmod(self.temp, 0o666 & ~_UMASK)  # mkstemp makes 0600; an output is an ordinary file
         if must_sync:
@@ -230,11 +242,11 @@ class TemporaryOutput:
                 os.link(self.temp, self.path)  # fails if the path appeared meanwhile: never clobbers
             except FileExistsError:
                 self.abort()
-                raise OutputExistsError(f"{self.path}: path: was created by someone else while writing") from None
+                raise OutputExistsError(f"{self.path}: was created by someone else while writing") from None
             except OSError:  # no hard links on this file system: a plain rename after a last check
                 if self.path.exists():
                     self.abort()
-                    raise OutputExistsError(f"{self.path}: path: was created by someone else while writing") from None
+                    raise OutputExistsError(f"{self.path}: was created by someone else while writing") from None
                 os.replace(self.temp, self.path)
             else:
                 os.unlink(self.temp)
@@ -262,9 +274,9 @@ class TemporaryOutput:
                 self._replace_existing()
         except FileExistsError:
             self.abort()
-            raise OutputExistsError(f"{self.path}: path: was created by someone else while writing") from None
+            raise OutputExistsError(f"{self.path}: was created by someone else while writing") from None
         self.directory = None
-        self.abort()  # the data file: converted into the store, no longer needed
+        self._remove_temporaries()  # the data file: converted into the store, no longer needed
         if must_sync:
             fsync_folder(self.path.parent)
 
@@ -287,7 +299,15 @@ class TemporaryOutput:
             os.unlink(old)
 
     def abort(self) -> None:
-        """Remove the temporary file, and the temporary directory of a store (idempotent)."""
+        """Remove the temporary file, and the temporary directory of a store (idempotent). A commit that an
+        exception (a signal) cut short after the output took its name counts as placed."""
+        if self._placing is not None:
+            if os.path.lexists(self.path) and _identity(self.path) == self._placing:
+                PLACED.append(self.path)
+            self._placing = None
+        self._remove_temporaries()
+
+    def _remove_temporaries(self) -> None:
         try:
             os.unlink(self.temp)
         except FileNotFoundError:

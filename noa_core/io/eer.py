@@ -3,7 +3,9 @@
 An EER file is a TIFF whose pages are hardware frames, each a run-length coded list of electron events
 with their sub-pixel positions (Compression 65000: 8-bit runs and 2+2 sub-pixel bits; 65001: 7-bit
 runs, 2+2 bits; 65002: the widths in tags 65007-65009). A file is EER when its first page has one of
-those compressions, whatever its extension; plain TIFF files stay the TIFF module's.
+those compressions, whatever its extension; plain TIFF files stay the TIFF module's. The pages are read
+as a table of strip offsets and byte counts (:func:`parse`), each strip checked to be long enough for the
+codes of its pixels before anything is decoded.
 
 Reading gives ``(fractions, 1, H, W)``: fraction i is the sum of hardware frames ``i*N .. i*N+N-1``
 (``eer_group`` N, default 1). Frames left over when N does not divide the count are dropped with a
@@ -13,8 +15,10 @@ finer, with RELION's sub-pixel convention. Counts are uint16; with a gain they a
 multiplied by the gain as RELION's motion correction does, after :func:`load_gain` has turned the file
 into RELION's multiplicative gain. Rows are kept as stored (row 0 is the first the detector wrote).
 
-Decoding is imagecodecs' ``eer_decode`` adding each frame's events into one uint16 accumulator per
-fraction; fractions are decoded side by side in threads (the codec releases the GIL), so memory holds
+Decoding is imagecodecs' ``eer_decode`` (compression 65000: :mod:`noa_core.kernels.eer`, see
+:data:`FULL_CODES`) adding each frame's events into one uint16 accumulator per fraction, once a walk of
+the strip's codes has found that they reach its last pixel (a strip cut short is refused, not read as
+fewer events); fractions are decoded side by side in threads (the codecs release the GIL), so memory holds
 one fraction per thread (:data:`THREAD_BYTES` in all), never the movie; a gain multiplies it in cache-sized
 bands of rows, a frame-sized gain without an upsampled copy of itself. The fractions go to an unlinked
 temporary file mapped read-only (as OME-Zarr chunks do), so every operation reads them tile by tile; for a
@@ -27,6 +31,7 @@ size is unknown: the acquisition XML gives the sensor's pixel, not the specimen'
 
 from __future__ import annotations
 
+import array
 import contextlib
 import errno
 import functools
@@ -41,7 +46,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -68,50 +73,131 @@ if TYPE_CHECKING:
 
 EXTENSIONS = (".eer", ".ecc")  # RELION takes both
 COMPRESSIONS = {65000: (8, 2, 2), 65001: (7, 2, 2), 65002: None}  # run, x and y sub-pixel bits (65002: tags)
+# Compressions whose every code carries sub-pixel bits, a largest run ("skip, no event") too: 65000, the first
+# Falcon 4 files, as RELION's EERRenderer and Thermo Fisher's EerReaderLib of 2020 ("8 for old prototype EER
+# files", "bit waste on overflow code") read it. The others waste none (the EER specification's example).
+FULL_CODES = frozenset({65000})
 _BIT_TAGS = (65007, 65008, 65009)
 MAX_GROUP = 65535  # a uint16 accumulator holds at most one event per grid pixel and frame
 MAX_FRACTION_PIXELS = 1 << 28  # 16K x 16K: a 4K detector at --eer-upsampling 3
+MAX_STRIPS = 1 << 24  # strips in a movie: its table of offsets and byte counts stays under 256 MiB
 THREAD_BYTES = 320 << 20  # the accumulators of the fractions decoded at once (one per thread): at most this much
 _BAND_BYTES = 1 << 20  # a gained fraction is multiplied and written in bands of rows this size (cache-sized)
+_SIGNATURES = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")  # TIFF and BigTIFF, either byte order
+_INTEGERS = {3: "H", 4: "I", 16: "Q"}  # SHORT, LONG, LONG8: the types of the tags a frame's directory needs
+_SAME_TAGS = (256, 257, 259, 278, *_BIT_TAGS)  # what every frame of a movie repeats
+_FRAME_TAGS = frozenset({273, 279, *_SAME_TAGS})
+_DIRECTORY_BYTES = 1024  # read at a directory's offset: a frame's directory (about 15 entries) in one call
+MAX_ENTRIES = 4096  # entries in one directory (as tifffile): a frame's has about 15
+# imagecodecs reads 16-bit words and no code ending on the data's last bit: zero bytes after a strip, never
+# reached by a whole stream (it stops at the strip's last pixel)
+_PADDING = (b"\0\0", b"\0\0\0")
+
+
+# -- the page table: each page's directory, the few tags a frame needs ------------------------------
+
+
+class _Entry(NamedTuple):
+    """One IFD entry: its tag, type, value count, and its last field (the values, or where they lie)."""
+
+    tag: int
+    kind: int
+    count: int
+    value_or_offset: bytes
+
+
+class _Directories:
+    """The image file directories (IFDs) of a TIFF file open as ``fd``, each read with a few ``pread`` calls
+    and only its frame tags kept: tifffile's page objects cost a tenth of a millisecond and kilobytes each,
+    which a movie of 100,000 pages turns into seconds and hundreds of MB. Every offset is checked against the
+    file's size before it is read (a hostile header names any 64-bit offset)."""
+
+    def __init__(self, path: Path, fd: int, head: bytes) -> None:
+        if head[:4] not in _SIGNATURES or len(head) < 16:
+            raise CorruptFileError(f"{path}: magic bytes: {head[:4]!r} is not a TIFF signature")
+        self.path, self.fd, self.size = path, fd, os.fstat(fd).st_size
+        self.order = "<" if head[:2] == b"II" else ">"
+        big = head[:4] in _SIGNATURES[2:]
+        self.offset_format = self.order + ("Q" if big else "I")  # offsets, and the value count of an entry
+        self.count_format = self.order + ("Q" if big else "H")  # entries in a directory
+        self.entry_format = self.order + ("HHQ8s" if big else "HHI4s")
+        self.entry_size = struct.calcsize(self.entry_format)
+        self.first = struct.unpack_from(self.offset_format, head, 8 if big else 4)[0]
+
+    def read(self, offset: int, page: int) -> tuple[dict[int, _Entry], int]:
+        """The frame tags of the directory at ``offset`` (page ``page``), and the next directory's offset
+        (0: none)."""
+        count_size, link_size = struct.calcsize(self.count_format), struct.calcsize(self.offset_format)
+        if offset + count_size > self.size:
+            raise TruncatedFileError(f"{self.path}: page offset (page {page}): its directory at {offset} lies past "
+                                     f"the end of the {self.size}-byte file")
+        block = os.pread(self.fd, _DIRECTORY_BYTES, offset)  # the whole directory, for a usual one
+        count = struct.unpack_from(self.count_format, block)[0]
+        if count > MAX_ENTRIES:
+            raise CorruptFileError(f"{self.path}: page offset (page {page}): its directory at {offset} claims {count} "
+                                   f"entries, more than the {MAX_ENTRIES} noa reads")
+        end = count_size + count * self.entry_size + link_size
+        if offset + end > self.size:
+            raise TruncatedFileError(f"{self.path}: page offset (page {page}): its directory of {count} entries at "
+                                     f"{offset} runs past the end of the {self.size}-byte file")
+        if end > len(block):
+            block = os.pread(self.fd, end, offset)
+        block = block[count_size:end]
+        entries = {raw[0]: _Entry._make(raw) for raw in struct.iter_unpack(self.entry_format, block[:-link_size])
+                   if raw[0] in _FRAME_TAGS}
+        return entries, struct.unpack(self.offset_format, block[-link_size:])[0]
+
+    def values(self, entry: _Entry, page: int) -> tuple[int, ...]:
+        """The integer values of ``entry`` (read from where they lie when its field cannot hold them)."""
+        code = _INTEGERS.get(entry.kind)
+        if code is None:
+            raise CorruptFileError(f"{self.path}: tag {entry.tag} (page {page}): type {entry.kind} is not an integer "
+                                   "type (SHORT, LONG or LONG8)")
+        nbytes = entry.count * struct.calcsize(code)
+        if nbytes <= len(entry.value_or_offset):
+            data = entry.value_or_offset[:nbytes]
+        else:
+            at = struct.unpack(self.offset_format, entry.value_or_offset)[0]
+            if at + nbytes > self.size:
+                raise TruncatedFileError(f"{self.path}: tag {entry.tag} (page {page}): {entry.count} values at "
+                                         f"offset {at} run past the end of the {self.size}-byte file")
+            data = os.pread(self.fd, nbytes, at)
+        return struct.unpack(f"{self.order}{entry.count}{code}", data)
+
+    def value(self, entries: dict[int, _Entry], tag: int, page: int, default: int | None = None) -> int:
+        """The single value of ``tag`` (``default`` when the directory lacks it)."""
+        if tag not in entries:
+            if default is None:
+                raise CorruptFileError(f"{self.path}: tag {tag} (page {page}): missing, and a frame needs it")
+            return default
+        values = self.values(entries[tag], page)
+        if len(values) != 1:
+            raise CorruptFileError(f"{self.path}: tag {tag} (page {page}): {len(values)} values, where a frame has one")
+        return values[0]
 
 
 # -- detection: the first page's compression, from its IFD ------------------------------------------
 
 
 def first_compression(path: Path, head: bytes) -> int | None:
-    """The Compression tag of the first page of a TIFF whose first bytes are ``head`` (None: not a TIFF,
-    or no such tag): a few bytes read from the IFD, so that plain TIFF files cost nothing more."""
-    if head[:2] not in (b"II", b"MM") or len(head) < 16:
-        return None
-    order = "<" if head[:2] == b"II" else ">"
-    version = struct.unpack(order + "H", head[2:4])[0]
-    if version == 42:
-        first, count_fmt, entry_size, value_at = struct.unpack(order + "I", head[4:8])[0], "H", 12, 8
-    elif version == 43:
-        first, count_fmt, entry_size, value_at = struct.unpack(order + "Q", head[8:16])[0], "Q", 20, 12
-    else:
+    """The Compression tag of the first page of a TIFF whose first bytes are ``head`` (None: not a TIFF, no
+    such tag, or a directory that cannot be read, which the TIFF module then refuses in its words): a few bytes
+    read from the IFD, so that plain TIFF files cost nothing more."""
+    if head[:4] not in _SIGNATURES or len(head) < 16:
         return None
     try:
         with open_input(path) as f:
-            fd = f.fileno()
-            counted = os.pread(fd, struct.calcsize(count_fmt), first)
-            if len(counted) < struct.calcsize(count_fmt):
-                return None
-            count = min(struct.unpack(order + count_fmt, counted)[0], 4096)
-            ifd = os.pread(fd, count * entry_size, first + struct.calcsize(count_fmt))
-    except OSError:
+            directories = _Directories(path, f.fileno(), head)
+            entries, _ = directories.read(directories.first, 0)
+            return directories.value(entries, 259, 0) if 259 in entries else None
+    except (FileFormatError, OSError, struct.error):
         return None
-    for i in range(len(ifd) // entry_size):
-        entry = ifd[i * entry_size:(i + 1) * entry_size]
-        if struct.unpack(order + "H", entry[:2])[0] == 259:
-            return struct.unpack(order + "H", entry[value_at:value_at + 2])[0]
-    return None
 
 
 # -- the movie's structure ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Movie:
     """What the pages of an EER file say: frame size, coding, and where each frame's strips lie.
 
@@ -120,7 +206,7 @@ class Movie:
         compression: 65000, 65001 or 65002.
         bits: widths of the run length and of the x and y sub-pixel fields.
         rows_per_strip: rows each strip of a frame covers (the last strip may cover fewer).
-        strips: per frame, ``(offset, byte count)`` of each strip.
+        offsets, counts: ``(frames, strips)`` int64, where each strip lies and its byte count.
         acquisition: the XML metadata (tag 65001) as tifffile parses it: name -> value, 'name.unit' -> unit.
     """
 
@@ -129,26 +215,35 @@ class Movie:
     compression: int
     bits: tuple[int, int, int]
     rows_per_strip: int
-    strips: list[tuple[tuple[int, int], ...]]
+    offsets: np.ndarray
+    counts: np.ndarray
     acquisition: dict[str, Any] = field(default_factory=dict)
 
     @property
     def frames(self) -> int:
-        return len(self.strips)
+        return len(self.offsets)
+
+    def strip_rows(self, number: int) -> int:
+        """Rows of strip ``number`` of a frame."""
+        return min(self.rows_per_strip, self.height - number * self.rows_per_strip)
 
 
-def _bits(path: Path, page, number: int) -> tuple[int, int, int]:
-    compression = int(page.compression)
+_Layout = tuple[int, int, int, tuple[int, int, int], int]  # height, width, compression, bits, rows per strip
+
+
+def _bits(directories: _Directories, entries: dict[int, _Entry], compression: int, number: int) -> tuple[int, int, int]:
+    """Widths of the run and of the x and y sub-pixel fields of page ``number``, whose Compression is
+    ``compression``."""
+    path = directories.path
     if compression not in COMPRESSIONS:
         raise CorruptFileError(f"{path}: Compression (page {number}): {compression} is not an EER compression "
                                f"(65000, 65001 or 65002, as the first page has)")
     bits = COMPRESSIONS[compression]
     if bits is None:
-        values = [page.tags.valueof(tag) for tag in _BIT_TAGS]
-        if any(v is None for v in values):
+        if any(tag not in entries for tag in _BIT_TAGS):
             raise HeaderError(f"{path}: tags 65007-65009 (page {number}): compression 65002 needs the run and "
                               "sub-pixel widths, and the page lacks them")
-        bits = tuple(int(v) for v in values)
+        bits = tuple(directories.value(entries, tag, number) for tag in _BIT_TAGS)
     skip, horz, vert = bits
     if not (4 <= skip <= 14 and 1 <= horz <= 2 and 1 <= vert <= 2 and 8 < skip + horz + vert <= 16):
         raise HeaderError(f"{path}: tags 65007-65009 (page {number}): widths {skip},{horz},{vert} are not read by "
@@ -156,9 +251,8 @@ def _bits(path: Path, page, number: int) -> tuple[int, int, int]:
     return bits
 
 
-def parse(path: Path) -> Movie:
-    """The structure of the EER file ``path``: every page is checked (compression, size, strips within
-    the file) before any data are read."""
+def _acquisition(path: Path) -> dict[str, Any]:
+    """The first page's acquisition XML (tag 65001) as tifffile parses it; tifffile reads that page only."""
     import tifffile
 
     from noa_core.io import tiff
@@ -167,45 +261,118 @@ def parse(path: Path) -> Movie:
     try:
         with tiff._library_messages(path, messages), open_input(path) as file, \
                 tifffile.TiffFile(file, name=path.name) as tif:
-            size = os.fstat(file.fileno()).st_size
-            pages = list(tif.pages)
-            if messages:  # a broken chain of pages would silently lose the frames after the break
-                raise TruncatedFileError(messages[0])
-            if not pages:
-                raise CorruptFileError(f"{path}: TIFF structure: no page")
-            first = pages[0]
-            height, width = int(first.imagelength), int(first.imagewidth)
-            compression = int(first.compression)
-            bits = _bits(path, first, 0)
-            rows = min(int(first.rowsperstrip or height), height)
-            if height < 1 or width < 1 or rows < 1:
-                raise HeaderError(f"{path}: ImageWidth/ImageLength: {width} x {height} is not a frame")
+            first = tif.pages.first
             acquisition = dict(first.eer_tags or {}) if first.is_eer else {}
-            strips = []
-            for number, page in enumerate(pages):
-                if (int(page.imagelength), int(page.imagewidth)) != (height, width):
-                    raise HeaderError(f"{path}: ImageWidth/ImageLength (page {number}): {page.imagewidth} x "
-                                      f"{page.imagelength}, where the first page is {width} x {height}")
-                if int(page.compression) != compression:
-                    _bits(path, page, number)  # says what is wrong with a compression that is not EER's
-                    raise CorruptFileError(f"{path}: Compression (page {number}): {int(page.compression)}, where "
-                                           f"the first page has {compression}; every frame is coded alike")
-                if _bits(path, page, number) != bits:
-                    raise HeaderError(f"{path}: tags 65007-65009 (page {number}): widths differ from the first page's")
-                offsets, counts = page.dataoffsets, page.databytecounts
-                if len(offsets) != -(-height // rows) or len(counts) != len(offsets):
-                    raise CorruptFileError(f"{path}: StripOffsets (page {number}): {len(offsets)} strips, where "
-                                           f"{height} rows of {rows} a strip make {-(-height // rows)}")
-                for offset, count in zip(offsets, counts):
-                    if offset + count > size:
-                        raise TruncatedFileError(f"{path}: StripOffsets/StripByteCounts (page {number}): a strip of "
-                                                 f"{count} bytes at offset {offset} ends past the {size}-byte file")
-                strips.append(tuple(zip(map(int, offsets), map(int, counts))))
     except FileFormatError:
         raise
     except Exception as exc:  # tifffile raises many types on damaged files; each becomes one error
         raise CorruptFileError(f"{path}: TIFF structure: {tiff._in_words(exc)}") from None
-    return Movie(height, width, compression, bits, rows, strips, acquisition)
+    if messages:
+        raise CorruptFileError(messages[0])
+    return acquisition
+
+
+def _layout(directories: _Directories, entries: dict[int, _Entry], number: int) -> _Layout:
+    """``(height, width, compression, bits, rows per strip)`` of page ``number``."""
+    height, width = directories.value(entries, 257, number), directories.value(entries, 256, number)
+    compression = directories.value(entries, 259, number)
+    return (height, width, compression, _bits(directories, entries, compression, number),
+            min(directories.value(entries, 278, number, default=height), height))
+
+
+def _check_like_first(directories: _Directories, entries: dict[int, _Entry], number: int, first: _Layout) -> None:
+    """Page ``number``, whose frame tags are not stored as the first page's, says the same of its frame."""
+    path, (height, width, compression, bits, rows) = directories.path, first
+    shape = directories.value(entries, 257, number), directories.value(entries, 256, number)
+    if shape != (height, width):
+        raise HeaderError(f"{path}: ImageWidth/ImageLength (page {number}): {shape[1]} x {shape[0]}, where the "
+                          f"first page is {width} x {height}")
+    page_compression = directories.value(entries, 259, number)
+    page_bits = _bits(directories, entries, page_compression, number)  # says what is wrong with one not EER's
+    if page_compression != compression:
+        raise CorruptFileError(f"{path}: Compression (page {number}): {page_compression}, where the first page has "
+                               f"{compression}; every frame is coded alike")
+    if page_bits != bits:
+        raise HeaderError(f"{path}: tags 65007-65009 (page {number}): widths differ from the first page's")
+    if _layout(directories, entries, number)[4] != rows:
+        raise CorruptFileError(f"{path}: RowsPerStrip (page {number}): differs from the first page's {rows}")
+
+
+def parse(path: Path) -> Movie:
+    """The structure of the EER file ``path``: every page's directory is read and checked (compression, size,
+    strips within the file and long enough for their frame) before any data are read; only each strip's offset
+    and byte count are kept."""
+    acquisition = _acquisition(path)
+    with open_input(path) as file:
+        directories = _Directories(path, file.fileno(), os.pread(file.fileno(), 16, 0))
+        size = directories.size
+        first_entries, _ = directories.read(directories.first, 0)
+        first = height, width, compression, bits, rows = _layout(directories, first_entries, 0)
+        if height < 1 or width < 1 or rows < 1:
+            raise HeaderError(f"{path}: ImageWidth/ImageLength/RowsPerStrip: {width} x {height} in strips of {rows} "
+                              "rows is not a frame")
+        per_frame = -(-height // rows)
+        same = [first_entries.get(tag) for tag in _SAME_TAGS]  # a page storing these tags alike needs no check
+        offsets, counts = array.array("q"), array.array("q")
+        seen: set[int] = set()
+        at, number = directories.first, 0
+        while at:
+            if at in seen:
+                raise CorruptFileError(f"{path}: page offset (page {number}): the pages loop back to a directory "
+                                       "already read")
+            seen.add(at)
+            entries, link = directories.read(at, number)
+            if [entries.get(tag) for tag in _SAME_TAGS] != same:
+                _check_like_first(directories, entries, number, first)
+            strips = [entries[tag].count if tag in entries else 0 for tag in (273, 279)]
+            if strips != [per_frame, per_frame]:
+                raise CorruptFileError(f"{path}: StripOffsets/StripByteCounts (page {number}): {strips[0]} and "
+                                       f"{strips[1]} strips, where {height} rows of {rows} a strip make {per_frame}")
+            if len(offsets) + per_frame > MAX_STRIPS:
+                raise SizeError(f"{path}: StripOffsets (page {number}): more than the {MAX_STRIPS} strips noa reads "
+                                "in a movie")
+            page_offsets, page_counts = (directories.values(entries[tag], number) for tag in (273, 279))
+            for offset, count in zip(page_offsets, page_counts):
+                if offset + count > size:
+                    raise TruncatedFileError(f"{path}: StripOffsets/StripByteCounts (page {number}): a strip of "
+                                             f"{count} bytes at offset {offset} ends past the {size}-byte file")
+                offsets.append(offset)
+                counts.append(count)
+            at, number = link, number + 1
+    movie = Movie(height, width, compression, bits, rows, np.frombuffer(offsets, np.int64).reshape(-1, per_frame),
+                  np.frombuffer(counts, np.int64).reshape(-1, per_frame), acquisition)
+    _check_strip_sizes(path, movie)
+    _check_strips_apart(path, movie)
+    return movie
+
+
+def _check_strips_apart(path: Path, movie: Movie) -> None:
+    """No two strips share bytes: a detector writes each frame's own, and pages pointing at one long strip
+    would cost a whole frame's decoding each for bytes the file holds once (a small file of many frames)."""
+    order = np.argsort(movie.offsets, axis=None, kind="stable")
+    starts, ends = movie.offsets.ravel()[order], (movie.offsets + movie.counts).ravel()[order]
+    shared = np.flatnonzero(starts[1:] < ends[:-1])
+    if shared.size:
+        later = np.unravel_index(order[shared[0] + 1], movie.offsets.shape)
+        raise CorruptFileError(f"{path}: StripOffsets (page {int(later[0])}): strip {int(later[1])} at offset "
+                               f"{int(starts[shared[0] + 1])} overlaps another strip; each frame's strips are its own")
+
+
+def _check_strip_sizes(path: Path, movie: Movie) -> None:
+    """Each strip long enough to cover its pixels: a code skips at most ``2**runbits - 1`` of them and takes at
+    least ``runbits`` bits, so a strip of fewer bytes is cut short or lies about its frame (a strip of a few
+    bytes declaring a 16K x 16K frame would otherwise cost the decoding of that whole frame)."""
+    skip = movie.bits[0]
+    pixels = np.array([movie.strip_rows(i) * movie.width for i in range(movie.counts.shape[1])], np.int64)
+    least = (-(-pixels // ((1 << skip) - 1)) * skip + 7) // 8
+    short = movie.counts < least
+    if short.any():
+        frame, number = (int(i) for i in np.argwhere(short)[0])
+        raise CorruptFileError(f"{path}: StripByteCounts (page {frame}): strip {number} holds "
+                               f"{int(movie.counts[frame, number])} bytes, and the codes of its {movie.width} x "
+                               f"{movie.strip_rows(number)} pixels need at least {int(least[number])} ({skip}-bit "
+                               f"runs of at most {(1 << skip) - 1} pixels): the strip is cut short or its frame size "
+                               "is false")
 
 
 # -- what a read asks for --------------------------------------------------------------------------
@@ -357,28 +524,56 @@ def _inverted(counts: np.ndarray) -> np.ndarray:
 
 
 def _decode_frames(path: Path, fd: int, movie: Movie, frames: range, out: np.ndarray, level: int) -> None:
-    """Add the events of ``frames`` into ``out`` (uint16, the fraction's grid), strip by strip."""
+    """Add the events of ``frames`` into ``out`` (uint16, the fraction's grid), strip by strip: imagecodecs'
+    ``eer_decode``, after :func:`~noa_core.kernels.eer.stream_end` has found that the strip's codes reach its
+    last pixel (the codec stops silently where the data end: a strip cut short would read as fewer events);
+    compression 65000 by :func:`~noa_core.kernels.eer.decode_full_codes`, which imagecodecs reads in another
+    layout."""
     import imagecodecs
 
+    from noa_core.kernels import eer as eer_kernels
+
     skip, horz, vert = movie.bits
+    full_codes = movie.compression in FULL_CODES
     fy = out.shape[0] // movie.height
     for frame in frames:
-        for number, (offset, count) in enumerate(movie.strips[frame]):
+        for number, (offset, count) in enumerate(zip(movie.offsets[frame].tolist(), movie.counts[frame].tolist())):
             data = os.pread(fd, count, offset)
             if len(data) != count:
                 raise TruncatedFileError(f"{path}: data: the file changed size while being read (frame {frame})")
-            if count % 2:  # the codec reads 16-bit words; a zero byte past the end holds no code
-                data += b"\0"
+            rows = movie.strip_rows(number)
             first = number * movie.rows_per_strip
-            rows = min(movie.rows_per_strip, movie.height - first)
             target = out[first * fy:(first + rows) * fy]
+            codes = np.frombuffer(data, np.uint8)
+            if full_codes:
+                reached = eer_kernels.decode_full_codes(codes, skip, horz, vert, target, level)
+            else:
+                reached = eer_kernels.stream_end(codes, skip, skip + horz + vert, rows * movie.width)
+            _check_end(path, movie, frame, number, reached)
+            if full_codes:
+                continue
             try:
-                imagecodecs.eer_decode(data, target.shape, skip, horz, vert, superres=level, out=target)
+                imagecodecs.eer_decode(data + _PADDING[count % 2], target.shape, skip, horz, vert, superres=level,
+                                       out=target)
             except (RuntimeError, ValueError) as exc:
-                raise CorruptFileError(f"{path}: strip {number} of frame {frame}: its events run past the end of "
-                                       f"the {movie.width} x {rows}-pixel strip, or its codes are damaged "
-                                       f"({str(exc).splitlines()[0] if str(exc) else 'the codec refused it'})") \
-                    from None
+                raise CorruptFileError(f"{path}: strip {number} of frame {frame}: imagecodecs refused its codes "
+                                       f"({str(exc).splitlines()[0] if str(exc) else 'no reason given'})") from None
+
+
+def _check_end(path: Path, movie: Movie, frame: int, number: int, reached: int) -> None:
+    """A strip's codes reach its last pixel, neither stopping before it nor jumping past it."""
+    rows = movie.strip_rows(number)
+    pixels = rows * movie.width
+    if reached == pixels:
+        return
+    where = f"{path}: strip {number} of frame {frame}"
+    layout = (" (compression 65000 is read as RELION reads it: 12 bits a code, 8 of run and 4 of sub-pixel "
+              "position, after every run)" if movie.compression in FULL_CODES else "")
+    if reached > pixels:
+        raise CorruptFileError(f"{where}: its events run past the end of the {movie.width} x {rows}-pixel "
+                               f"strip{layout}")
+    raise CorruptFileError(f"{where}: its codes stop at pixel {reached} of the {movie.width} x {rows}-pixel strip, "
+                           f"before its last: the strip is cut short or damaged{layout}")
 
 
 def _threads(fraction_bytes: int, count: int) -> int:
@@ -633,7 +828,7 @@ class EerFormat:
         return first_compression(path, head) in COMPRESSIONS
 
     def claim_by_extension(self, head: bytes, path: Path) -> bool:
-        if head[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+        if head[:4] in _SIGNATURES:
             raise CorruptFileError(f"{path}: Compression: the first page is not EER-coded (65000, 65001 or 65002); "
                                    "a plain TIFF is read under a .tif name")
         raise CorruptFileError(f"{path}: magic bytes: {head[:4]!r} is not a TIFF signature, so not an EER movie")

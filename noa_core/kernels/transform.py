@@ -267,7 +267,7 @@ _LOCK = threading.Lock()
 _BUILT: dict[str, dict] = {}
 
 
-def _rebind(func: FunctionType, namespace: dict) -> FunctionType:
+def rebind(func: FunctionType, namespace: dict) -> FunctionType:
     """``func`` with ``namespace`` as its globals: its calls reach the functions compiled for one target."""
     rebound = FunctionType(func.__code__, namespace, func.__name__, func.__defaults__)
     rebound.__qualname__ = func.__qualname__
@@ -281,10 +281,10 @@ def cpu_kernels() -> dict:
             namespace: dict = {"__name__": __name__, "math": math, "prange": numba.prange}
             device = numba.njit(cache=runtime.CACHE_ENABLED, nogil=True)
             for helper in _HELPERS:
-                namespace[helper.__name__] = device(_rebind(helper, namespace))
+                namespace[helper.__name__] = device(rebind(helper, namespace))
             kernel = numba.njit(parallel=True, cache=runtime.CACHE_ENABLED, nogil=True)
-            _BUILT["cpu"] = {"2d": kernel(_rebind(cpu_transform_2d, namespace)),
-                             "3d": kernel(_rebind(cpu_transform_3d, namespace))}
+            _BUILT["cpu"] = {"2d": kernel(rebind(cpu_transform_2d, namespace)),
+                             "3d": kernel(rebind(cpu_transform_3d, namespace))}
         return _BUILT["cpu"]
 
 
@@ -296,9 +296,9 @@ def cuda_kernels() -> dict:
         if "cuda" not in _BUILT:
             namespace: dict = {"__name__": __name__, "math": math, "cuda": cuda}
             for helper in _HELPERS:
-                namespace[helper.__name__] = cuda.jit(device=True)(_rebind(helper, namespace))
-            _BUILT["cuda"] = {"2d": cuda.jit(_rebind(cuda_transform_2d, namespace)),
-                              "3d": cuda.jit(_rebind(cuda_transform_3d, namespace))}
+                namespace[helper.__name__] = cuda.jit(device=True)(rebind(helper, namespace))
+            _BUILT["cuda"] = {"2d": cuda.jit(rebind(cuda_transform_2d, namespace)),
+                              "3d": cuda.jit(rebind(cuda_transform_3d, namespace))}
         return _BUILT["cuda"]
 
 

@@ -31,6 +31,7 @@ from noa_core.operations.spec import (
     Flag,
     Integer,
     Integers,
+    Name,
     Operation,
     Options,
     Param,
@@ -39,7 +40,7 @@ from noa_core.operations.spec import (
     Text,
 )
 
-__all__ = ["BUILTIN", "REQUIRED", "Choice", "FileTask", "Flag", "Integer", "Integers", "Operation", "Options",
+__all__ = ["BUILTIN", "REQUIRED", "Choice", "FileTask", "Flag", "Integer", "Integers", "Name", "Operation", "Options",
            "Param", "Real", "Reals", "Text", "find", "get", "markdown_table", "names", "operations", "register",
            "unregister"]
 

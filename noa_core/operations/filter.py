@@ -4,17 +4,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import READING, Integer, Operation, Options, Param, Real
+from noa_core.operations.spec import PIXEL_SIZE, READING, Integer, Operation, Options, Param, Real
 
 def plan(inputs: list[Path], options: Options):
+    import numpy as np
+
     from noa_core import spectral
     from noa_core.errors import ParameterError
     from noa_core.operations.plan import whole_image_plan
 
     array, meta = options.open_real_input(inputs[0], "filter")
+    # relion_image_handler reads --angpix and --bfactor as float32 (textToFloat), so these are too: a sample
+    # exactly at Nyquist then lands on the side of RELION's test that RELION's does (--angpix 1.3 at N = 20 keeps
+    # |k| = N/2; a header's 1.3, double(float32 cell) / N as RELION reads it too, does not).
+    bfactor = float(np.float32(options.bfactor or 0.0))
+    pixel = options.input_pixel_size(meta)
+    if options.get("angpix") is not None:
+        pixel = float(np.float32(pixel))
     try:
-        pixel = spectral.check_bandpass(options.lowpass, options.highpass, options.input_pixel_size(meta),
-                                      options.edge_width, options.bfactor or 0.0)
+        pixel = spectral.check_bandpass(options.lowpass, options.highpass, pixel, options.edge_width, bfactor)
     except ParameterError as exc:
         if exc.param == "pixel_size":  # the file's: say which option gives it
             raise ParameterError(f"{inputs[0]}: the pixel size is unknown; give it with angpix (Å)", "angpix") from None
@@ -27,7 +35,7 @@ def plan(inputs: list[Path], options: Options):
         if weights is None:  # the same for every tile: computed once per plan
             sizes = block.shape[4 - ndim:]
             weights = spectral.bandpass_weights(sizes, pixel, options.lowpass, options.highpass, options.edge_width,
-                                           options.bfactor or 0.0)
+                                                bfactor)
         axes = (2, 3) if ndim == 2 else (1, 2, 3)
         return spectral.multiply_spectrum(block, axes, weights).numpy()
 
@@ -44,7 +52,9 @@ OPERATION = Operation(
             "shells as RELION does: 3 gives 2) centred on the shell floor(width x pixel size / resolution + 0.5) "
             "(RELION's rounding: a half shell rounds up). A lowpass finer than Nyquist (2 x pixel size) is refused. "
             "A B-factor multiplies each frequency s (1/Å) up to Nyquist by exp(-B s²/4) and zeroes everything "
-            "beyond Nyquist (the corners of the box), as RELION's --bfactor. Frequencies are measured per axis, so "
+            "beyond Nyquist (the corners of the box), as RELION's --bfactor; a sample exactly at Nyquist falls on the "
+            "side RELION's own test in double precision puts it (--angpix and --bfactor read as float32, as RELION "
+            "reads them). Frequencies are measured per axis, so "
             "square boxes filter exactly as RELION; RELION measures a rectangular image's every axis in units of "
             "its width. The output is float32.",
     examples=("noa filter particles.mrcs filtered.mrcs --lowpass 8 --highpass 200",
@@ -55,7 +65,7 @@ OPERATION = Operation(
                   "(RELION's --filter_edge_width).", default=2),
             Param("bfactor", Real(-10000.0, 10000.0), "B-factor in Å² applied as exp(-B/4 s²) up to Nyquist, zero beyond "
                   "(RELION's --bfactor); negative sharpens."),
-            Param("angpix", Real(0.0), "Pixel size of the input in Å, when the header's is unknown or wrong."),
+            Param("angpix", PIXEL_SIZE, "Pixel size of the input in Å, when the header's is unknown or wrong."),
             *READING),
     plan=plan,
 )

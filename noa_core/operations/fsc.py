@@ -8,7 +8,7 @@ from typing import Literal
 
 from typing_extensions import TypedDict
 
-from noa_core.operations.spec import READING, Choice, Flag, Operation, Options, Param, Real, Text
+from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, InputFile, Operation, Options, Param, Text
 
 JsonFloat = float | Literal["NaN", "Infinity", "-Infinity"]  # JSON has no non-finite numbers
 PIXEL_TOLERANCE = 1e-4  # relative: MRC headers keep the cell in float32, so equal pixel sizes may differ a little
@@ -28,6 +28,7 @@ class ThresholdResult(TypedDict):
     resolution_angstrom: float | None
     interpolated_shell: float | None
     interpolated_angstrom: float | None
+    reason: str | None  # why there is no resolution (shell is None)
 
 
 class FscResult(TypedDict):
@@ -71,9 +72,13 @@ def compute(inputs: list[Path], options: Options) -> dict:
                                  "mask")
     _check_memory(one.shape, inputs[0], mask is not None)
     curve = resolution.fsc(one.numpy(), two.numpy(), mask=None if mask is None else mask.numpy(),
-                           shells=options.shells, pixel_size=pixel)
+                           shells=options.shells, pixel_size=pixel, names=[str(p) for p in (*inputs[:2], mask_path)])
     kind = "FSC" if one.shape[1] > 1 else "FRC"
     notices = []
+    undefined = curve.undefined_from
+    if undefined is not None and undefined > 1:
+        notices.append(f"the {kind} is undefined from shell {undefined} on (a half map has no power there): "
+                       f"thresholds are looked for up to shell {undefined - 1}")
     if pixel is None:
         notices.append(f"{inputs[0]}: the pixel size is unknown: resolutions in shells only (give --angpix)")
     sizes = one.shape[1:] if kind == "FSC" else one.shape[2:]
@@ -91,7 +96,7 @@ def compute(inputs: list[Path], options: Options) -> dict:
                   "resolution_per_angstrom": None if per_angstrom is None else per_angstrom.tolist(),
                   "resolution_angstrom": None if angstrom is None else angstrom.tolist(),
                   "fsc": [float(v) for v in np.asarray(curve.values)]},
-        "thresholds": [_threshold(curve, t) for t in resolution.THRESHOLDS],
+        "thresholds": [_threshold(curve, t, kind) for t in resolution.THRESHOLDS],
         "outputs": [str(path) for path in written], "notices": notices,
     }
 
@@ -190,11 +195,21 @@ def _write(curve, table: tuple[Path, str] | None, plot: Path | None, title: str,
     return [path for path, _ in contents]
 
 
-def _threshold(curve, threshold: float) -> dict:
+def _threshold(curve, threshold: float, kind: str) -> dict:
     found = curve.crossing(threshold)
+    reason = None
+    if found.shell is None:
+        # A constant or empty map has no power beyond its mean: 0 / 0 from shell 1 on, which is no resolution
+        reason = (f"below {threshold:g} from shell 1 on" if found.falls_below else
+                  f"the {kind} is undefined from shell 1 on: a half map has no power there (a constant or empty map)")
     return {"threshold": threshold, "falls_below": found.falls_below, "shell": found.shell,
             "resolution_angstrom": curve.in_angstrom(found.shell), "interpolated_shell": found.interpolated,
-            "interpolated_angstrom": curve.in_angstrom(found.interpolated)}
+            "interpolated_angstrom": curve.in_angstrom(found.interpolated), "reason": reason}
+
+
+def _angstrom(value: float) -> str:
+    """A resolution as printed: to 0.001 Å, or 4 significant digits where that many digits say nothing."""
+    return f"{value:.3f}" if value < 1e5 else f"{value:.4g}"
 
 
 def as_text(result: dict) -> str:
@@ -207,16 +222,17 @@ def as_text(result: dict) -> str:
              + f": {where}, " + (f"{pixel:g} Å/px, " if pixel else "") + f"{shells} shells ({result['shells']})"]
     for row in result["thresholds"]:
         name = f"{result['correlation']} = {row['threshold']:g}"
-        if not row["falls_below"]:
+        if row["shell"] is None:
+            lines.append(f"{name}: no resolution: {row['reason']}")
+        elif not row["falls_below"]:
             last = row["shell"]
-            at = f" ({row['resolution_angstrom']:.3f} Å)" if row["resolution_angstrom"] else ""
-            lines.append(f"{name}: not reached; above it up to the last shell {last}{at}")
-        elif row["shell"] is None:
-            lines.append(f"{name}: below it from shell 1 on (no resolution)")
+            at = f" ({_angstrom(row['resolution_angstrom'])} Å)" if row["resolution_angstrom"] else ""
+            where = "the last shell" if last == shells - 1 else "shell"
+            lines.append(f"{name}: not reached; above it up to {where} {last}{at}")
         elif pixel:
-            lines.append(f"{name} at {row['interpolated_angstrom']:.3f} Å (interpolated, shell "
+            lines.append(f"{name} at {_angstrom(row['interpolated_angstrom'])} Å (interpolated, shell "
                          f"{row['interpolated_shell']:.2f}); RELION's last shell above: {row['shell']} "
-                         f"({row['resolution_angstrom']:.3f} Å)")
+                         f"({_angstrom(row['resolution_angstrom'])} Å)")
         else:
             lines.append(f"{name} at shell {row['interpolated_shell']:.2f} (interpolated); RELION's last shell "
                          f"above: {row['shell']}")
@@ -250,7 +266,11 @@ OPERATION = Operation(
             "and that one (s + (FSC(s) - t) / (FSC(s) - FSC(s + 1)), in Å W x pixel size / that), and RELION's "
             "answer beside it: relion_postprocess reports the last shell above without interpolation "
             "(relion_image_handler --fsc prints the table only). A curve that stays above is reported as "
-            "reaching the last shell. -o writes the table: .star (RELION's data_fsc block with rlnSpectralIndex, "
+            "reaching the last shell. Half maps or a mask holding NaN or infinite values are refused. Where a half "
+            "map has no power in a shell the FSC is undefined (0/0, NaN in the table) and the thresholds are looked "
+            "for only in the shells before it: constant or empty maps (no power beyond shell 0) have no resolution, "
+            "reported with its reason (exit 0: the maps are valid, their FSC is not a number). "
+            "-o writes the table: .star (RELION's data_fsc block with rlnSpectralIndex, "
             "rlnResolution, rlnAngstromResolution, rlnFourierShellCorrelation, formatted as RELION prints it), "
             ".csv (shell, resolution_per_angstrom, resolution_angstrom, fsc) or .xml (EMDB's FSC XML: <fsc "
             "title xaxis=\"Resolution (A-1)\" yaxis=\"Correlation Coefficient\"> with a <coordinate><x>1/Å</x>"
@@ -266,12 +286,12 @@ OPERATION = Operation(
                   "(EMDB's FSC XML).", flags=("--output", "-o"), doors=frozenset({"cli"})),
             Param("plot", Text(1, 4096), "Write a PNG plot of the curve with the 0.143 and 0.5 lines to this file.",
                   doors=frozenset({"cli"})),
-            Param("mask", Text(1, 4096), "Multiply both halves by this mask (same shape) first; over HTTP, send it "
+            Param("mask", InputFile(), "Multiply both halves by this mask (same shape) first; over HTTP, send it "
                   "as the third input.", doors=frozenset({"cli"})),
             Param("shells", Choice(("relion", "linear")), "Shell rule: relion (round(|k|) in Fourier pixels, as "
                   "relion_image_handler --fsc) or linear (normalised frequencies, each split between its two "
                   "shells, as noa C++; for rectangular boxes).", default="relion"),
-            Param("angpix", Real(0.0), "Pixel size of both halves in Å, when the headers' is unknown or wrong."),
+            Param("angpix", PIXEL_SIZE, "Pixel size of both halves in Å, when the headers' is unknown or wrong."),
             Param("force", Flag(), "Overwrite the table and plot files if they exist.", default=False,
                   flags=("--force", "-f"), doors=frozenset({"cli"})),
             *READING),

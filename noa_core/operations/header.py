@@ -15,7 +15,7 @@ from typing import Any
 
 from typing_extensions import TypedDict
 
-from noa_core.operations.spec import Flag, Operation, Options, Param, Reals, Text
+from noa_core.operations.spec import PIXEL_SIZES, Flag, Operation, Options, Param, Reals, Text
 
 
 class Change(TypedDict):
@@ -28,10 +28,6 @@ class HeaderResult(TypedDict):
     dry_run: bool
     changed: bool
     changes: dict[str, Change]
-
-
-LARGEST_PIXEL_SIZE = 1e9  # Å: anything beyond is a typing mistake, not a sample
-SMALLEST_PIXEL_SIZE = 1e-6  # Å: anything below is a typing mistake too (and 1e-45 would be a float32 denormal)
 
 
 def _triple(values: tuple[float, ...] | None, name: str) -> tuple[float, float, float] | None:
@@ -50,9 +46,6 @@ def _check(options: Options) -> tuple[tuple[float, ...] | None, tuple[float, ...
 
     pixel = _triple(options.pixel_size, "pixel_size")
     origin = _triple(options.origin, "origin")
-    if pixel is not None and not all(SMALLEST_PIXEL_SIZE <= v <= LARGEST_PIXEL_SIZE for v in pixel):
-        raise ParameterError(f"{','.join(f'{v:g}' for v in pixel)}: a pixel size must be positive, "
-                             f"between {SMALLEST_PIXEL_SIZE:g} and {LARGEST_PIXEL_SIZE:g} Å", "pixel_size")
     if origin is not None:
         from noa_core.io.mrc import check_field
 
@@ -206,7 +199,7 @@ OPERATION = Operation(
     examples=("noa header map.mrc --pixel-size 1.06",
               "noa header tomo.rec --pixel-size 13.6,13.6,13.6 --origin 0,0,0 --dry-run",
               "noa header class_averages.mrc --as-stack --label 'classes from run 12'"),
-    params=(Param("pixel_size", Reals(1, 3), "Pixel size in Å: one value for every axis, or D,H,W."),
+    params=(Param("pixel_size", PIXEL_SIZES, "Pixel size in Å: one value for every axis, or D,H,W."),
             Param("origin", Reals(1, 3), "Origin in Å: one value for every axis, or D,H,W."),
             Param("as_stack", Flag(), "Mark the file as an image stack (ispg 0) or as a volume (ispg 1).",
                   flags=("--as-stack/--as-volume",)),

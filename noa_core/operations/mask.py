@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import READING, Flag, Operation, Options, Param, Real
+from noa_core.operations.spec import PIXEL_SIZE, READING, Flag, Operation, Options, Param, Real
 
 SHAPES = ("threshold", "sphere", "cylinder")  # what the mask is made from: one of them
 MAP_ONLY = ("extend", "lowpass", "angpix")  # what only a mask of the map's values takes
@@ -105,7 +105,7 @@ OPERATION = Operation(
             Param("soft_edge", Real(0.0, 1000.0), "Width in pixels of the raised-cosine edge added outside the mask "
                   "(RELION's --width_soft_edge).", default=0.0),
             Param("lowpass", Real(0.0), "Low-pass the map to A Å before the threshold (RELION's --lowpass)."),
-            Param("angpix", Real(0.0), "Pixel size of the input in Å for --lowpass, when the header's is unknown or "
+            Param("angpix", PIXEL_SIZE, "Pixel size of the input in Å for --lowpass, when the header's is unknown or "
                   "wrong (RELION's --angpix)."),
             Param("invert", Flag(), "Write 1 - mask (RELION's --invert).", default=False),
             Param("sphere", Real(0.0, 1e6), "A sphere (a disc for an image) of radius R pixels about the box centre "

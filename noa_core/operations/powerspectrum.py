@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from noa_core.operations.spec import READING, Choice, Flag, Operation, Options, Param, Real
+from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, Operation, Options, Param
 
 TABLES = {"star": (".star", "text/plain"), "csv": (".csv", "text/csv")}  # --table: (extension, media type)
 STAR_COLUMNS = ("rlnSpectralIndex", "rlnResolution", "rlnAngstromResolution", "rlnReferenceSpectralPower")
@@ -185,7 +185,7 @@ OPERATION = Operation(
             Param("table", Choice(tuple(TABLES)), "Write RELION's rotational-average table (shell, resolution in "
                   "1/Å and Å, power |F/N|^2 as relion_image_handler --power) as star or csv, to OUT ending .star "
                   "or .csv, instead of an image."),
-            Param("angpix", Real(0.0), "Pixel size of the input in Å for the table's resolutions, when the header's "
+            Param("angpix", PIXEL_SIZE, "Pixel size of the input in Å for the table's resolutions, when the header's "
                   "is unknown or wrong."),
             *READING),
     plan=plan,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from noa_core.operations.spec import READING, Choice, Flag, Integer, Operation, Options, Param, Real, Text
+from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, Integer, Operation, Options, Param, Text
 
 # noa_core.pictures's names (that module loads NumPy; declarations do not): a test keeps them equal.
 CMAPS = ("gray", "fire", "ice", "viridis")
@@ -35,12 +35,13 @@ def _rendering(options: Options, pixel_size: float | None) -> dict[str, Any]:
             "pixel_size": pixel_size, "flip_y": options.flip_y}
 
 
-def _checked(array, options: Options, path: Path, box: tuple[int, int] | None = None):
+def _checked(array, options: Options, path: Path, box: tuple[int, int] | None = None, *, text: bool = False):
     """The layout of ``array``'s picture, every option checked against it before anything is read; the
-    working memory of drawing it checked against what the machine has."""
-    from noa_core import pictures
+    working memory of drawing it (and with ``text``, of its text for a terminal) checked against what the
+    machine has."""
+    from noa_core import pictures, terminal
     from noa_core.errors import ParameterError
-    from noa_core.limits import available_cores, check_working_memory
+    from noa_core.limits import check_working_memory
 
     pictures.parse_contrast(options.contrast)
     try:
@@ -51,13 +52,10 @@ def _checked(array, options: Options, path: Path, box: tuple[int, int] | None = 
         raise ParameterError(exc.problem, "slice") from None
     if options.scale_bar and options.spectrum:
         raise ParameterError("a spectrum is in frequencies: it takes no scale bar", "scale_bar")
-    # Held at once: the panels' values (float32) and levels, the picture; a band read and its row sums (float64)
-    # per core; with --spectrum each full-resolution plane and its transform.
-    drawn = layout.shape[0] * layout.shape[1]
     full = max(p.rows * p.cols for p in layout.panels)
-    held = 16 * drawn + 3 * pictures.BAND_BYTES * available_cores() + (24 * full if options.spectrum else 0)
-    if any(p.projection for p in layout.panels):
-        held += 8 * full  # the projection's sums, full resolution
+    held = pictures.working_bytes(layout.shape[0] * layout.shape[1], spectrum=full if options.spectrum else 0)
+    if text:
+        held += terminal.band_bytes(layout.shape[1])
     check_working_memory(held, f"{path}: {options.output_label()}")
     return layout
 
@@ -142,26 +140,40 @@ def plan(inputs: list[Path], options: Options):
 
     def reads(key):
         def compute(blocks, out):
-            picture = pictures.preview(array, **_rendering(options, pixel))
-            np.copyto(out.numpy().reshape(rows, cols * channels), picture.reshape(rows, cols * channels))
+            drawing = pictures.draw(array, **_rendering(options, pixel))
+            np.copyto(out.numpy().reshape(rows, cols * channels), drawing.pixels.reshape(rows, cols * channels))
+            told = _non_finite_notice(inputs[0], drawing)
+            if told and told not in planned.notices:  # known once drawn: the driver reports it with the output
+                planned.notices.append(told)
 
         return [], compute
 
     made = region_plan(options, inputs=inputs, read=[array], meta=meta.derived(shape), shape=shape, reads=reads,
                        dtype="uint8", read_factor=max(1.0, array.nbytes / max(1, rows * cols)), whole_axes=WHOLE)
     fields = {f.name: getattr(made, f.name) for f in dataclasses.fields(made)}
-    return picture_plan()(**fields, fmt=options.format, channels=channels, quality=options.quality)
+    planned = picture_plan()(**fields, fmt=options.format, channels=channels, quality=options.quality)
+    return planned
 
 
-def show(path: Path, options: Options, columns: int, lines: int) -> str:
+def _non_finite_notice(path: Path, drawing) -> str | None:
+    """What the user should know of the values a picture could not scale (NaN, infinities); None: every one could."""
+    if not drawing.non_finite:
+        return None
+    verb = "is" if drawing.non_finite == 1 else "are"
+    return (f"{path}: {drawing.non_finite} of the {drawing.count} values drawn {verb} NaN or infinite; the contrast "
+            "leaves them out (NaN is drawn black)")
+
+
+def show(path: Path, options: Options, columns: int, lines: int) -> Iterator[str]:
     """The picture of ``path`` drawn for a terminal of ``columns`` x ``lines`` characters (Unicode half
-    blocks in 24-bit colour, two pixels a character), fitting it unless --bin sets the scale."""
+    blocks in 24-bit colour, two pixels a character), fitting it unless --bin sets the scale; drawn before
+    the text's first piece is given."""
     from noa_core import pictures, terminal
 
     array, meta = options.open_input(path)
     box = (2 * max(1, lines - 2), max(1, columns))
     drawing = _rendering(options, _pixel_size(options, meta, path))
-    _checked(array, options, path, box=None if options.bin else box)
+    _checked(array, options, path, box=None if options.bin else box, text=True)
     picture = pictures.preview(array, **drawing, box=None if options.bin else box)
     return terminal.half_blocks(picture)
 
@@ -176,10 +188,11 @@ OPERATION = Operation(
             "(--projection z|y|x); --montage: a stack's sections (a volume's z slices) every --every N, in a grid "
             "of --columns (default about square), left to right, top to bottom. Panels are 4 pixels apart on "
             "black. --spectrum draws the natural log of each panel's power spectrum |F|^2/N (zero frequency at "
-            "H//2, W//2, both halves), as noa powerspectrum --log computes it. Contrast, over every value drawn: "
-            "sigma:K (default sigma:3) is mean ± K standard deviations (n - 1), as relion_image_handler "
-            "--sigma_contrast K; percentiles:LO,HI; minmax; range:A,B. Levels are floor((v - black) / ((white - "
-            "black) / 255)) of the values clipped to black..white, RELION's PNG formula; --invert swaps black and "
+            "H//2, W//2, both halves), as noa powerspectrum --log computes it. Contrast, over every finite value "
+            "drawn (NaN and infinities are left out; a written picture's notice says how many): sigma:K (default "
+            "sigma:3) is mean ± K standard deviations (n - 1), as relion_image_handler --sigma_contrast K; "
+            "percentiles:LO,HI; minmax; range:A,B. Levels are floor((v - black) / ((white - black) / 255)) of the "
+            "values clipped to black..white, RELION's PNG formula (NaN is drawn black); --invert swaps black and "
             "white. Size: each panel is averaged in k x k blocks (nothing dropped; a partial block at the end is "
             "the mean of its pixels), k = --bin, or the smallest k whose picture has its longest side at most "
             "--size. Rows as stored: MRC row 0 at the top, as RELION, mrcfile + Pillow and TIFF viewers show "
@@ -213,7 +226,7 @@ OPERATION = Operation(
             Param("bin", Integer(1, 65_536), "Average K x K pixels (instead of fitting --size)."),
             Param("scale_bar", Flag(), "Draw a scale bar of a round length in Å or nm (needs the pixel size).",
                   default=False),
-            Param("angpix", Real(0.0), "Pixel size of the input in Å for the scale bar, when the header's is unknown "
+            Param("angpix", PIXEL_SIZE, "Pixel size of the input in Å for the scale bar, when the header's is unknown "
                   "or wrong."),
             Param("flip_y", Flag(), "Draw MRC row 0 at the bottom (IMOD's view) instead of the top (RELION's).",
                   default=False),

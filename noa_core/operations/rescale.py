@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from noa_core.operations.spec import READING, Choice, Integer, Operation, Options, Param, Real
+from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Integer, Operation, Options, Param, Real
 
 MAX_FACTOR = 64.0  # the most an axis may grow: 64 x 64 the pixels of an image
 
@@ -110,9 +110,9 @@ OPERATION = Operation(
     examples=("noa rescale particles.mrcs particles_2A.mrcs --pixel-size 2.0",
               "noa rescale map.mrc map_half.mrc --factor 0.5",
               "noa rescale particles.mrcs small.mrcs --pixel-size 3.0 --new-box 64 --like relion"),
-    params=(Param("pixel_size", Real(0.0), "Target pixel size in Å."),
+    params=(Param("pixel_size", PIXEL_SIZE, "Target pixel size in Å."),
             Param("factor", Real(0.0, MAX_FACTOR), "Size factor instead: 0.5 halves every axis (the pixel size doubles)."),
-            Param("angpix", Real(0.0), "Pixel size of the input in Å, when the header's is unknown or wrong."),
+            Param("angpix", PIXEL_SIZE, "Pixel size of the input in Å, when the header's is unknown or wrong."),
             Param("like", Choice(("noa", "relion")),
                   "noa: scipy.signal.resample per axis (Nyquist bins folded or split); relion: "
                   "relion_image_handler --rescale_angpix (3.1.3), within 1e-5 of its output.", default="noa"),

@@ -45,10 +45,17 @@ def _integer(name: str, value: Any) -> int:
         raise ParameterError(f"{value!r} is not an integer", name) from None
 
 
+def _bounds(low: float | None, high: float | None) -> str:
+    """What a value outside ``low..high`` is told: 'must be >= 0', 'must be between 1 and 3'."""
+    shown = lambda v: f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
+    if low is not None and high is not None:
+        return f"must be between {shown(low)} and {shown(high)}"
+    return f"must be >= {shown(low)}" if low is not None else f"must be <= {shown(high)}"
+
+
 def _in_range(name: str, value: int, low: int | None, high: int | None) -> int:
     if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"{'' if low is None else low}..{'' if high is None else high}"
-        raise ParameterError(f"{value} is outside {bounds}", name)
+        raise ParameterError(f"{value} {_bounds(low, high)}", name)
     return value
 
 
@@ -111,8 +118,7 @@ def _real(name: str, value: Any) -> float:
 
 def _real_in_range(name: str, value: float, low: float | None, high: float | None) -> float:
     if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"{'' if low is None else low}..{'' if high is None else high}"
-        raise ParameterError(f"{value:g} is outside {bounds}", name)
+        raise ParameterError(f"{value:g} {_bounds(low, high)}", name)
     return value
 
 
@@ -204,6 +210,21 @@ class Text:
 
 
 @dataclass(frozen=True)
+class Name:
+    """A name from a grammar (a point group): ``read(text, param)`` returns its canonical spelling or raises
+    ParameterError saying why it is none; ``pattern`` is the same grammar as a JSON Schema regex (HTTP)."""
+
+    pattern: str
+    read: Callable[[str, str], str]
+    max_length: int = 16
+
+    def check(self, name: str, value: Any) -> str:
+        if not isinstance(value, str) or len(value) > self.max_length:
+            raise ParameterError(f"{value!r} is not a name of at most {self.max_length} characters", name)
+        return self.read(value, name)
+
+
+@dataclass(frozen=True)
 class InputFile:
     """The path of a file an operation reads beside its inputs (an EER gain). Each door resolves it as it
     resolves inputs: the CLI and Python take it as given; the service takes a path relative to its data
@@ -220,7 +241,7 @@ class InputFile:
         return str(value)
 
 
-ParamType = Flag | Integer | Integers | Real | Reals | Choice | Text | InputFile
+ParamType = Flag | Integer | Integers | Real | Reals | Choice | Text | Name | InputFile
 Door = Literal["cli", "http"]
 
 
@@ -332,9 +353,16 @@ CHUNKS = Param("chunks", Integers(2, 4, 1, 1 << 30),
 NGFF = Param("ngff", Choice(("0.4", "0.5")),
              "OME-Zarr outputs: the NGFF version: 0.4 (zarr v2, what most viewers read) or 0.5 (zarr v3).",
              default="0.4")
+# Pixel sizes a user may give, in Å (every pixel-size parameter's range): beyond them a typing mistake, and what
+# is computed from them (Nyquist, shells, a scale bar's length in pixels) would overflow or divide by zero.
+SMALLEST_PIXEL_SIZE = 1e-6  # (1e-45 would be a float32 denormal)
+LARGEST_PIXEL_SIZE = 1e9
+PIXEL_SIZE = Real(SMALLEST_PIXEL_SIZE, LARGEST_PIXEL_SIZE)
+PIXEL_SIZES = Reals(1, 3, SMALLEST_PIXEL_SIZE, LARGEST_PIXEL_SIZE)  # one for every axis, or D,H,W
+
 # The output's pixel size, as relion_image_handler --angpix and e2proc2d --apix set it on the way (a TIFF
 # without one converted to MRC); an operation that resamples declares its own (rescale's target).
-OUTPUT_PIXEL_SIZE = Param("pixel_size", Reals(1, 3, 0.0),
+OUTPUT_PIXEL_SIZE = Param("pixel_size", PIXEL_SIZES,
                           "Pixel size of the output in Å, replacing the input's: one value for every axis, or D,H,W.")
 STORE_OUTPUT = (CHUNKS, NGFF)
 OUTPUT = (OUTPUT_PIXEL_SIZE, *STORE_OUTPUT)  # what every writing operation takes besides its own parameters
@@ -384,8 +412,6 @@ class Options(dict):
     def input_pixel_size(self, meta: Metadata) -> float | None:
         """The input's pixel size in Å: ``angpix`` when given, else the header's width axis (None: unknown)."""
         if self.get("angpix") is not None:
-            if not self.angpix > 0:
-                raise ParameterError(f"{self.angpix:g} Å: a pixel size must be above 0", "angpix")
             return self.angpix
         pixel, _, _ = meta.in_angstrom()
         return pixel[2] if pixel[2] > 0 else None
@@ -486,7 +512,8 @@ class Operation:
             the parameter values -> ``(extension, media type)`` of that file, or None for an image; the doors
             name outputs they choose with it (upload results, ``--out-dir``).
         show: for a ``plan`` that can also draw its output on the terminal (a CLI-only flag ``terminal``:
-            ``noa NAME IN --terminal``, no OUT): ``(path, options, columns, lines) -> text`` printed for each input.
+            ``noa NAME IN --terminal``, no OUT): ``(path, options, columns, lines) -> text`` printed for each input,
+            in pieces (a picture's text is written a band of lines at a time).
         query: for a ``plan``, a :class:`Query` it answers with no file (``noa NAME --PARAM VALUE``).
         image_output: the output may be an image file; False where it never is (a picture: ``noa preview``), so
             the options of image outputs (:data:`OUTPUT`: pixel size, OME-Zarr chunks and version) are not offered.
@@ -508,7 +535,7 @@ class Operation:
     chooses_format: bool = False
     warmup: WarmupCases | None = None
     text_output: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None = None
-    show: Callable[[Path, Options, int, int], str] | None = None
+    show: Callable[[Path, Options, int, int], Iterator[str]] | None = None
     query: Query | None = None
     image_output: bool = True
     _by_name: dict[str, Param] = field(init=False, repr=False)
@@ -548,6 +575,12 @@ class Operation:
     def edits(self) -> bool:
         """Changes its input file in place (``edit``)."""
         return self.edit is not None
+
+    def input_files(self, options: Mapping[str, Any]) -> list[Path]:
+        """The files the :class:`InputFile` parameters given name (a gain, a mask, matrices): read beside the
+        inputs, so, like them, never an output."""
+        return [Path(options[p.name]) for p in self.params
+                if isinstance(p.type, InputFile) and options.get(p.name) is not None]
 
     def params_for(self, door: Door) -> tuple[Param, ...]:
         return tuple(p for p in self.params if door in p.doors)
@@ -636,8 +669,12 @@ class FileTask:
         return self.options.get("device") or "cpu"
 
     def inputs(self, src: str | Path) -> list[Path]:
-        """Every file read for the pair whose input is ``src``."""
+        """The input files (a, b, c, ...) of the pair whose input is ``src``."""
         return [Path(src), *self.shared]
+
+    def reads(self, src: str | Path) -> list[Path]:
+        """Every file read for the pair whose input is ``src``: its inputs and the input-file parameters'."""
+        return [*self.inputs(src), *self.operation.input_files(self.options)]
 
     def plan(self, src: str | Path) -> Plan:
         """What the pair whose input is ``src`` writes, from the headers (no data is read)."""
@@ -646,7 +683,8 @@ class FileTask:
         assert self.operation.plan is not None
         with compute_path.for_inputs(self.inputs(src), f"planning {self.name}"), \
                 _reading_notices() as told:  # plans may read statistics
-            return self._with_pixel_size(_told(self.operation.plan(self.inputs(src), self.options), told))
+            return self._reading_all(src, self._with_pixel_size(_told(self.operation.plan(self.inputs(src),
+                                                                                           self.options), told)))
 
     def plans(self, src: str | Path) -> list[tuple[str, Plan]]:
         """The outputs of an operation writing several files from ``src``: (name suffix, plan) each."""
@@ -657,7 +695,12 @@ class FileTask:
             planned = self.operation.plans(self.inputs(src), self.options)
             if planned:  # told once, with the first output
                 _told(planned[0][1], told)
-            return [(suffix, self._with_pixel_size(plan)) for suffix, plan in planned]
+            return [(suffix, self._reading_all(src, self._with_pixel_size(plan))) for suffix, plan in planned]
+
+    def _reading_all(self, src: str | Path, plan: Plan) -> Plan:
+        """``plan`` whose inputs name every file it reads (an output that is one of them is refused)."""
+        plan.inputs = list(dict.fromkeys([*plan.inputs, *self.reads(src)]))
+        return plan
 
     def _with_pixel_size(self, plan: Plan) -> Plan:
         """``plan`` with the output pixel size the user gave (``--pixel-size``), where the operation takes
@@ -667,7 +710,5 @@ class FileTask:
             words = ",".join(f"{v:g}" for v in given)
             if len(given) not in (1, 3):
                 raise ParameterError(f"{words}: give one pixel size for every axis, or three (D,H,W)", "pixel_size")
-            if min(given) <= 0:
-                raise ParameterError(f"{words} Å: a pixel size must be above 0", "pixel_size")
             plan.meta = plan.meta.with_pixel_size(given)
         return plan

@@ -6,10 +6,11 @@ from pathlib import Path
 
 from typing_extensions import TypedDict
 
-from noa_core.operations.spec import DEVICE, READING, Operation, Options, Param, Query, Text
+from noa_core import point_group_names
+from noa_core.operations.spec import DEVICE, READING, Name, Operation, Options, Param, Query
 
-GROUPS = ("Cn, Ci, Cs, Cnv, Cnh, Sn (n even), Dn, Dnv, Dnh, T, Td, Th, O, Oh, I (= I2), I1-I4, Ih, I1h-I4h; n from 1 "
-          "to 99, any case")
+GROUPS = point_group_names.DESCRIPTION
+POINT_GROUP = Name(point_group_names.PATTERN, point_group_names.read, 8)
 
 
 def plan(inputs: list[Path], options: Options):
@@ -22,9 +23,11 @@ def plan(inputs: list[Path], options: Options):
     group = symmetry.point_group(options.sym)  # a name RELION does not know is refused before any file is read
     array, meta = options.open_real_input(inputs[0], "symmetrize")
     if min(array.shape[1:]) < 2:
-        what = "a stack of images" if array.shape[0] > 1 else "an image"
-        raise ShapeError(f"{inputs[0]}: the input of shape {array.shape} is {what}; symmetrize takes 3-d maps "
-                         "(volumes, or a stack of volumes)")
+        b, d, h, w = array.shape
+        what = (f"a stack of images ({b} of {h} x {w} pixels)" if d == 1 and b > 1 else
+                f"an image ({h} x {w} pixels)" if d == 1 else f"{d} x {h} x {w} voxels: flat, not a 3-d map")
+        raise ShapeError(f"{inputs[0]}: the input is {what}; symmetrize takes 3-d maps (volumes, or a stack of "
+                         "volumes) at least 2 voxels deep, high and wide")
 
     def fill(block, key, out):
         symmetry.symmetrize(block, group, out)
@@ -67,12 +70,6 @@ def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
     return [(dtype, {"sym": "C3"})] if dtype in ("float32", "float64") and shape[1] > 1 else []
 
 
-# The names noa_core.symmetry.group accepts, as a JSON Schema regex for the HTTP schema (a test keeps them equal):
-# Cn, Cnv, Cnh, Dn, Dnv, Dnh (n 1..99), Sn (n even), Ci, Cs, T, Td, Th, O, Oh, I, Ih, I1..I4, I1h..I4h; any case.
-GROUP_NAME = (r"^([CcDd](0?[1-9]|[1-9][0-9])[VvHh]?|[Ss](0?[2468]|[1-9][02468])|[Cc][IiSs]|[Tt][DdHh]?|[Oo][Hh]?"
-              r"|[Ii][1-4]?[Hh]?)$")
-
-
 OPERATION = Operation(
     name="symmetrize",
     summary="Average a map over the operators of its point group (C7, D3, T, O, I1...), as relion_image_handler "
@@ -88,16 +85,15 @@ OPERATION = Operation(
             "I4); I5 is not implemented by RELION and refused. The map must be centred on N//2. Over the whole box, "
             "faces included, the result is RELION's to float32 rounding (the same bits for C2, C7, D3 in the tests) "
             "and to RELION's decimal axes (T: 6 digits; a sample within 1e-6 of a face may fall on the other "
-            "side); with --device cuda the outermost shell may differ (the GPU interpolates towards 0 beyond the "
-            "last voxel). A stack of volumes is symmetrized volume by volume. --list G prints the matrices of G (no "
+            "side), on the CPU and with --device cuda alike (one kernel source). A stack of volumes is symmetrized volume by volume. --list G prints the matrices of G (no "
             "files); over HTTP, GET "
             "/v1/query/symmetrize?list=G. Pixel size and origin are kept; the output is float32.",
     examples=("noa symmetrize map.mrc map_c7.mrc --sym C7",
               "noa symmetrize virus.mrc virus_i1.mrc --sym I1",
               "noa symmetrize --list D3"),
-    params=(Param("sym", Text(1, 8, GROUP_NAME), f"Point group, as RELION names it: {GROUPS}."), *READING, DEVICE),
+    params=(Param("sym", POINT_GROUP, f"Point group, as RELION names it: {GROUPS}."), *READING, DEVICE),
     plan=plan,
     warmup=warmup,
-    query=Query(Param("list", Text(1, 8, GROUP_NAME), "Print the matrices of this point group (RELION's operators, in "
+    query=Query(Param("list", POINT_GROUP, "Print the matrices of this point group (RELION's operators, in "
                       "RELION's order, each acting on x, y, z)."), list_group, group_text, GroupMatrices),
 )

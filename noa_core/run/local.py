@@ -122,7 +122,7 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
         more = f" (and {len(existing) - 1} more of the {len(outputs)} outputs)" if len(existing) > 1 else ""
         raise OutputExistsError(f"{existing[0]}: exists{more}; pass overwrite (--force) to replace them")
     for out in existing:
-        check_distinct(out, task.inputs(src))
+        check_distinct(out, task.reads(src))
     created = not out_dir.exists()
     if created:
         out_dir.mkdir()

@@ -4,9 +4,10 @@ root) and the page ``/view`` that browses the data root with them.
 Every endpoint names its file by ``file``, a path relative to the data root, opened beneath the root as
 path requests are (:meth:`Sandbox.open`: no ``..``, no symlink out of the root), behind the API key
 (they live under ``/v1``) and in the worker pool. Pictures come from :mod:`noa_core.pictures`, which
-reads only the plane (or, for a tile, the region) it draws. Answers carry an ETag made of the file's
-identity (device, inode, size, modification time) and the query, so a browser revalidates a picture
-with ``If-None-Match`` and gets a 304 without the file being read again.
+reads only the plane (or, for a tile, the region) it draws, with its working memory checked against what the
+machine has (507 when short). Answers carry an ETag made of the file's identity (:func:`identity`: what changes
+when its data do) and the query, so a browser revalidates a picture with ``If-None-Match`` and gets a 304
+without the file being read again.
 
 The plane drawn: ``section`` picks an entry of a stack (the batch), ``axis`` and ``index`` a slice of a
 volume (z: an XY section, y: XZ, x: YZ; default the central one), ``projection`` the mean along the axis
@@ -16,6 +17,7 @@ instead. Rows are shown as stored: row 0 at the top, as RELION and mrcfile + Pil
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -45,6 +47,7 @@ TILE = 256  # the side of a tile, in pixels of its level
 OVERVIEW = 1024  # the longest side of the picture histograms and the limits of tiles are computed over
 SPECTRUM_BOX = 4096  # spectra of larger planes are those of their central SPECTRUM_BOX x SPECTRUM_BOX region
 MAX_LISTED = 2000  # entries of a folder listing; more are cut (``truncated``)
+MAX_STORE_ENTRIES = 100_000  # files and folders of an OME-Zarr store its identity is made of; more: not cached
 RULES = ("sigma:3", "percentiles:1,99", "minmax")  # the contrast rules whose limits a histogram reports
 # The browser keeps pictures and revalidates them (If-None-Match) before each use: a file rewritten in
 # place gets a new ETag. ``private``: answers behind an API key are for this client only.
@@ -119,14 +122,46 @@ DisplayQ = Annotated[Display, Depends(display_query)]
 
 # -- files: opened beneath the root, seen by noa_core through a link named as the client's file --------
 
-@dataclass(frozen=True)
+@dataclass
 class Opened:
     """A file of the data root opened for the viewer: ``path`` is what noa_core reads (a link to the
-    opened descriptor, named as the file so its extension still tells the format)."""
+    opened descriptor ``fd``, named as the file so its extension still tells the format)."""
 
     path: Path
-    identity: str  # device, inode, size and modification time: changes whenever the file does
+    fd: int
+    info: os.stat_result
     names: execution.ClientNames
+
+    @functools.cached_property
+    def identity(self) -> str:
+        """What changes whenever the file's data do (:func:`identity`), found once per request."""
+        return identity(self.fd, self.info)
+
+
+def identity(fd: int, info: os.stat_result) -> str:
+    """What changes whenever the data of the file opened as ``fd`` (``info``, its stat) do: its device, inode,
+    size, modification and change times (a file rewritten in place whose modification time was put back, as
+    ``cp -p`` and ``rsync -t --inplace`` do, has a new change time: no call sets it). A folder (an OME-Zarr
+    store, whose chunks are rewritten in place beneath it) adds those of every file and folder in it, links
+    not followed, hashed; a store of more than :data:`MAX_STORE_ENTRIES` gets an identity of its own for each
+    request (never a 304 or a cached overview)."""
+    own = f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}"
+    if not stat.S_ISDIR(info.st_mode):
+        return own
+    digest, seen = hashlib.sha256(own.encode()), 0
+    for folder, folders, files, folder_fd in os.fwalk(dir_fd=fd):
+        folders.sort()  # the walk's order, so the same store hashes the same
+        for name in sorted([*folders, *files]):
+            seen += 1
+            if seen > MAX_STORE_ENTRIES:
+                return f"{own}:{os.urandom(16).hex()}"
+            try:
+                entry = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+            except FileNotFoundError:  # removed while walked: the next request sees the store as it is then
+                continue
+            digest.update(f"{folder}/{name}:{entry.st_ino}:{entry.st_size}:{entry.st_mtime_ns}:"
+                          f"{entry.st_ctime_ns}\n".encode())
+    return f"{own}:{digest.hexdigest()}"
 
 
 @contextmanager
@@ -147,9 +182,8 @@ def opened(sandbox: Sandbox, relative: str, links: Path | None = None) -> Iterat
         link.parent.mkdir()
         link.symlink_to(f"{execution.PROC_FD}/{fd}")
         names = execution.ClientNames({str(link): relative, f"{links}/": "", f"{sandbox.root}/": ""})
-        identity = f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
         with names.in_errors():
-            yield Opened(link, identity, names)
+            yield Opened(link, fd, info, names)
     finally:
         if own and links is not None:
             execution.remove_upload_folder(links)
@@ -217,9 +251,20 @@ def level_shape(rows: int, cols: int, level: int) -> tuple[int, int]:
     return -(-rows // k), -(-cols // k)
 
 
-def _check_read(rows: int, cols: int, depth: int, max_voxels: int) -> None:
-    """Refuse (422) reading more voxels than the server's limit."""
-    check_voxels([(depth, rows, cols)], max_voxels)
+def _read(file: Opened, plane: Plane, max_voxels: int, *, region: tuple[int, int, int, int] | None = None,
+          step: int = 1, spectrum: bool = False) -> Any:
+    """The plane's values (its ``region``, block-meaned ``step`` x ``step``), read once the voxels this reads
+    are within the server's limit (422) and the memory drawing them (and with ``spectrum``, transforming them)
+    takes is within what the machine has (507)."""
+    from noa_core import pictures
+    from noa_core.limits import check_working_memory
+
+    rows, cols = pictures.plane_shape(file.path, axis=plane.axis)
+    top, bottom, left, right = region or (0, rows, 0, cols)
+    check_voxels([(_depth(file.path, plane), bottom - top, right - left)], max_voxels)
+    pixels = -(-(bottom - top) // step) * -(-(right - left) // step)
+    check_working_memory(pictures.working_bytes(pixels, spectrum=pixels if spectrum else 0), f"{plane.file}: drawing")
+    return pictures.read_plane(file.path, **plane.read_args(), region=region, step=step)
 
 
 def _depth(path: Path, plane: Plane) -> int:
@@ -230,17 +275,6 @@ def _depth(path: Path, plane: Plane) -> int:
 
     shape = io.probe(path).shape
     return {"z": shape[1], "y": shape[2], "x": shape[3]}[plane.axis]
-
-
-def _limits(values: Any, contrast: str) -> tuple[float, float]:
-    """The limits of ``contrast`` over the finite ``values`` (NaN and infinities are drawn as they clip)."""
-    import numpy as np
-
-    from noa_core import pictures
-
-    if pictures.parse_contrast(contrast)[0] == "range":
-        return pictures.contrast_limits((), contrast)
-    return pictures.contrast_limits(values[np.isfinite(values)], contrast)
 
 
 class _Overviews:
@@ -262,9 +296,8 @@ class _Overviews:
                 self._held.move_to_end(key)
                 return self._held[key]
         rows, cols = pictures.plane_shape(opened_file.path, axis=plane.axis)
-        _check_read(rows, cols, _depth(opened_file.path, plane), max_voxels)
         step = max(1, math.ceil(max(rows, cols) / OVERVIEW))
-        held = (pictures.read_plane(opened_file.path, **plane.read_args(), step=step), step, (rows, cols))
+        held = (_read(opened_file, plane, max_voxels, step=step), step, (rows, cols))
         with self._lock:
             self._held[key] = held
             while len(self._held) > self.keep:
@@ -296,14 +329,11 @@ def image(sandbox: Sandbox, plane: Plane, display: Display, size: int, spectrum:
         if spectrum:
             box_rows, box_cols = min(rows, SPECTRUM_BOX), min(cols, SPECTRUM_BOX)
             top, left = (rows - box_rows) // 2, (cols - box_cols) // 2
-            _check_read(box_rows, box_cols, _depth(file.path, plane), max_voxels)
-            values = pictures.read_plane(file.path, **plane.read_args(),
-                                        region=(top, top + box_rows, left, left + box_cols))
+            values = _read(file, plane, max_voxels, region=(top, top + box_rows, left, left + box_cols), spectrum=True)
             values = pictures.downsample(pictures.log_spectrum(values), size)
         else:
-            _check_read(rows, cols, _depth(file.path, plane), max_voxels)
-            values = pictures.read_plane(file.path, **plane.read_args(), step=max(1, math.ceil(max(rows, cols) / size)))
-        lo, hi = _limits(values, display.contrast)
+            values = _read(file, plane, max_voxels, step=max(1, math.ceil(max(rows, cols) / size)))
+        lo, hi = pictures.contrast_limits(values, display.contrast)
         return _picture(values, display, lo, hi)
 
     with opened(sandbox, plane.file) as file:
@@ -332,9 +362,8 @@ def tile(sandbox: Sandbox, plane: Plane, display: Display, level: int, x: int, y
         k = 1 << level
         region = (y * TILE * k, min((y + 1) * TILE * k, rows), x * TILE * k, min((x + 1) * TILE * k, cols))
         given = pictures.parse_contrast(display.contrast)[0] == "range"
-        lo, hi = _limits(None if given else OVERVIEWS.get(file, plane, max_voxels)[0], display.contrast)
-        _check_read(region[1] - region[0], region[3] - region[2], _depth(file.path, plane), max_voxels)
-        values = pictures.read_plane(file.path, **plane.read_args(), region=region, step=k)
+        lo, hi = pictures.contrast_limits(() if given else OVERVIEWS.get(file, plane, max_voxels)[0], display.contrast)
+        values = _read(file, plane, max_voxels, region=region, step=k)
         return _picture(values, display, lo, hi)
 
     with opened(sandbox, plane.file) as file:
@@ -358,7 +387,7 @@ def histogram(sandbox: Sandbox, plane: Plane, bins: int, contrast: str | None, i
         result = {
             "file": plane.file, "plane": [rows, cols], "step": step, "tile": TILE, "levels": levels(rows, cols),
             "counts": [int(c) for c in counts], "edges": [float(e) for e in edges],
-            "limits": {rule: [float(v) for v in _limits(values, rule)] for rule in rules},
+            "limits": {rule: [float(v) for v in pictures.contrast_limits(values, rule)] for rule in rules},
             "statistics": {"min": float(finite.min()), "max": float(finite.max()), "mean": float(finite.mean()),
                            "sd": float(finite.std())} if finite.size else None,
         }

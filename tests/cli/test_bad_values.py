@@ -23,8 +23,8 @@ def bad_values(param) -> list[str]:
         return ["abc", "1.5", *([str(kind.low - 1)] if kind.low is not None else []),
                 *([str(kind.high + 1)] if kind.high is not None else [])]
     if isinstance(kind, Real):
-        below = [] if kind.low is None else [repr(kind.low - 1.0)]
-        above = [] if kind.high is None or math.isinf(kind.high) else [repr(kind.high + 1.0)]
+        below = [] if kind.low is None else [repr(kind.low - 1.0), *([repr(kind.low / 2)] if kind.low > 0 else [])]
+        above = [] if kind.high is None or math.isinf(kind.high) else [repr(kind.high + 1.0), repr(kind.high * 2)]
         return ["abc", "nan", "inf", *below, *above]
     if isinstance(kind, (Integers, Reals)):
         return ["1,x", ",".join(["1"] * ((kind.max_length or 8) + 1))]
@@ -98,3 +98,61 @@ def test_every_kind_of_parameter_is_covered():
     kinds = {type(param.type).__name__ for _, param, _ in CASES}
     assert {"Integer", "Real", "Choice", "Integers"} <= kinds, kinds
     assert len(CASES) > 100
+
+
+# Every operation with a pixel size, at both ends of the range every pixel-size parameter shares: an answer
+# (exit 0) or one line (exit 2), never an overflow or a division by zero (exit 1). Issue 38 item 6.
+EXTREMES = [("filter", ["--lowpass", "8"], "angpix"), ("preview", ["--scale-bar"], "angpix"),
+            ("fsc", [], "angpix"), ("mask", ["--threshold", "0.1", "--lowpass", "8"], "angpix"),
+            ("powerspectrum", ["--table", "csv"], "angpix"), ("rescale", ["--factor", "0.5"], "angpix"),
+            ("rescale", [], "pixel_size"), ("copy", [], "pixel_size"), ("header", [], "pixel_size")]
+
+
+def test_every_pixel_size_parameter_has_the_shared_range():
+    from noa_core.operations.spec import PIXEL_SIZE, PIXEL_SIZES
+
+    named = [(op.name, p.name) for op in operations.operations() for p in op.params
+             if p.name in ("angpix", "pixel_size")]
+    assert len(named) > 10
+    for name, param in named:
+        assert operations.get(name).params[[p.name for p in operations.get(name).params].index(param)].type in (
+            PIXEL_SIZE, PIXEL_SIZES), (name, param)
+    assert {(name, param) for name, _, param in EXTREMES} <= set(named)
+
+
+@pytest.mark.parametrize("name, args, param", EXTREMES, ids=[f"{n}-{p}" for n, _, p in EXTREMES])
+@pytest.mark.parametrize("value", ["1e-06", "1e+09"])
+def test_pixel_sizes_at_the_ends_of_their_range_answer_or_refuse_in_one_line(tmp_path, capsys, volume, name, args,
+                                                                             param, value):
+    import shutil
+
+    operation = operations.get(name)
+    flag = next(p for p in operation.params if p.name == param).cli_flags[0]
+    out = tmp_path / ("out.png" if name == "preview" else "out.csv" if name == "powerspectrum" else "out.mrc")
+    if name == "header":
+        shutil.copy(volume, tmp_path / "edited.mrc")
+        line = [name, str(tmp_path / "edited.mrc")]
+    elif name == "fsc":
+        line = [name, str(volume), str(volume)]
+    else:
+        line = [name, str(volume), str(out)]
+    with pytest.raises(SystemExit) as exited:
+        run([*line, *args, flag, value])
+    captured = capsys.readouterr()
+    assert exited.value.code in (0, 2), captured.err
+    assert "Traceback" not in captured.err and "internal error" not in captured.err, captured.err
+    if exited.value.code == 2:
+        assert len([line for line in captured.err.splitlines() if line.strip()]) == 1, captured.err
+
+
+@pytest.mark.parametrize("line", [["filter", "--lowpass", "8", "--angpix", "1e-300"],
+                                  ["preview", "--scale-bar", "--angpix", "1e308"]], ids=["filter", "preview"])
+def test_pixel_sizes_beyond_the_range_are_refused_naming_the_option(tmp_path, capsys, volume, line):
+    """Issue 38 item 6: a ZeroDivisionError and an OverflowError (exit 1, HTTP 500) before the shared range."""
+    out = tmp_path / ("out.png" if line[0] == "preview" else "out.mrc")
+    with pytest.raises(SystemExit) as exited:
+        run([line[0], str(volume), str(out), *line[1:]])
+    captured = capsys.readouterr()
+    assert exited.value.code == 2, captured.err
+    assert captured.err.startswith("noa: error: --angpix: ") and "must be between 1e-06 and 1e+09" in captured.err
+    assert not out.exists()

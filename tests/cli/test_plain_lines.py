@@ -108,3 +108,18 @@ def test_a_plain_call_imports_no_typer_and_a_help_call_does(tmp_path):
         done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
         assert done.stderr.splitlines()[-1] == f"{typer_loaded} {2 if '--bogus' in args else 0}", (args, done.stderr)
     assert Path(out).is_file()
+
+
+def test_typer_checks_no_path_beyond_what_the_plain_reader_checks():
+    """Issue 38 item 18: Typer refused an existing output the caller cannot read ("Path 'out.mrc' is not
+    readable") where the plain reader replaced it with -f: neither reader checks paths; the command does."""
+    from noa_cli import commands
+    from noa_core import operations
+
+    checked = []
+    for operation in operations.operations():
+        for param in commands.build(operation).params:
+            if hasattr(param.type, "readable"):  # click's Path type (Typer's own copy of click, or click)
+                checked.append((operation.name, param.name))
+                assert not (param.type.readable or param.type.exists or param.type.writable), (operation.name, param.name)
+    assert len(checked) > len(operations.names())

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -149,7 +150,7 @@ def test_scale_bar_drawn_or_refused(tmp_path):
     (("out.png", "--contrast", "gamma"), ("--contrast", "sigma:K")),
     (("out.png", "--section", "4"), ("--section", "0..0")),
     (("out.png", "--slice", "y"), ("--slice", "an image has no y slice")),
-    (("out.png", "--size", "8"), ("--size", "16..")),
+    (("out.png", "--size", "8"), ("--size", "must be between 16 and")),
 ])
 def test_bad_input_is_one_line_and_no_file(tmp_path, args, fragments):
     write_mrc(tmp_path / "mic.mrc", np.zeros((16, 16), np.float32))
@@ -195,6 +196,48 @@ def test_terminal_output_parsed_back(tmp_path):
     assert drawn.shape == (15, 20, 3)
     np.testing.assert_array_equal(drawn, pictures.colour_table("viridis")[sigma_levels(binned)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mic.mrc"]  # nothing written
+
+
+def test_non_finite_values_are_left_out_of_the_contrast_with_one_notice(tmp_path):
+    image = random_values((24, 32), seed=9)
+    image[5, 7], image[10, 3] = np.nan, np.inf
+    write_mrc(tmp_path / "nan.mrc", image)
+    result = noa("preview", tmp_path / "nan.mrc", tmp_path / "nan.png")
+    assert result.returncode == 0, result.stderr
+    assert "Warning" not in result.stderr, result.stderr
+    notes = [line for line in result.stderr.splitlines() if "note" in line]
+    assert len(notes) == 1, result.stderr
+    assert f"{tmp_path / 'nan.mrc'}: 2 of the 768 values drawn are NaN or infinite" in notes[0]
+    finite = image[np.isfinite(image)].astype(np.float64)
+    lo, hi = finite.mean() - 3 * finite.std(ddof=1), finite.mean() + 3 * finite.std(ddof=1)
+    expected = np.floor((np.clip(image.astype(np.float64), lo, hi) - lo) / ((hi - lo) / 255))
+    expected[5, 7] = 0  # NaN: black; +inf clips to white
+    np.testing.assert_array_equal(np.asarray(decoded(tmp_path / "nan.png")), expected.astype(np.uint8))
+    shown = noa("preview", tmp_path / "nan.mrc", "--terminal", env={"LINES": "40"})
+    assert shown.returncode == 0 and shown.stderr == "", shown.stderr
+    gray = expected.astype(np.uint8)
+    np.testing.assert_array_equal(parse_half_blocks(shown.stdout), np.repeat(gray[..., None], 3, axis=2))
+
+
+def test_the_terminal_text_is_counted_in_the_memory_check(tmp_path, monkeypatch):
+    """--terminal --bin 1 of a 1536 x 1536 image (a text of 90 million characters): what the memory check is
+    told bounds what drawing the picture and giving its text hold (tracemalloc counts NumPy's and Python's)."""
+    from noa_core import limits
+
+    write_mrc(tmp_path / "big.mrc", random_values((1536, 1536), seed=10))
+    told = []
+    check = limits.check_working_memory
+    monkeypatch.setattr(limits, "check_working_memory", lambda nbytes, what: told.append(nbytes) or check(nbytes, what))
+    monkeypatch.setattr(limits, "available_cores", lambda: 2)  # the bands' share as on a small machine
+    options = operations.get("preview").options(bin=1)
+    tracemalloc.start()
+    try:
+        lines = sum(piece.count("\n") for piece in declaration.show(tmp_path / "big.mrc", options, 80, 24))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert lines == 768 and len(told) == 1
+    assert peak <= told[0], f"{peak >> 20} MiB held, {told[0] >> 20} MiB counted"
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

@@ -3,9 +3,11 @@
 A frame is a bit stream read least significant bit first. Each code is a run length of ``skipbits``
 bits (pixels skipped), then, unless the run is the largest the field holds (``2**skipbits - 1``:
 "skip that many, no event"), the event's sub-pixel position: ``horzbits`` bits for x, then
-``vertbits`` for y, each stored with its most significant bit inverted. The stream ends with runs
-that reach the frame's last pixel, padded with zero bytes to an even length. Pages are BigTIFF IFDs
-with Compression 65000 (8-bit runs, 2+2 sub-pixel bits), 65001 (7, 2+2) or 65002 (widths in tags
+``vertbits`` for y, each stored with its most significant bit inverted. Compression 65000 (the first
+Falcon 4 files) keeps the sub-pixel bits after a largest run too, unused: every code is 12 bits, as
+RELION's ``EERRenderer::renderFrames`` reads it (``FULL_CODES``). The stream ends with runs that
+reach the frame's last pixel, padded with zero bytes to an even length. Pages are BigTIFF IFDs with
+Compression 65000 (8-bit runs, 2+2 sub-pixel bits), 65001 (7, 2+2) or 65002 (widths in tags
 65007-65009), and the acquisition XML in tag 65001 of the first page.
 """
 
@@ -18,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 BITS = {65000: (8, 2, 2), 65001: (7, 2, 2)}
+FULL_CODES = {65000}  # compressions whose every code carries sub-pixel bits, a largest run too
 XML = (b'<metadata><item name="numberOfFrames">{frames}</item>'
        b'<item name="exposureTime" unit="s">2.5</item>'
        b'<item name="meanDoseRate" unit="e/pixel/s">5.5</item>'
@@ -41,9 +44,10 @@ def pack(values: np.ndarray, widths: np.ndarray) -> bytes:
 
 
 def encode_frame(positions: Sequence[int], subx: Sequence[int], suby: Sequence[int], pixels: int,
-                 bits: tuple[int, int, int]) -> bytes:
+                 bits: tuple[int, int, int], full_codes: bool = False) -> bytes:
     """One frame's stream: events at the increasing physical pixel indices ``positions`` (row-major, at
-    most one per pixel), with sub-pixel positions ``subx``, ``suby``; ``pixels`` in the frame."""
+    most one per pixel), with sub-pixel positions ``subx``, ``suby``; ``pixels`` in the frame.
+    ``full_codes``: every code has its sub-pixel bits (zero after a largest run), as in compression 65000."""
     skipbits, horzbits, vertbits = bits
     most = (1 << skipbits) - 1
     positions = np.asarray(positions, np.int64)
@@ -55,7 +59,7 @@ def encode_frame(positions: Sequence[int], subx: Sequence[int], suby: Sequence[i
     nbits = skipbits + horzbits + vertbits
     values = np.concatenate([np.concatenate([[most] * int(f), [c]]) for f, c in zip(full, code)]
                             + [[most] * int(tail // most), [tail % most]]).astype(np.int64)
-    widths = np.full(len(values), skipbits, np.int64)
+    widths = np.full(len(values), nbits if full_codes else skipbits, np.int64)
     ends = np.cumsum(full + 1) - 1  # where each event code sits among the codes
     widths[ends] = nbits
     return pack(values, widths)

@@ -17,7 +17,7 @@ import tifffile
 from hypothesis import given, settings, strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
-from eer_encoder import BITS, encode_frame, pack, random_frame, render, write_eer  # noqa: E402
+from eer_encoder import BITS, FULL_CODES, encode_frame, pack, random_frame, render, write_eer  # noqa: E402
 from helpers import assert_problem, assert_user_error, load, noa, relion, write_mrc  # noqa: E402
 
 from noa_core import io  # noqa: E402
@@ -40,7 +40,8 @@ def movie(path: Path, height=24, width=32, frames=7, compression=65001, bits=Non
         for first in range(0, height, rows):  # each strip its own stream over its rows
             n = min(rows, height - first)
             keep = (positions >= first * width) & (positions < (first + n) * width)
-            strips.append(encode_frame(positions[keep] - first * width, subx[keep], suby[keep], n * width, bits))
+            strips.append(encode_frame(positions[keep] - first * width, subx[keep], suby[keep], n * width, bits,
+                                       full_codes=compression in FULL_CODES))
         pages.append(strips)
     write_eer(path, pages, height, width, compression, bits, rows_per_strip)
     return events, bits
@@ -93,8 +94,31 @@ def test_encoder_writes_the_specification_example():
     assert pack([5, 1], [3, 1]) == bytes([0b1101, 0])  # least significant bit first, even length
 
 
-@pytest.mark.parametrize("compression,bits", [(65000, (8, 2, 2)), (65001, (7, 2, 2)), (65002, (7, 1, 1)),
-                                              (65002, (6, 2, 1)), (65002, (10, 2, 2))])
+def test_encoder_65000_codes_are_12_bits_a_largest_run_too():
+    """Compression 65000 as RELION 3.1.3's EERRenderer::renderFrames unpacks it, written out: two 12-bit codes
+    in 3 bytes, run = the low 8 bits, sub-pixel nibble ^ 0x0A (x: bits 0-1, y: bits 2-3) unless the run is 255."""
+    positions, subx, suby = [300, 301, 700], [1, 2, 3], [2, 0, 1]
+    data = np.frombuffer(encode_frame(positions, subx, suby, 1000, (8, 2, 2), full_codes=True), np.uint8)
+    events, pixel = [], 0
+    for at in range(0, len(data) - 2, 3):
+        b0, b1, b2 = (int(v) for v in data[at:at + 3])
+        for run, nibble in ((b0, b1 & 15), ((b1 >> 4) | ((b2 << 4) & 255), b2 >> 4)):
+            pixel += run
+            if pixel == 1000:
+                break
+            if run < 255:
+                symbol = nibble ^ 0x0A
+                events.append((pixel, symbol & 3, symbol >> 2))
+                pixel += 1
+        if pixel == 1000:
+            break
+    assert pixel == 1000 and events == list(zip(positions, subx, suby))
+    assert len(data) == 12  # runs 255, 45 | 0 | 255, 143 | 255, 44: 7 codes of 12 bits, padded to an even length
+
+
+# tifffile (imagecodecs) reads compression 65000 without sub-pixel bits after a largest run: not its layout
+@pytest.mark.parametrize("compression,bits", [(65001, (7, 2, 2)), (65002, (7, 1, 1)), (65002, (6, 2, 1)),
+                                              (65002, (10, 2, 2))])
 @pytest.mark.parametrize("upsampling", [1, 2, 3])
 def test_encoder_files_decode_in_tifffile(tmp_path, compression, bits, upsampling):
     if upsampling - 1 > min(bits[1:]):
@@ -114,11 +138,13 @@ def test_encoder_files_decode_in_tifffile(tmp_path, compression, bits, upsamplin
 @given(height=st.integers(1, 5).map(lambda n: 4 * n) | st.integers(1, 20),
        width=st.integers(1, 6).map(lambda n: 4 * n) | st.integers(1, 24), frames=st.integers(1, 9), group=st.integers(1, 9),
        keep=st.booleans(), upsampling=st.integers(1, 3), compression=st.sampled_from([65000, 65001]),
-       mmap=st.booleans())
-def test_fractions_are_sums_of_tifffile_frames(tmp_path_factory, height, width, frames, group, keep, upsampling,
-                                               compression, mmap):
+       mmap=st.booleans(), dose=st.sampled_from([0.2, 0.002]))
+def test_fractions_are_sums_of_the_frames_events(tmp_path_factory, height, width, frames, group, keep, upsampling,
+                                                 compression, mmap, dose):
+    """Fractions are the sums of the frames written out from their events (the encoder is checked against
+    tifffile, and for 65000 against RELION); a low dose makes runs of 255 pixels and more."""
     path = tmp_path_factory.mktemp("eer") / "m.eer"
-    movie(path, height, width, frames, compression, dose=0.2, seed=height * width + frames)
+    events, bits = movie(path, height, width, frames, compression, dose=dose, seed=height * width + frames)
     expected_count = -(-frames // group) if keep else frames // group
     request = dict(eer_group=group, eer_group_last="keep" if keep else None, eer_upsampling=upsampling)
     if upsampling > 1 and (height % 4 or width % 4):  # imagecodecs decodes sub-pixels of whole 4 x 4 blocks
@@ -130,7 +156,8 @@ def test_fractions_are_sums_of_tifffile_frames(tmp_path_factory, height, width, 
             io.read(path, **request)
         return
     array, meta = io.read(path, mmap=mmap, **request)
-    expected = fractions_of(tifffile_frames(path, upsampling), group, keep)
+    expected = fractions_of(np.stack([render([frame], height, width, bits, upsampling) for frame in events]), group,
+                            keep)
     assert array.dtype == np.uint16 and array.shape == (expected_count, 1) + expected.shape[1:]
     assert (np.asarray(array.numpy())[:, 0] == expected).all()
     assert io.probe(path, **request).shape == array.shape
@@ -212,10 +239,13 @@ def test_gain_turned_and_wrong_sizes_refused(tmp_path):
     assert_user_error(noa("copy", tmp_path / "m.eer", out, "--gain-flip-y"), "--gain")
 
 
-def test_against_relion_convert_to_tiff(tmp_path):
+@pytest.mark.parametrize("compression", [65001, 65000])
+def test_against_relion_convert_to_tiff(tmp_path, compression):
     """relion_convert_to_tiff's fractions (uint16, --short) and its gain-reference.mrc, on a 4K movie (RELION
-    3.1.3 reads only 4096 x 4096 movies of compression 65000 or 65001)."""
-    movie(tmp_path / "m.eer", 4096, 4096, frames=6, dose=0.002)
+    3.1.3 reads only 4096 x 4096 movies of compression 65000 or 65001) whose frames have gaps of hundreds of
+    pixels: runs of the largest length, which 65000 codes in 12 bits (sub-pixel bits unused), 65001 in 7."""
+    events, _ = movie(tmp_path / "m.eer", 4096, 4096, frames=6, compression=compression, dose=0.002)
+    assert all(np.diff(positions).max() > 2 * 255 for positions, _, _ in events)
     counts = np.random.default_rng(5).integers(0, 50, (4096, 4096)).astype(np.float32)
     write_mrc(tmp_path / "g.mrc", counts)
     for upsampling in (1, 2):
@@ -225,6 +255,7 @@ def test_against_relion_convert_to_tiff(tmp_path):
                "--eer_upsampling", upsampling, "--short", "--gain", "g.mrc", cwd=tmp_path)
         theirs = tifffile.imread(out / "m.tif")[:, ::-1]  # RELION writes TIFF rows bottom first (IMOD's way)
         ours, _ = io.read(tmp_path / "m.eer", eer_group=3, eer_upsampling=upsampling)
+        assert theirs.sum() == sum(len(positions) for positions, _, _ in events)
         assert (np.asarray(ours.numpy())[:, 0] == theirs).all()
         with mrcfile.open(out / "gain-reference.mrc") as f:
             relion_reference = np.array(f.data)
@@ -232,6 +263,23 @@ def test_against_relion_convert_to_tiff(tmp_path):
         ours_gain = eer.load_gain(tmp_path / "g.mrc", tmp_path / "m.eer", eer.parse(tmp_path / "m.eer"),
                                   (grid[0] // 4096,) * 2)
         np.testing.assert_allclose(ours_gain, relion_reference, rtol=1e-6)
+
+
+@pytest.mark.parametrize("upsampling", [1, 2, 3])
+def test_65000_reads_a_12_bit_code_after_every_run(tmp_path, upsampling):
+    """Compression 65000 in RELION's layout (above), on frames with long gaps and events on the last pixels of
+    strips: the fractions are the sums of the frames written out from their events."""
+    rng = np.random.default_rng(8)
+    frames = [random_frame(rng, 64, 64, 0.004, (8, 2, 2)) for _ in range(4)]
+    frames.append((np.array([0, 700, 1023, 1024, 4095]), np.array([0, 1, 2, 3, 1]), np.array([3, 2, 1, 0, 2])))
+    strips = []
+    for positions, subx, suby in frames:  # strips of 16 rows, each its own stream
+        keep = [(positions >= s) & (positions < s + 1024) for s in range(0, 4096, 1024)]
+        strips.append([encode_frame(positions[k] - s, subx[k], suby[k], 1024, (8, 2, 2), full_codes=True)
+                       for s, k in zip(range(0, 4096, 1024), keep)])
+    write_eer(tmp_path / "m.eer", strips, 64, 64, 65000, rows_per_strip=16)
+    array, _ = io.read(tmp_path / "m.eer", eer_group=5, eer_upsampling=upsampling)
+    np.testing.assert_array_equal(np.asarray(array.numpy())[0, 0], render(frames, 64, 64, (8, 2, 2), upsampling))
 
 
 # -- the doors --------------------------------------------------------------------------------------
@@ -356,8 +404,8 @@ def test_dropped_frames_are_told_by_every_writing_door(tmp_path, make_client):
 # -- damaged files ----------------------------------------------------------------------------------
 
 
-def _patch_tag(path: Path, page: int, tag: int, value: int) -> None:
-    """Set a SHORT or LONG tag of BigTIFF page ``page`` (walking the IFD chain)."""
+def _patch_tag(path: Path, page: int, tag: int, value: int, index: int = 0) -> None:
+    """Set value ``index`` of a SHORT, LONG or LONG8 tag of BigTIFF page ``page`` (walking the IFD chain)."""
     data = bytearray(path.read_bytes())
     ifd = struct.unpack_from("<Q", data, 8)[0]
     for _ in range(page):
@@ -367,8 +415,11 @@ def _patch_tag(path: Path, page: int, tag: int, value: int) -> None:
     for i in range(count):
         at = ifd + 8 + 20 * i
         if struct.unpack_from("<H", data, at)[0] == tag:
-            kind = struct.unpack_from("<H", data, at + 2)[0]
-            struct.pack_into({3: "<H", 4: "<I", 16: "<Q"}[kind], data, at + 12, value)
+            kind, values = struct.unpack_from("<HQ", data, at + 2)
+            code = {3: "<H", 4: "<I", 16: "<Q"}[kind]
+            inline = values * struct.calcsize(code) <= 8
+            where = at + 12 if inline else struct.unpack_from("<Q", data, at + 12)[0]
+            struct.pack_into(code, data, where + index * struct.calcsize(code), value)
     path.write_bytes(bytes(data))
 
 
@@ -399,7 +450,16 @@ def test_damaged_movies_are_one_line_errors_with_no_output(tmp_path):
     write_eer(tmp_path / "past.eer", [[strip]], 24, 32)
     with pytest.raises(CorruptFileError, match="past the end"):
         io.read(tmp_path / "past.eer")
-    for name in ("wrong.eer", "cut.eer", "short.eer", "past.eer"):
+    # the chain of pages looping back: page 2 links to page 0 again
+    movie(tmp_path / "loop.eer", frames=3)
+    data = bytearray((tmp_path / "loop.eer").read_bytes())
+    with tifffile.TiffFile(tmp_path / "loop.eer") as tif:
+        first, last = tif.pages[0].offset, tif.pages[2].offset
+    struct.pack_into("<Q", data, last + 8 + 20 * struct.unpack_from("<Q", data, last)[0], first)
+    (tmp_path / "loop.eer").write_bytes(bytes(data))
+    with pytest.raises(CorruptFileError, match=r"page offset \(page 3\): the pages loop back"):
+        io.probe(tmp_path / "loop.eer")
+    for name in ("wrong.eer", "cut.eer", "short.eer", "past.eer", "loop.eer"):
         out = tmp_path / f"{name}.mrc"
         result = noa("copy", tmp_path / name, out)
         assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -407,14 +467,129 @@ def test_damaged_movies_are_one_line_errors_with_no_output(tmp_path):
 
 
 def test_crafted_strip_cannot_expand_past_the_frame(tmp_path):
-    """A strip of runs claiming a frame of 2^32 pixels is refused by its header's size bound, and a strip
-    far longer than its frame decodes into that frame's accumulator only (the codec stops at its end)."""
+    """A strip claiming a frame of 2^32 pixels, with bytes enough for its codes (a sparse file), is refused by
+    the fraction's size bound, and a strip far longer than its frame decodes into that frame's accumulator only
+    (the codes stop at its end)."""
     strip = encode_frame(np.arange(0, 24 * 32, 2), np.zeros(384, int), np.zeros(384, int), 24 * 32, (7, 2, 2))
     write_eer(tmp_path / "long.eer", [[strip + b"\xff" * 100_000]], 24, 32)
     array, _ = io.read(tmp_path / "long.eer")
     assert int(np.asarray(array.numpy()).sum()) == 384
     write_eer(tmp_path / "huge.eer", [[strip]], 1 << 16, 1 << 16)
+    needed = -(-(1 << 32) // 127) * 7 // 8 + 1
+    _patch_tag(tmp_path / "huge.eer", 0, 279, needed)
+    os.truncate(tmp_path / "huge.eer", 16 + needed)
     assert_user_error(noa("info", tmp_path / "huge.eer"), "more than the")
+
+
+def test_strip_cut_short_is_refused_naming_its_frame(tmp_path, make_client):
+    """A strip whose codes stop before its last pixel (cut in half, byte counts consistent) is a damaged file,
+    not a frame of fewer events; so is a strip of no bytes (refused from the header, before any decoding)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    movie(root / "cut.eer", 64, 64, frames=4, dose=0.05, rows_per_strip=32)
+    with tifffile.TiffFile(root / "cut.eer") as tif:
+        count = int(tif.pages[2].databytecounts[1])
+    _patch_tag(root / "cut.eer", 2, 279, count // 2, index=1)
+    with pytest.raises(CorruptFileError, match=r"strip 1 of frame 2: its codes stop at pixel \d+ of the 64 x 32"):
+        io.read(root / "cut.eer", eer_group=4)
+    out = tmp_path / "o.mrc"
+    assert_user_error(noa("copy", root / "cut.eer", out, "--eer-group", "2"), "cut.eer", "frame 2", "cut short")
+    assert not out.exists()
+    client = make_client(data_root=root)
+    refused = assert_problem(client.post("/v1/paths/copy", json={"src": "cut.eer", "dst": "o.mrc"}), 422)
+    assert "frame 2" in refused["detail"], refused
+    assert not (root / "o.mrc").exists()
+
+    movie(root / "empty.eer", 64, 64, frames=4, dose=0.05)
+    _patch_tag(root / "empty.eer", 3, 279, 0)
+    with pytest.raises(CorruptFileError, match=r"\(page 3\): strip 0 holds 0 bytes"):
+        io.probe(root / "empty.eer")
+    assert_user_error(noa("info", root / "empty.eer"), "empty.eer", "page 3", "holds 0 bytes")
+
+
+@pytest.mark.parametrize("compression", [65001, 65000])
+def test_a_stream_cut_anywhere_is_whole_or_refused(compression):
+    """Cut after any byte, a frame's stream either still reaches its last pixel and decodes to every event
+    (only padding was cut), or the walk says where its codes stop: never fewer events read silently."""
+    from noa_core.kernels import eer as eer_kernels
+
+    bits = BITS[compression]
+    positions, subx, suby = random_frame(np.random.default_rng(9), 32, 32, 0.01, bits)
+    positions = np.concatenate([positions, [1023]])  # an event on the last pixel too
+    subx, suby = np.append(subx, 1), np.append(suby, 2)
+    stream = encode_frame(positions, subx, suby, 1024, bits, full_codes=compression in FULL_CODES)
+    truth = render([(positions, subx, suby)], 32, 32, bits, 1)
+    whole = []
+    for cut in range(len(stream) + 1):
+        codes = np.frombuffer(stream[:cut], np.uint8)
+        out = np.zeros((32, 32), np.uint16)
+        if compression in FULL_CODES:
+            reached = eer_kernels.decode_full_codes(codes, *bits, out, 0)
+        else:
+            reached = eer_kernels.stream_end(codes, bits[0], sum(bits), 1024)
+            imagecodecs.eer_decode(stream[:cut] + bytes(2 + cut % 2), (32, 32), *bits, out=out)
+        assert reached < 1024 or (reached == 1024 and (out == truth).all()), cut
+        whole.append(reached == 1024)
+        if cut == len(stream) // 2 and compression not in FULL_CODES:  # what imagecodecs alone gives
+            assert 0 < out.sum() < truth.sum()
+    assert whole[-1] and whole.count(True) <= 4  # the codes of the last pixels, then padding
+
+
+def test_strips_too_short_for_their_frames_are_refused_from_the_header(tmp_path):
+    """An EER bomb: 2-byte strips declaring 16384 x 16384 frames (a frame needs at least width x height / 127
+    runs of 7 bits) are refused when the pages are read, before anything is decoded or allocated."""
+    write_eer(tmp_path / "bomb.eer", [[b"\xff\xff"]] * 8, 16384, 16384)
+    assert (tmp_path / "bomb.eer").stat().st_size < 3000
+    with pytest.raises(CorruptFileError, match=r"\(page 0\): strip 0 holds 2 bytes, and the codes of its 16384 x "
+                                               r"16384 pixels need at least 1849458"):
+        io.probe(tmp_path / "bomb.eer")
+    assert_user_error(noa("stats", tmp_path / "bomb.eer"), "bomb.eer", "holds 2 bytes")
+
+
+def test_pages_sharing_a_strip_are_refused(tmp_path):
+    """Many pages pointing at one long-enough strip would each cost a whole frame's decoding for bytes the file
+    holds once (a small file, hours of work): a frame's strips are its own."""
+    movie(tmp_path / "m.eer", frames=3, dose=0.3)
+    with tifffile.TiffFile(tmp_path / "m.eer") as tif:
+        first = int(tif.pages[0].dataoffsets[0])
+        where = tif.pages[2].tags["StripOffsets"].valueoffset
+    with open(tmp_path / "m.eer", "r+b") as f:
+        f.seek(where)
+        f.write(struct.pack("<Q", first))
+    with pytest.raises(CorruptFileError, match=r"\(page 2\): strip 0 at offset \d+ overlaps another strip"):
+        io.probe(tmp_path / "m.eer")
+    assert_user_error(noa("stats", tmp_path / "m.eer"), "m.eer", "overlaps another strip")
+
+
+def test_pages_are_read_as_a_table_of_strips(tmp_path, monkeypatch):
+    """A movie of many pages is read from its directories' offsets and byte counts, not as tifffile pages (at
+    most the first, for its acquisition XML): the table, not objects per page (bench_eer.py times noa info on
+    100,000 pages)."""
+    frames = [[encode_frame([i % 16], [0], [0], 16, (7, 2, 2))] for i in range(3000)]
+    write_eer(tmp_path / "many.eer", frames, 4, 4)
+    made = []
+    original = tifffile.TiffPage.__init__
+    monkeypatch.setattr(tifffile.TiffPage, "__init__", lambda self, *a, **k: made.append(1) or original(self, *a, **k))
+    parsed = eer.parse(tmp_path / "many.eer")
+    assert len(made) <= 1 and parsed.offsets.shape == parsed.counts.shape == (3000, 1)
+    with tifffile.TiffFile(tmp_path / "many.eer") as tif:
+        assert [int(p.dataoffsets[0]) for p in tif.pages] == parsed.offsets[:, 0].tolist()
+        assert [int(p.databytecounts[0]) for p in tif.pages] == parsed.counts[:, 0].tolist()
+    array, _ = io.read(tmp_path / "many.eer", eer_group=16)
+    assert (np.asarray(array.numpy()) == 1).all()
+
+
+@pytest.mark.parametrize("head", [b"II+\x00" + struct.pack("<HHQ", 8, 0, 2**63 + 8),
+                                  b"MM\x00+" + struct.pack(">HHQ", 8, 0, 2**64 - 1),
+                                  b"II+\x00" + struct.pack("<HHQ", 8, 0, 16) + struct.pack("<Q", 2**62)])
+def test_hostile_tiff_directories_get_the_tiff_refusal(tmp_path, head):
+    """The EER detector reads every TIFF's first directory: offsets and entry counts no file can hold (Pillow's
+    seek_too_large.tif: a first IFD past 2^63) leave the file to the TIFF module's one-line refusal."""
+    (tmp_path / "seek_too_large.tif").write_bytes(head + bytes(64))
+    assert eer.first_compression(tmp_path / "seek_too_large.tif", head + bytes(64)) is None
+    assert_user_error(noa("info", tmp_path / "seek_too_large.tif"), "seek_too_large.tif")
+    (tmp_path / "seek_too_large.eer").write_bytes(head + bytes(64))
+    assert_user_error(noa("info", tmp_path / "seek_too_large.eer"), "seek_too_large.eer")
 
 
 # -- fractions decoded as the tiles ask (ReadRequest.tiles: a plan's source, noa copy) ---------------------------

@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from noa_core import operations, resolution
-from noa_core.errors import NoaError, ParameterError, ShapeError
+from noa_core.errors import NoaError, ParameterError, ShapeError, ValueRangeError
 
 # RELION prints 6 decimals (%12.6f): half a unit of the last.
 PRINTED = 5e-7
@@ -163,6 +163,38 @@ def test_refusals():
         resolution.fsc(np.zeros((2, 1, 8, 8)), np.zeros((2, 1, 8, 8)))
     with pytest.raises(ParameterError):
         resolution.fsc(np.zeros((8, 8)), np.zeros((8, 8)), shells="nearest")
+
+
+@pytest.mark.parametrize("where", ["half1", "half2", "mask"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_maps_and_masks_are_refused_by_name(where, bad):
+    """One such voxel made every shell NaN, which the crossing read as 'above up to the last shell'."""
+    maps = dict(zip(("half1", "half2"), noisy_pair((8, 8, 8), 1), strict=True), mask=np.ones((8, 8, 8)))
+    maps[where][2, 3, 4] = bad
+    with pytest.raises(ValueRangeError, match=f"^{where}: .*NaN or infinite"):
+        resolution.fsc(maps["half1"], maps["half2"], mask=maps["mask"])
+    with pytest.raises(ValueRangeError, match="^m.mrc: "):
+        resolution.fsc(maps["half1"], maps["half2"], mask=maps["mask"], names=("m.mrc",) * 3)
+
+
+@pytest.mark.parametrize("value", [0.0, 3.5])
+def test_constant_maps_have_an_undefined_fsc_and_no_resolution(value):
+    """A constant map's transform is 0 beyond shell 0 (NumPy): 0 / 0 in every shell from 1, no crossing."""
+    one = np.full((12, 12, 12), value)
+    assert not np.fft.rfftn(one).reshape(-1)[1:].any()
+    curve = resolution.fsc(one, np.random.default_rng(0).normal(size=one.shape), pixel_size=1.0)
+    assert np.isnan(curve.values[1:]).all() and curve.undefined_from == 1
+    for threshold in resolution.THRESHOLDS:
+        assert curve.crossing(threshold) == resolution.Crossing(threshold, False, None, None, 1)
+
+
+def test_the_crossing_is_looked_for_before_the_first_undefined_shell():
+    values = np.array([1.0, 0.9, 0.6, np.nan, 0.1, 0.05])
+    curve = resolution.Curve(values, "relion", 10, 1.0)
+    assert curve.undefined_from == 3
+    assert curve.crossing(0.5) == resolution.Crossing(0.5, False, 2, None, 3)  # never from the NaN or beyond it
+    assert curve.crossing(0.7) == resolution.Crossing(0.7, True, 1, pytest.approx(1 + 0.2 / 0.3), 3)
+    assert resolution.Curve(np.array([1.0, 0.9, 0.1]), "relion", 4, 1.0).undefined_from is None
 
 
 def test_python_api_takes_noa_arrays():
@@ -398,6 +430,58 @@ def test_cli_refusals_leave_nothing(tmp_path):
     assert sorted(tmp_path.iterdir()) == before
 
 
+def test_cli_refuses_non_finite_files_by_name_and_writes_nothing(tmp_path):
+    one, two = noisy_pair((16, 16, 16), 3)
+    bad = one.astype(np.float32)
+    bad[4, 5, 6] = np.nan
+    mask = np.ones((16, 16, 16), np.float32)
+    mask[0, 0, 0] = np.inf
+    for name, data in (("a.mrc", one), ("b.mrc", two), ("nan.mrc", bad), ("mask.mrc", mask)):
+        write_mrc(tmp_path / name, data.astype(np.float32), voxel_size=1.0)
+    before = sorted(tmp_path.iterdir())
+    out = ("-o", tmp_path / "fsc.star", "--plot", tmp_path / "fsc.png")
+    assert_user_error(noa("fsc", tmp_path / "a.mrc", tmp_path / "nan.mrc", *out), "nan.mrc", "NaN or infinite")
+    assert_user_error(noa("fsc", tmp_path / "nan.mrc", tmp_path / "b.mrc", *out), "nan.mrc", "NaN or infinite")
+    assert_user_error(noa("fsc", tmp_path / "a.mrc", tmp_path / "b.mrc", "--mask", tmp_path / "mask.mrc", *out),
+                      "mask.mrc", "NaN or infinite")
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_cli_constant_maps_report_no_resolution(tmp_path):
+    """Two empty (or constant) maps: the FSC is undefined beyond shell 0; it printed 'not reached; above it up to
+    the last shell 8 (2.000 Å)', the JSON resolution_angstrom 2.0. Exit 0: the files are valid maps."""
+    write_mrc(tmp_path / "z.mrc", np.zeros((16, 16, 16), np.float32), voxel_size=1.0)
+    write_mrc(tmp_path / "c.mrc", np.full((16, 16, 16), 2.0, np.float32), voxel_size=1.0)
+    for pair in (("z.mrc", "z.mrc"), ("c.mrc", "c.mrc"), ("z.mrc", "c.mrc")):
+        text = noa("fsc", *(tmp_path / name for name in pair))
+        assert text.returncode == 0, text.stderr
+        assert "Å" not in "".join(text.stdout.splitlines()[1:]) and "not reached" not in text.stdout
+        assert text.stdout.count("no resolution: the FSC is undefined from shell 1 on") == 2
+        result = json.loads(noa("fsc", *(tmp_path / name for name in pair), "--json").stdout)
+        for row in result["thresholds"]:
+            assert row["shell"] is row["resolution_angstrom"] is row["interpolated_angstrom"] is None
+            assert not row["falls_below"] and "undefined" in row["reason"]
+
+
+def test_cli_star_of_constant_maps_is_relions_text(tmp_path):
+    write_mrc(tmp_path / "z.mrc", np.zeros((16, 16, 16), np.float32), voxel_size=1.0)
+    write_mrc(tmp_path / "c.mrc", np.full((16, 16, 16), 2.0, np.float32), voxel_size=1.0)
+    for name in ("z.mrc", "c.mrc"):
+        expected = relion("relion_image_handler", "--i", tmp_path / name, "--fsc", tmp_path / name).stdout
+        assert noa("fsc", tmp_path / name, tmp_path / name, "-o", tmp_path / "t.star", "-f").returncode == 0
+        assert (tmp_path / "t.star").read_text() == expected[expected.index("\n# version"):]
+
+
+def test_cli_prints_resolutions_to_sensible_precision(tmp_path):
+    one, two = noisy_pair((16, 16, 16), 8, snr=100.0)
+    write_mrc(tmp_path / "a.mrc", one.astype(np.float32))
+    write_mrc(tmp_path / "b.mrc", two.astype(np.float32))
+    result = noa("fsc", tmp_path / "a.mrc", tmp_path / "b.mrc", "--angpix", "1e8")
+    assert result.returncode == 0, result.stderr
+    assert "above it up to the last shell 8 (2e+08 Å)" in result.stdout, result.stdout  # was 200000000.000 Å
+    assert "1e+08 Å/px" in result.stdout
+
+
 def test_unknown_pixel_size_gives_shells_and_a_notice(tmp_path):
     one, two = noisy_pair((16, 16, 16), 6)
     write_mrc(tmp_path / "a.mrc", one.astype(np.float32))
@@ -436,6 +520,22 @@ def test_http_upload_and_paths(tmp_path, make_client):
     files = [("files", (name, (root / name).read_bytes())) for name in ("a.mrc", "c.mrc")]
     assert_problem(client.post("/v1/upload/fsc", files=files), 422)
     assert sorted(p.name for p in root.glob("*.*") if not p.name.startswith(".")) == ["a.mrc", "b.mrc", "c.mrc"]
+
+
+def test_http_refuses_non_finite_maps_and_reports_constant_ones(tmp_path, make_client):
+    root = tmp_path / "root"
+    root.mkdir()
+    bad = np.zeros((16, 16, 16), np.float32)
+    bad[1, 2, 3] = np.inf
+    write_mrc(root / "bad.mrc", bad, voxel_size=1.0)
+    write_mrc(root / "zero.mrc", np.zeros((16, 16, 16), np.float32), voxel_size=1.0)
+    client = make_client(data_root=root)
+    problem = assert_problem(client.post("/v1/paths/fsc", json={"srcs": ["zero.mrc", "bad.mrc"]}), 422)
+    assert "bad.mrc" in problem["detail"] and "NaN or infinite" in problem["detail"]
+    constant = client.post("/v1/paths/fsc", json={"srcs": ["zero.mrc", "zero.mrc"]})
+    assert constant.status_code == 200, constant.text
+    assert [row["resolution_angstrom"] for row in constant.json()["thresholds"]] == [None, None]
+    assert all("undefined" in row["reason"] for row in constant.json()["thresholds"])
 
 
 def test_operation_kind():

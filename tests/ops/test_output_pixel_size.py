@@ -54,7 +54,7 @@ def test_split_parts_take_it_and_bad_values_are_refused(tmp_path):
         with mrcfile.open(part) as f:
             assert float(f.voxel_size.x) == pytest.approx(3.0)
     assert_user_error(noa("copy", tmp_path / "in.mrcs", tmp_path / "x.mrcs", "--pixel-size", "0"),
-                      "--pixel-size", "above 0")
+                      "--pixel-size", "must be between 1e-06 and 1e+09")
     assert_user_error(noa("copy", tmp_path / "in.mrcs", tmp_path / "x.mrcs", "--pixel-size", "1,2"),
                       "--pixel-size")
     assert not (tmp_path / "x.mrcs").exists()

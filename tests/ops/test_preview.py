@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import io as bytes_io
 import math
+import tracemalloc
+import warnings
 
 import hypothesis.extra.numpy as hnp
 import mrcfile
@@ -21,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from noa_core import pictures
+from noa_core import pictures, terminal
 from noa_core.errors import ParameterError
 from noa_core.io import mapped
 
@@ -123,6 +125,43 @@ def test_projections_are_means_along_the_axis(volume):
                                        rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("band_bytes", [64, 2048, pictures.BAND_BYTES])
+def test_projections_binned_in_bands_are_numpys_means(volume, band_bytes, monkeypatch):
+    """Bands of block rows, each read in pieces of rows or of sections: NumPy's mean along the axis, then block
+    means, over every region tried."""
+    path, data = volume
+    monkeypatch.setattr(pictures, "BAND_BYTES", band_bytes)
+    for axis, mean in (("z", data.mean(0, dtype=np.float64)), ("y", data.mean(1, dtype=np.float64)),
+                       ("x", data.mean(2, dtype=np.float64))):
+        rows, cols = mean.shape
+        for region, k in (((0, rows, 0, cols), 1), ((0, rows, 0, cols), 3), ((1, rows - 1, 2, cols), 2),
+                          ((2, 7, 3, 11), 4), ((rows - 1, rows, cols - 1, cols), 1)):
+            y0, y1, x0, x1 = region
+            got = pictures.read_plane(path, axis=axis, projection=True, region=region, step=k)
+            assert got.dtype == np.float32
+            np.testing.assert_allclose(got, block_means(mean[y0:y1, x0:x1], k), rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{axis} {region} {k}")
+
+
+def test_a_projection_holds_bands_not_the_plane(tmp_path):
+    """The z mean of a 4096 x 4096 int8 volume of two sections binned by 16: its float64 plane (128 MiB) is never
+    held, only the picture and a few bands (tracemalloc counts NumPy's allocations)."""
+    shape = (2, 4096, 4096)
+    rng = np.random.default_rng(11)
+    with mrcfile.new_mmap(tmp_path / "v.mrc", shape, mrc_mode=0) as f:
+        f.data[...] = rng.integers(-128, 128, shape, dtype=np.int8)
+        data = np.array(f.data)
+    tracemalloc.start()
+    try:
+        got = pictures.read_plane(tmp_path / "v.mrc", projection=True, step=16)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    sums = data.astype(np.int64).sum(axis=0).reshape(256, 16, 256, 16).sum(axis=(1, 3))
+    np.testing.assert_array_equal(got, (sums / (2 * 16 * 16)).astype(np.float32))  # exact: halves over 2^9
+    assert peak < 4 * pictures.BAND_BYTES, f"{peak >> 20} MiB held for a 256 x 256 projection"
+
+
 def test_a_stacks_sections_and_complex_moduli(tmp_path):
     stack = random_values((3, 8, 10), "complex64", seed=4)
     with mrcfile.new(tmp_path / "s.mrcs", stack) as f:
@@ -206,6 +245,29 @@ def test_the_other_contrasts():
     np.testing.assert_array_equal(gray, [0, 0, 127, 255, 255])
 
 
+def test_non_finite_values_are_left_out_of_the_limits_and_counted(tmp_path):
+    values = random_values((16, 20), seed=9)
+    values[3, 4], values[5, 6], values[7, 8] = np.nan, np.inf, -np.inf
+    write_mrc(tmp_path / "nan.mrc", values)
+    finite = values[np.isfinite(values)].astype(np.float64)
+    oracle = {"sigma:3": (finite.mean() - 3 * finite.std(ddof=1), finite.mean() + 3 * finite.std(ddof=1)),
+              "percentiles:2,98": tuple(np.percentile(finite, [2, 98])), "minmax": (finite.min(), finite.max())}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning from NumPy on the way
+        for contrast, (lo, hi) in oracle.items():
+            assert pictures.contrast_limits(values, contrast) == pytest.approx((lo, hi), rel=1e-12)
+            picture = pictures.preview(tmp_path / "nan.mrc", contrast=contrast)
+            levels = np.floor((np.clip(values.astype(np.float64), lo, hi) - lo) / ((hi - lo) / 255))
+            levels[3, 4] = 0  # NaN: black; the infinities clip
+            np.testing.assert_array_equal(picture, levels.astype(np.uint8), err_msg=contrast)
+            assert (picture[5, 6], picture[7, 8]) == (255, 0)
+        drawing = pictures.draw(tmp_path / "nan.mrc")
+        assert (drawing.count, drawing.non_finite) == (320, 3)
+        binned = pictures.draw(tmp_path / "nan.mrc", bin=2)  # each in a 2 x 2 block of its own: 3 of 80 blocks
+        assert (binned.count, binned.non_finite) == (80, 3)
+        assert pictures.contrast_limits(np.full(4, np.nan)) == (0.0, 1.0)
+
+
 @pytest.mark.parametrize("spec", ["sigma", "sigma:0", "sigma:x", "percentiles:9,1", "percentiles:1",
                                   "minmax:3", "range:5,5", "range:1,inf", "gamma:2"])
 def test_bad_contrasts_are_refused_naming_contrast(spec):
@@ -261,6 +323,46 @@ def test_encoded_pictures_decode_with_pillow():
 
 
 # -- the picture ------------------------------------------------------------------------------------
+
+
+def half_block_text(picture: np.ndarray) -> str:
+    """The escape sequences of noa's terminal pictures written out cell by cell (a cell: the pixel above as the
+    glyph's colour, the one below as the background, or the terminal's own below an odd last row)."""
+    rgb = np.repeat(picture[..., None], 3, axis=2) if picture.ndim == 2 else picture
+    lines = []
+    for top in range(0, rgb.shape[0], 2):
+        cells = []
+        for x in range(rgb.shape[1]):
+            r, g, b = (int(v) for v in rgb[top, x])
+            below = "\x1b[49m" if top + 1 == rgb.shape[0] else "\x1b[48;2;{};{};{}m".format(*map(int, rgb[top + 1, x]))
+            cells.append(f"\x1b[38;2;{r};{g};{b}m{below}\u2580")
+        lines.append("".join(cells) + "\x1b[0m\n")
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("cells", [3, 7, terminal.BAND_CELLS])
+def test_terminal_text_is_the_escape_sequences_cell_by_cell(cells, monkeypatch):
+    monkeypatch.setattr(terminal, "BAND_CELLS", cells)  # bands that end inside the picture
+    rng = np.random.default_rng(12)
+    pictures_ = [rng.integers(0, 256, shape, dtype=np.uint8) for shape in
+                 ((1, 1), (1, 5), (2, 3), (5, 4), (6, 9, 3), (7, 2, 3), (0, 4))]
+    pictures_.append(np.array([[0, 9, 10, 99, 100, 255]], np.uint8))  # every count of digits
+    for picture in pictures_:
+        assert "".join(terminal.half_blocks(picture)) == half_block_text(picture), picture.shape
+
+
+def test_terminal_text_is_made_a_band_at_a_time():
+    """A 1024 x 2048 colour picture's text (75 MB as a string) given in pieces: memory stays within one band's,
+    which the preview's memory check counts (terminal.band_bytes)."""
+    picture = np.random.default_rng(13).integers(0, 256, (1024, 2048, 3), dtype=np.uint8)
+    tracemalloc.start()
+    try:
+        characters = sum(len(piece) for piece in terminal.half_blocks(picture))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert characters > 512 * 2048 * 30  # every cell: two colours of 3 numbers each and the glyph
+    assert peak <= terminal.band_bytes(2048), f"{peak >> 20} MiB held"
 
 
 def test_three_central_slices_side_by_side(volume):

@@ -93,7 +93,7 @@ def test_options_fill_defaults_and_name_the_bad_parameter():
     for values, param, fragment in (({"order": "X"}, "order", "not one of C, F, K"),
                                     ({"dtype": "float128"}, "dtype", "not one of"),
                                     ({"clamp": "yes"}, "clamp", "not true or false"),
-                                    ({"series": -1}, "series", "outside 0..10000"),
+                                    ({"series": -1}, "series", "-1 must be between 0 and 10000"),
                                     ({"series": True}, "series", "not an integer")):
         with pytest.raises(ParameterError) as caught:
             copy.options(values)
@@ -120,7 +120,7 @@ def test_integers_accept_exactly_what_the_declaration_says(values):
 def test_real_numbers_are_finite_and_within_bounds():
     assert Real(0, 10).check("scale", 2) == 2.0 and Reals(2, 2).parse("range", "0.1, 99.9") == (0.1, 99.9)
     for bad, words in [(float("nan"), "not a finite number"), (float("inf"), "not a finite number"),
-                       (True, "not a number"), ("1", "not a number"), (-1, "outside 0..10")]:
+                       (True, "not a number"), ("1", "not a number"), (-1, "-1 must be between 0 and 10")]:
         with pytest.raises(ParameterError, match=words):
             Real(0, 10).check("scale", bad)
     with pytest.raises(ParameterError, match="3 values given, 2 expected"):

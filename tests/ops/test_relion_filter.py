@@ -78,3 +78,29 @@ def test_half_shells_and_odd_edges_are_relions(tmp_path, size, angpix, options):
            "--angpix", angpix)
     got, expected = load(tmp_path / "noa.mrcs"), load(tmp_path / "relion.mrcs")
     np.testing.assert_allclose(got, expected, atol=1e-5 * np.abs(expected).max())
+
+
+
+@pytest.mark.parametrize("shape, header, given, zeroed", [((20, 20, 20), 1.3, None, True), ((20, 20), 1.3, None, True),
+                                                           ((20, 20, 20), 2.0, None, False),
+                                                           ((20, 20, 20), 2.0, 1.3, False)])
+def test_samples_exactly_at_nyquist_fall_as_relions_double_test_puts_them(tmp_path, shape, header, given, zeroed):
+    """|k| = N/2 exactly (19 samples of a 20^3 half transform, 6 of a 20 x 20 one): RELION's res = sqrt(r2) /
+    (N x angpix) <= 1 / (angpix x 2), in double, is false for the header's 1.3 Å (10 / 26 rounds above 1 / 2.6),
+    true at 2 Å and for --angpix 1.3, which RELION reads as float32 (1.29999995); noa kept them at every pixel
+    size (x 19 at B -80: 0.15 of the peak at 20^3)."""
+    data = np.random.default_rng(20).normal(size=shape).astype(np.float32)
+    write_mrc(tmp_path / "map.mrc", data, voxel_size=header)
+    option = () if given is None else ("--angpix", given)
+    result = noa("filter", tmp_path / "map.mrc", tmp_path / "noa.mrc", "--bfactor", "-80", *option)
+    assert result.returncode == 0, result.stderr
+    relion("relion_image_handler", "--i", tmp_path / "map.mrc", "--o", tmp_path / "relion.mrc", "--bfactor", "-80",
+           *option)
+    got, expected = load(tmp_path / "noa.mrc").reshape(shape), load(tmp_path / "relion.mrc").reshape(shape)
+    np.testing.assert_allclose(got, expected, atol=1e-5 * np.abs(expected).max())
+    angpix = header if given is None else float(np.float32(given))
+    np.testing.assert_allclose(got, relion_bfactor(data, angpix, -80.0), atol=1e-5 * np.abs(expected).max())
+    at_nyquist = spectral.frequencies(shape) == 0.5
+    assert at_nyquist.sum() == (19 if len(shape) == 3 else 6)
+    kept = np.abs(np.fft.rfftn(got.astype(np.float64))[at_nyquist]) > 1e-3
+    assert (not kept.any()) if zeroed else kept.all()

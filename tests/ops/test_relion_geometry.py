@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import noa_core as noa
 from helpers import assert_user_error, load, noa as run_noa, relion, write_mrc
 from noa_core import boxes, geometry, operations
-from noa_core.errors import ParameterError
+from noa_core.errors import ParameterError, ShapeError
 from noa_core.run import local
 
 N = 32  # RELION's projector wants a cube; its centre, as noa's, is N // 2
@@ -121,6 +121,74 @@ def test_euler_with_relions_offsets_and_its_projection(tmp_path):
     turned = noa.zeros((1, N, N, N), "float32")
     geometry.transform_3d(blobs()[None], turned, geometry.affine_3d(turned.shape, euler=(20, 50, -70)), "cubic")
     assert correlation(turned.numpy()[0].sum(axis=0), projection) > 0.999
+
+
+def beyond_the_sphere(n: int) -> np.ndarray:
+    """blobs() with two more near opposite corners, outside the box's inscribed sphere: turned, they leave it."""
+    z, y, x = np.mgrid[:n, :n, :n].astype(np.float64) - n // 2
+    volume = blobs(n).astype(np.float64)
+    corners = (((3 - n // 2, n // 2 - 4, n // 2 - 3), 0.8), ((n // 2 - 3, 3 - n // 2, 4 - n // 2), 0.5))
+    for (bz, by, bx), height in corners:
+        volume += height * np.exp(-((x - bx) ** 2 + (y - by) ** 2 + (z - bz) ** 2) / (2 * 2.0 ** 2))
+    return volume.astype(np.float32)
+
+
+@pytest.mark.parametrize("n", [32, 33], ids=["even", "odd"])
+@pytest.mark.parametrize("angles, offsets", [((20, 50, -70), (0, 0, 0)), ((45, 45, 45), (3, -2, 1.5)),
+                                             ((0, 90, 0), (0, 0, 0))])
+def test_like_relion_is_relion_project_3d_rot_beyond_the_sphere_and_on_odd_boxes(tmp_path, n, angles, offsets):
+    """RELION turns the map in Fourier space: content turned out of the box comes back at the opposite face, an odd
+    box comes out one voxel further, the corners of the transform are dropped. noa's real-space rotation does none
+    of that (r 0.65 to 0.98 here); --like relion does all of it, to float32 rounding."""
+    write_mrc(tmp_path / "map.mrc", beyond_the_sphere(n), voxel_size=1.0)
+    (rot, tilt, psi), (xoff, yoff, zoff) = angles, offsets
+    relion("relion_project", "--i", "map.mrc", "--o", "relion.mrc", "--3d_rot", "--rot", rot, "--tilt", tilt,
+           "--psi", psi, "--xoff", xoff, "--yoff", yoff, "--zoff", zoff, cwd=tmp_path)
+    expected = load(tmp_path / "relion.mrc")
+    options = ("--euler", f"{rot},{tilt},{psi}", "--shift", f"{-zoff},{-yoff},{-xoff}")
+    result = run_noa("transform", tmp_path / "map.mrc", tmp_path / "noa.mrc", *options, "--like", "relion")
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_allclose(load(tmp_path / "noa.mrc"), expected, atol=1e-6 * np.abs(expected).max())
+    plain = run_noa("transform", tmp_path / "map.mrc", tmp_path / "plain.mrc", *options, "--interp", "cubic")
+    assert plain.returncode == 0, plain.stderr
+    assert correlation(load(tmp_path / "plain.mrc"), expected) < 0.99
+
+
+@pytest.mark.parametrize("n", [16, 17], ids=["even", "odd"])
+def test_like_relion_at_rest_is_its_band_limited_gridding_corrected_map(n):
+    """Without RELION: at Euler angles 0 the Fourier interpolation lands on grid points, so relion_project writes
+    the map divided by its gridding correction sinc²(r / 2N), its transform cut to the Nyquist sphere |k| <= N // 2,
+    rolled by one voxel on every axis of an odd box; integer offsets roll it on (NumPy's FFT, written here)."""
+    volume = np.random.default_rng(n).normal(size=(n, n, n))
+    r = np.sqrt(sum(g ** 2 for g in np.mgrid[:n, :n, :n] - n // 2)) / (2 * n)
+    corrected = volume / np.where(r > 0, np.sinc(r), 1.0) ** 2
+    spectrum = np.fft.fftn(np.fft.ifftshift(corrected))
+    k = np.fft.fftfreq(n, 1 / n)
+    spectrum[np.sqrt(k[:, None, None] ** 2 + k[None, :, None] ** 2 + k[None, None, :] ** 2) > n // 2] = 0
+    expected = np.roll(np.fft.fftshift(np.fft.ifftn(spectrum).real), n % 2, axis=(0, 1, 2))
+    np.testing.assert_allclose(geometry.relion_rotated(volume), expected, atol=1e-12)
+    np.testing.assert_allclose(geometry.relion_rotated(volume, shift=(2, -1, 5)),
+                               np.roll(expected, (2, -1, 5), axis=(0, 1, 2)), atol=1e-12)
+
+
+def test_like_relion_refusals(tmp_path):
+    write_mrc(tmp_path / "cube.mrc", np.zeros((8, 8, 8), np.float32))
+    write_mrc(tmp_path / "box.mrc", np.zeros((8, 8, 10), np.float32))
+    write_mrc(tmp_path / "images.mrcs", np.zeros((2, 8, 8), np.float32), stack=True)
+    out = tmp_path / "out.mrc"
+    like = ("--like", "relion")
+    assert_user_error(run_noa("transform", tmp_path / "box.mrc", out, "--euler", "1,2,3", *like), "--like", "box.mrc",
+                      "cubes")
+    assert_user_error(run_noa("transform", tmp_path / "images.mrcs", out, "--shift", "1,2", *like), "--like", "cubes")
+    assert_user_error(run_noa("transform", tmp_path / "cube.mrc", out, "--euler", "1,2,3", "--scale", "2", *like),
+                      "--like", "scale")
+    assert_user_error(run_noa("transform", tmp_path / "cube.mrc", out, "--euler", "1,2,3", "--interp", "cubic",
+                              *like), "--interp", "Fourier space")
+    assert_user_error(run_noa("transform", tmp_path / "cube.mrc", out, "--euler", "1,2,3", "--border", "mirror",
+                              *like), "--border")
+    assert not out.exists()
+    with pytest.raises(ShapeError, match="cubes"):
+        geometry.relion_rotated(np.zeros((8, 8, 10)))
 
 
 # -- flips -------------------------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from helpers import assert_problem, assert_user_error, load, noa, relion, write_mrc
 from noa_core import operations, symmetry
 from noa_core.errors import ParameterError, ShapeError
-from noa_core.operations.symmetrize import GROUP_NAME
+from noa_core.point_group_names import PATTERN as GROUP_NAME
 
 ORDERS = {"C1": 1, "C2": 2, "C7": 7, "C12": 12, "D1": 2, "D3": 6, "D12": 24, "T": 12, "TD": 24, "TH": 24, "O": 24,
           "OH": 48, "I": 60, "I1": 60, "I2": 60, "I3": 60, "I4": 60, "IH": 120, "I1H": 120, "I2H": 120, "I3H": 120,
@@ -215,7 +215,8 @@ def test_unknown_groups_are_refused_naming_sym(name):
 
 @settings(max_examples=300, deadline=None)
 @given(name=st.one_of(st.from_regex(r"\A[CcDdSsIiTtOo][0-9A-Za-z]{0,3}\Z"),
-                      st.from_regex(GROUP_NAME, fullmatch=True)))
+                      st.from_regex(GROUP_NAME, fullmatch=True),
+                      st.from_regex(r"\A\s?[CcDdSs][0-9\u0660-\u0669\uff10-\uff19]{1,3}\s?\Z")))
 def test_the_schemas_pattern_is_the_names_accepted(name):
     """The HTTP schema's pattern of sym and list (GROUP_NAME) accepts exactly the names point_group accepts."""
     import re
@@ -330,7 +331,7 @@ def test_cli_writes_the_mean_and_lists_matrices(tmp_path):
     np.testing.assert_allclose(load(tmp_path / "out.mrc"), trilinear_symmetrize(v, symmetry.point_group("D2").matrices),
                                atol=1e-5)
     with mrcfile.open(tmp_path / "out.mrc") as f:
-        assert "noa symmetrize --sym d2: mean over 4 operators" in f.header.label[1].decode()
+        assert "noa symmetrize --sym D2: mean over 4 operators" in f.header.label[1].decode()
     listed = noa("symmetrize", "--list", "C4")
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
@@ -347,10 +348,13 @@ def test_cli_refusals_leave_no_output(tmp_path):
     assert_user_error(noa("symmetrize", tmp_path / "in.mrc", tmp_path / "c.mrc"), "--sym", "required")
     assert_user_error(noa("symmetrize", tmp_path / "stack.mrcs", tmp_path / "d.mrc", "--sym", "C2"), "stack of images")
     assert_user_error(noa("symmetrize", tmp_path / "image.mrc", tmp_path / "e.mrc", "--sym", "C2"), "an image")
+    write_mrc(tmp_path / "line.mrc", np.zeros((64, 1, 1), np.float32))  # issue 38 item 17: it was "an image"
+    assert_user_error(noa("symmetrize", tmp_path / "line.mrc", tmp_path / "g.mrc", "--sym", "C2"),
+                      "64 x 1 x 1 voxels: flat, not a 3-d map")
     assert_user_error(noa("symmetrize", "--list", "S5"), "--list", "even")
     both = noa("symmetrize", tmp_path / "in.mrc", tmp_path / "f.mrc", "--list", "C2")  # a query reads no file
     assert both.returncode == 2 and "--list reads no file" in both.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["image.mrc", "in.mrc", "stack.mrcs"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["image.mrc", "in.mrc", "line.mrc", "stack.mrcs"]
 
 
 def test_http_upload_and_query(tmp_path, make_client):
@@ -382,3 +386,25 @@ def test_declaration():
     operation = operations.get("symmetrize")
     assert operation.kind == "plan" and operation.query is not None
     assert operation.query.answer("o")["order"] == 24
+
+
+@pytest.mark.parametrize("name", ["C\u0663", "C\uff13", " C3 ", "C3\n", "c 3"])
+def test_one_grammar_on_every_door(tmp_path, make_client, name):
+    """Issue 38 item 16: the CLI took an Arabic-Indic or full-width digit and spaces, HTTP refused them."""
+    write_mrc(tmp_path / "in.mrc", np.zeros((8, 8, 8), np.float32))
+    assert_user_error(noa("symmetrize", tmp_path / "in.mrc", tmp_path / "out.mrc", "--sym", name), "--sym")
+    assert_user_error(noa("symmetrize", "--list", name), "--list")
+    assert not (tmp_path / "out.mrc").exists()
+    client = make_client()
+    assert_problem(client.get("/v1/query/symmetrize", params={"list": name}), 400)
+    assert_problem(client.post("/v1/upload/symmetrize", data={"sym": name},
+                               files={"file": ("in.mrc", (tmp_path / "in.mrc").read_bytes())}), 400)
+    with pytest.raises(ParameterError):
+        symmetry.point_group(name)
+
+
+def test_names_are_canonical_on_every_door(make_client):
+    """Issue 38 item 16: `C01` was accepted and named "C01"."""
+    assert symmetry.point_group("c01").name == "C1" and symmetry.point_group("d07h").name == "D7H"
+    assert noa("symmetrize", "--list", "c01").stdout.startswith("C1: 1 operators")
+    assert make_client().get("/v1/query/symmetrize", params={"list": "s04"}).json()["group"] == "S4"

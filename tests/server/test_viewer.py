@@ -22,6 +22,7 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
+import zarr
 from hypothesis import given, settings, strategies as st
 from PIL import Image
 from helpers import assert_problem, REPO, start_server, stop_server, write_mrc
@@ -29,7 +30,9 @@ from helpers import assert_problem, REPO, start_server, stop_server, write_mrc
 warnings.filterwarnings("ignore", message=".*httpx.*")
 from fastapi.testclient import TestClient  # noqa: E402
 
+from noa_core import io as noa_io  # noqa: E402
 from noa_server.app import create_app  # noqa: E402
+from noa_server.routes import view  # noqa: E402
 from noa_server.settings import Settings  # noqa: E402
 
 TILE = 256
@@ -226,6 +229,72 @@ print(json.dumps({{"whole": [whole.status_code, whole.json()], "kib": [before, a
     assert after - before < 48 * 1024, f"peak memory grew by {(after - before) // 1024} MiB for three tiles"
 
 
+def test_a_projection_holds_bands_not_the_plane_in_float64(tmp_path):
+    """The mean of an 8192 x 8192 int8 volume's two sections drawn 256 pixels a side, and its histogram: the
+    picture, the statistics and a value are NumPy's, and peak memory grows by a few bands (16 MiB) where the
+    projected plane in float64 would be 512 MiB."""
+    root = tmp_path / "root"
+    root.mkdir()
+    rng = np.random.default_rng(47)
+    with mrcfile.new_mmap(root / "im.mrc", (2, BIG, BIG), mrc_mode=0) as f:
+        for top in range(0, BIG, 1024):
+            f.data[:, top:top + 1024] = rng.integers(-128, 128, (2, 1024, BIG), dtype=np.int8)
+    write_mrc(root / "small.mrc", integers((32, 32)))
+    script = f"""
+import io, json, resource, warnings
+warnings.filterwarnings("ignore")
+from pathlib import Path
+import numpy as np
+from PIL import Image
+from fastapi.testclient import TestClient
+from noa_server.app import create_app
+from noa_server.settings import Settings
+client = TestClient(create_app(Settings(warmup=False, data_root=Path({str(root)!r}), tmp_dir=Path({str(tmp_path)!r}),
+                                        workers=1)))
+assert client.get("/v1/view/image", params={{"file": "small.mrc", "projection": True}}).status_code == 200
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+image = client.get("/v1/view/image", params={{"file": "im.mrc", "size": 256, "projection": True}})
+histogram = client.get("/v1/view/histogram", params={{"file": "im.mrc", "projection": True}})
+value = client.get("/v1/view/value", params={{"file": "im.mrc", "projection": True, "x": 4100, "y": 8191}})
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+assert image.status_code == histogram.status_code == value.status_code == 200, (image.text, histogram.text)
+print(json.dumps({{"kib": [before, after], "image": np.asarray(Image.open(io.BytesIO(image.content))).tolist(),
+                  "statistics": histogram.json()["statistics"], "value": value.json()["value"]}}))
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    with mrcfile.mmap(root / "im.mrc", permissive=True) as f:  # the oracle: integer sums, 1024 rows at a time
+        picture_means = np.concatenate([np.asarray(f.data[:, top:top + 1024], np.int64).sum(axis=0)
+                                        .reshape(32, 32, 256, 32).sum(axis=(1, 3)) / (2 * 32 * 32)
+                                        for top in range(0, BIG, 1024)]).astype(np.float32)
+        overview = np.concatenate([np.asarray(f.data[:, top:top + 1024], np.int64).sum(axis=0)
+                                   .reshape(128, 8, 1024, 8).sum(axis=(1, 3)) / (2 * 8 * 8)
+                                   for top in range(0, BIG, 1024)]).astype(np.float32)
+        expected_value = np.asarray(f.data[:, 8191, 4100], np.float64).mean()
+    np.testing.assert_array_equal(np.array(out["image"], dtype=np.uint8), picture(picture_means))
+    stats = out["statistics"]
+    assert (stats["min"], stats["max"]) == (overview.min(), overview.max())
+    np.testing.assert_allclose([stats["mean"], stats["sd"]], [overview.mean(dtype=np.float64),
+                                                              overview.std(dtype=np.float64)], rtol=1e-6)
+    assert out["value"] == expected_value
+    before, after = out["kib"]
+    assert after - before < 128 * 1024, f"peak memory grew by {(after - before) // 1024} MiB"
+
+
+def test_the_working_memory_is_checked_before_drawing(client, root, monkeypatch):
+    from noa_core import limits
+
+    write_mrc(root / "checked.mrc", integers((64, 64), seed=49))
+    monkeypatch.setattr(limits, "available_memory", lambda: 1 << 20)
+    for endpoint in ("image", "tile", "histogram"):
+        body = assert_problem(client.get(f"/v1/view/{endpoint}", params={"file": "checked.mrc"}), 507,
+                              "insufficient-memory")
+        assert body["detail"].startswith("checked.mrc: ") and "1 MiB available" in body["detail"], body
+    monkeypatch.undo()
+    assert client.get("/v1/view/image", params={"file": "checked.mrc"}).status_code == 200
+
+
 # -- histogram, value, header, listing -----------------------------------------------------------------------
 
 def test_the_histogram_its_statistics_and_the_limits_of_each_rule(client, root):
@@ -318,6 +387,71 @@ def test_etag_from_the_file_and_the_query_and_304(client, root):
     os.utime(path, ns=(1, 1))
     fresh = client.get("/v1/view/image", params=params, headers={"If-None-Match": tag})
     assert fresh.status_code == 200 and fresh.headers["etag"] != tag and decoded(fresh).shape == (16, 20)
+
+
+def _answers(client: TestClient, name: str, **params) -> dict[str, httpx.Response]:
+    """The picture, histogram and value of ``name`` (the cursor at 3, 2)."""
+    return {"image": client.get("/v1/view/image", params={"file": name, "contrast": "minmax", **params}),
+            "histogram": client.get("/v1/view/histogram", params={"file": name, **params}),
+            "value": client.get("/v1/view/value", params={"file": name, "x": 3, "y": 2, **params})}
+
+
+def _revalidated(client: TestClient, before: dict[str, httpx.Response]) -> dict[str, httpx.Response]:
+    """The same requests as ``before`` with its ETags in If-None-Match: each must be a 200 with a new ETag."""
+    after = {}
+    for endpoint, answer in before.items():
+        again = client.get(answer.request.url, headers={"If-None-Match": answer.headers["etag"]})
+        assert again.status_code == 200, (endpoint, again.status_code)
+        assert again.headers["etag"] != answer.headers["etag"], endpoint
+        after[endpoint] = again
+    return after
+
+
+def test_a_store_whose_chunks_zarr_rewrites_gets_new_etags_and_statistics(client, root):
+    """A chunk rewritten inside level 0 changes no stat of the store's folder: the identity is that of its files."""
+    data = integers((6, 40, 48), seed=41)
+    noa_io.write(root / "store.ome.zarr", data)
+    before = _answers(client, "store.ome.zarr")
+    assert before["histogram"].json()["statistics"]["max"] == data[3].max()  # the central z slice
+    assert before["value"].json()["value"] == data[3, 2, 3]
+    for answer in before.values():  # cacheable while nothing changes: the same ETag gives a 304
+        assert client.get(answer.request.url, headers={"If-None-Match": answer.headers["etag"]}).status_code == 304
+    zarr.open_array(str(root / "store.ome.zarr" / "0"), mode="r+")[...] = 42
+    after = _revalidated(client, before)
+    assert after["histogram"].json()["statistics"] == {"min": 42.0, "max": 42.0, "mean": 42.0, "sd": 0.0}
+    assert after["value"].json()["value"] == 42.0
+    assert (decoded(after["image"]) == 127).all()  # a constant plane: minmax limits 41.5..42.5
+
+
+def test_a_file_rewritten_in_place_with_its_time_put_back_gets_new_etags(client, root):
+    """As cp -p or rsync -t --inplace leave it: same inode, size and modification time; only the change time moves."""
+    path = root / "inplace.mrc"
+    write_mrc(path, integers((24, 32), seed=43))
+    before = _answers(client, "inplace.mrc")
+    old = os.stat(path)
+    new = integers((24, 32), seed=44)
+    with mrcfile.mmap(path, mode="r+") as f:
+        f.data[...] = new
+    os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
+    while os.stat(path).st_ctime_ns == old.st_ctime_ns:  # the change time moves with the kernel's clock tick
+        os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
+    now = os.stat(path)
+    assert (now.st_ino, now.st_size, now.st_mtime_ns) == (old.st_ino, old.st_size, old.st_mtime_ns)
+    after = _revalidated(client, before)
+    np.testing.assert_array_equal(decoded(after["image"]), picture(new, "minmax"))
+    stats = after["histogram"].json()["statistics"]
+    assert (stats["min"], stats["max"]) == (new.min(), new.max())
+    assert after["value"].json()["value"] == new[2, 3]
+
+
+def test_a_store_of_more_entries_than_are_statted_is_never_cached(client, root, monkeypatch):
+    noa_io.write(root / "many.ome.zarr", integers((16, 16), seed=45))
+    monkeypatch.setattr(view, "MAX_STORE_ENTRIES", 2)
+    first = client.get("/v1/view/image", params={"file": "many.ome.zarr"})
+    again = client.get("/v1/view/image", params={"file": "many.ome.zarr"},
+                       headers={"If-None-Match": first.headers["etag"]})
+    assert again.status_code == 200 and again.headers["etag"] != first.headers["etag"]
+    np.testing.assert_array_equal(decoded(again), decoded(first))
 
 
 # -- refusals --------------------------------------------------------------------------------------------------

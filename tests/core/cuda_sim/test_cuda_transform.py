@@ -70,3 +70,22 @@ def test_noa_transform_with_device_cuda_writes_what_the_cpu_writes(tmp_path):
         local.write(task, tmp_path / "in.mrcs", tmp_path / f"{device}.mrcs")
     with mrcfile.open(tmp_path / "cpu.mrcs") as cpu, mrcfile.open(tmp_path / "cuda.mrcs") as gpu:
         np.testing.assert_allclose(gpu.data, cpu.data, atol=1e-5)
+
+
+def test_noa_transform_like_relion_with_device_cuda_writes_what_the_cpu_writes(tmp_path):
+    """--like relion computes on the host (RELION's projector transcribed in NumPy) and writes the device's tile."""
+    import mrcfile
+
+    from noa_core import operations
+    from noa_core.run import local
+
+    data = np.random.default_rng(6).normal(size=(7, 7, 7)).astype(np.float32)
+    mrcfile.new(tmp_path / "map.mrc", data).close()
+    for device in ("cpu", "cuda"):
+        task = operations.get("transform").task(euler=(20.0, 50.0, -70.0), shift=(1.0, 0.0, -2.0), like="relion",
+                                                device=device)
+        local.write(task, tmp_path / "map.mrc", tmp_path / f"{device}.mrc")
+    with mrcfile.open(tmp_path / "cpu.mrc") as cpu, mrcfile.open(tmp_path / "cuda.mrc") as gpu:
+        np.testing.assert_array_equal(gpu.data, cpu.data)
+        expected = geometry.relion_rotated(data, (20.0, 50.0, -70.0), (1.0, 0.0, -2.0))
+        np.testing.assert_allclose(cpu.data, expected, atol=1e-6 * np.abs(expected).max())
