@@ -7,7 +7,7 @@ at most 1.5 for the stack commands, 2 for ewise and the Fourier operations). The
 float32 image stack. noa's bytecode is compiled first, as an install compiles it (`pip install` does; an
 editable checkout with PYTHONDONTWRITEBYTECODE set would compile noa's sources in every process).
 
-`--crossover` measures instead where NumPy stops paying (noa_core.compute_path.SMALL_BYTES): `noa copy`
+`--crossover` measures instead where NumPy stops paying (noa_core.compute.compute_path.SMALL_BYTES): `noa copy`
 and `noa stats` of float32 volumes of growing size with NOA_COMPUTE=numpy and NOA_COMPUTE=numba, paired
 in turns, each a whole process (numba's import and kernel loading included, from a warm cache).
 

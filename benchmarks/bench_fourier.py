@@ -30,7 +30,9 @@ import scipy.fft
 from scipy import ndimage
 
 import noa_core as noa
-from noa_core import fft, geometry, resampling
+from noa_core.fourier import fft
+from noa_core.geometry import transforms
+from noa_core.fourier import resampling
 
 
 def paired(noa_call: Callable[[], object], yardstick: Callable[[], object], repeat: int) -> tuple[float, float, float]:
@@ -84,13 +86,13 @@ def main() -> None:
 
     rng = np.random.default_rng(0)
     stack = rng.normal(size=(args.count, 1, args.size, args.size)).astype(np.float32)
-    matrices = np.stack([geometry.affine_2d(stack.shape, rotate=a, shift=(3.5, -2.25))
+    matrices = np.stack([transforms.affine_2d(stack.shape, rotate=a, shift=(3.5, -2.25))
                          for a in np.linspace(-60, 60, args.count)])
     out = noa.zeros(stack.shape)
     reference = np.empty((args.count, args.size, args.size), np.float32)
 
     def noa_transform() -> None:
-        geometry.transform_2d(stack, out, matrices, "linear", "zero")
+        transforms.transform_2d(stack, out, matrices, "linear", "zero")
 
     def scipy_transform() -> None:
         for b in range(args.count):

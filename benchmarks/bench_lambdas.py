@@ -3,7 +3,7 @@
 Each row times, in turns within every round, the same computation on the same arrays through a
 built-in operator (the yardstick, whose kernels are cached by name) and through a lambda evaluated
 anew at every call (a new function object each time, as in a notebook loop), which noa maps to the
-kernel compiled for the first equal lambda (noa_core.user_kernels). Times are medians over the
+kernel compiled for the first equal lambda (noa_core.compute.user_kernels). Times are medians over the
 rounds; the ratio is the median of the ratios taken within each round. The first call of the
 lambda (its compilation) is reported once. The goal of issue 19 is a ratio of at most 2.
 
@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 import noa_core as nc
-from noa_core import user_kernels
+from noa_core.compute import user_kernels
 from noa_core.kernels import BUILTIN_OPS
 
 

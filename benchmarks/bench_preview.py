@@ -62,10 +62,10 @@ def rchar():
     with open("/proc/self/io") as f:
         return int(next(line for line in f if line.startswith("rchar")).split()[1])
 import numpy as np
-from noa_core import pictures
-pictures.encode(pictures.preview(np.zeros((4, 4, 4), np.float32)), "png")  # imports done: rchar counts data alone
+from noa_core.pictures import drawing
+drawing.encode(drawing.preview(np.zeros((4, 4, 4), np.float32)), "png")  # imports done: rchar counts data alone
 before, start = rchar(), time.perf_counter()
-picture = pictures.preview(sys.argv[1])
+picture = drawing.preview(sys.argv[1])
 elapsed, read = time.perf_counter() - start, rchar() - before
 print(elapsed, read, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, *picture.shape[:2])
 """
@@ -97,7 +97,7 @@ def thumbnails(folder: Path, count: int, size: int, rounds: int) -> None:
 
 
 def central_slices(folder: Path, sides: list[int], rounds: int) -> None:
-    print("central slices (XY, XZ, YZ) of N^3 float32 volumes: pictures.render in a child process, and the command")
+    print("central slices (XY, XZ, YZ) of N^3 float32 volumes: drawing.render in a child process, and the command")
     print(f"{'N':>6}{'volume MiB':>12}{'read MiB':>10}{'3 planes MiB':>14}{'render s':>10}{'peak MiB':>10}"
           f"{'noa preview s':>15}")
     for side in sides:

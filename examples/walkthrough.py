@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 import noa_core as noa
-from noa_core import layout
+from noa_core.array import layout
 
 
 def show(label: str, value) -> None:

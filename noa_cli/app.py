@@ -108,7 +108,8 @@ def warmup(
     """
     import os
 
-    from noa_core import compute_path, limits
+    from noa_core import limits
+    from noa_core.compute import compute_path
     from noa_core.run.warmup import warmup as compile_kernels
 
     # This process only warms up: small files must take the numba path too (workers force it themselves).

@@ -1,5 +1,11 @@
 """noa_core: 4-d BDHW arrays with element strides, layout rules, kernels, operations and image files.
 
+Folders by layer, each importing only those below it (tests/core/test_layering.py): ``array/`` (the Array,
+layout, element types, devices), ``kernels/`` (numba CPU and CUDA back-ends), ``compute/`` (launches,
+element-wise, reductions, expressions, conversions), ``io/`` (formats, the writer, atomic outputs), the
+domains ``fourier/``, ``geometry/``, ``images/`` and ``pictures/``, then ``operations/`` (one declaration
+each) and ``run/`` (the drivers).
+
 Names are loaded on first use (PEP 562), so that ``import noa_core`` (and the CLI's ``--help``,
 which reads the operation declarations) loads neither NumPy nor numba until something needs them.
 """
@@ -29,7 +35,8 @@ SUMMARY = ("Convert, reshape, filter, measure and look at cryo-EM and microscopy
 def _load_array_kernels():
     """What Array.copy, astype, fill, its operators and .to run: element-wise functions and the
     device transfer, which import Array themselves (and numba)."""
-    from noa_core import array, devices, elementwise, interop
+    from noa_core.array import array, devices, interop
+    from noa_core.compute import elementwise
 
     return array.ArrayKernels(copy=elementwise.copy, permute_copy=elementwise.permute_copy,
                               astype=elementwise.astype, fill=elementwise.fill,
@@ -38,34 +45,38 @@ def _load_array_kernels():
 
 def _png_picture(array) -> bytes | None:
     """Array._repr_png_ (by name, as the lazy names below: the pictures module reaches the files' modules)."""
-    return importlib.import_module("noa_core.pictures").png_picture(array)
+    return importlib.import_module("noa_core.pictures.drawing").png_picture(array)
 
 
 providers.array_kernels = _load_array_kernels
 providers.png_picture = _png_picture
 
+# The one lazy table of the public names: name -> the module defining it.
 _LAZY = {
-    **dict.fromkeys(("Array", "arange", "asarray", "empty", "full", "ones", "zeros"), "noa_core.array"),
-    **dict.fromkeys(("matrix", "vector"), "noa_core.dtypes"),
-    **dict.fromkeys(("astype", "copy", "ewise", "fill", "permute_copy"), "noa_core.elementwise"),
-    "iwise": "noa_core.indexwise",
-    **dict.fromkeys(("max", "mean", "min", "reduce_ewise", "std", "sum", "var"), "noa_core.reduction"),
-    "cuda_available": "noa_core.devices",
-    "from_dlpack": "noa_core.interop",
-    **dict.fromkeys(("normalize", "scale"), "noa_core.intensity"),
-    **dict.fromkeys(("average", "join", "sections", "split"), "noa_core.stack_sections"),
-    **dict.fromkeys(("bin_voxels", "flip", "resize", "rotx"), "noa_core.boxes"),
-    **dict.fromkeys(("fourier_resize", "rescale"), "noa_core.resampling"),
-    "fsc": "noa_core.resolution",
-    "symmetrize": "noa_core.symmetry",
-    "preview": "noa_core.pictures",
+    **dict.fromkeys(("Array", "arange", "asarray", "empty", "full", "ones", "zeros"), "noa_core.array.array"),
+    **dict.fromkeys(("matrix", "vector"), "noa_core.array.dtypes"),
+    **dict.fromkeys(("astype", "copy", "ewise", "fill", "permute_copy"), "noa_core.compute.elementwise"),
+    "iwise": "noa_core.compute.indexwise",
+    **dict.fromkeys(("max", "mean", "min", "reduce_ewise", "std", "sum", "var"), "noa_core.compute.reduction"),
+    "cuda_available": "noa_core.array.devices",
+    "from_dlpack": "noa_core.array.interop",
+    **dict.fromkeys(("normalize", "scale"), "noa_core.images.intensity"),
+    **dict.fromkeys(("average", "join", "sections", "split"), "noa_core.images.stacks"),
+    **dict.fromkeys(("bin_voxels", "flip", "resize", "rotx"), "noa_core.images.boxes"),
+    **dict.fromkeys(("fourier_resize", "rescale"), "noa_core.fourier.resampling"),
+    "fsc": "noa_core.fourier.resolution",
+    "symmetrize": "noa_core.geometry.symmetry",
+    "preview": "noa_core.pictures.drawing",
 }
-_SUBMODULES = ("array", "layout", "fft", "spectral", "geometry", "pictures")  # `noa_core.layout` etc., also lazily
+# Modules users reach as ``noa_core.NAME`` (also lazily), and the layered folders.
+_SUBMODULES = {"layout": "noa_core.array.layout", "fft": "noa_core.fourier.fft", "spectral": "noa_core.fourier.spectral",
+               **{name: f"noa_core.{name}" for name in ("array", "compute", "fourier", "geometry", "io", "kernels",
+                                                        "operations", "pictures", "run", "images")}}
 
 
 def __getattr__(name: str):
     if name in _SUBMODULES:
-        return importlib.import_module(f"noa_core.{name}")
+        return importlib.import_module(_SUBMODULES[name])
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'noa_core' has no attribute {name!r}")

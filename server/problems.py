@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException
 
 from noa_core import errors
-from noa_core.expr import ExpressionError
+from noa_core.compute.expr import ExpressionError
 
 MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:noa:problem:"

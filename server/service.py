@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 
-from noa_core import expr, runtime
+from noa_core.compute import expr
+from noa_core.kernels import runtime
 from noa_core.run.warmup import warmup_once
 from noa_server.jobs import JobStore
 from noa_server.execution import remove_abandoned_uploads

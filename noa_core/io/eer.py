@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from noa_core import layout
+from noa_core.array import layout
 from noa_core.errors import (
     CorruptFileError,
     FileFormatError,
@@ -65,7 +65,7 @@ from noa_core.io import libc, mapped
 from noa_core.io.compression import open_input
 from noa_core.io.metadata import HeaderStatistics, Metadata
 from noa_core.io.protocol import EER_READ_OPTIONS, Created, OutputSpec, Probe, ReadRequest
-from noa_core.layout import Shape4
+from noa_core.array.layout import Shape4
 from noa_core.limits import MAX_OUTPUT_BYTES
 
 if TYPE_CHECKING:

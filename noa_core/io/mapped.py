@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from noa_core.compute.tiles import RUN_BYTES
 from noa_core.errors import NoSpaceError, SizeError, TruncatedFileError
 from noa_core.io.compression import open_input
 
@@ -43,7 +44,6 @@ _PRIVATE: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # mappings of this pro
 # input mapping -> what writes a byte range into its file while read_view reads it (map_input's ``produce``)
 _PRODUCERS: weakref.WeakKeyDictionary[mmap.mmap, Callable[[int, int], contextlib.AbstractContextManager]] = \
     weakref.WeakKeyDictionary()
-RUN_BYTES = 8 << 20  # a view is read in runs of at most this many contiguous bytes (and at least one element)
 PARALLEL_BYTES = 4 << 20  # smaller views are read by one thread
 
 

@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from noa_core import layout
-from noa_core.layout import Shape4
+from noa_core.array import layout
+from noa_core.array.layout import Shape4
+from noa_core.compute.moments import HeaderStatistics
 
 Triple = tuple[float, float, float]
 # Per output section, the input's stored section it comes from (None: a new one), or a function giving them.
@@ -71,16 +72,6 @@ def angstroms_per_unit(unit: str | None) -> float | None:
     if unit is None:
         return None
     return _ANGSTROMS_PER_UNIT.get(unit.strip().lower())
-
-
-@dataclass(frozen=True)
-class HeaderStatistics:
-    """Header statistics: minimum, maximum, mean and RMS deviation from the mean (None: unknown)."""
-
-    min: float | None
-    max: float | None
-    mean: float | None
-    rms: float | None
 
 
 @dataclass

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, BinaryIO
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from noa_core import __version__, layout
+from noa_core import __version__
+from noa_core.array import layout
 from noa_core.errors import (
     AxisMappingError,
     FileFormatError,
@@ -44,7 +45,7 @@ from noa_core.io import mapped
 from noa_core.io.compression import CHUNK_BYTES, Decompressed, open_input
 from noa_core.io.metadata import ANGSTROM, Metadata, HeaderStatistics, Triple, permute_per_axis
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
-from noa_core.layout import Shape4
+from noa_core.array.layout import Shape4
 
 if TYPE_CHECKING:
     from noa_core.array import Array

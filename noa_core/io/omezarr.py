@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from noa_core import layout
+from noa_core.array import layout
 from noa_core.errors import (
     CorruptFileError,
     FileFormatError,
@@ -62,7 +62,7 @@ from noa_core.io import beneath, mapped, tiff
 from noa_core.io.metadata import ANGSTROM, Metadata, HeaderStatistics, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.limits import MAX_OUTPUT_BYTES
-from noa_core.layout import Shape4
+from noa_core.array.layout import Shape4
 
 if TYPE_CHECKING:
     from noa_core.array import Array

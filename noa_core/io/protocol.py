@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from noa_core import layout
+from noa_core.array import layout
 from noa_core.io.metadata import Metadata, HeaderStatistics
-from noa_core.layout import Shape4, Strides4
+from noa_core.array.layout import Shape4, Strides4
 
 if TYPE_CHECKING:
     from noa_core.array import Array

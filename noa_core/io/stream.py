@@ -1,4 +1,5 @@
-"""Streaming outputs: fill a temporary file tile by tile, then commit it atomically.
+"""Streaming outputs: fill a temporary file tile by tile (tiles planned by :mod:`noa_core.compute.tiles`), then
+commit it atomically.
 
 Peak memory does not grow with the file: :func:`fill` walks the output in tiles whose buffers (one
 for the output, one per source read) stay under a budget. Each tile's sources are read with
@@ -13,141 +14,27 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import itertools
 import math
 import mmap as mmap_module
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from noa_core import layout
+from noa_core.array import layout
 from noa_core.array import Array, asarray
 from noa_core.errors import FileFormatError, LayoutError, NoSpaceError, ShapeError
 from noa_core.io import atomic, formats, libc, mapped
 from noa_core.io.metadata import Metadata
 from noa_core.io.protocol import OutputSpec
 from noa_core.limits import check_output_size
-from noa_core.moments import RunningStatistics
-from noa_core.layout import Shape4
-
-# Per tile, the buffer of the output and of each source read (two tiles are in flight). Small enough for
-# a tile to stay in the processor's cache between its read, its statistics and its write: measured on
-# 1 GiB, 8 MiB tiles copied and transposed 1.3-2x faster than 32 MiB ones.
-TILE_BYTES = 8 << 20
-RUN_COST = 64 << 10  # a read or write call costs about as much as moving this many bytes
-TILE_COST = 256 << 10  # and a tile (a kernel launch, a hand-over to the writer thread) as much as this
-MIN_TILE_BYTES = 1 << 20  # the least a tile of a plan with reads is given, however much it reads
-
-Compute = Callable[[list[Array], Array], None]
-Key = tuple[slice, ...]
-# An output tile's key -> the source views it is computed from (lazy, any shapes) and how: ``compute(blocks,
-# out)`` gets those views read into memory and the output tile.
-TileReads = Callable[[Key], tuple[list[Array], Compute]]
-
-
-class TileTarget(Protocol):
-    """Where computed tiles go: a file (:class:`TileFile`) or a store's chunks (a store format's ``tiles``)."""
-
-    writers: int  # tiles written at once, each from its own thread
-
-    def buffer(self, key: Key, slot: int) -> np.ndarray:
-        """A reused BDHW buffer (``slot``) for tile ``key``, laid out as the target stores it."""
-
-    def write(self, key: Key, buffer: np.ndarray) -> None:
-        """Store ``buffer`` as tile ``key`` (called from a writer thread)."""
-
-    def sync(self) -> None:
-        """Make what was written durable before a task reports it done."""
-
-    def close(self) -> None: ...
-
-
-# ---------------------------------------------------------------------------------------------
-# Tiling
-# ---------------------------------------------------------------------------------------------
-
-
-def _source_runs(tiles_: np.ndarray, strides: Sequence[int], itemsize: int) -> tuple[np.ndarray, np.ndarray]:
-    """(runs, bytes per run) of each candidate tile (rows of ``tiles_``) read from a layout by
-    :func:`noa_core.io.mapped.read_view`: dimensions by increasing stride join one run (gaps included)
-    while it stays within ``mapped.RUN_BYTES``; each index of the others is a run of its own."""
-    order = sorted((i for i in range(4) if strides[i] != 0), key=lambda i: abs(strides[i]))
-    span = np.full(len(tiles_), itemsize, np.int64)
-    runs = np.ones(len(tiles_), np.int64)
-    joining = np.ones(len(tiles_), bool)
-    for i in order:
-        wider = span + (tiles_[:, i] - 1) * abs(strides[i]) * itemsize
-        joins = joining & ((wider <= mapped.RUN_BYTES) | (span == itemsize) | (tiles_[:, i] == 1))
-        span = np.where(joins, wider, span)
-        runs = np.where(joins, runs, runs * tiles_[:, i])
-        joining = joins
-    return runs, span
-
-
-def _output_runs(tiles_: np.ndarray, shape: Sequence[int], strides: Sequence[int],
-                 itemsize: int) -> tuple[np.ndarray, np.ndarray]:
-    """(runs, bytes per run) of each candidate tile written into a packed layout: a run is contiguous in
-    the file, so it spans the inner dimensions whole and stops after the first one it does not."""
-    order = sorted(range(4), key=lambda i: strides[i])
-    span = np.full(len(tiles_), itemsize, np.int64)
-    runs = np.ones(len(tiles_), np.int64)
-    joining = np.ones(len(tiles_), bool)
-    for i in order:
-        span = np.where(joining, span * tiles_[:, i], span)
-        runs = np.where(joining, runs, runs * tiles_[:, i])
-        joining = joining & (tiles_[:, i] == shape[i])
-    return runs, span
-
-
-def plan_tile(shape: Shape4, sources: Sequence[tuple[Sequence[int], int]], budget: int = TILE_BYTES,
-              whole: Sequence[int] = (), output: tuple[Sequence[int], int] | None = None) -> Shape4:
-    """Tile extents for streaming ``shape``: each tile's buffer holds at most ``budget`` bytes for every
-    source read (``(strides, itemsize)``, viewed onto ``shape``), gaps read between a view's elements
-    included, and for the ``output`` written (``(strides, itemsize)`` of a packed layout), if any.
-
-    Candidates halve each dimension repeatedly (but the dimensions in ``whole``, which every tile
-    spans entirely); among those within budget, the one with the least cost per element wins (then
-    the largest), a cost being the bytes moved plus :data:`RUN_COST` per read or write call and
-    :data:`TILE_COST` per tile. Whole
-    sections are the common result: a transpose of height and width then happens in memory, and
-    every read and write is one long run.
-    """
-    options = [[n] if i in whole else sorted({-(-n // (1 << k)) for k in range(max(n, 1).bit_length() + 1)})
-               for i, n in enumerate(shape)]
-    grid = np.array(np.meshgrid(*options, indexing="ij"), np.int64).reshape(4, -1).T
-    worst = np.zeros(len(grid), np.int64)
-    cost = np.full(len(grid), TILE_COST, np.int64)
-    if output is not None:
-        runs, span = _output_runs(grid, shape, *output)
-        worst, cost = runs * span, cost + runs * (span + RUN_COST)
-    for strides, itemsize in sources:
-        runs, span = _source_runs(grid, strides, itemsize)
-        worst = np.maximum(worst, runs * span)
-        cost = cost + runs * (span + RUN_COST)
-    elements = np.prod(grid, axis=1)
-    fits = worst <= budget
-    if not fits.any():
-        return tuple(n if i in whole else 1 for i, n in enumerate(shape))  # type: ignore[return-value]
-    score = np.where(fits, elements / cost, -1.0)
-    best = np.flatnonzero(score >= score.max() * (1 - 1e-9))
-    choice = best[np.argmax(elements[best])]
-    return tuple(int(n) for n in grid[choice])  # type: ignore[return-value]
-
-
-def tiles(shape: Shape4, tile: Shape4, strides: Sequence[int]) -> Iterator[tuple[slice, ...]]:
-    """Index tuples covering ``shape`` tile by tile, outermost dimension (largest stride) slowest."""
-    order = sorted(range(4), key=lambda i: -strides[i])
-    starts = [range(0, shape[i], tile[i]) for i in order]
-    for corner in itertools.product(*starts):
-        key = [slice(None)] * 4
-        for i, start in zip(order, corner):
-            key[i] = slice(start, min(start + tile[i], shape[i]))
-        yield tuple(key)
-
+from noa_core.compute.moments import RunningStatistics
+from noa_core.compute.tiles import (TILE_BYTES, Compute, Key, TileReads, TileTarget, checked_copy, plan_tile,
+                                    plan_tiles, same_tile, storing, tiles)
+from noa_core.array.layout import Shape4
 
 # ---------------------------------------------------------------------------------------------
 # Writer
@@ -270,30 +157,6 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
     call = libc.function("sync_file_range", ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
     if call is not None:
         call(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE; advice: a failure changes nothing but the timing
-
-
-def _convert(dst: Array, src: Array) -> None:
-    """``dst[...] = src`` with a checked conversion: values the output type cannot hold are refused."""
-    from noa_core.conversion import convert_into
-
-    convert_into(src, dst, mode="checked")
-
-
-def storing(values_dtype: np.dtype, compute: Compute) -> Compute:
-    """``compute`` for an output whose values are of ``values_dtype`` (the type asked for) when the format may
-    store a wider type (MRC stores uint8 as uint16): values are computed, checked and clamped for the type
-    asked, then widened, so ``--dtype uint8 --clamp`` still clamps to 0..255."""
-    def widened(blocks: list[Array], out: Array) -> None:
-        if out.dtype == values_dtype:
-            compute(blocks, out)
-            return
-        from noa_core.array import empty
-
-        scratch = empty(out.shape, values_dtype)
-        compute(blocks, scratch)
-        _convert(out, scratch)
-
-    return widened
 
 
 class Writer:
@@ -459,7 +322,7 @@ class Writer:
             raise LayoutError(f"{self.path}: sections {index}..{index + k - 1} are outside 0..{len(self._written) - 1}")
         if self._written[index:index + k].any():
             raise LayoutError(f"{self.path}: sections {index}..{index + k - 1} were already written")
-        convert = storing(self.values_dtype, lambda blocks, dst: _convert(dst, blocks[0]))
+        convert = storing(self.values_dtype, lambda blocks, dst: checked_copy(dst, blocks[0]))
         if self.is_store:
             sections = np.empty((k, h, w), self.dtype)
             convert([asarray(src)], asarray(sections))
@@ -499,54 +362,6 @@ def create(path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata:
     (``out.dtype`` says). Notices end up in ``out.notices``.
     """
     return Writer(path, shape, dtype, metadata, order, overwrite, label, write_options)
-
-
-def same_tile(sources: Sequence[Array], shape: Shape4, compute: Compute) -> TileReads:
-    """The tile reads of sources viewed onto the output's ``shape`` (broadcast if need be): output tile
-    ``key`` is computed from the same tile of every source."""
-    views = [s if s.shape == shape else s.broadcast(shape) for s in map(asarray, sources)]
-    return lambda key: ([view[key] for view in views], compute)
-
-
-def compute_whole(source: Array, shape: Sequence[int], dtype, reads: TileReads) -> Array:
-    """The whole output of ``reads`` as one tile, in memory: what the file operations compute tile by tile.
-
-    The computes are NumPy and numba CPU code: a source on a GPU is moved to the CPU, and the result back."""
-    from noa_core.array import empty
-
-    device = source.device
-    if device != "cpu":
-        source = source.to("cpu")
-    out = empty(tuple(shape), dtype)
-    if math.prod(out.shape) > 0:
-        views, compute = reads(tuple(slice(0, n) for n in out.shape))
-        compute([asarray(np.ascontiguousarray(v.numpy())) for v in views], out)
-    return out if device == "cpu" else out.to(device)
-
-
-def plan_tiles(writer: Writer, sources: Sequence[Array], block_bytes: int = TILE_BYTES,
-               whole: Sequence[int] = (), read_factor: float = 1.0) -> list[Key]:
-    """The tiles :func:`fill` walks, in its order: each buffers at most ``block_bytes`` of the output
-    and of every source read (sources broadcast onto the output shape), and spans all of the dimensions
-    in ``whole`` (a compute that reverses an axis needs the whole axis).
-
-    ``sources`` may be empty when they do not map onto the output tile for tile (a binning, a crop);
-    then a tile's reads are taken to be ``read_factor`` times its own size and the budget shrinks so.
-    """
-    srcs = [s.broadcast(writer.shape) if s.shape != writer.shape else s for s in map(asarray, sources)]
-    out_strides = layout.strides_for(writer.shape, writer.order)
-    budget = block_bytes if srcs else max(MIN_TILE_BYTES, int(block_bytes / max(1.0, read_factor)))
-    tile = plan_tile(writer.shape, [(s.strides, s.itemsize) for s in srcs], budget, whole,
-                     output=(out_strides, writer.dtype.itemsize))
-    if writer.chunks is not None:
-        tile = chunk_aligned(tile, writer.chunks, writer.shape)
-    return list(tiles(writer.shape, tile, out_strides))
-
-
-def chunk_aligned(tile: Sequence[int], chunks: Sequence[int], shape: Sequence[int]) -> Shape4:
-    """``tile`` grown to whole chunks along every axis (at most the whole axis): tiles then never share a
-    chunk, so each can be written by a different process without reading a chunk back."""
-    return layout.as_shape4(tuple(min(n, -(-t // c) * c) for t, c, n in zip(tile, chunks, shape)))
 
 
 def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, values_dtype: np.dtype,
@@ -654,4 +469,4 @@ def copy_into(source: Array | np.ndarray, writer: Writer, *, block_bytes: int = 
     The source broadcasts onto the output shape. Values are converted to the output dtype; an
     integer output refuses values it cannot hold, and complex cannot become real.
     """
-    fill(writer, [asarray(source)], lambda blocks, dst: _convert(dst, blocks[0]), block_bytes=block_bytes)
+    fill(writer, [asarray(source)], lambda blocks, dst: checked_copy(dst, blocks[0]), block_bytes=block_bytes)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from noa_core import layout
+from noa_core.array import layout
 from noa_core.errors import (
     AxisMappingError,
     CorruptFileError,
@@ -51,7 +51,7 @@ from noa_core.io import mapped
 from noa_core.io.compression import open_input
 from noa_core.io.metadata import Metadata, HeaderStatistics, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
-from noa_core.layout import Shape4
+from noa_core.array.layout import Shape4
 
 if TYPE_CHECKING:
     import tifffile

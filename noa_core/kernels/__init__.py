@@ -34,8 +34,8 @@ from numba import types
 from numba.core.caching import CompileResultCacheImpl, FunctionCache
 from numba.extending import intrinsic, overload
 
-from noa_core import runtime  # noqa: F401  (configures numba before any kernel is compiled)
-from noa_core.scalar_ops import maximum, minimum
+from noa_core.kernels import runtime  # noqa: F401  (configures numba before any kernel is compiled)
+from noa_core.array.scalar_ops import maximum, minimum
 
 
 # -- element operators -------------------------------------------------------------------------

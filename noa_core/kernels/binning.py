@@ -7,7 +7,7 @@ import numba
 import numpy as np
 from numba.extending import overload
 
-from noa_core import runtime
+from noa_core.kernels import runtime
 
 
 @numba.njit(parallel=True, cache=runtime.CACHE_ENABLED, nogil=True)

@@ -4,9 +4,9 @@ Every kernel is generated from one source template per kind and compiled twice: 
 version (``prange`` over a flattened task index, for load balance whatever the shape) and a
 serial twin for small arrays, where waking the thread pool costs more than the work. Callers hand
 over 1-D buffers already offset to element [0,0,0,0], and shapes/strides already planned by
-:func:`noa_core.layout.plan_iteration` (innermost dimension last, usually stride 1).
+:func:`noa_core.array.layout.plan_iteration` (innermost dimension last, usually stride 1).
 
-Kernels built for :data:`noa_core.kernels.BUILTIN_OPS` or for expressions of :mod:`noa_core.expr`
+Kernels built for :data:`noa_core.kernels.BUILTIN_OPS` or for expressions of :mod:`noa_core.compute.expr`
 are cached on disk (``cache=True``); kernels built around any other user function are compiled once
 per process and kept in memory.
 """
@@ -26,9 +26,10 @@ from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic, register_jitable
 
 from noa_core.kernels import BUILTIN_OPS, cache_on_disk, compile_template, operand_variants, transpose_plan
-from noa_core import runtime, scalar_ops
-from noa_core.runtime import SERIAL_THRESHOLD
-from noa_core.scalar_ops import CHUNK, LANES
+from noa_core.kernels import runtime
+from noa_core.array import scalar_ops
+from noa_core.kernels.runtime import SERIAL_THRESHOLD
+from noa_core.array.scalar_ops import CHUNK, LANES
 
 # Elements per parallel task along the innermost dimension: large enough to amortise the task
 # bookkeeping, small enough that a single long contiguous row still spreads over every thread.
@@ -315,7 +316,7 @@ def _as_dispatcher(op: Callable) -> CPUDispatcher:
 
 def _op_name(op: Callable) -> str | None:
     """A stable name for ``op``, under which its kernels may be cached on disk: a built-in's name,
-    or the tag noa_core.expr gives a compiled expression; None for any other user function."""
+    or the tag noa_core.compute.expr gives a compiled expression; None for any other user function."""
     name = getattr(op, "__name__", None)
     if BUILTIN_OPS.get(name) is op:
         return name

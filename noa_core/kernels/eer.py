@@ -12,7 +12,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from noa_core import runtime
+from noa_core.kernels import runtime
 
 
 @numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)

@@ -1,10 +1,10 @@
-"""numba kernels of the FSC's per-shell sums (:mod:`noa_core.resolution`): one pass over both half transforms
+"""numba kernels of the FSC's per-shell sums (:mod:`noa_core.fourier.resolution`): one pass over both half transforms
 adds ``Re(F1 conj F2)``, ``|F1|^2`` and ``|F2|^2`` (float64) into the shell accumulators, where NumPy
 needs a shell index array and three ``bincount`` passes.
 
 Both transforms are seen as rows ``(R, W // 2 + 1)`` (every leading axis flattened). Rows are summed in
 chunks of ``rows_per_chunk``, each chunk from zero in row-major order, and the chunks' sums are added to
-``sums`` in chunk order: the order :func:`noa_core.resolution.shell_sums` keeps on the NumPy path, so
+``sums`` in chunk order: the order :func:`noa_core.fourier.resolution.shell_sums` keeps on the NumPy path, so
 both paths give the same bits. Chunks run in parallel in waves of ``wave`` (per-chunk partial sums, merged
 in order after each wave: memory bounded by ``wave``, whatever the map's size); the ``*_serial`` twins run
 small maps without waking the thread pool. Cached on disk.
@@ -17,7 +17,7 @@ import math
 import numba
 import numpy as np
 
-from noa_core import runtime
+from noa_core.kernels import runtime
 
 
 @numba.njit(cache=runtime.CACHE_ENABLED, nogil=True)

@@ -26,7 +26,7 @@ import threading
 import numba
 import numpy as np
 
-from noa_core import runtime
+from noa_core.kernels import runtime
 from noa_core.kernels.transform import rebind
 
 EQUAL = 1e-6  # RELION's XMIPP_EQUAL_ACCURACY: the margin of its bounds test

@@ -19,7 +19,7 @@ from types import FunctionType
 
 import numba
 
-from noa_core import runtime
+from noa_core.kernels import runtime
 
 NEAREST, LINEAR, CUBIC = 0, 1, 3
 ZERO, CLAMP, MIRROR = 0, 1, 2

@@ -8,13 +8,13 @@ from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Operation
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import stack_sections
+    from noa_core.images import stacks
     from noa_core.io.metadata import stored_sections
     from noa_core.operations.plan import region_plan
 
     array, meta = options.open_input(inputs[0])
-    shape, axis, left = stack_sections.average_layout(array.shape, options.group)
-    dtype = stack_sections.average_dtype(array.dtype)
+    shape, axis, left = stacks.average_layout(array.shape, options.group)
+    dtype = stacks.average_dtype(array.dtype)
     pixel, origin = meta.pixel_size, meta.origin
     if axis == 1:  # depth slices of a volume: N slices become one, N times thicker
         pixel = (pixel[0] * options.group, *pixel[1:])
@@ -24,7 +24,7 @@ def plan(inputs: list[Path], options: Options):
     firsts = [g * options.group for g in range(shape[axis])]  # each group takes its first section's record
     out_meta = out_meta.with_sections(meta, stored_sections(array.shape, axis, firsts))
     return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=shape, dtype=dtype,
-                       reads=stack_sections.average_reads(array, options.group, options.sum),
+                       reads=stacks.average_reads(array, options.group, options.sum),
                        read_factor=options.group * array.dtype.itemsize / dtype.itemsize, notices=notices)
 
 

@@ -8,7 +8,8 @@ from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Operation
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import boxes, layout
+    from noa_core.images import boxes
+    from noa_core.array import layout
     from noa_core.io.metadata import stored_sections
     from noa_core.operations.plan import region_plan
 

@@ -8,7 +8,7 @@ from noa_core.operations.spec import DEVICE, READING, REQUIRED, Integers, Operat
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import layout
+    from noa_core.array import layout
     from noa_core.operations.plan import converter, tiled_plan
 
     array, meta = options.open_input(inputs[0])  # a missing or unreadable file is named first

@@ -21,7 +21,7 @@ HEIGHT = 2  # the BDHW axis of rows (Y)
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import dtypes
+    from noa_core.array import dtypes
     from noa_core.array import resolve_copy_order
     from noa_core.operations.plan import converter, reversing, tiled_plan
 

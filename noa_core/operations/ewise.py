@@ -19,7 +19,7 @@ from noa_core.operations.spec import (
     Text,
 )
 
-# noa_core.expr.MAX_INPUTS and MAX_LENGTH (that module loads numba; a test keeps these equal)
+# noa_core.compute.expr.MAX_INPUTS and MAX_LENGTH (that module loads numba; a test keeps these equal)
 MAX_INPUTS = 26
 MAX_LENGTH = 2000
 
@@ -27,9 +27,10 @@ MAX_LENGTH = 2000
 def plan(inputs: list[Path], options: Options):
     import numpy as np
 
-    from noa_core import dtypes, layout
+    from noa_core.array import dtypes
+    from noa_core.array import layout
     from noa_core.errors import ParameterError
-    from noa_core.expr import compile_expression
+    from noa_core.compute.expr import compile_expression
     from noa_core.operations.plan import evaluator, tiled_plan
 
     opened = [options.open_input(src) for src in inputs]  # missing or unreadable files are named first

@@ -9,7 +9,7 @@ from noa_core.operations.spec import PIXEL_SIZE, READING, Integer, Operation, Op
 def plan(inputs: list[Path], options: Options):
     import numpy as np
 
-    from noa_core import spectral
+    from noa_core.fourier import spectral
     from noa_core.errors import ParameterError
     from noa_core.operations.plan import whole_image_plan
 

@@ -8,7 +8,7 @@ from noa_core.operations.spec import READING, REQUIRED, Choice, Operation, Optio
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import boxes
+    from noa_core.images import boxes
     from noa_core.operations.plan import region_plan
 
     array, meta = options.open_input(inputs[0])

@@ -50,7 +50,7 @@ def compute(inputs: list[Path], options: Options) -> dict:
     """Read both halves (and the mask), check they match, compute the curve, write what was asked for."""
     import numpy as np
 
-    from noa_core import resolution
+    from noa_core.fourier import resolution
     from noa_core.errors import ParameterError, ShapeError
 
     if len(inputs) < 2:
@@ -136,7 +136,7 @@ def _pixel_size(inputs: list[Path], options: Options, meta, meta2) -> float | No
 def _outputs(options: Options, inputs: list[Path]) -> tuple[tuple[Path, str] | None, Path | None]:
     """The table file (path, kind) and the plot asked for, refused before any work when misnamed, existing
     (without --force) or one of the inputs."""
-    from noa_core import resolution
+    from noa_core.fourier import resolution
     from noa_core.errors import ParameterError
     from noa_core.io import atomic
     from noa_core.operations.plan import check_distinct
@@ -173,7 +173,8 @@ def _check_memory(shape, path: Path, masked: bool) -> None:
 def _write(curve, table: tuple[Path, str] | None, plot: Path | None, title: str, overwrite: bool) -> list[Path]:
     """The table and the plot, each into a temporary file renamed into place once both are complete
     (nothing left behind on failure)."""
-    from noa_core import plots, resolution
+    from noa_core.pictures import plots
+    from noa_core.fourier import resolution
     from noa_core.io import atomic
 
     contents = []

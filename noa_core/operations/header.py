@@ -126,7 +126,7 @@ def edit(path: Path, options: Options, dry_run: bool) -> dict:
             sections = _z_sections(record)
             record["ispg"], record["mz"] = (0, 1) if options.as_stack else (1, sections)
             record["cella"]["z"] = pixel_now[0] * int(record["mz"])  # the Z pixel size stays
-            from noa_core import layout
+            from noa_core.array import layout
 
             h, w = y_size, x_size
             after_kind = layout.kind((sections, 1, h, w) if options.as_stack else (1, sections, h, w))

@@ -27,7 +27,7 @@ def describe(path: Path, options: Options) -> dict:
     """A JSON-ready description of an image file (nothing but the header is read)."""
     import dataclasses
 
-    from noa_core import dtypes
+    from noa_core.array import dtypes
 
     probe = options.probe_input(path)
     meta = probe.metadata

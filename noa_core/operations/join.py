@@ -10,14 +10,14 @@ MAX_INPUTS = 1000  # the most files a multipart upload may hold (Starlette's max
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import stack_sections
+    from noa_core.images import stacks
     from noa_core.io import Metadata
     from noa_core.operations.plan import region_plan
 
     opened = [options.open_input(src) for src in inputs]  # missing or unreadable files are named first
     arrays = [array for array, _ in opened]
     names = [str(src) for src in inputs]
-    shape = stack_sections.check_joinable([a.shape for a in arrays], [a.dtype for a in arrays], names)
+    shape = stacks.check_joinable([a.shape for a in arrays], [a.dtype for a in arrays], names)
     meta = Metadata.joined([m for _, m in opened], names)
     starts = [0]
     for array in arrays:
@@ -39,7 +39,7 @@ def plan(inputs: list[Path], options: Options):
 
 
 def _placer(places: list[slice]):
-    from noa_core.conversion import convert_into
+    from noa_core.compute.conversion import convert_into
 
     def compute(blocks, out) -> None:
         for block, place in zip(blocks, places):

@@ -32,7 +32,8 @@ def check_options(options: Options) -> str:
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import masks, spectral
+    from noa_core.geometry import masks
+    from noa_core.fourier import spectral
     from noa_core.errors import ParameterError, ShapeError
     from noa_core.operations.plan import whole_image_plan
 

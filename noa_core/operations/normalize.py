@@ -10,9 +10,10 @@ from noa_core.operations.spec import READING, Flag, Operation, Options, Param, R
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import intensity, statistics
+    from noa_core.images import intensity
+    from noa_core.images import statistics
     from noa_core.array import asarray
-    from noa_core.conversion import convert_into
+    from noa_core.compute.conversion import convert_into
     from noa_core.errors import ShapeError
     from noa_core.operations.plan import region_plan
 
@@ -58,7 +59,7 @@ def background_plan(inputs: list[Path], options: Options, array, meta):
     """RELION's particle normalisation: whole images (volumes) per tile, each from its own background."""
     import numpy as np
 
-    from noa_core import intensity
+    from noa_core.images import intensity
     from noa_core.errors import ValueRangeError
     from noa_core.operations.plan import whole_image_plan
 

@@ -5,7 +5,7 @@ output's shape (permute, broadcast) and says how a tile of the output is compute
 tile of every source (:func:`tiled_plan`). An output whose tiles do not come from the same tiles of
 its inputs (a binning, a crop or pad, a selection of sections) gives ``reads`` instead
 (:func:`region_plan`): for each output tile, the source views it is computed from and how (see
-:data:`noa_core.io.stream.TileReads`); :func:`whole_image_plan` is the one of operations that take
+:data:`noa_core.compute.tiles.TileReads`); :func:`whole_image_plan` is the one of operations that take
 whole images or volumes. A driver (:mod:`noa_core.run`) then creates the output and fills it tile by
 tile, in this process or in Dask tasks over the same tiles, so both write the same bytes.
 """
@@ -20,12 +20,13 @@ from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
-from noa_core import dtypes, layout
+from noa_core.array import dtypes
+from noa_core.array import layout
 from noa_core.array import Array
 from noa_core.errors import OutputIsInputError
 from noa_core.limits import check_output_size
 from noa_core.io import Metadata, Writer
-from noa_core.io.stream import Compute, Key, TileReads
+from noa_core.compute.tiles import Compute, Key, TileReads
 
 PathLike = str | Path
 
@@ -67,7 +68,7 @@ class Plan:
     def tile_reads(self, device: str = "cpu") -> TileReads:
         """What each output tile is computed from, and how, running on ``device`` (tiles are moved
         there and back)."""
-        from noa_core.io.stream import same_tile
+        from noa_core.compute.tiles import same_tile
 
         if self.reads is None:
             return same_tile(self.sources, self.shape, on_device(self.compute, device))
@@ -80,8 +81,8 @@ class Plan:
         return reads if device == "cpu" else there
 
     def keys(self, writer: Writer, block_bytes: int) -> list[Key]:
-        """The output's tiles, in the order the local driver fills them (see :func:`stream.plan_tiles`)."""
-        from noa_core.io.stream import plan_tiles
+        """The output's tiles, in the order the local driver fills them (see :func:`noa_core.compute.tiles.plan_tiles`)."""
+        from noa_core.compute.tiles import plan_tiles
 
         sources = [] if self.reads is not None else self.sources
         return plan_tiles(writer, sources, block_bytes, self.whole_axes, self.read_factor)
@@ -202,7 +203,7 @@ def whole_image_plan(options: Options, *, inputs: Sequence[PathLike], array: Arr
 
 def converter(mode: str) -> Compute:
     """Tiles copied into the output, converted with ``mode`` ('checked', 'clamp', 'cast')."""
-    from noa_core.conversion import convert_into
+    from noa_core.compute.conversion import convert_into
 
     def convert(blocks: list[Array], out: Array) -> None:
         convert_into(blocks[0], out, mode=mode)
@@ -215,7 +216,7 @@ def evaluator(expression) -> Compute:
     """Tiles computed by an expression over every source (typed for the sources' types): with NumPy on
     the NumPy path where the expression's operations give NumPy's bits there too (:meth:`Expression.numpy_function`,
     None otherwise), else compiled by numba into the element-wise kernels."""
-    from noa_core import compute_path
+    from noa_core.compute import compute_path
 
     def compute(blocks: list[Array], out: Array) -> None:
         types = [b.dtype for b in blocks]
@@ -225,7 +226,7 @@ def evaluator(expression) -> Compute:
                 with np.errstate(all="ignore"):  # as the kernels: overflow to inf, no warnings
                     np.copyto(out.numpy(), function([b.numpy() for b in blocks]), casting="unsafe")
                 return
-        from noa_core.elementwise import ewise as run_ewise
+        from noa_core.compute.elementwise import ewise as run_ewise
 
         run_ewise(blocks, [out], expression.numba_function(*types))
 
@@ -249,8 +250,8 @@ def on_device(compute: Compute, device: str) -> Compute:
     if device == "cpu":
         return compute
     from noa_core.array import empty
-    from noa_core.devices import require_cuda
-    from noa_core.conversion import convert_into
+    from noa_core.array.devices import require_cuda
+    from noa_core.compute.conversion import convert_into
 
     require_cuda()
 
@@ -274,7 +275,7 @@ class RewrittenOutput:
     an image's tiles, into the temporary file beside ``path`` (C order, ``shape``, ``dtype``); on a clean exit
     ``rewrite(values, out)`` writes the output from them into another temporary file, which replaces the
     first and is renamed into place: never half-written, nothing left behind on failure. ``compute`` pins a
-    compute path while it is open (:func:`noa_core.compute_path.using`)."""
+    compute path while it is open (:func:`noa_core.compute.compute_path.using`)."""
 
     def __init__(self, path: Path, shape, dtype, overwrite: bool, rewrite: Callable[[Path, BinaryIO], None], *,
                  compute: str | None = None) -> None:
@@ -289,7 +290,7 @@ class RewrittenOutput:
         self._pinned: Any = None
 
     def __enter__(self) -> RewrittenOutput:
-        from noa_core import compute_path
+        from noa_core.compute import compute_path
         from noa_core.io import atomic
 
         self._temp = atomic.TemporaryOutput(self.path, self._overwrite)

@@ -22,20 +22,20 @@ def table_output(values: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def table_text(powers, kind: str, width: int, pixel_size: float | None) -> str:
-    """The table of :func:`noa_core.spectral.relion_power` rows ``powers`` (images, shells) as a STAR or CSV
+    """The table of :func:`noa_core.fourier.spectral.relion_power` rows ``powers`` (images, shells) as a STAR or CSV
     text (see :func:`table_parts`)."""
     return "".join(table_parts(powers, kind, width, pixel_size))
 
 
 def table_parts(powers, kind: str, width: int, pixel_size: float | None):
-    """The table of :func:`noa_core.spectral.relion_power` rows ``powers`` (images, shells), a piece of text
+    """The table of :func:`noa_core.fourier.spectral.relion_power` rows ``powers`` (images, shells), a piece of text
     per image: with resolutions of an image ``width`` pixels wide at ``pixel_size`` Å, or shells and power
     alone when the pixel size is unknown (None).
 
     STAR: one ``data_power`` block, as RELION writes it, for one image; ``data_power_0``,
     ``data_power_1``, ... for the images of a stack (numbered from 0, as noa's sections). CSV: one header
     line, then a line per image and shell."""
-    from noa_core import spectral
+    from noa_core.fourier import spectral
 
     images, shells = powers.shape
     index = range(shells)
@@ -143,7 +143,7 @@ def plan(inputs: list[Path], options: Options):
         out_meta.origin = (0.0, 0.0, 0.0)
 
     def images(block, key):
-        from noa_core import spectral
+        from noa_core.fourier import spectral
 
         if options.table is not None:
             return spectral.relion_power(block, ndim=ndim).reshape(-1, 1, 1, shape[3])

@@ -11,7 +11,7 @@ from typing import Any
 
 from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, Integer, Operation, Options, Param, Text
 
-# noa_core.pictures's names (that module loads NumPy; declarations do not): a test keeps them equal.
+# noa_core.pictures.drawing's names (that module loads NumPy; declarations do not): a test keeps them equal.
 CMAPS = ("gray", "fire", "ice", "viridis")
 PICTURES = {"png": (".png", "image/png"), "jpeg": (".jpg", "image/jpeg")}  # --format: (extension, media type)
 
@@ -23,7 +23,7 @@ def picture_output(values: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _drawing(options: Options) -> dict[str, Any]:
-    """What :func:`noa_core.pictures.plan_layout` and ``preview`` take from the options."""
+    """What :func:`noa_core.pictures.drawing.plan_layout` and ``preview`` take from the options."""
     return {"section": options.section, "axis": options.slice, "index": options.index,
             "projection": options.projection, "montage": options.montage, "columns": options.columns,
             "every": options.every or 1, "size": options.size, "bin": options.bin}
@@ -39,13 +39,14 @@ def _checked(array, options: Options, path: Path, box: tuple[int, int] | None = 
     """The layout of ``array``'s picture, every option checked against it before anything is read; the
     working memory of drawing it (and with ``text``, of its text for a terminal) checked against what the
     machine has."""
-    from noa_core import pictures, terminal
+    from noa_core.pictures import drawing
+    from noa_core.pictures import terminal
     from noa_core.errors import ParameterError
     from noa_core.limits import check_working_memory
 
-    pictures.parse_contrast(options.contrast)
+    drawing.parse_contrast(options.contrast)
     try:
-        layout = pictures.plan_layout(array.shape, **_drawing(options), box=box)
+        layout = drawing.plan_layout(array.shape, **_drawing(options), box=box)
     except ParameterError as exc:  # the library's `axis` is this operation's --slice
         if exc.param != "axis":
             raise
@@ -53,7 +54,7 @@ def _checked(array, options: Options, path: Path, box: tuple[int, int] | None = 
     if options.scale_bar and options.spectrum:
         raise ParameterError("a spectrum is in frequencies: it takes no scale bar", "scale_bar")
     full = max(p.rows * p.cols for p in layout.panels)
-    held = pictures.working_bytes(layout.shape[0] * layout.shape[1], spectrum=full if options.spectrum else 0)
+    held = drawing.working_bytes(layout.shape[0] * layout.shape[1], spectrum=full if options.spectrum else 0)
     if text:
         held += terminal.band_bytes(layout.shape[1])
     check_working_memory(held, f"{path}: {options.output_label()}")
@@ -78,13 +79,13 @@ def picture_file(path: Path, shape, fmt: str, channels: int, quality: int, overw
     numba's import would cost more."""
     import numpy as np
 
-    from noa_core import pictures
+    from noa_core.pictures import drawing
     from noa_core.operations.plan import RewrittenOutput
 
     def rewrite(values: Path, out) -> None:
         rows, width = shape[2], shape[3]
         pixels = np.fromfile(values, np.uint8, rows * width).reshape(rows, width // channels, channels)
-        out.write(pictures.encode(pixels[..., 0] if channels == 1 else pixels, fmt, quality))
+        out.write(drawing.encode(pixels[..., 0] if channels == 1 else pixels, fmt, quality))
 
     return RewrittenOutput(path, shape, np.uint8, overwrite, rewrite, compute="numpy")
 
@@ -110,11 +111,11 @@ def picture_plan() -> type:
 
 def create_output(plan, dst, *, overwrite: bool):
     """The writer of a :func:`picture_plan`, once ``dst``'s extension is found to match the format."""
-    from noa_core import pictures
+    from noa_core.pictures import drawing
     from noa_core.errors import ParameterError
     from noa_core.operations.plan import check_distinct
 
-    named = pictures.format_of(dst)
+    named = drawing.format_of(dst)
     if named is None:
         raise ParameterError(f"{Path(dst).name}: a preview is a PNG or JPEG picture; name the output .png, .jpg "
                              "or .jpeg", "format")
@@ -128,7 +129,7 @@ def create_output(plan, dst, *, overwrite: bool):
 def plan(inputs: list[Path], options: Options):
     import numpy as np
 
-    from noa_core import pictures
+    from noa_core.pictures import drawing
     from noa_core.operations.plan import WHOLE, region_plan
 
     array, meta = options.open_input(inputs[0])
@@ -140,9 +141,9 @@ def plan(inputs: list[Path], options: Options):
 
     def reads(key):
         def compute(blocks, out):
-            drawing = pictures.draw(array, **_rendering(options, pixel))
-            np.copyto(out.numpy().reshape(rows, cols * channels), drawing.pixels.reshape(rows, cols * channels))
-            told = _non_finite_notice(inputs[0], drawing)
+            drawn = drawing.draw(array, **_rendering(options, pixel))
+            np.copyto(out.numpy().reshape(rows, cols * channels), drawn.pixels.reshape(rows, cols * channels))
+            told = _non_finite_notice(inputs[0], drawn)
             if told and told not in planned.notices:  # known once drawn: the driver reports it with the output
                 planned.notices.append(told)
 
@@ -155,12 +156,12 @@ def plan(inputs: list[Path], options: Options):
     return planned
 
 
-def _non_finite_notice(path: Path, drawing) -> str | None:
+def _non_finite_notice(path: Path, drawn) -> str | None:
     """What the user should know of the values a picture could not scale (NaN, infinities); None: every one could."""
-    if not drawing.non_finite:
+    if not drawn.non_finite:
         return None
-    verb = "is" if drawing.non_finite == 1 else "are"
-    return (f"{path}: {drawing.non_finite} of the {drawing.count} values drawn {verb} NaN or infinite; the contrast "
+    verb = "is" if drawn.non_finite == 1 else "are"
+    return (f"{path}: {drawn.non_finite} of the {drawn.count} values drawn {verb} NaN or infinite; the contrast "
             "leaves them out (NaN is drawn black)")
 
 
@@ -168,13 +169,14 @@ def show(path: Path, options: Options, columns: int, lines: int) -> Iterator[str
     """The picture of ``path`` drawn for a terminal of ``columns`` x ``lines`` characters (Unicode half
     blocks in 24-bit colour, two pixels a character), fitting it unless --bin sets the scale; drawn before
     the text's first piece is given."""
-    from noa_core import pictures, terminal
+    from noa_core.pictures import drawing
+    from noa_core.pictures import terminal
 
     array, meta = options.open_input(path)
     box = (2 * max(1, lines - 2), max(1, columns))
-    drawing = _rendering(options, _pixel_size(options, meta, path))
+    rendering = _rendering(options, _pixel_size(options, meta, path))
     _checked(array, options, path, box=None if options.bin else box, text=True)
-    picture = pictures.preview(array, **drawing, box=None if options.bin else box)
+    picture = drawing.preview(array, **rendering, box=None if options.bin else box)
     return terminal.half_blocks(picture)
 
 

@@ -12,7 +12,8 @@ MAX_FACTOR = 64.0  # the most an axis may grow: 64 x 64 the pixels of an image
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import boxes, resampling
+    from noa_core.images import boxes
+    from noa_core.fourier import resampling
     from noa_core.errors import ParameterError
     from noa_core.operations.plan import whole_image_plan
 

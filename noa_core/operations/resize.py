@@ -9,7 +9,7 @@ from noa_core.operations.spec import READING, REQUIRED, Integers, Operation, Opt
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import boxes
+    from noa_core.images import boxes
     from noa_core.limits import check_output_size
     from noa_core.operations.plan import region_plan
 
@@ -50,7 +50,7 @@ def _input_mean(path: Path, options: Options, array):
 
     def compute() -> float:
         from noa_core.io import mapped
-        from noa_core.io.stream import plan_tile, tiles
+        from noa_core.compute.tiles import plan_tile, tiles
 
         try:
             info = os.stat(path)

@@ -21,8 +21,8 @@ from noa_core.operations.spec import (
 
 def source_range(array, path: Path, percentiles) -> tuple[float, float]:
     """The values mapped onto the target's ends: the data's minimum and maximum, or its percentiles
-    (streamed: see :mod:`noa_core.statistics`), remembered per file."""
-    from noa_core import statistics
+    (streamed: see :mod:`noa_core.images.statistics`), remembered per file."""
+    from noa_core.images import statistics
 
     def compute() -> tuple[float, float]:
         stats = statistics.whole_statistics(array)
@@ -35,9 +35,9 @@ def source_range(array, path: Path, percentiles) -> tuple[float, float]:
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import intensity
+    from noa_core.images import intensity
     from noa_core.array import asarray
-    from noa_core.conversion import convert_into
+    from noa_core.compute.conversion import convert_into
     from noa_core.errors import ShapeError
     from noa_core.operations.plan import tiled_plan
 

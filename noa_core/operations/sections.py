@@ -8,13 +8,13 @@ from noa_core.operations.spec import READING, Operation, Options, Param, Text
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import stack_sections
+    from noa_core.images import stacks
     from noa_core.io.metadata import stored_sections
     from noa_core.operations.plan import region_plan
 
     array, meta = options.open_input(inputs[0])
-    indices = stack_sections.selected_sections(array.shape, options.keep, options.drop)
-    axis = stack_sections.section_axis(array.shape)
+    indices = stacks.selected_sections(array.shape, options.keep, options.drop)
+    axis = stacks.section_axis(array.shape)
     shape = list(array.shape)
     shape[axis] = len(indices)
     origin = meta.origin
@@ -23,7 +23,7 @@ def plan(inputs: list[Path], options: Options):
     out_meta = meta.derived(shape, origin=origin).with_sections(
         meta, lambda: stored_sections(array.shape, axis, indices))
     return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=shape,
-                       reads=stack_sections.sections_reads(array, indices))
+                       reads=stacks.sections_reads(array, indices))
 
 
 OPERATION = Operation(

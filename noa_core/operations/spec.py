@@ -305,7 +305,7 @@ def element_type_name(text: str) -> str:
         return text
 
 
-# Element type names an operation may convert to (noa_core.dtypes.SCALAR_NAMES, without importing NumPy;
+# Element type names an operation may convert to (noa_core.array.dtypes.SCALAR_NAMES, without importing NumPy;
 # a test keeps the two equal).
 ELEMENT_TYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                  "float16", "float32", "float64", "complex64", "complex128")
@@ -626,8 +626,8 @@ class Operation:
 
     def run_report(self, path: Path | Sequence[Path], options: Options) -> dict:
         """The report on ``path`` (the list of inputs when ``max_inputs > 1``) with checked ``options``,
-        computed on the path its size calls for (:mod:`noa_core.compute_path`): what every door runs."""
-        from noa_core import compute_path
+        computed on the path its size calls for (:mod:`noa_core.compute.compute_path`): what every door runs."""
+        from noa_core.compute import compute_path
 
         assert self.report is not None
         paths = [Path(p) for p in path] if self.max_inputs > 1 else [Path(path)]  # type: ignore[union-attr]
@@ -678,7 +678,7 @@ class FileTask:
 
     def plan(self, src: str | Path) -> Plan:
         """What the pair whose input is ``src`` writes, from the headers (no data is read)."""
-        from noa_core import compute_path
+        from noa_core.compute import compute_path
 
         assert self.operation.plan is not None
         with compute_path.for_inputs(self.inputs(src), f"planning {self.name}"), \
@@ -688,7 +688,7 @@ class FileTask:
 
     def plans(self, src: str | Path) -> list[tuple[str, Plan]]:
         """The outputs of an operation writing several files from ``src``: (name suffix, plan) each."""
-        from noa_core import compute_path
+        from noa_core.compute import compute_path
 
         assert self.operation.plans is not None
         with compute_path.for_inputs(self.inputs(src), f"planning {self.name}"), _reading_notices() as told:

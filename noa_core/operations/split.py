@@ -12,14 +12,14 @@ NAMING = ("Outputs are named after the input and the number of their part: IN_00
 
 
 def plans(inputs: list[Path], options: Options):
-    from noa_core import stack_sections
+    from noa_core.images import stacks
     from noa_core.io.formats import strip_image_suffix
     from noa_core.operations.plan import converter, tiled_plan
 
     array, meta = options.open_input(inputs[0])
     every = options.every
-    axis = stack_sections.section_axis(array.shape)
-    ranges = stack_sections.split_ranges(array.shape, every)
+    axis = stacks.section_axis(array.shape)
+    ranges = stacks.split_ranges(array.shape, every)
     digits = max(3, len(str(len(ranges) - 1)))
     extension = _extension(inputs[0].name, strip_image_suffix(inputs[0].name))
     planned = []
@@ -27,10 +27,10 @@ def plans(inputs: list[Path], options: Options):
         key = [slice(None)] * 4
         key[axis] = slice(start, stop)
         part = array[tuple(key)]
-        if axis == stack_sections.DEPTH:  # a volume's Z sections become an image stack
+        if axis == stacks.DEPTH:  # a volume's Z sections become an image stack
             part = part.permute((1, 0, 2, 3))
         part_meta = meta.section_part(axis, start, stop)
-        what = "sections" if axis == stack_sections.DEPTH else "entries"
+        what = "sections" if axis == stacks.DEPTH else "entries"
         planned.append((f"_{index:0{digits}d}{extension}", tiled_plan(
             options, inputs=inputs, read=[array], sources=[part], compute=converter("checked"), meta=part_meta,
             detail=f"{what} {start}..{stop - 1} of {inputs[0].name}")))

@@ -61,7 +61,7 @@ def _row(found) -> dict:
 
 def _on_cpu(array, device: str, per_batch: bool) -> tuple[dict, list[dict]]:
     from noa_core.io.stream import batch_statistics
-    from noa_core.moments import RunningStatistics
+    from noa_core.compute.moments import RunningStatistics
 
     batches = batch_statistics(array)
     total = RunningStatistics()
@@ -71,7 +71,7 @@ def _on_cpu(array, device: str, per_batch: bool) -> tuple[dict, list[dict]]:
 
 
 def _on_device(array, device: str, per_batch: bool) -> tuple[dict, list[dict]]:
-    from noa_core import reduction
+    from noa_core.compute import reduction
 
     array = array.to(device)
 

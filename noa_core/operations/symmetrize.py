@@ -6,15 +6,15 @@ from pathlib import Path
 
 from typing_extensions import TypedDict
 
-from noa_core import point_group_names
+from noa_core.geometry import point_groups
 from noa_core.operations.spec import DEVICE, READING, Name, Operation, Options, Param, Query
 
-GROUPS = point_group_names.DESCRIPTION
-POINT_GROUP = Name(point_group_names.PATTERN, point_group_names.read, 8)
+GROUPS = point_groups.DESCRIPTION
+POINT_GROUP = Name(point_groups.PATTERN, point_groups.read, 8)
 
 
 def plan(inputs: list[Path], options: Options):
-    from noa_core import symmetry
+    from noa_core.geometry import symmetry
     from noa_core.errors import ParameterError, ShapeError
     from noa_core.operations.plan import whole_image_plan
 
@@ -48,7 +48,7 @@ class GroupMatrices(TypedDict):
 
 def list_group(name: str) -> GroupMatrices:
     """The matrices of the point group ``name``: RELION's operators in RELION's order, the identity first."""
-    from noa_core import symmetry
+    from noa_core.geometry import symmetry
 
     group = symmetry.point_group(name)
     return {"group": group.name, "order": group.order, "proper": group.proper,

@@ -17,7 +17,7 @@ def matrices_for(array, options: Options, path: Path):
     and batch."""
     import numpy as np
 
-    from noa_core import geometry
+    from noa_core.geometry import transforms
     from noa_core.errors import ParameterError, ShapeError
 
     volume = array.shape[1] > 1
@@ -41,7 +41,7 @@ def matrices_for(array, options: Options, path: Path):
         raise ParameterError(f"{len(shift)} values for the {'volume' if volume else 'images'} of shape {array.shape}; "
                              f"give {'DZ,DY,DX' if volume else 'DY,DX'}", "shift")
     if options.get("matrices") is not None:
-        m = geometry.read_matrices(options.matrices, ndim, array.shape[0])
+        m = transforms.read_matrices(options.matrices, ndim, array.shape[0])
     elif options.get("matrix_values") is not None:
         flat = np.asarray(options.matrix_values, np.float64)
         size = ndim * (ndim + 1)
@@ -49,15 +49,15 @@ def matrices_for(array, options: Options, path: Path):
             raise ParameterError(f"{flat.size} numbers do not make whole {ndim}x{ndim + 1} matrices "
                                  f"(rows of the {'volume' if volume else 'images'} of shape {array.shape})",
                                  "matrix_values")
-        m = geometry.as_matrices(flat.reshape(-1, ndim, ndim + 1), ndim)
+        m = transforms.as_matrices(flat.reshape(-1, ndim, ndim + 1), ndim)
     else:
         scale = options.get("scale") or 1.0
         shift = shift or (0.0,) * ndim
         if volume:
-            m = geometry.affine_3d(array.shape, euler=options.get("euler") or (0.0, 0.0, 0.0), shift=shift, scale=scale)
+            m = transforms.affine_3d(array.shape, euler=options.get("euler") or (0.0, 0.0, 0.0), shift=shift, scale=scale)
         else:
-            m = geometry.affine_2d(array.shape, rotate=options.get("rotate") or 0.0, shift=shift, scale=scale)
-        m = geometry.as_matrices(m, ndim)
+            m = transforms.affine_2d(array.shape, rotate=options.get("rotate") or 0.0, shift=shift, scale=scale)
+        m = transforms.as_matrices(m, ndim)
     batch = array.shape[0]
     if m.shape[0] not in (1, batch):
         where = options.get("matrices") or "the list"
@@ -96,21 +96,21 @@ def plan(inputs: list[Path], options: Options):
         check_like_relion(array, options, inputs[0])
 
     def fill(block, key, out):
-        from noa_core import geometry
+        from noa_core.geometry import transforms
 
         if relion:  # computed on the host, as RELION's transcription is NumPy
             import numpy as np
 
             from noa_core.array import asarray
-            from noa_core.conversion import convert_into
+            from noa_core.compute.conversion import convert_into
 
             euler, shift = options.get("euler") or (0.0, 0.0, 0.0), options.get("shift") or (0.0, 0.0, 0.0)
-            rotated = [geometry.relion_rotated(v, euler, shift) for v in block.to("cpu").numpy()]
+            rotated = [transforms.relion_rotated(v, euler, shift) for v in block.to("cpu").numpy()]
             result = asarray(np.stack(rotated).astype(np.float32))
             convert_into(result if out.device == "cpu" else result.to(out.device), out)
             return
         mine = m if m.shape[0] == 1 else m[key[0]]
-        run = geometry.transform_3d if volume else geometry.transform_2d
+        run = transforms.transform_3d if volume else transforms.transform_2d
         run(block, out, mine, options.interp, options.border)
 
     return whole_image_plan(options, inputs=inputs, array=array, shape=array.shape, meta=meta, fill=fill,

@@ -20,7 +20,7 @@ install is reported on first use as a :class:`~noa_core.errors.SchedulerError`.
   chunks into a temporary file beside the output, which the tile tasks then read as a mapped input.
 
 Compiled kernels: LocalCluster workers get the client's numba cache directory (``NUMBA_CACHE_DIR``,
-see :mod:`noa_core.runtime`), and the first task of a batch or split runs alone, so the kernels it
+see :mod:`noa_core.kernels.runtime`), and the first task of a batch or split runs alone, so the kernels it
 needs are compiled once and every other worker loads them from the cache. Workers of a remote
 cluster should have ``NUMBA_CACHE_DIR`` set to a shared folder in their environment, or get one from
 ``connect(address, cache_dir=...)`` (a worker plugin, :func:`numba_cache_plugin`).
@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING
 
 from noa_core.errors import LayoutError, NoaError, SchedulerError
 from noa_core.limits import available_cores
-from noa_core.io.stream import TILE_BYTES, Region
-from noa_core.moments import RunningStatistics
+from noa_core.compute.tiles import TILE_BYTES
+from noa_core.io.stream import Region
+from noa_core.compute.moments import RunningStatistics
 from noa_core.operations import FileTask
 from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
 from noa_core.run.local import write_pair
@@ -92,7 +93,7 @@ def numba_cache_plugin(directory: str) -> distributed.WorkerPlugin:
             self.path = path
 
         def setup(self, worker) -> None:
-            from noa_core import runtime
+            from noa_core.kernels import runtime
 
             os.environ["NUMBA_CACHE_DIR"] = self.path
             runtime.configure()
@@ -123,7 +124,7 @@ def connect(scheduler: str = LOCAL, *, workers: int | None = None, cache_dir: st
         timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
     import numba
 
-    from noa_core import runtime  # noqa: F401 - applies noa's numba cache choice to numba.config
+    from noa_core.kernels import runtime  # noqa: F401 - applies noa's numba cache choice to numba.config
 
     cluster = None
     if scheduler == LOCAL:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from noa_core.errors import NoaError
-from noa_core.io.stream import TILE_BYTES
+from noa_core.compute.tiles import TILE_BYTES
 from noa_core.operations import FileTask
 from noa_core.operations.plan import Plan
 from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
@@ -16,8 +16,9 @@ from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
 def write_plan(plan: Plan, dst: PathLike, *, overwrite: bool = False, device: str = "cpu",
                progress: Progress | None = None) -> list[str]:
     """Create ``dst`` (never one of the plan's inputs) and fill it tile by tile as ``plan`` says; return notices.
-    Small work (inputs and output) is computed with NumPy, the rest with the kernels (:mod:`noa_core.compute_path`)."""
-    from noa_core import compute_path, io
+    Small work (inputs and output) is computed with NumPy, the rest with the kernels (:mod:`noa_core.compute.compute_path`)."""
+    from noa_core import io
+    from noa_core.compute import compute_path
 
     inputs = compute_path.input_bytes(plan.inputs)
     work = None if inputs is None else max(inputs, math.prod(plan.shape) * plan.dtype.itemsize)

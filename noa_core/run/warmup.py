@@ -10,7 +10,7 @@ runs for real, through the local driver, with the option sets its declaration li
 The work is cut into units (an operation x an element type x a size, and the in-memory variants of
 an element type x a size), each reported to ``progress`` once done.
 
-Small files are computed with NumPy (:mod:`noa_core.compute_path`), which compiles nothing: every
+Small files are computed with NumPy (:mod:`noa_core.compute.compute_path`), which compiles nothing: every
 unit runs with the numba path forced, in whichever process runs it.
 
 numba compiles in the calling process and holds the GIL for most of it, so with ``jobs`` > 1 the
@@ -50,9 +50,9 @@ from typing import Literal, NamedTuple, Protocol
 
 import numba
 
-from noa_core import runtime
+from noa_core.kernels import runtime
 from noa_core.array import empty, full
-from noa_core.runtime import SERIAL_THRESHOLD
+from noa_core.kernels.runtime import SERIAL_THRESHOLD
 
 # Element types that MRC and TIFF files hold.
 FILE_DTYPES = ("int8", "uint8", "int16", "uint16", "float16", "float32", "int32", "float64", "complex64")
@@ -233,7 +233,7 @@ _stopping: _Flag = threading.Event()
 
 def _start_worker(finished: multiprocessing.Queue, stopping: _Flag, lock) -> None:
     global _finished, _stopping
-    from noa_core import compute_path
+    from noa_core.compute import compute_path
 
     _finished, _stopping = finished, stopping
     # This process only warms up: its drivers must choose numba whatever the size (compute_path's
@@ -274,7 +274,7 @@ def _run_chunk(chunk: list[Unit]) -> None:
 
 def _run(unit: Unit, folder: Path, stop: _Flag) -> None:
     """Run ``unit``, on the numba path, writing its files in ``folder``."""
-    from noa_core import compute_path
+    from noa_core.compute import compute_path
 
     with compute_path.using("numba"):
         if unit.operation == IN_MEMORY:
@@ -316,8 +316,9 @@ def _file_operation(unit: Unit, folder: Path, stop: _Flag) -> None:
 
 
 def _in_memory(name: str, count: int) -> None:
-    from noa_core.elementwise import convert_into, copy
-    from noa_core import moments, reduction
+    from noa_core.compute.elementwise import convert_into, copy
+    from noa_core.compute import moments
+    from noa_core.compute import reduction
 
     width = math.isqrt(count) + 1
     a = full((1, 2, width, width), 1, dtype=name)

@@ -3,7 +3,7 @@ root) and the page ``/view`` that browses the data root with them.
 
 Every endpoint names its file by ``file``, a path relative to the data root, opened beneath the root as
 path requests are (:meth:`Sandbox.open`: no ``..``, no symlink out of the root), behind the API key
-(they live under ``/v1``) and in the worker pool. Pictures come from :mod:`noa_core.pictures`, which
+(they live under ``/v1``) and in the worker pool. Pictures come from :mod:`noa_core.pictures.drawing`, which
 reads only the plane (or, for a tile, the region) it draws, with its working memory checked against what the
 machine has (507 when short). Answers carry an ETag made of the file's identity (:func:`identity`: what changes
 when its data do) and the query, so a browser revalidates a picture with ``If-None-Match`` and gets a 304
@@ -55,7 +55,7 @@ CACHE = "private, no-cache"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; connect-src 'self'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 STATIC = ("view.html", "view.js", "view.css")
-# The forms of a contrast rule; their numbers are checked once the file is found (noa_core.pictures.parse_contrast).
+# The forms of a contrast rule; their numbers are checked once the file is found (noa_core.pictures.drawing.parse_contrast).
 CONTRAST_PATTERN = r"^(sigma:[^,]+|percentiles:[^,]+,[^,]+|minmax|range:[^,]+,[^,]+)$"
 
 Svc = Annotated[Service, Depends(service)]
@@ -246,7 +246,7 @@ def levels(rows: int, cols: int) -> int:
 
 def level_shape(rows: int, cols: int, level: int) -> tuple[int, int]:
     """The plane's shape at ``level``: ceil(n / 2^L) (blocks cut by the edge are the means of their pixels,
-    as :func:`noa_core.pictures.read_plane` makes them)."""
+    as :func:`noa_core.pictures.drawing.read_plane` makes them)."""
     k = 1 << level
     return -(-rows // k), -(-cols // k)
 
@@ -256,15 +256,15 @@ def _read(file: Opened, plane: Plane, max_voxels: int, *, region: tuple[int, int
     """The plane's values (its ``region``, block-meaned ``step`` x ``step``), read once the voxels this reads
     are within the server's limit (422) and the memory drawing them (and with ``spectrum``, transforming them)
     takes is within what the machine has (507)."""
-    from noa_core import pictures
+    from noa_core.pictures import drawing
     from noa_core.limits import check_working_memory
 
-    rows, cols = pictures.plane_shape(file.path, axis=plane.axis)
+    rows, cols = drawing.plane_shape(file.path, axis=plane.axis)
     top, bottom, left, right = region or (0, rows, 0, cols)
     check_voxels([(_depth(file.path, plane), bottom - top, right - left)], max_voxels)
     pixels = -(-(bottom - top) // step) * -(-(right - left) // step)
-    check_working_memory(pictures.working_bytes(pixels, spectrum=pixels if spectrum else 0), f"{plane.file}: drawing")
-    return pictures.read_plane(file.path, **plane.read_args(), region=region, step=step)
+    check_working_memory(drawing.working_bytes(pixels, spectrum=pixels if spectrum else 0), f"{plane.file}: drawing")
+    return drawing.read_plane(file.path, **plane.read_args(), region=region, step=step)
 
 
 def _depth(path: Path, plane: Plane) -> int:
@@ -288,14 +288,14 @@ class _Overviews:
 
     def get(self, opened_file: Opened, plane: Plane, max_voxels: int) -> tuple[Any, int, tuple[int, int]]:
         """``(values, step, (rows, cols))`` of the plane's overview."""
-        from noa_core import pictures
+        from noa_core.pictures import drawing
 
         key = (opened_file.identity, plane.section, plane.axis, plane.index, plane.projection)
         with self._lock:
             if key in self._held:
                 self._held.move_to_end(key)
                 return self._held[key]
-        rows, cols = pictures.plane_shape(opened_file.path, axis=plane.axis)
+        rows, cols = drawing.plane_shape(opened_file.path, axis=plane.axis)
         step = max(1, math.ceil(max(rows, cols) / OVERVIEW))
         held = (_read(opened_file, plane, max_voxels, step=step), step, (rows, cols))
         with self._lock:
@@ -309,10 +309,10 @@ OVERVIEWS = _Overviews()
 
 
 def _picture(values: Any, display: Display, lo: float, hi: float) -> bytes:
-    from noa_core import pictures
+    from noa_core.pictures import drawing
 
-    pixels = pictures.colorize(pictures.to_gray(values, lo, hi, invert=display.invert), display.cmap)
-    return pictures.encode(pixels, display.format, quality=display.quality)
+    pixels = drawing.colorize(drawing.to_gray(values, lo, hi, invert=display.invert), display.cmap)
+    return drawing.encode(pixels, display.format, quality=display.quality)
 
 
 def _media(display: Display) -> str:
@@ -322,22 +322,22 @@ def _media(display: Display) -> str:
 def image(sandbox: Sandbox, plane: Plane, display: Display, size: int, spectrum: bool, if_none_match: str | None,
           max_voxels: int) -> Answer:
     """The plane (or its log power spectrum) at most ``size`` pixels a side, as PNG or JPEG."""
-    from noa_core import pictures
+    from noa_core.pictures import drawing
 
     def compute() -> bytes:
-        rows, cols = pictures.plane_shape(file.path, axis=plane.axis)
+        rows, cols = drawing.plane_shape(file.path, axis=plane.axis)
         if spectrum:
             box_rows, box_cols = min(rows, SPECTRUM_BOX), min(cols, SPECTRUM_BOX)
             top, left = (rows - box_rows) // 2, (cols - box_cols) // 2
             values = _read(file, plane, max_voxels, region=(top, top + box_rows, left, left + box_cols), spectrum=True)
-            values = pictures.downsample(pictures.log_spectrum(values), size)
+            values = drawing.downsample(drawing.log_spectrum(values), size)
         else:
             values = _read(file, plane, max_voxels, step=max(1, math.ceil(max(rows, cols) / size)))
-        lo, hi = pictures.contrast_limits(values, display.contrast)
+        lo, hi = drawing.contrast_limits(values, display.contrast)
         return _picture(values, display, lo, hi)
 
     with opened(sandbox, plane.file) as file:
-        pictures.parse_contrast(display.contrast)  # after the file: a missing file is named first
+        drawing.parse_contrast(display.contrast)  # after the file: a missing file is named first
         return _cached(file, if_none_match, ("image", plane, display, size, spectrum), compute, _media(display))
 
 
@@ -346,10 +346,10 @@ def tile(sandbox: Sandbox, plane: Plane, display: Display, level: int, x: int, y
     """Tile (x, y) of ``level``: the plane's region of TILE x TILE blocks of 2^level x 2^level pixels,
     block-meaned; only that region is read. Contrast limits come from the plane's overview unless given
     as range:A,B."""
-    from noa_core import pictures
+    from noa_core.pictures import drawing
 
     def compute() -> bytes:
-        rows, cols = pictures.plane_shape(file.path, axis=plane.axis)
+        rows, cols = drawing.plane_shape(file.path, axis=plane.axis)
         if level >= levels(rows, cols):
             raise ParameterError(f"{level}: this plane ({rows} x {cols}) has levels 0 to {levels(rows, cols) - 1}",
                                  "level")
@@ -361,13 +361,13 @@ def tile(sandbox: Sandbox, plane: Plane, display: Display, level: int, x: int, y
             raise ParameterError(f"{y}: level {level} has tiles 0 to {down - 1} down", "y")
         k = 1 << level
         region = (y * TILE * k, min((y + 1) * TILE * k, rows), x * TILE * k, min((x + 1) * TILE * k, cols))
-        given = pictures.parse_contrast(display.contrast)[0] == "range"
-        lo, hi = pictures.contrast_limits(() if given else OVERVIEWS.get(file, plane, max_voxels)[0], display.contrast)
+        given = drawing.parse_contrast(display.contrast)[0] == "range"
+        lo, hi = drawing.contrast_limits(() if given else OVERVIEWS.get(file, plane, max_voxels)[0], display.contrast)
         values = _read(file, plane, max_voxels, region=region, step=k)
         return _picture(values, display, lo, hi)
 
     with opened(sandbox, plane.file) as file:
-        pictures.parse_contrast(display.contrast)
+        drawing.parse_contrast(display.contrast)
         return _cached(file, if_none_match, ("tile", plane, display, level, x, y), compute, _media(display))
 
 
@@ -377,17 +377,17 @@ def histogram(sandbox: Sandbox, plane: Plane, bins: int, contrast: str | None, i
     plane's geometry (shape, tile size, levels)."""
     import numpy as np
 
-    from noa_core import pictures
+    from noa_core.pictures import drawing
 
     def compute() -> dict:
         values, step, (rows, cols) = OVERVIEWS.get(file, plane, max_voxels)
         finite = values[np.isfinite(values)]
-        counts, edges = pictures.histogram(finite, bins)
+        counts, edges = drawing.histogram(finite, bins)
         rules = RULES if contrast is None or contrast in RULES else (*RULES, contrast)
         result = {
             "file": plane.file, "plane": [rows, cols], "step": step, "tile": TILE, "levels": levels(rows, cols),
             "counts": [int(c) for c in counts], "edges": [float(e) for e in edges],
-            "limits": {rule: [float(v) for v in pictures.contrast_limits(values, rule)] for rule in rules},
+            "limits": {rule: [float(v) for v in drawing.contrast_limits(values, rule)] for rule in rules},
             "statistics": {"min": float(finite.min()), "max": float(finite.max()), "mean": float(finite.mean()),
                            "sd": float(finite.std())} if finite.size else None,
         }
@@ -395,21 +395,21 @@ def histogram(sandbox: Sandbox, plane: Plane, bins: int, contrast: str | None, i
 
     with opened(sandbox, plane.file) as file:
         if contrast is not None:
-            pictures.parse_contrast(contrast)
+            drawing.parse_contrast(contrast)
         return _cached(file, if_none_match, ("histogram", plane, bins, contrast), compute)
 
 
 def value(sandbox: Sandbox, plane: Plane, x: int, y: int, if_none_match: str | None) -> Answer:
     """The value of the plane at column ``x``, row ``y`` (the mean along the axis for a projection)."""
-    from noa_core import pictures
+    from noa_core.pictures import drawing
 
     def compute() -> dict:
-        rows, cols = pictures.plane_shape(file.path, axis=plane.axis)
+        rows, cols = drawing.plane_shape(file.path, axis=plane.axis)
         if x >= cols:
             raise ParameterError(f"{x}: the plane has columns 0 to {cols - 1}", "x")
         if y >= rows:
             raise ParameterError(f"{y}: the plane has rows 0 to {rows - 1}", "y")
-        found = pictures.read_plane(file.path, **plane.read_args(), region=(y, y + 1, x, x + 1))
+        found = drawing.read_plane(file.path, **plane.read_args(), region=(y, y + 1, x, x + 1))
         return execution.for_client({"file": plane.file, "x": x, "y": y, "value": float(found[0, 0])}, file.names)
 
     with opened(sandbox, plane.file) as file:
@@ -461,7 +461,8 @@ def listing(sandbox: Sandbox, relative: str) -> dict:
 def _entry(sandbox: Sandbox, relative: str, links: Path) -> dict | None:
     """One entry of a listing; None for what a client may not open (a link out of the root, the job
     state, a device or socket)."""
-    from noa_core import dtypes, io
+    from noa_core import io
+    from noa_core.array import dtypes
 
     name = PurePosixPath(relative).name
     try:

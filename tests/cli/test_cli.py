@@ -237,7 +237,7 @@ def test_output_may_not_be_the_input_even_with_force(tmp_path):
 
 
 def test_cuda_without_a_gpu_is_a_clear_error(tmp_path):
-    from noa_core.devices import cuda_available
+    from noa_core.array.devices import cuda_available
 
     if cuda_available():
         pytest.skip("a GPU is present")

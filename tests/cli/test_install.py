@@ -131,7 +131,7 @@ def test_missing_dask_says_the_command_that_works_from_a_checkout(monkeypatch):
 
 
 def test_missing_cupy_says_the_command_that_works_from_a_checkout():
-    from noa_core.fft import CUPY_HINT
+    from noa_core.fourier.fft import CUPY_HINT
 
     _names_checkout_commands(CUPY_HINT, "cupy")
 

@@ -17,11 +17,12 @@ import pytest
 from helpers import EXAMPLE_MAP, assert_problem, assert_user_error, noa, random_values, wait_job, write_mrc
 from PIL import Image
 
-from noa_core import operations, pictures
+from noa_core import operations
+from noa_core.pictures import drawing
 from noa_core.operations import preview as declaration
 from noa_core.run import local
 
-GAP = pictures.GAP
+GAP = drawing.GAP
 
 
 def sigma_levels(values: np.ndarray, k: float = 3.0) -> np.ndarray:
@@ -43,7 +44,7 @@ def leftovers(folder) -> list[str]:
 
 
 def test_the_declaration_names_the_librarys_colour_maps():
-    assert declaration.CMAPS == pictures.CMAPS
+    assert declaration.CMAPS == drawing.CMAPS
     assert operations.get("preview").kind == "plan"
 
 
@@ -131,9 +132,9 @@ def test_scale_bar_drawn_or_refused(tmp_path):
     assert noa("preview", tmp_path / "flat.mrc", tmp_path / "bar.png", "--scale-bar", "--contrast",
                "range:0,1").returncode == 0
     pixels = np.asarray(decoded(tmp_path / "bar.png"))
-    _, length, label = pictures.scale_bar_length(96, 5.0)
+    _, length, label = drawing.scale_bar_length(96, 5.0)
     assert label == "10 nm" and length == 20  # 96 x 5 / 4 = 120 Å -> 100 Å = 20 pixels of 5 Å
-    y0, y1, x0, x1 = pictures.scale_bar_box(0, 0, 64, 96, length)
+    y0, y1, x0, x1 = drawing.scale_bar_box(0, 0, 64, 96, length)
     assert (pixels[y0:y1, x0:x1] == 255).all() and pixels[y0:y1, x1:].max() == 0
     write_mrc(tmp_path / "unknown.mrc", np.zeros((16, 16), np.float32))
     assert_user_error(noa("preview", tmp_path / "unknown.mrc", tmp_path / "no.png", "--scale-bar"),
@@ -194,7 +195,7 @@ def test_terminal_output_parsed_back(tmp_path):
     drawn = parse_half_blocks(result.stdout)
     binned = image.reshape(15, 2, 20, 2).mean(axis=(1, 3))
     assert drawn.shape == (15, 20, 3)
-    np.testing.assert_array_equal(drawn, pictures.colour_table("viridis")[sigma_levels(binned)])
+    np.testing.assert_array_equal(drawn, drawing.colour_table("viridis")[sigma_levels(binned)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mic.mrc"]  # nothing written
 
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noa_core as noa
-from noa_core.dtypes import SCALAR_NAMES
+from noa_core.array.dtypes import SCALAR_NAMES
 from noa_core.errors import (BroadcastError, DTypeError, LayoutError, PermutationError, ReshapeError, ShapeError,
                              StrideError)
 

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noa_core as noa
-from noa_core import boxes, stack_sections
+from noa_core.images import boxes
+from noa_core.images import stacks
 from noa_core.errors import ParameterError, ShapeError, StrideError
 
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -174,7 +175,7 @@ def test_a_selection_indexes_as_the_list_it_stands_for(ranges, start, stop):
     by one past 6.5 GB); indexing and slicing it must give what the listed sections would."""
     pairs = [(first, first + length) for first, length in ranges]
     listed = [i for first, last in pairs for i in range(first, last + 1)]
-    selection = stack_sections.Selection(pairs)
+    selection = stacks.Selection(pairs)
     assert len(selection) == len(listed) and list(selection) == listed
     assert selection[start:stop] == listed[start:stop]
     for i in (0, -1, len(listed) // 2):
@@ -188,24 +189,24 @@ def test_a_huge_range_list_is_checked_against_the_output_limit_before_anything_i
     from noa_core.limits import output_voxel_limit
 
     text = ",".join(["0-99999"] * 1250)  # 125 million sections, 10 KB of text
-    assert len(stack_sections.parse_ranges(text, 100_000, "keep", (100_000, 1, 2, 2))) == 125_000_000
+    assert len(stacks.parse_ranges(text, 100_000, "keep", (100_000, 1, 2, 2))) == 125_000_000
     with output_voxel_limit(1_000_000), pytest.raises(LimitError, match="500000000 voxels; the limit is 1000000"):
-        stack_sections.parse_ranges(text, 100_000, "keep", (100_000, 1, 2, 2))
+        stacks.parse_ranges(text, 100_000, "keep", (100_000, 1, 2, 2))
 
 
 def test_range_lists_parse_and_name_the_bad_part():
-    assert list(stack_sections.parse_ranges("0-3,7, 5", 10, "keep")) == [0, 1, 2, 3, 7, 5]
-    assert stack_sections.runs([0, 1, 2, 7, 5, 6]) == [(0, 0, 3), (3, 7, 1), (4, 5, 2)]
+    assert list(stacks.parse_ranges("0-3,7, 5", 10, "keep")) == [0, 1, 2, 3, 7, 5]
+    assert stacks.runs([0, 1, 2, 7, 5, 6]) == [(0, 0, 3), (3, 7, 1), (4, 5, 2)]
     for text, words in (("0-3,x", "'x' in '0-3,x' is not a section number"),
                         ("5-2", "range '5-2' runs backwards"),
                         ("0-10", "section 10 (in '0-10') is outside 0..9: the input has 10 sections"),
                         ("1,,2", "'' in '1,,2'"), ("-1", "'-1'")):
         with pytest.raises(ParameterError, match=re.escape(words)):
-            stack_sections.parse_ranges(text, 10, "keep")
+            stacks.parse_ranges(text, 10, "keep")
     with pytest.raises(ParameterError, match="drop: '0-2' drops every one of the 3 sections"):
-        stack_sections.selected_sections((3, 1, 2, 2), None, "0-2")
+        stacks.selected_sections((3, 1, 2, 2), None, "0-2")
     with pytest.raises(ParameterError, match="give either keep or drop"):
-        stack_sections.selected_sections((3, 1, 2, 2), "1", "2")
+        stacks.selected_sections((3, 1, 2, 2), "1", "2")
 
 
 @SETTINGS

@@ -1,4 +1,4 @@
-"""DLPack exchange on the CPU (noa_core.interop): NumPy's from_dlpack and __dlpack__ are the oracle.
+"""DLPack exchange on the CPU (noa_core.array.interop): NumPy's from_dlpack and __dlpack__ are the oracle.
 
 Every exchange must share memory (checked by writing through one side and reading the other, and
 with numpy.shares_memory), with strides converted between elements and bytes; the ctypes DLPack
@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noa_core as nc
-from noa_core import interop
+from noa_core.array import interop
 from noa_core.errors import DeviceError, StrideError
 
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from noa_core.expr import ExpressionError, compile_expression
+from noa_core.compute.expr import ExpressionError, compile_expression
 
 EXPRESSIONS = [
     ("a * b", lambda a, b: a * b),
@@ -93,11 +93,11 @@ _CACHED_RUN = """
 import sys
 import numpy as np
 import noa_core as nc
-from noa_core.elementwise import ewise
-from noa_core.expr import compile_expression
+from noa_core.compute.elementwise import ewise
+from noa_core.compute.expr import compile_expression
 from noa_core.kernels import cpu
 
-from noa_core import runtime
+from noa_core.kernels import runtime
 
 text = sys.argv[1]
 runtime.CACHE_EXPRESSIONS = sys.argv[2] == "cache"  # as the service sets it: off

@@ -2,7 +2,7 @@
 
 The oracle is NumPy evaluating the same expression on the same arrays: each expression is built
 twice from one tree, as text for noa and as NumPy calls (Python scalars left weak, as NumPy 2
-treats them), so nothing here reuses noa_core.expr's own tables.
+treats them), so nothing here reuses noa_core.compute.expr's own tables.
 """
 
 import operator
@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import noa_core as nc
-from noa_core import expr, runtime
-from noa_core.elementwise import ewise
-from noa_core.expr import ExpressionError, compile_expression
+from noa_core.compute import expr
+from noa_core.kernels import runtime
+from noa_core.compute.elementwise import ewise
+from noa_core.compute.expr import ExpressionError, compile_expression
 from noa_core.kernels import cpu
 
 DTYPES = [np.dtype(name) for name in ("bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 "
@@ -57,7 +58,7 @@ def numpy_result(reference, a, b):
 
 
 def known_difference(error: Exception, text: str, a: np.ndarray, b: np.ndarray) -> bool:
-    """Where noa knowingly differs from NumPy (documented in noa_core.expr): complex values are not
+    """Where noa knowingly differs from NumPy (documented in noa_core.compute.expr): complex values are not
     ordered (NumPy orders them lexicographically); a negative integer exponent coming from an input is
     computed, not refused (NumPy checks every element at run time); and an expression of constants alone
     whose value is an integer beyond 64 bits is refused (NumPy gives an array of Python objects, which
@@ -70,7 +71,7 @@ def known_difference(error: Exception, text: str, a: np.ndarray, b: np.ndarray) 
 
 def run_noa(text: str, a: np.ndarray, b: np.ndarray):
     """noa's compiled element function on each pair of elements, stored in its result type (as the
-    kernels store it; float16 inputs arrive as float32, as noa_core.dispatch hands them over), or
+    kernels store it; float16 inputs arrive as float32, as noa_core.compute.dispatch hands them over), or
     its ExpressionError. The kernels themselves are exercised by the tests that run ewise."""
     try:
         expression = compile_expression(text, 2)
@@ -99,7 +100,7 @@ def assert_like_numpy(got: np.ndarray, expected: np.ndarray, *inputs: np.ndarray
     if expected.dtype.kind in "biu":
         np.testing.assert_array_equal(got, expected)
     elif expected.dtype == np.float16 or any(x.dtype in HALF_SOURCES for x in inputs) or "True" in text:
-        # float16 values are computed in float32 and rounded on store (noa_core.dispatch's policy),
+        # float16 values are computed in float32 and rounded on store (noa_core.compute.dispatch's policy),
         # which differs from NumPy's rounding of every float16 intermediate.
         close = np.isclose(got, expected, rtol=2e-2, atol=2e-2, equal_nan=True)
         assert (close | ~np.isfinite(expected) | (np.abs(expected) > 100)).all(), (got, expected)
@@ -134,7 +135,7 @@ def test_integer_intermediates_wrap_in_their_own_type():
     np.testing.assert_array_equal(run_kernels("(a * 100) // 7", a), expected)
     issue = np.array([1, 2, 0, 1, 3, 4, 5, 6], dtype=np.int8)
     assert run_kernels("(a * 100) // 7", issue).tolist() == [14, -8, 0, 14, 6, -16, -2, 12]
-    # float16 is computed in float32 and rounded on store (noa_core.dispatch's policy).
+    # float16 is computed in float32 and rounded on store (noa_core.compute.dispatch's policy).
     half = np.array([0.5, 1.5, -2.25, 100], dtype=np.float16)
     assert_like_numpy(run_kernels("a * 3 + sqrt(abs(a))", half), half * 3 + np.sqrt(np.abs(half)))
 

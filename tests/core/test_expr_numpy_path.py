@@ -1,4 +1,4 @@
-"""The NumPy path of expressions (noa_core.compute_path, issue 27): Expression.numpy_function.
+"""The NumPy path of expressions (noa_core.compute.compute_path, issue 27): Expression.numpy_function.
 
 For small files `noa ewise` computes an expression with NumPy instead of numba, and the issue asks
 for the same bytes whichever path computed them. So every comparison here is of bytes: the numba
@@ -20,9 +20,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import noa_core as nc
-from noa_core import expr, runtime
-from noa_core.elementwise import ewise
-from noa_core.expr import ExpressionError, compile_expression
+from noa_core.compute import expr
+from noa_core.kernels import runtime
+from noa_core.compute.elementwise import ewise
+from noa_core.compute.expr import ExpressionError, compile_expression
 
 # The element types of files, and bool (comparisons).
 FILE_DTYPES = [np.dtype(name) for name in
@@ -39,7 +40,7 @@ def no_disk_cache():
 
 def run_kernels(text: str, *arrays: np.ndarray) -> np.ndarray:
     """What the numba path stores: the element function through the ewise kernels (float16 inputs
-    widened to float32 and results rounded on store by noa_core.dispatch)."""
+    widened to float32 and results rounded on store by noa_core.compute.dispatch)."""
     expression = compile_expression(text, len(arrays))
     out = nc.empty((1, 1, 1, arrays[0].size), expression.result_dtype([x.dtype for x in arrays]))
     ewise([nc.asarray(np.ascontiguousarray(x).reshape(1, 1, 1, -1)) for x in arrays], [out],
@@ -329,7 +330,7 @@ def test_float16_is_computed_in_float32_and_rounded_once_on_store():
 _NUMBA_FREE = """
 import sys
 import numpy as np
-from noa_core.expr import compile_expression
+from noa_core.compute.expr import compile_expression
 
 expression = compile_expression("where(a > b, a * 2.5, b // 3) + (a if a else -b) * 2", 2)
 assert expression.result_dtype(["float32", "int16"]) == np.float32

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noa_core as noa
-from noa_core.conversion import convert_into
+from noa_core.compute.conversion import convert_into
 
 
 def test_every_float16_widens_to_numpys_float32():

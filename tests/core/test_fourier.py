@@ -1,4 +1,4 @@
-"""noa_core.fft and noa_core.spectral against numpy.fft, scipy.fft, scipy.signal and RELION's formulas."""
+"""noa_core.fourier.fft and noa_core.fourier.spectral against numpy.fft, scipy.fft, scipy.signal and RELION's formulas."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noa_core as noa
-from noa_core import fft, resampling, spectral
+from noa_core.fourier import fft
+from noa_core.fourier import resampling
+from noa_core.fourier import spectral
 from noa_core.errors import DTypeError, ParameterError, ShapeError
 
 SETTINGS = settings(max_examples=25, deadline=None)
@@ -87,7 +89,7 @@ def test_transforms_are_scipy_fft_bit_for_bit(shape, kind, dtype, norm, seed):
 
 
 def test_the_pocketfft_module_loads_alone_and_scipy_fft_shares_it():
-    probe = ("import sys\nfrom noa_core import fft\nmodule = fft.pocketfft()\n"
+    probe = ("import sys\nfrom noa_core.fourier import fft\nmodule = fft.pocketfft()\n"
              "assert 'scipy.fft' not in sys.modules\n"
              "import scipy.fft._pocketfft.basic as basic\nassert basic.pfft is module\nprint('ok')")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from helpers import REPO
-from noa_core import expr, kernels
+from noa_core import kernels
+from noa_core.compute import expr
 from noa_core.kernels import cpu
 from noa_core.kernels import cuda as cuda_backend
 

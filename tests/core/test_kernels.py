@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noa_core as nc
-from noa_core import layout
+from noa_core.array import layout
 from noa_core.errors import BroadcastError, DeviceError, DTypeError, OverlapError, ReadOnlyError, StrideError
 
 SETTINGS = settings(max_examples=40, deadline=None)
@@ -356,7 +356,7 @@ def test_vector_elements_refused_by_ewise():
 
 
 def test_choose_cache_dir(tmp_path):
-    from noa_core.runtime import choose_cache_dir
+    from noa_core.kernels.runtime import choose_cache_dir
 
     package = tmp_path / "pkg"
     (package / "kernels").mkdir(parents=True)
@@ -378,7 +378,7 @@ def test_choose_cache_dir(tmp_path):
 def test_no_writable_folder_at_all_disables_the_cache(tmp_path, monkeypatch):
     import tempfile
 
-    from noa_core import runtime
+    from noa_core.kernels import runtime
 
     blocked = tmp_path / "blocked"
     blocked.write_text("")

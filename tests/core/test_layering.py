@@ -124,15 +124,50 @@ def test_noa_core_has_no_import_cycles():
     assert not found, "import cycles in noa_core:\n" + "\n".join(describe(c, edges) for c in found)
 
 
+# noa_core's folders from the bottom up: a module imports only modules of its own layer or of layers below it.
+# The foundation: errors, limits and the late-bound providers (noa_core/*.py). The package root is the face
+# users import, above everything: only its constants (__version__) may be imported from below.
+LAYERS = ("foundation", "array", "kernels", "compute", "io", "images", "fourier", "geometry", "pictures",
+          "operations", "run")
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return len(LAYERS)
+    return 0 if len(parts) == 2 and parts[1] not in LAYERS else LAYERS.index(parts[1])
+
+
+def test_each_folder_imports_only_its_own_layer_and_those_below():
+    edges = import_edges(Path(noa_core.__file__).parent, "noa_core")
+    folders = {p.name for p in Path(noa_core.__file__).parent.iterdir() if (p / "__init__.py").exists()}
+    assert folders == set(LAYERS[1:]), "a new folder needs its place in LAYERS"
+    upward = [f"{a} imports {b} at {where}" for a, targets in edges.items() for b, where in targets.items()
+              if layer_of(b) > layer_of(a) and not (b == "noa_core" and _only_constants(a))]
+    assert not upward, "imports that go up a layer:\n" + "\n".join(upward)
+
+
+def _only_constants(module: str) -> bool:
+    """Whether ``module`` imports from the package root only its constants (``__version__``, ``SUMMARY``)."""
+    path = Path(noa_core.__file__).parent.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module == "noa_core":
+            if any(alias.name not in ("__version__", "SUMMARY") for alias in node.names):
+                return False
+        elif isinstance(node, ast.Import) and any(alias.name == "noa_core" for alias in node.names):
+            return False
+    return True
+
+
 def test_the_array_core_sits_below_the_kernels_that_serve_it():
     edges = import_edges(Path(noa_core.__file__).parent, "noa_core")
-    assert set(edges["noa_core.array"]) <= {"noa_core.dtypes", "noa_core.layout", "noa_core.errors",
-                                            "noa_core.providers"}
+    assert set(edges["noa_core.array.array"]) <= {"noa_core.array.dtypes", "noa_core.array.layout",
+                                                  "noa_core.errors", "noa_core.providers"}
     assert set(edges["noa_core.providers"]) == set()  # kernels reach the array through it, installed from above
-    assert set(edges["noa_core.layout"]) == {"noa_core.errors"}
-    for module in ("noa_core.reduction", "noa_core.indexwise"):
-        assert "noa_core.elementwise" not in edges[module]
-        assert "noa_core.dispatch" in edges[module]
+    assert set(edges["noa_core.array.layout"]) == {"noa_core.errors"}
+    for module in ("noa_core.compute.reduction", "noa_core.compute.indexwise"):
+        assert "noa_core.compute.elementwise" not in edges[module]
+        assert "noa_core.compute.dispatch" in edges[module]
 
 
 def write_package(root: Path, files: dict[str, str]) -> Path:

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from noa_core import layout
+from noa_core.array import layout
 from noa_core.errors import BroadcastError, LayoutError, PermutationError, ReshapeError, ShapeError, StrideError
 
 SMALL_SHAPES = list(itertools.product((1, 2, 3), repeat=4))
 PERMUTATIONS = list(itertools.permutations(range(4)))
 
 
-# --- brute-force definitions (independent of noa_core.layout) ----------------------------------
+# --- brute-force definitions (independent of noa_core.array.layout) ----------------------------------
 
 
 def offsets(shape, strides, axes_order=(0, 1, 2, 3)):

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noa_core as nc
-from noa_core import moments
+from noa_core.compute import moments
 from noa_core.errors import DTypeError, ShapeError
 from test_kernels import LAYOUTS, make_array  # pytest puts tests/core/ on sys.path (rootdir-relative imports)
 

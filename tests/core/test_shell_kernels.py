@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from noa_core import resolution
+from noa_core.fourier import resolution
 from noa_core.kernels import shells as kernels
 
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from noa_core import symmetry
+from noa_core.geometry import symmetry
 from noa_core.kernels.symmetrize import symmetrize_kernel, tiles_of
 
 EQUAL = 1e-6  # RELION's XMIPP_EQUAL_ACCURACY

@@ -11,7 +11,7 @@ import numba
 import numpy as np
 
 import noa_core as nc
-from noa_core.runtime import SERIAL_THRESHOLD
+from noa_core.kernels.runtime import SERIAL_THRESHOLD
 
 
 def work(seed: int) -> None:
@@ -38,7 +38,7 @@ def test_concurrent_kernels_from_a_thread_pool():
         for future in [pool.submit(work, seed) for seed in range(200)]:
             future.result()
     # tbb where its wheel is installed (a dependency on Linux x86-64), OpenMP otherwise.
-    from noa_core.runtime import load_tbb
+    from noa_core.kernels.runtime import load_tbb
 
     assert numba.threading_layer() == ("tbb" if load_tbb() else "omp")
 

@@ -1,4 +1,4 @@
-"""User functions compiled once: kernels cached by what defines a function (noa_core.user_kernels).
+"""User functions compiled once: kernels cached by what defines a function (noa_core.compute.user_kernels).
 
 Compilations are counted (user_kernels.compiled_count: representatives admitted; kernels.cpu.built_count:
 kernels built) and every result is checked against NumPy computing the same function.
@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import noa_core as nc
-from noa_core import user_kernels
+from noa_core.compute import user_kernels
 from noa_core.kernels import cpu
-from noa_core.user_kernels import UncacheableFunctionWarning
+from noa_core.compute.user_kernels import UncacheableFunctionWarning
 
 
 @pytest.fixture

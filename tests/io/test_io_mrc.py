@@ -131,7 +131,7 @@ def test_round_trip_property(tmp_path_factory, shape, dtype, order):
     io.write(out, data, order=order)
     back, md = io.read(out)
     np.testing.assert_array_equal(back.numpy(), data)
-    assert md.kind == noa_core.layout.kind(shape)
+    assert md.kind == noa_core.array.layout.kind(shape)
 
 
 def test_compressed_inputs(tmp_path):

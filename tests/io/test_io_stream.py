@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 import noa_core
-from noa_core import io, layout
+from noa_core import io
+from noa_core.array import layout
 from noa_core.errors import LayoutError
 from noa_core.io import mapped, stream
-from noa_core.moments import RunningStatistics
+from noa_core.compute import tiles
+from noa_core.compute.moments import RunningStatistics
 
 
 def test_copy_into_permuted_and_broadcast_views(tmp_path):
@@ -86,7 +88,7 @@ def test_tiles_stay_within_budget_and_cover_everything(perm, order):
     src = layout.permute(layout.strides_for(layout.permute(shape, layout.inverse_permutation(perm))), perm)
     budget = 8 << 20
     tile = stream.plan_tile(shape, [(src, 4)], budget, output=(dst, 4))
-    runs, span = stream._source_runs(np.array([tile]), src, 4)
+    runs, span = tiles._source_runs(np.array([tile]), src, 4)
     assert runs[0] * span[0] <= budget  # what read_view buffers, gaps included
     assert np.prod(tile) * 4 <= budget
     covered = np.zeros(shape[:2] + (shape[2] // 64, shape[3] // 64), np.int32)
@@ -109,7 +111,7 @@ def test_run_counts_follow_contiguity():
             offsets = sorted(sum(i * s for i, s in zip(index, strides))
                              for index in itertools.product(*(range(t) for t in tile)))
             brute = 1 + sum(b != a + 1 for a, b in zip(offsets, offsets[1:]))
-            runs, span = stream._output_runs(np.array([tile]), shape, strides, 4)
+            runs, span = tiles._output_runs(np.array([tile]), shape, strides, 4)
             assert (runs[0], span[0]) == (brute, np.prod(tile) * 4 // brute), (order, tile)
 
 

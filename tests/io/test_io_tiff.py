@@ -30,7 +30,7 @@ def test_real_tiffs_match_tifffile(name):
     shape, to_bdhw = REAL[name]
     array, md = io.read(DATA / name)
     expected = to_bdhw(tifffile.imread(DATA / name, series=0))
-    assert array.shape == shape and md.kind == noa_core.layout.kind(shape)
+    assert array.shape == shape and md.kind == noa_core.array.layout.kind(shape)
     np.testing.assert_array_equal(array.numpy(), expected)
     assert array.dtype == expected.dtype and md.format == "tiff"
 

@@ -20,7 +20,7 @@ from helpers import (assert_problem, assert_user_error, fei1_stack, load, need_s
 from noa_core import io, operations
 from noa_core.errors import ParameterError, ShapeError
 from noa_core.run import local
-from noa_core.moments import RunningStatistics
+from noa_core.compute.moments import RunningStatistics
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 volume_shapes = st.tuples(st.integers(1, 2), st.integers(2, 5), st.integers(1, 6), st.integers(1, 6))

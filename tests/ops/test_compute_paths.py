@@ -1,4 +1,4 @@
-"""Small files are computed with NumPy, large ones with the numba kernels (noa_core.compute_path): both
+"""Small files are computed with NumPy, large ones with the numba kernels (noa_core.compute.compute_path): both
 paths give the same bytes, for every operation (with the option sets its declaration lists for warm-up)
 and every element type files hold; the NumPy path imports no numba; the threshold, the override and the
 --debug line say which path ran."""
@@ -17,10 +17,11 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import noa_core as nc
-from noa_core import compute_path, io, operations
-from noa_core.conversion import CONVERSION_MODES, convert_into
+from noa_core import io, operations
+from noa_core.compute import compute_path
+from noa_core.compute.conversion import CONVERSION_MODES, convert_into
 from noa_core.errors import NoaError
-from noa_core.moments import block_moments
+from noa_core.compute.moments import block_moments
 from noa_core.run import local
 
 FILE_DTYPES = ("int8", "uint8", "int16", "uint16", "float16", "float32", "int32", "float64", "complex64")
@@ -172,7 +173,7 @@ def test_small_work_imports_no_numba(tmp_path):
 def test_the_threshold_chooses_and_debug_says_so(tmp_path):
     src = tmp_path / "small.mrc"
     write_mrc(src, np.zeros((2, 8, 8), np.float32))
-    choices = ("from noa_core import compute_path as c\n"
+    choices = ("from noa_core.compute import compute_path as c\n"
                "print(c.choose(c.SMALL_BYTES - 1), c.choose(c.SMALL_BYTES), c.choose(None))\n"
                "import numba\n"
                "print(c.choose(1))\n")

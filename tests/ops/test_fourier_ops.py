@@ -11,9 +11,12 @@ from helpers import (assert_problem, assert_user_error, load, mrc_data, need_sha
                     write_mrc)
 from scipy import ndimage
 
-from noa_core import geometry, io, operations, resampling, spectral
+from noa_core import io, operations
+from noa_core.geometry import transforms
+from noa_core.fourier import resampling
+from noa_core.fourier import spectral
 from noa_core.run import local
-from noa_core.moments import RunningStatistics
+from noa_core.compute.moments import RunningStatistics
 
 
 def stack(path, shape=(5, 48, 40), voxel=1.25, seed=0) -> np.ndarray:
@@ -162,7 +165,7 @@ def test_a_tile_reads_its_images_a_group_at_a_time(tmp_path, monkeypatch):
 
 def test_transform_stack_with_a_matrix_file(tmp_path):
     data = stack(tmp_path / "in.mrcs", shape=(4, 20, 24))
-    forward = np.stack([geometry.affine_2d((20, 24), rotate=a, shift=(1.5, -2)) for a in (0, 20, 40, 60)])
+    forward = np.stack([transforms.affine_2d((20, 24), rotate=a, shift=(1.5, -2)) for a in (0, 20, 40, 60)])
     np.savetxt(tmp_path / "xf.txt", forward[:, :2].reshape(-1, 3))
     result = noa("transform", tmp_path / "in.mrcs", tmp_path / "out.mrcs", "--matrices", tmp_path / "xf.txt",
                  "--interp", "cubic")
@@ -182,7 +185,7 @@ def test_transform_rotate_shift_scale_and_volume_refusals(tmp_path):
     result = noa("transform", tmp_path / "in.mrcs", tmp_path / "out.mrcs", "--rotate", "30", "--shift", "1,-2",
                  "--scale", "1.2")
     assert result.returncode == 0, result.stderr
-    m = geometry.affine_2d((16, 16), rotate=30, shift=(1, -2), scale=1.2)
+    m = transforms.affine_2d((16, 16), rotate=30, shift=(1, -2), scale=1.2)
     for b in range(2):
         expected = ndimage.affine_transform(data[b].astype(np.float64), m[:2, :2], offset=m[:2, 2], order=1,
                                             mode="grid-constant")
@@ -197,7 +200,7 @@ def test_transform_rotate_shift_scale_and_volume_refusals(tmp_path):
     assert_user_error(noa("transform", tmp_path / "in.mrcs", tmp_path / "bad.mrc"), "rotate")
     assert not (tmp_path / "bad.mrc").exists()
     assert noa("transform", tmp_path / "map.mrc", tmp_path / "turned.mrc", "--euler", "30,60,90").returncode == 0
-    m3 = geometry.affine_3d(volume.shape, euler=(30, 60, 90))
+    m3 = transforms.affine_3d(volume.shape, euler=(30, 60, 90))
     expected = ndimage.affine_transform(volume.astype(np.float64), m3[:3, :3], offset=m3[:3, 3], order=1,
                                         mode="grid-constant")
     np.testing.assert_allclose(load(tmp_path / "turned.mrc"), expected, atol=1e-5)
@@ -225,7 +228,7 @@ def test_real_map_rescaled_filtered_and_turned(tmp_path, name):
     expected = spectral.bandpass(volume[None], 40.0, pixel_size=11.4).numpy()[0]
     np.testing.assert_allclose(load(tmp_path / "f.mrc"), expected, atol=1e-5 * np.abs(volume).max())
     assert noa("transform", path, tmp_path / "t.mrc", "--euler", "10,20,30", "--interp", "cubic").returncode == 0
-    m = geometry.affine_3d(volume.shape, euler=(10, 20, 30))
+    m = transforms.affine_3d(volume.shape, euler=(10, 20, 30))
     expected = ndimage.affine_transform(volume, m[:3, :3], offset=m[:3, 3], order=3, mode="grid-constant")
     np.testing.assert_allclose(load(tmp_path / "t.mrc"), expected, atol=1e-4 * np.abs(volume).max())
 
@@ -242,7 +245,7 @@ def test_real_tiffs_integer_and_float_volumes(tmp_path):
     np.testing.assert_allclose(out, spectral.bandpass(ints[None], 4.0, pixel_size=1.0).numpy()[0], rtol=1e-6, atol=1e-3)
     floats = tifffile.imread(float32).astype(np.float64)
     assert noa("transform", float32, tmp_path / "t.tif", "--euler", "90,0,0", "--border", "mirror").returncode == 0
-    m = geometry.affine_3d(floats.shape, euler=(90, 0, 0))
+    m = transforms.affine_3d(floats.shape, euler=(90, 0, 0))
     expected = ndimage.affine_transform(floats, m[:3, :3], offset=m[:3, 3], order=1, mode="reflect")
     np.testing.assert_allclose(tifffile.imread(tmp_path / "t.tif"), expected, atol=1e-4 * np.abs(floats).max())
     assert noa("powerspectrum", float32, tmp_path / "p.mrc").returncode == 0
@@ -273,7 +276,7 @@ def test_http_uploads_paths_and_jobs(tmp_path):
         np.testing.assert_allclose(load(tmp_path / "up.mrcs"),
                                    spectral.bandpass(data[:, None], 4.0, pixel_size=1.0).numpy()[:, 0], atol=1e-5)
 
-        m = geometry.affine_2d((16, 16), rotate=45)[:2]
+        m = transforms.affine_2d((16, 16), rotate=45)[:2]
         written = client.post("/v1/paths/transform", json={"src": "in.mrcs", "dst": "t.mrcs",
                                                            "matrix_values": m.reshape(-1).tolist()})
         assert written.status_code == 201, written.text

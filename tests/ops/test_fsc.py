@@ -23,7 +23,8 @@ from helpers import (EXAMPLE_MAP, assert_problem, assert_user_error, noa, relion
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from noa_core import operations, resolution
+from noa_core import operations
+from noa_core.fourier import resolution
 from noa_core.errors import NoaError, ParameterError, ShapeError, ValueRangeError
 
 # RELION prints 6 decimals (%12.6f): half a unit of the last.
@@ -212,7 +213,7 @@ def test_python_api_takes_noa_arrays():
 
 def both_paths(one, two, rule):
     """shell_sums on the NumPy path and on the numba kernels' path (pinned)."""
-    from noa_core import compute_path
+    from noa_core.compute import compute_path
 
     with compute_path.using("numpy"):
         numpy = resolution.shell_sums(one, two, rule)
@@ -250,7 +251,7 @@ def relion_fsc_vectorised(one: np.ndarray, two: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("rule", resolution.RULES)
 def test_paths_agree_on_maps_the_parallel_kernels_take(rule):
     """80^3 maps: 80 x 80 x 41 samples, past the serial twin's threshold (the parallel kernels run)."""
-    from noa_core import runtime
+    from noa_core.kernels import runtime
 
     one, two = noisy_pair((80, 80, 80), 21)
     assert 80 * 80 * 41 >= runtime.SERIAL_THRESHOLD
@@ -269,7 +270,7 @@ def test_small_maps_do_not_load_numba(environment, loaded):
     import subprocess
     import sys
 
-    code = ("import sys, numpy as np; from noa_core import resolution; rng = np.random.default_rng(0); "
+    code = ("import sys, numpy as np; from noa_core.fourier import resolution; rng = np.random.default_rng(0); "
             "a = rng.normal(size=(16, 16, 16)).astype(np.float32); resolution.fsc(a, a + 1); "
             "print('numba' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -405,7 +406,7 @@ def test_cli_prints_the_resolution_and_writes_files(tmp_path):
     with Image.open(tmp_path / "fsc.png") as image:
         pixels = np.asarray(image.convert("RGB"))
     assert pixels.shape[1] >= 600
-    from noa_core import plots
+    from noa_core.pictures import plots
 
     colours = {tuple(c) for c in pixels.reshape(-1, 3)[::7]}
     assert plots.CURVE_COLOUR in colours and plots.LINE_COLOURS[0.143] in colours

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import ndimage
 
-from noa_core import masks, operations
+from noa_core import operations
+from noa_core.geometry import masks
 from noa_core.errors import ParameterError, ShapeError
 from noa_core.run import local
 

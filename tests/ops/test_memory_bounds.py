@@ -17,7 +17,8 @@ import scipy.signal
 import zarr
 from helpers import NOA, assert_problem, assert_user_error, mrc_data, noa, write_mrc
 
-from noa_core import limits, operations, resampling
+from noa_core import limits, operations
+from noa_core.fourier import resampling
 from noa_core.errors import LimitError, SizeError
 from noa_core.io import compression
 

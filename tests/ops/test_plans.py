@@ -15,7 +15,7 @@ from noa_core.errors import BroadcastError, OutputIsInputError, PermutationError
 from noa_core.io import mapped
 from noa_core.run import local
 from noa_core.io import stream
-from noa_core.moments import RunningStatistics
+from noa_core.compute.moments import RunningStatistics
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 shapes = st.tuples(*(st.integers(1, 4) for _ in range(4)))

@@ -1,4 +1,4 @@
-"""noa_core.pictures: planes read with bounded reads, contrast, colour maps, spectra, PNG/JPEG, the picture.
+"""noa_core.pictures.drawing: planes read with bounded reads, contrast, colour maps, spectra, PNG/JPEG, the picture.
 
 Oracles: NumPy slicing, np.reshape(...).mean block means and explicit loops, numpy.fft, numpy.histogram,
 RELION's --sigma_contrast and PNG level formula transcribed from its source (relion_image_handler's PNG
@@ -23,7 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from noa_core import pictures, terminal
+from noa_core.pictures import drawing
+from noa_core.pictures import terminal
 from noa_core.errors import ParameterError
 from noa_core.io import mapped
 
@@ -72,9 +73,9 @@ def test_slices_on_every_axis_are_numpy_slices(tmp_path_factory, shape, data):
     for axis, n, take in (("z", shape[0], lambda i: values[i]), ("y", shape[1], lambda i: values[:, i]),
                           ("x", shape[2], lambda i: values[:, :, i])):
         index = data.draw(st.integers(0, n - 1))
-        np.testing.assert_array_equal(pictures.read_plane(path, axis=axis, index=index), take(index))
-        np.testing.assert_array_equal(pictures.read_plane(path, axis=axis), take(n // 2))  # the centre, N // 2
-        assert pictures.plane_shape(path, axis=axis) == take(0).shape
+        np.testing.assert_array_equal(drawing.read_plane(path, axis=axis, index=index), take(index))
+        np.testing.assert_array_equal(drawing.read_plane(path, axis=axis), take(n // 2))  # the centre, N // 2
+        assert drawing.plane_shape(path, axis=axis) == take(0).shape
 
 
 @settings(max_examples=25, deadline=None)
@@ -88,7 +89,7 @@ def test_block_means_of_a_region_read_in_bands(tmp_path_factory, rows, cols, k, 
     x0 = data.draw(st.integers(0, cols - 1))
     x1 = data.draw(st.integers(x0 + 1, cols))
     with small_bands():
-        got = pictures.read_plane(path, region=(y0, y1, x0, x1), step=k)
+        got = drawing.read_plane(path, region=(y0, y1, x0, x1), step=k)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, block_means(values[y0:y1, x0:x1], k), rtol=1e-6, atol=1e-6)
 
@@ -96,20 +97,20 @@ def test_block_means_of_a_region_read_in_bands(tmp_path_factory, rows, cols, k, 
 @contextlib.contextmanager
 def small_bands():
     """Bands of a few rows, so that band edges fall inside every plane."""
-    saved = pictures.BAND_BYTES
-    pictures.BAND_BYTES = 64
+    saved = drawing.BAND_BYTES
+    drawing.BAND_BYTES = 64
     try:
         yield
     finally:
-        pictures.BAND_BYTES = saved
+        drawing.BAND_BYTES = saved
 
 
 def test_divisible_block_means_are_numpys_reshape_mean(tmp_path):
     values = random_values((48, 64), seed=2)
     write_mrc(tmp_path / "i.mrc", values)
-    got = pictures.read_plane(tmp_path / "i.mrc", step=4)
+    got = drawing.read_plane(tmp_path / "i.mrc", step=4)
     np.testing.assert_allclose(got, values.reshape(12, 4, 16, 4).mean(axis=(1, 3)), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(pictures.downsample(values, 16), values.reshape(12, 4, 16, 4).mean(axis=(1, 3)),
+    np.testing.assert_allclose(drawing.downsample(values, 16), values.reshape(12, 4, 16, 4).mean(axis=(1, 3)),
                                rtol=1e-6, atol=1e-6)
 
 
@@ -118,26 +119,26 @@ def test_projections_are_means_along_the_axis(volume):
     for bands in (small_bands(), contextlib.nullcontext()):
         with bands:
             for axis, mean in (("z", data.mean(0)), ("y", data.mean(1)), ("x", data.mean(2))):
-                np.testing.assert_allclose(pictures.read_plane(path, axis=axis, projection=True), mean, rtol=1e-5,
+                np.testing.assert_allclose(drawing.read_plane(path, axis=axis, projection=True), mean, rtol=1e-5,
                                            atol=1e-6)
-            np.testing.assert_allclose(pictures.read_plane(path, axis="y", projection=True, region=(2, 9, 3, 20),
+            np.testing.assert_allclose(drawing.read_plane(path, axis="y", projection=True, region=(2, 9, 3, 20),
                                                           step=2), block_means(data.mean(1)[2:9, 3:20], 2),
                                        rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("band_bytes", [64, 2048, pictures.BAND_BYTES])
+@pytest.mark.parametrize("band_bytes", [64, 2048, drawing.BAND_BYTES])
 def test_projections_binned_in_bands_are_numpys_means(volume, band_bytes, monkeypatch):
     """Bands of block rows, each read in pieces of rows or of sections: NumPy's mean along the axis, then block
     means, over every region tried."""
     path, data = volume
-    monkeypatch.setattr(pictures, "BAND_BYTES", band_bytes)
+    monkeypatch.setattr(drawing, "BAND_BYTES", band_bytes)
     for axis, mean in (("z", data.mean(0, dtype=np.float64)), ("y", data.mean(1, dtype=np.float64)),
                        ("x", data.mean(2, dtype=np.float64))):
         rows, cols = mean.shape
         for region, k in (((0, rows, 0, cols), 1), ((0, rows, 0, cols), 3), ((1, rows - 1, 2, cols), 2),
                           ((2, 7, 3, 11), 4), ((rows - 1, rows, cols - 1, cols), 1)):
             y0, y1, x0, x1 = region
-            got = pictures.read_plane(path, axis=axis, projection=True, region=region, step=k)
+            got = drawing.read_plane(path, axis=axis, projection=True, region=region, step=k)
             assert got.dtype == np.float32
             np.testing.assert_allclose(got, block_means(mean[y0:y1, x0:x1], k), rtol=1e-5, atol=1e-6,
                                        err_msg=f"{axis} {region} {k}")
@@ -153,26 +154,26 @@ def test_a_projection_holds_bands_not_the_plane(tmp_path):
         data = np.array(f.data)
     tracemalloc.start()
     try:
-        got = pictures.read_plane(tmp_path / "v.mrc", projection=True, step=16)
+        got = drawing.read_plane(tmp_path / "v.mrc", projection=True, step=16)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     sums = data.astype(np.int64).sum(axis=0).reshape(256, 16, 256, 16).sum(axis=(1, 3))
     np.testing.assert_array_equal(got, (sums / (2 * 16 * 16)).astype(np.float32))  # exact: halves over 2^9
-    assert peak < 4 * pictures.BAND_BYTES, f"{peak >> 20} MiB held for a 256 x 256 projection"
+    assert peak < 4 * drawing.BAND_BYTES, f"{peak >> 20} MiB held for a 256 x 256 projection"
 
 
 def test_a_stacks_sections_and_complex_moduli(tmp_path):
     stack = random_values((3, 8, 10), "complex64", seed=4)
     with mrcfile.new(tmp_path / "s.mrcs", stack) as f:
         f.set_image_stack()
-    np.testing.assert_allclose(pictures.read_plane(tmp_path / "s.mrcs", section=2), np.abs(stack[2]), rtol=1e-6)
+    np.testing.assert_allclose(drawing.read_plane(tmp_path / "s.mrcs", section=2), np.abs(stack[2]), rtol=1e-6)
     with pytest.raises(ParameterError, match="section"):
-        pictures.read_plane(tmp_path / "s.mrcs", section=3)
+        drawing.read_plane(tmp_path / "s.mrcs", section=3)
     with pytest.raises(ParameterError, match="axis"):
-        pictures.read_plane(tmp_path / "s.mrcs", axis="x")
+        drawing.read_plane(tmp_path / "s.mrcs", axis="x")
     # the same file read as a volume: its sections are z slices
-    np.testing.assert_allclose(pictures.read_plane(tmp_path / "s.mrcs", axis="y", index=1,
+    np.testing.assert_allclose(drawing.read_plane(tmp_path / "s.mrcs", axis="y", index=1,
                                                   reading={"as_stack": False}), np.abs(stack[:, 1]), rtol=1e-6)
 
 
@@ -181,7 +182,7 @@ def test_bad_regions_and_indices_name_the_parameter(volume):
     for kwargs, name in (({"region": (0, 0, 0, 5)}, "region"), ({"region": (0, 5, 0, 29)}, "region"),
                          ({"index": 12}, "index"), ({"axis": "w"}, "axis"), ({"step": 0}, "step")):
         with pytest.raises(ParameterError) as caught:
-            pictures.read_plane(path, **kwargs)
+            drawing.read_plane(path, **kwargs)
         assert caught.value.param == name
 
 
@@ -206,18 +207,18 @@ def test_only_what_is_drawn_is_read_from_a_large_volume(tmp_path, counted_reads)
         f.data[128, 3, 7] = 5.0
         f.voxel_size = 1.0
     plane = 1024 * 1024 * 4
-    z = pictures.read_plane(tmp_path / "big.mrc")
+    z = drawing.read_plane(tmp_path / "big.mrc")
     assert z.shape == (1024, 1024) and z[3, 7] == 5.0
     assert counted_reads["bytes"] == plane
     counted_reads["bytes"] = 0
-    y = pictures.read_plane(tmp_path / "big.mrc", axis="y", index=3, step=4)
+    y = drawing.read_plane(tmp_path / "big.mrc", axis="y", index=3, step=4)
     assert y.shape == (64, 256) and y[32, 1] == pytest.approx(5.0 / 16)
     assert counted_reads["bytes"] == 256 * 1024 * 4  # a row of each section
     counted_reads["bytes"] = 0
-    small = pictures.read_plane(tmp_path / "big.mrc", region=(0, 16, 0, 16))
+    small = drawing.read_plane(tmp_path / "big.mrc", region=(0, 16, 0, 16))
     assert small[3, 7] == 5.0 and counted_reads["bytes"] <= 16 * 1024 * 4
     counted_reads["bytes"] = 0
-    picture = pictures.preview(tmp_path / "big.mrc", size=256, axis="z")  # the XY slice, binned by 4
+    picture = drawing.preview(tmp_path / "big.mrc", size=256, axis="z")  # the XY slice, binned by 4
     assert picture.shape == (256, 256) and counted_reads["bytes"] == plane
 
 
@@ -227,21 +228,21 @@ def test_only_what_is_drawn_is_read_from_a_large_volume(tmp_path, counted_reads)
 def test_sigma_contrast_and_levels_are_relions():
     values = random_values((30, 40), "float64", seed=5, sd=3.0)
     values[0, 0] = 50.0  # clipped
-    lo, hi = pictures.contrast_limits(values, "sigma:3")
+    lo, hi = drawing.contrast_limits(values, "sigma:3")
     mean, sd = values.mean(), values.std(ddof=1)
     assert (lo, hi) == pytest.approx((mean - 3 * sd, mean + 3 * sd), rel=1e-12)
-    np.testing.assert_array_equal(pictures.to_gray(values, lo, hi), relion_levels(values, 3.0))
-    np.testing.assert_array_equal(pictures.to_gray(values, lo, hi, invert=True), 255 - relion_levels(values, 3.0))
+    np.testing.assert_array_equal(drawing.to_gray(values, lo, hi), relion_levels(values, 3.0))
+    np.testing.assert_array_equal(drawing.to_gray(values, lo, hi, invert=True), 255 - relion_levels(values, 3.0))
 
 
 def test_the_other_contrasts():
     values = np.arange(101, dtype=np.float64)
-    assert pictures.contrast_limits(values, "minmax") == (0.0, 100.0)
-    assert pictures.contrast_limits(values, "percentiles:5,95") == pytest.approx(tuple(np.percentile(values, [5, 95])))
-    assert pictures.contrast_limits(values, "range:-2,7.5") == (-2.0, 7.5)
-    lo, hi = pictures.contrast_limits(np.full(9, 4.0), "sigma:3")
+    assert drawing.contrast_limits(values, "minmax") == (0.0, 100.0)
+    assert drawing.contrast_limits(values, "percentiles:5,95") == pytest.approx(tuple(np.percentile(values, [5, 95])))
+    assert drawing.contrast_limits(values, "range:-2,7.5") == (-2.0, 7.5)
+    lo, hi = drawing.contrast_limits(np.full(9, 4.0), "sigma:3")
     assert lo < 4.0 < hi
-    gray = pictures.to_gray(np.array([-5.0, 0.0, 50.0, 100.0, 200.0]), 0.0, 100.0)
+    gray = drawing.to_gray(np.array([-5.0, 0.0, 50.0, 100.0, 200.0]), 0.0, 100.0)
     np.testing.assert_array_equal(gray, [0, 0, 127, 255, 255])
 
 
@@ -255,54 +256,54 @@ def test_non_finite_values_are_left_out_of_the_limits_and_counted(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no RuntimeWarning from NumPy on the way
         for contrast, (lo, hi) in oracle.items():
-            assert pictures.contrast_limits(values, contrast) == pytest.approx((lo, hi), rel=1e-12)
-            picture = pictures.preview(tmp_path / "nan.mrc", contrast=contrast)
+            assert drawing.contrast_limits(values, contrast) == pytest.approx((lo, hi), rel=1e-12)
+            picture = drawing.preview(tmp_path / "nan.mrc", contrast=contrast)
             levels = np.floor((np.clip(values.astype(np.float64), lo, hi) - lo) / ((hi - lo) / 255))
             levels[3, 4] = 0  # NaN: black; the infinities clip
             np.testing.assert_array_equal(picture, levels.astype(np.uint8), err_msg=contrast)
             assert (picture[5, 6], picture[7, 8]) == (255, 0)
-        drawing = pictures.draw(tmp_path / "nan.mrc")
-        assert (drawing.count, drawing.non_finite) == (320, 3)
-        binned = pictures.draw(tmp_path / "nan.mrc", bin=2)  # each in a 2 x 2 block of its own: 3 of 80 blocks
+        drawn = drawing.draw(tmp_path / "nan.mrc")
+        assert (drawn.count, drawn.non_finite) == (320, 3)
+        binned = drawing.draw(tmp_path / "nan.mrc", bin=2)  # each in a 2 x 2 block of its own: 3 of 80 blocks
         assert (binned.count, binned.non_finite) == (80, 3)
-        assert pictures.contrast_limits(np.full(4, np.nan)) == (0.0, 1.0)
+        assert drawing.contrast_limits(np.full(4, np.nan)) == (0.0, 1.0)
 
 
 @pytest.mark.parametrize("spec", ["sigma", "sigma:0", "sigma:x", "percentiles:9,1", "percentiles:1",
                                   "minmax:3", "range:5,5", "range:1,inf", "gamma:2"])
 def test_bad_contrasts_are_refused_naming_contrast(spec):
     with pytest.raises(ParameterError) as caught:
-        pictures.contrast_limits(np.arange(4.0), spec)
+        drawing.contrast_limits(np.arange(4.0), spec)
     assert caught.value.param == "contrast"
 
 
 def test_colour_maps():
     gray = np.arange(256, dtype=np.uint8).reshape(16, 16)
-    np.testing.assert_array_equal(pictures.colorize(gray, "gray"), gray)
+    np.testing.assert_array_equal(drawing.colorize(gray, "gray"), gray)
     x = np.arange(256) / 255
     fire = np.rint(np.stack([np.clip(3 * x, 0, 1), np.clip(3 * x - 1, 0, 1), np.clip(3 * x - 2, 0, 1)], -1) * 255)
-    np.testing.assert_array_equal(pictures.colorize(gray, "fire").reshape(256, 3), fire)
-    np.testing.assert_array_equal(pictures.colorize(gray, "ice").reshape(256, 3), fire[:, ::-1])
+    np.testing.assert_array_equal(drawing.colorize(gray, "fire").reshape(256, 3), fire)
+    np.testing.assert_array_equal(drawing.colorize(gray, "ice").reshape(256, 3), fire[:, ::-1])
     # matplotlib's viridis (its _viridis_data x 255, rounded) at a few levels
     viridis = {0: (68, 1, 84), 64: (59, 82, 139), 128: (33, 145, 140), 192: (94, 201, 98), 255: (253, 231, 37)}
-    table = pictures.colour_table("viridis")
+    table = drawing.colour_table("viridis")
     for level, rgb in viridis.items():
         assert np.abs(table[level].astype(int) - rgb).max() <= 2, (level, table[level], rgb)
     with pytest.raises(ParameterError, match="cmap"):
-        pictures.colorize(gray, "jet")
+        drawing.colorize(gray, "jet")
 
 
 def test_log_spectrum_is_numpys():
     image = random_values((24, 30), seed=6)
     expected = np.log(np.fft.fftshift(np.abs(np.fft.fft2(image.astype(np.float64))) ** 2) / image.size)
-    got = pictures.log_spectrum(image)
+    got = drawing.log_spectrum(image)
     assert got.shape == image.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_histogram_is_numpys():
     values = random_values((20, 20), seed=7)
-    counts, edges = pictures.histogram(values, 17)
+    counts, edges = drawing.histogram(values, 17)
     want_counts, want_edges = np.histogram(values.astype(np.float64), bins=17)
     np.testing.assert_array_equal(counts, want_counts)
     np.testing.assert_allclose(edges, want_edges)
@@ -310,16 +311,16 @@ def test_histogram_is_numpys():
 
 def test_encoded_pictures_decode_with_pillow():
     gray = np.random.default_rng(8).integers(0, 256, (20, 30), dtype=np.uint8)
-    rgb = pictures.colorize(gray, "viridis")
+    rgb = drawing.colorize(gray, "viridis")
     for pixels in (gray, rgb):
-        decoded = np.asarray(Image.open(bytes_io.BytesIO(pictures.encode(pixels, "png"))))
+        decoded = np.asarray(Image.open(bytes_io.BytesIO(drawing.encode(pixels, "png"))))
         np.testing.assert_array_equal(decoded, pixels)
     smooth = np.tile(np.arange(0, 240, 8, dtype=np.uint8), (20, 1))
-    jpeg = Image.open(bytes_io.BytesIO(pictures.encode(smooth, "jpeg", quality=95)))
+    jpeg = Image.open(bytes_io.BytesIO(drawing.encode(smooth, "jpeg", quality=95)))
     assert jpeg.format == "JPEG" and jpeg.mode == "L"
     assert np.abs(np.asarray(jpeg).astype(int) - smooth).max() <= 6
     with pytest.raises(ParameterError, match="format"):
-        pictures.encode(gray, "gif")
+        drawing.encode(gray, "gif")
 
 
 # -- the picture ------------------------------------------------------------------------------------
@@ -367,9 +368,9 @@ def test_terminal_text_is_made_a_band_at_a_time():
 
 def test_three_central_slices_side_by_side(volume):
     path, data = volume
-    picture = pictures.preview(path, contrast="minmax")
+    picture = drawing.preview(path, contrast="minmax")
     d, h, w = data.shape
-    gap = pictures.GAP
+    gap = drawing.GAP
     assert picture.shape == (max(h, d), w + gap + w + gap + h)
     xy, xz, yz = data[d // 2], data[:, h // 2], data[:, :, w // 2]
     drawn = np.concatenate([xy.reshape(-1), xz.reshape(-1), yz.reshape(-1)])
@@ -386,16 +387,16 @@ def test_three_central_slices_side_by_side(volume):
 
 def test_size_bounds_the_longest_side_by_block_means(volume):
     path, data = volume
-    picture = pictures.preview(path, axis="z", index=2, size=7, contrast="range:-1,1")
+    picture = drawing.preview(path, axis="z", index=2, size=7, contrast="range:-1,1")
     assert picture.shape == (5, 7)  # k = 4: ceil(20 / 4) x ceil(28 / 4)
-    np.testing.assert_array_equal(picture, pictures.to_gray(block_means(data[2], 4), -1.0, 1.0))
+    np.testing.assert_array_equal(picture, drawing.to_gray(block_means(data[2], 4), -1.0, 1.0))
 
 
 def test_montage_layout_every_and_columns(tmp_path):
     stack = np.stack([np.full((6, 8), float(i), np.float32) for i in range(7)])
     write_mrc(tmp_path / "s.mrcs", stack, stack=True)
-    picture = pictures.preview(tmp_path / "s.mrcs", montage=True, every=2, columns=3, contrast="range:0,6")
-    gap = pictures.GAP
+    picture = drawing.preview(tmp_path / "s.mrcs", montage=True, every=2, columns=3, contrast="range:0,6")
+    gap = drawing.GAP
     assert picture.shape == (6 * 2 + gap, 8 * 3 + gap * 2)  # sections 0, 2, 4, 6 on 2 rows of 3
     for n, section in enumerate((0, 2, 4, 6)):
         r, c = divmod(n, 3)
@@ -407,57 +408,57 @@ def test_flip_y_puts_row_0_at_the_bottom(tmp_path):
     image = np.zeros((16, 20), np.float32)
     image[0, 0] = 1.0  # MRC row 0, the first stored: the top by default, the bottom in IMOD's view
     write_mrc(tmp_path / "corner.mrc", image)
-    top = pictures.preview(tmp_path / "corner.mrc", contrast="minmax")
-    bottom = pictures.preview(tmp_path / "corner.mrc", contrast="minmax", flip_y=True)
+    top = drawing.preview(tmp_path / "corner.mrc", contrast="minmax")
+    bottom = drawing.preview(tmp_path / "corner.mrc", contrast="minmax", flip_y=True)
     assert top[0, 0] == 255 and top.sum() == 255
     assert bottom[15, 0] == 255 and bottom.sum() == 255
 
 
 def test_scale_bar_is_drawn_where_the_pixel_size_is_known(tmp_path):
     write_mrc(tmp_path / "flat.mrc", np.zeros((64, 64), np.float32), voxel_size=3.0)
-    picture = pictures.preview(tmp_path / "flat.mrc", scale_bar=True, contrast="range:0,1")
-    length, pixels, label = pictures.scale_bar_length(64, 3.0)
+    picture = drawing.preview(tmp_path / "flat.mrc", scale_bar=True, contrast="range:0,1")
+    length, pixels, label = drawing.scale_bar_length(64, 3.0)
     assert (length, pixels, label) == (20.0, 7, "20 Å")  # 64 x 3 / 4 = 48 Å -> 20 Å, 7 pixels
-    y0, y1, x0, x1 = pictures.scale_bar_box(0, 0, 64, 64, pixels)
+    y0, y1, x0, x1 = drawing.scale_bar_box(0, 0, 64, 64, pixels)
     assert (picture[y0:y1, x0:x1] == 255).all()
     assert picture[y1:, :].max() == 0 and picture[y0:y1, x1:].max() == 0  # nothing right of or below the bar
     assert picture[:y0].max() > 200 and (picture[:y0] > 0).sum() > 10  # its label above it (antialiased text)
-    assert pictures.scale_bar_length(1000, 1.06)[2] == "20 nm"
+    assert drawing.scale_bar_length(1000, 1.06)[2] == "20 nm"
     write_mrc(tmp_path / "unknown.mrc", np.zeros((16, 16), np.float32))
     with pytest.raises(ParameterError, match="pixel size is unknown") as caught:
-        pictures.preview(tmp_path / "unknown.mrc", scale_bar=True)
+        drawing.preview(tmp_path / "unknown.mrc", scale_bar=True)
     assert caught.value.param == "scale_bar"
-    assert pictures.preview(tmp_path / "unknown.mrc", scale_bar=True, pixel_size=2.0).shape == (16, 16)
+    assert drawing.preview(tmp_path / "unknown.mrc", scale_bar=True, pixel_size=2.0).shape == (16, 16)
 
 
 def test_spectrum_panel_and_colour(volume):
     path, data = volume
-    picture = pictures.preview(path, axis="z", spectrum=True, contrast="minmax", cmap="fire")
+    picture = drawing.preview(path, axis="z", spectrum=True, contrast="minmax", cmap="fire")
     spectrum = np.log(np.fft.fftshift(np.abs(np.fft.fft2(data[6].astype(np.float64))) ** 2) / data[6].size)
     lo, hi = float(spectrum.min()), float(spectrum.max())
-    want = pictures.colour_table("fire")[pictures.to_gray(spectrum, lo, hi)]
+    want = drawing.colour_table("fire")[drawing.to_gray(spectrum, lo, hi)]
     assert picture.shape == (20, 28, 3)
     assert np.abs(picture.astype(int) - want).max() <= 3  # float32 logs against float64 near a level's edge
 
 
 def test_the_bundled_map_draws(tmp_path):
-    picture = pictures.preview(EXAMPLE_MAP, scale_bar=True, size=64, cmap="viridis")
+    picture = drawing.preview(EXAMPLE_MAP, scale_bar=True, size=64, cmap="viridis")
     assert picture.shape[2] == 3 and max(picture.shape[:2]) <= 64
 
 
 def test_layouts_are_bounded_before_anything_is_built():
     with pytest.raises(ParameterError, match="at most 10000") as caught:
-        pictures.plan_layout((20_001, 1, 16, 16), montage=True)
+        drawing.plan_layout((20_001, 1, 16, 16), montage=True)
     assert caught.value.param == "every"
-    assert len(pictures.plan_layout((20_001, 1, 16, 16), montage=True, every=3, size=16_384).panels) == 6667
+    assert len(drawing.plan_layout((20_001, 1, 16, 16), montage=True, every=3, size=16_384).panels) == 6667
     with pytest.raises(ParameterError, match="more than the") as caught:
-        pictures.plan_layout((1, 1, 20_000, 20_000), bin=1)
+        drawing.plan_layout((1, 1, 20_000, 20_000), bin=1)
     assert caught.value.param == "bin"
     with pytest.raises(ParameterError, match="add montage") as caught:
-        pictures.plan_layout((3, 1, 16, 16), columns=2)
+        drawing.plan_layout((3, 1, 16, 16), columns=2)
     assert caught.value.param == "columns"
     with pytest.raises(ParameterError, match="do not fit") as caught:
-        pictures.plan_layout((400, 1, 16, 16), montage=True, size=64)
+        drawing.plan_layout((400, 1, 16, 16), montage=True, size=64)
     assert caught.value.param == "size"
 
 
@@ -465,8 +466,8 @@ def test_layouts_are_bounded_before_anything_is_built():
 @given(depth=st.integers(1, 40), height=st.integers(1, 300), width=st.integers(1, 300), size=st.integers(16, 200))
 def test_the_fitted_picture_is_within_size_and_minimal(depth, height, width, size):
     shape = (1, depth, height, width)
-    layout = pictures.plan_layout(shape, size=size)
+    layout = drawing.plan_layout(shape, size=size)
     assert max(layout.shape) <= size
     if layout.step > 1:  # one step less would not fit
-        finer = pictures.plan_layout(shape, bin=layout.step - 1)
+        finer = drawing.plan_layout(shape, bin=layout.step - 1)
         assert max(finer.shape) > size

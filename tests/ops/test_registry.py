@@ -19,7 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import assert_user_error, EXAMPLE_MAP, load, noa, REPO, wait_job, write_mrc
-from noa_core import dtypes, expr, operations
+from noa_core import operations
+from noa_core.array import dtypes
+from noa_core.compute import expr
 from noa_core.errors import ParameterError
 from noa_core.operations import ewise as ewise_declaration
 from noa_core.operations.spec import Choice, Flag, Integer, Integers, Real, Reals, Text
@@ -28,7 +30,7 @@ from noa_core.operations.spec import Choice, Flag, Integer, Integers, Real, Real
 
 
 def plan_offset(inputs, options):
-    from noa_core.expr import compile_expression
+    from noa_core.compute.expr import compile_expression
     from noa_core.operations.plan import evaluator, tiled_plan
 
     array, meta = options.open_input(inputs[0])
@@ -221,7 +223,7 @@ def test_operations_from_noa_operations_reach_a_fresh_process(tmp_path):
 
 
         def plan(inputs, options):
-            from noa_core.expr import compile_expression
+            from noa_core.compute.expr import compile_expression
             from noa_core.operations.plan import evaluator, tiled_plan
 
             array, meta = options.open_input(inputs[0])

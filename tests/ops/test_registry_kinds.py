@@ -19,7 +19,7 @@ from noa_core.operations.spec import Integer, Text
 
 def plans_halves(inputs, options):
     """Two outputs: the input times 1 and times ``factor``."""
-    from noa_core.expr import compile_expression
+    from noa_core.compute.expr import compile_expression
     from noa_core.operations.plan import evaluator, tiled_plan
 
     array, meta = options.open_input(inputs[0])

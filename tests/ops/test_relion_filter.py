@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from helpers import assert_user_error, load, noa, relion, write_mrc
 
-from noa_core import spectral
+from noa_core.fourier import spectral
 
 
 def relion_bfactor(volume: np.ndarray, angpix: float, bfactor: float) -> np.ndarray:

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 import noa_core as noa
 from helpers import assert_user_error, load, noa as run_noa, relion, write_mrc
-from noa_core import boxes, geometry, operations
+from noa_core import operations
+from noa_core.images import boxes
+from noa_core.geometry import transforms
 from noa_core.errors import ParameterError, ShapeError
 from noa_core.run import local
 
@@ -58,8 +60,8 @@ def relion_euler_angles2matrix(rot: float, tilt: float, psi: float) -> np.ndarra
 @given(angles=st.tuples(*[st.floats(-360, 360, allow_nan=False)] * 3))
 def test_euler_zyz_is_relions_matrix_in_zyx_order(angles):
     a = relion_euler_angles2matrix(*angles)
-    np.testing.assert_allclose(geometry.euler_zyz(*angles), a[::-1, ::-1], rtol=0, atol=1e-15)
-    m = geometry.affine_3d((1, 8, 9, 10), euler=angles)  # the inverse: output r samples A^T r (about n // 2)
+    np.testing.assert_allclose(transforms.euler_zyz(*angles), a[::-1, ::-1], rtol=0, atol=1e-15)
+    m = transforms.affine_3d((1, 8, 9, 10), euler=angles)  # the inverse: output r samples A^T r (about n // 2)
     np.testing.assert_allclose(m[:3, :3], a.T[::-1, ::-1], atol=1e-12)
     np.testing.assert_allclose(m[:3, 3], [4, 4, 5] - m[:3, :3] @ [4, 4, 5], atol=1e-12)
 
@@ -76,7 +78,7 @@ def test_relions_own_matrix_rotates_the_map_as_noa_does():
     expected = ndimage.affine_transform(volume, inverse, offset=centre - inverse @ centre, order=1,
                                         mode="grid-constant")
     out = noa.zeros((1, N, N, N), "float64")
-    geometry.transform_3d(volume[None], out, geometry.affine_3d(volume.shape, euler=(20, 50, -70)))
+    transforms.transform_3d(volume[None], out, transforms.affine_3d(volume.shape, euler=(20, 50, -70)))
     np.testing.assert_allclose(out.numpy()[0], expected, atol=1e-9)
     # the blob at +8 in x goes where A sends it
     x, y, z = a @ [8, 3, 1]
@@ -100,7 +102,7 @@ def test_euler_is_relion_project_3d_rot(tmp_path, angles):
     assert peak(got) == peak(expected)
     # the old noa meaning (every angle negated) is the other rotation: the comparison can fail
     old = noa.zeros((1, N, N, N), "float32")
-    geometry.transform_3d(blobs()[None], old, geometry.affine_3d(old.shape, euler=(-rot, -tilt, -psi)))
+    transforms.transform_3d(blobs()[None], old, transforms.affine_3d(old.shape, euler=(-rot, -tilt, -psi)))
     assert correlation(old.numpy()[0], expected) < 0.7
 
 
@@ -119,7 +121,7 @@ def test_euler_with_relions_offsets_and_its_projection(tmp_path):
     projection = load(tmp_path / "projection.mrc")
     assert projection.shape == (N, N)
     turned = noa.zeros((1, N, N, N), "float32")
-    geometry.transform_3d(blobs()[None], turned, geometry.affine_3d(turned.shape, euler=(20, 50, -70)), "cubic")
+    transforms.transform_3d(blobs()[None], turned, transforms.affine_3d(turned.shape, euler=(20, 50, -70)), "cubic")
     assert correlation(turned.numpy()[0].sum(axis=0), projection) > 0.999
 
 
@@ -166,8 +168,8 @@ def test_like_relion_at_rest_is_its_band_limited_gridding_corrected_map(n):
     k = np.fft.fftfreq(n, 1 / n)
     spectrum[np.sqrt(k[:, None, None] ** 2 + k[None, :, None] ** 2 + k[None, None, :] ** 2) > n // 2] = 0
     expected = np.roll(np.fft.fftshift(np.fft.ifftn(spectrum).real), n % 2, axis=(0, 1, 2))
-    np.testing.assert_allclose(geometry.relion_rotated(volume), expected, atol=1e-12)
-    np.testing.assert_allclose(geometry.relion_rotated(volume, shift=(2, -1, 5)),
+    np.testing.assert_allclose(transforms.relion_rotated(volume), expected, atol=1e-12)
+    np.testing.assert_allclose(transforms.relion_rotated(volume, shift=(2, -1, 5)),
                                np.roll(expected, (2, -1, 5), axis=(0, 1, 2)), atol=1e-12)
 
 
@@ -188,7 +190,7 @@ def test_like_relion_refusals(tmp_path):
                               *like), "--border")
     assert not out.exists()
     with pytest.raises(ShapeError, match="cubes"):
-        geometry.relion_rotated(np.zeros((8, 8, 10)))
+        transforms.relion_rotated(np.zeros((8, 8, 10)))
 
 
 # -- flips -------------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from helpers import assert_user_error, load, noa, relion, write_mrc
 
 import noa_core as noa_api
-from noa_core import intensity
+from noa_core.images import intensity
 from noa_core.errors import ParameterError
 
 

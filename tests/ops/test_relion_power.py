@@ -16,7 +16,8 @@ import pytest
 import starfile
 from helpers import assert_user_error, noa, relion, relion_transform_elements, write_mrc
 
-from noa_core import operations, spectral
+from noa_core import operations
+from noa_core.fourier import spectral
 from noa_core.errors import ParameterError
 from noa_core.run import local
 

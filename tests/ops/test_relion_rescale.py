@@ -12,7 +12,8 @@ import pytest
 import scipy.signal
 from helpers import assert_user_error, load, mrc_data, noa, relion, write_mrc
 
-from noa_core import operations, resampling
+from noa_core import operations
+from noa_core.fourier import resampling
 from noa_core.errors import ParameterError, ShapeError
 
 # -- RELION 3.1.3, transcribed ------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from helpers import (assert_problem, assert_user_error, EXAMPLE_MAP, fei1_stack,
                     wait_job, write_mrc)
 import noa_core as noa_api
 from noa_core import io as noa_io
-from noa_core import operations, statistics
+from noa_core import operations
+from noa_core.images import statistics
 from noa_core.array import asarray
 from noa_core.errors import DTypeError, ParameterError, SectionMismatchError, ValueRangeError
 from noa_core.run import local

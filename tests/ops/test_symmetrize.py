@@ -25,9 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import assert_problem, assert_user_error, load, noa, relion, write_mrc
-from noa_core import operations, symmetry
+from noa_core import operations
+from noa_core.geometry import symmetry
 from noa_core.errors import ParameterError, ShapeError
-from noa_core.point_group_names import PATTERN as GROUP_NAME
+from noa_core.geometry.point_groups import PATTERN as GROUP_NAME
 
 ORDERS = {"C1": 1, "C2": 2, "C7": 7, "C12": 12, "D1": 2, "D3": 6, "D12": 24, "T": 12, "TD": 24, "TH": 24, "O": 24,
           "OH": 48, "I": 60, "I1": 60, "I2": 60, "I3": 60, "I4": 60, "IH": 120, "I1H": 120, "I2H": 120, "I3H": 120,

@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from noa_core.io import beneath  # noqa: E402
 from noa_core import errors  # noqa: E402
-from noa_core.expr import ExpressionError  # noqa: E402
+from noa_core.compute.expr import ExpressionError  # noqa: E402
 from noa_server import execution  # noqa: E402
 from noa_server.app import create_app  # noqa: E402
 from noa_server.jobs import JobStore  # noqa: E402

@@ -13,7 +13,7 @@ import pytest
 from numba import cuda
 
 import noa_core as nc
-from noa_core import symmetry
+from noa_core.geometry import symmetry
 
 NO_CUDA = ("run under numba-cuda's simulator by tests/core/test_cuda_sim.py (in its own process); here: no GPU"
            if importlib.util.find_spec("numba_cuda") else "needs numba-cuda (pip install -e '.[cuda]') or a GPU")

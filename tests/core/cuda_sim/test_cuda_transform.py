@@ -10,7 +10,8 @@ import pytest
 from numba import cuda
 
 import noa_core as nc
-from noa_core import fft, geometry
+from noa_core.fourier import fft
+from noa_core.geometry import transforms
 from noa_core.errors import DeviceError
 
 # Where this process has no GPU: test_cuda_sim.py runs these tests under the simulator, in a process of their own.
@@ -24,9 +25,9 @@ pytestmark = pytest.mark.skipif(not cuda.is_available(), reason=NO_CUDA)
 def test_transform_2d_on_cuda_equals_the_cpu(interp, border):
     rng = np.random.default_rng(len(interp) * 7 + len(border))
     values = rng.normal(size=(2, 1, 5, 6)).astype(np.float32)
-    matrices = np.stack([geometry.affine_2d((5, 6), rotate=a, shift=(0.5, -1), scale=1.1) for a in (25.0, -140.0)])
-    on_cpu = geometry.transform_2d(values, nc.zeros((2, 1, 4, 7)), matrices, interp, border)
-    on_gpu = geometry.transform_2d(nc.asarray(values).to("cuda"), nc.zeros((2, 1, 4, 7), device="cuda"), matrices,
+    matrices = np.stack([transforms.affine_2d((5, 6), rotate=a, shift=(0.5, -1), scale=1.1) for a in (25.0, -140.0)])
+    on_cpu = transforms.transform_2d(values, nc.zeros((2, 1, 4, 7)), matrices, interp, border)
+    on_gpu = transforms.transform_2d(nc.asarray(values).to("cuda"), nc.zeros((2, 1, 4, 7), device="cuda"), matrices,
                                    interp, border)
     np.testing.assert_allclose(on_gpu.to("cpu").numpy(), on_cpu.numpy(), atol=1e-5)
 
@@ -34,18 +35,18 @@ def test_transform_2d_on_cuda_equals_the_cpu(interp, border):
 @pytest.mark.parametrize("interp", ["linear", "cubic"])
 def test_transform_3d_on_cuda_equals_the_cpu(interp):
     values = np.random.default_rng(3).normal(size=(1, 3, 4, 5)).astype(np.float32)
-    matrix = geometry.affine_3d(values.shape, euler=(20.0, 40.0, 60.0), shift=(0.2, 0.3, -0.4))
-    on_cpu = geometry.transform_3d(values, nc.zeros((1, 3, 4, 5)), matrix, interp, "mirror")
+    matrix = transforms.affine_3d(values.shape, euler=(20.0, 40.0, 60.0), shift=(0.2, 0.3, -0.4))
+    on_cpu = transforms.transform_3d(values, nc.zeros((1, 3, 4, 5)), matrix, interp, "mirror")
     view = nc.asarray(values).to("cuda")
-    on_gpu = geometry.transform_3d(view, nc.zeros((1, 3, 4, 5), device="cuda"), matrix, interp, "mirror")
+    on_gpu = transforms.transform_3d(view, nc.zeros((1, 3, 4, 5), device="cuda"), matrix, interp, "mirror")
     np.testing.assert_allclose(on_gpu.to("cpu").numpy(), on_cpu.numpy(), atol=1e-5)
 
 
 def test_integer_input_on_cuda_is_converted_first():
     values = np.arange(20, dtype=np.int16).reshape(1, 1, 4, 5)
-    matrix = geometry.affine_2d((4, 5), rotate=90)
-    on_cpu = geometry.transform_2d(values, nc.zeros((1, 1, 4, 5)), matrix)
-    on_gpu = geometry.transform_2d(nc.asarray(values).to("cuda"), nc.zeros((1, 1, 4, 5), device="cuda"), matrix)
+    matrix = transforms.affine_2d((4, 5), rotate=90)
+    on_cpu = transforms.transform_2d(values, nc.zeros((1, 1, 4, 5)), matrix)
+    on_gpu = transforms.transform_2d(nc.asarray(values).to("cuda"), nc.zeros((1, 1, 4, 5), device="cuda"), matrix)
     np.testing.assert_allclose(on_gpu.to("cpu").numpy(), on_cpu.numpy(), atol=1e-6)
 
 
@@ -87,5 +88,5 @@ def test_noa_transform_like_relion_with_device_cuda_writes_what_the_cpu_writes(t
         local.write(task, tmp_path / "map.mrc", tmp_path / f"{device}.mrc")
     with mrcfile.open(tmp_path / "cpu.mrc") as cpu, mrcfile.open(tmp_path / "cuda.mrc") as gpu:
         np.testing.assert_array_equal(gpu.data, cpu.data)
-        expected = geometry.relion_rotated(data, (20.0, 50.0, -70.0), (1.0, 0.0, -2.0))
+        expected = transforms.relion_rotated(data, (20.0, 50.0, -70.0), (1.0, 0.0, -2.0))
         np.testing.assert_allclose(cpu.data, expected, atol=1e-6 * np.abs(expected).max())

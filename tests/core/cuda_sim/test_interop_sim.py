@@ -16,7 +16,8 @@ import pytest
 from numba import cuda
 
 import noa_core as nc
-from noa_core import interop, user_kernels
+from noa_core.array import interop
+from noa_core.compute import user_kernels
 from noa_core.errors import StrideError
 from noa_core.kernels import cuda as cuda_kernels
 

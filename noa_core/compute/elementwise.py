@@ -2,7 +2,7 @@
 
 :func:`copy`, :func:`permute_copy`, :func:`astype`, :func:`fill` and :func:`arithmetic` back the
 methods and operators of :class:`~noa_core.array.Array`; validation, planning and the launch
-itself are :mod:`noa_core.dispatch`'s.
+itself are :mod:`noa_core.compute.dispatch`'s.
 """
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from noa_core import dtypes, layout, user_kernels
+from noa_core.array import dtypes
+from noa_core.array import layout
+from noa_core.compute import user_kernels
 from noa_core.array import Array, empty, resolve_copy_order
-from noa_core.dispatch import Operand, common_device, launch
+from noa_core.compute.dispatch import Operand, common_device, launch
 from noa_core.errors import DTypeError
 from noa_core.kernels import BUILTIN_OPS
-from noa_core.conversion import convert_into
+from noa_core.compute.conversion import convert_into
 
 # Python's operators map to the built-in element operators (whose kernels are cached on disk).
 _OPERATOR_ALIASES: dict[Callable, str] = {
@@ -54,7 +56,7 @@ def ewise(inputs: Operand | Sequence[Operand], outputs: Array | Sequence[Array],
     Returns ``outputs``.
 
     Kernels built around a Python function are cached by what defines it (code, closure values,
-    the globals it reads, defaults; :mod:`noa_core.user_kernels`), not by identity: a lambda
+    the globals it reads, defaults; :mod:`noa_core.compute.user_kernels`), not by identity: a lambda
     evaluated again in a loop compiles once.
     """
     ins = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]

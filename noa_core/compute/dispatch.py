@@ -13,9 +13,11 @@ from types import ModuleType
 
 import numpy as np
 
-from noa_core import devices, dtypes, layout
+from noa_core.array import devices
+from noa_core.array import dtypes
+from noa_core.array import layout
 from noa_core.array import Array, asarray, empty, resolve_copy_order
-from noa_core.dtypes import FLOAT16_COMPUTE
+from noa_core.array.dtypes import FLOAT16_COMPUTE
 from noa_core.errors import DeviceError, DTypeError, OverlapError, ReadOnlyError, ShapeError, StrideError
 from noa_core.kernels import BUILTIN_OPS
 from noa_core.kernels import cpu as cpu_kernels

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from noa_core import fft
+from noa_core.fourier import fft
 from noa_core.array import Array, asarray
 from noa_core.errors import ParameterError, ShapeError
 
@@ -292,7 +292,7 @@ def rescale(array, factor: float | None = None, *, pixel_size: float | None = No
     box = rescaling(old, factor, like)
     if like == "noa":
         return fourier_resize(x, box.sizes, ndim=len(axes))
-    from noa_core import boxes  # the centred crop and pad of noa resize (RELION's window about N//2)
+    from noa_core.images import boxes  # the centred crop and pad of noa resize (RELION's window about N//2)
 
     side = max(old)
     square = rescaled_sizes([side], factor)[0]

@@ -1,9 +1,9 @@
 """Moments of values, accumulated over blocks: count, minimum, maximum, mean and the sum of squared
 deviations (:class:`Moments`), merged exactly (Chan et al.), and :class:`RunningStatistics`, which turns them
-into the four numbers a header records (:class:`noa_core.io.metadata.HeaderStatistics`).
+into the four numbers a header records (:class:`HeaderStatistics`).
 
 A block's moments come from one parallel pass (:func:`block_moments`); the streamed statistics of
-whole files (per section, percentiles) are :mod:`noa_core.statistics`.
+whole files (per section, percentiles) are :mod:`noa_core.images.statistics`.
 """
 
 from __future__ import annotations
@@ -13,17 +13,23 @@ import math
 from collections.abc import Sequence
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from noa_core import compute_path
+from noa_core.compute import compute_path
 from noa_core.array import Array, asarray
 from noa_core.errors import DTypeError
-from noa_core.scalar_ops import CHUNK, LANES, chan_merge, maximum, minimum
+from noa_core.array.scalar_ops import CHUNK, LANES, chan_merge, maximum, minimum
 
-if TYPE_CHECKING:
-    from noa_core.io.metadata import HeaderStatistics
+
+@dataclass(frozen=True)
+class HeaderStatistics:
+    """Header statistics: minimum, maximum, mean and RMS deviation from the mean (None: unknown)."""
+
+    min: float | None
+    max: float | None
+    mean: float | None
+    rms: float | None
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,6 @@ class RunningStatistics:
         self.moments = self.moments.merge(other.moments)
 
     def result(self) -> HeaderStatistics:
-        from noa_core.io.metadata import HeaderStatistics  # the io package imports this module
 
         m = self.moments
         if m.count == 0:
@@ -102,8 +107,8 @@ HALF_SLAB = 1 << 20  # float16 elements widened at a time for moments: 4 MiB of 
 def _float16_moments(array: Array) -> Moments:
     """:func:`block_moments` of float16 data, widened a slab of rows at a time into one small float32 buffer
     (numba has no float16 on the CPU): widening the whole array would cost a copy twice its size."""
-    from noa_core import layout
-    from noa_core.dtypes import FLOAT16_COMPUTE
+    from noa_core.array import layout
+    from noa_core.array.dtypes import FLOAT16_COMPUTE
 
     b, d, h, w = array.shape
     rows = builtins.max(1, HALF_SLAB // builtins.max(w, 1))
@@ -117,7 +122,7 @@ def _float16_moments(array: Array) -> Moments:
                 if compute_path.numpy_path():
                     np.copyto(wide.numpy(), slab.numpy())  # float16 to float32 is exact: the kernel's values
                 else:
-                    from noa_core.dispatch import half_bits, launch
+                    from noa_core.compute.dispatch import half_bits, launch
                     from noa_core.kernels import BUILTIN_OPS
 
                     launch(BUILTIN_OPS["half_value"], [half_bits(slab)], [wide])
@@ -130,7 +135,8 @@ def block_moments(array: Array) -> Moments:
 
     Accumulates in float64 (complex128). Used for file header statistics, tile by tile.
     """
-    from noa_core import dtypes, layout
+    from noa_core.array import dtypes
+    from noa_core.array import layout
 
     if dtypes.element_shape_of(array.dtype):
         raise DTypeError(f"moments take scalar element types, not {array.dtype}")
@@ -146,7 +152,7 @@ def block_moments(array: Array) -> Moments:
         with np.errstate(all="ignore"):  # inf - inf is NaN, as in the kernel, without warnings
             count, lo, hi, mean, m2 = _numpy_moments(array, planned_shape, planned_strides)
     else:
-        from noa_core.dispatch import flat_buffer
+        from noa_core.compute.dispatch import flat_buffer
         from noa_core.kernels import cpu as cpu_kernels
 
         flat, _ = flat_buffer(array)

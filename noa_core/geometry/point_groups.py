@@ -1,6 +1,6 @@
 """Point-group names as RELION writes them: the one grammar every door reads (no NumPy: the declarations
 import it). A name is ASCII, any case, with no spaces; its canonical spelling is upper case with the order
-written without leading zeros (``c01`` is ``C1``). :mod:`noa_core.symmetry` builds the operators of a
+written without leading zeros (``c01`` is ``C1``). :mod:`noa_core.geometry.symmetry` builds the operators of a
 canonical name."""
 
 from __future__ import annotations

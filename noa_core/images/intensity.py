@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from noa_core import dtypes
+from noa_core.array import dtypes
 from noa_core.array import Array, asarray
 from noa_core.errors import DTypeError, ParameterError, ShapeError, ValueRangeError
 

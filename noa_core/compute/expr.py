@@ -7,7 +7,7 @@ element types of the inputs, :meth:`Expression.numba_function` then writes one s
 operation, each computed in the type NumPy gives it (NEP 50: Python constants are "weak"), and
 numba compiles that. Nothing the user typed is ever evaluated as Python.
 :meth:`Expression.numpy_function` computes the same operations, typed by the same writer, with NumPy
-on whole arrays (noa_core.compute_path's NumPy path for small files), giving the same bits, or
+on whole arrays (noa_core.compute.compute_path's NumPy path for small files), giving the same bits, or
 None when the expression uses an operation NumPy computes differently from numba. This module
 imports numba only to compile an element function.
 
@@ -106,7 +106,7 @@ _BEYOND = {"less": (True, False), "less_equal": (True, False), "greater": (False
 _SWAPPED = {"less": "greater", "less_equal": "greater_equal", "greater": "less", "greater_equal": "less_equal"}
 _ORDERED = {"less", "less_equal", "greater", "greater_equal", "minimum", "maximum"}
 # numba has no float16 arithmetic on the CPU: values NumPy keeps in float16 are computed in float32
-# and rounded when stored (the policy of noa_core.dispatch).
+# and rounded when stored (the policy of noa_core.compute.dispatch).
 _CASTS = {dt.name: f"t_{dt.name}" for dt in map(np.dtype, "?bhilqBHILQefdFD")}
 _NAMESPACE_CASTS = {f"t_{name}": (np.float32 if name == "float16" else np.dtype(name).type) for name in _CASTS}
 
@@ -620,7 +620,7 @@ def _compile_numba(source: str) -> Callable:
             return function
     import numba
 
-    from noa_core import runtime
+    from noa_core.kernels import runtime
 
     # error_model='numpy': division by zero gives inf/nan as in NumPy instead of raising.
     function = numba.njit(nogil=True, error_model="numpy")(_define(source))

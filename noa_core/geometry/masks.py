@@ -12,7 +12,7 @@ wraps around): scipy.ndimage's exact Euclidean distance transform, in time linea
 
 Example::
 
-    from noa_core import masks
+    from noa_core.geometry import masks
     mask = masks.threshold_mask(volume, 0.02, extend=3, width=6)   # float64, volume.shape
     ball = masks.sphere((64, 64, 64), radius=20, width=5)
 """

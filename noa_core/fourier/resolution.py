@@ -21,7 +21,7 @@ none). Half maps and masks holding NaN or infinite values are refused.
 
 Example::
 
-    from noa_core import resolution
+    from noa_core.fourier import resolution
     curve = resolution.fsc(half1, half2, pixel_size=1.06)      # NumPy or noa arrays, 2-d or 3-d
     curve.values, curve.angstrom                                # FSC and the resolution of each shell
     curve.crossing(0.143).interpolated_angstrom                 # where it first falls below 0.143
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from noa_core.errors import ParameterError, ShapeError
-from noa_core.intensity import check_finite
+from noa_core.images.intensity import check_finite
 
 RULES = ("relion", "linear")
 THRESHOLDS = (0.143, 0.5)  # the gold-standard criterion (Rosenthal & Henderson 2003) and the older 0.5
@@ -176,13 +176,14 @@ def shell_count(sizes: Sequence[int], rule: str) -> int:
 
 def shell_sums(half1: np.ndarray, half2: np.ndarray, rule: str = "relion") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(sum Re(F1 conj F2), sum |F1|^2, sum |F2|^2)`` per shell (float64) of two real 2-d or 3-d arrays of
-    one shape, from their r2c transforms (:mod:`noa_core.fft`, float32 or float64 as the data).
+    one shape, from their r2c transforms (:mod:`noa_core.fourier.fft`, float32 or float64 as the data).
 
     NumPy sums, or one pass of the numba kernels of :mod:`noa_core.kernels.shells`: the path
-    :func:`noa_core.compute_path.for_size` gives for :data:`SUMS_WORK_PER_BYTE` x the bytes of one half
+    :func:`noa_core.compute.compute_path.for_size` gives for :data:`SUMS_WORK_PER_BYTE` x the bytes of one half
     transform (a pinned path, ``NOA_COMPUTE``, or numba loaded already win). Both add the products (in float64)
     in the same order: the same bits."""
-    from noa_core import compute_path, fft
+    from noa_core.compute import compute_path
+    from noa_core.fourier import fft
 
     sizes = half1.shape
     axes = tuple(range(half1.ndim))
@@ -205,7 +206,7 @@ def shell_sums(half1: np.ndarray, half2: np.ndarray, rule: str = "relion") -> tu
         return sums[0], sums[1], sums[2]
     import numba
 
-    from noa_core import runtime
+    from noa_core.kernels import runtime
     from noa_core.kernels import shells as kernels
 
     if rows * width < runtime.SERIAL_THRESHOLD:

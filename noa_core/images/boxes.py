@@ -20,12 +20,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from noa_core import compute_path, layout
+from noa_core.compute import compute_path
+from noa_core.array import layout
 from noa_core.array import Array
 from noa_core.errors import ParameterError, ShapeError
-from noa_core.io.stream import Compute, Key, TileReads, compute_whole
-from noa_core.layout import Shape4
-from noa_core.stack_sections import operator_index, stack_input
+from noa_core.compute.tiles import Compute, Key, TileReads, compute_whole
+from noa_core.array.layout import Shape4
+from noa_core.images.stacks import operator_index, stack_input
 
 AXES = {"x": 3, "y": 2, "z": 1}  # flip axis name -> BDHW axis
 
@@ -158,7 +159,7 @@ def bin_block(block: Array, out: Array, factors: Sequence[int]) -> None:
     Sums in float64 (complex128), multiplied by ``1 / (kd kh kw)``; integer outputs are rounded half to
     even, as ``numpy.rint``; float16 is computed in float32. The numba kernel adds each output row's
     ``kd * kh`` input rows in order, each row's ``kw`` values in order; NumPy (small files,
-    :mod:`noa_core.compute_path`) adds in that same order, so both give the same bits."""
+    :mod:`noa_core.compute.compute_path`) adds in that same order, so both give the same bits."""
     src = block.numpy()
     dst = out.numpy()
     if src.size == 0:
@@ -292,7 +293,7 @@ def resize(array, shape: Sequence[int], fill: str | float = "mean") -> Array:
     target = resize_shape(source.shape, tuple(shape))
 
     def mean() -> float:
-        from noa_core.reduction import mean as average_of
+        from noa_core.compute.reduction import mean as average_of
 
         if source.size == 0:
             return 0.0

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from noa_core import layout
+from noa_core.array import layout
 from noa_core.array import Array, asarray
 from noa_core.errors import DeviceError, DTypeError, ParameterError, ShapeError
 
@@ -36,7 +36,7 @@ __all__ = ["rfft", "irfft", "fft", "ifft", "r2c", "c2r", "c2c", "pocketfft", "tr
 def workers() -> int:
     """Threads scipy.fft may use: numba's count for this thread (a service worker's share) where numba is
     loaded; else what numba would start with (NUMBA_NUM_THREADS, or the cores), without loading it (a
-    small file on the NumPy path, :mod:`noa_core.compute_path`). Results do not depend on it."""
+    small file on the NumPy path, :mod:`noa_core.compute.compute_path`). Results do not depend on it."""
     import os
     import sys
 

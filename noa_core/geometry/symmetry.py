@@ -18,7 +18,7 @@ result is RELION's arithmetic transcribed (:mod:`noa_core.kernels.symmetrize`), 
 
 Example::
 
-    from noa_core import symmetry
+    from noa_core.geometry import symmetry
     symmetry.point_group("D3").matrices    # (6, 3, 3), on (x, y, z)
     out = symmetry.symmetrize(volume, "I1")  # volume: (1, D, H, W) or (D, H, W)
 """
@@ -31,10 +31,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from noa_core.array import Array, asarray
+from noa_core.array import Array, asarray, empty
+from noa_core.compute.elementwise import astype
 from noa_core.errors import DTypeError, ParameterError, ShapeError
-from noa_core import point_group_names
-from noa_core.point_group_names import PARTS
+from noa_core.geometry import point_groups
+from noa_core.geometry.point_groups import PARTS
 
 __all__ = ["PointGroup", "point_group", "symmetrize", "working_volumes"]
 
@@ -178,14 +179,14 @@ def _group(name: str) -> PointGroup:
 
 
 def point_group(name: str | PointGroup) -> PointGroup:
-    """The point group RELION calls ``name`` (any case; :mod:`noa_core.point_group_names` is the grammar);
+    """The point group RELION calls ``name`` (any case; :mod:`noa_core.geometry.point_groups` is the grammar);
     ParameterError (``sym``) for a name RELION does not know, I5 (RELION does not implement it), n = 0 or an
     odd Sn. Its name is the canonical one (``c01`` is ``C1``)."""
     if isinstance(name, PointGroup):
         return name
     if not isinstance(name, str):
         raise ParameterError(f"{name!r} is not a point group name", "sym")
-    return _group(point_group_names.read(name))
+    return _group(point_groups.read(name))
 
 
 def working_volumes(group: str | PointGroup, shape, dtype="float32", device: str = "cpu") -> float:
@@ -208,8 +209,6 @@ def symmetrize(volume, group: str | PointGroup, output=None) -> Array:
     2-fold about an axis, the inversion or an axial mirror of the group maps onto computed rows are copied
     from them (:func:`_symmetric_rows`: 1/4 of the work for I1, I2, O and D2n, 1/2 for I3, I4, Th, Dn (n
     odd), C2n). The CPU and CUDA kernels are compiled from one source: the same sums, in the same order."""
-    import noa_core as noa
-
     x = volume if isinstance(volume, Array) else asarray(np.asarray(volume))  # (D, H, W) padded to (1, D, H, W)
     if x.shape[1] < 2 or x.shape[2] < 2 or x.shape[3] < 2:
         raise ShapeError(f"symmetrize: the input of shape {x.shape} is not a volume; point groups act on 3-d maps "
@@ -218,7 +217,7 @@ def symmetrize(volume, group: str | PointGroup, output=None) -> Array:
         raise DTypeError(f"symmetrize: the input of element type {x.dtype} is not real numbers")
     g = point_group(group)
     if output is None:
-        out = noa.empty(x.shape, np.float32, device=x.device)
+        out = empty(x.shape, np.float32, device=x.device)
     else:
         out = output if isinstance(output, Array) else asarray(output)  # a NumPy output is written in place
         if out.shape != x.shape or out.device != x.device or out.dtype not in (np.float32, np.float64):
@@ -226,7 +225,7 @@ def symmetrize(volume, group: str | PointGroup, output=None) -> Array:
                              f"float64 of the input's shape {x.shape} and device {x.device}")
     real = np.float64 if x.dtype == np.float64 else np.float32
     if x.dtype != real:  # the kernels sample their own type: integer and float16 maps are read as float32
-        x = noa.astype(x, real)
+        x = astype(x, real)
     operators = np.ascontiguousarray(g.matrices[1:])
     columns, targets, sources, flipped = _symmetric_rows(g, x.shape[1:])
     if x.device != "cpu":

@@ -1,5 +1,5 @@
 """Conversions between element types: what happens to values a target type cannot hold (``mode``), and
-the two ways of doing it, NumPy (:func:`noa_core.compute_path.numpy_path`: small files) and noa's kernels,
+the two ways of doing it, NumPy (:func:`noa_core.compute.compute_path.numpy_path`: small files) and noa's kernels,
 which give the same bits.
 
 Modes: 'cast' converts like C and NumPy's ``astype`` (complex to real keeps the real part; out-of-range
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from noa_core import compute_path, dtypes
+from noa_core.compute import compute_path
+from noa_core.array import dtypes
 from noa_core.array import Array
-from noa_core.dtypes import FLOAT16_COMPUTE
+from noa_core.array.dtypes import FLOAT16_COMPUTE
 from noa_core.errors import DTypeError
 
 def _clamp_bounds(source: np.dtype, target: np.dtype) -> tuple[np.generic, np.generic] | None:
@@ -58,13 +59,13 @@ def _check_range(source: Array, target: np.dtype) -> None:
             return
         limits = (int(np.iinfo(target).min), int(np.iinfo(target).max))
     if source.device == "cpu" and source.dtype.kind in "fiu":  # one vectorized pass for both (NaN propagates alike)
-        from noa_core.moments import block_moments
+        from noa_core.compute.moments import block_moments
 
         found = block_moments(source)
         lo, hi = source.dtype.type(found.min), source.dtype.type(found.max)
     else:
-        from noa_core.reduction import max as reduce_max
-        from noa_core.reduction import min as reduce_min
+        from noa_core.compute.reduction import max as reduce_max
+        from noa_core.compute.reduction import min as reduce_min
 
         lo = reduce_min(source).numpy().reshape(-1)[0]
         hi = reduce_max(source).numpy().reshape(-1)[0]
@@ -82,7 +83,7 @@ def _check_range(source: Array, target: np.dtype) -> None:
 def convert_into(source: Array, out: Array, *, mode: str = "cast") -> Array:
     """Write ``source`` (broadcast onto ``out``'s shape) into ``out``, converting to ``out.dtype`` as
     ``mode`` says (see the module); returns ``out``. The checks are made here, once; the values are stored
-    by NumPy or by the kernels (:func:`noa_core.compute_path.numpy_path`), which store the same bits."""
+    by NumPy or by the kernels (:func:`noa_core.compute.compute_path.numpy_path`), which store the same bits."""
     if mode not in CONVERSION_MODES:
         raise ValueError(f"conversion mode {mode!r} is not one of {CONVERSION_MODES}")
     target = out.dtype
@@ -104,7 +105,7 @@ def convert_into(source: Array, out: Array, *, mode: str = "cast") -> Array:
 
 def _store_kernels(source: Array, out: Array, bounds) -> None:
     """The values of :func:`convert_into`, stored by the kernels (clamped to ``bounds`` when given)."""
-    from noa_core.dispatch import half_bits, launch  # numba: the kernels' path only
+    from noa_core.compute.dispatch import half_bits, launch  # numba: the kernels' path only
     from noa_core.kernels import BUILTIN_OPS
 
     target = out.dtype

@@ -3,7 +3,7 @@
 Frequencies are measured per axis (``k / n`` cycles per pixel for integer frequency ``k`` of an axis
 of ``n`` samples), so rectangular images are handled; resolutions are in Ångström with the array's
 pixel size (square pixels: one size for every axis). Filters run over H, W (2-d: every image of a
-stack) or D, H, W (3-d: volumes), like :mod:`noa_core.fft`.
+stack) or D, H, W (3-d: volumes), like :mod:`noa_core.fourier.fft`.
 
 Example::
 
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from noa_core import fft as noa_fft
-from noa_core import resampling
+from noa_core.fourier import fft as noa_fft
+from noa_core.fourier import resampling
 from noa_core.array import Array, asarray
 from noa_core.errors import ParameterError
 

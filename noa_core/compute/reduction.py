@@ -13,9 +13,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from noa_core import dtypes, layout, user_kernels
+from noa_core.array import dtypes
+from noa_core.array import layout
+from noa_core.compute import user_kernels
 from noa_core.array import Array, empty
-from noa_core.dispatch import (FLOAT16_COMPUTE, backend, common_device, computes_as, flat_buffer, launch,
+from noa_core.compute.dispatch import (FLOAT16_COMPUTE, backend, common_device, computes_as, flat_buffer, launch,
                                widened)
 from noa_core.errors import DTypeError, ShapeError
 from noa_core.kernels import BUILTIN_OPS

@@ -95,7 +95,7 @@ def load_tbb() -> bool:
 # Whether compiled kernels are cached on disk (``cache=`` of every njit in noa_core).
 CACHE_ENABLED = True
 
-# Whether kernels built around noa_core.expr expressions are cached on disk too. The service turns
+# Whether kernels built around noa_core.compute.expr expressions are cached on disk too. The service turns
 # it off: each distinct client expression would leave its kernels in the cache directory for good.
 CACHE_EXPRESSIONS = True
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from noa_core import layout, user_kernels
+from noa_core.array import layout
+from noa_core.compute import user_kernels
 from noa_core.array import Array
-from noa_core.dispatch import backend, common_device
+from noa_core.compute.dispatch import backend, common_device
 
 
 def iwise(shape: int | Sequence[int], op: Callable, *args) -> None:
@@ -19,7 +20,7 @@ def iwise(shape: int | Sequence[int], op: Callable, *args) -> None:
     the order across indices: they run in parallel, so ``op`` must not depend on it (write each
     index's own output, or use atomics on CUDA). Arrays must share one device, which decides where
     ``op`` runs (CPU when no array is given). Kernels are cached by what defines ``op`` (code,
-    closure values, globals read, defaults: see :mod:`noa_core.user_kernels`), so a lambda written
+    closure values, globals read, defaults: see :mod:`noa_core.compute.user_kernels`), so a lambda written
     in a loop compiles once.
     """
     shape4 = layout.as_shape4(shape)

@@ -2,7 +2,8 @@
 
 Example::
 
-    from noa_core import plots, resolution
+    from noa_core.pictures import plots
+    from noa_core.fourier import resolution
     curve = resolution.fsc(half1, half2, pixel_size=1.06)
     open("fsc.png", "wb").write(plots.fsc_png(curve, title="FSC of half1.mrc and half2.mrc"))
 """
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from noa_core.resolution import THRESHOLDS, Curve
+from noa_core.fourier.resolution import THRESHOLDS, Curve
 
 SIZE = (900, 560)  # pixels of the picture
 MARGINS = (80, 56, 30, 84)  # left, top, right, bottom: room for the labels

@@ -3,7 +3,7 @@
 The buffer is a NumPy array on the CPU (a numba device array on CUDA) of shape
 ``(n, *element_shape)``: one row per element, so element ``e`` is ``buffer[e]`` whatever the
 element type. ``offset`` is the index of element ``[0, 0, 0, 0]``. Views share the buffer; every
-layout decision is delegated to :mod:`noa_core.layout`.
+layout decision is delegated to :mod:`noa_core.array.layout`.
 
 The methods that run kernels (:meth:`Array.copy`, :meth:`~Array.astype`, :meth:`~Array.fill`, the
 arithmetic operators, :meth:`~Array.to`, ...) call :class:`ArrayKernels`, which the modules above
@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from noa_core import dtypes, layout, providers
+from noa_core import providers
+from noa_core.array import dtypes
+from noa_core.array import layout
 from noa_core.errors import DeviceError, ReshapeError, ShapeError, StrideError
-from noa_core.layout import Shape4, Strides4
+from noa_core.array.layout import Shape4, Strides4
 
 DEVICES = ("cpu", "cuda")
 
@@ -44,7 +46,7 @@ class ArrayKernels:
     fill: Callable[[Array, Any], Array]
     arithmetic: Callable[..., Array]  # (name, *operands)
     transfer: Callable[[Array, str], Array]
-    # noa_core.interop: DLPack and the CUDA Array Interface (to_dlpack, dlpack_device,
+    # noa_core.array.interop: DLPack and the CUDA Array Interface (to_dlpack, dlpack_device,
     # cuda_array_interface, foreign_device, asarray_foreign).
     interop: Any = None
 
@@ -279,7 +281,7 @@ class Array:
         return as_strided(buf[self._offset:], shape=self._shape + buf.shape[1:], strides=byte_strides,
                           writeable=self.writable)
 
-    # -- DLPack and CUDA Array Interface (noa_core.interop) -----------------------------------------
+    # -- DLPack and CUDA Array Interface (noa_core.array.interop) -----------------------------------------
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """A DLPack capsule sharing this array's memory (``numpy.from_dlpack``, ``torch.from_dlpack``,
@@ -341,7 +343,7 @@ class Array:
 
     def _repr_png_(self) -> bytes | None:
         """A PNG picture for notebooks (IPython and Jupyter call this): an image, a stack's first image, or a
-        volume's three central slices, longest side 512 pixels, sigma:3 contrast (:mod:`noa_core.pictures`);
+        volume's three central slices, longest side 512 pixels, sigma:3 contrast (:mod:`noa_core.pictures.drawing`);
         None (the text repr alone) for an array with no picture (empty, vector elements)."""
         assert providers.png_picture is not None, "noa_core installs the picture provider on import"
         return providers.png_picture(self)

@@ -26,11 +26,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from noa_core import layout
+from noa_core.array import layout
 from noa_core.array import Array, asarray
 from noa_core.errors import DTypeError, ParameterError, SectionMismatchError, ValueRangeError
-from noa_core.io.stream import Compute, Key, TileReads, compute_whole
-from noa_core.layout import Shape4
+from noa_core.compute.tiles import Compute, Key, TileReads, compute_whole
+from noa_core.array.layout import Shape4
 from noa_core.limits import check_output_size
 
 BATCH, DEPTH = 0, 1

@@ -28,7 +28,7 @@ A function whose definition holds something that cannot be compared (a list, a d
 larger than the limit...) keeps today's behaviour: it is compiled for each new function object,
 and a warning, once per code object, says which variable prevents caching. The cache is an LRU of
 :data:`CACHE_SIZE` representatives; evicting one drops the kernels built around it (numba keeps
-the machine code until the process exits, as for expressions: see :mod:`noa_core.expr`).
+the machine code until the process exits, as for expressions: see :mod:`noa_core.compute.expr`).
 """
 
 from __future__ import annotations

@@ -359,7 +359,7 @@ def log_spectrum(values) -> np.ndarray:
     (H // 2, W // 2) (numpy.fft.fftshift's centre), full width (the redundant half mirrors the other, as
     Thon rings are looked at); float32, same shape. A power of 0 gives the log of the smallest normal
     float32, as ``noa powerspectrum --log``."""
-    from noa_core import spectral
+    from noa_core.fourier import spectral
     from noa_core.array import asarray
 
     image = np.asarray(values)

@@ -20,12 +20,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from noa_core import layout
+from noa_core.array import layout
 from noa_core.array import Array
 from noa_core.errors import DTypeError, ShapeError, ValueRangeError
 from noa_core.io import mapped
-from noa_core.io.stream import batch_statistics, plan_tile, tiles
-from noa_core.moments import RunningStatistics
+from noa_core.compute.tiles import plan_tile, tiles
+from noa_core.io.stream import batch_statistics
+from noa_core.compute.moments import RunningStatistics
 
 HISTOGRAM_BINS = 1 << 20
 HISTOGRAM_BLOCK_BYTES = 16 << 20  # the histogram pass holds an index per value: smaller tiles than a copy's

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from noa_core import dtypes, layout
+from noa_core.array import dtypes
+from noa_core.array import layout
 from noa_core.array import Array, as_device
 from noa_core.errors import DeviceError, DTypeError, ShapeError, StrideError
 
@@ -337,7 +338,7 @@ def cuda_array(pointer: int, dtype: np.dtype, shape: tuple, strides: tuple | Non
     """A CUDA Array over device memory described by a pointer, NumPy-style ``shape`` and element
     ``strides`` (None: C order); ``element`` is the vector/matrix element type its trailing
     dimensions make, if any."""
-    from noa_core import devices
+    from noa_core.array import devices
 
     devices.require_cuda()
     strides = _packed_strides(shape) if strides is None else tuple(strides)
@@ -419,7 +420,7 @@ def from_dlpack(obj: Any, *, dtype=None) -> Array:
             raise DTypeError(f"from_dlpack shares memory; it cannot make {view.dtype} into {dtype}")
         return asarray(view, dtype)
     if device[0] in (CUDA, CUDA_MANAGED):
-        from noa_core import devices
+        from noa_core.array import devices
 
         devices.require_cuda()
         if device[1] != cuda_device_id():
