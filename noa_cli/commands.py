@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any, Optional
 from noa_cli import report
 from noa_cli.parse import CliParam
 from noa_core.errors import NoaError, ParameterError
-from noa_core.operations import FileTask, Flag, Integer, Integers, Operation, Param, Real, Reals
+from noa_core import run
+from noa_core.operations import (Edits, FileTask, Flag, Integer, Integers, Operation, Param, Real, Reals,
+                                 Reports, Writes, WritesSeveral)
 
 if TYPE_CHECKING:
     import typer
@@ -142,8 +144,6 @@ def _execute(task: FileTask, pairs: list[tuple[Path, Path]], *, force: bool, res
         raise report.UsageError("--resume skips existing outputs and --force replaces them; choose one")
     if workers is not None and scheduler != "local":
         raise report.UsageError("--workers sizes the cluster of --scheduler local")
-    from noa_core import run
-
     where = "" if scheduler is None else f" on {scheduler}"
     if scheduler is None:  # placed by this process (Dask's workers place theirs)
         report.expect_outputs([dst for _, dst in pairs if not (resume and dst.exists())], quiet)
@@ -244,7 +244,7 @@ def _reporter(operation: Operation) -> tuple[Callable[..., None], list[CliParam]
         assert operation.text is not None
         if several:
             with flags_in_errors(operation):  # the report may find an option wrong for its inputs
-                results = [operation.run_report(given["files"], options)]
+                results = [run.execute(operation, given["files"], None, options)]
             report.echo(_json(results[0]) if given["as_json"] else operation.text(results[0]))
             return
         paths = given["files"]
@@ -252,7 +252,7 @@ def _reporter(operation: Operation) -> tuple[Callable[..., None], list[CliParam]
         for path in paths:  # every file reported, a bad one in one line: `noa info *.mrc` gives the overview
             try:
                 with flags_in_errors(operation):
-                    result = operation.run_report(path, options)
+                    result = run.execute(operation, [path], None, options)
             except (NoaError, OSError) as exc:
                 if len(paths) == 1:
                     raise
@@ -290,18 +290,17 @@ def _several_writer(operation: Operation) -> tuple[Callable[..., None], list[Cli
     force, quiet = DRIVER["force"], DRIVER["quiet"]
 
     def command(**given: Any) -> None:
-        from noa_core.run.local import write_several
-
         with flags_in_errors(operation):
-            task = operation.task(option_values(operation, given))
+            options = operation.options(option_values(operation, given))
         paths, failed = list(given["paths"]), 0
         with _output_folder(given["out_dir"]):
             for src in paths:
                 try:
                     with report.progress(f"noa {operation.name}: {src}", given["quiet"]) as progress, \
                             flags_in_errors(operation):
-                        outputs, notices = write_several(task, src, given["out_dir"], overwrite=given["force"],
-                                                         progress=progress)
+                        written = run.execute(operation, [src], given["out_dir"], options, overwrite=given["force"],
+                                          progress=progress)
+                    outputs, notices = [Path(p) for p in written["outputs"]], written["notices"]
                 except Exception as exc:
                     if len(paths) == 1 or not isinstance(exc, (NoaError, OSError)):
                         raise
@@ -328,14 +327,13 @@ def _editor(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
         files = given["files"]
         with flags_in_errors(operation):
             options = operation.options(option_values(operation, given))
-            assert operation.edit is not None and operation.text is not None
             if len(files) == 1:  # a lone file's failure is its own error line
-                results = [operation.edit(files[0], options, given["dry_run"])]
+                results = [run.execute(operation, [files[0]], None, options, dry_run=given["dry_run"])]
             else:  # each file's change is reported, and a bad file does not hide or stop the others
                 results = []
                 for path in files:
                     try:
-                        results.append(operation.edit(path, options, given["dry_run"]))
+                        results.append(run.execute(operation, [path], None, options, dry_run=given["dry_run"]))
                     except ParameterError:
                         raise  # the request's, not the file's: one line naming the option
                     except (NoaError, OSError) as exc:
@@ -353,13 +351,16 @@ def _editor(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
     return command, [files, *params, dry_run, AS_JSON]
 
 
-BUILDERS = {"plan": _writer, "plans": _several_writer, "report": _reporter, "edit": _editor}
+# The command of each kind of operation: IN OUT (or --out-dir), INPUTS... --out-dir, FILES..., FILES... --dry-run.
+BUILDERS: dict[type[Operation], Callable[[Any], tuple[Callable[..., None], list[CliParam]]]] = {
+    Writes: _writer, WritesSeveral: _several_writer, Reports: _reporter, Edits: _editor}
 
 
 def describe(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
     """The command function of ``operation`` and its parameters (what Typer builds ``noa NAME`` from, and what
     :func:`noa_cli.parse.read` reads a plain command line with)."""
-    return BUILDERS[operation.kind](operation)
+    kind = next(kind for kind in BUILDERS if isinstance(operation, kind))
+    return BUILDERS[kind](operation)
 
 
 def text_first(operation: Operation) -> bool:

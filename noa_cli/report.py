@@ -77,10 +77,37 @@ def terminated_by_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+# Parameters the library names that the command line spells with an option of another name.
+_OPTIONS = {"overwrite": "--force"}
+
+
+def spelling(name: str, value: str | None) -> str:
+    """A parameter the library names in a message, as the command line spells it: ``--force``, ``--level N``,
+    ``--no-ramp`` (a switch given "false")."""
+    from noa_core import operations  # on the way to an error line: the declarations say each option's flags
+    from noa_core.operations import Flag
+
+    declared = next((p for operation in operations.operations() for p in operation.params if p.name == name), None)
+    if declared is None or name in _OPTIONS:
+        flag = _OPTIONS.get(name) or "--" + name.replace("_", "-")
+        return flag if value is None else f"{flag} {value}"
+    if value is None:
+        return declared.cli_flags[0].split("/")[0]
+    return declared.words(value == "true" if isinstance(declared.type, Flag) else value)
+
+
+def in_words(text: str) -> str:
+    """``text`` (a message, a notice) with the parameters the library names in it spelt as options."""
+    errors = sys.modules.get("noa_core.errors")  # loaded wherever a message or notice of the library is
+    return text if errors is None else errors.spelt(text, spelling)
+
+
 def one_line(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
-    return " ".join(str(exc).split()) or type(exc).__name__
+    errors = sys.modules.get("noa_core.errors")
+    text = exc.spelt(spelling) if errors is not None and isinstance(exc, errors.NoaError) else str(exc)
+    return " ".join(text.split()) or type(exc).__name__
 
 
 def echo(message: str, err: bool = False) -> None:
@@ -98,7 +125,7 @@ def error(message: str) -> None:
 def notices(lines: list[str] | None, quiet: bool) -> None:
     if not quiet:
         for line in lines or ():
-            echo(f"noa: note: {line}", err=True)
+            echo(f"noa: note: {in_words(line)}", err=True)
 
 
 def done(message: str, quiet: bool) -> None:

@@ -3,11 +3,48 @@
 Every error a user can cause has its own type so that the CLI and the service can turn it into a
 one-line message (CLI exit code 2, HTTP 4xx) without inspecting message text. All of them derive
 from :class:`NoaError`; the layout errors also derive from ``ValueError`` for Python callers.
+
+The library speaks in parameters: a message that points at a parameter other than the one it concerns (the
+remedy: "give ... to replace it") names it with :func:`param`, and each door spells it its own way
+(:meth:`NoaError.spelt`): ``--force`` on the command line, ``overwrite`` over HTTP and from Python.
 """
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+_MARK = "\x1f"  # unit separator: around a parameter named in a message, never in a file name or a number
+_NAMED = re.compile(f"{_MARK}([A-Za-z_][A-Za-z0-9_]*)(?:=([^{_MARK}]*))?{_MARK}")
+# How a door writes a parameter named in a message, and the value it would take (None: no value).
+Spelling = Callable[[str, "str | None"], str]
+
+
+def param(name: str, value: object = None) -> str:
+    """``name`` (taking ``value``) as a message names it, for each door to spell: ``param("eer_group_last",
+    "keep")`` reads ``--eer-group-last keep`` on the command line and ``eer_group_last=keep`` from Python."""
+    return f"{_MARK}{name}{'' if value is None else f'={value}'}{_MARK}"
+
+
+def keyword_spelling(name: str, value: str | None) -> str:
+    """A parameter as Python and JSON name it: ``overwrite``, ``level=N``."""
+    return name if value is None else f"{name}={value}"
+
+
+def spelt(text: str, spelling: Spelling = keyword_spelling) -> str:
+    """``text`` (a message, a notice) with the parameters it names written as ``spelling`` writes them."""
+    return _NAMED.sub(lambda named: spelling(named[1], named[2]), text)
 
 
 class NoaError(Exception):
     """Base class of every error noa raises on purpose."""
+
+    def spelt(self, spelling: Spelling = keyword_spelling) -> str:
+        """The message, its parameters written as ``spelling`` writes them."""
+        return spelt(super().__str__(), spelling)
+
+    def __str__(self) -> str:
+        return self.spelt()
 
 
 class LayoutError(NoaError, ValueError):

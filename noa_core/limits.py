@@ -47,6 +47,18 @@ def check_output_size(shape: Sequence[int], itemsize: int = 1, what: str = "") -
                          f"than the {MAX_OUTPUT_BYTES >> 40} TiB noa writes")
 
 
+def check_voxels(shapes: Sequence[Sequence[int]], limit: int) -> None:
+    """LimitError when inputs or an output of ``shapes`` (BDHW, or fewer axes padded on the left) could exceed
+    ``limit`` voxels: their per-axis maximum bounds every shape a broadcast of them can produce, so the check
+    needs no knowledge of the operation's rules (a service's ``--max-voxels``, checked from the headers)."""
+    shapes = [tuple(s) for s in shapes]
+    rank = max(len(s) for s in shapes)
+    padded = [(1,) * (rank - len(s)) + s for s in shapes]
+    bound = math.prod(max(dims) for dims in zip(*padded, strict=True))
+    if bound > limit:
+        raise LimitError(f"the output would have {bound} voxels; the limit is {limit}")
+
+
 def available_memory() -> int | None:
     """The bytes this machine (or its container's memory cgroup, when that is less) can still give a process:
     /proc/meminfo's MemAvailable; None where unknown (no check is made then)."""

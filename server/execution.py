@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from noa_core.errors import NoaError, UnknownFormatError
+from noa_core.errors import NoaError, UnknownFormatError, spelt
 from noa_core.io import formats
 from noa_core.io.atomic import scratch_outputs
-from noa_core.operations import Operation
-from noa_core.run import Progress
-from noa_server.limits import check_voxels
+from noa_core.operations import Writes
+from noa_core.run import Limits, Progress, execute
 from noa_server.models import OpParams, PathRequest
 from noa_server.problems import ProblemError, classify
 from noa_server.sandbox import Sandbox
@@ -78,36 +77,10 @@ def _naming(name: str) -> Iterator[None]:
 
 
 def _run(params: OpParams, inputs: Sequence[Path], output: Path | None, max_voxels: int, *, overwrite: bool,
-         progress: Progress, dry_run: bool = False, stem: str | None = None) -> Any:
-    """Run ``params``' operation on files of this machine after refusing work over the voxel limit:
-    a writing one returns its notices, one writing several files ``(outputs, notices)`` (``output`` is
-    their folder, ``stem`` names them), a reporting or editing one its result."""
-    from noa_core.limits import output_voxel_limit
-    from noa_core.run.local import write_plan
-
-    operation: Operation = params.declaration
-    options = operation.options(params.values())
-    if operation.reads_data:  # from the headers, before planning decompresses or maps anything
-        check_voxels([options.probe_input(path).shape for path in inputs], max_voxels)
-    if operation.edits:
-        assert operation.edit is not None
-        return operation.edit(inputs[0], options, dry_run)
-    if operation.writes_several:
-        from noa_core.run.local import write_several
-
-        task = operation.task(params.values())
-        with output_voxel_limit(max_voxels):  # refused while planning, before a plan builds lists sized by it
-            planned = task.plans(inputs[0])
-        check_voxels([*planned[0][1].input_shapes, *(plan.shape for _, plan in planned)], max_voxels)
-        return write_several(task, inputs[0], output, overwrite=overwrite, progress=progress, planned=planned,
-                             stem=stem)
-    if operation.writes:
-        task = operation.task(params.values(), shared=inputs[1:])
-        with output_voxel_limit(max_voxels):
-            plan = task.plan(inputs[0])
-        check_voxels([*plan.input_shapes, plan.shape], max_voxels)
-        return write_plan(plan, output, overwrite=overwrite, device=task.device, progress=progress)
-    return operation.run_report(inputs if operation.max_inputs > 1 else inputs[0], options)
+         progress: Progress, dry_run: bool = False, stem: str | None = None) -> dict[str, Any]:
+    """Run ``params``' operation on files of this machine within the voxel limit (:func:`noa_core.run.execute`)."""
+    return execute(params.declaration, inputs, output, params.values(), limits=Limits(max_voxels=max_voxels),
+                   progress=progress, overwrite=overwrite, dry_run=dry_run, stem=stem)
 
 
 @dataclass(frozen=True)
@@ -121,6 +94,7 @@ class ClientNames:
     names: dict[str, str]
 
     def text(self, message: str) -> str:
+        message = spelt(message)  # parameters the library names, as the request names them
         # Longest first: a server path may begin another ('/proc/self/fd/1' and '/proc/self/fd/12/').
         for server_path, client_name in sorted(self.names.items(), key=lambda item: -len(item[0])):
             message = message.replace(server_path, client_name)
@@ -165,7 +139,7 @@ def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None,
     inputs = []
     links = new_upload_folder(sandbox.scratch)
     opened.callback(remove_upload_folder, links)
-    edits = planned.request.declaration.edits and not getattr(planned.request, "dry_run", False)
+    edits = planned.request.declaration.changes_input and not getattr(planned.request, "dry_run", False)
     for i, relative in enumerate(planned.request.input_paths()):
         # An edit changes the client's file in place: opened for writing (the point of the operation).
         fd, _ = sandbox.open(relative, os.O_RDWR | os.O_NONBLOCK) if edits else sandbox.open(relative)
@@ -178,7 +152,7 @@ def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None,
     dst = planned.request.output_path()
     if dst is None:
         return inputs, None, ClientNames(names)
-    if planned.request.declaration.writes_several:  # dst is the outputs' folder, created when missing
+    if planned.request.declaration.writes == "folder":  # dst is the outputs' folder, created when missing
         return inputs, _open_output_folder(sandbox, dst, opened, names), ClientNames(names)
     fd, path = sandbox.open_folder(dst)
     opened.callback(os.close, fd)
@@ -233,12 +207,8 @@ def _run_on_paths(planned: Planned, inputs: list[Path], output: Path | None, max
     overwrite = getattr(request, "overwrite", False)  # reports write nothing
     result = _run(request, inputs, output, max_voxels, overwrite=overwrite, progress=progress,
                   dry_run=getattr(request, "dry_run", False))
-    if request.declaration.writes_several:
-        outputs, notices = result
-        return for_client({"outputs": [str(p) for p in outputs], "notices": notices}, names)
-    if request.declaration.writes:
-        return for_client({"output": planned.sandbox.relative(planned.output), "notices": result}, names)
-    return for_client({**result, "path": request.input_paths()[0]}, names)
+    # outputs named as the client names them; a report or an edit names its input as the client did
+    return for_client(result if request.declaration.writes else {**result, "path": request.input_paths()[0]}, names)
 
 
 @dataclass(frozen=True)
@@ -320,39 +290,66 @@ def _run_on_saved(params: OpParams, inputs: list[Path], workdir: Path, out_forma
         if fmt is not None:
             raise UnknownFormatError(f"{path}: format: {fmt.title} movies are not taken as uploads; put the movie "
                                      "under the service's data root and POST /v1/paths/NAME (or a job)")
-    if params.declaration.edits:  # the client's copy, edited: its data bytes are those sent
-        changes = _run(params, inputs, None, max_voxels, overwrite=False, progress=ignore_progress)
-        edited = inputs[0].rename(workdir / safe_name(name))
-        return _small_or_streamed(UploadResult(edited, formats.media_type(edited), [],
-                                             changes=for_client({**changes, "path": name}, names)), workdir)
-    if params.declaration.writes_several:
-        folder = workdir / "outputs"
-        folder.mkdir()
-        with scratch_outputs():
-            outputs, notices = _run(params, inputs, folder, max_voxels, overwrite=False, progress=ignore_progress,
-                                    stem=formats.strip_image_suffix(safe_name(name)))
-        archive = workdir / f"{_stem(name)}_{params.declaration.name}.zip"
-        _zip(outputs, archive)
-        for path in outputs:  # the archive holds them now: the disk holds one copy at a time
-            path.unlink()
-        return _small_or_streamed(UploadResult(archive, ZIP_MEDIA_TYPE, [names.text(n) for n in notices]), workdir)
-    if params.declaration.writes:
-        fmt = out_format or _format_of(inputs[0])
-        text = params.declaration.text_output and params.declaration.text_output(params.values())
-        extension, media_type = text or (EXTENSIONS[fmt], MEDIA_TYPES[fmt])  # a table instead of an image
-        output = workdir / f"{_stem(name)}_{params.declaration.name}{extension}"
-        with scratch_outputs():  # read back at once and deleted: no need to wait for the disk
-            notices = [names.text(n) for n in _run(params, inputs, output, max_voxels, overwrite=False,
-                                                   progress=ignore_progress)]
-        if output.stat().st_size > INLINE_BYTES:
-            return UploadResult(output, media_type, notices)
-        # Small results go back from memory: streaming a file costs a thread hop per chunk.
-        content = output.read_bytes()
-        remove_upload_folder(workdir)
-        return UploadResult(output, media_type, notices, content)
+    return _UPLOADED[params.declaration.writes](params, inputs, workdir, out_format, max_voxels, name, names)
+
+
+def _edited_copy(params: OpParams, inputs: list[Path], workdir: Path, out_format: str | None, max_voxels: int,
+                 name: str, names: ClientNames) -> UploadResult:
+    """The client's copy, edited (an operation that changes its input): its data bytes are those sent."""
+    changes = _run(params, inputs, None, max_voxels, overwrite=False, progress=ignore_progress)
+    edited = inputs[0].rename(workdir / safe_name(name))
+    return _small_or_streamed(UploadResult(edited, formats.media_type(edited), [],
+                                         changes=for_client({**changes, "path": name}, names)), workdir)
+
+
+def _report(params: OpParams, inputs: list[Path], workdir: Path, out_format: str | None, max_voxels: int,
+            name: str, names: ClientNames) -> UploadResult | dict:
+    if params.declaration.changes_input:
+        return _edited_copy(params, inputs, workdir, out_format, max_voxels, name, names)
     result = _run(params, inputs, None, max_voxels, overwrite=False, progress=ignore_progress)
     remove_upload_folder(workdir)
     return for_client({**result, "path": name}, names)
+
+
+def _zipped_outputs(params: OpParams, inputs: list[Path], workdir: Path, out_format: str | None, max_voxels: int,
+                    name: str, names: ClientNames) -> UploadResult:
+    """Every output of an operation writing several, in one zip archive."""
+    folder = workdir / "outputs"
+    folder.mkdir()
+    with scratch_outputs():
+        written = _run(params, inputs, folder, max_voxels, overwrite=False, progress=ignore_progress,
+                       stem=formats.strip_image_suffix(safe_name(name)))
+    outputs = [Path(p) for p in written["outputs"]]
+    archive = workdir / f"{_stem(name)}_{params.declaration.name}.zip"
+    _zip(outputs, archive)
+    for path in outputs:  # the archive holds them now: the disk holds one copy at a time
+        path.unlink()
+    return _small_or_streamed(UploadResult(archive, ZIP_MEDIA_TYPE, [names.text(n) for n in written["notices"]]),
+                              workdir)
+
+
+def _output_file(params: OpParams, inputs: list[Path], workdir: Path, out_format: str | None, max_voxels: int,
+                 name: str, names: ClientNames) -> UploadResult:
+    """The output, in the input's format unless the client names another (or a table, as the options ask)."""
+    declaration = params.declaration
+    assert isinstance(declaration, Writes)
+    fmt = out_format or _format_of(inputs[0])
+    text = declaration.text_output and declaration.text_output(params.values())
+    extension, media_type = text or (EXTENSIONS[fmt], MEDIA_TYPES[fmt])  # a table instead of an image
+    output = workdir / f"{_stem(name)}_{declaration.name}{extension}"
+    with scratch_outputs():  # read back at once and deleted: no need to wait for the disk
+        written = _run(params, inputs, output, max_voxels, overwrite=False, progress=ignore_progress)
+    notices = [names.text(n) for n in written["notices"]]
+    if output.stat().st_size > INLINE_BYTES:
+        return UploadResult(output, media_type, notices)
+    # Small results go back from memory: streaming a file costs a thread hop per chunk.
+    content = output.read_bytes()
+    remove_upload_folder(workdir)
+    return UploadResult(output, media_type, notices, content)
+
+
+# What an upload gives back, by what the operation writes: a file, a zip of several, or a report (or an edit's copy).
+_UPLOADED = {"file": _output_file, "folder": _zipped_outputs, None: _report}
 
 
 # -- upload folders: each locked (flock on the folder itself) while it exists ------------------------

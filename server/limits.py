@@ -1,15 +1,14 @@
-"""Size limits: request bodies (checked while they stream in) and voxel counts (checked before an op runs)."""
+"""Size limits: request bodies, checked while they stream in. (Voxel counts are checked by the library before an
+operation runs: :func:`noa_core.limits.check_voxels`, given the service's limit.)"""
 
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterable, Sequence
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from noa_server.problems import MEDIA_TYPE, ProblemError, problem_body
+from noa_server.problems import MEDIA_TYPE, problem_body
 
 
 class BodyTooLarge(HTTPException):
@@ -88,19 +87,3 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
-
-
-def check_voxels(shapes: Iterable[Sequence[int]], limit: int) -> None:
-    """Refuse (422) when the output would exceed ``limit`` voxels.
-
-    ``shapes`` are the BDHW shapes involved (inputs, or a requested broadcast target). Their
-    per-dimension maximum bounds every shape a valid broadcast of them can produce, so the check
-    needs no knowledge of the operation's rules; invalid combinations are left to noa_core.
-    """
-    shapes = [tuple(s) for s in shapes]
-    rank = max(len(s) for s in shapes)
-    padded = [(1,) * (rank - len(s)) + s for s in shapes]
-    bound = math.prod(max(dims) for dims in zip(*padded, strict=True))
-    if bound > limit:
-        raise ProblemError(422, "too-many-voxels", "Too many voxels",
-                           f"the output would have {bound} voxels; this server's limit is {limit}")

@@ -17,7 +17,8 @@ from annotated_types import Interval
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from noa_core.io import formats
-from noa_core.operations import Choice, Flag, Integer, Integers, Name, Operation, Param, Real, Reals, Text
+from noa_core.operations import (Choice, Edits, Flag, Integer, Integers, Name, Operation, Param, Real, Reals,
+                                 Reports, Text)
 from noa_core.operations.spec import InputFile
 
 RelPath = Annotated[str, Field(min_length=1, max_length=1024, description="A path relative to the data root.")]
@@ -186,14 +187,16 @@ class _WritesFolder(PathRequest):
 
 
 def _paths_base(operation: Operation) -> tuple[type[PathRequest], dict[str, Any]]:
-    if operation.edits:
+    """The paths of a request, by what the operation does with files: changes its input, writes a folder of
+    outputs, writes a file, or reports; from one input or several."""
+    if operation.changes_input:
         return _Edits, {}
-    if operation.writes_several:
+    if operation.writes == "folder":
         return _WritesFolder, {}
     if operation.max_inputs == 1:
-        return (_WritesOne if operation.writes else _OneInput), {}
+        return (_WritesOne if operation.writes == "file" else _OneInput), {}
     srcs = Field(min_length=1, max_length=operation.max_inputs, description="Inputs, named a, b, c, ... in order.")
-    return (_WritesSeveral if operation.writes else _ReadsSeveral), {"srcs": (list[RelPath], srcs)}
+    return (_WritesSeveral if operation.writes == "file" else _ReadsSeveral), {"srcs": (list[RelPath], srcs)}
 
 
 @functools.cache
@@ -241,10 +244,11 @@ class WriteSeveralResult(BaseModel):
 
 
 def result_model(operation: Operation) -> Any:
-    """What a path route or job of ``operation`` answers with."""
-    if operation.result is not None:
-        return operation.result
-    return WriteSeveralResult if operation.writes_several else WriteResult
+    """What a path route or job of ``operation`` answers with: its output, its outputs, or its result."""
+    if operation.writes is not None:
+        return {"file": WriteResult, "folder": WriteSeveralResult}[operation.writes]
+    assert isinstance(operation, (Reports, Edits))
+    return operation.result
 
 
 class Progress(BaseModel):

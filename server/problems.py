@@ -104,7 +104,9 @@ def _os_line(exc: OSError) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    # parameters the library names are spelt as the request names them: ``overwrite``, ``level=N``
+    text = exc.spelt(errors.keyword_spelling) if isinstance(exc, errors.NoaError) else str(exc)
+    return " ".join(text.split()) or type(exc).__name__
 
 
 def problem_body(status: int, detail: str, instance: str, *, slug: str | None = None, title: str | None = None,

@@ -16,7 +16,7 @@ from noa_core.compute import compute_path
 from noa_core.array import dtypes
 from noa_core.array import Array
 from noa_core.array.dtypes import FLOAT16_COMPUTE
-from noa_core.errors import DTypeError
+from noa_core.errors import DTypeError, param
 
 def _clamp_bounds(source: np.dtype, target: np.dtype) -> tuple[np.generic, np.generic] | None:
     """Target range expressed in the source's (real) type, or None when no clamping is needed."""
@@ -72,11 +72,12 @@ def _check_range(source: Array, target: np.dtype) -> None:
     if target.kind == "f":  # NaN and inf carry over; only finite values beyond the range overflow
         lo, hi = (lo if np.isfinite(lo) else 0), (hi if np.isfinite(hi) else 0)
     if np.isnan(lo) or np.isnan(hi):
-        raise DTypeError(f"{source.dtype} values include NaN, which {target} cannot hold; clamp them (--clamp, NaN -> 0)")
+        raise DTypeError(f"{source.dtype} values include NaN, which {target} cannot hold; clamp them "
+                         f"({param('clamp')}, NaN -> 0)")
     if lo < limits[0] or hi > limits[1]:
         raise DTypeError(
             f"values {lo}..{hi} of {source.dtype} do not fit {target} ({limits[0]}..{limits[1]}); "
-            "clamp them (--clamp) or choose a wider type"
+            f"clamp them ({param('clamp')}) or choose a wider type"
         )
 
 

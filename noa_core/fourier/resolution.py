@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from noa_core.errors import ParameterError, ShapeError
+from noa_core.errors import ParameterError, ShapeError, param
 from noa_core.images.intensity import check_finite
 
 RULES = ("relion", "linear")
@@ -344,7 +344,7 @@ def table_text(curve: Curve, kind: str, title: str = "FSC") -> str:
     resolved = angstrom is not None
     if kind == "xml":
         if not resolved:
-            raise ParameterError("EMDB's FSC XML is in 1/Å: the pixel size is unknown (give --angpix)", "output")
+            raise ParameterError(f"EMDB's FSC XML is in 1/Å: the pixel size is unknown (give {param('angpix')})", "output")
         from xml.sax.saxutils import quoteattr
 
         frequency = shells / (curve.size * curve.pixel_size)

@@ -65,7 +65,7 @@ def check_bandpass(lowpass: float | None, highpass: float | None, pixel_size: fl
         if lowpass is not None and highpass <= lowpass:
             raise ParameterError(f"{highpass:g} Å must be coarser (larger) than the lowpass, {lowpass:g} Å", "highpass")
     if not edge_width >= 0 or edge_width != int(edge_width):
-        raise ParameterError(f"{edge_width:g} shells: a whole number, 0 or more (as RELION's --filter_edge_width)",
+        raise ParameterError(f"{edge_width:g} shells: a whole number, 0 or more (as RELION counts its edge width)",
                              "edge_width")
     gain = -bfactor / (16.0 * pixel_size ** 2)  # the exponent at Nyquist, 1 / (2 x pixel size) Å⁻¹
     if gain > MAX_BFACTOR_GAIN:

@@ -23,7 +23,7 @@ import numpy as np
 from noa_core.compute import compute_path
 from noa_core.array import layout
 from noa_core.array import Array
-from noa_core.errors import ParameterError, ShapeError
+from noa_core.errors import ParameterError, ShapeError, param
 from noa_core.compute.tiles import Compute, Key, TileReads, compute_whole
 from noa_core.array.layout import Shape4
 from noa_core.images.stacks import operator_index, stack_input
@@ -121,13 +121,13 @@ def bin_factors(shape: Sequence[int], factor: int, depth: bool) -> tuple[int, in
     if factor < 1:
         raise ParameterError(f"{factor} is below 1", "factor")
     if depth and shape[1] == 1:
-        raise ShapeError(f"bin --depth bins volumes (depth > 1); shape {tuple(shape)} is "
-                         f"{'a stack of images' if shape[0] > 1 else 'one image'}: bin without --depth")
+        raise ShapeError(f"bin {param('depth')} bins volumes (depth > 1); shape {tuple(shape)} is "
+                         f"{'a stack of images' if shape[0] > 1 else 'one image'}: bin without {param('depth')}")
     factors = (1, factor if depth else 1, factor, factor)
     for axis, (n, k) in enumerate(zip(shape, factors)):
         if n < k:
-            raise ShapeError(f"bin --factor {factor}: the {layout.AXIS_NAMES[axis]} axis of shape {tuple(shape)} "
-                             f"has {n} pixels, fewer than one bin")
+            raise ShapeError(f"bin {param('factor', factor)}: the {layout.AXIS_NAMES[axis]} axis of shape "
+                             f"{tuple(shape)} has {n} pixels, fewer than one bin")
     return factors  # type: ignore[return-value]
 
 
@@ -202,9 +202,9 @@ def flip_axis(shape: Sequence[int], axis: str) -> int:
     if name not in AXES:
         raise ParameterError(f"{axis!r} is not one of x, y, z", "axis")
     if name == "z" and shape[1] == 1:
-        raise ShapeError(f"flip --axis z mirrors the depth of volumes; shape {tuple(shape)} is "
+        raise ShapeError(f"flip {param('axis', 'z')} mirrors the depth of volumes; shape {tuple(shape)} is "
                          f"{'a stack of images' if shape[0] > 1 else 'one image'} with depth 1 "
-                         "(use noa sections to reorder a stack)")
+                         "(the sections operation reorders a stack)")
     return AXES[name]
 
 

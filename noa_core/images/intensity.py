@@ -22,7 +22,7 @@ import numpy as np
 
 from noa_core.array import dtypes
 from noa_core.array import Array, asarray
-from noa_core.errors import DTypeError, ParameterError, ShapeError, ValueRangeError
+from noa_core.errors import DTypeError, ParameterError, ShapeError, ValueRangeError, param
 
 
 def real_output_dtype(source: np.dtype, wanted: str | None = None) -> np.dtype:
@@ -35,7 +35,7 @@ def real_output_dtype(source: np.dtype, wanted: str | None = None) -> np.dtype:
 def check_real_input(dtype: np.dtype, what: str) -> None:
     if np.dtype(dtype).kind == "c":
         raise DTypeError(f"{what}: complex data ({np.dtype(dtype).name}) cannot be rescaled; convert to a real "
-                         "type first (noa copy --dtype float32 keeps the real part)")
+                         f"type first (copy, {param('dtype', 'float32')}, keeps the real part)")
 
 
 def check_to_range(to_range: Sequence[float], out_dtype: np.dtype) -> tuple[float, float]:
@@ -148,8 +148,9 @@ def background(shape: Sequence[int], radius: float, ramp: bool = True) -> Backgr
             raise ParameterError(f"{radius:g} pixels leaves no background pixel in the {box} box", "bg_radius")
         return Background(mask)
     if len(shape) != 2:
-        raise ParameterError("the background ramp is fitted to 2-d images only (RELION's too): give --no-ramp for "
-                             "volumes, or --per-section to treat each section as an image", "ramp")
+        raise ParameterError(f"the background ramp is fitted to 2-d images only (RELION's too): turn it off for "
+                             f"volumes ({param('ramp', 'false')}), or give {param('per_section')} to treat each "
+                             "section as an image", "ramp")
     y, x = (np.broadcast_to(g, shape).astype(np.float64) for g in grid)
     xb, yb = x[mask], y[mask]
     normal = np.array([[xb @ xb, xb @ yb, xb.sum()], [xb @ yb, yb @ yb, yb.sum()], [xb.sum(), yb.sum(), xb.size]])
@@ -216,10 +217,11 @@ def check_background_options(bg_radius: float | None, ramp: bool, white_dust: fl
                              black_dust: float | None) -> None:
     """Refuse dust limits that are not positive, and the options that work on the background when no
     background radius is given."""
-    for flag, given in (("--no-ramp", not ramp), ("--white-dust", white_dust is not None),
-                        ("--black-dust", black_dust is not None)):
+    for named, given in ((param("ramp", "false"), not ramp), (param("white_dust"), white_dust is not None),
+                         (param("black_dust"), black_dust is not None)):
         if given and bg_radius is None:
-            raise ParameterError(f"{flag} works on the background: give the background radius in pixels", "bg_radius")
+            raise ParameterError(f"{named} works on the background: give the background radius in pixels",
+                                 "bg_radius")
     for name, value in (("white_dust", white_dust), ("black_dust", black_dust)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ParameterError(f"{value!r}: give a positive number of standard deviations", name)

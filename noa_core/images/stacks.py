@@ -28,7 +28,7 @@ import numpy as np
 
 from noa_core.array import layout
 from noa_core.array import Array, asarray
-from noa_core.errors import DTypeError, ParameterError, SectionMismatchError, ValueRangeError
+from noa_core.errors import DTypeError, ParameterError, SectionMismatchError, ValueRangeError, param
 from noa_core.compute.tiles import Compute, Key, TileReads, compute_whole
 from noa_core.array.layout import Shape4
 from noa_core.limits import check_output_size
@@ -175,7 +175,7 @@ def check_joinable(shapes: Sequence[Sequence[int]], types: Sequence[np.dtype], n
                                        f"{first[1:]}; joined inputs must have the same")
         if np.dtype(dtype) != np.dtype(types[0]):
             raise SectionMismatchError(f"{name}: element type {np.dtype(dtype).name} differs from {names[0]}'s "
-                                       f"{np.dtype(types[0]).name}; convert it first (noa copy --dtype)")
+                                       f"{np.dtype(types[0]).name}; convert it first (copy, {param('dtype')})")
     return layout.Shape4((sum(layout.as_shape4(s)[0] for s in shapes), *first[1:]))
 
 
@@ -238,7 +238,7 @@ def average_block(block: Array, out: Array, axis: int, group: int, total: bool) 
         largest = float(np.finfo(dst.dtype).max)
         if max(np.abs(result.real).max(), np.abs(result.imag).max() if result.dtype.kind == "c" else 0) > largest:
             raise ValueRangeError(f"the {'sums' if total else 'means'} exceed what {dst.dtype} holds (±{largest:.4g})"
-                                  + ("; average them instead (without --sum)" if total else ""))
+                                  + (f"; average them instead (without {param('sum')})" if total else ""))
     np.copyto(dst, result, casting="unsafe")
 
 

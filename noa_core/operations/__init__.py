@@ -1,7 +1,8 @@
 """The operation registry: one declaration per file operation, from which every door is derived.
 
 Each built-in operation is one module here (``info``, ``stats``, ``permute``, ...) defining
-``OPERATION``, an :class:`Operation`. The CLI builds ``noa NAME`` from it, the service its routes
+``OPERATION``, an :class:`Operation` of its kind (:class:`Writes`, :class:`WritesSeveral`, :class:`Reports`,
+:class:`Edits`). The CLI builds ``noa NAME`` from it, the service its routes
 ``/v1/upload/NAME``, ``/v1/paths/NAME`` and its job type, :mod:`noa_core.run` the local and Dask
 drivers and ``noa warmup`` the kernels to compile. Adding an operation is one declaration module
 (listed in :data:`BUILTIN`) plus its tests; a module outside noa can :func:`register` its own, and
@@ -31,18 +32,22 @@ from noa_core.operations.spec import (
     Flag,
     Integer,
     Integers,
+    Edits,
     Name,
     Operation,
     Options,
     Param,
     Real,
     Reals,
+    Reports,
     Text,
+    Writes,
+    WritesSeveral,
 )
 
-__all__ = ["BUILTIN", "REQUIRED", "Choice", "FileTask", "Flag", "Integer", "Integers", "Name", "Operation", "Options",
-           "Param", "Real", "Reals", "Text", "find", "get", "markdown_table", "names", "operations", "register",
-           "unregister"]
+__all__ = ["BUILTIN", "REQUIRED", "Choice", "Edits", "FileTask", "Flag", "Integer", "Integers", "Name", "Operation",
+           "Options", "Param", "Real", "Reals", "Reports", "Text", "Writes", "WritesSeveral", "find", "get",
+           "markdown_table", "names", "operations", "register", "unregister"]
 
 BUILTIN = ("info", "preview", "stats", "permute", "broadcast", "copy", "ewise", "split", "join", "scale", "normalize",
            "header",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Operation, Options, Param
+from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Options, Param, Writes
 
 
 def plan(inputs: list[Path], options: Options):
@@ -28,7 +28,7 @@ def plan(inputs: list[Path], options: Options):
                        read_factor=options.group * array.dtype.itemsize / dtype.itemsize, notices=notices)
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="average",
     summary="Average (or --sum) groups of N consecutive sections: movie frames into fractions.",
     examples=("noa average movie.mrcs fractions.mrcs --group 4",),

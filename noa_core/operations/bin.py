@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Operation, Options, Param
+from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Options, Param, Writes
 
 
 def plan(inputs: list[Path], options: Options):
@@ -38,7 +38,7 @@ def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
     return [(dtype, {"factor": 2}), (dtype, {"factor": 2, "depth": True})]
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="bin",
     summary="Mean of KxK blocks (KxKxK with --depth); pixel size times K; a remainder is cropped evenly.",
     examples=("noa bin tomogram.rec tomogram_bin4.rec --factor 4 --depth",),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import DEVICE, READING, REQUIRED, Integers, Operation, Options, Param
+from noa_core.operations.spec import DEVICE, READING, REQUIRED, Integers, Options, Param, Writes
 
 
 def plan(inputs: list[Path], options: Options):
@@ -21,7 +21,7 @@ def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
     return [(dtype, {"shape": (2, *shape[1:])})]
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="broadcast",
     summary="Repeat size-1 dimensions to reach SHAPE (every other dimension must match).",
     examples=("noa broadcast gain.mrc gain_stack.mrc --shape 40,1,512,512",),

@@ -11,7 +11,7 @@ from noa_core.operations.spec import (
     UINT8_MODE,
     Choice,
     Flag,
-    Operation,
+    Writes,
     Options,
     Param,
     element_type_name,
@@ -43,7 +43,7 @@ def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
             + [("float32", {"dtype": dtype, "clamp": c}) for c in (False, True)])
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="copy",
     summary="Copy an image file, optionally to another order, element type or format (chosen by OUT's "
             "extension).",

@@ -12,7 +12,7 @@ from noa_core.operations.spec import (
     UINT8_MODE,
     Choice,
     Flag,
-    Operation,
+    Writes,
     Options,
     Param,
     element_type_name,
@@ -52,7 +52,7 @@ def plan(inputs: list[Path], options: Options):
                       compute=evaluator(compiled), meta=meta, dtype=out_dtype)
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="ewise",
     summary="Compute an element-wise expression over files, broadcasting size-1 dimensions.",
     details="Inputs are named a, b, c, ... in order. The language has + - * / // % **, comparisons, "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Integer, Operation, Options, Param, Real
+from noa_core.operations.spec import PIXEL_SIZE, READING, Integer, Options, Param, Real, Writes
 
 def plan(inputs: list[Path], options: Options):
     import numpy as np
@@ -43,7 +43,7 @@ def plan(inputs: list[Path], options: Options):
                             working=3.0)
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="filter",
     summary="Band-pass each image (volumes in 3-d) as RELION does: low-pass, high-pass, raised-cosine edge, "
             "B-factor.",

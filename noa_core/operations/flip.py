@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import READING, REQUIRED, Choice, Operation, Options, Param
+from noa_core.operations.spec import READING, REQUIRED, Choice, Options, Param, Writes
 
 
 def plan(inputs: list[Path], options: Options):
@@ -26,7 +26,7 @@ def plan(inputs: list[Path], options: Options):
                        shape=array.shape, reads=boxes.flip_reads(array, axis, options.about))
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="flip",
     summary="Mirror one axis: x (columns), y (rows) or z (sections of a volume), reversed or about the centre "
             "(hand inversion).",

@@ -8,7 +8,7 @@ from typing import Literal
 
 from typing_extensions import TypedDict
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, InputFile, Operation, Options, Param, Text
+from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, InputFile, Options, Param, Reports, Text
 
 JsonFloat = float | Literal["NaN", "Infinity", "-Infinity"]  # JSON has no non-finite numbers
 PIXEL_TOLERANCE = 1e-4  # relative: MRC headers keep the cell in float32, so equal pixel sizes may differ a little
@@ -247,7 +247,7 @@ def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
     return [(dtype, {"shells": rule}) for rule in ("relion", "linear")] if dtype in ("float32", "float64") else []
 
 
-OPERATION = Operation(
+OPERATION = Reports(
     name="fsc",
     summary="Fourier shell correlation of two half maps (ring correlation of two images): the resolution at "
             "FSC 0.143 and 0.5, the curve as RELION's STAR, CSV or EMDB XML, and a plot.",

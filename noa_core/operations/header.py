@@ -15,7 +15,7 @@ from typing import Any
 
 from typing_extensions import TypedDict
 
-from noa_core.operations.spec import PIXEL_SIZES, Flag, Operation, Options, Param, Reals, Text
+from noa_core.operations.spec import PIXEL_SIZES, Edits, Flag, Options, Param, Reals, Text
 
 
 class Change(TypedDict):
@@ -187,7 +187,7 @@ def as_text(result: dict) -> str:
     return "\n".join(lines)
 
 
-OPERATION = Operation(
+OPERATION = Edits(
     name="header",
     summary="Change an MRC header in place (pixel size, origin, stack or volume, labels); the data are never "
             "rewritten.",
@@ -207,5 +207,4 @@ OPERATION = Operation(
     edit=edit,
     text=as_text,
     result=HeaderResult,
-    reads_data=False,
 )

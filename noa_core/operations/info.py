@@ -6,7 +6,7 @@ from pathlib import Path
 
 from typing_extensions import TypedDict
 
-from noa_core.operations.spec import READING, Operation, Options
+from noa_core.operations.spec import READING, Options, Reports
 
 
 class InfoResult(TypedDict, total=False):
@@ -106,7 +106,7 @@ def as_text(described: dict) -> str:
     return "\n".join(lines)
 
 
-OPERATION = Operation(
+OPERATION = Reports(
     name="info",
     summary="Describe image files: format, dtype, BDHW shape and strides, order, kind, pixel size, origin, "
             "statistics and labels.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import DEVICE, READING, Operation, Options
+from noa_core.operations.spec import DEVICE, READING, Options, Writes
 
 MAX_INPUTS = 1000  # the most files a multipart upload may hold (Starlette's max_files): every door takes as many
 
@@ -52,7 +52,7 @@ def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
     return [(dtype, {})]  # one input: the checked copy of each type
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="join",
     summary="Join stacks in order along the batch (same depth, height, width and element type; the first misfit "
             "is named).",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Flag, Operation, Options, Param, Real
+from noa_core.operations.spec import PIXEL_SIZE, READING, Flag, Options, Param, Real, Writes
 
 SHAPES = ("threshold", "sphere", "cylinder")  # what the mask is made from: one of them
 MAP_ONLY = ("extend", "lowpass", "angpix")  # what only a mask of the map's values takes
@@ -79,7 +79,7 @@ def plan(inputs: list[Path], options: Options):
                             working=working)
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="mask",
     summary="A soft mask of a map as relion_mask_create makes it (threshold, extend, raised-cosine edge), or a "
             "sphere or cylinder in the box.",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import READING, Flag, Operation, Options, Param, Real
+from noa_core.operations.spec import READING, Flag, Options, Param, Real, Writes
 
 
 def plan(inputs: list[Path], options: Options):
@@ -84,7 +84,7 @@ def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
     return [] if dtype.startswith("complex") else [(dtype, {"per_section": True})]
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="normalize",
     summary="Shift and scale values to a mean and standard deviation, over the file or per section; or each "
             "particle from its background, as RELION does.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import DEVICE, READING, REQUIRED, Integers, Operation, Options, Param
+from noa_core.operations.spec import DEVICE, READING, REQUIRED, Integers, Options, Param, Writes
 
 
 def plan(inputs: list[Path], options: Options):
@@ -21,7 +21,7 @@ def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
     return [(dtype, {"axes": (0, 1, 3, 2)})]
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="permute",
     summary="Reorder the BDHW axes; the header (pixel size, origin) follows the axes.",
     examples=("noa permute volume.mrc volume_xzy.mrc --axes 0,3,2,1",),

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, Operation, Options, Param
+from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, Options, Param, Writes
 
 TABLES = {"star": (".star", "text/plain"), "csv": (".csv", "text/csv")}  # --table: (extension, media type)
 STAR_COLUMNS = ("rlnSpectralIndex", "rlnResolution", "rlnAngstromResolution", "rlnReferenceSpectralPower")
@@ -155,7 +155,7 @@ def plan(inputs: list[Path], options: Options):
     return spectrum_plan()(**fields, table=options.table, width=width, pixel_size=pixel)
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="powerspectrum",
     summary="Centred power spectrum |F|^2/N of each image (volumes in 3-d), log or rotationally averaged, or "
             "RELION's table of power per shell and resolution (STAR, CSV).",

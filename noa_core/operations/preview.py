@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, Integer, Operation, Options, Param, Text
+from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, Integer, Options, Param, Text, Writes
 
 # noa_core.pictures.drawing's names (that module loads NumPy; declarations do not): a test keeps them equal.
 CMAPS = ("gray", "fire", "ice", "viridis")
@@ -180,7 +180,7 @@ def show(path: Path, options: Options, columns: int, lines: int) -> Iterator[str
     return terminal.half_blocks(picture)
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="preview",
     summary="A PNG or JPEG picture of an image, a stack's section or montage, a volume's central slices, slice, "
             "projection or montage, or its log power spectrum; or drawn on this terminal (--terminal).",

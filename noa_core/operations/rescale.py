@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Integer, Operation, Options, Param, Real
+from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Integer, Options, Param, Real, Writes
 
 MAX_FACTOR = 64.0  # the most an axis may grow: 64 x 64 the pixels of an image
 
@@ -88,7 +88,7 @@ def plan(inputs: list[Path], options: Options):
                             working=2.0, computed_voxels=computed, notices=notices)
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="rescale",
     summary="Fourier-rescale images (volumes in 3-d) to a pixel size or by a factor, to an even box as RELION does; "
             "noa's way or RELION's, then optionally windowed to a new box.",

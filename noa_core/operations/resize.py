@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import READING, REQUIRED, Integers, Operation, Options, Param, Text
+from noa_core.operations.spec import READING, REQUIRED, Integers, Options, Param, Text, Writes
 
 
 def plan(inputs: list[Path], options: Options):
@@ -80,7 +80,7 @@ def _input_mean(path: Path, options: Options, array):
     return compute
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="resize",
     summary="Crop or pad about the centre (N//2, as RELION and clip resize); the origin moves so the content "
             "stays in place.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from noa_core.operations.spec import READING, Operation, Options
+from noa_core.operations.spec import READING, Options, Writes
 
 
 def plan(inputs: list[Path], options: Options):
@@ -27,7 +27,7 @@ def plan(inputs: list[Path], options: Options):
                        reads=boxes.rotx_reads(array), detail="-90 degrees about X")
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="rotx",
     summary="Rotate volumes by -90 degrees about X, as clip rotx: (B,D,H,W) -> (B,H,D,W), keeping the hand.",
     examples=("noa rotx tomogram.rec tomogram_zup.rec",),

@@ -11,7 +11,7 @@ from noa_core.operations.spec import (
     REQUIRED,
     UINT8_MODE,
     Choice,
-    Operation,
+    Writes,
     Options,
     Param,
     Reals,
@@ -65,7 +65,7 @@ def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
     return [(dtype, {"to_range": (0.0, 1.0)}), ("float32", {"to_range": (0.0, 255.0), "dtype": "uint8"})]
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="scale",
     summary="Rescale values linearly from their min/max (or two percentiles, beyond which they are clamped) "
             "onto a range.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import READING, Operation, Options, Param, Text
+from noa_core.operations.spec import READING, Options, Param, Text, Writes
 
 
 def plan(inputs: list[Path], options: Options):
@@ -26,7 +26,7 @@ def plan(inputs: list[Path], options: Options):
                        reads=stacks.sections_reads(array, indices))
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="sections",
     summary="Keep or drop sections (entries of a stack, slices of a volume); FEI/SERI records follow.",
     examples=("noa sections tilts.st kept.st --keep 0-9,12", "noa sections movie.mrcs fewer.mrcs --drop 0,1"),

@@ -15,9 +15,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from noa_core.errors import ParameterError
+from noa_core.io import read_options
 
 if TYPE_CHECKING:
     from noa_core.array import Array
@@ -312,29 +313,40 @@ ELEMENT_TYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "
 
 # -- parameters most operations share -------------------------------------------------------------
 
+# Reading: each format declares its read options, their names and defaults (noa_core.io.read_options); here is
+# what the doors say of each (a test keeps every one of them here). MRC's as_stack and as_volume are one switch.
 AS_STACK = Param("as_stack", Flag(), "Read an ambiguous MRC file as an image stack (true) or a volume (false).",
                  flags=("--as-stack/--as-volume",))
-SERIES = Param("series", Integer(0, 10_000), "TIFF series to read (default 0).")
-CHANNEL = Param("channel", Integer(0, 10_000), "TIFF or OME-Zarr channel (C axis or RGB sample) to read; needed when the "
-                "channels cannot be the batch axis.")
-LEVEL = Param("level", Integer(0, 100), "TIFF or OME-Zarr pyramid level to read (default 0, the full resolution).")
+
+
+def _read_option(name: str, kind: ParamType, text: str) -> Param:
+    """The parameter of the read option ``name``: its type and help here, the default its format declares."""
+    return Param(name, kind, text, default=read_options.default(name))
+
+
+SERIES = _read_option("series", Integer(0, 10_000), "TIFF series to read (default 0).")
+CHANNEL = _read_option("channel", Integer(0, 10_000), "TIFF or OME-Zarr channel (C axis or RGB sample) to read; "
+                       "needed when the channels cannot be the batch axis.")
+LEVEL = _read_option("level", Integer(0, 100), "TIFF or OME-Zarr pyramid level to read (default 0, the full "
+                     "resolution).")
 # EER movies (noa_core.io.eer): refused, naming the option, for any other input.
-EER_GROUP = Param("eer_group", Integer(1, 65535), "EER: hardware frames summed into each fraction (default 1), "
-                  "as RELION's --eer_grouping (whose default is 40).")
-EER_GROUP_LAST = Param("eer_group_last", Choice(("drop", "keep")), "EER: frames left over when --eer-group does not "
-                       "divide the count: drop (with a notice, as RELION does) or keep (a last, smaller fraction).",
-                       default="drop")
-EER_UPSAMPLING = Param("eer_upsampling", Integer(1, 3), "EER: grid of the fractions: 1 (the detector's pixels, 4K), "
-                       "2 (8K) or 3 (16K), from the events' sub-pixel bits as RELION's --eer_upsampling.", default=1)
-GAIN = Param("gain", InputFile(), "EER: gain file multiplying each fraction (float32 output), as RELION's "
-             "motion correction: a .gain TIFF is multiplicative, any other (MRC counts) becomes mean/gain with 0 kept "
-             "(defects read 0); rows as stored (RELION's TIFF reader flips .gain images and loadEERGain flips them "
-             "back); a gain of the detector's size is repeated onto a finer grid, a finer gain summed. Over HTTP: a "
-             "path under the data root (paths mode and jobs; refused with uploads).")
-GAIN_FLIP_Y = Param("gain_flip_y", Flag(), "EER: turn the gain upside down (after --gain-rotate), as RELION's "
-                    "--gain_flip 1.", default=False)
-GAIN_ROTATE = Param("gain_rotate", Integer(0, 3), "EER: rotate the gain N x 90 degrees clockwise with row 0 at the "
-                    "top (relion_display's view), as RELION's --gain_rot N and MotionCor2's -RotGain N.")
+EER_GROUP = _read_option("eer_group", Integer(1, 65535), "EER: hardware frames summed into each fraction (default "
+                         "1), as RELION's --eer_grouping (whose default is 40).")
+EER_GROUP_LAST = _read_option("eer_group_last", Choice(("drop", "keep")), "EER: frames left over when --eer-group "
+                              "does not divide the count: drop (with a notice, as RELION does) or keep (a last, "
+                              "smaller fraction).")
+EER_UPSAMPLING = _read_option("eer_upsampling", Integer(1, 3), "EER: grid of the fractions: 1 (the detector's "
+                              "pixels, 4K), 2 (8K) or 3 (16K), from the events' sub-pixel bits as RELION's "
+                              "--eer_upsampling.")
+GAIN = _read_option("gain", InputFile(), "EER: gain file multiplying each fraction (float32 output), as RELION's "
+                    "motion correction: a .gain TIFF is multiplicative, any other (MRC counts) becomes mean/gain with 0 "
+                    "kept (defects read 0); rows as stored (RELION's TIFF reader flips .gain images and loadEERGain "
+                    "flips them back); a gain of the detector's size is repeated onto a finer grid, a finer gain "
+                    "summed. Over HTTP: a path under the data root (paths mode and jobs; refused with uploads).")
+GAIN_FLIP_Y = _read_option("gain_flip_y", Flag(), "EER: turn the gain upside down (after --gain-rotate), as "
+                           "RELION's --gain_flip 1.")
+GAIN_ROTATE = _read_option("gain_rotate", Integer(0, 3), "EER: rotate the gain N x 90 degrees clockwise with row 0 "
+                           "at the top (relion_display's view), as RELION's --gain_rot N and MotionCor2's -RotGain N.")
 EER_READING = (EER_GROUP, EER_GROUP_LAST, EER_UPSAMPLING, GAIN, GAIN_FLIP_Y, GAIN_ROTATE)
 READING = (AS_STACK, SERIES, CHANNEL, LEVEL, *EER_READING)
 DEVICE = Param("device", Choice(("cpu", "cuda")), "Where kernels run: cpu or cuda.", default="cpu",
@@ -462,7 +474,6 @@ PlansFunction = Callable[[list[Path], Options], "list[tuple[str, Plan]]"]
 ReportFunction = Callable[[Any, Options], dict]
 # An edit of the input file itself (a header): (path, options, dry_run) -> the change, old and new values.
 EditFunction = Callable[[Path, Options, bool], dict]
-Kind = Literal["plan", "plans", "report", "edit"]
 # (dtype, shape) of a small warmup input -> [(dtype of the input to run on, options), ...]
 WarmupCases = Callable[[str, tuple[int, ...]], list[tuple[str, dict[str, Any]]]]
 
@@ -480,19 +491,14 @@ class Query:
     result: type | None = None
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Operation:
     """One file operation, declared once; every door derives its surface from this.
 
-    An operation is of one of four kinds (:attr:`kind`), by the one function it gives:
-
-    - ``plan``: writes one output file (what to write, decided from the input headers; a driver writes it);
-    - ``plans``: writes several output files from one input (a split): ``[(suffix, plan), ...]``, the
-      outputs named ``STEM + suffix`` in an output folder, all written or none (:func:`noa_core.run.local.write_several`);
-    - ``report``: reports on its input (a JSON-ready dict, shown by ``text`` on the CLI and described by
-      the ``result`` TypedDict over HTTP);
-    - ``edit``: changes its input file in place (a header edit): ``edit(path, options, dry_run)`` returns
-      the change (old and new values) as a JSON-ready dict, shown and described as a report's.
+    An operation is of one of four kinds, each a class of its own: :class:`Writes` (one output file),
+    :class:`WritesSeveral` (a folder of outputs from one input), :class:`Reports` (a JSON-ready result) and
+    :class:`Edits` (its input changed in place). :func:`noa_core.run.execute` runs an operation of any kind,
+    for every door (CLI, HTTP, jobs, Dask, warm-up); each door builds its surface for a kind in one place.
 
     Attributes:
         name: the command, route and job type (``noa NAME``, ``/v1/upload/NAME``).
@@ -505,19 +511,14 @@ class Operation:
             as one list, as a plan does).
         reads_data: the operation reads every voxel (a service's voxel limit applies); False for
             header-only operations.
-        chooses_format: the output format may differ from the input's (CLI ``--to``, upload ``format``).
         warmup: the kernel variants to compile ahead of time (``noa warmup``): option sets to run
             on small inputs of each file element type.
-        text_output: for a ``plan`` whose options may ask for a text file instead of an image (a table):
-            the parameter values -> ``(extension, media type)`` of that file, or None for an image; the doors
-            name outputs they choose with it (upload results, ``--out-dir``).
-        show: for a ``plan`` that can also draw its output on the terminal (a CLI-only flag ``terminal``:
-            ``noa NAME IN --terminal``, no OUT): ``(path, options, columns, lines) -> text`` printed for each input,
-            in pieces (a picture's text is written a band of lines at a time).
-        query: for a ``plan``, a :class:`Query` it answers with no file (``noa NAME --PARAM VALUE``).
-        image_output: the output may be an image file; False where it never is (a picture: ``noa preview``), so
-            the options of image outputs (:data:`OUTPUT`: pixel size, OME-Zarr chunks and version) are not offered.
     """
+
+    # What the kind does with files, for the doors' surfaces: writes one output "file", a "folder" of outputs, or
+    # nothing (None); changes its input in place.
+    writes: ClassVar[Literal["file", "folder"] | None] = None
+    changes_input: ClassVar[bool] = False
 
     name: str
     summary: str
@@ -525,56 +526,17 @@ class Operation:
     params: tuple[Param, ...] = ()
     details: str = ""
     max_inputs: int = 1
-    plan: PlanFunction | None = None
-    report: ReportFunction | None = None
-    plans: PlansFunction | None = None
-    edit: EditFunction | None = None
-    text: Callable[[dict], str] | None = None
-    result: type | None = None
     reads_data: bool = True
-    chooses_format: bool = False
     warmup: WarmupCases | None = None
-    text_output: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None = None
-    show: Callable[[Path, Options, int, int], Iterator[str]] | None = None
-    query: Query | None = None
-    image_output: bool = True
     _by_name: dict[str, Param] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        given = [f for f in (self.plan, self.report, self.plans, self.edit) if f is not None]
-        if len(given) != 1:
-            raise ValueError(f"operation {self.name!r}: give either plan (writes a file) or report (returns JSON), "
-                             "or plans (writes several files) or edit (changes its input)")
-        if self.plan is None and self.report is None and self.max_inputs != 1:
-            raise ValueError(f"operation {self.name!r}: a {self.kind} reads one input")
-        if (self.plan is not None or self.plans is not None) and self.image_output:  # maybe OME-Zarr stores
-            object.__setattr__(self, "params", self.params + tuple(
-                p for p in OUTPUT if p.name not in {q.name for q in self.params}))
         object.__setattr__(self, "_by_name", {p.name: p for p in self.params})
 
-    @property
-    def kind(self) -> Kind:
-        """'plan' (writes a file), 'plans' (several files), 'report' (JSON) or 'edit' (changes its input)."""
-        if self.plan is not None:
-            return "plan"
-        if self.plans is not None:
-            return "plans"
-        return "edit" if self.edit is not None else "report"
-
-    @property
-    def writes(self) -> bool:
-        """Writes one output file (``plan``)."""
-        return self.plan is not None
-
-    @property
-    def writes_several(self) -> bool:
-        """Writes several output files into a folder (``plans``)."""
-        return self.plans is not None
-
-    @property
-    def edits(self) -> bool:
-        """Changes its input file in place (``edit``)."""
-        return self.edit is not None
+    def _with_output_params(self) -> None:
+        """The options of image outputs (:data:`OUTPUT`: pixel size, OME-Zarr chunks and version) added."""
+        object.__setattr__(self, "params", self.params + tuple(
+            p for p in OUTPUT if p.name not in {q.name for q in self.params}))
 
     def input_files(self, options: Mapping[str, Any]) -> list[Path]:
         """The files the :class:`InputFile` parameters given name (a gain, a mask, matrices): read beside the
@@ -586,7 +548,10 @@ class Operation:
         return tuple(p for p in self.params if door in p.doors)
 
     def options(self, values: Mapping[str, Any] | None = None, **more: Any) -> Options:
-        """Checked options from parameter values (defaults filled in); ParameterError names the first bad one."""
+        """Checked options from parameter values (defaults filled in); ParameterError names the first bad one.
+        Options already checked pass through as they are."""
+        if isinstance(values, Options) and not more:
+            return values
         given = {**(values or {}), **more}
         unknown = sorted(set(given) - set(self._by_name))
         if unknown:
@@ -606,42 +571,117 @@ class Operation:
             and (param.required or options[param.name] != param.default))])
         return options
 
+    def check_inputs(self, count: int) -> None:
+        if count > self.max_inputs:
+            raise ParameterError(f"{self.name}: reads at most {self.max_inputs} input(s); {count} given")
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Writes(Operation):
+    """Writes one output file: ``plan(inputs, options)`` says what, from the input headers (no data read), and a
+    driver writes it tile by tile (:mod:`noa_core.run`).
+
+    Attributes:
+        plan: ``(inputs, options) -> Plan``.
+        chooses_format: the output format may differ from the input's (CLI ``--to``, upload ``format``).
+        text_output: where the options may ask for a text file instead of an image (a table): the parameter
+            values -> ``(extension, media type)`` of that file, or None for an image; the doors name outputs they
+            choose with it (upload results, ``--out-dir``).
+        show: where the output can also be drawn on the terminal (a CLI-only flag ``terminal``: ``noa NAME IN
+            --terminal``, no OUT): ``(path, options, columns, lines) -> text`` printed for each input, in pieces
+            (a picture's text is written a band of lines at a time).
+        query: a :class:`Query` it answers with no file (``noa NAME --PARAM VALUE``).
+        image_output: the output may be an image file; False where it never is (a picture: ``noa preview``), so
+            the options of image outputs (:data:`OUTPUT`) are not offered.
+    """
+
+    writes: ClassVar[Literal["file", "folder"] | None] = "file"
+
+    plan: PlanFunction
+    chooses_format: bool = False
+    text_output: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None = None
+    show: Callable[[Path, Options, int, int], Iterator[str]] | None = None
+    query: Query | None = None
+    image_output: bool = True
+
+    def __post_init__(self) -> None:
+        if self.image_output:  # maybe OME-Zarr stores
+            self._with_output_params()
+        super().__post_init__()
+
     def task(self, values: Mapping[str, Any] | None = None, *, shared: Sequence[str | Path] = (),
              **more: Any) -> FileTask:
-        """A :class:`FileTask` of this (writing) operation with checked options."""
-        if not (self.writes or self.writes_several):
-            raise ParameterError(f"{self.name}: {'edits' if self.edits else 'reports on'} its input and writes no "
-                                 "file")
-        if len(shared) >= self.max_inputs:
-            raise ParameterError(f"{self.name}: reads at most {self.max_inputs} input(s); "
-                                 f"{len(shared) + 1} given")
+        """A :class:`FileTask` of this operation with checked options; ``shared`` are the inputs b, c, ..."""
+        self.check_inputs(len(shared) + 1)
         return FileTask(self, self.options(values, **more), tuple(Path(p) for p in shared))
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class WritesSeveral(Operation):
+    """Writes several output files from one input (a split): ``plans(inputs, options)`` gives ``[(suffix,
+    plan), ...]``, the outputs named ``STEM + suffix`` in an output folder, all written or none
+    (:func:`noa_core.run.local.write_several`)."""
+
+    writes: ClassVar[Literal["file", "folder"] | None] = "folder"
+
+    plans: PlansFunction
+
+    def __post_init__(self) -> None:
+        if self.max_inputs != 1:
+            raise ValueError(f"operation {self.name!r}: an operation writing several outputs reads one input")
+        self._with_output_params()
+        super().__post_init__()
+
+    def task(self, values: Mapping[str, Any] | None = None, **more: Any) -> FileTask:
+        """A :class:`FileTask` of this operation with checked options."""
+        return FileTask(self, self.options(values, **more))
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Reports(Operation):
+    """Reports on its input (the list of its inputs when ``max_inputs > 1``): ``report(input, options)`` gives a
+    JSON-ready dict, shown by ``text`` on the CLI and described by the ``result`` TypedDict over HTTP."""
+
+    report: ReportFunction
+    text: Callable[[dict], str]
+    result: type | None = None
 
     def describe(self, path: str | Path | Sequence[str | Path], values: Mapping[str, Any] | None = None,
                  **more: Any) -> dict:
-        """Run a reporting operation on ``path`` (a list of paths when it reads several): its JSON-ready result."""
-        if self.report is None:
-            raise ParameterError(f"{self.name}: writes a file; run it through a driver (noa_core.run)")
+        """The report on ``path`` (a list of paths when it reads several): its JSON-ready result."""
         return self.run_report(path, self.options(values, **more))
 
-    def run_report(self, path: Path | Sequence[Path], options: Options) -> dict:
-        """The report on ``path`` (the list of inputs when ``max_inputs > 1``) with checked ``options``,
-        computed on the path its size calls for (:mod:`noa_core.compute.compute_path`): what every door runs."""
+    def run_report(self, path: str | Path | Sequence[str | Path], options: Options) -> dict:
+        """The report on ``path`` with checked ``options``, computed on the path its size calls for
+        (:mod:`noa_core.compute.compute_path`)."""
         from noa_core.compute import compute_path
 
-        assert self.report is not None
-        paths = [Path(p) for p in path] if self.max_inputs > 1 else [Path(path)]  # type: ignore[union-attr]
-        if len(paths) > self.max_inputs:
-            raise ParameterError(f"{self.name}: reads at most {self.max_inputs} input(s); {len(paths)} given")
+        paths = [Path(p) for p in path] if self.max_inputs > 1 else [Path(path)]  # type: ignore[arg-type]
+        self.check_inputs(len(paths))
         with compute_path.for_inputs(paths, self.name):
             return self.report(paths if self.max_inputs > 1 else paths[0], options)
 
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Edits(Operation):
+    """Changes its input file in place (a header edit): ``edit(path, options, dry_run)`` returns the change (old
+    and new values) as a JSON-ready dict, shown by ``text`` and described by ``result`` as a report's."""
+
+    changes_input: ClassVar[bool] = True
+
+    edit: EditFunction
+    text: Callable[[dict], str]
+    result: type | None = None
+    reads_data: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_inputs != 1:
+            raise ValueError(f"operation {self.name!r}: an operation editing its input reads one input")
+        super().__post_init__()
+
     def apply(self, path: str | Path, values: Mapping[str, Any] | None = None, *, dry_run: bool = False,
               **more: Any) -> dict:
-        """Run an editing operation on ``path`` (in place; with ``dry_run``, only say what would change):
-        the change as a JSON-ready dict."""
-        if self.edit is None:
-            raise ParameterError(f"{self.name}: does not edit files in place")
+        """``path`` changed in place (with ``dry_run``, only what would change): the change as a JSON-ready dict."""
         return self.edit(Path(path), self.options(values, **more), dry_run)
 
 
@@ -656,7 +696,7 @@ class FileTask:
     ``noa_core.run.local.write(task, src, dst)``.
     """
 
-    operation: Operation
+    operation: Writes | WritesSeveral
     options: Options
     shared: tuple[Path, ...] = ()
 
@@ -680,7 +720,7 @@ class FileTask:
         """What the pair whose input is ``src`` writes, from the headers (no data is read)."""
         from noa_core.compute import compute_path
 
-        assert self.operation.plan is not None
+        assert isinstance(self.operation, Writes)
         with compute_path.for_inputs(self.inputs(src), f"planning {self.name}"), \
                 _reading_notices() as told:  # plans may read statistics
             return self._reading_all(src, self._with_pixel_size(_told(self.operation.plan(self.inputs(src),
@@ -690,7 +730,7 @@ class FileTask:
         """The outputs of an operation writing several files from ``src``: (name suffix, plan) each."""
         from noa_core.compute import compute_path
 
-        assert self.operation.plans is not None
+        assert isinstance(self.operation, WritesSeveral)
         with compute_path.for_inputs(self.inputs(src), f"planning {self.name}"), _reading_notices() as told:
             planned = self.operation.plans(self.inputs(src), self.options)
             if planned:  # told once, with the first output

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import DEVICE, READING, Integer, Operation, Options, Param
+from noa_core.operations.spec import DEVICE, READING, Integer, Options, Param, WritesSeveral
 
 NAMING = ("Outputs are named after the input and the number of their part: IN_000.EXT, IN_001.EXT, ... "
           "(as many digits as the count needs, at least 3), in IN's format; part k holds sections k*N to k*N+N-1 "
@@ -46,7 +46,7 @@ def _extension(name: str, stem: str) -> str:
     return rest or ".mrc"
 
 
-OPERATION = Operation(
+OPERATION = WritesSeveral(
     name="split",
     summary="Write one file per section (or per N) of a stack, all or none; a single volume splits into its "
             "Z sections.",

@@ -7,7 +7,7 @@ from typing import Literal
 
 from typing_extensions import NotRequired, TypedDict
 
-from noa_core.operations.spec import DEVICE, READING, Flag, Operation, Options, Param
+from noa_core.operations.spec import DEVICE, READING, Flag, Options, Param, Reports
 
 JsonFloat = float | Literal["NaN", "Infinity", "-Infinity"]  # JSON has no non-finite numbers
 
@@ -97,7 +97,7 @@ def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
     return [] if dtype.startswith("complex") else [(dtype, {"per_batch": True})]
 
 
-OPERATION = Operation(
+OPERATION = Reports(
     name="stats",
     summary="Min, max, mean and standard deviation computed from the data (not the header).",
     examples=("noa stats movie.mrc --per-batch",),

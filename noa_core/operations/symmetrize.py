@@ -7,7 +7,7 @@ from pathlib import Path
 from typing_extensions import TypedDict
 
 from noa_core.geometry import point_groups
-from noa_core.operations.spec import DEVICE, READING, Name, Operation, Options, Param, Query
+from noa_core.operations.spec import DEVICE, READING, Name, Options, Param, Query, Writes
 
 GROUPS = point_groups.DESCRIPTION
 POINT_GROUP = Name(point_groups.PATTERN, point_groups.read, 8)
@@ -70,7 +70,7 @@ def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
     return [(dtype, {"sym": "C3"})] if dtype in ("float32", "float64") and shape[1] > 1 else []
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="symmetrize",
     summary="Average a map over the operators of its point group (C7, D3, T, O, I1...), as relion_image_handler "
             "--sym.",

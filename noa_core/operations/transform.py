@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import DEVICE, READING, Choice, InputFile, Operation, Options, Param, Real, Reals
+from noa_core.operations.spec import DEVICE, READING, Choice, InputFile, Options, Param, Real, Reals, Writes
 
 GEOMETRY = ("rotate", "shift", "scale", "euler")
 # Output-sized (float32) buffers like relion holds: the map padded twice in float64 (16) and its half transform in
@@ -126,7 +126,7 @@ def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
     return [(dtype, case) for case in cases]
 
 
-OPERATION = Operation(
+OPERATION = Writes(
     name="transform",
     summary="Rotate, shift and scale every image (volumes: RELION's ZYZ Euler angles) about its centre, or "
             "apply given matrices.",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from noa_core.errors import ParameterError
+from noa_core.errors import ParameterError, param
 
 if TYPE_CHECKING:
     from noa_core.io import Metadata
@@ -482,7 +482,7 @@ def plan_layout(shape: Sequence[int], *, section: int | None = None, axis: str |
             grid = [[Panel(entry, along, at, projection is not None, *plane_extent(shape, along))]]
         else:
             if index is not None:
-                raise ParameterError("an index needs a slice axis (--slice z|y|x)", "index")
+                raise ParameterError(f"an index needs a slice axis ({param('slice', 'z|y|x')})", "index")
             grid = [[Panel(entry, a, depth_extent(shape, a) // 2, False, *plane_extent(shape, a)) for a in AXES]]
     rows_max, cols_max = box or (size, size)
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -496,7 +496,7 @@ def plan_layout(shape: Sequence[int], *, section: int | None = None, axis: str |
     rows, cols = _extent(grid, step)
     if rows * cols > MAX_PIXELS:
         raise ParameterError(f"a picture of {rows} x {cols} pixels is more than the {MAX_PIXELS} noa draws; bin more "
-                             "(--bin) or draw less", "bin")
+                             f"({param('bin')}) or draw less", "bin")
     return _placed(grid, step)
 
 
@@ -511,7 +511,8 @@ def _fitting_step(grid: list[list[Panel]], rows_max: int, cols_max: int) -> int:
     rows, cols = _extent(grid, 1 << 62)
     if rows > rows_max or cols > cols_max:
         raise ParameterError(f"{len(grid) * len(grid[0])} panels do not fit in {rows_max} x {cols_max} pixels; "
-                             "draw fewer (--every, --columns) or a larger picture (--size)", "size")
+                             f"draw fewer ({param('every')}, {param('columns')}) or a larger picture "
+                             f"({param('size')})", "size")
     full_rows, full_cols = _extent(grid, 1)
     step = max(1, math.ceil(max(full_rows / rows_max, full_cols / cols_max)))
     while _extent(grid, step)[0] > rows_max or _extent(grid, step)[1] > cols_max:
@@ -589,8 +590,8 @@ def draw(source, *, section: int | None = None, axis: str | None = None, index: 
     if scale_bar:
         pixel_size = pixel_size or known
         if not pixel_size:
-            raise ParameterError("the pixel size is unknown, so a scale bar cannot be drawn; give one (--angpix)",
-                                 "scale_bar")
+            raise ParameterError(f"the pixel size is unknown, so a scale bar cannot be drawn; give one "
+                                 f"({param('angpix')})", "scale_bar")
         if spectrum:
             raise ParameterError("a spectrum is in frequencies: it takes no scale bar", "scale_bar")
     cmap_table = colour_table(cmap)

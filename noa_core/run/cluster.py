@@ -38,14 +38,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from noa_core.errors import LayoutError, NoaError, SchedulerError
+from noa_core.errors import LayoutError, NoaError, SchedulerError, param
 from noa_core.limits import available_cores
 from noa_core.compute.tiles import TILE_BYTES
 from noa_core.io.stream import Region
 from noa_core.compute.moments import RunningStatistics
 from noa_core.operations import FileTask
 from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
-from noa_core.run.local import write_pair
+from noa_core.run.drivers import write_pair
 
 if TYPE_CHECKING:
     import distributed
@@ -59,7 +59,7 @@ def _distributed():
     try:
         import distributed
     except ImportError:
-        raise SchedulerError("--scheduler needs Dask, which is not installed: install noa[dask] "
+        raise SchedulerError(f"{param('scheduler')} needs Dask, which is not installed: install noa[dask] "
                              "(in noa's checkout: pip install -e '.[dask]', or pip install '.[dask]')") from None
     return distributed
 
@@ -282,10 +282,10 @@ def _decoded_stores(task: FileTask, src: PathLike, dst: PathLike, client: distri
     A store has no layout to map; decoded once into a plain file, its data are read by every tile task
     as any mapped input's, instead of each task decoding the whole store again."""
     from noa_core.io import atomic, omezarr
-    from noa_core.io.protocol import ReadRequest
+    from noa_core.io.read_options import OmeZarrReadOptions
 
     distributed = _distributed()
-    request = ReadRequest(channel=task.options.get("channel"), level=task.options.get("level"))
+    request = OmeZarrReadOptions(channel=task.options.get("channel"), level=task.options.get("level"))
     decoded: dict = {}
     temporaries: list[atomic.TemporaryOutput] = []
     try:

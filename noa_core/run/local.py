@@ -1,16 +1,17 @@
-"""The local driver: outputs written in this process, tile by tile, so memory stays bounded."""
+"""Outputs written in this process, tile by tile, so memory stays bounded: one output (:func:`write_plan`,
+:func:`write`), or several from one input, all or none (:func:`write_several`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from noa_core.errors import NoaError
+from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError, param
 from noa_core.compute.tiles import TILE_BYTES
 from noa_core.operations import FileTask
 from noa_core.operations.plan import Plan
-from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
+from noa_core.run.batch import PathLike, Progress
 
 
 def write_plan(plan: Plan, dst: PathLike, *, overwrite: bool = False, device: str = "cpu",
@@ -35,42 +36,6 @@ def write(task: FileTask, src: PathLike, dst: PathLike, *, overwrite: bool = Fal
           progress: Progress | None = None) -> list[str]:
     """Write ``dst`` from ``src`` with ``task`` in this process; return notices."""
     return write_plan(task.plan(src), dst, overwrite=overwrite, device=task.device, progress=progress)
-
-
-def write_pair(task: FileTask, src: Path, dst: Path, overwrite: bool,
-               progress: Progress | None = None) -> FileResult:
-    """One pair of a batch: a user error (bad input, existing output) is its result; anything else raises."""
-    try:
-        return FileResult(src, dst, "written", tuple(write(task, src, dst, overwrite=overwrite, progress=progress)))
-    except (NoaError, OSError) as exc:
-        return FileResult(src, dst, "failed", error=exc)
-
-
-class LocalDriver:
-    """Pairs written one after the other in this process (the kernels use every core)."""
-
-    def write(self, task: FileTask, src: PathLike, dst: PathLike, *, overwrite: bool = False,
-              progress: Progress | None = None) -> list[str]:
-        return write(task, src, dst, overwrite=overwrite, progress=progress)
-
-    def run_batch(self, task: FileTask, pairs: Sequence[tuple[PathLike, PathLike]], *, overwrite: bool = False,
-                  resume: bool = False, on_result: Callable[[FileResult], None] | None = None,
-                  progress: Progress | None = None) -> list[FileResult]:
-        todo, complete = split_complete(pairs) if resume else ([(Path(s), Path(d)) for s, d in pairs], [])
-        results = {}
-        for src, dst in complete:
-            results[(src, dst)] = FileResult(src, dst, "skipped")
-            if on_result is not None:
-                on_result(results[(src, dst)])
-        for done, (src, dst) in enumerate(todo, 1):
-            # A lone pair reports its tiles; several report pairs.
-            result = write_pair(task, src, dst, overwrite, progress if len(todo) == 1 else None)
-            results[(src, dst)] = result
-            if on_result is not None:
-                on_result(result)
-            if progress is not None and len(todo) > 1:
-                progress(done, len(todo))
-        return [results[(Path(s), Path(d))] for s, d in pairs]
 
 
 STAGING_PREFIX = ".noa-several-"  # the hidden folder outputs wait in until every one is complete
@@ -106,7 +71,6 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
     import shutil
     import tempfile
 
-    from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError
     from noa_core.io import atomic
     from noa_core.operations.plan import check_distinct
 
@@ -121,7 +85,7 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
     existing = [out for out in outputs if out.exists()]
     if existing and not overwrite:
         more = f" (and {len(existing) - 1} more of the {len(outputs)} outputs)" if len(existing) > 1 else ""
-        raise OutputExistsError(f"{existing[0]}: exists{more}; pass overwrite (--force) to replace them")
+        raise OutputExistsError(f"{existing[0]}: exists{more}; give {param('overwrite')} to replace them")
     for out in existing:
         check_distinct(out, task.reads(src))
     created = not out_dir.exists()

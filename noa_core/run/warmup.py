@@ -291,7 +291,7 @@ def _suffix(dtype: str) -> str:
 
 def _file_operation(unit: Unit, folder: Path, stop: _Flag) -> None:
     from noa_core import io, operations
-    from noa_core.run import local
+    from noa_core.run.execution import execute
 
     operation = operations.get(unit.operation)
     width = math.isqrt(unit.count) + 1
@@ -306,13 +306,10 @@ def _file_operation(unit: Unit, folder: Path, stop: _Flag) -> None:
     for dtype, values in operation.warmup(unit.dtype, shape) if operation.warmup else ():
         if stop.is_set():
             return
-        if operation.writes:
-            out = folder / f"out{_suffix(values.get('dtype') or dtype)}"
-            local.write(operation.task(values), source(dtype), out, overwrite=True)
-        elif operation.max_inputs > 1:  # a report on several files (fsc: two halves and a mask): the same one
-            operation.describe([source(dtype)] * operation.max_inputs, values)
-        else:
-            operation.describe(source(dtype), values)
+        # a writer's one input; a report's every input the same small file (fsc: two halves and a mask)
+        inputs = [source(dtype)] * (1 if operation.writes else operation.max_inputs)
+        out = folder / (f"out{_suffix(values.get('dtype') or dtype)}" if operation.writes == "file" else "outs")
+        execute(operation, inputs, out if operation.writes else None, values, overwrite=True)
 
 
 def _in_memory(name: str, count: int) -> None:

@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 from noa_core.io import formats
 from noa_core.operations import Operation
 from noa_server import execution
-from noa_server.models import PathRequest, WriteResult, WriteSeveralResult, request_model
+from noa_server.models import PathRequest, request_model, result_model
 from noa_server.problems import ProblemError, documented
 from noa_server.sandbox import Sandbox
 from noa_server.service import Service, service
@@ -58,7 +58,7 @@ async def _write_several(svc: Service, request: PathRequest) -> JSONResponse:
 
 def _endpoint(operation: Operation) -> Callable[..., Any]:
     """``POST /v1/paths/NAME``: a JSON body naming files under the data root."""
-    answer = {"plan": _write, "plans": _write_several}.get(operation.kind, _report)
+    answer = {"file": _write, "folder": _write_several, None: _report}[operation.writes]
 
     async def on_paths(svc: Service, request: PathRequest) -> JSONResponse:
         return await answer(svc, request)
@@ -70,21 +70,24 @@ def _endpoint(operation: Operation) -> Callable[..., Any]:
     return on_paths
 
 
+def _route(operation: Operation) -> tuple[str, dict[str, Any]]:
+    """How the route of ``operation`` is described: where it works, its status and what it answers."""
+    answers = {"response_model": result_model(operation)}
+    if operation.writes == "file":
+        return "server-side files", {"status_code": 201, "responses": WRITE_RESPONSES, **answers}
+    if operation.writes == "folder":
+        return ("server-side files; every output is written into the folder dst, or none",
+                {"status_code": 201, "responses": WRITE_SEVERAL_RESPONSES, **answers})
+    if operation.changes_input:
+        return "changes the server-side file itself, unless dry_run", {"responses": EDIT_ERRORS, **answers}
+    return "server-side files", {"responses": READ_ERRORS, **answers}
+
+
 def router(operations: list[Operation]) -> APIRouter:
     """``POST /paths/NAME`` for each of ``operations``, and ``GET /files/...``."""
     routes = APIRouter(tags=["paths"])
     for operation in operations:
-        where = "server-side files"
-        if operation.writes:
-            kind: dict[str, Any] = {"status_code": 201, "response_model": WriteResult, "responses": WRITE_RESPONSES}
-        elif operation.writes_several:
-            kind = {"status_code": 201, "response_model": WriteSeveralResult, "responses": WRITE_SEVERAL_RESPONSES}
-            where = "server-side files; every output is written into the folder dst, or none"
-        elif operation.edits:
-            kind = {"response_model": operation.result, "responses": EDIT_ERRORS}
-            where = "changes the server-side file itself, unless dry_run"
-        else:
-            kind = {"response_model": operation.result, "responses": READ_ERRORS}
+        where, kind = _route(operation)
         routes.add_api_route(f"/paths/{operation.name}", _endpoint(operation), methods=["POST"],
                              summary=f"{operation.summary} ({where})", **kind)
     routes.add_api_route("/files/{path:path}", download, methods=["GET"], response_class=FileResponse,

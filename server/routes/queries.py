@@ -11,11 +11,11 @@ from fastapi import APIRouter, Query as QueryField
 from fastapi.responses import JSONResponse
 
 from noa_core.errors import ParameterError
-from noa_core.operations import Operation
+from noa_core.operations import Operation, Writes
 from noa_server.problems import documented
 
 
-def _endpoint(operation: Operation) -> Callable[..., Any]:
+def _endpoint(operation: Writes) -> Callable[..., Any]:
     """``GET /v1/query/NAME?PARAM=VALUE``: the query's answer as JSON; a value it refuses is a 400 problem
     naming the parameter."""
     query = operation.query
@@ -40,7 +40,7 @@ def router(operations: list[Operation]) -> APIRouter:
     """``GET /query/NAME`` for each of ``operations`` that declares a query."""
     routes = APIRouter(prefix="/query", tags=["query"])
     for operation in operations:
-        if operation.query is not None:
+        if isinstance(operation, Writes) and operation.query is not None:
             routes.add_api_route(f"/{operation.name}", _endpoint(operation), methods=["GET"],
                                  response_model=operation.query.result, responses=documented(400, 500),
                                  summary=f"{operation.query.param.help} (no file)")

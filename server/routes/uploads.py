@@ -25,9 +25,9 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.datastructures import FormData
 from starlette.types import Receive, Scope, Send
 
-from noa_core.operations import Operation
+from noa_core.operations import Operation, Writes
 from noa_server import execution
-from noa_server.models import Format, OpParams, params_model, without_default
+from noa_server.models import Format, OpParams, params_model, result_model, without_default
 from noa_server.problems import documented
 from noa_server.service import Service, service
 
@@ -122,7 +122,7 @@ def _endpoint(operation: Operation) -> Callable[..., Any]:
     one = ("file", OneFile, ...)
     params = [("svc", Svc, ...), ("params", Annotated[params_model(operation, uploads=True), Form()], ...),
               files if operation.max_inputs > 1 else one]
-    if operation.chooses_format:
+    if isinstance(operation, Writes) and operation.chooses_format:
         params.append(("format", FormatField, None))
 
     known = {*params_model(operation, uploads=True).model_fields, "file", "files", "format"}
@@ -159,14 +159,17 @@ def router(operations: list[Operation]) -> APIRouter:
     """The upload routes of ``operations``."""
     routes = APIRouter(prefix="/upload", tags=["upload"])
     for operation in operations:
-        if operation.writes:
-            kind = {"response_class": FileResponse, "responses": FILE_RESPONSES}
-        elif operation.writes_several:
-            kind = {"response_class": FileResponse, "responses": ZIP_RESPONSES}
-        elif operation.edits:
-            kind = {"response_class": FileResponse, "responses": EDITED_RESPONSES}
-        else:
-            kind = {"response_model": operation.result, "responses": JSON_ERRORS}
         routes.add_api_route(f"/{operation.name}", _endpoint(operation), methods=["POST"],
-                             summary=f"{operation.summary} (uploaded files)", **kind)
+                             summary=f"{operation.summary} (uploaded files)", **_answers(operation))
     return routes
+
+
+def _answers(operation: Operation) -> dict[str, Any]:
+    """What the upload route of ``operation`` answers with: its output file, a zip of its outputs, the edited
+    copy, or its result as JSON."""
+    if operation.writes is not None:
+        return {"response_class": FileResponse, "responses": FILE_RESPONSES if operation.writes == "file"
+                else ZIP_RESPONSES}
+    if operation.changes_input:
+        return {"response_class": FileResponse, "responses": EDITED_RESPONSES}
+    return {"response_model": result_model(operation), "responses": JSON_ERRORS}

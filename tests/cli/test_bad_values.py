@@ -59,11 +59,11 @@ def command_line(name: str, flag: str, value: str, volume, out) -> list[str]:
     required = [arg for p in operation.params_for("cli") if p.required and not p.argument
                 and p.cli_flags[0] != flag for arg in (p.cli_flags[0], example_value(operation, p))]
     text = [arg for p in operation.params_for("cli") if p.argument for arg in ("a",)]
-    if operation.writes_several:
+    if operation.writes == "folder":
         files = [str(volume), "--out-dir", str(out.parent / "parts")]
-    elif operation.writes:
+    elif operation.writes == "file":
         files = [str(volume), "-o", str(out)] if operation.max_inputs > 1 else [str(volume), str(out)]
-    elif operation.edits:
+    elif operation.changes_input:
         files = [str(volume), "--dry-run"]
     else:
         files = [str(volume)]

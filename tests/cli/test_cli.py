@@ -253,8 +253,8 @@ def test_internal_errors_exit_1_with_a_hint(capsys):
     from noa_cli import main
     from noa_core import operations
 
-    operations.register(operations.Operation("broken", "Fails.", ("noa broken x.mrc",), report=_broken,
-                                             text=str))
+    operations.register(operations.Reports(name="broken", summary="Fails.", examples=("noa broken x.mrc",),
+                                           report=_broken, text=str))
     try:
         with pytest.raises(SystemExit) as exit_info:
             main.run(["broken", str(EXAMPLE_MAP)])

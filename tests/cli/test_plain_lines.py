@@ -30,13 +30,14 @@ OPERATIONS = operations.names()
 def typer_values(operation: operations.Operation, args: list[str]) -> dict[str, Any] | None:
     """The keywords Typer gives ``operation``'s command for ``args``; None where Typer refuses the line."""
     received: dict[str, Any] = {}
-    original = commands.BUILDERS[operation.kind]
+    kind = type(operation)
+    original = commands.BUILDERS[kind]
     _, params = original(operation)
     try:  # the same parameters, with a command that keeps what it is given
-        commands.BUILDERS[operation.kind] = lambda op: (lambda **values: received.update(values), params)
+        commands.BUILDERS[kind] = lambda op: (lambda **values: received.update(values), params)
         built = commands.build(operation)
     finally:
-        commands.BUILDERS[operation.kind] = original
+        commands.BUILDERS[kind] = original
     try:
         built.main(args=list(args), prog_name="noa", standalone_mode=False)
     except (parser_errors.ClickException, typer.Exit):

@@ -45,7 +45,7 @@ def leftovers(folder) -> list[str]:
 
 def test_the_declaration_names_the_librarys_colour_maps():
     assert declaration.CMAPS == drawing.CMAPS
-    assert operations.get("preview").kind == "plan"
+    assert isinstance(operations.get("preview"), operations.Writes)
 
 
 def test_a_micrograph_to_png_is_relions_sigma_contrast_binned(tmp_path):

@@ -53,7 +53,7 @@ def outcome(run):
 
 def cases():
     for operation in operations.operations():
-        if operation.warmup is None or operation.edits:
+        if operation.warmup is None or operation.changes_input:
             continue
         for dtype in FILE_DTYPES:
             for case_dtype, options in operation.warmup(dtype, SHAPE):
@@ -72,11 +72,11 @@ def test_both_paths_write_the_same_bytes(tmp_path, monkeypatch, name, dtype, opt
     written = {}
     for path in ("numpy", "numba"):
         monkeypatch.setenv(compute_path.ENVIRONMENT, path)
-        if operation.writes:
+        if operation.writes == "file":
             out = tmp_path / path / f"out{'.mrc' if options.get('dtype', dtype) in io.mrc.WRITABLE_DTYPES else '.tif'}"
             out.parent.mkdir()
             written[path] = outcome(lambda: (local.write(operation.task(options), src, out), out)[1])  # noqa: B023
-        elif operation.writes_several:
+        elif operation.writes == "folder":
             out = tmp_path / path
             written[path] = outcome(lambda: local.write_several(operation.task(options), src, out)[0])  # noqa: B023
         else:

@@ -43,7 +43,7 @@ def ccp4_volume(path) -> None:
 def run(tmp_path, name: str, src, out_name: str, **options):
     dst = tmp_path / out_name
     task = operations.get(name).task(options)
-    if task.operation.writes_several:
+    if task.operation.writes == "folder":
         local.write_several(task, src, dst)
     else:
         local.write(task, src, dst)

@@ -19,7 +19,7 @@ def test_every_writing_operation_takes_it_but_rescale_keeps_its_own():
         param = next((p for p in operation.params if p.name == "pixel_size"), None)
         if operation.name == "rescale":
             assert param is not None and param is not OUTPUT_PIXEL_SIZE
-        elif (operation.writes or operation.writes_several) and operation.image_output:
+        elif operation.writes == "folder" or (operation.writes == "file" and operation.image_output):
             assert param is OUTPUT_PIXEL_SIZE, operation.name
         elif operation.name != "header":  # header sets it in place, with its own parameter; a picture has none
             assert param is None, operation.name

@@ -38,7 +38,7 @@ def plan_offset(inputs, options):
     return tiled_plan(options, inputs=inputs, read=[array], compute=evaluator(compiled), meta=meta, dtype="float32")
 
 
-OFFSET = operations.Operation(
+OFFSET = operations.Writes(
     name="offset",
     summary="Add a constant to every voxel.",
     examples=("noa offset in.mrc out.mrc --amount 5",),
@@ -60,18 +60,19 @@ def test_builtin_operations_in_order():
     assert operations.names()[:7] == ["info", "preview", "stats", "permute", "broadcast", "copy", "ewise"]
     for op in operations.operations():
         assert op.summary and op.examples and all(e.startswith(f"noa {op.name} ") for e in op.examples), op.name
-        assert op.writes == (op.plan is not None) and op.kind in ("plan", "plans", "report", "edit")
+        assert isinstance(op, (operations.Writes, operations.WritesSeveral, operations.Reports, operations.Edits))
 
 
 def test_register_refuses_bad_names_and_duplicates(offset):
     with pytest.raises(ParameterError, match="already registered"):
         operations.register(OFFSET)
     with pytest.raises(ParameterError, match="lower-case"):
-        operations.register(operations.Operation("Bad-Name", "x", ("noa x",), report=lambda p, o: {}))
+        operations.register(operations.Reports(name="Bad-Name", summary="x", examples=("noa x",),
+                                               report=lambda p, o: {}, text=str))
     with pytest.raises(ParameterError, match="unknown operation 'nope'.*offset"):
         operations.get("nope")
-    with pytest.raises(ValueError, match="either plan"):
-        operations.Operation("both", "x", ("noa both",))
+    with pytest.raises(TypeError):  # a kind without its function
+        operations.Writes(name="both", summary="x", examples=("noa both",))
 
 
 def test_declared_limits_match_the_code_that_enforces_them():
@@ -151,8 +152,7 @@ def test_tasks_carry_shared_inputs_only_where_the_operation_reads_several(tmp_pa
     assert ewise.inputs(tmp_path / "a.mrc") == [tmp_path / "a.mrc", tmp_path / "b.mrc"]
     with pytest.raises(ParameterError, match="at most 1 input"):
         operations.get("permute").task(axes=(0, 1, 3, 2), shared=[tmp_path / "b.mrc"])
-    with pytest.raises(ParameterError, match="writes no file"):
-        operations.get("info").task()
+    assert not hasattr(operations.get("info"), "task")  # a report writes no file: it has no task
 
 
 # -- the doors, derived: a throw-away operation reaches the CLI, both HTTP modes and jobs --------------
@@ -231,8 +231,8 @@ def test_operations_from_noa_operations_reach_a_fresh_process(tmp_path):
                               meta=meta)
 
 
-        OPERATION = operations.Operation("negate", "Negate every voxel.", ("noa negate in.mrc out.mrc",),
-                                         params=(*READING, DEVICE), plan=plan)
+        OPERATION = operations.Writes(name="negate", summary="Negate every voxel.",
+                                      examples=("noa negate in.mrc out.mrc",), params=(*READING, DEVICE), plan=plan)
     '''))
     env = {"NOA_OPERATIONS": "noa_test_plugin", "PYTHONPATH": str(tmp_path)}
     done = noa("negate", EXAMPLE_MAP, tmp_path / "neg.mrc", env=env)

@@ -36,12 +36,13 @@ def edit_touch(path, options, dry_run):
     return {"path": str(path), "dry_run": dry_run, "note": options.note}
 
 
-TWICE = operations.Operation("twice", "Write the input and a multiple of it.", ("noa twice in.mrc --out-dir d",),
-                             params=(operations.Param("factor", Integer(2, 9), "The multiple.", default=2),),
-                             plans=plans_halves)
-NOTE = operations.Operation("note", "Write a note beside a file.", ("noa note in.mrc --note hi",),
-                            params=(operations.Param("note", Text(1, 20), "The note.", default=operations.REQUIRED),),
-                            edit=edit_touch, text=lambda r: f"{r['path']}: {r['note']}", reads_data=False)
+TWICE = operations.WritesSeveral(name="twice", summary="Write the input and a multiple of it.",
+                                 examples=("noa twice in.mrc --out-dir d",),
+                                 params=(operations.Param("factor", Integer(2, 9), "The multiple.", default=2),),
+                                 plans=plans_halves)
+NOTE = operations.Edits(name="note", summary="Write a note beside a file.", examples=("noa note in.mrc --note hi",),
+                        params=(operations.Param("note", Text(1, 20), "The note.", default=operations.REQUIRED),),
+                        edit=edit_touch, text=lambda r: f"{r['path']}: {r['note']}")
 
 
 @pytest.fixture
@@ -53,17 +54,15 @@ def kinds():
     operations.unregister("note")
 
 
-def test_declarations_give_exactly_one_kind():
-    assert (TWICE.kind, NOTE.kind) == ("plans", "edit")
-    assert TWICE.writes_several and not TWICE.writes and NOTE.edits and not NOTE.writes
-    with pytest.raises(ValueError, match="either plan"):
-        operations.Operation("two", "x", ("noa two",), plans=plans_halves, edit=edit_touch)
+def test_each_kind_is_a_class_of_its_own():
+    """Issue 39 item 1: a kind is its class, with the one function it runs; nothing else to branch on."""
+    assert (TWICE.writes, TWICE.changes_input, NOTE.writes, NOTE.changes_input) == ("folder", False, None, True)
+    assert not NOTE.reads_data  # an edit changes the header: no voxel limit applies
+    with pytest.raises(TypeError):
+        operations.WritesSeveral(name="two", summary="x", examples=("noa two",), edit=edit_touch)
     with pytest.raises(ValueError, match="reads one input"):
-        operations.Operation("many", "x", ("noa many",), plans=plans_halves, max_inputs=2)
-    with pytest.raises(ParameterError, match="edits its input"):
-        NOTE.task(note="x")
-    with pytest.raises(ParameterError, match="does not edit"):
-        TWICE.apply("x.mrc")
+        operations.WritesSeveral(name="many", summary="x", examples=("noa many",), plans=plans_halves, max_inputs=2)
+    assert not hasattr(NOTE, "task") and not hasattr(TWICE, "apply")
 
 
 def test_the_new_kinds_are_cli_commands(kinds, tmp_path, capsys):

@@ -149,7 +149,7 @@ def test_bad_values_are_refused_in_python():
     image = np.ones((1, 16, 16), np.float32)
     with pytest.raises(ParameterError, match="must fit in the 16x16 box"):
         noa_api.normalize(image, bg_radius=8.5)
-    with pytest.raises(ParameterError, match="--white-dust works on the background"):
+    with pytest.raises(ParameterError, match="white_dust works on the background"):
         noa_api.normalize(image, white_dust=3)
     with pytest.raises(ParameterError, match="positive"):
         noa_api.normalize(image, bg_radius=4, black_dust=0)

@@ -28,7 +28,7 @@ from noa_core.compute.expr import ExpressionError  # noqa: E402
 from noa_server import execution  # noqa: E402
 from noa_server.app import create_app  # noqa: E402
 from noa_server.jobs import JobStore  # noqa: E402
-from noa_server.limits import check_voxels  # noqa: E402
+from noa_core.limits import check_voxels  # noqa: E402
 from noa_server.problems import MEDIA_TYPE, ProblemError, classify  # noqa: E402
 from noa_server.sandbox import Sandbox  # noqa: E402
 from noa_server.settings import Settings  # noqa: E402
@@ -221,12 +221,14 @@ def test_internal_errors_are_not_classified():
 
 
 def test_check_voxels():
+    from noa_core.errors import LimitError
+
     check_voxels([[1, 20, 20, 20]], 8000)
     check_voxels([[1, 1, 4, 4], [3, 1, 1, 4]], 48)  # the broadcast of the two: (3,1,4,4)
-    with pytest.raises(ProblemError) as caught:
+    with pytest.raises(LimitError) as caught:
         check_voxels([[1, 1, 4, 4], [3, 1, 1, 4]], 47)
-    assert caught.value.status == 422
-    with pytest.raises(ProblemError):
+    assert (classify(caught.value).status, classify(caught.value).slug) == (422, "too-many-voxels")
+    with pytest.raises(LimitError):
         check_voxels([[1, 1, 1, 5], [7, 1, 1]], 34)  # a target of lower rank is padded on the left
 
 

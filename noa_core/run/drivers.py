@@ -1,0 +1,63 @@
+"""The local driver: the pairs of a batch written one after the other in this process (the kernels use every
+core), each by :func:`noa_core.run.execute`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from noa_core.errors import NoaError
+from noa_core.operations import FileTask
+from noa_core.run.batch import Driver, FileResult, PathLike, Progress, split_complete
+from noa_core.run.execution import execute
+
+
+def write_pair(task: FileTask, src: Path, dst: Path, overwrite: bool,
+               progress: Progress | None = None) -> FileResult:
+    """One pair of a batch: a user error (bad input, existing output) is its result; anything else raises."""
+    try:
+        written = execute(task.operation, task.inputs(src), dst, task.options, overwrite=overwrite, progress=progress)
+        return FileResult(src, dst, "written", tuple(written["notices"]))
+    except (NoaError, OSError) as exc:
+        return FileResult(src, dst, "failed", error=exc)
+
+
+class LocalDriver:
+    """Pairs written one after the other in this process (the kernels use every core)."""
+
+    def write(self, task: FileTask, src: PathLike, dst: PathLike, *, overwrite: bool = False,
+              progress: Progress | None = None) -> list[str]:
+        written = execute(task.operation, task.inputs(src), dst, task.options, overwrite=overwrite, progress=progress)
+        return written["notices"]
+
+    def run_batch(self, task: FileTask, pairs: Sequence[tuple[PathLike, PathLike]], *, overwrite: bool = False,
+                  resume: bool = False, on_result: Callable[[FileResult], None] | None = None,
+                  progress: Progress | None = None) -> list[FileResult]:
+        todo, complete = split_complete(pairs) if resume else ([(Path(s), Path(d)) for s, d in pairs], [])
+        results = {}
+        for src, dst in complete:
+            results[(src, dst)] = FileResult(src, dst, "skipped")
+            if on_result is not None:
+                on_result(results[(src, dst)])
+        for done, (src, dst) in enumerate(todo, 1):
+            # A lone pair reports its tiles; several report pairs.
+            result = write_pair(task, src, dst, overwrite, progress if len(todo) == 1 else None)
+            results[(src, dst)] = result
+            if on_result is not None:
+                on_result(result)
+            if progress is not None and len(todo) > 1:
+                progress(done, len(todo))
+        return [results[(Path(s), Path(d))] for s, d in pairs]
+
+
+@contextlib.contextmanager
+def driver(scheduler: str | None = None, *, workers: int | None = None) -> Iterator[Driver]:
+    """The local driver, or with ``scheduler`` ('local' or tcp://HOST:PORT) a Dask one (closed on exit)."""
+    if scheduler is None:
+        yield LocalDriver()
+        return
+    from noa_core.run.cluster import DaskDriver, connect  # the dask extra, loaded only when asked for
+
+    with connect(scheduler, workers=workers) as client:
+        yield DaskDriver(client)

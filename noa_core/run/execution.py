@@ -1,0 +1,137 @@
+"""One way to run an operation of any kind on files: what the CLI, the service (uploads, paths, jobs), the Dask
+tasks and the warm-up all call.
+
+:func:`execute` checks the values against the declaration, applies the caller's limits (a service's voxel
+limit, refused from the headers before anything is read or planned in proportion to the output), and runs
+the operation as its kind says: this module is the one place that tells the kinds apart.
+
+Example::
+
+    from noa_core import operations
+    from noa_core.run import execute
+
+    execute(operations.get("bin"), ["map.mrc"], "binned.mrc", {"factor": 2})
+    execute(operations.get("stats"), ["map.mrc"])  # a report: its JSON-ready result
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from noa_core.errors import ParameterError
+from noa_core.limits import check_voxels, output_voxel_limit
+from noa_core.operations import Edits, Operation, Options, Reports, Writes, WritesSeveral
+from noa_core.run.batch import PathLike, Progress
+from noa_core.run.local import write_plan, write_several
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one call may do: ``max_voxels``, the most voxels an input or output may hold (a service's
+    ``--max-voxels``; None: what a file can hold)."""
+
+    max_voxels: int | None = None
+
+
+NO_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of :func:`execute`: its checked options and where it reads and writes."""
+
+    operation: Operation
+    options: Options
+    inputs: list[Path]
+    output: Path | None
+    limits: Limits
+    progress: Progress | None
+    overwrite: bool
+    dry_run: bool
+    stem: str | None
+
+    def probe_inputs(self) -> None:
+        """Refuse inputs over the voxel limit from their headers, before planning decompresses or maps anything."""
+        if self.limits.max_voxels is not None and self.operation.reads_data:
+            check_voxels([self.options.probe_input(path).shape for path in self.inputs], self.limits.max_voxels)
+
+
+def execute(operation: Operation, inputs: Sequence[PathLike], output: PathLike | None = None,
+            values: Mapping[str, Any] | None = None, *, limits: Limits = NO_LIMITS, progress: Progress | None = None,
+            overwrite: bool = False, dry_run: bool = False, stem: str | None = None) -> dict[str, Any]:
+    """Run ``operation`` on ``inputs`` (a, b, c, ... in order) with the parameter ``values``; return its
+    JSON-ready result.
+
+    Args:
+        output: the output file (:class:`~noa_core.operations.Writes`), or the folder of the outputs
+            (:class:`~noa_core.operations.WritesSeveral`, named after the input or ``stem``); None otherwise.
+        values: the parameters' values (or :class:`~noa_core.operations.Options` already checked).
+        limits: what this call may do (:class:`Limits`).
+        progress: ``progress(done, total)`` after each tile of a written output.
+        overwrite: replace outputs that exist.
+        dry_run: an edit says what it would change and changes nothing.
+
+    Returns:
+        a report's or an edit's result; ``{"output", "notices"}`` for an output written;
+        ``{"outputs", "notices"}`` for several.
+
+    Raises:
+        ParameterError: a bad value, naming the parameter; other NoaErrors for the data and files.
+    """
+    options = operation.options(values)
+    call = Call(operation, options, [Path(p) for p in inputs], None if output is None else Path(output), limits,
+                progress, overwrite, dry_run, stem)
+    run = _KINDS.get(type(operation)) or next(run for kind, run in _KINDS.items() if isinstance(operation, kind))
+    return run(call)
+
+
+def _writes(call: Call) -> dict[str, Any]:
+    operation = call.operation
+    assert isinstance(operation, Writes)
+    if call.output is None:
+        raise ParameterError(f"{operation.name}: writes a file; give the output", "output")
+    call.probe_inputs()
+    task = operation.task(call.options, shared=call.inputs[1:])
+    with output_voxel_limit(call.limits.max_voxels):  # refused while planning, before lists sized by the output
+        plan = task.plan(call.inputs[0])
+    if call.limits.max_voxels is not None:
+        check_voxels([*plan.input_shapes, plan.shape], call.limits.max_voxels)
+    notices = write_plan(plan, call.output, overwrite=call.overwrite, device=task.device, progress=call.progress)
+    return {"output": str(call.output), "notices": notices}
+
+
+def _writes_several(call: Call) -> dict[str, Any]:
+    operation = call.operation
+    assert isinstance(operation, WritesSeveral)
+    if call.output is None:
+        raise ParameterError(f"{operation.name}: writes several files; give their folder", "output")
+    call.probe_inputs()
+    task = operation.task(call.options)
+    with output_voxel_limit(call.limits.max_voxels):
+        planned = task.plans(call.inputs[0])
+    if call.limits.max_voxels is not None:
+        check_voxels([*planned[0][1].input_shapes, *(plan.shape for _, plan in planned)], call.limits.max_voxels)
+    outputs, notices = write_several(task, call.inputs[0], call.output, overwrite=call.overwrite,
+                                     progress=call.progress, planned=planned, stem=call.stem)
+    return {"outputs": [str(p) for p in outputs], "notices": notices}
+
+
+def _reports(call: Call) -> dict[str, Any]:
+    operation = call.operation
+    assert isinstance(operation, Reports)
+    call.probe_inputs()
+    return operation.run_report(call.inputs if operation.max_inputs > 1 else call.inputs[0], call.options)
+
+
+def _edits(call: Call) -> dict[str, Any]:
+    operation = call.operation
+    assert isinstance(operation, Edits)
+    return operation.edit(call.inputs[0], call.options, call.dry_run)
+
+
+# The kinds, and how each runs: the one place that tells them apart.
+_KINDS: dict[type[Operation], Callable[[Call], dict[str, Any]]] = {
+    Writes: _writes, WritesSeveral: _writes_several, Reports: _reports, Edits: _edits}
