@@ -45,7 +45,7 @@ from noa_core.io.stream import Region
 from noa_core.compute.moments import RunningStatistics
 from noa_core.operations import FileTask
 from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
-from noa_core.run.drivers import write_pair
+from noa_core.run.execution import write_pair
 
 if TYPE_CHECKING:
     import distributed

@@ -7,20 +7,9 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from noa_core.errors import NoaError
 from noa_core.operations import FileTask
 from noa_core.run.batch import Driver, FileResult, PathLike, Progress, split_complete
-from noa_core.run.execution import execute
-
-
-def write_pair(task: FileTask, src: Path, dst: Path, overwrite: bool,
-               progress: Progress | None = None) -> FileResult:
-    """One pair of a batch: a user error (bad input, existing output) is its result; anything else raises."""
-    try:
-        written = execute(task.operation, task.inputs(src), dst, task.options, overwrite=overwrite, progress=progress)
-        return FileResult(src, dst, "written", tuple(written["notices"]))
-    except (NoaError, OSError) as exc:
-        return FileResult(src, dst, "failed", error=exc)
+from noa_core.run.execution import execute, write_pair
 
 
 class LocalDriver:

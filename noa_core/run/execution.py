@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noa_core.errors import ParameterError
+from noa_core.errors import NoaError, ParameterError
 from noa_core.limits import check_voxels, output_voxel_limit
-from noa_core.operations import Edits, Operation, Options, Reports, Writes, WritesSeveral
-from noa_core.run.batch import PathLike, Progress
+from noa_core.operations import Edits, FileTask, Operation, Options, Reports, Writes, WritesSeveral
+from noa_core.run.batch import FileResult, PathLike, Progress
 from noa_core.run.local import write_plan, write_several
 
 
@@ -135,3 +135,13 @@ def _edits(call: Call) -> dict[str, Any]:
 # The kinds, and how each runs: the one place that tells them apart.
 _KINDS: dict[type[Operation], Callable[[Call], dict[str, Any]]] = {
     Writes: _writes, WritesSeveral: _writes_several, Reports: _reports, Edits: _edits}
+
+
+def write_pair(task: FileTask, src: Path, dst: Path, overwrite: bool,
+               progress: Progress | None = None) -> FileResult:
+    """One pair of a batch: a user error (bad input, existing output) is its result; anything else raises."""
+    try:
+        written = execute(task.operation, task.inputs(src), dst, task.options, overwrite=overwrite, progress=progress)
+        return FileResult(src, dst, "written", tuple(written["notices"]))
+    except (NoaError, OSError) as exc:
+        return FileResult(src, dst, "failed", error=exc)

@@ -31,8 +31,8 @@ warnings.filterwarnings("ignore", message=".*httpx.*")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from noa_core import io as noa_io  # noqa: E402
+from noa_core.pictures import viewer  # noqa: E402
 from noa_server.app import create_app  # noqa: E402
-from noa_server.routes import view  # noqa: E402
 from noa_server.settings import Settings  # noqa: E402
 
 TILE = 256
@@ -446,7 +446,7 @@ def test_a_file_rewritten_in_place_with_its_time_put_back_gets_new_etags(client,
 
 def test_a_store_of_more_entries_than_are_statted_is_never_cached(client, root, monkeypatch):
     noa_io.write(root / "many.ome.zarr", integers((16, 16), seed=45))
-    monkeypatch.setattr(view, "MAX_STORE_ENTRIES", 2)
+    monkeypatch.setattr(viewer, "MAX_STORE_ENTRIES", 2)
     first = client.get("/v1/view/image", params={"file": "many.ome.zarr"})
     again = client.get("/v1/view/image", params={"file": "many.ome.zarr"},
                        headers={"If-None-Match": first.headers["etag"]})

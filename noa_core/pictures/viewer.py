@@ -1,0 +1,267 @@
+"""The viewer's engine: a plane of a file drawn whole or as the tiles of a zoom pyramid, its histogram and
+values, and the identity of a file or store that answers are cached by (the service's viewer is its door).
+
+The plane drawn (:class:`Plane`): ``section`` picks an entry of a stack (the batch), ``axis`` and ``index`` a
+slice of a volume (z: an XY section, y: XZ, x: YZ; default the central one), ``projection`` the mean along the
+axis instead. Rows are shown as stored: row 0 at the top, as RELION and mrcfile + Pillow show them (IMOD's
+3dmod puts MRC's row 0 at the bottom).
+
+Tile level L block-means 2^L x 2^L pixels of the plane; tile (x, y) of a level is its region of :data:`TILE` x
+:data:`TILE` blocks, and only that region is read. Contrast limits of tiles, and histograms, come from the
+plane's overview (the plane block-meaned to at most :data:`OVERVIEW` pixels a side), which :class:`Overviews`
+keeps by the file's :func:`identity`. Every read is checked first: the voxels it spans against a limit the
+caller gives (LimitError), the memory drawing them takes against what the machine has (MemoryLimitError).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import stat
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from noa_core import io
+from noa_core.array import dtypes
+from noa_core.errors import ParameterError
+from noa_core.limits import check_voxels, check_working_memory
+from noa_core.pictures import drawing
+
+TILE = 256  # the side of a tile, in pixels of its level
+OVERVIEW = 1024  # the longest side of the picture histograms and the limits of tiles are computed over
+SPECTRUM_BOX = 4096  # spectra of larger planes are those of their central SPECTRUM_BOX x SPECTRUM_BOX region
+MAX_STORE_ENTRIES = 100_000  # files and folders of an OME-Zarr store its identity is made of; more: not cached
+RULES = ("sigma:3", "percentiles:1,99", "minmax")  # the contrast rules whose limits a histogram reports
+
+Region = tuple[int, int, int, int]  # (top, bottom, left, right) in the plane's full-resolution pixels
+
+
+@dataclass(frozen=True)
+class Plane:
+    """Which plane of a file is drawn (see the module's documentation)."""
+
+    section: int | None = None
+    axis: str = "z"
+    index: int | None = None
+    projection: bool = False
+
+    def read_args(self) -> dict[str, Any]:
+        """The plane as :func:`noa_core.pictures.drawing.read_plane` takes it."""
+        return {"section": self.section, "axis": self.axis, "index": self.index, "projection": self.projection}
+
+
+@dataclass(frozen=True)
+class Display:
+    """How values become pixels: a contrast rule (:data:`noa_core.pictures.drawing.CONTRASTS`), dark values
+    white with ``invert``, a colour map, and the picture's format (png, jpeg) and JPEG quality."""
+
+    contrast: str = "sigma:3"
+    invert: bool = False
+    cmap: str = "gray"
+    format: str = "png"
+    quality: int = 90
+
+    @property
+    def media_type(self) -> str:
+        return f"image/{self.format}"
+
+
+# -- the identity of what is drawn ------------------------------------------------------------------------
+
+def identity(fd: int, info: os.stat_result) -> str:
+    """What changes whenever the data of the file opened as ``fd`` (``info``, its stat) do: its device, inode,
+    size, modification and change times (a file rewritten in place whose modification time was put back, as
+    ``cp -p`` and ``rsync -t --inplace`` do, has a new change time: no call sets it). A folder (an OME-Zarr
+    store, whose chunks are rewritten in place beneath it) adds those of every file and folder in it, links
+    not followed, hashed; a store of more than :data:`MAX_STORE_ENTRIES` gets an identity of its own for each
+    call (never equal to another: nothing is cached by it)."""
+    own = f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}"
+    if not stat.S_ISDIR(info.st_mode):
+        return own
+    digest, seen = hashlib.sha256(own.encode()), 0
+    for folder, folders, files, folder_fd in os.fwalk(dir_fd=fd):
+        folders.sort()  # the walk's order, so the same store hashes the same
+        for name in sorted([*folders, *files]):
+            seen += 1
+            if seen > MAX_STORE_ENTRIES:
+                return f"{own}:{os.urandom(16).hex()}"
+            try:
+                entry = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+            except FileNotFoundError:  # removed while walked: the next call sees the store as it is then
+                continue
+            digest.update(f"{folder}/{name}:{entry.st_ino}:{entry.st_size}:{entry.st_mtime_ns}:"
+                          f"{entry.st_ctime_ns}\n".encode())
+    return f"{own}:{digest.hexdigest()}"
+
+
+def header_summary(path: str | os.PathLike) -> dict[str, Any]:
+    """The format, BDHW shape, element type, kind and pixel size of the file at ``path``, from its header
+    alone (no data read)."""
+    probe = io.probe(path)
+    return {"format": probe.metadata.format, "shape": list(probe.shape), "dtype": str(dtypes.base_of(probe.dtype)),
+            "kind": probe.kind, "pixel_size": list(probe.metadata.pixel_size), "pixel_unit": probe.metadata.unit}
+
+
+# -- tile geometry ----------------------------------------------------------------------------------------
+
+def levels(rows: int, cols: int) -> int:
+    """How many tile levels a plane has: level L block-means 2^L x 2^L pixels; the last fits in one tile."""
+    top = 0
+    while max(rows, cols) > TILE << top:
+        top += 1
+    return top + 1
+
+
+def level_shape(rows: int, cols: int, level: int) -> tuple[int, int]:
+    """The plane's shape at ``level``: ceil(n / 2^L) (blocks cut by the edge are the means of their pixels,
+    as :func:`noa_core.pictures.drawing.read_plane` makes them)."""
+    k = 1 << level
+    return -(-rows // k), -(-cols // k)
+
+
+def tile_region(rows: int, cols: int, level: int, x: int, y: int) -> Region:
+    """The region of a ``rows`` x ``cols`` plane that tile (``x``, ``y``) of ``level`` shows (cut by the plane's
+    edge); ParameterError naming ``level``, ``x`` or ``y`` when the plane has no such tile."""
+    count = levels(rows, cols)
+    if not 0 <= level < count:
+        raise ParameterError(f"{level}: this plane ({rows} x {cols}) has levels 0 to {count - 1}", "level")
+    level_rows, level_cols = level_shape(rows, cols, level)
+    across, down = math.ceil(level_cols / TILE), math.ceil(level_rows / TILE)
+    if not 0 <= x < across:
+        raise ParameterError(f"{x}: level {level} has tiles 0 to {across - 1} across", "x")
+    if not 0 <= y < down:
+        raise ParameterError(f"{y}: level {level} has tiles 0 to {down - 1} down", "y")
+    side = TILE << level
+    return y * side, min((y + 1) * side, rows), x * side, min((x + 1) * side, cols)
+
+
+# -- reading ----------------------------------------------------------------------------------------------
+
+def read(path: str | os.PathLike, plane: Plane, *, region: Region | None = None, step: int = 1,
+         spectrum: bool = False, max_voxels: int | None = None) -> np.ndarray:
+    """The plane's values (its ``region``, block-meaned ``step`` x ``step``), read once the voxels this reads
+    are within ``max_voxels`` (LimitError; None: no limit) and the memory drawing them (and with ``spectrum``,
+    transforming them) takes is within what the machine has (MemoryLimitError)."""
+    rows, cols = drawing.plane_shape(path, axis=plane.axis)
+    top, bottom, left, right = region or (0, rows, 0, cols)
+    if max_voxels is not None:
+        check_voxels([(_depth(path, plane), bottom - top, right - left)], max_voxels)
+    pixels = -(-(bottom - top) // step) * -(-(right - left) // step)
+    check_working_memory(drawing.working_bytes(pixels, spectrum=pixels if spectrum else 0), f"{path}: drawing")
+    return drawing.read_plane(path, **plane.read_args(), region=region, step=step)
+
+
+def _depth(path: str | os.PathLike, plane: Plane) -> int:
+    """How many planes a projection averages (1 for a slice)."""
+    return drawing.depth_extent(io.probe(path).shape, plane.axis) if plane.projection else 1
+
+
+@dataclass(frozen=True)
+class Overview:
+    """A plane block-meaned ``step`` x ``step`` to at most :data:`OVERVIEW` pixels a side (``values``), and the
+    plane's full ``shape`` (rows, cols)."""
+
+    values: np.ndarray
+    step: int
+    shape: tuple[int, int]
+
+
+class Overviews:
+    """The last ``keep`` overviews, by file identity and plane: the tiles of one plane take their contrast
+    limits from it without reading it each time. Shared by threads."""
+
+    def __init__(self, keep: int = 8):
+        self.keep = keep
+        self._held: OrderedDict[tuple[str, Plane], Overview] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, path: str | os.PathLike, file_identity: str, plane: Plane, *,
+            max_voxels: int | None = None) -> Overview:
+        """The overview of ``plane`` of the file at ``path`` whose :func:`identity` is ``file_identity``: the
+        one kept, else read (:func:`read`, ``max_voxels`` its limit) and kept."""
+        key = (file_identity, plane)
+        with self._lock:
+            if key in self._held:
+                self._held.move_to_end(key)
+                return self._held[key]
+        rows, cols = drawing.plane_shape(path, axis=plane.axis)
+        step = max(1, math.ceil(max(rows, cols) / OVERVIEW))
+        held = Overview(read(path, plane, step=step, max_voxels=max_voxels), step, (rows, cols))
+        with self._lock:
+            self._held[key] = held
+            while len(self._held) > self.keep:
+                self._held.popitem(last=False)
+        return held
+
+
+# -- answers ----------------------------------------------------------------------------------------------
+
+def picture(values: np.ndarray, display: Display, lo: float, hi: float) -> bytes:
+    """``values`` drawn between ``lo`` (black) and ``hi`` (white) as ``display`` says, encoded."""
+    pixels = drawing.colorize(drawing.to_gray(values, lo, hi, invert=display.invert), display.cmap)
+    return drawing.encode(pixels, display.format, quality=display.quality)
+
+
+def image(path: str | os.PathLike, plane: Plane, display: Display, size: int, *, spectrum: bool = False,
+          max_voxels: int | None = None) -> bytes:
+    """The plane (or, with ``spectrum``, its centred log power spectrum: that of the central
+    :data:`SPECTRUM_BOX` square of larger planes) at most ``size`` pixels a side, its contrast limits computed
+    over what is drawn."""
+    rows, cols = drawing.plane_shape(path, axis=plane.axis)
+    if spectrum:
+        box_rows, box_cols = min(rows, SPECTRUM_BOX), min(cols, SPECTRUM_BOX)
+        top, left = (rows - box_rows) // 2, (cols - box_cols) // 2
+        values = read(path, plane, region=(top, top + box_rows, left, left + box_cols), spectrum=True,
+                      max_voxels=max_voxels)
+        values = drawing.downsample(drawing.log_spectrum(values), size)
+    else:
+        values = read(path, plane, step=max(1, math.ceil(max(rows, cols) / size)), max_voxels=max_voxels)
+    lo, hi = drawing.contrast_limits(values, display.contrast)
+    return picture(values, display, lo, hi)
+
+
+def tile(path: str | os.PathLike, plane: Plane, display: Display, level: int, x: int, y: int, *,
+         file_identity: str, overviews: Overviews, max_voxels: int | None = None) -> bytes:
+    """Tile (``x``, ``y``) of ``level`` (:func:`tile_region`); only its region is read. Contrast limits come
+    from the plane's overview in ``overviews`` unless given as range:A,B."""
+    rows, cols = drawing.plane_shape(path, axis=plane.axis)
+    region = tile_region(rows, cols, level, x, y)
+    given = drawing.parse_contrast(display.contrast)[0] == "range"
+    overview = () if given else overviews.get(path, file_identity, plane, max_voxels=max_voxels).values
+    lo, hi = drawing.contrast_limits(overview, display.contrast)
+    return picture(read(path, plane, region=region, step=1 << level, max_voxels=max_voxels), display, lo, hi)
+
+
+def histogram(path: str | os.PathLike, plane: Plane, *, file_identity: str, overviews: Overviews, bins: int = 256,
+              contrast: str | None = None, max_voxels: int | None = None) -> dict[str, Any]:
+    """The histogram of the plane's overview (in ``overviews``) in ``bins`` bins, its statistics (None when no
+    value is finite), the limits of each rule of :data:`RULES` and of ``contrast``, and the plane's geometry
+    (its shape, the overview's step, the tile size, how many levels)."""
+    overview = overviews.get(path, file_identity, plane, max_voxels=max_voxels)
+    (rows, cols), values = overview.shape, overview.values
+    finite = values[np.isfinite(values)]
+    counts, edges = drawing.histogram(finite, bins)
+    rules = RULES if contrast is None or contrast in RULES else (*RULES, contrast)
+    return {
+        "plane": [rows, cols], "step": overview.step, "tile": TILE, "levels": levels(rows, cols),
+        "counts": [int(c) for c in counts], "edges": [float(e) for e in edges],
+        "limits": {rule: [float(v) for v in drawing.contrast_limits(values, rule)] for rule in rules},
+        "statistics": {"min": float(finite.min()), "max": float(finite.max()), "mean": float(finite.mean()),
+                       "sd": float(finite.std())} if finite.size else None,
+    }
+
+
+def value(path: str | os.PathLike, plane: Plane, x: int, y: int) -> float:
+    """The value of the plane at column ``x``, row ``y`` (the mean along the axis for a projection);
+    ParameterError naming ``x`` or ``y`` outside the plane."""
+    rows, cols = drawing.plane_shape(path, axis=plane.axis)
+    if not 0 <= x < cols:
+        raise ParameterError(f"{x}: the plane has columns 0 to {cols - 1}", "x")
+    if not 0 <= y < rows:
+        raise ParameterError(f"{y}: the plane has rows 0 to {rows - 1}", "y")
+    return float(drawing.read_plane(path, **plane.read_args(), region=(y, y + 1, x, x + 1))[0, 0])
