@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError
+from noa_core.errors import MissingFileError, NoSpaceError, NotAFileError, OutputExistsError
 from noa_core.io import libc
 
 try:
@@ -424,6 +424,25 @@ def _rename(source: Path, target: Path, flags: int) -> bool:
     if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
         return False
     raise OSError(err, os.strerror(err), str(target))
+
+
+def reserve(fd: int, size: int, no_space: str) -> None:
+    """Give the file ``fd`` its first ``size`` bytes of disk blocks now (an output, or data decoded to be
+    mapped): a full disk is then this error, before any work, and never a SIGBUS while the file is written or
+    read through a mapping, which would kill the process and leave the temporary file behind.
+
+    A full disk or quota raises NoSpaceError with the message ``no_space`` (naming the file the user asked
+    for). On a file system that cannot allocate ahead the file is only made ``size`` bytes long where it is
+    shorter (sparse, as a last resort)."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise NoSpaceError(no_space) from None
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        if os.fstat(fd).st_size < size:
+            os.ftruncate(fd, size)
 
 
 def fsync_output(path: Path) -> None:

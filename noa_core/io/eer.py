@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import array
 import contextlib
-import errno
 import functools
 import math
 import os
@@ -42,7 +41,7 @@ import tempfile
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,16 +54,16 @@ from noa_core.errors import (
     CorruptFileError,
     FileFormatError,
     HeaderError,
-    NoSpaceError,
     ParameterError,
     SizeError,
     TruncatedFileError,
     WriteDTypeError,
 )
-from noa_core.io import libc, mapped
+from noa_core.io import atomic, libc, mapped
 from noa_core.io.compression import open_input
 from noa_core.io.metadata import HeaderStatistics, Metadata
-from noa_core.io.protocol import EER_READ_OPTIONS, Created, OutputSpec, Probe, ReadRequest
+from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
+from noa_core.io.read_options import EerReadOptions
 from noa_core.array.layout import Shape4
 from noa_core.limits import MAX_OUTPUT_BYTES
 
@@ -392,11 +391,11 @@ class Fractions:
         return layout.as_shape4((len(self.groups), 1, movie.height * self.factor[0], movie.width * self.factor[1]))
 
 
-def fractions(path: Path, movie: Movie, request: ReadRequest) -> Fractions:
-    """The fractions ``request`` asks of ``movie``, checked: group size, what to do with the frames left
+def fractions(path: Path, movie: Movie, options: EerReadOptions) -> Fractions:
+    """The fractions ``options`` ask of ``movie``, checked: group size, what to do with the frames left
     over, and the grid (sub-pixel bits bound the upsampling)."""
-    group = request.eer_group or 1
-    upsampling = request.eer_upsampling or 1
+    group = options.frames_per_fraction
+    upsampling = options.eer_upsampling
     level = upsampling - 1
     skip, horz, vert = movie.bits
     if level > min(horz, vert):
@@ -414,7 +413,7 @@ def fractions(path: Path, movie: Movie, request: ReadRequest) -> Fractions:
     notices = []
     whole, left = divmod(movie.frames, group)
     groups = [range(i * group, (i + 1) * group) for i in range(whole)]
-    if left and (request.eer_group_last or "drop") == "keep":
+    if left and options.eer_group_last == "keep":
         groups.append(range(whole * group, movie.frames))
         notices.append(f"{path}: {movie.frames} frames in fractions of {group}: the last fraction sums the "
                        f"{left} frames left over")
@@ -425,7 +424,7 @@ def fractions(path: Path, movie: Movie, request: ReadRequest) -> Fractions:
     if not groups:
         raise ParameterError(f"{path}: {group} frames a fraction, and the movie has {movie.frames}; pass "
                              "--eer-group-last keep to sum them all, or a smaller --eer-group", "eer_group")
-    dtype = np.dtype(np.float32 if request.gain else np.uint16)
+    dtype = np.dtype(np.float32 if options.gain else np.uint16)
     return Fractions(groups, factor, dtype, notices)
 
 
@@ -724,19 +723,6 @@ def _punch_hole(fd: int, offset: int, length: int) -> None:
         call(fd, 0x02 | 0x01, offset, length)
 
 
-def _allocate(path: Path, fd: int, nbytes: int, folder: str) -> None:
-    """Give the temporary file its blocks now: a disk that fills while the mapping is read would be a SIGBUS."""
-    try:
-        os.posix_fallocate(fd, 0, nbytes)
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise NoSpaceError(f"{path}: decoding the {nbytes} bytes of fractions: no space left in {folder}") \
-                from None
-        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-            raise
-        os.ftruncate(fd, nbytes)
-
-
 def _read_fractions(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray | None, to_file: bool,
                     tiles: bool = False) -> np.ndarray:
     """Every fraction, ``(fractions, H, W)``: in an unlinked temporary file mapped read-only (``to_file``), else
@@ -755,7 +741,9 @@ def _read_fractions(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray 
         return data
     folder = mapped.spill_folder(path, nbytes, "frames", "decoding")
     with tempfile.TemporaryFile(prefix="noa-", suffix=".eer-decoded", dir=folder) as temp:
-        _allocate(path, temp.fileno(), nbytes, folder)
+        # its blocks now: a disk that fills while the mapping is read would be a SIGBUS
+        atomic.reserve(temp.fileno(), nbytes, f"{path}: decoding the {nbytes} bytes of fractions: no space left in "
+                       f"{folder}")
         if tiles:
             on_demand = _OnDemand(path, movie, plan, gain, os.dup(temp.fileno()))
             data = mapped.map_input(path, 0, plan.dtype, math.prod(shape), private=True, fd=temp.fileno(),
@@ -781,34 +769,25 @@ def _acquisition_label(acquisition: dict[str, Any]) -> str | None:
     return "EER " + ", ".join(parts) if parts else None
 
 
-def _metadata(path: Path, movie: Movie, plan: Fractions, request: ReadRequest) -> Metadata:
+def _metadata(path: Path, movie: Movie, plan: Fractions, options: EerReadOptions) -> Metadata:
     group = len(plan.groups[0])
     coding = f"EER {movie.frames} frames, compression {movie.compression} (bits {','.join(map(str, movie.bits))})"
     labels = [coding] + [label for label in [_acquisition_label(movie.acquisition)] if label]
     upsampling = plan.factor[0].bit_length()
     axes = (f"frames -> B: {len(plan.groups)} fractions of {group} of the {movie.frames} frames, "
             f"{movie.width} x {movie.height} detector at upsampling {upsampling}"
-            + (f", times the gain {request.gain}" if request.gain else ""))
+            + (f", times the gain {options.gain}" if options.gain else ""))
     return Metadata(format=FORMAT.name, shape=plan.shape(movie), dtype=plan.dtype.name, pixel_size=(0.0, 0.0, 0.0),
                     unit=None, labels=labels, order="C", axes=axes, path=str(path), notices=list(plan.notices))
 
 
-def _check_request(path: Path, request: ReadRequest) -> None:
-    if request.as_stack or request.as_volume:
-        raise FileFormatError(f"{path}: as_stack/as_volume: an EER movie reads as a stack of fractions; these "
-                              "options are for MRC")
-    if request.series is not None:
-        raise FileFormatError(f"{path}: series: an EER movie has one series of frames; series= is for TIFF")
-    if not request.gain and (request.gain_flip_y or request.gain_rotate):
+def _opened(path: Path, options: EerReadOptions) -> tuple[Movie, Fractions]:
+    if not options.gain and (options.gain_flip_y or options.gain_rotate):
         raise ParameterError(f"{path}: --gain-flip-y and --gain-rotate turn a gain; pass --gain FILE", "gain")
-
-
-def _opened(path: Path, request: ReadRequest) -> tuple[Movie, Fractions]:
-    _check_request(path, request)
     movie = parse(path)
-    plan = fractions(path, movie, request)
-    if request.gain:
-        check_gain_header(Path(request.gain), path, movie, plan.factor, request.gain_rotate or 0)
+    plan = fractions(path, movie, options)
+    if options.gain:
+        check_gain_header(Path(options.gain), path, movie, plan.factor, options.quarter_turns)
     return movie, plan
 
 
@@ -822,7 +801,10 @@ class EerFormat:
     media_type = "image/tiff"
     compressed_input = False  # the pages are found by offset
     header_statistics = False
-    read_options = EER_READ_OPTIONS
+    store = False
+    read_options = EerReadOptions
+    lacking: Mapping[str, str] = {"as_stack/as_volume": "an EER movie reads as a stack of fractions",
+                                  "series": "an EER movie has one series of frames"}
 
     def detect(self, head: bytes, path: Path) -> bool:
         return first_compression(path, head) in COMPRESSIONS
@@ -833,22 +815,23 @@ class EerFormat:
                                    "a plain TIFF is read under a .tif name")
         raise CorruptFileError(f"{path}: magic bytes: {head[:4]!r} is not a TIFF signature, so not an EER movie")
 
-    def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
+    def read(self, path: Path, request: ReadRequest[EerReadOptions]) -> tuple[Array, Metadata]:
         from noa_core.array import asarray
 
-        movie, plan = _opened(path, request)
-        metadata = _metadata(path, movie, plan, request)
+        options = request.options
+        movie, plan = _opened(path, options)
+        metadata = _metadata(path, movie, plan, options)
         gain = None
-        if request.gain:
-            gain = reading_gain(Path(request.gain), path, movie, plan.factor, bool(request.gain_flip_y),
-                                request.gain_rotate or 0, metadata.notices)
+        if options.gain:
+            gain = reading_gain(Path(options.gain), path, movie, plan.factor, bool(options.gain_flip_y),
+                                options.quarter_turns, metadata.notices)
         data = _read_fractions(path, movie, plan, gain, to_file=request.mmap, tiles=request.tiles)
         return asarray(data[:, None]), metadata
 
-    def probe(self, path: Path, request: ReadRequest) -> Probe:
-        movie, plan = _opened(path, request)
+    def probe(self, path: Path, request: ReadRequest[EerReadOptions]) -> Probe:
+        movie, plan = _opened(path, request.options)
         shape = plan.shape(movie)
-        return Probe(shape, layout.strides_for(shape), plan.dtype, _metadata(path, movie, plan, request))
+        return Probe(shape, layout.strides_for(shape), plan.dtype, _metadata(path, movie, plan, request.options))
 
     def check_writable(self, dtype: np.dtype, shape: Shape4, path: Path) -> None:
         raise WriteDTypeError(f"{path}: EER is read, not written; write the fractions as .mrc or .tif")

@@ -1,21 +1,28 @@
-"""The registry of file formats, and choosing one: magic bytes first, the extension second.
+"""The registry of file formats, choosing one (magic bytes first, the extension second), and reading through it
+(:func:`read`, :func:`probe`).
 
-Adding a format is one module implementing :class:`~noa_core.io.protocol.ImageFormat` plus one line
-in :data:`FORMATS` (formats of one file) or :data:`STORES` (formats whose files are directories, e.g.
-OME-Zarr: they cannot be sent or received as one file over HTTP, so the service's upload mode, which
-lists :data:`FORMATS`, does not offer them). Also here: the checks every input path gets before any
-format sees it.
+Adding a format is one module implementing :class:`~noa_core.io.protocol.ImageFormat` (its read options declared
+in :mod:`noa_core.io.read_options`) plus one line in :data:`FORMATS` (formats of one file, read and written),
+:data:`MOVIES` (read only) or :data:`STORES` (formats whose files are directories, e.g. OME-Zarr: they cannot be
+sent or received as one file over HTTP, so the service's upload mode, which lists :data:`FORMATS`, does not offer
+them), and its tests subclassing the conformance suite (``tests/io/conformance.py``). Also here: the checks every
+input path gets before any format sees it, and the refusal of read options a format does not take.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from noa_core.errors import EmptyFileError, NotAFileError, UnknownFormatError
-from noa_core.io import compression, mrc
-from noa_core.io.protocol import ImageFormat
+from noa_core.errors import EmptyFileError, FileFormatError, NotAFileError, UnknownFormatError
+from noa_core.io import compression, mrc, read_options
+from noa_core.io.protocol import ImageFormat, Probe, ReadRequest
+
+if TYPE_CHECKING:
+    from noa_core.array import Array
+    from noa_core.io.metadata import Metadata
 
 
 class _Registry(Sequence[ImageFormat]):
@@ -191,3 +198,63 @@ def strip_image_suffix(name: str) -> str:
         if ext.lower() in suffixes:
             stem = stem[:-len(ext)]
     return stem
+
+
+# -- reading through the formats --------------------------------------------------------------------
+
+
+def read(path: str | os.PathLike, *, mmap: bool = True, tiles: bool = False,
+         **options: Any) -> tuple[Array, Metadata]:
+    """Read a file of any registered format (found by :func:`detect`) as a BDHW array.
+
+    Args:
+        path: the file, or a store's directory.
+        mmap: map uncompressed data read-only instead of loading it (the Array is then not writable).
+        tiles: the array will be read only tile by tile by :func:`noa_core.io.mapped.read_view` (a plan's
+            sources), so a format may make its data as the tiles ask (EER decodes fractions on demand).
+        options: the read options of the file's format, by name: the fields of its dataclass in
+            :mod:`noa_core.io.read_options` (MRC's stack or volume, TIFF's series, channel and level, OME-Zarr's
+            channel and level, EER's grouping, upsampling and gain). None (or the option's default) asks for
+            nothing; an option given that the file's format does not take is a FileFormatError naming it, a name
+            no format takes a TypeError.
+
+    Returns:
+        The BDHW array (a permuted view when the file's axes are not Z, Y, X) and its metadata.
+    """
+    fmt, p, request = _request(path, options, mmap=mmap, tiles=tiles)
+    return fmt.read(p, request)
+
+
+def probe(path: str | os.PathLike, **options: Any) -> Probe:
+    """What :func:`read` would give, from the header alone: BDHW shape, strides, dtype and metadata.
+
+    No data are read or decompressed (a compressed MRC: its first kilobyte and extended header), yet
+    the header's sizes are checked against what the file can hold. Read options as for :func:`read`.
+    """
+    fmt, p, request = _request(path, options)
+    return fmt.probe(p, request)
+
+
+def _request(path: str | os.PathLike, options: Mapping[str, Any],
+             **how: bool) -> tuple[ImageFormat, Path, ReadRequest]:
+    """The format of the input ``path``, the path checked, and the request its read takes (the options given, as
+    the format's read options)."""
+    asked = read_options.given(options)  # names no format declares are refused before the file is looked at
+    p = check_input(path)
+    fmt, kind = detect(p)
+    return fmt, p, ReadRequest(requested(fmt, p, asked), compression=kind, **how)
+
+
+def requested(fmt: ImageFormat, path: Path, asked: Mapping[str, Any]) -> Any:
+    """``fmt``'s read options holding the options ``asked`` (given: :func:`noa_core.io.read_options.given`); an
+    option it does not take is refused, naming the file and the option, with the formats that take it."""
+    own = read_options.names(fmt.read_options)
+    for name, f in read_options.fields().items():
+        if name in asked and name not in own:
+            label = f.metadata["label"] or name
+            lacking = fmt.lacking.get(label, f"{fmt.title} files have no {f.metadata['what']}")
+            takers = " and ".join(other.title for other in ALL_FORMATS
+                                  if name in read_options.names(other.read_options))
+            for_them = f"these options are for {takers}" if label != name else f"{name}= is for {takers}"
+            raise FileFormatError(f"{path}: {label}: {lacking}; {for_them}")
+    return fmt.read_options(**asked)

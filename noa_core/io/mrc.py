@@ -45,6 +45,7 @@ from noa_core.io import mapped
 from noa_core.io.compression import CHUNK_BYTES, Decompressed, open_input
 from noa_core.io.metadata import ANGSTROM, Metadata, HeaderStatistics, Triple, permute_per_axis
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
+from noa_core.io.read_options import MrcReadOptions
 from noa_core.array.layout import Shape4
 
 if TYPE_CHECKING:
@@ -329,8 +330,8 @@ def _ispg0_volume(path: Path, header: np.record, sections: int) -> bool:
             and not name.endswith(_STACK_NAMES))
 
 
-def _bdhw_split(path: Path, header: np.record, nz_xyz: int, as_stack: bool | None,
-                as_volume: bool | None, notices: list[str]) -> tuple[int, int, str]:
+def _bdhw_split(path: Path, header: np.record, nz_xyz: int, as_stack: bool,
+                as_volume: bool, notices: list[str]) -> tuple[int, int, str]:
     """``(batch, depth, why)`` for the Z extent of a file, from ispg/mz or the caller's override; a
     choice the user may want to override is added to ``notices``."""
     if as_stack and as_volume:
@@ -414,7 +415,7 @@ def _array_dtype(header: np.record) -> np.dtype:
                                                                     _file_dtype(header).newbyteorder("="))
 
 
-def _bdhw_layout(path: Path, header: np.record, as_stack: bool | None, as_volume: bool | None,
+def _bdhw_layout(path: Path, header: np.record, as_stack: bool, as_volume: bool,
                  notices: list[str]) -> tuple[Shape4, layout.Strides4, str]:
     """BDHW shape and element strides of the array a read gives (its sections are packed in C order),
     and the axis mapping in words; notices for the user are added to ``notices``."""
@@ -470,7 +471,8 @@ def _spill(path: Path, source: Decompressed, nbytes: int, dtype: np.dtype) -> np
                                 fd=temp.fileno())
 
 
-def _read_data(path: Path, header: np.record, source, file: BinaryIO, request: ReadRequest) -> np.ndarray:
+def _read_data(path: Path, header: np.record, source, file: BinaryIO,
+               request: ReadRequest[MrcReadOptions]) -> np.ndarray:
     """The stored values as a flat array (mapped where possible); a compressed stream is checked to its end."""
     nbytes, file_dtype = data_bytes(header), _file_dtype(header)
     count = nbytes // file_dtype.itemsize
@@ -491,7 +493,7 @@ def _read_data(path: Path, header: np.record, source, file: BinaryIO, request: R
     return flat
 
 
-def _read(path: Path, request: ReadRequest):
+def _read(path: Path, request: ReadRequest[MrcReadOptions]):
     """Read an MRC file: ``(Array, Metadata)``. Uncompressed native-order files map lazily."""
     from noa_core.array import asarray
 
@@ -504,19 +506,19 @@ def _read(path: Path, request: ReadRequest):
     nx, ny, nz = (int(header[k]) for k in ("nx", "ny", "nz"))
     disk = _decode(flat, header) if int(header["mode"]) in (3, 101) else flat.reshape(nz, ny, nx)
     notices: list[str] = []
-    shape, strides, axes = _bdhw_layout(path, header, request.as_stack, request.as_volume, notices)
+    shape, strides, axes = _bdhw_layout(path, header, request.options.as_stack, request.options.as_volume, notices)
     bdhw = as_strided(disk, shape, tuple(s * disk.itemsize for s in strides), writeable=disk.flags.writeable)
     array = asarray(bdhw)
     return array, _metadata(path, header, array.shape, array.dtype, array.order, extended, axes, notices)
 
 
-def _probe(path: Path, request: ReadRequest) -> Probe:
+def _probe(path: Path, request: ReadRequest[MrcReadOptions]) -> Probe:
     """What :func:`_read` gives, from the header and extended header alone."""
     with open_input(path) as file:
         header, extended = _read_header(path, _open(path, request.compression, file), file,
                                         request.compression is not None)
     notices: list[str] = []
-    shape, strides, axes = _bdhw_layout(path, header, request.as_stack, request.as_volume, notices)
+    shape, strides, axes = _bdhw_layout(path, header, request.options.as_stack, request.options.as_volume, notices)
     dtype = _array_dtype(header)
     return Probe(shape, strides, dtype,
                  _metadata(path, header, shape, dtype, layout.order_of(shape, strides), extended, axes, notices))
@@ -789,11 +791,6 @@ def _output_header(spec: OutputSpec, stats: HeaderStatistics, extended: bytes | 
     return make_header(spec, stats, labels, extended, exttyp)
 
 
-def _check_series(path: Path, request: ReadRequest) -> None:
-    if request.series is not None:
-        raise FileFormatError(f"{path}: series: MRC files hold one series; series= is for TIFF")
-
-
 class MrcFormat:
     """MRC2014 files (and older ones without the 'MAP ' mark): the MRC :class:`~noa_core.io.protocol.ImageFormat`."""
 
@@ -804,6 +801,9 @@ class MrcFormat:
     media_type = "application/octet-stream"  # MRC has no registered media type
     compressed_input = True
     header_statistics = True
+    store = False
+    read_options = MrcReadOptions
+    lacking: Mapping[str, str] = {"series": "MRC files hold one series"}
 
     def detect(self, head: bytes, path: Path) -> bool:
         offset, value = _MAP_ID
@@ -823,12 +823,10 @@ class MrcFormat:
         raise UnknownFormatError(f"{path}: not an MRC file: no 'MAP ' stamp, and its first bytes are "
                                  f"{'text' if text else 'no MRC header (sizes and mode)'}")
 
-    def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
-        _check_series(path, request)
+    def read(self, path: Path, request: ReadRequest[MrcReadOptions]) -> tuple[Array, Metadata]:
         return _read(path, request)
 
-    def probe(self, path: Path, request: ReadRequest) -> Probe:
-        _check_series(path, request)
+    def probe(self, path: Path, request: ReadRequest[MrcReadOptions]) -> Probe:
         return _probe(path, request)
 
     def check_writable(self, dtype: np.dtype, shape: Shape4, path: Path) -> None:

@@ -41,7 +41,7 @@ import stat
 import tempfile
 import weakref
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,9 +58,10 @@ from noa_core.errors import (
     TruncatedFileError,
     WriteDTypeError,
 )
-from noa_core.io import beneath, mapped, tiff
+from noa_core.io import atomic, beneath, mapped, tiff
 from noa_core.io.metadata import ANGSTROM, Metadata, HeaderStatistics, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
+from noa_core.io.read_options import OmeZarrReadOptions
 from noa_core.limits import MAX_OUTPUT_BYTES
 from noa_core.array.layout import Shape4
 
@@ -508,13 +509,13 @@ def _transforms(path: Path, entries: Any, ndim: int) -> tuple[np.ndarray, np.nda
     return scale, translation
 
 
-def _level(path: Path, request: ReadRequest, notices: list[str]) -> _Level:
-    """Open the multiscale image of the store at ``path`` and its level ``request.level`` (default 0)."""
+def _level(path: Path, options: OmeZarrReadOptions, notices: list[str]) -> _Level:
+    """Open the multiscale image of the store at ``path`` and its level ``options.level`` (default 0)."""
     import zarr
 
     node = _open_node(path)
     if isinstance(node, zarr.Array):  # a bare array: no axes named, no pixel size
-        if request.level:
+        if options.level:
             raise HeaderError(f"{path}: level: a bare zarr array has one level (0)")
         letters = {2: "YX", 3: "ZYX", 4: "TZYX"}.get(node.ndim)
         if letters is None:
@@ -537,7 +538,7 @@ def _level(path: Path, request: ReadRequest, notices: list[str]) -> _Level:
     datasets = image.get("datasets")
     if not isinstance(datasets, list) or not datasets:
         raise HeaderError(f"{path}: multiscales datasets: none listed")
-    level = request.level or 0
+    level = options.level or 0
     if not 0 <= level < len(datasets):
         raise HeaderError(f"{path}: level: {level} is not in 0..{len(datasets) - 1}")
     dataset = datasets[level]
@@ -692,8 +693,8 @@ DecodedKey = tuple[Path, int, "int | None"]
 _DECODED: dict[DecodedKey, Path] = {}
 
 
-def decoded_key(path: Path, request: ReadRequest) -> DecodedKey:
-    return Path(path).resolve(), request.level or 0, request.channel
+def decoded_key(path: Path, options: OmeZarrReadOptions) -> DecodedKey:
+    return Path(path).resolve(), options.level or 0, options.channel
 
 
 @contextlib.contextmanager
@@ -708,35 +709,28 @@ def decoded_inputs(files: dict[DecodedKey, Path]) -> Iterator[None]:
             _DECODED.pop(key, None)
 
 
-def decoding(path: Path, request: ReadRequest, budget: int = BLOCK_BYTES) -> tuple[int, list[tuple[slice, ...]]]:
-    """What decoding the selected data of the store at ``path`` takes: the bytes of the decoded data
+def decoding(path: Path, options: OmeZarrReadOptions,
+             budget: int = BLOCK_BYTES) -> tuple[int, list[tuple[slice, ...]]]:
+    """What decoding the data ``options`` select of the store at ``path`` takes: the bytes of the decoded data
     (C order, as :func:`decode_blocks` writes them) and the chunk-aligned blocks, each about ``budget``."""
-    level, dtype, selection, shape, _ = _selected(path, request, [])
+    level, dtype, selection, shape, _ = _selected(path, options, [])
     blocks = list(_blocks(shape, _selected_chunks(level, selection), dtype.itemsize, budget))
     return math.prod(shape) * dtype.itemsize, blocks
 
 
-def decode_blocks(path: Path, request: ReadRequest, raw: Path, blocks: Sequence[tuple[slice, ...]]) -> None:
+def decode_blocks(path: Path, options: OmeZarrReadOptions, raw: Path, blocks: Sequence[tuple[slice, ...]]) -> None:
     """Decode ``blocks`` (from :func:`decoding`) of the store at ``path`` into their place in ``raw`` (a file
     of the decoded size), and make them durable: one task of a decoding shared by several processes."""
-    level, dtype, selection, shape, _ = _selected(path, request, [])
+    level, dtype, selection, shape, _ = _selected(path, options, [])
     with open(raw, "r+b") as file:
         _decode_into(path, level, selection, blocks, _box_writer(file.fileno(), shape, dtype, path))
         os.fdatasync(file.fileno())
 
 
 def allocate(path: Path, fd: int, nbytes: int, folder: str) -> None:
-    """Give the temporary file its blocks now: a disk that fills while the mapping is written would be
-    a SIGBUS (killing the process), and is an error here instead."""
-    try:
-        os.posix_fallocate(fd, 0, nbytes)
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise NoSpaceError(f"{path}: shape: decoding the {nbytes} bytes of data: no space left in {folder}") \
-                from None
-        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-            raise
-        os.ftruncate(fd, nbytes)  # a file system that cannot allocate ahead: sparse, as a last resort
+    """Give the temporary file ``fd`` (in ``folder``) the blocks of the ``nbytes`` decoded from the store at ``path``
+    now: a disk that fills while the mapping is written would be a SIGBUS (killing the process)."""
+    atomic.reserve(fd, nbytes, f"{path}: shape: decoding the {nbytes} bytes of data: no space left in {folder}")
 
 
 def _metadata(path: Path, level: _Level, shape: Shape4, dtype: np.dtype, words: str,
@@ -758,27 +752,26 @@ def _metadata(path: Path, level: _Level, shape: Shape4, dtype: np.dtype, words: 
                     axes=f"{words} (NGFF {level.version})", path=str(path), notices=notices)
 
 
-def _selected(path: Path, request: ReadRequest,
+def _selected(path: Path, options: OmeZarrReadOptions,
               notices: list[str]) -> tuple[_Level, np.dtype, tuple, tuple[int, ...], str]:
     """The level, element type, selection (all, or one channel), shape and axis letters a read takes."""
-    _check_request(path, request)
-    level = _level(path, request, notices)
+    level = _level(path, options, notices)
     dtype = _dtype_of(path, level.array)
-    selection, shape, letters = _select_channel(path, level, request.channel)
+    selection, shape, letters = _select_channel(path, level, options.channel)
     # Before anything (even a stand-in array) is made in the shape's proportion: no real store holds more.
     if math.prod(shape) * dtype.itemsize > MAX_OUTPUT_BYTES:
-        raise SizeError(f"{path}: shape: level {request.level or 0} of shape {tuple(level.array.shape)} "
+        raise SizeError(f"{path}: shape: level {options.level or 0} of shape {tuple(level.array.shape)} "
                         f"({dtype}) is {math.prod(shape) * dtype.itemsize:.4g} bytes, more than the "
                         f"{MAX_OUTPUT_BYTES >> 40} TiB noa reads")
     return level, dtype, selection, shape, letters
 
 
-def _parsed(path: Path, request: ReadRequest, data: bool):
+def _parsed(path: Path, request: ReadRequest[OmeZarrReadOptions], data: bool):
     notices: list[str] = []
-    level, dtype, selection, shape, letters = _selected(path, request, notices)
+    level, dtype, selection, shape, letters = _selected(path, request.options, notices)
     if math.prod(shape) == 0:
-        raise HeaderError(f"{path}: shape: level {request.level or 0} {tuple(level.array.shape)} is empty")
-    decoded = _DECODED.get(decoded_key(path, request)) if data else None
+        raise HeaderError(f"{path}: shape: level {request.options.level or 0} {tuple(level.array.shape)} is empty")
+    decoded = _DECODED.get(decoded_key(path, request.options)) if data else None
     if decoded is not None:  # decoded by other processes into a shared file
         values = mapped.map_input(decoded, 0, dtype, math.prod(shape)).reshape(shape)
     elif data:
@@ -798,14 +791,6 @@ def _c_strides(shape: Sequence[int]) -> list[int]:
         strides.insert(0, step)
         step *= n
     return strides
-
-
-def _check_request(path: Path, request: ReadRequest) -> None:
-    if request.as_stack or request.as_volume:
-        raise FileFormatError(f"{path}: as_stack/as_volume: OME-Zarr axes name their meaning; these options "
-                              "are for MRC")
-    if request.series is not None:
-        raise FileFormatError(f"{path}: series: OME-Zarr stores have no series; series= is for TIFF")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1009,8 +994,10 @@ class OmeZarrFormat:
     media_type = "application/vnd.ome.zarr"  # never sent: a store is a directory (see formats.STORES)
     compressed_input = False
     header_statistics = False  # NGFF has no header statistics
-    read_options = ("channel", "level")
     store = True
+    read_options = OmeZarrReadOptions
+    lacking: Mapping[str, str] = {"as_stack/as_volume": "OME-Zarr axes name their meaning",
+                                  "series": "OME-Zarr stores have no series"}
 
     def detect(self, head: bytes, path: Path) -> bool:
         return is_store(path)
@@ -1018,13 +1005,13 @@ class OmeZarrFormat:
     def claim_by_extension(self, head: bytes, path: Path) -> bool:
         raise FileFormatError(f"{path}: an OME-Zarr store is a directory, and this is a file")
 
-    def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
+    def read(self, path: Path, request: ReadRequest[OmeZarrReadOptions]) -> tuple[Array, Metadata]:
         from noa_core.array import asarray
 
         bdhw, metadata = _parsed(path, request, data=True)
         return asarray(bdhw), metadata
 
-    def probe(self, path: Path, request: ReadRequest) -> Probe:
+    def probe(self, path: Path, request: ReadRequest[OmeZarrReadOptions]) -> Probe:
         view, metadata = _parsed(path, request, data=False)
         strides = layout.as_strides4(tuple(s // view.itemsize for s in view.strides))
         return Probe(metadata.shape, strides, np.dtype(view.dtype), metadata)

@@ -1,12 +1,17 @@
 """The interface every file format implements, after noa C++'s image encoder concept (core/io/Encoders.hpp).
 
 A format is one object (``FORMAT`` in its module, e.g. :data:`noa_core.io.mrc.FORMAT`) listed in
-:data:`noa_core.io.formats.FORMATS`. Over the small common header, :class:`~noa_core.io.metadata.Metadata`,
-it says which files are its own (:meth:`ImageFormat.detect`), reads one as a BDHW array
-(:meth:`ImageFormat.read`) or only what its header says of it (:meth:`ImageFormat.probe`), and writes an output in three steps driven by
-:class:`noa_core.io.stream.Writer`: refuse what it cannot store (:meth:`ImageFormat.check_writable`),
-lay out the file with room for the packed data (:meth:`ImageFormat.create`), and, once the data are
-written, complete the header (:meth:`ImageFormat.finish`). The Writer maps and fills the data itself.
+:data:`noa_core.io.formats.FORMATS` (or MOVIES, read only, or STORES, directories). Over the small common
+header, :class:`~noa_core.io.metadata.Metadata`, it says which files are its own (:meth:`ImageFormat.detect`),
+reads one as a BDHW array (:meth:`ImageFormat.read`) or only what its header says of it
+(:meth:`ImageFormat.probe`), with the read options it declares (``read_options``), and writes an output in
+three steps driven by :class:`noa_core.io.stream.Writer`: refuse what it cannot store
+(:meth:`ImageFormat.check_writable`), lay out the file with room for the packed data
+(:meth:`ImageFormat.create`), and, once the data are written, complete the header (:meth:`ImageFormat.finish`).
+The Writer maps and fills the data itself.
+
+What every format promises is tested once, by the conformance suite ``tests/io/conformance.py``
+(``FormatTests``) that each format's tests subclass.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -26,46 +31,28 @@ if TYPE_CHECKING:
     from noa_core.array import Array
 
 
+OptionsT = TypeVar("OptionsT")
+
+
 @dataclass(frozen=True)
-class ReadRequest:
-    """What a read was asked for, beside the path.
+class ReadRequest(Generic[OptionsT]):
+    """What a read was asked for, beside the path: the format's own read options, and how to read the data.
 
     Attributes:
+        options: the read options given, as the format's ``read_options`` dataclass
+            (:mod:`noa_core.io.read_options`: MRC's stack or volume, TIFF's series, channel and level, ...).
         compression: 'gzip' or 'bzip2' when the file is a compressed stream (found by
             :func:`noa_core.io.formats.detect`), else None.
-        as_stack: read the sections as a stack of images whatever the header says (MRC).
-        as_volume: read the sections as one volume (MRC).
-        series: which series to read (TIFF); None for the first, with a notice when there are several.
-        channel: which channel (C axis or samples per pixel) to read (TIFF); None when the file has one.
-        level: which pyramid level to read (TIFF); None for the full resolution, level 0.
         mmap: map uncompressed data read-only instead of loading it.
         tiles: the caller reads the array only tile by tile, through :func:`noa_core.io.mapped.read_view` (a
             plan's sources): a format may then make its data as the tiles ask for them (EER decodes fractions
             on demand instead of all first).
-        eer_group, eer_group_last, eer_upsampling: EER hardware frames per fraction (None: 1), what becomes
-            of the frames left over ('drop', the default, or 'keep') and the grid (1, 2 or 3: 4K, 8K, 16K).
-        gain, gain_flip_y, gain_rotate: EER: a gain file multiplying each fraction, turned upside down and
-            rotated by 90-degree steps clockwise first (see :func:`noa_core.io.eer.load_gain`).
     """
 
+    options: OptionsT
     compression: str | None = None
-    as_stack: bool | None = None
-    as_volume: bool | None = None
-    series: int | None = None
-    channel: int | None = None
-    level: int | None = None
     mmap: bool = True
     tiles: bool = False
-    eer_group: int | None = None
-    eer_group_last: str | None = None
-    eer_upsampling: int | None = None
-    gain: str | None = None
-    gain_flip_y: bool | None = None
-    gain_rotate: int | None = None
-
-
-# The fields of a ReadRequest that only EER movies take (noa_core.io.eer lists them as its read options).
-EER_READ_OPTIONS = ("eer_group", "eer_group_last", "eer_upsampling", "gain", "gain_flip_y", "gain_rotate")
 
 
 @dataclass(frozen=True)
@@ -141,10 +128,18 @@ class ImageFormat(Protocol):
         name: short name, e.g. 'mrc' (what :attr:`Metadata.format` holds for files read by it).
         title: the name in messages, e.g. 'MRC'.
         extensions: lower-case input extensions with their dot; the first is the usual one.
-        output_extensions: extensions of outputs written in this format.
+        output_extensions: extensions of outputs written in this format (none: read only, listed in
+            :data:`noa_core.io.formats.MOVIES`).
         media_type: the HTTP media type of the format's files.
         compressed_input: whether gzip/bzip2-compressed files of this format are read.
         header_statistics: whether :meth:`finish` writes statistics (the Writer computes them then).
+        store: whether its files are directories of chunks (a :class:`StoreFormat`, listed in
+            :data:`noa_core.io.formats.STORES`) rather than one file.
+        read_options: the frozen dataclass of the read options it takes (:mod:`noa_core.io.read_options`, where
+            it is listed too): :meth:`read` and :meth:`probe` get one in ``request.options``; any other option
+            given is refused before they are called.
+        lacking: what it says of a read option it does not take, by the option's label ('series': 'MRC files
+            hold one series'); an option not named here is refused as '<title> files have no <what it reads>'.
     """
 
     name: str
@@ -154,6 +149,9 @@ class ImageFormat(Protocol):
     media_type: str
     compressed_input: bool
     header_statistics: bool
+    store: bool
+    read_options: type
+    lacking: Mapping[str, str]
 
     def detect(self, head: bytes, path: Path) -> bool:
         """Whether the first (decompressed) bytes of ``path`` carry this format's signature."""
@@ -184,8 +182,6 @@ class StoreFormat(ImageFormat, Protocol):
     :data:`noa_core.io.formats.STORES`. ``store`` is True; :meth:`detect` gets the directory's path (and
     no bytes); the Writer calls :meth:`create_store` instead of :meth:`create` and writes each tile
     through the target :meth:`tiles` gives (any process may, each its own tiles), instead of into a file."""
-
-    store: bool
 
     def create_store(self, store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:
         """Lay out an output in the empty directory ``store`` (which the commit renames onto ``spec.path``):

@@ -13,7 +13,6 @@ this path: page faults on a mapped output cost more than the copy itself.
 from __future__ import annotations
 
 import contextlib
-import errno
 import math
 import mmap as mmap_module
 import os
@@ -26,7 +25,7 @@ import numpy as np
 
 from noa_core.array import layout
 from noa_core.array import Array, asarray
-from noa_core.errors import FileFormatError, LayoutError, NoSpaceError, ShapeError
+from noa_core.errors import FileFormatError, LayoutError, ShapeError
 from noa_core.io import atomic, formats, libc, mapped
 from noa_core.io.metadata import Metadata
 from noa_core.io.protocol import OutputSpec
@@ -192,7 +191,7 @@ class Writer:
         self._temp: atomic.TemporaryOutput | None = None
         self._mmap: mmap_module.mmap | None = None
         self._array: Array | None = None
-        self.is_store = bool(getattr(self.format, "store", False))  # a directory of chunks, not a file
+        self.is_store = self.format.store  # a directory of chunks, not a file
         if not self.is_store and (write_options or {}).get("chunks") is not None:
             raise FileFormatError(f"{self.path}: chunks: {self.format.title} files are not chunked; --chunks is for "
                                   "OME-Zarr outputs (.ome.zarr)")
@@ -231,7 +230,10 @@ class Writer:
         self.notices.extend(created.notices)
         self.dtype = created.dtype or self.dtype  # what the file stores (MRC widens uint8)
         self._offset = created.offset
-        self._reserve(created.offset + math.prod(self.shape) * self.dtype.itemsize)
+        size = created.offset + math.prod(self.shape) * self.dtype.itemsize
+        # the whole file now: writing through .array (a mapping) can then never find the disk full
+        with open(self._temp.temp, "r+b") as f:
+            atomic.reserve(f.fileno(), size, f"{self.path}: no space left on device for its {size} bytes")
 
     @property
     def array(self) -> Array:
@@ -245,19 +247,6 @@ class Writer:
                                   "mapped; fill it with copy_into, fill or write_block")
             self._mmap, self._array = _map_packed(self._temp.temp, self._offset, self.dtype, self.shape, self.order)
         return self._array
-
-    def _reserve(self, size: int) -> None:
-        """Allocate the whole file now: a full disk is then an error before any tile is computed, and
-        writing through :attr:`array` (a mapping) can never find the disk full, which would be a SIGBUS
-        that kills the process and leaves the temporary file."""
-        try:
-            with open(self._temp.temp, "r+b") as f:
-                os.posix_fallocate(f.fileno(), 0, size)
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise NoSpaceError(f"{self.path}: no space left on device for its {size} bytes") from None
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a file system that cannot: sparse, as before
-                raise
 
     def _finish(self) -> None:
         sections_written = self._written.all() if self._written is not None else math.prod(self.shape) == 0
@@ -470,3 +459,24 @@ def copy_into(source: Array | np.ndarray, writer: Writer, *, block_bytes: int = 
     integer output refuses values it cannot hold, and complex cannot become real.
     """
     fill(writer, [asarray(source)], lambda blocks, dst: checked_copy(dst, blocks[0]), block_bytes=block_bytes)
+
+
+def write(path: str | os.PathLike, array, metadata: Metadata | None = None, *, overwrite: bool = False,
+          dtype=None, order: str = "C", label: str | None = None) -> list[str]:
+    """Write ``array`` to ``path`` (format from the extension) atomically; return notices.
+
+    Args:
+        array: an Array or anything :func:`noa_core.asarray` accepts.
+        metadata: pixel size, origin, labels, ... to carry (e.g. from :func:`noa_core.io.read`, or derived with
+            ``metadata.permute(perm)``); header statistics are always recomputed.
+        overwrite: replace an existing file (otherwise OutputExistsError).
+        dtype: store as this type. MRC needs one of float32, int16, uint16, float16, int8, uint8,
+            complex64; other input types must name one here (values must fit integer types).
+        order: 'C', or 'F' to store each section column-major (recorded in the file).
+        label: text of the MRC label noa appends (default: what was written).
+    """
+    source = asarray(array)
+    with create(path, source.shape, dtype or source.dtype, metadata, order=order, overwrite=overwrite,
+                label=label) as out:
+        copy_into(source, out)
+    return out.notices

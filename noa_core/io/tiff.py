@@ -29,7 +29,7 @@ import os
 import re
 import xml.etree.ElementTree as ElementTree
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -51,6 +51,7 @@ from noa_core.io import mapped
 from noa_core.io.compression import open_input
 from noa_core.io.metadata import Metadata, HeaderStatistics, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
+from noa_core.io.read_options import TiffReadOptions
 from noa_core.array.layout import Shape4
 
 if TYPE_CHECKING:
@@ -375,7 +376,7 @@ def _layout_only(tif: tifffile.TiffFile, file: BinaryIO, series, file_size: int)
 Take = Callable[["tifffile.TiffFile", BinaryIO, Any, int], np.ndarray]
 
 
-def _parsed(path: Path, request: ReadRequest, take: Take) -> tuple[np.ndarray, Metadata]:
+def _parsed(path: Path, request: ReadRequest[TiffReadOptions], take: Take) -> tuple[np.ndarray, Metadata]:
     """Open the series, level and channel of ``path`` that ``request`` asks for and hand the series to ``take``
     (the data, or a layout-only stand-in): the BDHW view of what ``take`` returns, and the metadata."""
     import tifffile  # here, not at the top: an MRC-only command need not load it (50 ms)
@@ -387,10 +388,10 @@ def _parsed(path: Path, request: ReadRequest, take: Take) -> tuple[np.ndarray, M
             file_size = os.fstat(file.fileno()).st_size
             if tif.is_ome:
                 _check_ome_sizes(path, tif, file_size)
-            index, series = _choose_series(path, tif, request.series, notices)
-            level = _choose_level(path, series, request.level, notices)
+            index, series = _choose_series(path, tif, request.options.series, notices)
+            level = _choose_level(path, series, request.options.level, notices)
             _declared_bytes(path, level, file_size)
-            bdhw, words = map_axes(path, take(tif, file, level, file_size), level.axes, request.channel)
+            bdhw, words = map_axes(path, take(tif, file, level, file_size), level.axes, request.options.channel)
             pixel, unit = _pixel_size(path, tif, index, level, notices)
             origin = _origin(_extra_metadata(tif), pixel, unit)
     except FileFormatError:
@@ -493,7 +494,7 @@ def _in_words(exc: BaseException) -> str:
     return _library_words(text or "the file structure cannot be parsed")
 
 
-def _read(path: Path, request: ReadRequest):
+def _read(path: Path, request: ReadRequest[TiffReadOptions]):
     """Read one series of a TIFF file: ``(Array, Metadata)``."""
     from noa_core.array import asarray
 
@@ -502,7 +503,7 @@ def _read(path: Path, request: ReadRequest):
     return asarray(bdhw), metadata
 
 
-def _probe(path: Path, request: ReadRequest) -> Probe:
+def _probe(path: Path, request: ReadRequest[TiffReadOptions]) -> Probe:
     """What :func:`_read` gives, from the TIFF structure alone."""
     view, metadata = _parsed(path, request, _layout_only)
     strides = layout.as_strides4(tuple(s // view.itemsize for s in view.strides))
@@ -567,11 +568,6 @@ def _calibration(metadata: Metadata | None, info: dict, imagej: bool, order: str
     return kwargs
 
 
-def _check_request(path: Path, request: ReadRequest) -> None:
-    if request.as_stack or request.as_volume:
-        raise FileFormatError(f"{path}: as_stack/as_volume: TIFF axes name their meaning; these options are for MRC")
-
-
 class TiffFormat:
     """TIFF and BigTIFF files: the TIFF :class:`~noa_core.io.protocol.ImageFormat`."""
 
@@ -582,7 +578,9 @@ class TiffFormat:
     media_type = "image/tiff"
     compressed_input = False  # tifffile needs random access: the pages are found by offset
     header_statistics = False  # TIFF has no header statistics
-    read_options = ("series", "channel", "level")
+    store = False
+    read_options = TiffReadOptions
+    lacking: Mapping[str, str] = {"as_stack/as_volume": "TIFF axes name their meaning"}
 
     def detect(self, head: bytes, path: Path) -> bool:
         return head[:4] in _MAGIC
@@ -590,12 +588,10 @@ class TiffFormat:
     def claim_by_extension(self, head: bytes, path: Path) -> bool:
         raise CorruptFileError(f"{path}: magic bytes: {head[:4]!r} is not a TIFF signature")
 
-    def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
-        _check_request(path, request)
+    def read(self, path: Path, request: ReadRequest[TiffReadOptions]) -> tuple[Array, Metadata]:
         return _read(path, request)
 
-    def probe(self, path: Path, request: ReadRequest) -> Probe:
-        _check_request(path, request)
+    def probe(self, path: Path, request: ReadRequest[TiffReadOptions]) -> Probe:
         return _probe(path, request)
 
     def check_writable(self, dtype: np.dtype, shape: Shape4, path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 import noa_core as noa
 from noa_core import io
+from noa_core.errors import NoSpaceError
 from noa_core.io import atomic
 
 
@@ -152,3 +154,72 @@ def test_leftovers_are_found_by_folder_not_by_path(tmp_path):
     finally:
         os.close(reused)
     assert not left.exists()
+
+
+# -- reserving disk blocks ahead (one reserve for outputs and for data decoded to be mapped) -----------------
+
+
+def _failing_fallocate(code: int):
+    def fallocate(fd: int, offset: int, length: int) -> None:
+        raise OSError(code, os.strerror(code))
+    return fallocate
+
+
+def test_reserve_gives_the_blocks_or_names_the_output_when_the_disk_is_full(tmp_path, monkeypatch):
+    with open(tmp_path / "a", "w+b") as f:
+        atomic.reserve(f.fileno(), 1 << 20, "never told")
+        assert os.fstat(f.fileno()).st_size == 1 << 20
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        monkeypatch.setattr(os, "posix_fallocate", _failing_fallocate(code))
+        with open(tmp_path / "b", "w+b") as f, pytest.raises(NoSpaceError, match="^b.mrc: no room$"):
+            atomic.reserve(f.fileno(), 100, "b.mrc: no room")
+    monkeypatch.setattr(os, "posix_fallocate", _failing_fallocate(errno.EBADF))
+    with open(tmp_path / "c", "w+b") as f, pytest.raises(OSError) as other:
+        atomic.reserve(f.fileno(), 100, "c")
+    assert other.value.errno == errno.EBADF
+
+
+@pytest.mark.parametrize("code", [errno.EOPNOTSUPP, errno.EINVAL])
+def test_a_file_system_without_fallocate_gets_a_sparse_file_of_the_size(tmp_path, monkeypatch, code):
+    monkeypatch.setattr(os, "posix_fallocate", _failing_fallocate(code))
+    with open(tmp_path / "short", "w+b") as f:
+        atomic.reserve(f.fileno(), 4096, "never told")
+        assert os.fstat(f.fileno()).st_size == 4096
+    (tmp_path / "long").write_bytes(b"x" * 8192)  # an output laid out longer than its data is kept whole
+    with open(tmp_path / "long", "r+b") as f:
+        atomic.reserve(f.fileno(), 4096, "never told")
+    assert (tmp_path / "long").read_bytes() == b"x" * 8192
+
+
+def _eer_movie(path: Path) -> None:
+    from test_eer import movie
+
+    movie(path)
+
+
+@pytest.mark.parametrize("kind", ["output", "eer", "omezarr"])
+def test_outputs_and_decoded_inputs_reserve_their_blocks_the_same_way(tmp_path, monkeypatch, kind):
+    """A file written (the Writer), an EER movie's fractions and an OME-Zarr store's data decoded to be mapped:
+    a full disk is one NoSpaceError naming the file the user named, and a file system that cannot allocate
+    ahead still works."""
+    if kind == "output":
+        path, refused = tmp_path / "out.mrc", f"{tmp_path / 'out.mrc'}: no space left on device for its 1120 bytes"
+        act = lambda: (_write(path), io.read(path)[0].numpy())[1]  # noqa: E731  (a header and 24 float32)
+    else:
+        path = tmp_path / ("m.eer" if kind == "eer" else "s.ome.zarr")
+        if kind == "eer":
+            _eer_movie(path)
+        else:
+            io.write(path, np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+        refused = f"{path}: {'' if kind == 'eer' else 'shape: '}decoding the "
+        act = lambda: io.read(path)[0].numpy().copy()  # noqa: E731
+    expected = act()
+    monkeypatch.setattr(os, "posix_fallocate", _failing_fallocate(errno.ENOSPC))
+    if kind == "output":
+        path.unlink()
+    with pytest.raises(NoSpaceError) as full:
+        act()
+    assert str(full.value).startswith(refused), str(full.value)
+    assert kind != "output" or not path.exists()
+    monkeypatch.setattr(os, "posix_fallocate", _failing_fallocate(errno.EOPNOTSUPP))
+    np.testing.assert_array_equal(act(), expected)

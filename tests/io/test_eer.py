@@ -17,6 +17,7 @@ import tifffile
 from hypothesis import given, settings, strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
+from conformance import FormatTests  # noqa: E402
 from eer_encoder import BITS, FULL_CODES, encode_frame, pack, random_frame, render, write_eer  # noqa: E402
 from helpers import assert_problem, assert_user_error, load, noa, relion, write_mrc  # noqa: E402
 
@@ -662,3 +663,17 @@ def test_stats_of_a_movie_read_on_demand_are_numpys(tmp_path):
     assert [row["max"] for row in found["per_batch"]] == expected.max(axis=(1, 2)).tolist()
     assert (found["min"], found["max"]) == (expected.min(), expected.max())
     assert found["mean"] == pytest.approx(expected.mean()) and found["std"] == pytest.approx(expected.std())
+
+
+# -- the promises every format keeps (tests/io/conformance.py) -----------------------------------
+
+
+class TestEerConformance(FormatTests):
+    format = eer.FORMAT
+
+    def sample(self, folder: Path) -> tuple[Path, np.ndarray]:
+        """No library writes EER: the tests' encoder (checked against the specification and tifffile) does, and
+        tifffile with imagecodecs decodes the frames (a fraction each by default)."""
+        path = folder / "sample.eer"
+        movie(path, frames=4, dose=0.2)
+        return path, tifffile_frames(path, 1).astype(np.uint16)[:, None]

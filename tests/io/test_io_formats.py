@@ -4,7 +4,9 @@ order, the MRC part of the metadata, and a throw-away format added by one regist
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
+from collections.abc import Mapping
 from io import StringIO
 from pathlib import Path
 
@@ -13,29 +15,59 @@ import numpy as np
 import pytest
 import tifffile
 
+from conformance import SWITCHED, FormatTests
 from noa_core import io
-from noa_core.errors import CorruptFileError, FileFormatError, UnknownFormatError, WriteDTypeError
-from noa_core.io import formats, mapped, mrc, tiff
+from noa_core.array import layout
+from noa_core.array.layout import Shape4
+from noa_core.errors import CorruptFileError, FileFormatError, TruncatedFileError, UnknownFormatError, WriteDTypeError
+from noa_core.io import formats, mapped, mrc, read_options, tiff
 from noa_core.io.metadata import Metadata, HeaderStatistics
-from noa_core.io.protocol import Created, ImageFormat, OutputSpec, ReadRequest
+from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
+from noa_core.operations import spec
 
 IO_DIR = Path(io.__file__).parent
-PROTOCOL_MEMBERS = [name for name in ImageFormat.__annotations__] + [
-    name for name, value in vars(ImageFormat).items() if callable(value) and not name.startswith("_")]
+TESTS_DIR = Path(__file__).parent
 
 
 # ---------------------------------------------------------------------------------------------
-# The registry
+# The registry, and the promises of every format
 # ---------------------------------------------------------------------------------------------
 
 
-def test_every_registered_format_implements_the_protocol():
-    assert {"detect", "claim_by_extension", "read", "check_writable", "create", "finish"} <= set(PROTOCOL_MEMBERS)
-    for fmt in formats.FORMATS:
-        missing = [name for name in PROTOCOL_MEMBERS if not hasattr(fmt, name)]
-        assert not missing, f"{fmt.name} lacks {missing}"
-        assert all(e.startswith(".") and e == e.lower() for e in fmt.extensions + fmt.output_extensions)
-        assert formats.by_name(fmt.name) is fmt
+def _conformance_suites() -> dict[str, str]:
+    """The format modules whose FORMAT a test class subclassing FormatTests names, with that class's file."""
+    suites = {}
+    for path in sorted(TESTS_DIR.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(getattr(b, "id", None) == "FormatTests" for b in node.bases):
+                for statement in node.body:
+                    if (isinstance(statement, ast.Assign) and statement.targets[0].id == "format"
+                            and isinstance(statement.value, ast.Attribute) and statement.value.attr == "FORMAT"):
+                        suites[statement.value.value.id] = path.name
+    return suites
+
+
+def test_every_registered_format_is_tested_by_the_conformance_suite():
+    suites = _conformance_suites()
+    for fmt in formats.ALL_FORMATS:
+        module = type(fmt).__module__.rpartition(".")[2]
+        assert module in suites, f"no test class subclassing FormatTests (tests/io/conformance.py) for {fmt.title}"
+
+
+def test_read_options_are_the_formats_own_and_each_reaches_the_doors():
+    assert set(read_options.READ_OPTIONS) == {fmt.read_options for fmt in formats.ALL_FORMATS}
+    # the shared READING parameters are the formats' options, in their order (MRC's two as one switch)
+    names = [name for name in read_options.fields() if name not in SWITCHED or SWITCHED[name] == name]
+    assert [param.name for param in spec.READING] == names
+    with pytest.raises(KeyError):
+        read_options.default("colour")
+
+
+def test_a_read_option_is_given_when_it_differs_from_its_default():
+    assert read_options.given({"as_stack": False, "series": None, "channel": 0, "eer_group_last": "drop",
+                               "eer_upsampling": 2, "gain_flip_y": False}) == {"channel": 0, "eer_upsampling": 2}
+    with pytest.raises(TypeError, match="'seires' is not a read option"):
+        io.read("anything.mrc", seires=0)
 
 
 def test_extensions_belong_to_one_format_each():
@@ -60,9 +92,10 @@ def test_unknown_names_and_extensions_are_refused():
 
 
 def test_no_format_name_outside_the_format_modules():
-    """Only mrc.py and tiff.py may spell a format's name: everything else goes through the registry."""
+    """Only mrc.py and tiff.py may spell a format's name: everything else goes through the registry (the package's
+    face, __init__.py, names its modules, no format)."""
     for path in sorted(IO_DIR.glob("*.py")):
-        if path.name in ("mrc.py", "tiff.py"):
+        if path.name in ("mrc.py", "tiff.py", "__init__.py"):
             continue
         strings = {node.value for node in ast.walk(ast.parse(path.read_text()))
                    if isinstance(node, ast.Constant) and isinstance(node.value, str)}
@@ -226,8 +259,13 @@ def test_mrc_fields_reach_the_written_header(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# A throw-away format: one class and one registry entry
+# A throw-away format: one class, its read options and one registry entry
 # ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RawReadOptions:
+    """RAW files take no read options."""
 
 
 class RawFormat:
@@ -240,6 +278,9 @@ class RawFormat:
     media_type = "application/octet-stream"
     compressed_input = False
     header_statistics = True
+    store = False
+    read_options = RawReadOptions
+    lacking: Mapping[str, str] = {}
     SIGNATURE = b"NOARAW01"
     HEADER = 64
 
@@ -249,40 +290,80 @@ class RawFormat:
     def claim_by_extension(self, head: bytes, path: Path) -> bool:
         raise CorruptFileError(f"{path}: signature: not a RAW file")
 
-    def read(self, path: Path, request: ReadRequest):
+    def _header(self, path: Path) -> tuple[Shape4, np.dtype, float, float]:
+        head = path.read_bytes()[:self.HEADER]
+        if len(head) < self.HEADER:
+            raise TruncatedFileError(f"{path}: header: {len(head)} bytes of {self.HEADER}")
+        shape = layout.as_shape4(tuple(int(n) for n in np.frombuffer(head, "<i4", 4, 8)))
+        dtype = np.dtype(head[24:32].rstrip(b"\0").decode())
+        if path.stat().st_size < self.HEADER + math.prod(shape) * dtype.itemsize:
+            raise TruncatedFileError(f"{path}: data: shorter than its {shape} {dtype} values")
+        low, high = np.frombuffer(head, "<f8", 2, 32)
+        return shape, dtype, float(low), float(high)
+
+    def _metadata(self, path: Path, shape: Shape4, dtype: np.dtype, low: float, high: float) -> Metadata:
+        return Metadata(format=self.name, shape=shape, dtype=dtype.name, path=str(path),
+                        statistics=HeaderStatistics(low, high, None, None))
+
+    def read(self, path: Path, request: ReadRequest[RawReadOptions]):
         from noa_core.array import asarray
 
-        head = path.read_bytes()[:self.HEADER]
-        shape = tuple(int(n) for n in np.frombuffer(head, "<i4", 4, 8))
-        dtype = np.dtype(head[24:32].rstrip(b"\0").decode())
-        low, high = np.frombuffer(head, "<f8", 2, 32)
+        shape, dtype, low, high = self._header(path)
         flat = mapped.map_input(path, self.HEADER, dtype, math.prod(shape))
-        array = asarray(flat.reshape(shape))
-        return array, Metadata(format=self.name, shape=shape, dtype=dtype.name, path=str(path),
-                               statistics=HeaderStatistics(float(low), float(high), None, None))
+        return asarray(flat.reshape(shape)), self._metadata(path, shape, dtype, low, high)
+
+    def probe(self, path: Path, request: ReadRequest[RawReadOptions]) -> Probe:
+        shape, dtype, low, high = self._header(path)
+        return Probe(shape, layout.strides_for(shape), dtype, self._metadata(path, shape, dtype, low, high))
 
     def check_writable(self, dtype: np.dtype, shape, path: Path) -> None:
         if dtype.kind not in "iuf":
             raise FileFormatError(f"{path}: dtype: {dtype} cannot be stored in RAW")
 
-    def _header(self, spec: OutputSpec, statistics: HeaderStatistics) -> bytes:
+    def _header_bytes(self, spec: OutputSpec, statistics: HeaderStatistics) -> bytes:
         stats = (statistics.min or 0.0, statistics.max or 0.0)
         return (self.SIGNATURE + np.array(spec.shape, "<i4").tobytes() + spec.dtype.str.encode().ljust(8, b"\0")
                 + np.array(stats, "<f8").tobytes()).ljust(self.HEADER, b"\0")
 
     def create(self, temp: Path, spec: OutputSpec) -> Created:
         with open(temp, "r+b") as f:
-            f.write(self._header(spec, HeaderStatistics(None, None, None, None)))
+            f.write(self._header_bytes(spec, HeaderStatistics(None, None, None, None)))
             f.truncate(self.HEADER + math.prod(spec.shape) * spec.dtype.itemsize)
         return Created(self.HEADER, [f"{spec.path}: RAW keeps no pixel size"])
 
     def finish(self, temp: Path, spec: OutputSpec, statistics: HeaderStatistics) -> None:
         with open(temp, "r+b") as f:
-            f.write(self._header(spec, statistics))
+            f.write(self._header_bytes(spec, statistics))
+
+
+RAW = RawFormat()
+
+
+class TestRawConformance(FormatTests):
+    """A new format inherits every promise: the throw-away one keeps them all, once registered."""
+
+    format = RAW
+
+    @pytest.fixture(autouse=True)
+    def registered(self, monkeypatch):
+        monkeypatch.setattr(formats, "FORMATS", formats.FORMATS + (RAW,))
+        monkeypatch.setattr(formats, "ALL_FORMATS", formats.ALL_FORMATS + (RAW,))
+
+    def sample(self, folder: Path) -> tuple[Path, np.ndarray]:
+        """Written by hand, as the format describes its files (no library writes RAW)."""
+        values = np.arange(2 * 3 * 4, dtype=np.int16).reshape(2, 1, 3, 4)
+        path = folder / "sample.raw"
+        spec = OutputSpec(path, (2, 1, 3, 4), values.dtype, "C", None, None)
+        path.write_bytes(RAW._header_bytes(spec, HeaderStatistics(0.0, 23.0, None, None)) + values.tobytes())
+        return path, values
+
+    def reference(self, path: Path) -> np.ndarray:
+        head = path.read_bytes()[:RAW.HEADER]
+        return np.fromfile(path, np.dtype(head[24:32].rstrip(b"\0").decode()), offset=RAW.HEADER)
 
 
 def test_a_new_format_is_one_class_and_one_registry_entry(tmp_path, monkeypatch):
-    raw = RawFormat()
+    raw = RAW
     monkeypatch.setattr(formats, "FORMATS", formats.FORMATS + (raw,))
     data = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 1, 3, 4)
     assert io.write(tmp_path / "a.raw", data) == [f"{tmp_path / 'a.raw'}: RAW keeps no pixel size"]

@@ -13,11 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mrcfile.dtypes import HEADER_DTYPE
-from helpers import need_shared, needs_data, random_values, SHARED as DATA
+from conformance import FormatTests
+from helpers import need_shared, needs_data, random_values, write_mrc, SHARED as DATA
 
 import noa_core
 from noa_core import io
 from noa_core.errors import OutputExistsError, WriteDTypeError
+from noa_core.io import mrc
 
 
 WRITABLE = ["float32", "int16", "uint16", "float16", "int8", "uint8", "complex64"]
@@ -331,3 +333,19 @@ def test_the_header_layout_is_mrcfiles():
     for exttyp in ("FEI1", "FEI2"):
         assert mrc._records_dtype(exttyp, ">") == get_ext_header_dtype(exttyp.encode(), ">")
     assert mrc._records_dtype("SERI") is None and mrc._records_dtype(None) is None
+
+
+# -- the promises every format keeps (tests/io/conformance.py) -----------------------------------
+
+
+class TestMrcConformance(FormatTests):
+    format = mrc.FORMAT
+
+    def sample(self, folder: Path) -> tuple[Path, np.ndarray]:
+        path = folder / "sample.mrcs"
+        stack = write_mrc(path, random_values((3, 6, 5), "float32", 7), stack=True)
+        return path, stack[:, None]  # an image stack: its sections are the batch
+
+    def reference(self, path: Path) -> np.ndarray:
+        with mrcfile.open(path) as m:
+            return np.array(m.data)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tifffile
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from conformance import FormatTests
 from helpers import SHARED as DATA, needs_data
 
 import noa_core
 from noa_core import io
 from noa_core.errors import AxisMappingError, HeaderError
+from noa_core.io import tiff
 
 
 # file -> (BDHW shape, transpose taking tifffile's series array to BDHW after adding missing axes)
@@ -125,3 +129,19 @@ def test_unmappable_layouts_are_refused(tmp_path, axes, shape, match):
                      photometric="rgb" if "S" in axes else "minisblack")
     with pytest.raises(AxisMappingError, match=match):
         io.read(path)
+
+
+# -- the promises every format keeps (tests/io/conformance.py) -----------------------------------
+
+
+class TestTiffConformance(FormatTests):
+    format = tiff.FORMAT
+
+    def sample(self, folder: Path) -> tuple[Path, np.ndarray]:
+        path = folder / "sample.tif"
+        pages = np.random.default_rng(3).integers(0, 60000, (3, 6, 5)).astype(np.uint16)
+        tifffile.imwrite(path, pages, photometric="minisblack")
+        return path, tifffile.imread(path)[:, None]  # pages (axes Q) are the batch
+
+    def reference(self, path: Path) -> np.ndarray:
+        return tifffile.imread(path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import mrcfile
 import numpy as np
@@ -25,6 +26,7 @@ from noa_core.errors import (
 )
 from noa_core.io import atomic, formats, omezarr
 from noa_core.io.metadata import Metadata
+from conformance import FormatTests
 from helpers import assert_problem, assert_user_error, noa, write_mrc
 
 
@@ -446,3 +448,27 @@ def test_store_tiles_are_whole_chunks(tmp_path):
                 for k, c, n in zip(key[1:], chunks, writer.shape[1:]):
                     assert k.start % c == 0 and (k.stop % c == 0 or k.stop == n), (key, chunks)
             assert (covered == 1).all()
+
+
+# -- the promises every format keeps (tests/io/conformance.py) -----------------------------------
+
+
+class TestOmeZarrConformance(FormatTests):
+    format = omezarr.FORMAT
+
+    def sample(self, folder: Path) -> tuple[Path, np.ndarray]:
+        path = folder / "sample.ome.zarr"
+        _ome_zarr_py_write(path, np.random.default_rng(5).random((3, 6, 5), dtype=np.float32), "zyx",
+                           [1.0, 0.5, 0.5], "nanometer", chunks=(1, 6, 5))
+        return path, _ome_zarr_py_read(path)[0][None]  # z, y, x: one volume
+
+    def reference(self, path: Path) -> np.ndarray:
+        return _ome_zarr_py_read(path)[0]
+
+    def damage(self, path: Path) -> None:
+        """Every chunk of the store cut in half (its metadata kept)."""
+        chunks = [p for p in path.rglob("*") if p.is_file() and not p.name.startswith((".z", "zarr.json"))]
+        assert chunks
+        for chunk in chunks:
+            data = chunk.read_bytes()
+            chunk.write_bytes(data[:len(data) // 2])
