@@ -245,7 +245,7 @@ def _reporter(operation: Operation) -> tuple[Callable[..., None], list[CliParam]
         if several:
             with flags_in_errors(operation):  # the report may find an option wrong for its inputs
                 results = [run.execute(operation, given["files"], None, options)]
-            report.echo(_json(results[0]) if given["as_json"] else operation.text(results[0]))
+            report.echo(_json(results[0]) if given["as_json"] else report.in_words(operation.text(results[0])))
             return
         paths = given["files"]
         results, failed = [], 0
@@ -262,7 +262,7 @@ def _reporter(operation: Operation) -> tuple[Callable[..., None], list[CliParam]
                 continue
             results.append(result)
             if not given["as_json"]:
-                report.echo(("\n" if len(results) > 1 else "") + operation.text(result))
+                report.echo(("\n" if len(results) > 1 else "") + report.in_words(operation.text(result)))
         if given["as_json"]:
             report.echo(_json(results if len(results) > 1 else results[0]))
         if failed:
@@ -272,9 +272,10 @@ def _reporter(operation: Operation) -> tuple[Callable[..., None], list[CliParam]
 
 
 def _json(value: Any) -> str:
+    """A result as JSON for pipelines, the parameters the library names in it spelt as options."""
     import json
 
-    return json.dumps(value, indent=2)
+    return json.dumps(report.in_words(value), indent=2)
 
 
 def _several_writer(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
@@ -339,11 +340,9 @@ def _editor(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
                     except (NoaError, OSError) as exc:
                         report.failure(path, exc)
         if given["as_json"]:
-            import json
-
-            report.echo(json.dumps(results if len(files) > 1 else results[0], indent=2))
+            report.echo(_json(results if len(files) > 1 else results[0]))
         elif results:
-            report.echo("\n\n".join(operation.text(result) for result in results))
+            report.echo(report.in_words("\n\n".join(operation.text(result) for result in results)))
         if len(results) < len(files):
             failed = len(files) - len(results)
             raise report.BatchFailed(f"{failed} of {len(files)} files failed")

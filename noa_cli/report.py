@@ -10,7 +10,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from noa_core.run import FileResult
@@ -96,10 +96,18 @@ def spelling(name: str, value: str | None) -> str:
     return declared.words(value == "true" if isinstance(declared.type, Flag) else value)
 
 
-def in_words(text: str) -> str:
-    """``text`` (a message, a notice) with the parameters the library names in it spelt as options."""
+def in_words(value: Any) -> Any:
+    """``value`` (a message, a notice, a result's strings) with the parameters the library names spelt as options."""
     errors = sys.modules.get("noa_core.errors")  # loaded wherever a message or notice of the library is
-    return text if errors is None else errors.spelt(text, spelling)
+    if errors is None:
+        return value
+    if isinstance(value, str):
+        return errors.spelt(value, spelling)
+    if isinstance(value, dict):
+        return {key: in_words(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [in_words(item) for item in value]
+    return value
 
 
 def one_line(exc: BaseException) -> str:

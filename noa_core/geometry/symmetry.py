@@ -189,17 +189,17 @@ def point_group(name: str | PointGroup) -> PointGroup:
     return _group(point_groups.read(name))
 
 
-def working_volumes(group: str | PointGroup, shape, dtype="float32", device: str = "cpu") -> float:
-    """The float32 volumes of ``shape`` that :func:`symmetrize` holds beyond a map of type ``dtype`` and its
+def working_volumes(dtype="float32", device: str = "cpu") -> float:
+    """The float32 volumes (of the map's shape) that :func:`symmetrize` holds beyond a map of type ``dtype`` and its
     output: on the CPU none but, for a map neither float32 nor float64, its float32 copy (the rows copied
     between symmetric rows go 1024 at a time); on CUDA also the float64 sums (two)."""
     converted = 0 if np.dtype(dtype) in (np.float32, np.float64) else 1
     return float(converted) if device == "cpu" else 2.0 + converted
 
 
-def symmetrize(volume, group: str | PointGroup, output=None) -> Array:
+def symmetrize(volume, group: PointGroup, output=None) -> Array:
     """The mean of every volume of ``volume`` ((B, D, H, W), or (D, H, W); an Array or NumPy array, on
-    the CPU or CUDA) over the operators of ``group`` (a name or :class:`PointGroup`), as
+    the CPU or CUDA) over the operators of ``group`` (:func:`point_group` reads a name), as
     ``relion_image_handler --sym`` computes it (see the module): into ``output`` (float32 or float64 of the
     same shape and device, written in place) or a new float32 array, returned.
 
@@ -215,7 +215,6 @@ def symmetrize(volume, group: str | PointGroup, output=None) -> Array:
                          "(B, D, H, W) with D, H and W above 1")
     if x.dtype.kind not in "fiu" or x.element_shape:
         raise DTypeError(f"symmetrize: the input of element type {x.dtype} is not real numbers")
-    g = point_group(group)
     if output is None:
         out = empty(x.shape, np.float32, device=x.device)
     else:
@@ -226,17 +225,17 @@ def symmetrize(volume, group: str | PointGroup, output=None) -> Array:
     real = np.float64 if x.dtype == np.float64 else np.float32
     if x.dtype != real:  # the kernels sample their own type: integer and float16 maps are read as float32
         x = astype(x, real)
-    operators = np.ascontiguousarray(g.matrices[1:])
-    columns, targets, sources, flipped = _symmetric_rows(g, x.shape[1:])
+    operators = np.ascontiguousarray(group.matrices[1:])
+    columns, targets, sources, flipped = _symmetric_rows(group, x.shape[1:])
     if x.device != "cpu":
-        _symmetrize_on_device(x, out, operators, float(g.order), (columns, targets, sources, flipped))
+        _symmetrize_on_device(x, out, operators, float(group.order), (columns, targets, sources, flipped))
         return out
     from noa_core.kernels.symmetrize import symmetrize_kernel, tiles_of
 
     tiles = tiles_of(columns)
     source, target = x.numpy(), out.numpy()
     for b in range(x.shape[0]):
-        symmetrize_kernel(source[b], target[b], operators, float(g.order), columns, tiles)
+        symmetrize_kernel(source[b], target[b], operators, float(group.order), columns, tiles)
         _copy_rows(target[b], targets, sources, flipped)
     return out
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from noa_core.errors import MissingFileError, NoSpaceError, NotAFileError, OutputExistsError
+from noa_core.errors import MissingFileError, NoSpaceError, NotAFileError, OutputExistsError, param
 from noa_core.io import libc
 
 try:
@@ -73,7 +73,7 @@ def check_output(path: str | os.PathLike, overwrite: bool, directory: bool = Fal
     if directory and p.is_dir() and overwrite and not _is_zarr_store(p):
         raise NotAFileError(f"{p}: is a directory that is not a zarr store; noa replaces only stores")
     if p.exists() and not overwrite:
-        raise OutputExistsError(f"{p}: exists; pass overwrite=True to replace it")
+        raise OutputExistsError(f"{p}: exists; give {param('overwrite')} to replace it")
     if not p.parent.is_dir():
         raise MissingFileError(f"{p}: the folder {p.parent} does not exist")
     return p

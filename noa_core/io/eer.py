@@ -58,6 +58,7 @@ from noa_core.errors import (
     SizeError,
     TruncatedFileError,
     WriteDTypeError,
+    param,
 )
 from noa_core.io import atomic, libc, mapped
 from noa_core.io.compression import open_input
@@ -420,10 +421,10 @@ def fractions(path: Path, movie: Movie, options: EerReadOptions) -> Fractions:
     elif left:
         dropped = f"the last {left} frames are" if left > 1 else "the last frame is"
         notices.append(f"{path}: {movie.frames} frames in fractions of {group}: {dropped} dropped, as RELION does "
-                       "(--eer-group-last keep sums them into a last fraction)")
+                       f"({param('eer_group_last', 'keep')} sums them into a last fraction)")
     if not groups:
-        raise ParameterError(f"{path}: {group} frames a fraction, and the movie has {movie.frames}; pass "
-                             "--eer-group-last keep to sum them all, or a smaller --eer-group", "eer_group")
+        raise ParameterError(f"{path}: {group} frames a fraction, and the movie has {movie.frames}; give "
+                             f"{param('eer_group_last', 'keep')} to sum them all, or a smaller group", "eer_group")
     dtype = np.dtype(np.float32 if options.gain else np.uint16)
     return Fractions(groups, factor, dtype, notices)
 
@@ -458,7 +459,7 @@ def _check_gain_size(gain: Path, size: tuple[int, int], movie_path: Path, movie:
     grid = (movie.height * factor[0], movie.width * factor[1])
     fits = [(movie.height, movie.width), grid] + [(grid[0] * k, grid[1] * k) for k in (2, 4)]
     if (gh, gw) not in fits:
-        turned = f" (after --gain-rotate {rotate})" if rotate % 2 else ""
+        turned = f" (after {param('gain_rotate', rotate)})" if rotate % 2 else ""
         raise ParameterError(f"{gain}: {gw} x {gh} pixels{turned} does not fit {movie_path}, whose frames are "
                              f"{movie.width} x {movie.height} ({grid[1]} x {grid[0]} as read): a gain is the frame's "
                              "size, the grid's, or 2 or 4 times finer", "gain")
@@ -783,7 +784,8 @@ def _metadata(path: Path, movie: Movie, plan: Fractions, options: EerReadOptions
 
 def _opened(path: Path, options: EerReadOptions) -> tuple[Movie, Fractions]:
     if not options.gain and (options.gain_flip_y or options.gain_rotate):
-        raise ParameterError(f"{path}: --gain-flip-y and --gain-rotate turn a gain; pass --gain FILE", "gain")
+        raise ParameterError(f"{path}: {param('gain_flip_y')} and {param('gain_rotate')} turn a gain; give "
+                             f"{param('gain', 'FILE')}", "gain")
     movie = parse(path)
     plan = fractions(path, movie, options)
     if options.gain:

@@ -40,6 +40,7 @@ from noa_core.errors import (
     UnknownFormatError,
     UnsupportedModeError,
     WriteDTypeError,
+    param,
 )
 from noa_core.io import mapped
 from noa_core.io.compression import CHUNK_BYTES, Decompressed, open_input
@@ -344,18 +345,19 @@ def _bdhw_split(path: Path, header: np.record, nz_xyz: int, as_stack: bool,
     if ispg in _VOLUME_STACK_ISPG:
         if mz <= 0 or nz_xyz % mz:
             raise HeaderError(f"{path}: mz: {nz_xyz} sections are not divisible by mz={mz} "
-                              f"(ispg {ispg} says volume stack); pass as_stack or as_volume to override")
+                              f"(ispg {ispg} says volume stack); give {param('as_stack', 'true')} or "
+                              f"{param('as_stack', 'false')} to override")
         return nz_xyz // mz, mz, f"ispg {ispg}: volume stack"
     if ispg in _VOLUME_ISPG:
         return 1, nz_xyz, f"ispg {ispg}: volume"
     if _ispg0_volume(path, header, nz_xyz):
         notices.append(f"{path}: ispg 0 with mz = nz = {nz_xyz}: read as a volume (a map written the way "
-                       "RELION writes them); pass --as-stack to read an image stack")
+                       f"RELION writes them); give {param('as_stack', 'true')} to read an image stack")
         return 1, nz_xyz, f"ispg 0, mz = nz = {nz_xyz}: volume"
     if ispg == 0:
         return nz_xyz, 1, "ispg 0: image stack" if nz_xyz > 1 else "ispg 0: image"
     raise HeaderError(f"{path}: ispg: space group {ispg} is neither 0 (images), 1-230 (volume) nor "
-                      "401-630 (volume stack); pass as_stack=True or as_volume=True")
+                      f"401-630 (volume stack); give {param('as_stack', 'true')} or {param('as_stack', 'false')}")
 
 
 def _labels(header: np.record) -> list[str]:

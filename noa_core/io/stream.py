@@ -25,7 +25,7 @@ import numpy as np
 
 from noa_core.array import layout
 from noa_core.array import Array, asarray
-from noa_core.errors import FileFormatError, LayoutError, ShapeError
+from noa_core.errors import FileFormatError, LayoutError, ShapeError, param
 from noa_core.io import atomic, formats, libc, mapped
 from noa_core.io.metadata import Metadata
 from noa_core.io.protocol import OutputSpec
@@ -193,8 +193,8 @@ class Writer:
         self._array: Array | None = None
         self.is_store = self.format.store  # a directory of chunks, not a file
         if not self.is_store and (write_options or {}).get("chunks") is not None:
-            raise FileFormatError(f"{self.path}: chunks: {self.format.title} files are not chunked; --chunks is for "
-                                  "OME-Zarr outputs (.ome.zarr)")
+            raise FileFormatError(f"{self.path}: chunks: {self.format.title} files are not chunked; {param('chunks')} "
+                                  "is for OME-Zarr outputs (.ome.zarr)")
         self.chunks: Shape4 | None = None  # a store's chunk shape (BDHW): tiles are aligned to it
 
     # -- life cycle ------------------------------------------------------------------------------

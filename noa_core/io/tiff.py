@@ -46,6 +46,7 @@ from noa_core.errors import (
     SizeError,
     TruncatedFileError,
     WriteDTypeError,
+    param,
 )
 from noa_core.io import mapped
 from noa_core.io.compression import open_input
@@ -112,7 +113,7 @@ def _select_channel(path: Path, data: np.ndarray, axes: str, channel: int | None
 
 def _choose_one(count: int) -> str:
     """How to read one of ``count`` channels, in the words of every door."""
-    return f"read one with channel=N (--channel N), N in 0..{count - 1}"
+    return f"read one with {param('channel', 'N')}, N in 0..{count - 1}"
 
 
 def map_axes(path: Path, data: np.ndarray, axes: str, channel: int | None = None) -> tuple[np.ndarray, str]:
@@ -420,7 +421,7 @@ def _choose_series(path: Path, tif: tifffile.TiffFile, series: int | None, notic
     chosen = tif.series[index]
     if series is None and count > 1:
         notices.append(f"{path}: {count} series; read series 0 ({chosen.axes} {chosen.shape}); "
-                       f"pass series=N (0..{count - 1}) to read another")
+                       f"give {param('series', 'N')} (0..{count - 1}) to read another")
     return index, chosen
 
 
@@ -432,7 +433,7 @@ def _choose_level(path: Path, series, level: int | None, notices: list[str]):
         raise HeaderError(f"{path}: level: {level} is not in 0..{count - 1} (pyramid levels of the series)")
     if level is None and count > 1:
         notices.append(f"{path}: {count} pyramid levels; read level 0 ({series.shape}); "
-                       f"pass level=N (--level N, 0..{count - 1}) to read another")
+                       f"give {param('level', 'N')} (0..{count - 1}) to read another")
     return series.levels[index]
 
 

@@ -33,7 +33,7 @@ def plan(inputs: list[Path], options: Options):
         symmetry.symmetrize(block, group, out)
 
     return whole_image_plan(options, inputs=inputs, array=array, shape=array.shape, meta=meta, fill=fill,
-                            working=symmetry.working_volumes(group, array.shape, array.dtype, options.device),
+                            working=symmetry.working_volumes(array.dtype, options.device),
                             detail=f"mean over {group.order} operators")
 
 

@@ -153,7 +153,7 @@ def test_fractions_are_sums_of_the_frames_events(tmp_path_factory, height, width
             io.read(path, **request)
         return
     if expected_count == 0:
-        with pytest.raises(ParameterError, match="--eer-group"):
+        with pytest.raises(ParameterError, match="eer_group: .*give eer_group_last=keep"):
             io.read(path, **request)
         return
     array, meta = io.read(path, mmap=mmap, **request)
@@ -398,8 +398,8 @@ def test_dropped_frames_are_told_by_every_writing_door(tmp_path, make_client):
     client = make_client(data_root=root)
     response = client.post("/v1/paths/copy", json={"src": "m.eer", "dst": "f.mrc", "eer_group": 3})
     assert response.status_code == 201, response.text
-    assert response.json()["notices"] == [f"m.eer: {told}, as RELION does (--eer-group-last keep sums them into a "
-                                          "last fraction)"], response.json()
+    assert response.json()["notices"] == [f"m.eer: {told}, as RELION does (eer_group_last=keep sums them into a "
+                                          "last fraction)"], response.json()  # the option as the request names it
 
 
 # -- damaged files ----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from helpers import assert_user_error, fei1_stack, mrc_data, noa, write_mrc
 from mrcfile.dtypes import HEADER_DTYPE, get_ext_header_dtype
 
 from noa_core import io
-from noa_core.errors import DTypeError
+from noa_core.errors import spelt, DTypeError
 
 IMOD_STAMP = 1146047817
 BYTES = np.array([0, 1, 127, 128, 200, 255], np.uint8)  # both halves of the byte range
@@ -212,7 +212,7 @@ def test_ispg_0_with_mz_equal_nz_is_a_volume(tmp_path, name):
     assert array.shape == (1, 4, 3, 5) and md.kind == "volume"
     np.testing.assert_array_equal(array.numpy()[0], data)
     assert md.pixel_size == (1.5, 1.5, 1.5)
-    assert any("read as a volume" in n and "--as-stack" in n for n in md.notices)
+    assert any("read as a volume" in n and "as_stack=true" in spelt(n) for n in md.notices)
 
 
 @pytest.mark.parametrize("name", ["particles.mrcs", "tilts.st", "aligned.ali"])

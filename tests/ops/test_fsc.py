@@ -541,7 +541,7 @@ def test_http_refuses_non_finite_maps_and_reports_constant_ones(tmp_path, make_c
 
 def test_operation_kind():
     operation = operations.get("fsc")
-    assert operation.kind == "report" and operation.max_inputs == 3
+    assert isinstance(operation, operations.Reports) and operation.max_inputs == 3
     assert {p.name for p in operation.params_for("http")} >= {"shells", "angpix"}
     assert not {"output", "plot", "mask", "force"} & {p.name for p in operation.params_for("http")}
     with pytest.raises(NoaError):

@@ -29,6 +29,7 @@ pytestmark = pytest.mark.skipif(not cuda.is_available(), reason=NO_CUDA)
 def test_symmetrize_on_cuda_is_the_cpu_result(group, shape, dtype):
     values = (np.random.default_rng(len(group)).normal(size=shape) * 100).astype(dtype)
     out_type = np.float64 if dtype == np.float64 else np.float32
+    group = symmetry.point_group(group)
     on_cpu = symmetry.symmetrize(values, group, nc.zeros(shape, out_type)).numpy()
     on_gpu = symmetry.symmetrize(nc.asarray(values).to("cuda"), group, nc.zeros(shape, out_type, device="cuda"))
     assert on_gpu.device == "cuda"
