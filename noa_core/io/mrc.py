@@ -339,9 +339,9 @@ def _bdhw_split(path: Path, header: np.record, nz_xyz: int, as_stack: bool,
         raise LayoutError(f"{path}: as_stack and as_volume cannot both be True")
     ispg, mz = int(header["ispg"]), int(header["mz"])
     if as_stack:
-        return nz_xyz, 1, "as_stack=True"
+        return nz_xyz, 1, param("as_stack", "true")
     if as_volume:
-        return 1, nz_xyz, "as_volume=True"
+        return 1, nz_xyz, param("as_stack", "false")
     if ispg in _VOLUME_STACK_ISPG:
         if mz <= 0 or nz_xyz % mz:
             raise HeaderError(f"{path}: mz: {nz_xyz} sections are not divisible by mz={mz} "
@@ -650,7 +650,7 @@ def _uint8_notice(options: Mapping[str, str], path: Path) -> str:
     """How uint8 data were stored, and what other readers will see."""
     if uint8_mode(options, path) == "widen":
         return (f"{path}: uint8 data stored as uint16 (mode 6) so that every MRC reader sees the same values; "
-                "uint8_mode=imod writes IMOD's unsigned mode 0")
+                f"{param('uint8_mode', 'imod')} writes IMOD's unsigned mode 0")
     return (f"{path}: uint8 data stored as IMOD's unsigned mode 0 (stamp, signed-bytes flag clear): IMOD reads "
             "them as 0..255, strict MRC2014 readers (mrcfile, RELION) as signed bytes")
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
-from helpers import EXAMPLE_MAP, SHARED, assert_user_error, load, mrc_data, noa, write_mrc
+from helpers import EXAMPLE_MAP, REPO, SHARED, assert_user_error, load, mrc_data, noa, write_mrc
 
 
 @pytest.mark.parametrize("args, message", [(["permute"], "Missing argument")])
@@ -473,3 +474,41 @@ def test_out_dir_is_made_with_its_parents_and_removed_when_the_run_fails(tmp_pat
                  *command[1:])
     assert result.returncode == 2
     assert not (tmp_path / "x").exists()
+
+
+def test_the_cli_names_options_as_it_spells_them(tmp_path):
+    """Issue 40 item 1: `noa bin` twice said "pass overwrite=True to replace it", `noa scale --dtype uint8` noted
+    "uint8_mode=imod" and `noa info` of several series "pass series=N": each names the option as the CLI spells it
+    (the library names parameters, errors.param; the CLI spells them)."""
+    write_mrc(tmp_path / "map.mrc", np.random.default_rng(0).normal(size=(4, 6, 8)).astype(np.float32))
+    assert noa("bin", tmp_path / "map.mrc", tmp_path / "out.mrc", "--factor", "2").returncode == 0
+    again = noa("bin", tmp_path / "map.mrc", tmp_path / "out.mrc", "--factor", "2")
+    assert_user_error(again, "exists; give --force to replace it")
+    scaled = noa("scale", tmp_path / "map.mrc", tmp_path / "u8.mrc", "--to-range", "0,255", "--dtype", "uint8")
+    assert scaled.returncode == 0 and "--uint8-mode imod writes IMOD's" in scaled.stderr, scaled.stderr
+    tifffile.imwrite(tmp_path / "two.tif", np.zeros((3, 4), np.uint16))
+    with tifffile.TiffWriter(tmp_path / "two.tif", append=True) as tif:
+        tif.write(np.zeros((5, 6), np.uint8))
+    described = noa("info", tmp_path / "two.tif")
+    assert described.returncode == 0 and "give --series N" in described.stdout + described.stderr, described
+    for output in (again.stderr, scaled.stderr, described.stdout, described.stderr):
+        assert not re.search(r"\b[a-z_]+=(True|False|N|imod)\b|\x1f", output), output
+
+
+def test_the_library_names_no_command_line_flag_in_its_messages():
+    """Issue 39 item 4: noa_core's messages name parameters (errors.param); no flag spelling outside the
+    declarations (the operations' help texts) and docstrings."""
+    import ast
+
+    package = REPO / "noa_core"
+    found = []
+    for path in package.rglob("*.py"):
+        if path.parent.name == "operations" and path.name not in ("plan.py", "spec.py"):
+            continue  # declarations: help texts for the CLI
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) or (isinstance(node, ast.Call) and getattr(node.func, "attr", "") in
+                                                ("append", "extend")):
+                for text in (n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)):
+                    if re.search(r"(?<![\w-])--[a-z]", text) and "relion" not in text.lower():
+                        found.append(f"{path.relative_to(REPO)}:{node.lineno}: {text!r}")
+    assert not found, "\n".join(found)
