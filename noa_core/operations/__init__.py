@@ -30,6 +30,7 @@ from noa_core.operations.spec import (
     Choice,
     FileTask,
     Flag,
+    Inputs,
     Integer,
     Integers,
     Edits,
@@ -45,7 +46,7 @@ from noa_core.operations.spec import (
     WritesSeveral,
 )
 
-__all__ = ["BUILTIN", "REQUIRED", "Choice", "Edits", "FileTask", "Flag", "Integer", "Integers", "Name", "Operation",
+__all__ = ["BUILTIN", "REQUIRED", "Choice", "Edits", "FileTask", "Flag", "Inputs", "Integer", "Integers", "Name", "Operation",
            "Options", "Param", "Real", "Reals", "Reports", "Text", "Writes", "WritesSeveral", "find", "get",
            "markdown_table", "names", "operations", "register", "unregister"]
 

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Options, Param, Writes
+from noa_core.operations.spec import READING, REQUIRED, Flag, Inputs, Integer, Options, Param, Writes
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.images import stacks
     from noa_core.io.metadata import stored_sections
     from noa_core.operations.plan import region_plan
 
-    array, meta = options.open_input(inputs[0])
+    array, meta = inputs.open(inputs[0])
     shape, axis, left = stacks.average_layout(array.shape, options.group)
     dtype = stacks.average_dtype(array.dtype)
     pixel, origin = meta.pixel_size, meta.origin

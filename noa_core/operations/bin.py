@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Options, Param, Writes
+from noa_core.operations.spec import READING, REQUIRED, Flag, Inputs, Integer, Options, Param, Writes
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.images import boxes
     from noa_core.array import layout
     from noa_core.io.metadata import stored_sections
     from noa_core.operations.plan import region_plan
 
-    array, meta = options.open_input(inputs[0])
+    array, meta = inputs.open(inputs[0])
     factors = boxes.bin_factors(array.shape, options.factor, options.depth)
     shape, starts = boxes.bin_layout(array.shape, factors)
     pixel = tuple(p * k for p, k in zip(meta.pixel_size, factors[1:]))

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from noa_core.operations.spec import (
+    Inputs,
     DEVICE,
     ELEMENT_TYPES,
     READING,
@@ -20,12 +20,12 @@ from noa_core.operations.spec import (
 HEIGHT = 2  # the BDHW axis of rows (Y)
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.array import dtypes
     from noa_core.array import resolve_copy_order
     from noa_core.operations.plan import converter, reversing, tiled_plan
 
-    array, meta = options.open_input(inputs[0], tiles=True)  # read by tiled_plan alone
+    array, meta = inputs.open(inputs[0], tiles=True)  # read by tiled_plan alone
     out_dtype = None if options.dtype is None else dtypes.scalar_dtype(options.dtype)
     out_order = resolve_copy_order(array, options.order)
     compute = converter("clamp" if options.clamp else "checked")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from noa_core.operations.spec import (
+    Inputs,
     DEVICE,
     ELEMENT_TYPES,
     READING,
@@ -24,7 +24,7 @@ MAX_INPUTS = 26
 MAX_LENGTH = 2000
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     import numpy as np
 
     from noa_core.array import dtypes
@@ -33,7 +33,7 @@ def plan(inputs: list[Path], options: Options):
     from noa_core.compute.expr import compile_expression
     from noa_core.operations.plan import evaluator, tiled_plan
 
-    opened = [options.open_input(src) for src in inputs]  # missing or unreadable files are named first
+    opened = [inputs.open(src) for src in inputs]  # missing or unreadable files are named first
     compiled = compile_expression(options.expression, len(inputs))
     arrays = [array for array, _ in opened]
     shape = layout.broadcast_shapes(*(a.shape for a in arrays))

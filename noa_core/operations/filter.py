@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Integer, Options, Param, Real, Writes
+from noa_core.operations.spec import PIXEL_SIZE, READING, Inputs, Integer, Options, Param, Real, Writes
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     import numpy as np
 
     from noa_core.fourier import spectral
     from noa_core.errors import ParameterError
     from noa_core.operations.plan import whole_image_plan
 
-    array, meta = options.open_real_input(inputs[0], "filter")
+    array, meta = inputs.open_real(inputs[0], "filter")
     # relion_image_handler reads --angpix and --bfactor as float32 (textToFloat), so these are too: a sample
     # exactly at Nyquist then lands on the side of RELION's test that RELION's does (--angpix 1.3 at N = 20 keeps
     # |k| = N/2; a header's 1.3, double(float32 cell) / N as RELION reads it too, does not).

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from noa_core.operations.spec import READING, REQUIRED, Choice, Options, Param, Writes
+from noa_core.operations.spec import READING, REQUIRED, Choice, Inputs, Options, Param, Writes
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.images import boxes
     from noa_core.operations.plan import region_plan
 
-    array, meta = options.open_input(inputs[0])
+    array, meta = inputs.open(inputs[0])
     axis = boxes.flip_axis(array.shape, options.axis)
     last = boxes.mirror_sum(array.shape[axis], options.about)
     # Both mirrors keep the box where it is, so the origin is kept: the reversal is about the box's middle,

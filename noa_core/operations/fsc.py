@@ -8,7 +8,7 @@ from typing import Literal
 
 from typing_extensions import TypedDict
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, InputFile, Options, Param, Reports, Text
+from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, InputFile, Inputs, Options, Param, Reports, Text
 
 JsonFloat = float | Literal["NaN", "Infinity", "-Infinity"]  # JSON has no non-finite numbers
 PIXEL_TOLERANCE = 1e-4  # relative: MRC headers keep the cell in float32, so equal pixel sizes may differ a little
@@ -46,7 +46,7 @@ class FscResult(TypedDict):
     notices: list[str]
 
 
-def compute(inputs: list[Path], options: Options) -> dict:
+def compute(inputs: Inputs, options: Options) -> dict:
     """Read both halves (and the mask), check they match, compute the curve, write what was asked for."""
     import numpy as np
 
@@ -59,14 +59,14 @@ def compute(inputs: list[Path], options: Options) -> dict:
         raise ParameterError(f"{inputs[2]} and {options.mask}: give the mask once", "mask")
     mask_path = inputs[2] if len(inputs) > 2 else (None if options.mask is None else Path(options.mask))
     tables, plot = _outputs(options, [*inputs, *([] if mask_path is None else [mask_path])])
-    (one, meta), (two, meta2) = (_open_map(path, options) for path in inputs[:2])
+    (one, meta), (two, meta2) = (_open_map(path, inputs) for path in inputs[:2])
     if one.shape != two.shape:
         raise ShapeError(f"{inputs[0]} is {_size(one.shape)} and {inputs[1]} is {_size(two.shape)}: the half "
                              "maps must have the same shape")
     pixel = _pixel_size(inputs, options, meta, meta2)
     mask = None
     if mask_path is not None:
-        mask, _ = _open_map(mask_path, options)
+        mask, _ = _open_map(mask_path, inputs)
         if mask.shape != one.shape:
             raise ParameterError(f"the mask {mask_path} is {_size(mask.shape)}; the half maps are {_size(one.shape)}",
                                  "mask")
@@ -106,11 +106,11 @@ def _size(shape) -> str:
     return " x ".join(str(n) for n in shape[1 if shape[1] > 1 else 2:])
 
 
-def _open_map(path: Path, options: Options):
+def _open_map(path: Path, inputs: Inputs):
     """One image or volume (a stack is refused), lazily."""
     from noa_core.errors import ShapeError
 
-    array, meta = options.open_real_input(path, "the FSC")
+    array, meta = inputs.open_real(path, "the FSC")
     if array.shape[0] != 1:
         raise ShapeError(f"{path}: a stack of {array.shape[0]} sections; the FSC compares two maps, each one volume "
                          "(FSC) or one image (FRC)")

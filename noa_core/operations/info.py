@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from typing_extensions import TypedDict
 
-from noa_core.operations.spec import READING, Options, Reports
+from noa_core.operations.spec import READING, Inputs, Options, Reports
 
 
 class InfoResult(TypedDict, total=False):
@@ -23,13 +22,14 @@ class InfoResult(TypedDict, total=False):
     notices: list[str]
 
 
-def describe(path: Path, options: Options) -> dict:
+def describe(inputs: Inputs, options: Options) -> dict:
     """A JSON-ready description of an image file (nothing but the header is read)."""
     import dataclasses
 
     from noa_core.array import dtypes
 
-    probe = options.probe_input(path)
+    path = inputs[0]
+    probe = inputs.probe(path)
     meta = probe.metadata
     described = {
         "path": str(path),

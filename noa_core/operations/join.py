@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from noa_core.operations.spec import DEVICE, READING, Options, Writes
+from noa_core.operations.spec import DEVICE, READING, Inputs, Options, Writes
 
 MAX_INPUTS = 1000  # the most files a multipart upload may hold (Starlette's max_files): every door takes as many
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.images import stacks
     from noa_core.io import Metadata
     from noa_core.operations.plan import region_plan
 
-    opened = [options.open_input(src) for src in inputs]  # missing or unreadable files are named first
+    opened = [inputs.open(src) for src in inputs]  # missing or unreadable files are named first
     arrays = [array for array, _ in opened]
     names = [str(src) for src in inputs]
     shape = stacks.check_joinable([a.shape for a in arrays], [a.dtype for a in arrays], names)

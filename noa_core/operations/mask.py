@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Flag, Options, Param, Real, Writes
+from noa_core.operations.spec import PIXEL_SIZE, READING, Flag, Inputs, Options, Param, Real, Writes
 
 SHAPES = ("threshold", "sphere", "cylinder")  # what the mask is made from: one of them
 MAP_ONLY = ("extend", "lowpass", "angpix")  # what only a mask of the map's values takes
@@ -31,14 +30,14 @@ def check_options(options: Options) -> str:
     return kind
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.geometry import masks
     from noa_core.fourier import spectral
     from noa_core.errors import ParameterError, ShapeError
     from noa_core.operations.plan import whole_image_plan
 
     kind = check_options(options)
-    array, meta = options.open_real_input(inputs[0], "mask")
+    array, meta = inputs.open_real(inputs[0], "mask")
     batch, depth = array.shape[0], array.shape[1]
     if batch > 1:
         what = "volumes" if depth > 1 else "images"

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import READING, Flag, Options, Param, Real, Writes
+from noa_core.operations.spec import READING, Flag, Inputs, Options, Param, Real, Writes
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.images import intensity
     from noa_core.images import statistics
     from noa_core.array import asarray
@@ -17,7 +17,7 @@ def plan(inputs: list[Path], options: Options):
     from noa_core.errors import ShapeError
     from noa_core.operations.plan import region_plan
 
-    array, meta = options.open_input(inputs[0])
+    array, meta = inputs.open(inputs[0])
     intensity.check_real_input(array.dtype, str(inputs[0]))
     intensity.check_normal(options.mean, options.std)
     intensity.check_background_options(options.bg_radius, options.ramp, options.white_dust, options.black_dust)

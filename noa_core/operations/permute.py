@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from noa_core.operations.spec import DEVICE, READING, REQUIRED, Integers, Options, Param, Writes
+from noa_core.operations.spec import DEVICE, READING, REQUIRED, Inputs, Integers, Options, Param, Writes
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.array import layout
     from noa_core.operations.plan import converter, tiled_plan
 
-    array, meta = options.open_input(inputs[0])  # a missing or unreadable file is named first
+    array, meta = inputs.open(inputs[0])  # a missing or unreadable file is named first
     perm = layout.check_permutation(options.axes)
     return tiled_plan(options, inputs=inputs, read=[array], sources=[array.permute(perm)], compute=converter("checked"),
                       meta=meta.permute(perm))

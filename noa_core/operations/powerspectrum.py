@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, Options, Param, Writes
+from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, Inputs, Options, Param, Writes
 
 TABLES = {"star": (".star", "text/plain"), "csv": (".csv", "text/csv")}  # --table: (extension, media type)
 STAR_COLUMNS = ("rlnSpectralIndex", "rlnResolution", "rlnAngstromResolution", "rlnReferenceSpectralPower")
@@ -112,11 +112,11 @@ def create_output(plan, dst, *, overwrite: bool):
     return table_file(Path(dst), plan.shape, plan.table, plan.width, plan.pixel_size, overwrite)
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.errors import ParameterError
     from noa_core.operations.plan import FLOAT_OUTPUT, whole_image_plan
 
-    array, meta = options.open_input(inputs[0])
+    array, meta = inputs.open(inputs[0])
     ndim = 3 if array.shape[1] > 1 else 2
     width = array.shape[3]
     shape, out_meta, notices = array.shape, meta, ()

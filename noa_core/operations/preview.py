@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, Integer, Options, Param, Text, Writes
+from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Flag, Inputs, Integer, Options, Param, Text, Writes
 
 # noa_core.pictures.drawing's names (that module loads NumPy; declarations do not): a test keeps them equal.
 CMAPS = ("gray", "fire", "ice", "viridis")
@@ -126,13 +126,13 @@ def create_output(plan, dst, *, overwrite: bool):
     return picture_file(Path(dst), plan.shape, named, plan.channels, plan.quality, overwrite)
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     import numpy as np
 
     from noa_core.pictures import drawing
     from noa_core.operations.plan import WHOLE, region_plan
 
-    array, meta = options.open_input(inputs[0])
+    array, meta = inputs.open(inputs[0])
     layout = _checked(array, options, inputs[0])
     pixel = _pixel_size(options, meta, inputs[0])
     channels = 1 if options.cmap == "gray" else 3
@@ -172,7 +172,7 @@ def show(path: Path, options: Options, columns: int, lines: int) -> Iterator[str
     from noa_core.pictures import drawing
     from noa_core.pictures import terminal
 
-    array, meta = options.open_input(path)
+    array, meta = Inputs([path], options).open(path)
     box = (2 * max(1, lines - 2), max(1, columns))
     rendering = _rendering(options, _pixel_size(options, meta, path))
     _checked(array, options, path, box=None if options.bin else box, text=True)

@@ -4,20 +4,19 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Integer, Options, Param, Real, Writes
+from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Inputs, Integer, Options, Param, Real, Writes
 
 MAX_FACTOR = 64.0  # the most an axis may grow: 64 x 64 the pixels of an image
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.images import boxes
     from noa_core.fourier import resampling
     from noa_core.errors import ParameterError
     from noa_core.operations.plan import whole_image_plan
 
-    array, meta = options.open_real_input(inputs[0], "rescale")
+    array, meta = inputs.open_real(inputs[0], "rescale")
     like = options.like
     if (options.factor is None) == (options.pixel_size is None):
         only_window = " (to window only, use noa resize --fill zero)" if options.new_box is not None else ""

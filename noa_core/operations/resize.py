@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import READING, REQUIRED, Integers, Options, Param, Text, Writes
+from noa_core.operations.spec import READING, REQUIRED, Inputs, Integers, Options, Param, Text, Writes
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.images import boxes
     from noa_core.limits import check_output_size
     from noa_core.operations.plan import region_plan
 
-    array, meta = options.open_input(inputs[0])  # a missing or unreadable file is named first
+    array, meta = inputs.open(inputs[0])  # a missing or unreadable file is named first
     target = boxes.resize_shape(array.shape, options.shape)
     check_output_size(target, array.itemsize, str(inputs[0]))  # before anything sized by it is made
     offsets = boxes.resize_offsets(array.shape, target)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-from noa_core.operations.spec import READING, Options, Writes
+from noa_core.operations.spec import READING, Inputs, Options, Writes
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.images import boxes
     from noa_core.operations.plan import region_plan
 
-    array, meta = options.open_input(inputs[0])
+    array, meta = inputs.open(inputs[0])
     boxes.check_volume(array.shape, "rotx")
     shape = boxes.rotx_shape(array.shape)
     out_meta = meta.permute((0, 2, 1, 3))  # pixel size, sampling, start and angles of Y and Z exchanged

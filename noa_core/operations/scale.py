@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from noa_core.operations.spec import (
+    Inputs,
     ELEMENT_TYPES,
     READING,
     REQUIRED,
@@ -34,14 +35,14 @@ def source_range(array, path: Path, percentiles) -> tuple[float, float]:
     return statistics.remembered(path, ("range", array.shape, percentiles), compute)
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.images import intensity
     from noa_core.array import asarray
     from noa_core.compute.conversion import convert_into
     from noa_core.errors import ShapeError
     from noa_core.operations.plan import tiled_plan
 
-    array, meta = options.open_input(inputs[0])
+    array, meta = inputs.open(inputs[0])
     intensity.check_real_input(array.dtype, str(inputs[0]))
     out_dtype = intensity.real_output_dtype(array.dtype, options.dtype)
     target = intensity.check_to_range(options.to_range, out_dtype)

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from noa_core.operations.spec import READING, Options, Param, Text, Writes
+from noa_core.operations.spec import READING, Inputs, Options, Param, Text, Writes
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.images import stacks
     from noa_core.io.metadata import stored_sections
     from noa_core.operations.plan import region_plan
 
-    array, meta = options.open_input(inputs[0])
+    array, meta = inputs.open(inputs[0])
     indices = stacks.selected_sections(array.shape, options.keep, options.drop)
     axis = stacks.section_axis(array.shape)
     shape = list(array.shape)

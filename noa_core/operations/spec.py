@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -381,16 +379,40 @@ OUTPUT = (OUTPUT_PIXEL_SIZE, *STORE_OUTPUT)  # what every writing operation take
 WRITE_OPTIONS = ("uint8_mode", "chunks", "ngff")  # what the output format, not the operation, decides with
 
 
-class Options(dict):
-    """The checked parameter values of one call, by name; also readable as attributes (``options.axes``)."""
+class Options(Mapping[str, Any]):
+    """The checked values of one call's parameters, by name (``options["axes"]``, also ``options.axes``): made
+    once from the declaration (:meth:`Operation.options`), frozen. ``command`` is the operation's name and the
+    options given, as typed: "noa filter --lowpass 5"."""
+
+    __slots__ = ("_values", "command")
+
+    def __init__(self, values: Mapping[str, Any], command: str = "") -> None:
+        object.__setattr__(self, "_values", dict(values))
+        object.__setattr__(self, "command", command)
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
 
     def __getattr__(self, name: str) -> Any:
         try:
-            return self[name]
+            return self._values[name]
         except KeyError:
             raise AttributeError(name) from None
 
-    command: str = ""  # the operation's name and the options given, as typed: "noa filter --lowpass 5"
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"options are frozen: {name} cannot be set")
+
+    def __reduce__(self) -> tuple:
+        return Options, (self._values, self.command)  # picklable: a task's options travel to Dask workers
+
+    def __repr__(self) -> str:
+        return f"Options({self._values!r})"
 
     def output_label(self, detail: str = "") -> str:
         """The label an output records of what made it: the command, and ``detail`` (e.g. the range a
@@ -401,26 +423,6 @@ class Options(dict):
         """The output format's own choices among these options (:data:`WRITE_OPTIONS`)."""
         return {name: self[name] for name in WRITE_OPTIONS if name in self}
 
-    def open_input(self, path: str | Path, tiles: bool = False) -> tuple[Array, Metadata]:
-        """An input read as :data:`READING` say (MRC stack or volume, TIFF series, channel and level): lazily,
-        header first; ``tiles``: a plan's source, read only tile by tile (:func:`noa_core.io.read`)."""
-        from noa_core import io
-
-        array, meta = io.read(path, tiles=tiles, **self._reading())
-        told = _READING_NOTICES.get()
-        if told is not None:
-            told.extend(meta.notices)
-        return array, meta
-
-    def open_real_input(self, path: str | Path, what: str) -> tuple[Array, Metadata]:
-        """:meth:`open_input` for an operation ``what`` that takes real images: complex data are refused."""
-        from noa_core.errors import DTypeError
-
-        array, meta = self.open_input(path)
-        if array.dtype.kind == "c":
-            raise DTypeError(f"{path}: {what} takes real images; the file holds {array.dtype} values")
-        return array, meta
-
     def input_pixel_size(self, meta: Metadata) -> float | None:
         """The input's pixel size in Å: ``angpix`` when given, else the header's width axis (None: unknown)."""
         if self.get("angpix") is not None:
@@ -428,13 +430,9 @@ class Options(dict):
         pixel, _, _ = meta.in_angstrom()
         return pixel[2] if pixel[2] > 0 else None
 
-    def probe_input(self, path: str | Path) -> Probe:
-        """What :meth:`open_input` would give, from the header alone (no data read or decompressed)."""
-        from noa_core import io
-
-        return io.probe(path, **self._reading())
-
-    def _reading(self) -> dict[str, Any]:
+    def reading(self) -> dict[str, Any]:
+        """How inputs are read, as :func:`noa_core.io.read` takes it (MRC stack or volume, TIFF series, channel and
+        level, EER grouping and gain)."""
         as_stack = self.get("as_stack")
         # the defaults (and off, 0) stand for "not given": only options given are refused for other formats
         eer = {param.name: self.get(param.name) for param in EER_READING
@@ -443,35 +441,60 @@ class Options(dict):
                 **{param.name: self.get(param.name) for param in (SERIES, CHANNEL, LEVEL)}, **eer}
 
 
-# What the reads made while a plan is made said (frames an EER grouping dropped, the TIFF series chosen): a
-# plan's metadata is the output's, so :meth:`FileTask.plan` collects them here for the user (per thread).
-_READING_NOTICES: ContextVar[list[str] | None] = ContextVar("noa_reading_notices", default=None)
+class Inputs(Sequence[Path]):
+    """The input files of one call (a, b, c, ... in order) and how they are read (the call's options):
+    :meth:`open` reads one, lazily, and keeps what the reading said in :attr:`notices` (frames an EER grouping
+    dropped, the TIFF series chosen) for the caller to hand on with the output."""
 
+    def __init__(self, paths: Sequence[str | Path], options: Options) -> None:
+        self.paths = [Path(p) for p in paths]
+        self.reading = options.reading()
+        self.notices: list[str] = []
 
-@contextmanager
-def _reading_notices() -> Iterator[list[str]]:
-    """The notices of every input :meth:`Options.open_input` reads within the block."""
-    told: list[str] = []
-    token = _READING_NOTICES.set(told)
-    try:
-        yield told
-    finally:
-        _READING_NOTICES.reset(token)
+    def __getitem__(self, index):  # type: ignore[override]
+        return self.paths[index]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def open(self, path: str | Path, tiles: bool = False) -> tuple[Array, Metadata]:
+        """``path`` read lazily, header first; ``tiles``: a plan's source, read only tile by tile
+        (:func:`noa_core.io.read`)."""
+        from noa_core import io
+
+        array, meta = io.read(path, tiles=tiles, **self.reading)
+        self.notices.extend(n for n in meta.notices if n not in self.notices)
+        return array, meta
+
+    def open_real(self, path: str | Path, what: str) -> tuple[Array, Metadata]:
+        """:meth:`open` for an operation ``what`` that takes real images: complex data are refused."""
+        from noa_core.errors import DTypeError
+
+        array, meta = self.open(path)
+        if array.dtype.kind == "c":
+            raise DTypeError(f"{path}: {what} takes real images; the file holds {array.dtype} values")
+        return array, meta
+
+    def probe(self, path: str | Path) -> Probe:
+        """What :meth:`open` would give, from the header alone (no data read or decompressed)."""
+        from noa_core import io
+
+        return io.probe(path, **self.reading)
 
 
 def _told(plan: Plan, notices: list[str]) -> Plan:
-    """``plan`` whose notices start with ``notices`` (each once)."""
+    """``plan`` whose notices start with ``notices`` (what reading its inputs said; each once)."""
     plan.notices = list(dict.fromkeys([*notices, *plan.notices]))
     return plan
 
 
 # -- the declaration ------------------------------------------------------------------------------
 
-PlanFunction = Callable[[list[Path], Options], "Plan"]
+PlanFunction = Callable[[Inputs, Options], "Plan"]
 # Several outputs from one input (a split): [(name suffix, plan), ...], each written beside the others.
-PlansFunction = Callable[[list[Path], Options], "list[tuple[str, Plan]]"]
-# A report's input (its list of inputs, like a plan's, when max_inputs > 1) and options -> the JSON-ready result.
-ReportFunction = Callable[[Any, Options], dict]
+PlansFunction = Callable[[Inputs, Options], "list[tuple[str, Plan]]"]
+# A report's inputs (one, or several when max_inputs > 1) and options -> the JSON-ready result.
+ReportFunction = Callable[[Inputs, Options], dict]
 # An edit of the input file itself (a header): (path, options, dry_run) -> the change, old and new values.
 EditFunction = Callable[[Path, Options, bool], dict]
 # (dtype, shape) of a small warmup input -> [(dtype of the input to run on, options), ...]
@@ -557,19 +580,19 @@ class Operation:
         if unknown:
             raise ParameterError(f"{self.name}: unknown parameter {unknown[0]!r}; parameters: "
                                  f"{', '.join(self._by_name) or 'none'}")
-        options = Options()
+        values = {}
         for name, param in self._by_name.items():
             if name in given:
-                options[name] = param.check(given[name])
+                values[name] = param.check(given[name])
             elif param.required:
                 raise ParameterError("is required", name)
             else:
-                options[name] = param.default
-        options.command = " ".join(["noa", self.name, *(
-            param.words(options[param.name]) for param in self.params
-            if param not in READING and param is not DEVICE and options[param.name] is not None
-            and (param.required or options[param.name] != param.default))])
-        return options
+                values[name] = param.default
+        command = " ".join(["noa", self.name, *(
+            param.words(values[param.name]) for param in self.params
+            if param not in READING and param is not DEVICE and values[param.name] is not None
+            and (param.required or values[param.name] != param.default))])
+        return Options(values, command)
 
     def check_inputs(self, count: int) -> None:
         if count > self.max_inputs:
@@ -659,7 +682,7 @@ class Reports(Operation):
         paths = [Path(p) for p in path] if self.max_inputs > 1 else [Path(path)]  # type: ignore[arg-type]
         self.check_inputs(len(paths))
         with compute_path.for_inputs(paths, self.name):
-            return self.report(paths if self.max_inputs > 1 else paths[0], options)
+            return self.report(Inputs(paths, options), options)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -721,21 +744,22 @@ class FileTask:
         from noa_core.compute import compute_path
 
         assert isinstance(self.operation, Writes)
-        with compute_path.for_inputs(self.inputs(src), f"planning {self.name}"), \
-                _reading_notices() as told:  # plans may read statistics
-            return self._reading_all(src, self._with_pixel_size(_told(self.operation.plan(self.inputs(src),
-                                                                                           self.options), told)))
+        inputs = Inputs(self.inputs(src), self.options)
+        with compute_path.for_inputs(inputs, f"planning {self.name}"):  # plans may read statistics
+            plan = self.operation.plan(inputs, self.options)
+        return self._reading_all(src, self._with_pixel_size(_told(plan, inputs.notices)))
 
     def plans(self, src: str | Path) -> list[tuple[str, Plan]]:
         """The outputs of an operation writing several files from ``src``: (name suffix, plan) each."""
         from noa_core.compute import compute_path
 
         assert isinstance(self.operation, WritesSeveral)
-        with compute_path.for_inputs(self.inputs(src), f"planning {self.name}"), _reading_notices() as told:
-            planned = self.operation.plans(self.inputs(src), self.options)
-            if planned:  # told once, with the first output
-                _told(planned[0][1], told)
-            return [(suffix, self._reading_all(src, self._with_pixel_size(plan))) for suffix, plan in planned]
+        inputs = Inputs(self.inputs(src), self.options)
+        with compute_path.for_inputs(inputs, f"planning {self.name}"):
+            planned = self.operation.plans(inputs, self.options)
+        if planned:  # told once, with the first output
+            _told(planned[0][1], inputs.notices)
+        return [(suffix, self._reading_all(src, self._with_pixel_size(plan))) for suffix, plan in planned]
 
     def _reading_all(self, src: str | Path, plan: Plan) -> Plan:
         """``plan`` whose inputs name every file it reads (an output that is one of them is refused)."""

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
-from noa_core.operations.spec import DEVICE, READING, Integer, Options, Param, WritesSeveral
+from noa_core.operations.spec import DEVICE, READING, Inputs, Integer, Options, Param, WritesSeveral
 
 NAMING = ("Outputs are named after the input and the number of their part: IN_000.EXT, IN_001.EXT, ... "
           "(as many digits as the count needs, at least 3), in IN's format; part k holds sections k*N to k*N+N-1 "
           "(--every N).")
 
 
-def plans(inputs: list[Path], options: Options):
+def plans(inputs: Inputs, options: Options):
     from noa_core.images import stacks
     from noa_core.io.formats import strip_image_suffix
     from noa_core.operations.plan import converter, tiled_plan
 
-    array, meta = options.open_input(inputs[0])
+    array, meta = inputs.open(inputs[0])
     every = options.every
     axis = stacks.section_axis(array.shape)
     ranges = stacks.split_ranges(array.shape, every)

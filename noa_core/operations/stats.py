@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from typing_extensions import NotRequired, TypedDict
 
-from noa_core.operations.spec import DEVICE, READING, Flag, Options, Param, Reports
+from noa_core.operations.spec import DEVICE, READING, Flag, Inputs, Options, Param, Reports
 
 JsonFloat = float | Literal["NaN", "Infinity", "-Infinity"]  # JSON has no non-finite numbers
 
@@ -33,7 +32,7 @@ class StatsResult(TypedDict):
 STATISTICS = ("min", "max", "mean", "std")
 
 
-def compute(path: Path, options: Options) -> dict:
+def compute(inputs: Inputs, options: Options) -> dict:
     """Min, max, mean and std of the data, over the whole file and optionally per batch.
 
     On the CPU: one pass over the file in tiles (bounded memory; Chan's merge of per-tile moments).
@@ -41,7 +40,8 @@ def compute(path: Path, options: Options) -> dict:
     """
     from noa_core.errors import DTypeError, ShapeError
 
-    array, _ = options.open_input(path, tiles=options.device == "cpu")  # the CPU reads it by tiles alone
+    path = inputs[0]
+    array, _ = inputs.open(path, tiles=options.device == "cpu")  # the CPU reads it by tiles alone
     if array.size == 0:
         raise ShapeError(f"{path}: the array of shape {array.shape} is empty; it has no statistics")
     if array.dtype.kind == "c":

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from typing_extensions import TypedDict
 
 from noa_core.geometry import point_groups
-from noa_core.operations.spec import DEVICE, READING, Name, Options, Param, Query, Writes
+from noa_core.operations.spec import DEVICE, READING, Inputs, Name, Options, Param, Query, Writes
 
 GROUPS = point_groups.DESCRIPTION
 POINT_GROUP = Name(point_groups.PATTERN, point_groups.read, 8)
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.geometry import symmetry
     from noa_core.errors import ParameterError, ShapeError
     from noa_core.operations.plan import whole_image_plan
@@ -21,7 +20,7 @@ def plan(inputs: list[Path], options: Options):
     if options.sym is None:
         raise ParameterError(f"is required: the point group ({GROUPS})", "sym")
     group = symmetry.point_group(options.sym)  # a name RELION does not know is refused before any file is read
-    array, meta = options.open_real_input(inputs[0], "symmetrize")
+    array, meta = inputs.open_real(inputs[0], "symmetrize")
     if min(array.shape[1:]) < 2:
         b, d, h, w = array.shape
         what = (f"a stack of images ({b} of {h} x {w} pixels)" if d == 1 and b > 1 else

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noa_core.operations.spec import DEVICE, READING, Choice, InputFile, Options, Param, Real, Reals, Writes
+from noa_core.operations.spec import DEVICE, READING, Choice, InputFile, Inputs, Options, Param, Real, Reals, Writes
 
 GEOMETRY = ("rotate", "shift", "scale", "euler")
 # Output-sized (float32) buffers like relion holds: the map padded twice in float64 (16) and its half transform in
@@ -85,10 +85,10 @@ def check_like_relion(array, options: Options, path: Path) -> None:
                              "interp" if options.interp != "linear" else "border")
 
 
-def plan(inputs: list[Path], options: Options):
+def plan(inputs: Inputs, options: Options):
     from noa_core.operations.plan import whole_image_plan
 
-    array, meta = options.open_real_input(inputs[0], "transform")
+    array, meta = inputs.open_real(inputs[0], "transform")
     m = matrices_for(array, options, inputs[0])
     volume = array.shape[1] > 1
     relion = options.like == "relion"

@@ -23,7 +23,7 @@ from typing import Any
 
 from noa_core.errors import NoaError, ParameterError
 from noa_core.limits import check_voxels, output_voxel_limit
-from noa_core.operations import Edits, FileTask, Operation, Options, Reports, Writes, WritesSeveral
+from noa_core.operations import Edits, FileTask, Inputs, Operation, Options, Reports, Writes, WritesSeveral
 from noa_core.run.batch import FileResult, PathLike, Progress
 from noa_core.run.local import write_plan, write_several
 
@@ -56,7 +56,8 @@ class Call:
     def probe_inputs(self) -> None:
         """Refuse inputs over the voxel limit from their headers, before planning decompresses or maps anything."""
         if self.limits.max_voxels is not None and self.operation.reads_data:
-            check_voxels([self.options.probe_input(path).shape for path in self.inputs], self.limits.max_voxels)
+            reading = Inputs(self.inputs, self.options)
+            check_voxels([reading.probe(path).shape for path in self.inputs], self.limits.max_voxels)
 
 
 def execute(operation: Operation, inputs: Sequence[PathLike], output: PathLike | None = None,

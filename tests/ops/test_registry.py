@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,7 +32,7 @@ def plan_offset(inputs, options):
     from noa_core.compute.expr import compile_expression
     from noa_core.operations.plan import evaluator, tiled_plan
 
-    array, meta = options.open_input(inputs[0])
+    array, meta = inputs.open(inputs[0])
     compiled = compile_expression(f"a * {options.scale!r} + {options.amount}", 1)
     return tiled_plan(options, inputs=inputs, read=[array], compute=evaluator(compiled), meta=meta, dtype="float32")
 
@@ -226,7 +225,7 @@ def test_operations_from_noa_operations_reach_a_fresh_process(tmp_path):
             from noa_core.compute.expr import compile_expression
             from noa_core.operations.plan import evaluator, tiled_plan
 
-            array, meta = options.open_input(inputs[0])
+            array, meta = inputs.open(inputs[0])
             return tiled_plan(options, inputs=inputs, read=[array], compute=evaluator(compile_expression("-a", 1)),
                               meta=meta)
 

@@ -13,7 +13,6 @@ import pytest
 
 from helpers import load, noa, wait_job, write_mrc
 from noa_core import operations
-from noa_core.errors import ParameterError
 from noa_core.operations.spec import Integer, Text
 
 
@@ -22,7 +21,7 @@ def plans_halves(inputs, options):
     from noa_core.compute.expr import compile_expression
     from noa_core.operations.plan import evaluator, tiled_plan
 
-    array, meta = options.open_input(inputs[0])
+    array, meta = inputs.open(inputs[0])
     return [(f"_x{k}.mrc", tiled_plan(options, inputs=inputs, read=[array], meta=meta, dtype="float32",
                                       compute=evaluator(compile_expression(f"a * {k}", 1)), detail=f"x{k}"))
             for k in (1, options.factor)]
