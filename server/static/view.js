@@ -11,6 +11,10 @@
   const MAX_ZOOM = 3; // at most 2^3 screen pixels a plane pixel
   const $ = (id) => document.getElementById(id);
 
+  // What the page shows lives in its URL's fragment (file, plane, contrast, zoom), so a view can be linked,
+  // bookmarked and reloaded: written after each drawing, read once at start.
+  let linked = new URLSearchParams(location.hash.slice(1));
+
   const view = {
     folder: "", file: null, info: null, geometry: null,
     lo: 0, hi: 1, edges: null, counts: null, limits: null,
@@ -63,8 +67,16 @@
     $("key").value = "";
     $("key-form").hidden = true;
     $("status").textContent = "";
-    browse(view.folder).then(() => view.file && openFile(view.file)).catch(report);
+    start().catch(report);
   });
+
+  // The linked folder and file (from the URL), or the data root.
+  async function start() {
+    const file = view.file || linked.get("file");
+    const folder = file ? file.split("/").slice(0, -1).join("/") : (linked.get("folder") || view.folder);
+    await browse(folder);
+    if (file) await openFile(file, view.file ? null : linked);
+  }
 
   // -- the file browser ----------------------------------------------------------------------------
 
@@ -162,7 +174,7 @@
     output.textContent = `${value} / ${count - 1}`;
   }
 
-  async function openFile(path) {
+  async function openFile(path, restore) {
     view.file = path;
     view.tiles.clear();
     const info = await (await api("info", { file: path })).json();
@@ -180,8 +192,61 @@
     $("projection").checked = false;
     $("index").disabled = false;
     resetIndex();
+    if (restore) restoreState(restore);
     setDownload(path);
-    await loadPlane(true);
+    await loadPlane(!restore || !restore.has("zoom"));
+  }
+
+  // The controls as the URL set them (values the file cannot have are left as they are).
+  function restoreState(state) {
+    const [batch, depth] = view.info.shape;
+    const within = (value, count) => Number.isInteger(value) && value >= 0 && value < count;
+    const section = Number(state.get("section"));
+    if (within(section, batch)) setRange($("section"), $("section-out"), batch, section);
+    if (depth > 1 && ["z", "y", "x"].includes(state.get("axis"))) {
+      $("axis").value = state.get("axis");
+      resetIndex();
+      const index = Number(state.get("index"));
+      if (within(index, Number($("index").max) + 1)) setRange($("index"), $("index-out"), Number($("index").max) + 1, index);
+      $("projection").checked = depth > 1 && state.get("projection") === "1";
+      $("index").disabled = $("projection").checked;
+    }
+    for (const [id, values] of [["rule", ["sigma:3", "percentiles:1,99", "minmax", "range"]],
+      ["cmap", ["gray", "fire", "ice", "viridis"]]]) {
+      if (values.includes(state.get(id))) $(id).value = state.get(id);
+    }
+    $("invert").checked = state.get("invert") === "1";
+    $("spectrum").checked = state.get("spectrum") === "1";
+    if ($("rule").value === "range") {
+      const [lo, hi] = [Number(state.get("lo")), Number(state.get("hi"))];
+      if (Number.isFinite(lo) && Number.isFinite(hi) && lo < hi) view.restoredRange = [lo, hi];
+      else $("rule").value = "sigma:3";
+    }
+    const zoom = Number(state.get("zoom"));
+    if (Number.isInteger(zoom) && state.has("ox") && state.has("oy")) {
+      view.restoredPlace = [zoom, Number(state.get("ox")) || 0, Number(state.get("oy")) || 0];
+    }
+  }
+
+  function rememberState() {
+    const state = new URLSearchParams({ file: view.file });
+    const [batch, depth] = view.info.shape;
+    if (batch > 1) state.set("section", $("section").value);
+    if (depth > 1) {
+      state.set("axis", $("axis").value);
+      if ($("projection").checked) state.set("projection", "1");
+      else state.set("index", $("index").value);
+    }
+    state.set("rule", $("rule").value);
+    if ($("rule").value === "range") {
+      state.set("lo", String(Number(view.lo.toPrecision(9))));
+      state.set("hi", String(Number(view.hi.toPrecision(9))));
+    }
+    if ($("invert").checked) state.set("invert", "1");
+    state.set("cmap", $("cmap").value);
+    if ($("spectrum").checked) state.set("spectrum", "1");
+    else for (const [name, value] of [["zoom", view.zoom], ["ox", view.ox], ["oy", view.oy]]) state.set(name, value);
+    history.replaceState(null, "", `#${state}`);
   }
 
   function resetIndex() {
@@ -223,6 +288,8 @@
     view.limits = hist.limits;
     const rule = $("rule").value;
     if (rule !== "range") [view.lo, view.hi] = hist.limits[rule].map(Number);
+    else if (view.restoredRange) [view.lo, view.hi] = view.restoredRange;
+    view.restoredRange = null;
     const stats = hist.statistics || {};
     fillTable($("statistics"), [
       ["plane", `${hist.plane[0]} rows × ${hist.plane[1]} columns`],
@@ -231,7 +298,13 @@
     ]);
     drawHistogram();
     view.tiles.clear();
-    if (fit) fitView();
+    if (view.restoredPlace) {
+      const [zoom, ox, oy] = view.restoredPlace;
+      view.zoom = Math.min(MAX_ZOOM, Math.max(-(view.geometry.levels - 1), zoom));
+      view.ox = ox;
+      view.oy = oy;
+      view.restoredPlace = null;
+    } else if (fit) fitView();
     await render();
   }
 
@@ -329,9 +402,35 @@
     finished();
   }
 
+  // A scale bar of a round length, about a fifth of the picture's width, where the pixel size is known.
+  function drawScaleBar() {
+    const bar = $("scale-bar");
+    const columns = { z: 3, y: 3, x: 2 }[view.info.shape[1] > 1 ? $("axis").value : "z"]; // the plane's width axis
+    const size = (view.info.pixel_size || [])[columns - 1];
+    if (!size || $("spectrum").checked) {
+      bar.hidden = true;
+      return;
+    }
+    const perPixel = size / scale(); // length a canvas pixel spans
+    const target = ($("image").width / 5) * perPixel;
+    const power = 10 ** Math.floor(Math.log10(target));
+    const length = [5, 2, 1].map((k) => k * power).find((v) => v <= target) || power;
+    const unit = view.info.pixel_unit || "";
+    let label = `${Number(length.toPrecision(3))} ${unit}`;
+    if (unit === "Å" && length >= 10000) label = `${Number((length / 10000).toPrecision(3))} µm`;
+    else if (unit === "Å" && length >= 1000) label = `${Number((length / 10).toPrecision(3))} nm`;
+    bar.firstElementChild.style.width = `${Math.round(length / perPixel)}px`;
+    bar.lastElementChild.textContent = label;
+    bar.dataset.length = String(length);
+    bar.hidden = false;
+  }
+
   function finished() {
     // What is drawn where (zoom ox oy: plane pixel (0, 0) at canvas (ox, oy), 2^zoom canvas pixels a pixel).
     $("image").dataset.view = `${$("spectrum").checked ? "spectrum" : view.zoom} ${view.ox} ${view.oy}`;
+    drawScaleBar();
+    clearTimeout(view.remembering); // once the view settles (a pan draws many times; browsers limit URL changes)
+    view.remembering = setTimeout(rememberState, 150);
     document.body.dataset.state = "ready";
     document.body.dataset.renders = String(Number(document.body.dataset.renders) + 1);
   }
@@ -520,6 +619,13 @@
 
   window.addEventListener("resize", () => { if (view.geometry) { sizeCanvas(); render().catch(report); } });
 
+  // A link pasted into this tab (only the fragment changes: the page is not loaded again).
+  window.addEventListener("hashchange", () => {
+    linked = new URLSearchParams(location.hash.slice(1));
+    view.file = null;
+    start().catch(report);
+  });
+
   sizeCanvas();
-  browse("").catch(report);
+  start().catch(report);
 })();

@@ -270,3 +270,70 @@ def test_a_large_image_is_drawn_from_tiles_and_zoomed_by_levels(server, page):
     pixels, _ = canvas_image_any(page)
     top, left = (pixels.shape[0] - expected.shape[0]) // 2, (pixels.shape[1] - expected.shape[1]) // 2
     np.testing.assert_array_equal(pixels[top:top + expected.shape[0], left:left + expected.shape[1], 0], expected)
+
+
+def test_the_list_fits_the_page_and_nothing_scrolls_sideways(server, page):
+    """Issue 40 item 9: at 1400 px the file list was clipped to ~480 px with its own scroll bar (the pixel-size
+    column cut) and the page scrolled sideways."""
+    url, _ = server
+    page.send("Emulation.setDeviceMetricsOverride", width=1400, height=900, deviceScaleFactor=1, mobile=False)
+    open_viewer(page, url)
+    open_file(page, "volume.mrc")
+    widths = page.evaluate("""(() => {
+        const b = document.getElementById('browser'), e = document.documentElement;
+        const last = [...document.querySelectorAll('#files tbody tr')].map(r => r.cells[r.cells.length - 1]);
+        const right = Math.max(...last.map(c => c.getBoundingClientRect().right));
+        return [e.scrollWidth, e.clientWidth, b.scrollWidth, b.clientWidth, right, b.getBoundingClientRect().right];
+    })()""")
+    page_scroll, page_width, list_scroll, list_width, last_column, list_right = widths
+    assert page_scroll <= page_width, widths
+    assert list_scroll <= list_width and last_column <= list_right, widths
+    assert page.evaluate("[...document.querySelectorAll('#files tbody tr')].find(r => r.dataset.file === 'volume.mrc')"
+                         ".cells[4].textContent") == "1.5 × 1.5 × 1.5 Å"
+
+
+def test_a_scale_bar_of_a_round_length_over_the_picture(server, page):
+    """Issue 40 item 9: no scale bar. Its bar spans length / pixel size x 2^zoom screen pixels."""
+    url, _ = server
+    open_viewer(page, url)
+    open_file(page, "volume.mrc")  # 1.5 Å pixels
+    length, width, label, hidden = page.evaluate(
+        "(() => { const b = document.getElementById('scale-bar'); return [Number(b.dataset.length), "
+        "b.firstElementChild.getBoundingClientRect().width, b.lastElementChild.textContent, b.hidden]; })()")
+    _, (zoom, _, _) = canvas_image(page)
+    canvas_width = page.evaluate("document.getElementById('image').width")
+    assert not hidden and label == f"{length:g} Å"
+    assert width == round(length / 1.5 * 2 ** zoom)
+    assert canvas_width / 5 / 2 ** zoom * 1.5 / 2.5 < length <= canvas_width / 5 / 2 ** zoom * 1.5  # 1, 2 or 5 x 10^k
+
+
+def test_the_view_is_in_the_url_and_a_link_opens_it_again(server, browser, page):
+    """Issue 40 item 9: the URL never changed, so a view could not be linked or bookmarked."""
+    url, _ = server
+    open_viewer(page, url)
+    open_file(page, "volume.mrc")
+    renders = int(page.evaluate("document.body.dataset.renders"))
+    page.evaluate("(() => { const s = document.getElementById('index'); s.value = '2'; "
+                  "s.dispatchEvent(new Event('input')); const c = document.getElementById('cmap'); c.value = 'fire'; "
+                  "c.dispatchEvent(new Event('change')); })()")
+    wait_render(page, renders)
+    page.wait("location.hash.includes('index=2') && location.hash.includes('cmap=fire')")
+    link = page.evaluate("location.href")
+    other = browser.new_page()
+    try:
+        other.goto(link)  # a new tab asks for the key again, then opens the linked view
+        other.wait("document.body.dataset.state === 'key'")
+        other.evaluate("document.getElementById('key').focus()")
+        other.send("Input.insertText", text=KEY)
+        other.evaluate("document.getElementById('key-form').requestSubmit()")
+        other.wait("document.body.dataset.state === 'ready' && document.getElementById('file-name').textContent "
+                   "=== 'volume.mrc'")
+        query = parse_qs(urlsplit(tile_requests(other)[-1]).query)
+        assert (query["index"], query["cmap"]) == (["2"], ["fire"])
+        assert other.evaluate("document.getElementById('index').value") == "2"
+        # a link pasted into an open tab (only the fragment changes) opens its view too
+        other.evaluate("location.hash = location.hash.replace('index=2', 'index=6')")
+        other.wait("document.getElementById('index').value === '6' && document.body.dataset.state === 'ready'")
+        assert parse_qs(urlsplit(tile_requests(other)[-1]).query)["index"] == ["6"]
+    finally:
+        other.close()
