@@ -12,6 +12,7 @@ which reads the operation declarations) loads neither NumPy nor numba until some
 
 import importlib
 
+from noa_core import array, compute, pictures  # lazy faces: their modules load on first use
 from noa_core import providers
 from noa_core.errors import (
     BroadcastError,
@@ -35,17 +36,16 @@ SUMMARY = ("Convert, reshape, filter, measure and look at cryo-EM and microscopy
 def _load_array_kernels():
     """What Array.copy, astype, fill, its operators and .to run: element-wise functions and the
     device transfer, which import Array themselves (and numba)."""
-    from noa_core.array import array, devices, interop
-    from noa_core.compute import elementwise
-
+    elementwise = compute.elementwise
     return array.ArrayKernels(copy=elementwise.copy, permute_copy=elementwise.permute_copy,
                               astype=elementwise.astype, fill=elementwise.fill,
-                              arithmetic=elementwise.arithmetic, transfer=devices.transfer, interop=interop)
+                              arithmetic=elementwise.arithmetic, transfer=array.devices.transfer,
+                              interop=array.interop)
 
 
-def _png_picture(array) -> bytes | None:
-    """Array._repr_png_ (by name, as the lazy names below: the pictures module reaches the files' modules)."""
-    return importlib.import_module("noa_core.pictures.drawing").png_picture(array)
+def _png_picture(values) -> bytes | None:
+    """Array._repr_png_."""
+    return pictures.drawing.png_picture(values)
 
 
 providers.array_kernels = _load_array_kernels

@@ -29,9 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from noa_core.array import devices
 from noa_core.array import dtypes
 from noa_core.array import layout
-from noa_core.array import Array, as_device
+from noa_core.array import Array, as_device, asarray
 from noa_core.errors import DeviceError, DTypeError, ShapeError, StrideError
 
 # DLDeviceType values (dlpack.h).
@@ -338,8 +339,6 @@ def cuda_array(pointer: int, dtype: np.dtype, shape: tuple, strides: tuple | Non
     """A CUDA Array over device memory described by a pointer, NumPy-style ``shape`` and element
     ``strides`` (None: C order); ``element`` is the vector/matrix element type its trailing
     dimensions make, if any."""
-    from noa_core.array import devices
-
     devices.require_cuda()
     strides = _packed_strides(shape) if strides is None else tuple(strides)
     dt = dtypes.element_dtype(element) if element is not None else dtypes.element_dtype(dtype)
@@ -413,15 +412,11 @@ def from_dlpack(obj: Any, *, dtype=None) -> Array:
         raise TypeError(f"{type(obj).__name__} does not support DLPack (no __dlpack__ method)")
     device = tuple(obj.__dlpack_device__())
     if device[0] in (CPU, CUDA_HOST):
-        from noa_core.array import asarray
-
         view = np.from_dlpack(obj)
         if dtype is not None and dtypes.base_of(dtypes.element_dtype(dtype)) != view.dtype:
             raise DTypeError(f"from_dlpack shares memory; it cannot make {view.dtype} into {dtype}")
         return asarray(view, dtype)
     if device[0] in (CUDA, CUDA_MANAGED):
-        from noa_core.array import devices
-
         devices.require_cuda()
         if device[1] != cuda_device_id():
             raise DeviceError(f"the array lives on CUDA device {device[1]}; noa runs on device {cuda_device_id()} "

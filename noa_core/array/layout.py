@@ -497,11 +497,12 @@ def memory_span(offset: int, shape: Shape4, strides: Strides4, itemsize: int = 1
 
 
 def may_overlap(offset_a: int, shape_a: Shape4, strides_a: Strides4,
-                offset_b: int, shape_b: Shape4, strides_b: Strides4, itemsize: int = 1) -> bool:
+                offset_b: int, shape_b: Shape4, strides_b: Strides4, itemsize: int = 1,
+                itemsize_b: int | None = None) -> bool:
     """True when the memory spans of two layouts intersect (conservative: interleaved views that
-    share no element still count as overlapping)."""
+    share no element still count as overlapping); ``itemsize_b``: the second's elements, when of another size."""
     start_a, stop_a = memory_span(offset_a, shape_a, strides_a, itemsize)
-    start_b, stop_b = memory_span(offset_b, shape_b, strides_b, itemsize)
+    start_b, stop_b = memory_span(offset_b, shape_b, strides_b, itemsize if itemsize_b is None else itemsize_b)
     return start_a < stop_b and start_b < stop_a
 
 

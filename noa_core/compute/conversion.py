@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from noa_core import compute, kernels  # faces: the kernels' path loads numba, and only when it runs
 from noa_core.compute import compute_path
+from noa_core.compute.moments import block_moments
 from noa_core.array import dtypes
 from noa_core.array import Array
 from noa_core.array.dtypes import FLOAT16_COMPUTE
@@ -59,16 +61,11 @@ def _check_range(source: Array, target: np.dtype) -> None:
             return
         limits = (int(np.iinfo(target).min), int(np.iinfo(target).max))
     if source.device == "cpu" and source.dtype.kind in "fiu":  # one vectorized pass for both (NaN propagates alike)
-        from noa_core.compute.moments import block_moments
-
         found = block_moments(source)
         lo, hi = source.dtype.type(found.min), source.dtype.type(found.max)
     else:
-        from noa_core.compute.reduction import max as reduce_max
-        from noa_core.compute.reduction import min as reduce_min
-
-        lo = reduce_min(source).numpy().reshape(-1)[0]
-        hi = reduce_max(source).numpy().reshape(-1)[0]
+        lo = compute.reduction.min(source).numpy().reshape(-1)[0]
+        hi = compute.reduction.max(source).numpy().reshape(-1)[0]
     if target.kind == "f":  # NaN and inf carry over; only finite values beyond the range overflow
         lo, hi = (lo if np.isfinite(lo) else 0), (hi if np.isfinite(hi) else 0)
     if np.isnan(lo) or np.isnan(hi):
@@ -106,25 +103,23 @@ def convert_into(source: Array, out: Array, *, mode: str = "cast") -> Array:
 
 def _store_kernels(source: Array, out: Array, bounds) -> None:
     """The values of :func:`convert_into`, stored by the kernels (clamped to ``bounds`` when given)."""
-    from noa_core.compute.dispatch import half_bits, launch  # numba: the kernels' path only
-    from noa_core.kernels import BUILTIN_OPS
-
+    launch, half_bits, operators = compute.dispatch.launch, compute.dispatch.half_bits, kernels.BUILTIN_OPS
     target = out.dtype
     if target == source.dtype:
-        launch(BUILTIN_OPS["identity"], [source], [out], raw=True)
+        launch(operators["identity"], [source], [out], raw=True)
     elif target.kind == "b":
-        launch(BUILTIN_OPS["nonzero"], [source], [out])
+        launch(operators["nonzero"], [source], [out])
     elif bounds is not None:
-        op = BUILTIN_OPS["clamp_nan_to_zero" if target.kind in "iu" else "clamp_keep_nan"]
+        op = operators["clamp_nan_to_zero" if target.kind in "iu" else "clamp_keep_nan"]
         launch(op, [source, *bounds], [out])
     elif source.dtype.kind == "c" and target.kind != "c":
-        launch(BUILTIN_OPS["real_part"], [source], [out])
+        launch(operators["real_part"], [source], [out])
     elif target == np.float16 and source.dtype.kind == "f" and out.device == "cpu":
-        launch(BUILTIN_OPS["half_bits"], [source], [half_bits(out)])  # one pass, no float32 copy
+        launch(operators["half_bits"], [source], [half_bits(out)])  # one pass, no float32 copy
     elif source.dtype == np.float16 and target == FLOAT16_COMPUTE and out.device == "cpu":
-        launch(BUILTIN_OPS["half_value"], [half_bits(source)], [out])
+        launch(operators["half_value"], [half_bits(source)], [out])
     else:
-        launch(BUILTIN_OPS["identity"], [source], [out])
+        launch(operators["identity"], [source], [out])
 
 
 def _store_numpy(source: Array, out: Array, bounds) -> None:

@@ -19,8 +19,9 @@ from noa_core.array import layout
 from noa_core.array import Array, asarray, empty, resolve_copy_order
 from noa_core.array.dtypes import FLOAT16_COMPUTE
 from noa_core.errors import DeviceError, DTypeError, OverlapError, ReadOnlyError, ShapeError, StrideError
-from noa_core.kernels import BUILTIN_OPS
+from noa_core import kernels
 from noa_core.kernels import cpu as cpu_kernels
+from noa_core.kernels.operators import BUILTIN_OPS
 
 Operand = Array | Number | np.generic
 
@@ -30,9 +31,7 @@ def backend(device: str) -> ModuleType:
     if device == "cpu":
         return cpu_kernels
     devices.require_cuda()
-    from noa_core.kernels import cuda as cuda_kernels  # numba-cuda loads only when a GPU is used
-
-    return cuda_kernels
+    return kernels.cuda  # numba-cuda loads only when a GPU is used
 
 
 def common_device(arrays: Sequence[Array]) -> str:
@@ -118,7 +117,8 @@ def check_overlap(inputs: Sequence[tuple[Array, layout.Strides4]], outputs: Sequ
         o_addr, o_strides = byte_layout(out, out.strides)
         for inp, strides in inputs:
             i_addr, i_strides = byte_layout(inp, strides)
-            if not layout.may_overlap(o_addr, shape, o_strides, i_addr, shape, i_strides, max(out.itemsize, inp.itemsize)):
+            # each span ends with its own last element: a wider output right after a narrower input does not overlap it
+            if not layout.may_overlap(o_addr, shape, o_strides, i_addr, shape, i_strides, out.itemsize, inp.itemsize):
                 continue
             if inp.itemsize == out.itemsize and layout.same_elements(o_addr, o_strides, i_addr, i_strides, shape):
                 continue  # in place: each element is read, then written, by the same iteration
@@ -128,7 +128,7 @@ def check_overlap(inputs: Sequence[tuple[Array, layout.Strides4]], outputs: Sequ
             )
         for other in outputs[i + 1:]:
             a_addr, a_strides = byte_layout(other, other.strides)
-            if layout.may_overlap(o_addr, shape, o_strides, a_addr, shape, a_strides, max(out.itemsize, other.itemsize)):
+            if layout.may_overlap(o_addr, shape, o_strides, a_addr, shape, a_strides, out.itemsize, other.itemsize):
                 raise OverlapError(f"two outputs of shape {shape} overlap (strides {out.strides} and {other.strides})")
 
 

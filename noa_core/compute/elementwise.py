@@ -18,7 +18,7 @@ from noa_core.compute import user_kernels
 from noa_core.array import Array, empty, resolve_copy_order
 from noa_core.compute.dispatch import Operand, common_device, launch
 from noa_core.errors import DTypeError
-from noa_core.kernels import BUILTIN_OPS
+from noa_core.kernels.operators import BUILTIN_OPS
 from noa_core.compute.conversion import convert_into
 
 # Python's operators map to the built-in element operators (whose kernels are cached on disk).

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from noa_core import kernels  # a face: numba loads only to compile an element function
 from noa_core.errors import NoaError
 
 
@@ -600,10 +601,9 @@ def _real(number: float) -> str:
 def _define(source: str) -> Callable:
     """The function ``element`` of ``source`` (generated from a checked tree), compiled under a
     ``<noa kernel expression #HASH>`` name of its own (see noa_core.kernels.compile_source)."""
-    from noa_core.kernels import compile_source, true_divide
-
-    namespace: dict = {"np": np, "true_divide": true_divide, "inf": math.inf, "nan": math.nan, **_NAMESPACE_CASTS}
-    return compile_source(source, "expression", namespace)["element"]
+    namespace: dict = {"np": np, "true_divide": kernels.true_divide, "inf": math.inf, "nan": math.nan,
+                       **_NAMESPACE_CASTS}
+    return kernels.compile_source(source, "expression", namespace)["element"]
 
 
 _NUMBA_CACHE: OrderedDict[str, Callable] = OrderedDict()
@@ -618,10 +618,9 @@ def _compile_numba(source: str) -> Callable:
         if function is not None:
             _NUMBA_CACHE.move_to_end(source)
             return function
-    import numba
+    import numba  # only to compile: NumPy's path (small files) never does
 
-    from noa_core.kernels import runtime
-
+    runtime = kernels.runtime  # numba configured before anything is compiled
     # error_model='numpy': division by zero gives inf/nan as in NumPy instead of raising.
     function = numba.njit(nogil=True, error_model="numpy")(_define(source))
     # The generated source and this module (how it is compiled, what it may call) define the
@@ -645,6 +644,4 @@ def compiled_count() -> int:
 
 def _forget(function: Callable) -> None:
     """Drop the kernels built around an evicted element function, so that its memory is freed."""
-    from noa_core.kernels import cpu
-
-    cpu.forget(function)
+    kernels.cpu.forget(function)

@@ -15,9 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
+from noa_core import compute, kernels  # faces: the kernels' path loads numba, and only when it runs
 from noa_core.compute import compute_path
+from noa_core.array import dtypes
+from noa_core.array import layout
 from noa_core.array import Array, asarray
+from noa_core.array.dtypes import FLOAT16_COMPUTE
 from noa_core.errors import DTypeError
 from noa_core.array.scalar_ops import CHUNK, LANES, chan_merge, maximum, minimum
 
@@ -107,9 +112,6 @@ HALF_SLAB = 1 << 20  # float16 elements widened at a time for moments: 4 MiB of 
 def _float16_moments(array: Array) -> Moments:
     """:func:`block_moments` of float16 data, widened a slab of rows at a time into one small float32 buffer
     (numba has no float16 on the CPU): widening the whole array would cost a copy twice its size."""
-    from noa_core.array import layout
-    from noa_core.array.dtypes import FLOAT16_COMPUTE
-
     b, d, h, w = array.shape
     rows = builtins.max(1, HALF_SLAB // builtins.max(w, 1))
     scratch = np.empty(builtins.min(h, rows) * w, FLOAT16_COMPUTE)
@@ -122,10 +124,8 @@ def _float16_moments(array: Array) -> Moments:
                 if compute_path.numpy_path():
                     np.copyto(wide.numpy(), slab.numpy())  # float16 to float32 is exact: the kernel's values
                 else:
-                    from noa_core.compute.dispatch import half_bits, launch
-                    from noa_core.kernels import BUILTIN_OPS
-
-                    launch(BUILTIN_OPS["half_value"], [half_bits(slab)], [wide])
+                    half_value = kernels.BUILTIN_OPS["half_value"]
+                    compute.dispatch.launch(half_value, [compute.dispatch.half_bits(slab)], [wide])
                 total = total.merge(block_moments(wide))
     return total
 
@@ -135,9 +135,6 @@ def block_moments(array: Array) -> Moments:
 
     Accumulates in float64 (complex128). Used for file header statistics, tile by tile.
     """
-    from noa_core.array import dtypes
-    from noa_core.array import layout
-
     if dtypes.element_shape_of(array.dtype):
         raise DTypeError(f"moments take scalar element types, not {array.dtype}")
     dt = array.dtype
@@ -152,11 +149,8 @@ def block_moments(array: Array) -> Moments:
         with np.errstate(all="ignore"):  # inf - inf is NaN, as in the kernel, without warnings
             count, lo, hi, mean, m2 = _numpy_moments(array, planned_shape, planned_strides)
     else:
-        from noa_core.compute.dispatch import flat_buffer
-        from noa_core.kernels import cpu as cpu_kernels
-
-        flat, _ = flat_buffer(array)
-        count, lo, hi, mean, m2 = cpu_kernels.moments(flat, planned_shape, planned_strides)
+        flat, _ = compute.dispatch.flat_buffer(array)
+        count, lo, hi, mean, m2 = kernels.cpu.moments(flat, planned_shape, planned_strides)
     if dt.kind == "c":
         return Moments(int(count), None, None, complex(mean), float(m2))
     return Moments(int(count), float(lo), float(hi), float(mean), float(m2))
@@ -169,8 +163,6 @@ def _numpy_moments(array: Array, shape: Sequence[int], strides: Sequence[int]) -
     runs add their values one by one; the squared deviations from the run's mean likewise. The runs are
     then merged in task order (:func:`chan_merge`, NaN-propagating extremes; ties between 0.0 and -0.0
     resolved as the kernel's order resolves them)."""
-    from numpy.lib.stride_tricks import as_strided
-
     values = as_strided(array.numpy(), shape=tuple(shape), strides=tuple(s * array.itemsize for s in strides),
                         writeable=False)
     complex_input = values.dtype.kind == "c"

@@ -20,7 +20,7 @@ from noa_core.array import Array, empty
 from noa_core.compute.dispatch import (FLOAT16_COMPUTE, backend, common_device, computes_as, flat_buffer, launch,
                                widened)
 from noa_core.errors import DTypeError, ShapeError
-from noa_core.kernels import BUILTIN_OPS
+from noa_core.kernels.operators import BUILTIN_OPS
 
 Axes = int | Sequence[int] | None
 

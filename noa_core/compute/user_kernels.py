@@ -48,6 +48,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from noa_core.kernels.operators import BUILTIN_OPS
+
 # Representatives kept (with their kernels), least recently used dropped first.
 CACHE_SIZE = 128
 # NumPy arrays in a function's definition are compared by content up to this size (hashing costs
@@ -283,16 +285,9 @@ class UncacheableFunctionWarning(UserWarning):
     """A user function is compiled per function object because its definition cannot be compared."""
 
 
-_BUILTIN_OPS: dict[str, Callable] = {}
-
-
 def _is_builtin(op: Callable) -> bool:
     """A built-in element operator: its kernels are cached by name (on disk), never frozen."""
-    if not _BUILTIN_OPS:
-        from noa_core.kernels import BUILTIN_OPS
-
-        _BUILTIN_OPS.update(BUILTIN_OPS)
-    return _BUILTIN_OPS.get(op.__name__) is op
+    return BUILTIN_OPS.get(op.__name__) is op
 
 
 def canonical(op: Callable) -> Callable:

@@ -17,10 +17,16 @@ Example::
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
+from noa_core import kernels, limits  # kernels a face: CUDA's (numba-cuda) load only for arrays on a GPU
 from noa_core.array import layout
 from noa_core.array import Array, asarray
 from noa_core.errors import DeviceError, DTypeError, ParameterError, ShapeError
@@ -37,14 +43,9 @@ def workers() -> int:
     """Threads scipy.fft may use: numba's count for this thread (a service worker's share) where numba is
     loaded; else what numba would start with (NUMBA_NUM_THREADS, or the cores), without loading it (a
     small file on the NumPy path, :mod:`noa_core.compute.compute_path`). Results do not depend on it."""
-    import os
-    import sys
-
     if "numba" in sys.modules:
         return max(1, int(sys.modules["numba"].get_num_threads()))
-    from noa_core.limits import available_cores
-
-    return max(1, int(os.environ.get("NUMBA_NUM_THREADS") or available_cores()))
+    return max(1, int(os.environ.get("NUMBA_NUM_THREADS") or limits.available_cores()))
 
 
 def transform_axes(shape: Sequence[int], ndim: int | None = None) -> tuple[int, ...]:
@@ -96,9 +97,7 @@ def cupy_module():
 
 def to_cupy(array: Array):
     cupy = cupy_module()
-    from noa_core.kernels import cuda as cuda_kernels
-
-    view = cuda_kernels.view4d(array)
+    view = kernels.cuda.view4d(array)
     return cupy.asarray(view)
 
 
@@ -124,15 +123,9 @@ def pocketfft():
     where scipy.fft is not imported yet: ``import scipy.fft`` costs 0.2-0.5 s (its array-API layer and
     scipy.special), most of a small file's call (issue 27); the module itself, 2 ms. Registered under its
     own name, so a later ``import scipy.fft`` uses this very module."""
-    import sys
-
     module = sys.modules.get(POCKETFFT)
     if module is not None:
         return module
-    import importlib.machinery
-    import importlib.util
-    from pathlib import Path
-
     scipy_spec = importlib.util.find_spec("scipy")  # finds the package without running it
     folders = scipy_spec.submodule_search_locations if scipy_spec else None
     for suffix in importlib.machinery.EXTENSION_SUFFIXES if folders else ():

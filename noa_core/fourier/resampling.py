@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from noa_core import images  # a face: RELION's rescale alone crops and pads (noa resize, its window about N//2)
 from noa_core.fourier import fft
 from noa_core.array import Array, asarray
 from noa_core.errors import ParameterError, ShapeError
@@ -292,11 +293,9 @@ def rescale(array, factor: float | None = None, *, pixel_size: float | None = No
     box = rescaling(old, factor, like)
     if like == "noa":
         return fourier_resize(x, box.sizes, ndim=len(axes))
-    from noa_core.images import boxes  # the centred crop and pad of noa resize (RELION's window about N//2)
-
     side = max(old)
     square = rescaled_sizes([side], factor)[0]
     if len(set(old)) > 1:
-        x = boxes.resize(x, (side,) * len(axes), fill="zero")
+        x = images.boxes.resize(x, (side,) * len(axes), fill="zero")
     result = fourier_resize(x, (square,) * len(axes), ndim=len(axes), like="relion")
-    return result if box.sizes == (square,) * len(axes) else boxes.resize(result, box.sizes, fill="zero")
+    return result if box.sizes == (square,) * len(axes) else images.boxes.resize(result, box.sizes, fill="zero")

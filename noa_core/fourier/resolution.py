@@ -35,7 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from noa_core import kernels  # a face: the shell sums' kernels (numba) load only for large maps
+from noa_core.array import Array
+from noa_core.compute import compute_path
 from noa_core.errors import ParameterError, ShapeError, param
+from noa_core.fourier import fft
 from noa_core.images.intensity import check_finite
 
 RULES = ("relion", "linear")
@@ -182,9 +186,6 @@ def shell_sums(half1: np.ndarray, half2: np.ndarray, rule: str = "relion") -> tu
     :func:`noa_core.compute.compute_path.for_size` gives for :data:`SUMS_WORK_PER_BYTE` x the bytes of one half
     transform (a pinned path, ``NOA_COMPUTE``, or numba loaded already win). Both add the products (in float64)
     in the same order: the same bits."""
-    from noa_core.compute import compute_path
-    from noa_core.fourier import fft
-
     sizes = half1.shape
     axes = tuple(range(half1.ndim))
     # Rows (every leading axis flattened) of the half transforms: float32 maps give complex64, used as they are.
@@ -204,16 +205,14 @@ def shell_sums(half1: np.ndarray, half2: np.ndarray, rule: str = "relion") -> tu
     if numpy:
         _numpy_sums(spectra, shells, rule, rows_per_chunk, sums)
         return sums[0], sums[1], sums[2]
-    import numba
+    import numba  # the kernels' path only
 
-    from noa_core.kernels import runtime
-    from noa_core.kernels import shells as kernels
-
-    if rows * width < runtime.SERIAL_THRESHOLD:
-        kernel = kernels.relion_sums_serial if rule == "relion" else kernels.linear_sums_serial
+    sums_kernels = kernels.shells
+    if rows * width < kernels.runtime.SERIAL_THRESHOLD:
+        kernel = sums_kernels.relion_sums_serial if rule == "relion" else sums_kernels.linear_sums_serial
         kernel(*spectra, *shells, rows_per_chunk, sums)
     else:
-        kernel = kernels.relion_sums if rule == "relion" else kernels.linear_sums
+        kernel = sums_kernels.relion_sums if rule == "relion" else sums_kernels.linear_sums
         # numba's thread count for this thread: a service worker's share of the cores
         kernel(*spectra, *shells, rows_per_chunk, WAVE_PER_THREAD * numba.get_num_threads(), sums)
     return sums[0], sums[1], sums[2]
@@ -301,8 +300,6 @@ def _relion_indices(n: int, half: int) -> np.ndarray:
 
 def _map(values: Any, what: str) -> np.ndarray:
     """A 2-d or 3-d real map as NumPy float32 (float64 stays float64)."""
-    from noa_core.array import Array
-
     if isinstance(values, Array):
         values = values.to("cpu").numpy()
     values = np.asarray(values)

@@ -31,11 +31,14 @@ from functools import lru_cache
 
 import numpy as np
 
+from noa_core import kernels  # a face: the CUDA back-end (numba-cuda) loads only for arrays on a GPU
 from noa_core.array import Array, asarray, empty
 from noa_core.compute.elementwise import astype
 from noa_core.errors import DTypeError, ParameterError, ShapeError
 from noa_core.geometry import point_groups
 from noa_core.geometry.point_groups import PARTS
+from noa_core.kernels import symmetrize as symmetrize_kernels
+from noa_core.kernels.transform import launch_cuda
 
 __all__ = ["PointGroup", "point_group", "symmetrize", "working_volumes"]
 
@@ -230,12 +233,10 @@ def symmetrize(volume, group: PointGroup, output=None) -> Array:
     if x.device != "cpu":
         _symmetrize_on_device(x, out, operators, float(group.order), (columns, targets, sources, flipped))
         return out
-    from noa_core.kernels.symmetrize import symmetrize_kernel, tiles_of
-
-    tiles = tiles_of(columns)
+    tiles = symmetrize_kernels.tiles_of(columns)
     source, target = x.numpy(), out.numpy()
     for b in range(x.shape[0]):
-        symmetrize_kernel(source[b], target[b], operators, float(group.order), columns, tiles)
+        symmetrize_kernels.symmetrize_kernel(source[b], target[b], operators, float(group.order), columns, tiles)
         _copy_rows(target[b], targets, sources, flipped)
     return out
 
@@ -291,17 +292,13 @@ def _symmetrize_on_device(x: Array, out: Array, operators: np.ndarray, order: fl
     symmetric rows copied (``rows``: :func:`_symmetric_rows`'s)."""
     from numba import cuda
 
-    from noa_core.kernels import cuda as cuda_kernels
-    from noa_core.kernels.symmetrize import cuda_kernels as symmetrize_kernels
-    from noa_core.kernels.transform import launch_cuda
-
-    kernels = symmetrize_kernels()
+    device_kernels = symmetrize_kernels.cuda_kernels()
     columns, targets, sources, flipped = (cuda.to_device(np.ascontiguousarray(v)) for v in rows)
     matrices = cuda.to_device(operators)
     total = cuda.device_array(x.shape[1:], np.float64)
-    source, target = cuda_kernels.view4d(x), cuda_kernels.view4d(out)
+    source, target = kernels.cuda.view4d(x), kernels.cuda.view4d(out)
     for b in range(x.shape[0]):
-        launch_cuda(kernels["symmetrize"], x.shape[1] * x.shape[2], source[b], target[b], total, matrices, order,
+        launch_cuda(device_kernels["symmetrize"], x.shape[1] * x.shape[2], source[b], target[b], total, matrices, order,
                     columns)
         if len(rows[1]):
-            launch_cuda(kernels["copy_rows"], len(rows[1]), target[b], targets, sources, flipped)
+            launch_cuda(device_kernels["copy_rows"], len(rows[1]), target[b], targets, sources, flipped)

@@ -24,13 +24,18 @@ Example::
 
 from __future__ import annotations
 
+import io
 import math
+import os
+import stat
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
+from noa_core import kernels  # a face: the matrices need no numba, the kernels load when a transform runs
 from noa_core.array import Array, asarray
-from noa_core.errors import DTypeError, ParameterError, ShapeError
+from noa_core.errors import DeviceError, DTypeError, ParameterError, ReadOnlyError, ShapeError
 
 __all__ = ["transform_2d", "transform_3d", "affine_2d", "affine_3d", "rotate_2d", "euler_zyz", "relion_rotated",
            "as_matrices", "INTERPOLATIONS", "BORDERS"]
@@ -136,8 +141,6 @@ def _check(name: str, input: Array, output: Array, count: int, interp: str, bord
     if border not in BORDERS:
         raise ParameterError(f"{border!r} is not one of {', '.join(BORDERS)}", "border")
     if input.device != output.device:
-        from noa_core.errors import DeviceError
-
         raise DeviceError(f"{name}: the input is on {input.device} and the output on {output.device}")
     for what, array in (("input", input), ("output", output)):
         if array.element_shape or array.dtype.kind not in "fiub":
@@ -145,8 +148,6 @@ def _check(name: str, input: Array, output: Array, count: int, interp: str, bord
     if output.dtype not in (np.float32, np.float64):
         raise DTypeError(f"{name}: the output must be float32 or float64, not {output.dtype}")
     if not output.writable:
-        from noa_core.errors import ReadOnlyError
-
         raise ReadOnlyError(f"{name}: the output is read-only (or broadcast)")
     batch = output.shape[0]
     if input.shape[0] not in (1, batch):
@@ -174,8 +175,7 @@ def _prefiltered(values: np.ndarray, spatial: int, border: str) -> tuple[np.ndar
 
 
 def _run(name: str, ndim: int, input: Array, output: Array, matrices, interp: str, border: str) -> Array:
-    from noa_core.kernels import transform as kernels
-
+    transform_kernels = kernels.transform
     m = as_matrices(matrices, ndim)
     _check(name, input, output, m.shape[0], interp, border)
     if output.size == 0:
@@ -184,7 +184,7 @@ def _run(name: str, ndim: int, input: Array, output: Array, matrices, interp: st
         raise ShapeError(f"{name}: the input of shape {input.shape} is empty; there is nothing to sample")
     real = output.dtype
     device = output.device
-    codes = (kernels.INTERPOLATIONS[interp], kernels.BORDERS[border])
+    codes = (transform_kernels.INTERPOLATIONS[interp], transform_kernels.BORDERS[border])
     direct = interp != "cubic" and input.dtype == real  # the kernel reads the input where it lies
     offset = 0.0
     values = None
@@ -198,18 +198,16 @@ def _run(name: str, ndim: int, input: Array, output: Array, matrices, interp: st
             values = values.astype(real)
     if device == "cpu":
         out = output.numpy()
-        kernels.cpu_kernels()[f"{ndim}d"](values, out[:, 0] if ndim == 2 else out, m, *codes, offset)
+        transform_kernels.cpu_kernels()[f"{ndim}d"](values, out[:, 0] if ndim == 2 else out, m, *codes, offset)
         return output
     from numba import cuda
 
-    from noa_core.kernels import cuda as cuda_kernels
-
     src = input if direct else asarray(np.ascontiguousarray(values[:, None] if ndim == 2 else values)).to("cuda")
-    src_view, dst_view = cuda_kernels.view4d(src), cuda_kernels.view4d(output)
+    src_view, dst_view = kernels.cuda.view4d(src), kernels.cuda.view4d(output)
     if ndim == 2:
         src_view, dst_view = src_view[:, 0], dst_view[:, 0]
-    kernels.launch_cuda(kernels.cuda_kernels()[f"{ndim}d"], output.size, src_view, dst_view, cuda.to_device(m),
-                        *codes, offset)
+    transform_kernels.launch_cuda(transform_kernels.cuda_kernels()[f"{ndim}d"], output.size, src_view, dst_view,
+                                  cuda.to_device(m), *codes, offset)
     return output
 
 
@@ -332,9 +330,6 @@ MATRIX_FILE_BYTES_PER_MATRIX = 4096  # the most a file may spend on one matrix (
 def _matrix_file_bytes(path, most: int) -> bytes:
     """The bytes of a matrices file, refused unless it is a regular file of at most ``most`` bytes: a FIFO
     or a device (/dev/zero) would block or never end, and nothing is read beyond what the batch can use."""
-    import os
-    import stat
-
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
@@ -361,9 +356,6 @@ def read_matrices(path, ndim: int, count: int = 1) -> np.ndarray:
     (``ndim x ndim+1`` or square with the last row ``0 ... 0 1``; blank lines and ``#`` comments ignored).
     ``count`` is the most matrices that can be used (the batch): a larger file is refused unread.
     ParameterError (``matrices``) names the file and what is wrong."""
-    import io
-    from pathlib import Path
-
     path = Path(path)
     cols = ndim + 1
     raw = _matrix_file_bytes(path, MATRIX_FILE_BYTES_PER_MATRIX * max(1, count))

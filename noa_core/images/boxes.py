@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from noa_core import compute, kernels  # faces: numba's reductions and kernels load only on the kernels' path
 from noa_core.compute import compute_path
 from noa_core.array import layout
 from noa_core.array import Array
@@ -173,9 +174,7 @@ def bin_block(block: Array, out: Array, factors: Sequence[int]) -> None:
         with np.errstate(all="ignore"):
             _bin_numpy(src, target, factors[1:], wide)
     else:
-        from noa_core.kernels.binning import bin_kernel  # numba: compiled when a binning runs, not on import
-
-        bin_kernel(src, target, *factors[1:], np.empty(0, wide))
+        kernels.binning.bin_kernel(src, target, *factors[1:], np.empty(0, wide))
     if through_float:
         np.copyto(dst, target, casting="unsafe")
 
@@ -293,11 +292,9 @@ def resize(array, shape: Sequence[int], fill: str | float = "mean") -> Array:
     target = resize_shape(source.shape, tuple(shape))
 
     def mean() -> float:
-        from noa_core.compute.reduction import mean as average_of
-
         if source.size == 0:
             return 0.0
-        value = average_of(source.to("cpu") if source.device != "cpu" else source).numpy().reshape(-1)[0]
+        value = compute.reduction.mean(source.to("cpu") if source.device != "cpu" else source).numpy().reshape(-1)[0]
         return value if source.dtype.kind == "c" else float(np.real(value))
 
     value = fill_value(str(fill), source.dtype, mean)

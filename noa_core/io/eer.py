@@ -49,7 +49,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from noa_core import kernels  # a face: the decoding kernels (numba) load when frames are decoded
 from noa_core.array import layout
+from noa_core.array import asarray
 from noa_core.errors import (
     CorruptFileError,
     FileFormatError,
@@ -60,7 +62,7 @@ from noa_core.errors import (
     WriteDTypeError,
     param,
 )
-from noa_core.io import atomic, libc, mapped
+from noa_core.io import atomic, formats, libc, mapped, tiff
 from noa_core.io.compression import open_input
 from noa_core.io.metadata import HeaderStatistics, Metadata
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
@@ -255,8 +257,6 @@ def _acquisition(path: Path) -> dict[str, Any]:
     """The first page's acquisition XML (tag 65001) as tifffile parses it; tifffile reads that page only."""
     import tifffile
 
-    from noa_core.io import tiff
-
     messages: list[str] = []
     try:
         with tiff._library_messages(path, messages), open_input(path) as file, \
@@ -434,9 +434,7 @@ def fractions(path: Path, movie: Movie, options: EerReadOptions) -> Fractions:
 
 def _gain_image(gain: Path, notices: list[str]) -> np.ndarray:
     """The gain file's first image, float32 (RELION reads its first page), rows as stored."""
-    from noa_core import io
-
-    array, meta = io.read(gain)
+    array, meta = formats.read(gain)
     values = np.asarray(array.numpy(), np.float32)
     if array.shape[1] > 1:
         raise ParameterError(f"{gain}: a gain is an image; this file holds a volume {tuple(array.shape)}", "gain")
@@ -447,9 +445,7 @@ def _gain_image(gain: Path, notices: list[str]) -> np.ndarray:
 
 def check_gain_header(gain: Path, movie_path: Path, movie: Movie, factor: tuple[int, int], rotate: int) -> None:
     """The gain's size from its header, checked against the movie (ParameterError naming both sizes)."""
-    from noa_core import io
-
-    shape = io.probe(gain).shape
+    shape = formats.probe(gain).shape
     _check_gain_size(gain, (shape[2], shape[3]), movie_path, movie, factor, rotate)
 
 
@@ -531,8 +527,6 @@ def _decode_frames(path: Path, fd: int, movie: Movie, frames: range, out: np.nda
     layout."""
     import imagecodecs
 
-    from noa_core.kernels import eer as eer_kernels
-
     skip, horz, vert = movie.bits
     full_codes = movie.compression in FULL_CODES
     fy = out.shape[0] // movie.height
@@ -546,9 +540,9 @@ def _decode_frames(path: Path, fd: int, movie: Movie, frames: range, out: np.nda
             target = out[first * fy:(first + rows) * fy]
             codes = np.frombuffer(data, np.uint8)
             if full_codes:
-                reached = eer_kernels.decode_full_codes(codes, skip, horz, vert, target, level)
+                reached = kernels.eer.decode_full_codes(codes, skip, horz, vert, target, level)
             else:
-                reached = eer_kernels.stream_end(codes, skip, skip + horz + vert, rows * movie.width)
+                reached = kernels.eer.stream_end(codes, skip, skip + horz + vert, rows * movie.width)
             _check_end(path, movie, frame, number, reached)
             if full_codes:
                 continue
@@ -818,8 +812,6 @@ class EerFormat:
         raise CorruptFileError(f"{path}: magic bytes: {head[:4]!r} is not a TIFF signature, so not an EER movie")
 
     def read(self, path: Path, request: ReadRequest[EerReadOptions]) -> tuple[Array, Metadata]:
-        from noa_core.array import asarray
-
         options = request.options
         movie, plan = _opened(path, options)
         metadata = _metadata(path, movie, plan, options)

@@ -30,11 +30,13 @@ from numpy.lib.stride_tricks import as_strided
 
 from noa_core import __version__
 from noa_core.array import layout
+from noa_core.array import asarray
 from noa_core.errors import (
     AxisMappingError,
     FileFormatError,
     HeaderError,
     LayoutError,
+    ParameterError,
     SizeError,
     TruncatedFileError,
     UnknownFormatError,
@@ -497,8 +499,6 @@ def _read_data(path: Path, header: np.record, source, file: BinaryIO,
 
 def _read(path: Path, request: ReadRequest[MrcReadOptions]):
     """Read an MRC file: ``(Array, Metadata)``. Uncompressed native-order files map lazily."""
-    from noa_core.array import asarray
-
     with open_input(path) as file:
         source = _open(path, request.compression, file)
         header, extended = _read_header(path, source, file, request.compression is not None)
@@ -677,8 +677,6 @@ def _space_group(shape: Shape4, source: int | None) -> int:
 def check_field(values: tuple[float, ...], name: str) -> None:
     """ParameterError unless every value fits an MRC header's float32 field as a normal number (or 0):
     beyond float32 it would be stored as inf, below its smallest normal as a denormal."""
-    from noa_core.errors import ParameterError
-
     limits = np.finfo(np.float32)
     for v in values:
         if abs(v) > float(limits.max) or 0 < abs(v) < float(limits.tiny):

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from noa_core.array import layout
+from noa_core.array import asarray
 from noa_core.errors import (
     CorruptFileError,
     FileFormatError,
@@ -1006,8 +1007,6 @@ class OmeZarrFormat:
         raise FileFormatError(f"{path}: an OME-Zarr store is a directory, and this is a file")
 
     def read(self, path: Path, request: ReadRequest[OmeZarrReadOptions]) -> tuple[Array, Metadata]:
-        from noa_core.array import asarray
-
         bdhw, metadata = _parsed(path, request, data=True)
         return asarray(bdhw), metadata
 

@@ -38,6 +38,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from noa_core.array import layout
+from noa_core.array import asarray
 from noa_core.errors import (
     AxisMappingError,
     CorruptFileError,
@@ -497,8 +498,6 @@ def _in_words(exc: BaseException) -> str:
 
 def _read(path: Path, request: ReadRequest[TiffReadOptions]):
     """Read one series of a TIFF file: ``(Array, Metadata)``."""
-    from noa_core.array import asarray
-
     bdhw, metadata = _parsed(path, request, lambda tif, file, series, size: _load(
         path, tif, file, series, size, request.mmap))
     return asarray(bdhw), metadata

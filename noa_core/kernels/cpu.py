@@ -6,9 +6,9 @@ serial twin for small arrays, where waking the thread pool costs more than the w
 over 1-D buffers already offset to element [0,0,0,0], and shapes/strides already planned by
 :func:`noa_core.array.layout.plan_iteration` (innermost dimension last, usually stride 1).
 
-Kernels built for :data:`noa_core.kernels.BUILTIN_OPS` or for expressions of :mod:`noa_core.compute.expr`
-are cached on disk (``cache=True``); kernels built around any other user function are compiled once
-per process and kept in memory.
+Kernels built for :data:`noa_core.kernels.operators.BUILTIN_OPS` or for expressions of
+:mod:`noa_core.compute.expr` are cached on disk (``cache=True``); kernels built around any other user function
+are compiled once per process and kept in memory.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from numba.core import cgutils, types
 from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic, register_jitable
 
-from noa_core.kernels import BUILTIN_OPS, cache_on_disk, compile_template, operand_variants, transpose_plan
+from noa_core.kernels.operators import BUILTIN_OPS
+from noa_core.kernels.sources import cache_on_disk, compile_template, operand_variants, transpose_plan
 from noa_core.kernels import runtime
 from noa_core.array import scalar_ops
 from noa_core.kernels.runtime import SERIAL_THRESHOLD
@@ -303,7 +304,7 @@ TEMPLATES: dict[str, Callable[[str, str], str]] = {
 
 
 def template_variants(kind: str, max_operands: int = 3) -> list[str]:
-    """The variants of :data:`TEMPLATES` ``kind`` (see :func:`noa_core.kernels.operand_variants`)."""
+    """The variants of :data:`TEMPLATES` ``kind`` (see :func:`noa_core.kernels.sources.operand_variants`)."""
     return {**operand_variants(max_operands), "transpose": ["11"], "moments": ["r", "c"]}[kind]
 
 

@@ -6,7 +6,7 @@ consecutive threads take consecutive innermost indices, so stride-1 operands are
 Transposes (input and output contiguous along different dimensions) go through a shared-memory
 tile instead, so that both the reads and the writes are coalesced.
 Kernels are compiled once per process (numba-cuda has no on-disk cache for generated code), each
-from its template's source under a ``<noa kernel ...>`` name (see :mod:`noa_core.kernels`).
+from its template's source under a ``<noa kernel ...>`` name (see :mod:`noa_core.kernels.sources`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import numba
 import numpy as np
 from numba import cuda
 
-from noa_core.kernels import compile_template, operand_variants, transpose_plan, true_divide, true_divide_typer
+from noa_core.kernels.operators import true_divide, true_divide_typer
+from noa_core.kernels.sources import compile_template, operand_variants, transpose_plan
 
 THREADS = 256
 # Transpose tiles: TILE x TILE elements per block, read and written by TILE x TILE_ROWS threads.
@@ -154,7 +155,7 @@ TEMPLATES: dict[str, Callable[[str, str], str]] = {
 
 
 def template_variants(kind: str, max_operands: int = 3) -> list[str]:
-    """The variants of :data:`TEMPLATES` ``kind`` (see :func:`noa_core.kernels.operand_variants`)."""
+    """The variants of :data:`TEMPLATES` ``kind`` (see :func:`noa_core.kernels.sources.operand_variants`)."""
     return {**operand_variants(max_operands), "transpose": ["float32", "complex128"]}[kind]
 
 

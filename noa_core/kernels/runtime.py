@@ -1,7 +1,7 @@
 """Numba runtime set-up, done once before any kernel is compiled.
 
-Two process-wide settings are decided here, and this module is imported by :mod:`noa_core.kernels`
-before any ``njit`` decorator runs:
+Two process-wide settings are decided here, and every module of :mod:`noa_core.kernels` imports this one
+before its ``njit`` decorators run:
 
 - the compilation cache directory: numba writes next to the sources (``__pycache__``) by default
   and fails at decoration time when that is read-only (containers, Apptainer images, site-wide

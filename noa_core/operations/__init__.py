@@ -1,13 +1,15 @@
 """The operation registry: one declaration per file operation, from which every door is derived.
 
-Each built-in operation is one module here (``info``, ``stats``, ``permute``, ...) defining
-``OPERATION``, an :class:`Operation` of its kind (:class:`Writes`, :class:`WritesSeveral`, :class:`Reports`,
-:class:`Edits`). The CLI builds ``noa NAME`` from it, the service its routes
-``/v1/upload/NAME``, ``/v1/paths/NAME`` and its job type, :mod:`noa_core.run` the local and Dask
-drivers and ``noa warmup`` the kernels to compile. Adding an operation is one declaration module
-(listed in :data:`BUILTIN`) plus its tests; a module outside noa can :func:`register` its own, and
-the modules named in ``NOA_OPERATIONS`` (comma-separated) are imported on first use, so that their
-operations reach every door, the service and its workers included.
+Each built-in operation is declared by one light module here (``info``, ``stats``, ``permute``, ...)
+defining ``OPERATION``, an :class:`Operation` of its kind (:class:`Writes`, :class:`WritesSeveral`,
+:class:`Reports`, :class:`Edits`), whose work (plan, report, ...) lives in the module of the same name in
+:mod:`noa_core.operations.implementations`, named by :class:`Implementation` references and imported on first
+call. The CLI builds ``noa NAME`` from it, the service its routes ``/v1/upload/NAME``, ``/v1/paths/NAME`` and
+its job type, :mod:`noa_core.run` the local and Dask drivers and ``noa warmup`` the kernels to compile. Adding
+an operation is a declaration module (listed in :data:`BUILTIN`), its implementation module and its tests; a
+module outside noa can :func:`register` its own (its functions given directly, or as :class:`Implementation`
+references), and the modules named in ``NOA_OPERATIONS`` (comma-separated) are imported on first use, so that
+their operations reach every door, the service and its workers included.
 
 Example::
 
@@ -30,6 +32,7 @@ from noa_core.operations.spec import (
     Choice,
     FileTask,
     Flag,
+    Implementation,
     Inputs,
     Integer,
     Integers,
@@ -46,9 +49,10 @@ from noa_core.operations.spec import (
     WritesSeveral,
 )
 
-__all__ = ["BUILTIN", "REQUIRED", "Choice", "Edits", "FileTask", "Flag", "Inputs", "Integer", "Integers", "Name", "Operation",
-           "Options", "Param", "Real", "Reals", "Reports", "Text", "Writes", "WritesSeveral", "find", "get",
-           "markdown_table", "names", "operations", "register", "unregister"]
+__all__ = ["BUILTIN", "REQUIRED", "Choice", "Edits", "FileTask", "Flag", "Implementation", "Inputs", "Integer",
+           "Integers", "Name", "Operation", "Options", "Param", "Real", "Reals", "Reports", "Text", "Writes",
+           "WritesSeveral", "find", "get", "markdown_table", "names", "operations", "register",
+           "unregister"]
 
 BUILTIN = ("info", "preview", "stats", "permute", "broadcast", "copy", "ewise", "split", "join", "scale", "normalize",
            "header",

@@ -2,18 +2,7 @@
 
 from __future__ import annotations
 
-
-from noa_core.operations.spec import DEVICE, READING, REQUIRED, Inputs, Integers, Options, Param, Writes
-
-
-def plan(inputs: Inputs, options: Options):
-    from noa_core.array import layout
-    from noa_core.operations.plan import converter, tiled_plan
-
-    array, meta = inputs.open(inputs[0])  # a missing or unreadable file is named first
-    target = layout.as_shape4(options.shape)
-    return tiled_plan(options, inputs=inputs, read=[array], sources=[array.broadcast(target)],
-                      compute=converter("checked"), meta=meta.broadcast(target))
+from noa_core.operations.spec import DEVICE, READING, REQUIRED, Integers, Param, Writes, implemented
 
 
 def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
@@ -27,6 +16,6 @@ OPERATION = Writes(
     params=(Param("shape", Integers(1, 4, 0, 2**40), "Target BDHW shape, e.g. 10,1,64,64 (padded on the left "
                   "with 1s).", default=REQUIRED),
             *READING, DEVICE),
-    plan=plan,
+    plan=implemented("broadcast", "plan"),
     warmup=warmup,
 )

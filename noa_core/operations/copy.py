@@ -2,37 +2,18 @@
 
 from __future__ import annotations
 
-
 from noa_core.operations.spec import (
-    Inputs,
     DEVICE,
     ELEMENT_TYPES,
     READING,
     UINT8_MODE,
     Choice,
     Flag,
-    Writes,
-    Options,
     Param,
+    Writes,
     element_type_name,
+    implemented,
 )
-
-HEIGHT = 2  # the BDHW axis of rows (Y)
-
-
-def plan(inputs: Inputs, options: Options):
-    from noa_core.array import dtypes
-    from noa_core.array import resolve_copy_order
-    from noa_core.operations.plan import converter, reversing, tiled_plan
-
-    array, meta = inputs.open(inputs[0], tiles=True)  # read by tiled_plan alone
-    out_dtype = None if options.dtype is None else dtypes.scalar_dtype(options.dtype)
-    out_order = resolve_copy_order(array, options.order)
-    compute = converter("clamp" if options.clamp else "checked")
-    if options.flip_y:  # a reversed read of whole columns: noa has no negative strides
-        compute = reversing(compute, (HEIGHT,))
-    return tiled_plan(options, inputs=inputs, read=[array], compute=compute, meta=meta, dtype=out_dtype,
-                      order=out_order, whole_axes=(HEIGHT,) if options.flip_y else ())
 
 
 def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
@@ -58,7 +39,7 @@ OPERATION = Writes(
                   "top: IMOD, EMAN2, SerialEM and MotionCor2 flip Y whenever they read or write TIFF; RELION and "
                   "tifffile do not, and noa keeps rows as stored unless asked.", default=False),
             UINT8_MODE, *READING, DEVICE),
-    plan=plan,
+    plan=implemented("copy", "plan"),
     chooses_format=True,
     warmup=warmup,
 )

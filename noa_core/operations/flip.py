@@ -2,27 +2,7 @@
 
 from __future__ import annotations
 
-
-from noa_core.operations.spec import READING, REQUIRED, Choice, Inputs, Options, Param, Writes
-
-
-def plan(inputs: Inputs, options: Options):
-    from noa_core.images import boxes
-    from noa_core.operations.plan import region_plan
-
-    array, meta = inputs.open(inputs[0])
-    axis = boxes.flip_axis(array.shape, options.axis)
-    last = boxes.mirror_sum(array.shape[axis], options.about)
-    # Both mirrors keep the box where it is, so the origin is kept: the reversal is about the box's middle,
-    # the centre mirror about the voxel n // 2, which keeps its place and value.
-    out_meta = meta.derived(array.shape)
-    if axis == 1:  # z reorders the sections, and their records with them
-        d = array.shape[1]
-        picks = [b * d + (last - z) % d for b in range(array.shape[0]) for z in range(d)]
-    else:
-        picks = list(range(array.shape[0] * array.shape[1]))
-    return region_plan(options, inputs=inputs, read=[array], meta=out_meta.with_sections(meta, picks),
-                       shape=array.shape, reads=boxes.flip_reads(array, axis, options.about))
+from noa_core.operations.spec import READING, REQUIRED, Choice, Param, Writes, implemented
 
 
 OPERATION = Writes(
@@ -46,5 +26,5 @@ OPERATION = Writes(
                   "box: reverse the axis (RELION's --flipX/Y/Z); centre: mirror about the voxel N//2, which stays "
                   "in place (hand inversion; RELION's --invert_hand for an even N).", default="box"),
             *READING),
-    plan=plan,
+    plan=implemented("flip", "plan"),
 )

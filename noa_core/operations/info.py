@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-
 from typing_extensions import TypedDict
 
-from noa_core.operations.spec import READING, Inputs, Options, Reports
+from noa_core.operations.spec import READING, Reports, implemented
 
 
 class InfoResult(TypedDict, total=False):
@@ -20,46 +19,6 @@ class InfoResult(TypedDict, total=False):
     kind: str
     ndim: int
     notices: list[str]
-
-
-def describe(inputs: Inputs, options: Options) -> dict:
-    """A JSON-ready description of an image file (nothing but the header is read)."""
-    import dataclasses
-
-    from noa_core.array import dtypes
-
-    path = inputs[0]
-    probe = inputs.probe(path)
-    meta = probe.metadata
-    described = {
-        "path": str(path),
-        "format": meta.format,
-        "dtype": str(dtypes.base_of(probe.dtype)),
-        "mode": meta.mrc.mode if meta.mrc is not None else None,  # MRC's element type code
-        "shape": list(probe.shape),
-        "strides": list(probe.strides),
-        "order": probe.order,
-        "kind": probe.kind,
-        "ndim": probe.ndim,
-        "pixel_size": list(meta.pixel_size),
-        "pixel_unit": meta.unit,
-        "origin": list(meta.origin),
-        "statistics": dataclasses.asdict(meta.statistics) if meta.statistics else None,
-        "labels": list(meta.labels),
-        "axes": meta.axes,
-        "notices": list(meta.notices),
-    }
-    if meta.mrc is not None:
-        described.update(_extended_header(meta.mrc, probe.shape[0] * probe.shape[1]))
-    return described
-
-
-def _extended_header(fields, sections: int) -> dict:
-    """MRC's extended header: its type, size and, for FEI1/FEI2, each section's pixel size (Y, X, Å) and tilt."""
-    from noa_core.io.mrc import section_records
-
-    return {"exttyp": fields.exttyp, "extended_header_bytes": len(fields.extended_header or b""),
-            "sections": section_records(fields, sections)}
 
 
 def _values(values) -> str:
@@ -112,7 +71,7 @@ OPERATION = Reports(
             "statistics and labels.",
     examples=("noa info emd_3197.map --json",),
     params=READING,
-    report=describe,
+    report=implemented("info", "report"),
     text=as_text,
     result=InfoResult,
     reads_data=False,

@@ -2,18 +2,7 @@
 
 from __future__ import annotations
 
-
-from noa_core.operations.spec import DEVICE, READING, REQUIRED, Inputs, Integers, Options, Param, Writes
-
-
-def plan(inputs: Inputs, options: Options):
-    from noa_core.array import layout
-    from noa_core.operations.plan import converter, tiled_plan
-
-    array, meta = inputs.open(inputs[0])  # a missing or unreadable file is named first
-    perm = layout.check_permutation(options.axes)
-    return tiled_plan(options, inputs=inputs, read=[array], sources=[array.permute(perm)], compute=converter("checked"),
-                      meta=meta.permute(perm))
+from noa_core.operations.spec import DEVICE, READING, REQUIRED, Integers, Param, Writes, implemented
 
 
 def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
@@ -27,6 +16,6 @@ OPERATION = Writes(
     params=(Param("axes", Integers(4, 4, 0, 3), "New order of the BDHW axes, a permutation of 0,1,2,3.",
                   default=REQUIRED),
             *READING, DEVICE),
-    plan=plan,
+    plan=implemented("permute", "plan"),
     warmup=warmup,
 )

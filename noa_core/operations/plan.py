@@ -13,20 +13,26 @@ tile, in this process or in Dask tasks over the same tiles, so both write the sa
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import numpy as np
 
-from noa_core.array import dtypes
-from noa_core.array import layout
-from noa_core.array import Array
-from noa_core.errors import OutputIsInputError
-from noa_core.limits import check_output_size
-from noa_core.io import Metadata, Writer
-from noa_core.compute.tiles import Compute, Key, TileReads
+import noa_core.compute  # a lazy face: noa_core.compute.elementwise (numba's kernels) loads on the numba path alone
+from noa_core import io, limits  # io, a lazy face: the writer and atomic outputs load once an output is made
+from noa_core.array import Array, asarray, dtypes, empty, layout
+from noa_core.array.devices import require_cuda
+from noa_core.compute import compute_path
+from noa_core.compute.conversion import convert_into
+from noa_core.compute.tiles import Compute, Key, TileReads, plan_tiles, same_tile
+from noa_core.errors import OutputIsInputError, ValueRangeError
+
+if TYPE_CHECKING:
+    from noa_core.io import Metadata, Writer
 
 PathLike = str | Path
 
@@ -68,8 +74,6 @@ class Plan:
     def tile_reads(self, device: str = "cpu") -> TileReads:
         """What each output tile is computed from, and how, running on ``device`` (tiles are moved
         there and back)."""
-        from noa_core.compute.tiles import same_tile
-
         if self.reads is None:
             return same_tile(self.sources, self.shape, on_device(self.compute, device))
         reads = self.reads
@@ -82,15 +86,11 @@ class Plan:
 
     def keys(self, writer: Writer, block_bytes: int) -> list[Key]:
         """The output's tiles, in the order the local driver fills them (see :func:`noa_core.compute.tiles.plan_tiles`)."""
-        from noa_core.compute.tiles import plan_tiles
-
         sources = [] if self.reads is not None else self.sources
         return plan_tiles(writer, sources, block_bytes, self.whole_axes, self.read_factor)
 
     def create(self, dst: PathLike, *, overwrite: bool) -> Writer:
         """The writer of ``dst`` for this output (a context manager); never one of the inputs."""
-        from noa_core import io
-
         check_distinct(dst, self.inputs)
         return io.create(dst, self.shape, self.dtype, self.meta, order=self.order, overwrite=overwrite,
                          label=self.label, write_options=self.write_options)
@@ -123,7 +123,7 @@ def region_plan(options: Options, *, inputs: Sequence[PathLike], read: Sequence[
 
 def _plan(options: Options, inputs: Sequence[PathLike], read: Sequence[Array], meta: Metadata, dtype: np.dtype,
           shape: layout.Shape4, detail: str, notices: Sequence[str], **how) -> Plan:
-    check_output_size(shape, dtype.itemsize, str(inputs[0]) if inputs else "")
+    limits.check_output_size(shape, dtype.itemsize, str(inputs[0]) if inputs else "")
     return Plan(inputs=[Path(p) for p in inputs], meta=meta, label=options.output_label(detail), dtype=dtype,
                 input_shapes=[a.shape for a in read], write_options=options.write_options(), shape=shape,
                 notices=list(notices), **how)
@@ -160,19 +160,14 @@ def whole_image_plan(options: Options, *, inputs: Sequence[PathLike], array: Arr
     few KiB per image); ``working`` also shrinks the tiles with the reads (``read_factor``).
     ``computed_voxels``: the voxels of one image as computed, where that is more than the output keeps
     (rescale's box before its window)."""
-    from noa_core.array import asarray
-    from noa_core.errors import ValueRangeError
-    from noa_core.io import mapped
-    from noa_core.limits import check_working_memory
-
     label = options.output_label(detail)
     whole = (slice(None),) * 3
     out_dtype = np.dtype(dtype)
     in_bytes = math.prod(array.shape[1:]) * array.itemsize
     out_bytes = max(math.prod(shape[1:]), computed_voxels or 0) * out_dtype.itemsize
-    check_output_size(shape, out_dtype.itemsize, str(inputs[0]))  # first: an output too large to write says so
+    limits.check_output_size(shape, out_dtype.itemsize, str(inputs[0]))  # first: an output too large to write says so
     held = image_memory(in_bytes, out_bytes, working)
-    check_working_memory(held, f"{inputs[0]}: {label}")
+    limits.check_working_memory(held, f"{inputs[0]}: {label}")
     group = max(1, GROUP_BYTES // max(1, held))
 
     def reads(key):
@@ -181,7 +176,7 @@ def whole_image_plan(options: Options, *, inputs: Sequence[PathLike], array: Arr
         def compute(blocks, out):
             for first in range(start, stop, group):
                 last = min(first + group, stop)
-                block = asarray(mapped.read_view(array[(slice(first, last), *whole)].numpy(), 0))
+                block = asarray(io.mapped.read_view(array[(slice(first, last), *whole)].numpy(), 0))
                 part = out[(slice(first - start, last - start), *whole)]
                 sub = (slice(first, last), *key[1:])
                 if fill is not None:
@@ -203,8 +198,6 @@ def whole_image_plan(options: Options, *, inputs: Sequence[PathLike], array: Arr
 
 def converter(mode: str) -> Compute:
     """Tiles copied into the output, converted with ``mode`` ('checked', 'clamp', 'cast')."""
-    from noa_core.compute.conversion import convert_into
-
     def convert(blocks: list[Array], out: Array) -> None:
         convert_into(blocks[0], out, mode=mode)
 
@@ -216,8 +209,6 @@ def evaluator(expression) -> Compute:
     """Tiles computed by an expression over every source (typed for the sources' types): with NumPy on
     the NumPy path where the expression's operations give NumPy's bits there too (:meth:`Expression.numpy_function`,
     None otherwise), else compiled by numba into the element-wise kernels."""
-    from noa_core.compute import compute_path
-
     def compute(blocks: list[Array], out: Array) -> None:
         types = [b.dtype for b in blocks]
         if compute_path.numpy_path() and out.device == "cpu":
@@ -226,9 +217,7 @@ def evaluator(expression) -> Compute:
                 with np.errstate(all="ignore"):  # as the kernels: overflow to inf, no warnings
                     np.copyto(out.numpy(), function([b.numpy() for b in blocks]), casting="unsafe")
                 return
-        from noa_core.compute.elementwise import ewise as run_ewise
-
-        run_ewise(blocks, [out], expression.numba_function(*types))
+        noa_core.compute.elementwise.ewise(blocks, [out], expression.numba_function(*types))
 
     return compute
 
@@ -237,8 +226,6 @@ def reversing(compute: Compute, axes: tuple[int, ...]) -> Compute:
     """``compute`` on tiles reversed along ``axes`` (of a plan whose tiles span those axes whole).
 
     noa refuses negative strides, so the reversed tile is a copy (one tile of memory)."""
-    from noa_core.array import asarray
-
     def run(blocks: list[Array], out: Array) -> None:
         compute([asarray(np.ascontiguousarray(np.flip(block.numpy(), axes))) for block in blocks], out)
 
@@ -249,10 +236,6 @@ def on_device(compute: Compute, device: str) -> Compute:
     """Run ``compute`` on ``device``: tiles go there and the result comes back into the output tile."""
     if device == "cpu":
         return compute
-    from noa_core.array import empty
-    from noa_core.array.devices import require_cuda
-    from noa_core.compute.conversion import convert_into
-
     require_cuda()
 
     def run_there(blocks: list[Array], out: Array) -> None:
@@ -279,9 +262,7 @@ class RewrittenOutput:
 
     def __init__(self, path: Path, shape, dtype, overwrite: bool, rewrite: Callable[[Path, BinaryIO], None], *,
                  compute: str | None = None) -> None:
-        from noa_core.io import atomic
-
-        self.path = atomic.check_output(path, overwrite)
+        self.path = io.atomic.check_output(path, overwrite)
         self.shape, self.order, self.chunks = shape, "C", None
         self.dtype = self.values_dtype = np.dtype(dtype)
         self.notices: list[str] = []
@@ -290,21 +271,13 @@ class RewrittenOutput:
         self._pinned: Any = None
 
     def __enter__(self) -> RewrittenOutput:
-        from noa_core.compute import compute_path
-        from noa_core.io import atomic
-
-        self._temp = atomic.TemporaryOutput(self.path, self._overwrite)
+        self._temp = io.atomic.TemporaryOutput(self.path, self._overwrite)
         if self._compute is not None:
             self._pinned = compute_path.using(self._compute)
             self._pinned.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        import os
-        import tempfile
-
-        from noa_core.io.atomic import TEMP_SUFFIX
-
         if self._pinned is not None:
             self._pinned.__exit__(None, None, None)
         if exc_type is not None:
@@ -312,7 +285,8 @@ class RewrittenOutput:
             return False
         try:
             # named as a temporary output, so that one a killed process leaves is found and removed as such
-            fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=TEMP_SUFFIX, dir=self.path.parent)
+            fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=io.atomic.TEMP_SUFFIX,
+                                        dir=self.path.parent)
             try:
                 with os.fdopen(fd, "wb") as out:
                     self._rewrite(self._temp.temp, out)
@@ -328,9 +302,7 @@ class RewrittenOutput:
 
     def region(self):
         """Where the values go: the temporary file, packed."""
-        from noa_core.io.stream import Region
-
-        return Region(self._temp.temp, 0, self.dtype, self.shape, self.order)
+        return io.stream.Region(self._temp.temp, 0, self.dtype, self.shape, self.order)
 
     def complete(self, stats) -> None:
         """Every tile written (the output has no header statistics)."""

@@ -1,6 +1,7 @@
 """How a file operation is declared: its parameters (typed, with help, defaults and checks) and what it does.
 
-A declaration is plain data plus functions, and importing one loads nothing heavy (no NumPy, no
+A declaration is plain data plus light functions (warm-up cases, a result's text); the functions that do the
+work are named by :class:`Implementation` references, so importing one loads nothing heavy (no NumPy, no
 numba): ``noa --help`` lists every operation from their declarations. The doors derive their
 surface from it: the CLI command (:mod:`noa_cli.commands`), the HTTP routes and job type
 (:mod:`noa_server.routes`), the Dask tasks and warmup (:mod:`noa_core.run`).
@@ -8,6 +9,7 @@ surface from it: the CLI command (:mod:`noa_cli.commands`), the HTTP routes and 
 
 from __future__ import annotations
 
+import importlib
 import math
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -15,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from noa_core.errors import ParameterError
+from noa_core import compute, io  # lazy faces: their modules load on first use
+from noa_core.errors import DTypeError, ParameterError
 from noa_core.io import read_options
 
 if TYPE_CHECKING:
@@ -30,6 +33,33 @@ class _Required:
 
 
 REQUIRED: Any = _Required()  # the default of a parameter that must be given
+
+
+# -- the work, referred to by name ------------------------------------------------------------------
+
+IMPLEMENTATIONS = "noa_core.operations.implementations"  # the package of the built-in operations' work
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """The function ``function`` of the module ``module``, imported on its first call.
+
+    A declaration names the functions that do its work this way, so that importing it loads none of their
+    modules (NumPy, the domain modules): ``noa --help`` imports every declaration, and a command line loads
+    only what its call runs. Plain data, it pickles as its two names (a :class:`FileTask` travels into Dask
+    tasks, where the module is imported again)."""
+
+    module: str
+    function: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(self.module), self.function)(*args, **kwargs)
+
+
+def implemented(operation: str, function: str) -> Implementation:
+    """The function ``function`` of the built-in operation ``operation``'s implementation module
+    (``noa_core.operations.implementations.OPERATION``)."""
+    return Implementation(f"{IMPLEMENTATIONS}.{operation}", function)
 
 
 # -- parameter types: what a value may be, checked the same way for every door ---------------------
@@ -294,14 +324,8 @@ class Param:
         return self.type.check(self.name, value)
 
 
-def element_type_name(text: str) -> str:
-    """NumPy's name for a type spelling ('f4' -> 'float32'); ``text`` itself when NumPy knows none."""
-    import numpy as np
-
-    try:
-        return np.dtype(text).name
-    except TypeError:
-        return text
+# NumPy's name for a type spelling ('f4' -> 'float32'); the text itself when NumPy knows none.
+element_type_name = Implementation(f"{IMPLEMENTATIONS}.element_types", "element_type_name")
 
 
 # Element type names an operation may convert to (noa_core.array.dtypes.SCALAR_NAMES, without importing NumPy;
@@ -460,16 +484,12 @@ class Inputs(Sequence[Path]):
     def open(self, path: str | Path, tiles: bool = False) -> tuple[Array, Metadata]:
         """``path`` read lazily, header first; ``tiles``: a plan's source, read only tile by tile
         (:func:`noa_core.io.read`)."""
-        from noa_core import io
-
         array, meta = io.read(path, tiles=tiles, **self.reading)
         self.notices.extend(n for n in meta.notices if n not in self.notices)
         return array, meta
 
     def open_real(self, path: str | Path, what: str) -> tuple[Array, Metadata]:
         """:meth:`open` for an operation ``what`` that takes real images: complex data are refused."""
-        from noa_core.errors import DTypeError
-
         array, meta = self.open(path)
         if array.dtype.kind == "c":
             raise DTypeError(f"{path}: {what} takes real images; the file holds {array.dtype} values")
@@ -477,8 +497,6 @@ class Inputs(Sequence[Path]):
 
     def probe(self, path: str | Path) -> Probe:
         """What :meth:`open` would give, from the header alone (no data read or decompressed)."""
-        from noa_core import io
-
         return io.probe(path, **self.reading)
 
 
@@ -677,11 +695,9 @@ class Reports(Operation):
     def run_report(self, path: str | Path | Sequence[str | Path], options: Options) -> dict:
         """The report on ``path`` with checked ``options``, computed on the path its size calls for
         (:mod:`noa_core.compute.compute_path`)."""
-        from noa_core.compute import compute_path
-
         paths = [Path(p) for p in path] if self.max_inputs > 1 else [Path(path)]  # type: ignore[arg-type]
         self.check_inputs(len(paths))
-        with compute_path.for_inputs(paths, self.name):
+        with compute.compute_path.for_inputs(paths, self.name):
             return self.report(Inputs(paths, options), options)
 
 
@@ -713,7 +729,8 @@ class FileTask:
     """A writing operation with its checked options, to apply to any number of (input, output) pairs.
 
     ``shared`` are the inputs b, c, ... that every pair reads after its own input ``a``. Plain data
-    (the operation's functions pickle by reference), so it travels into Dask tasks.
+    (the operation's functions pickle by reference, its work as :class:`Implementation` names), so it travels
+    into Dask tasks.
 
     Example: ``operations.get("permute").task(axes=(0, 1, 3, 2))``, then
     ``noa_core.run.local.write(task, src, dst)``.
@@ -741,21 +758,17 @@ class FileTask:
 
     def plan(self, src: str | Path) -> Plan:
         """What the pair whose input is ``src`` writes, from the headers (no data is read)."""
-        from noa_core.compute import compute_path
-
         assert isinstance(self.operation, Writes)
         inputs = Inputs(self.inputs(src), self.options)
-        with compute_path.for_inputs(inputs, f"planning {self.name}"):  # plans may read statistics
+        with compute.compute_path.for_inputs(inputs, f"planning {self.name}"):  # plans may read statistics
             plan = self.operation.plan(inputs, self.options)
         return self._reading_all(src, self._with_pixel_size(_told(plan, inputs.notices)))
 
     def plans(self, src: str | Path) -> list[tuple[str, Plan]]:
         """The outputs of an operation writing several files from ``src``: (name suffix, plan) each."""
-        from noa_core.compute import compute_path
-
         assert isinstance(self.operation, WritesSeveral)
         inputs = Inputs(self.inputs(src), self.options)
-        with compute_path.for_inputs(inputs, f"planning {self.name}"):
+        with compute.compute_path.for_inputs(inputs, f"planning {self.name}"):
             planned = self.operation.plans(inputs, self.options)
         if planned:  # told once, with the first output
             _told(planned[0][1], inputs.notices)

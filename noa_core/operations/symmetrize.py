@@ -2,38 +2,13 @@
 
 from __future__ import annotations
 
-
 from typing_extensions import TypedDict
 
 from noa_core.geometry import point_groups
-from noa_core.operations.spec import DEVICE, READING, Inputs, Name, Options, Param, Query, Writes
+from noa_core.operations.spec import DEVICE, READING, Name, Param, Query, Writes, implemented
 
 GROUPS = point_groups.DESCRIPTION
 POINT_GROUP = Name(point_groups.PATTERN, point_groups.read, 8)
-
-
-def plan(inputs: Inputs, options: Options):
-    from noa_core.geometry import symmetry
-    from noa_core.errors import ParameterError, ShapeError
-    from noa_core.operations.plan import whole_image_plan
-
-    if options.sym is None:
-        raise ParameterError(f"is required: the point group ({GROUPS})", "sym")
-    group = symmetry.point_group(options.sym)  # a name RELION does not know is refused before any file is read
-    array, meta = inputs.open_real(inputs[0], "symmetrize")
-    if min(array.shape[1:]) < 2:
-        b, d, h, w = array.shape
-        what = (f"a stack of images ({b} of {h} x {w} pixels)" if d == 1 and b > 1 else
-                f"an image ({h} x {w} pixels)" if d == 1 else f"{d} x {h} x {w} voxels: flat, not a 3-d map")
-        raise ShapeError(f"{inputs[0]}: the input is {what}; symmetrize takes 3-d maps (volumes, or a stack of "
-                         "volumes) at least 2 voxels deep, high and wide")
-
-    def fill(block, key, out):
-        symmetry.symmetrize(block, group, out)
-
-    return whole_image_plan(options, inputs=inputs, array=array, shape=array.shape, meta=meta, fill=fill,
-                            working=symmetry.working_volumes(array.dtype, options.device),
-                            detail=f"mean over {group.order} operators")
 
 
 class GroupMatrices(TypedDict):
@@ -43,15 +18,6 @@ class GroupMatrices(TypedDict):
     order: int
     proper: bool
     matrices: list[list[list[float]]]
-
-
-def list_group(name: str) -> GroupMatrices:
-    """The matrices of the point group ``name``: RELION's operators in RELION's order, the identity first."""
-    from noa_core.geometry import symmetry
-
-    group = symmetry.point_group(name)
-    return {"group": group.name, "order": group.order, "proper": group.proper,
-            "matrices": [[[float(v) + 0.0 for v in row] for row in m] for m in group.matrices]}
 
 
 def group_text(result: dict) -> str:
@@ -91,8 +57,9 @@ OPERATION = Writes(
               "noa symmetrize virus.mrc virus_i1.mrc --sym I1",
               "noa symmetrize --list D3"),
     params=(Param("sym", POINT_GROUP, f"Point group, as RELION names it: {GROUPS}."), *READING, DEVICE),
-    plan=plan,
+    plan=implemented("symmetrize", "plan"),
     warmup=warmup,
     query=Query(Param("list", POINT_GROUP, "Print the matrices of this point group (RELION's operators, in "
-                      "RELION's order, each acting on x, y, z)."), list_group, group_text, GroupMatrices),
+                      "RELION's order, each acting on x, y, z)."), implemented("symmetrize", "list_group"), group_text,
+                GroupMatrices),
 )

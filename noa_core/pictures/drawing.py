@@ -16,6 +16,7 @@ Rows are as stored (MRC row 0, the bottom of the image in IMOD's view, drawn at 
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from collections.abc import Sequence
@@ -24,7 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from noa_core import fourier, limits  # fourier a face: its modules load only for a spectrum
+from noa_core.array import Array, asarray
 from noa_core.errors import ParameterError, param
+from noa_core.io import formats, mapped
 
 if TYPE_CHECKING:
     from noa_core.io import Metadata
@@ -74,18 +78,14 @@ def _read_options(reading: dict | None) -> dict[str, Any]:
 def open_data(path: str | os.PathLike, reading: dict | None = None) -> tuple[np.ndarray, Metadata]:
     """``(data, metadata)`` of the file at ``path``: ``data`` the 4-d BDHW NumPy view of the lazily read
     (memory-mapped) array; ``reading``: noa's read options (see :func:`_read_options`)."""
-    from noa_core import io
-
-    array, meta = io.read(path, **_read_options(reading))
+    array, meta = formats.read(path, **_read_options(reading))
     return array.numpy(), meta
 
 
 def plane_shape(path: str | os.PathLike, *, axis: str = "z", reading: dict | None = None) -> tuple[int, int]:
     """(rows, cols) of a plane of the file at ``path`` on ``axis``: z (H, W), y (D, W), x (D, H); from the
     header alone."""
-    from noa_core import io
-
-    return plane_extent(io.probe(path, **_read_options(reading)).shape, _axis(axis))
+    return plane_extent(formats.probe(path, **_read_options(reading)).shape, _axis(axis))
 
 
 def plane_extent(shape: Sequence[int], axis: str) -> tuple[int, int]:
@@ -165,8 +165,6 @@ def _values(block: np.ndarray) -> np.ndarray:
 
 def _read(view: np.ndarray) -> np.ndarray:
     """The values of ``view`` in memory (with pread when it views a mapped input), real."""
-    from noa_core.io import mapped
-
     return _values(mapped.read_view(view, 0))
 
 
@@ -174,8 +172,6 @@ def _read_binned(plane: np.ndarray, step: int) -> np.ndarray:
     """``plane`` (a 2-d view, maybe of a mapped file) read in bands of whole block rows and averaged
     ``step`` x ``step``: float32, (ceil(rows / step), ceil(cols / step))."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from noa_core.limits import available_cores
 
     rows, cols = plane.shape
     out = np.empty((-(-rows // step), -(-cols // step)), np.float32)
@@ -189,7 +185,7 @@ def _read_binned(plane: np.ndarray, step: int) -> np.ndarray:
         with np.errstate(over="ignore"):  # float64 values past float32's range are drawn as infinities
             out[first // step:(first + block.shape[0] + step - 1) // step] = _block_mean(block, step)
 
-    threads = min(len(firsts), available_cores())
+    threads = min(len(firsts), limits.available_cores())
     if threads < 2:
         for first in firsts:
             average(first)
@@ -359,14 +355,11 @@ def log_spectrum(values) -> np.ndarray:
     (H // 2, W // 2) (numpy.fft.fftshift's centre), full width (the redundant half mirrors the other, as
     Thon rings are looked at); float32, same shape. A power of 0 gives the log of the smallest normal
     float32, as ``noa powerspectrum --log``."""
-    from noa_core.fourier import spectral
-    from noa_core.array import asarray
-
     image = np.asarray(values)
     if image.ndim != 2:
         raise ParameterError(f"a spectrum is of a 2-d image; got {image.ndim} dimensions", "spectrum")
     real = np.abs(image).astype(np.float32) if image.dtype.kind == "c" else image.astype(np.float32, copy=False)
-    power = spectral.power_spectrum(asarray(np.ascontiguousarray(real)[None, None]), log=True, ndim=2)
+    power = fourier.spectral.power_spectrum(asarray(np.ascontiguousarray(real)[None, None]), log=True, ndim=2)
     return power.numpy()[0, 0].astype(np.float32, copy=False)
 
 
@@ -391,8 +384,6 @@ def format_of(name: str) -> str | None:
 def encode(pixels, fmt: str, quality: int = 90) -> bytes:
     """``pixels`` (uint8 (H, W) gray or (H, W, 3) RGB) encoded by Pillow as "png" (lossless) or "jpeg" at
     ``quality`` (1..95, Pillow's scale)."""
-    import io
-
     from PIL import Image
 
     if fmt not in FORMATS:
@@ -549,9 +540,7 @@ def working_bytes(pixels: int, *, spectrum: int = 0) -> int:
     levels and colours (32 a pixel, 29 to 31 measured); per core (two at least) a band read and its float64 sums,
     or a projection's band and its means (3 x :data:`BAND_BYTES`); with a spectrum, the full-resolution plane of
     ``spectrum`` pixels and its transform (24 a pixel)."""
-    from noa_core.limits import available_cores
-
-    return 32 * pixels + 3 * BAND_BYTES * max(2, available_cores()) + 24 * spectrum
+    return 32 * pixels + 3 * BAND_BYTES * max(2, limits.available_cores()) + 24 * spectrum
 
 
 @dataclass(frozen=True)
@@ -620,8 +609,6 @@ def _source(source, reading: dict | None) -> tuple[np.ndarray, float | None]:
         data, meta = open_data(source, reading)
         pixel, _, _ = meta.in_angstrom()
         return data, (pixel[2] if pixel[2] > 0 else None)
-    from noa_core.array import Array, asarray
-
     array = source if isinstance(source, Array) else asarray(np.asarray(source))
     if array.element_shape:
         raise ParameterError(f"an array of {array.dtype} elements has no picture; give scalars", "array")

@@ -38,9 +38,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from noa_core import kernels  # a face: numba (and noa's set-up of it) loads when a client or worker starts
 from noa_core.errors import LayoutError, NoaError, SchedulerError, param
-from noa_core.limits import available_cores
+from noa_core.limits import available_cores, replanning
 from noa_core.compute.tiles import TILE_BYTES
+from noa_core.io import atomic, mapped, omezarr
+from noa_core.io.read_options import OmeZarrReadOptions
 from noa_core.io.stream import Region
 from noa_core.compute.moments import RunningStatistics
 from noa_core.operations import FileTask
@@ -93,10 +96,8 @@ def numba_cache_plugin(directory: str) -> distributed.WorkerPlugin:
             self.path = path
 
         def setup(self, worker) -> None:
-            from noa_core.kernels import runtime
-
             os.environ["NUMBA_CACHE_DIR"] = self.path
-            runtime.configure()
+            kernels.runtime.configure()
 
     return NumbaCacheDir(directory)
 
@@ -124,8 +125,7 @@ def connect(scheduler: str = LOCAL, *, workers: int | None = None, cache_dir: st
         timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
     import numba
 
-    from noa_core.kernels import runtime  # noqa: F401 - applies noa's numba cache choice to numba.config
-
+    kernels.runtime  # noqa: B018 - loading it applies noa's numba cache choice to numba.config
     cluster = None
     if scheduler == LOCAL:
         count, threads = local_layout(workers)
@@ -255,10 +255,6 @@ def _fill_tiles(task: FileTask, src: PathLike, region: Region, keys: list[tuple[
                 decoded: dict) -> list[RunningStatistics]:
     """One task of :func:`write_split`: re-plan from the headers (stores from their ``decoded`` files),
     fill a run of tiles of the output."""
-    from noa_core.io import omezarr
-
-    from noa_core.limits import replanning
-
     with omezarr.decoded_inputs(decoded), replanning():
         plan = task.plan(src)
     return region.fill(plan.tile_reads(task.device), keys)
@@ -266,8 +262,6 @@ def _fill_tiles(task: FileTask, src: PathLike, region: Region, keys: list[tuple[
 
 def _write_decoded(task: FileTask, src: Path, dst: Path, overwrite: bool, decoded: dict) -> FileResult:
     """A pair written by one task, its stores read from their ``decoded`` files."""
-    from noa_core.io import omezarr
-
     with omezarr.decoded_inputs(decoded):
         return write_pair(task, src, dst, overwrite)
 
@@ -281,9 +275,6 @@ def _decoded_stores(task: FileTask, src: PathLike, dst: PathLike, client: distri
 
     A store has no layout to map; decoded once into a plain file, its data are read by every tile task
     as any mapped input's, instead of each task decoding the whole store again."""
-    from noa_core.io import atomic, omezarr
-    from noa_core.io.read_options import OmeZarrReadOptions
-
     distributed = _distributed()
     request = OmeZarrReadOptions(channel=task.options.get("channel"), level=task.options.get("level"))
     decoded: dict = {}
@@ -344,8 +335,6 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
     output must be on a file system every worker sees at the same path. See the module documentation
     for the protocol.
     """
-    from noa_core.io import mapped, omezarr
-
     if block_bytes < MIN_BLOCK_BYTES:
         raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES}: tasks that small cost more to "
                           "schedule than they write")

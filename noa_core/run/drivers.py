@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from noa_core import run  # a face: the Dask driver's module loads only when asked for (the dask extra)
 from noa_core.operations import FileTask
 from noa_core.run.batch import Driver, FileResult, PathLike, Progress, split_complete
 from noa_core.run.execution import execute, write_pair
@@ -46,7 +47,5 @@ def driver(scheduler: str | None = None, *, workers: int | None = None) -> Itera
     if scheduler is None:
         yield LocalDriver()
         return
-    from noa_core.run.cluster import DaskDriver, connect  # the dask extra, loaded only when asked for
-
-    with connect(scheduler, workers=workers) as client:
-        yield DaskDriver(client)
+    with run.cluster.connect(scheduler, workers=workers) as client:
+        yield run.cluster.DaskDriver(client)

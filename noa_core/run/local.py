@@ -3,14 +3,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError, param
+from noa_core.compute import compute_path
 from noa_core.compute.tiles import TILE_BYTES
+from noa_core import io  # a face: a report (noa info) loads no writer
+from noa_core.io.formats import strip_image_suffix
 from noa_core.operations import FileTask
-from noa_core.operations.plan import Plan
+from noa_core.operations.plan import Plan, check_distinct
 from noa_core.run.batch import PathLike, Progress
 
 
@@ -18,9 +24,6 @@ def write_plan(plan: Plan, dst: PathLike, *, overwrite: bool = False, device: st
                progress: Progress | None = None) -> list[str]:
     """Create ``dst`` (never one of the plan's inputs) and fill it tile by tile as ``plan`` says; return notices.
     Small work (inputs and output) is computed with NumPy, the rest with the kernels (:mod:`noa_core.compute.compute_path`)."""
-    from noa_core import io
-    from noa_core.compute import compute_path
-
     inputs = compute_path.input_bytes(plan.inputs)
     work = None if inputs is None else max(inputs, math.prod(plan.shape) * plan.dtype.itemsize)
     with compute_path.for_size(work if device == "cpu" else None, "writing"), \
@@ -44,8 +47,6 @@ STAGING_PREFIX = ".noa-several-"  # the hidden folder outputs wait in until ever
 def output_names(src: PathLike, suffixes: Sequence[str], stem: str | None = None) -> list[str]:
     """The names of several outputs of ``src``: its stem (image extension and compression stripped), or
     ``stem``, followed by each suffix ('movie.mrcs.gz', '_000.mrcs' -> 'movie_000.mrcs')."""
-    from noa_core.io.formats import strip_image_suffix
-
     stem = strip_image_suffix(Path(src).name) if stem is None else stem
     return [stem + suffix for suffix in suffixes]
 
@@ -67,13 +68,6 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
     ``out_dir`` is created when missing (and removed again on failure). ``planned``: ``task.plans(src)``
     when already made; ``stem``: the outputs' names begin with it instead of ``src``'s stem.
     """
-    import contextlib
-    import shutil
-    import tempfile
-
-    from noa_core.io import atomic
-    from noa_core.operations.plan import check_distinct
-
     src, out_dir = Path(src), Path(out_dir)
     if planned is None:
         planned = task.plans(src)  # headers read and checked before anything is created
@@ -95,8 +89,8 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
     notices: list[str] = []
     try:
         staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir))
-        must_sync = atomic.durable()
-        with atomic.scratch_outputs():  # synced together below: one fsync per file, not two, and no waits between
+        must_sync = io.atomic.durable()
+        with io.atomic.scratch_outputs():  # synced together below: one fsync per file, not two, and no waits between
             for done, (out, (_, plan)) in enumerate(zip(outputs, planned, strict=True), 1):
                 written = write_plan(plan, staging / out.name, device=task.device)
                 notices.extend(n.replace(str(staging / out.name), str(out)) for n in written)
@@ -104,13 +98,13 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
                     progress(done, len(outputs))
         if must_sync:  # every output durable before any takes its name
             for out in outputs:
-                atomic.fsync_output(staging / out.name)
+                io.atomic.fsync_output(staging / out.name)
         if progress is not None:  # a last word before the outputs take their names: a cancelled job stops here
             progress(len(outputs), len(outputs))
-        placement = atomic.Placement([(staging / out.name, out) for out in outputs], overwrite)
+        placement = io.atomic.Placement([(staging / out.name, out) for out in outputs], overwrite)
         placement.place()
         if must_sync:
-            atomic.fsync_folder(out_dir)
+            io.atomic.fsync_folder(out_dir)
     except BaseException:
         if placement is not None:
             placement.undo()

@@ -50,9 +50,13 @@ from typing import Literal, NamedTuple, Protocol
 
 import numba
 
+# compute is a face: its kernels load when a warm-up runs, not when the service starts and finds them cached
+from noa_core import compute, io, limits, operations
 from noa_core.kernels import runtime
 from noa_core.array import empty, full
+from noa_core.compute import compute_path
 from noa_core.kernels.runtime import SERIAL_THRESHOLD
+from noa_core.run.execution import execute
 
 # Element types that MRC and TIFF files hold.
 FILE_DTYPES = ("int8", "uint8", "int16", "uint16", "float16", "float32", "int32", "float64", "complex64")
@@ -82,8 +86,6 @@ class Unit(NamedTuple):
 
 def units() -> list[Unit]:
     """Every unit :func:`warmup` runs, in the order one process runs them."""
-    from noa_core import operations
-
     names = [operation.name for operation in operations.operations() if operation.warmup]
     return ([Unit(name, dtype, count) for count in COUNTS for dtype in FILE_DTYPES for name in names]
             + [Unit(IN_MEMORY, dtype, count) for count in COUNTS for dtype in FILE_DTYPES])
@@ -153,8 +155,6 @@ def warmup(stop: threading.Event | None = None, progress: Progress | None = None
     with 1, in this process. With ``stop``, it returns early once that is set (a server shutting
     down must not leave a thread running kernels while the interpreter exits): no unit starts after
     that, and the units running end after their current case."""
-    from noa_core import limits
-
     stop = stop or threading.Event()
     start = time.perf_counter()
     work = units()
@@ -233,8 +233,6 @@ _stopping: _Flag = threading.Event()
 
 def _start_worker(finished: multiprocessing.Queue, stopping: _Flag, lock) -> None:
     global _finished, _stopping
-    from noa_core.compute import compute_path
-
     _finished, _stopping = finished, stopping
     # This process only warms up: its drivers must choose numba whatever the size (compute_path's
     # context variable does not cross into a process, and drivers choose again per file).
@@ -274,8 +272,6 @@ def _run_chunk(chunk: list[Unit]) -> None:
 
 def _run(unit: Unit, folder: Path, stop: _Flag) -> None:
     """Run ``unit``, on the numba path, writing its files in ``folder``."""
-    from noa_core.compute import compute_path
-
     with compute_path.using("numba"):
         if unit.operation == IN_MEMORY:
             _in_memory(unit.dtype, unit.count)
@@ -284,15 +280,10 @@ def _run(unit: Unit, folder: Path, stop: _Flag) -> None:
 
 
 def _suffix(dtype: str) -> str:
-    from noa_core import io
-
     return ".mrc" if dtype in io.mrc.WRITABLE_DTYPES else ".tif"
 
 
 def _file_operation(unit: Unit, folder: Path, stop: _Flag) -> None:
-    from noa_core import io, operations
-    from noa_core.run.execution import execute
-
     operation = operations.get(unit.operation)
     width = math.isqrt(unit.count) + 1
     shape = (1, 2, width, width)
@@ -313,21 +304,18 @@ def _file_operation(unit: Unit, folder: Path, stop: _Flag) -> None:
 
 
 def _in_memory(name: str, count: int) -> None:
-    from noa_core.compute.elementwise import convert_into, copy
-    from noa_core.compute import moments
-    from noa_core.compute import reduction
-
+    elementwise, reduction = compute.elementwise, compute.reduction
     width = math.isqrt(count) + 1
     a = full((1, 2, width, width), 1, dtype=name)
     for view in (a, a.permute((0, 1, 3, 2)), a[:, :, ::2], a[:1, :1].broadcast((3, 1, width, width))):
-        copy(view, "C")
-        copy(view, "F")
-    moments.block_moments(a)
+        elementwise.copy(view, "C")
+        elementwise.copy(view, "F")
+    compute.moments.block_moments(a)
     if name != "complex64":
         for reduce_ in (reduction.min, reduction.max, reduction.mean, reduction.std):
             reduce_(a)
             reduce_(a, (1, 2, 3))
     for mode in ("checked", "clamp"):
-        convert_into(a, empty(a.shape, "float32"), mode=mode if name != "complex64" else "cast")
+        elementwise.convert_into(a, empty(a.shape, "float32"), mode=mode if name != "complex64" else "cast")
         if name != "complex64":
-            convert_into(a.astype("float32"), empty(a.shape, name), mode=mode)
+            elementwise.convert_into(a.astype("float32"), empty(a.shape, name), mode=mode)

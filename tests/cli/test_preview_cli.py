@@ -230,10 +230,11 @@ def test_the_terminal_text_is_counted_in_the_memory_check(tmp_path, monkeypatch)
     check = limits.check_working_memory
     monkeypatch.setattr(limits, "check_working_memory", lambda nbytes, what: told.append(nbytes) or check(nbytes, what))
     monkeypatch.setattr(limits, "available_cores", lambda: 2)  # the bands' share as on a small machine
-    options = operations.get("preview").options(bin=1)
+    preview = operations.get("preview")
+    options = preview.options(bin=1)
     tracemalloc.start()
     try:
-        lines = sum(piece.count("\n") for piece in declaration.show(tmp_path / "big.mrc", options, 80, 24))
+        lines = sum(piece.count("\n") for piece in preview.show(tmp_path / "big.mrc", options, 80, 24))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -58,21 +58,25 @@ def _dask() -> list:
 @pytest.mark.parametrize("args, attempts", [
     (["copy", "--order", "F"], 4), (["permute", "--axes", "0,1,3,2"], 4),
     # Dask: the split tasks are cancelled and the local cluster closed before noa exits.
-    pytest.param(["copy", "--order", "F", "--scheduler", "local", "--workers", "2"], 1, marks=_dask()),
+    pytest.param(["copy", "--order", "F", "--scheduler", "local", "--workers", "2"], 2, marks=_dask()),
 ], ids=["copy", "permute", "dask"])
 def test_sigterm_removes_the_temporary_output(big_map, tmp_path, args, attempts):
-    terminated = 0
+    terminated, needed = 0, (attempts + 1) // 2
     for attempt in range(attempts):
         folder = tmp_path / str(attempt)
         folder.mkdir()
         result = _terminate_while_writing([args[0], str(big_map), "out.mrc", *args[1:]], folder)
-        if result is None:  # it finished before the temporary file was seen: nothing to test this time
+        if result is None or (result.returncode == 0 and sorted(os.listdir(folder)) == ["out.mrc"]):
+            # it finished before the temporary file was seen, or the signal came once the output had its name
+            # (a command whose outputs are all placed has succeeded): nothing to test this time
             continue
         terminated += 1
         assert result.returncode == 128 + signal.SIGTERM, (result.returncode, result.stderr)
         assert result.stderr.splitlines() == ["noa: error: terminated"], result.stderr
         assert sorted(os.listdir(folder)) == []
-    assert terminated >= (attempts + 1) // 2
+        if terminated == needed:
+            break
+    assert terminated >= needed
 
 
 # -- a signal at an exact moment: the moment is made by the test, in a noa process of its own ----------------

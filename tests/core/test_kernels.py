@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import noa_core as nc
 from noa_core.array import layout
+from noa_core.compute.conversion import convert_into
 from noa_core.errors import BroadcastError, DeviceError, DTypeError, OverlapError, ReadOnlyError, StrideError
 
 SETTINGS = settings(max_examples=40, deadline=None)
@@ -58,6 +59,19 @@ def test_memory_span_and_overlap():
     assert layout.memory_span(0, (1, 1, 1, 2), (2, 2, 2, 1), itemsize=4) == (0, 5)
     assert layout.may_overlap(0, (1, 1, 1, 4), (4, 4, 4, 1), 3, (1, 1, 1, 4), (4, 4, 4, 1))
     assert not layout.may_overlap(0, (1, 1, 1, 4), (4, 4, 4, 1), 4, (1, 1, 1, 4), (4, 4, 4, 1))
+    # each span ends with its own element: 16-byte items right after four 4-byte ones do not overlap them
+    assert not layout.may_overlap(16, (1, 1, 1, 4), (64, 64, 64, 16), 0, (1, 1, 1, 4), (16, 16, 16, 4), 16, 4)
+    assert layout.may_overlap(12, (1, 1, 1, 4), (64, 64, 64, 16), 0, (1, 1, 1, 4), (16, 16, 16, 4), 16, 4)
+
+
+def test_a_wider_output_right_after_its_input_is_written():
+    """int32 -> complex128 into the array allocated just after the input (the allocator's usual place)."""
+    buffer = np.zeros(4 * 4 + 16 * 4, np.uint8)
+    source = buffer[:16].view(np.int32).reshape(1, 1, 1, 4)
+    source[:] = [1, -2, 3, 4]
+    target = buffer[16:].view(np.complex128).reshape(1, 1, 1, 4)
+    convert_into(nc.asarray(source), nc.asarray(target))
+    np.testing.assert_array_equal(target, source.astype(np.complex128))
     assert layout.same_elements(2, (8, 8, 4, 1), 2, (9, 8, 4, 1), (1, 2, 2, 4))
     assert not layout.same_elements(2, (8, 8, 4, 1), 2, (8, 8, 1, 4), (1, 2, 2, 4))
 

@@ -207,3 +207,61 @@ def test_an_acyclic_package_has_no_cycles(tmp_path):
         "c.py": "",
     })
     assert cycles(import_edges(package_dir, "pkg")) == []
+
+
+def function_level_imports(package_dir: Path, package: str, skip: tuple[str, ...] = ()) -> list[str]:
+    """``file:line: statement`` of each import of one of the package's modules written inside a function, in every
+    file but those under the folders ``skip``. A lazy face's attribute (``from pkg import sub`` at the top,
+    ``sub.mod.f()`` at call time) is no import statement: start-up laziness lives in the faces, not in functions."""
+    found: list[str] = []
+    for path in sorted(package_dir.rglob("*.py")):
+        relative = path.relative_to(package_dir)
+        if relative.parts[0] in skip:
+            continue
+        inside: dict[int, ast.stmt] = {}  # line -> import; one in a nested function is walked from each enclosing one
+        for function in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inside.update((node.lineno, node) for node in ast.walk(function) if _imports_from(node, package))
+        where = f"{package_dir.name}/{relative.as_posix()}"
+        found += [f"{where}:{line}: {ast.unparse(inside[line])}" for line in sorted(inside)]
+    return found
+
+
+def _imports_from(node: ast.AST, package: str) -> bool:
+    """Whether ``node`` is an import of one of the package's modules (a relative one always is)."""
+    if isinstance(node, ast.Import):
+        return any(alias.name.split(".")[0] == package for alias in node.names)
+    return isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").split(".")[0] == package)
+
+
+def test_noa_core_imports_its_modules_at_the_top_outside_operations():
+    """Imports say what a module depends on: a noa_core module is imported at the top of a module (its face where
+    start-up must stay light); only optional or heavy third-party libraries (numba.cuda, cupy, zarr, dask, PIL,
+    scipy, ...) are imported inside functions. noa_core/operations/ has its own test."""
+    found = function_level_imports(Path(noa_core.__file__).parent, "noa_core", skip=("operations",))
+    assert not found, "noa_core modules imported inside functions:\n" + "\n".join(found)
+
+
+def test_function_level_imports_are_found_at_any_depth(tmp_path):
+    package_dir = write_package(tmp_path, {
+        "__init__.py": "import lazy_loader\n",
+        "a.py": ("from pkg import sub\n\ndef f():\n    import numpy\n    return sub.leaf.g()\n\n"
+                 "def g():\n    def inner():\n        from .sub import leaf\n    import pkg.b\n"),
+        "b.py": "class C:\n    async def m(self):\n        from pkg import a\n",
+        "sub/__init__.py": "",
+        "sub/leaf.py": "def g():\n    from .. import a\n",
+        "skipped/c.py": "def h():\n    from pkg import a\n",
+    })
+    assert function_level_imports(package_dir, "pkg", skip=("skipped",)) == [
+        "pkg/a.py:9: from .sub import leaf", "pkg/a.py:10: import pkg.b", "pkg/b.py:3: from pkg import a",
+        "pkg/sub/leaf.py:2: from .. import a"]
+
+
+def test_operations_import_noa_core_numpy_and_scipy_only_at_the_top():
+    """noa_core/operations/ keeps its declarations light by naming their work (spec.Implementation: a module and a
+    function, imported on the first call), not by imports inside functions: a declaration imports light modules at
+    its top, its implementation module NumPy and the domain modules at its top."""
+    operations_dir = Path(noa_core.__file__).parent / "operations"
+    found = [where for package in ("noa_core", "numpy", "scipy")
+             for where in function_level_imports(operations_dir, package)]
+    assert not found, "imports inside functions in noa_core/operations/:\n" + "\n".join(found)

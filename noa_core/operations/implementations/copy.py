@@ -1,0 +1,21 @@
+"""noa copy: the same values in another memory order, element type (checked or clamped) or format, rows reversed
+on request."""
+
+from __future__ import annotations
+
+from noa_core.array import dtypes, resolve_copy_order
+from noa_core.operations.plan import converter, reversing, tiled_plan
+from noa_core.operations.spec import Inputs, Options
+
+HEIGHT = 2  # the BDHW axis of rows (Y)
+
+
+def plan(inputs: Inputs, options: Options):
+    array, meta = inputs.open(inputs[0], tiles=True)  # read by tiled_plan alone
+    out_dtype = None if options.dtype is None else dtypes.scalar_dtype(options.dtype)
+    out_order = resolve_copy_order(array, options.order)
+    compute = converter("clamp" if options.clamp else "checked")
+    if options.flip_y:  # a reversed read of whole columns: noa has no negative strides
+        compute = reversing(compute, (HEIGHT,))
+    return tiled_plan(options, inputs=inputs, read=[array], compute=compute, meta=meta, dtype=out_dtype,
+                      order=out_order, whole_axes=(HEIGHT,) if options.flip_y else ())

@@ -1,0 +1,78 @@
+"""noa resize: a crop or pad about the centre N//2; new voxels take the fill value (the input's mean by default),
+and the origin moves so that the content stays where it was."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from noa_core import limits
+from noa_core.compute.tiles import plan_tile, tiles
+from noa_core.images import boxes
+from noa_core.io import mapped
+from noa_core.operations.plan import region_plan
+from noa_core.operations.spec import Inputs, Options
+
+
+def plan(inputs: Inputs, options: Options):
+    array, meta = inputs.open(inputs[0])  # a missing or unreadable file is named first
+    target = boxes.resize_shape(array.shape, options.shape)
+    limits.check_output_size(target, array.itemsize, str(inputs[0]))  # before anything sized by it is made
+    offsets = boxes.resize_offsets(array.shape, target)
+    value = boxes.fill_value(options.fill, array.dtype, lambda: 0.0)  # a bad --fill is refused before any output
+    if any(m > n for m, n in zip(target, array.shape)):  # it pads: the mean is read now, before any tile
+        value = boxes.fill_value(options.fill, array.dtype, _input_mean(inputs[0], options, array))
+    # Voxel i of the output is voxel i + offset of the input: IMOD's origin (coordinate = i * pixel - origin)
+    # moves by -offset * pixel on D, H, W.
+    origin = tuple(o - k * p for o, k, p in zip(meta.origin, offsets[1:], meta.pixel_size))
+    out_meta = meta.derived(target, origin=origin).with_sections(
+        meta, lambda: _section_picks(array.shape, target, offsets), "sections were added")
+    return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=target,
+                       reads=boxes.resize_reads(array, target, lambda: value))
+
+
+def _section_picks(shape, target, offsets) -> list[int | None]:
+    """Per output MRC section (b * D + d), the input section it shows, None for a padded one."""
+    picks: list[int | None] = []
+    for b in range(target[0]):
+        for d in range(target[1]):
+            ib, id_ = b + offsets[0], d + offsets[1]
+            inside = 0 <= ib < shape[0] and 0 <= id_ < shape[1]
+            picks.append(ib * shape[1] + id_ if inside else None)
+    return picks
+
+
+_MEANS: dict[tuple, complex | float] = {}
+
+
+def _input_mean(path: Path, options: Options, array):
+    """The mean of the input's data (one streaming pass, bounded memory), remembered per file version so
+    that the split tasks of one output (each plans again) compute it once per process."""
+
+    def compute() -> float:
+        try:
+            info = os.stat(path)
+            key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, options.as_stack, options.series,
+                   options.channel, options.level)
+        except OSError:
+            key = None
+        if key is not None and key in _MEANS:
+            return _MEANS[key]
+        # Tile by tile with pread (bounded memory; a file truncated meanwhile is an error, not SIGBUS),
+        # summed in float64 (complex128), as NumPy's mean.
+        total = np.complex128(0) if array.dtype.kind == "c" else np.float64(0)
+        tile = plan_tile(array.shape, [(array.strides, array.itemsize)])
+        with mapped.scratch_buffers():
+            for region in tiles(array.shape, tile, array.strides):
+                block = mapped.read_view(array[region].numpy())
+                total += np.add.reduce(block, axis=None, dtype=total.dtype)
+        mean = total / max(array.size, 1)
+        if key is not None:
+            if len(_MEANS) > 64:
+                _MEANS.clear()
+            _MEANS[key] = mean
+        return mean
+
+    return compute

@@ -1,0 +1,45 @@
+"""noa scale: values mapped linearly from their minimum and maximum (or two percentiles, beyond which they are
+clamped) onto a target range, in the output's element type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noa_core.array import asarray
+from noa_core.compute.conversion import convert_into
+from noa_core.errors import ShapeError
+from noa_core.images import intensity, statistics
+from noa_core.operations.plan import tiled_plan
+from noa_core.operations.spec import Inputs, Options
+
+
+def source_range(array, path: Path, percentiles) -> tuple[float, float]:
+    """The values mapped onto the target's ends: the data's minimum and maximum, or its percentiles
+    (streamed: see :mod:`noa_core.images.statistics`), remembered per file."""
+
+    def compute() -> tuple[float, float]:
+        stats = statistics.whole_statistics(array)
+        statistics.check_finite(stats, str(path))
+        if percentiles is None:
+            return float(stats.moments.min), float(stats.moments.max)
+        return statistics.percentiles(array, percentiles, stats)
+
+    return statistics.remembered(path, ("range", array.shape, percentiles), compute)
+
+
+def plan(inputs: Inputs, options: Options):
+    array, meta = inputs.open(inputs[0])
+    intensity.check_real_input(array.dtype, str(inputs[0]))
+    out_dtype = intensity.real_output_dtype(array.dtype, options.dtype)
+    target = intensity.check_to_range(options.to_range, out_dtype)
+    qs = intensity.check_percentiles(options.percentiles)
+    if array.size == 0:
+        raise ShapeError(f"{inputs[0]}: the array of shape {array.shape} is empty")
+    ends = source_range(array, inputs[0], qs)
+    integral = out_dtype.kind in "iu"
+
+    def compute(blocks, out) -> None:
+        convert_into(asarray(intensity.scaled(blocks[0].numpy(), ends, target, integral)), out, mode="checked")
+
+    return tiled_plan(options, inputs=inputs, read=[array], compute=compute, meta=meta, dtype=out_dtype,
+                      detail=f"{ends[0]:.6g}..{ends[1]:.6g} -> {target[0]:g}..{target[1]:g}")
