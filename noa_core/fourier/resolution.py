@@ -207,14 +207,11 @@ def shell_sums(half1: np.ndarray, half2: np.ndarray, rule: str = "relion") -> tu
         return sums[0], sums[1], sums[2]
     import numba  # the kernels' path only
 
-    sums_kernels = kernels.shells
-    if rows * width < kernels.runtime.SERIAL_THRESHOLD:
-        kernel = sums_kernels.relion_sums_serial if rule == "relion" else sums_kernels.linear_sums_serial
-        kernel(*spectra, *shells, rows_per_chunk, sums)
-    else:
-        kernel = sums_kernels.relion_sums if rule == "relion" else sums_kernels.linear_sums
-        # numba's thread count for this thread: a service worker's share of the cores
-        kernel(*spectra, *shells, rows_per_chunk, WAVE_PER_THREAD * numba.get_num_threads(), sums)
+    kernel = kernels.shells.relion_sums if rule == "relion" else kernels.shells.linear_sums
+    parallel = rows * width >= kernels.runtime.SERIAL_THRESHOLD
+    # numba's thread count for this thread: a service worker's share of the cores
+    wave = WAVE_PER_THREAD * (numba.get_num_threads() if parallel else 1)
+    kernels.runtime.launch(kernel, parallel, *spectra, *shells, rows_per_chunk, wave, sums)
     return sums[0], sums[1], sums[2]
 
 

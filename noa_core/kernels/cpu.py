@@ -1,8 +1,10 @@
 """numba CPU kernels: element-wise (general and cache-blocked transpose), index-wise, reductions.
 
-Every kernel is generated from one source template per kind and compiled twice: a parallel
-version (``prange`` over a flattened task index, for load balance whatever the shape) and a
-serial twin for small arrays, where waking the thread pool costs more than the work. Callers hand
+Every kernel is generated from one source template per kind and compiled once, parallel (``prange`` over a
+flattened task index, for load balance whatever the shape). Small arrays, where waking the thread pool costs
+more than the work, run it on the calling thread alone (:func:`noa_core.kernels.runtime.launch`): a serial
+twin of every kernel would double what a new installation compiles (``noa warmup`` spent a fifth of its time
+on them) to save a few microseconds a call (measured with TBB on 2 cores). Callers hand
 over 1-D buffers already offset to element [0,0,0,0], and shapes/strides already planned by
 :func:`noa_core.array.layout.plan_iteration` (innermost dimension last, usually stride 1).
 
@@ -29,7 +31,7 @@ from noa_core.kernels.operators import BUILTIN_OPS
 from noa_core.kernels.sources import cache_on_disk, compile_template, operand_variants, transpose_plan
 from noa_core.kernels import runtime
 from noa_core.array import scalar_ops
-from noa_core.kernels.runtime import SERIAL_THRESHOLD
+from noa_core.kernels.runtime import SERIAL_THRESHOLD, launch
 from noa_core.array.scalar_ops import CHUNK, LANES
 
 # Elements per parallel task along the innermost dimension: large enough to amortise the task
@@ -324,17 +326,17 @@ def _op_name(op: Callable) -> str | None:
     return getattr(op, "noa_cache_tag", None)
 
 
-def _kernel(kind: str, variant: str, ops: dict[str, Callable], parallel: bool,
-            fastmath: set[str] | bool = False, helpers: dict[str, Callable] | None = None) -> Callable:
+def _kernel(kind: str, variant: str, ops: dict[str, Callable], fastmath: set[str] | bool = False,
+            helpers: dict[str, Callable] | None = None) -> Callable:
     """Compile (once) the kernel ``kind`` (:data:`TEMPLATES`) for ``variant`` around ``ops`` (names in
-    the template).
+    the template), parallel; :func:`noa_core.kernels.runtime.launch` runs it.
 
     ``helpers`` are this module's own jitted functions that the template calls: unlike ops they
     do not decide whether the kernel may be cached (an edit of this file retires its cache anyway).
     """
     names = [_op_name(f) for f in ops.values()]
     cacheable = all(n is not None for n in names)
-    key = (kind, variant, tuple(ops.items()), parallel)
+    key = (kind, variant, tuple(ops.items()))
     kernel = _KERNELS.get(key)
     if kernel is not None:
         return kernel
@@ -342,11 +344,11 @@ def _kernel(kind: str, variant: str, ops: dict[str, Callable], parallel: bool,
         kernel = _KERNELS.get(key)
         if kernel is None:
             tag = f"{'_'.join(names)}_{_OPS_DIGEST}" if cacheable else f"user{len(_KERNELS)}"
-            name = f"{kind}_{tag}_{variant}_{'par' if parallel else 'ser'}"
+            name = f"{kind}_{tag}_{variant}"
             namespace = {"np": np, "prange": numba.prange, **(helpers or {})}
             namespace.update({k: _as_dispatcher(f) for k, f in ops.items()})
             func = compile_template(TEMPLATES[kind](name, variant), name, __name__, namespace)
-            kernel = numba.njit(parallel=parallel, nogil=True, error_model="numpy", fastmath=fastmath)(func)
+            kernel = numba.njit(parallel=True, nogil=True, error_model="numpy", fastmath=fastmath)(func)
             if cacheable and runtime.CACHE_ENABLED:
                 # Not njit(cache=True): numba cannot locate a function compiled under a
                 # '<noa kernel ...>' name; cache_on_disk caches it by this module's file, as before.
@@ -365,6 +367,7 @@ def forget(op: Callable) -> None:
 
 def _parallel(count: int) -> bool:
     return count >= SERIAL_THRESHOLD and numba.get_num_threads() > 1
+
 
 
 # -- entry points ------------------------------------------------------------------------------
@@ -399,23 +402,23 @@ def ewise(op: Callable, inputs: Sequence, outputs: Sequence[np.ndarray], shape: 
         plan = transpose_plan(shape, in_strides[0], out_strides[0], MIN_TILE_EDGE)
         if plan is not None:
             tile = TILE_SMALL if outputs[0].itemsize <= 4 else TILE_LARGE
-            kernel = _kernel("transpose", "11", {"op": op}, parallel, helpers={"transpose_block": _transpose_block})
-            kernel(inputs[0], outputs[0], *plan, tile)
+            kernel = _kernel("transpose", "11", {"op": op}, helpers={"transpose_block": _transpose_block})
+            launch(kernel, parallel, inputs[0], outputs[0], *plan, tile)
             return
     kinds = "".join("a" if a else "s" for a in arrays_in)
     strides = np.array([st for st, a in zip(in_strides, arrays_in) if a] + list(out_strides), dtype=np.int64)
     unit = bool((strides[:, 3] == 1).all()) or shape[3] == 1
     chunk = CHUNK if parallel else max(shape[3], 1)
     variant = f"{kinds}_{len(outputs)}"
-    kernel = _kernel("ewise", variant, {"op": op}, parallel)
-    kernel(*inputs, *outputs, shape, strides, unit, chunk)
+    kernel = _kernel("ewise", variant, {"op": op})
+    launch(kernel, parallel, *inputs, *outputs, shape, strides, unit, chunk)
 
 
 def iwise(op: Callable, shape: Sequence[int], args: Sequence) -> None:
     """Call ``op(b, d, h, w, *args)`` for every index of ``shape`` (rightmost order per thread)."""
     shape = tuple(int(n) for n in shape)
-    kernel = _kernel("iwise", str(len(args)), {"op": op}, _parallel(int(np.prod(shape))))
-    kernel(shape, *args)
+    kernel = _kernel("iwise", str(len(args)), {"op": op})
+    launch(kernel, _parallel(int(np.prod(shape))), shape, *args)
 
 
 def reduce(pre: Callable, combine: Callable, final: Callable, inputs: Sequence[np.ndarray],
@@ -442,12 +445,11 @@ def reduce(pre: Callable, combine: Callable, final: Callable, inputs: Sequence[n
     partials = np.empty((n_out, n_rc * n_ic), dtype=np.asarray(initial).dtype)
     ops = {"pre": pre, "combine": combine}
     variant = str(len(inputs))
-    kernel = _kernel("reduce", variant, ops, parallel, fastmath={"reassoc"})
-    kernel(*(_read_only(x) for x in inputs), tuple(int(n) for n in out_shape), kstrides, tuple(int(n) for n in rshape), rstrides,
-           n_rc, n_ic, unit, partials, initial)
-    finish = _kernel("reduce_final", "1", {"combine": combine, "final": final},
-                     parallel and n_out >= SERIAL_THRESHOLD)
-    finish(partials, result)
+    kernel = _kernel("reduce", variant, ops, fastmath={"reassoc"})
+    launch(kernel, parallel, *(_read_only(x) for x in inputs), tuple(int(n) for n in out_shape), kstrides,
+            tuple(int(n) for n in rshape), rstrides, n_rc, n_ic, unit, partials, initial)
+    finish = _kernel("reduce_final", "1", {"combine": combine, "final": final})
+    launch(finish, parallel and n_out >= SERIAL_THRESHOLD, partials, result)
 
 
 def view4d(array) -> np.ndarray:
@@ -554,13 +556,14 @@ def moments(buf: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> tu
     tasks = shape[0] * shape[1] * shape[2] * ((shape[3] + chunk - 1) // chunk)
     parallel = _parallel(count)
     kernel = _kernel("moments", "c" if complex_input else "r",
-                     {"minimum": BUILTIN_OPS["minimum"], "maximum": BUILTIN_OPS["maximum"]}, parallel,
+                     {"minimum": BUILTIN_OPS["minimum"], "maximum": BUILTIN_OPS["maximum"]},
                      helpers={"run_sum_min_max": _run_sum_min_max, "run_squared_deviations": _run_squared_deviations})
     counts = np.empty(tasks, np.int64)
     lows, highs, m2s = np.empty(tasks), np.empty(tasks), np.empty(tasks)
     means = np.empty(tasks, np.complex128 if complex_input else np.float64)
     unit = shape[3] == 1 or strides[3] == 1
-    kernel(_read_only(buf), shape, np.array(strides, dtype=np.int64), chunk, unit, counts, lows, highs, means, m2s)
+    launch(kernel, parallel, _read_only(buf), shape, np.array(strides, dtype=np.int64), chunk, unit, counts, lows,
+            highs, means, m2s)
     return _merge_moments(counts, lows, highs, means, m2s)
 
 

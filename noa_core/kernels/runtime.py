@@ -21,16 +21,32 @@ import ctypes
 import importlib.metadata
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numba
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
-# Arrays with fewer elements than this run on the serial twin of each kernel: waking the thread
-# pool costs more than the work (measured on 2 cores with TBB: break-even is around 256K float32).
+# Arrays with fewer elements than this run each kernel on the calling thread alone (:func:`launch`): waking
+# the thread pool costs more than the work (measured on 2 cores with TBB: break-even is around 256K float32).
 SERIAL_THRESHOLD = 1 << 18
+
+
+def launch(kernel: Callable, parallel: bool, *args) -> None:
+    """Call ``kernel`` (compiled ``parallel=True``) on the threads numba gives this thread when ``parallel``,
+    else on this thread alone. One compiled version serves both (a serial twin per kernel would double what a
+    new installation compiles); numba's thread count belongs to the calling thread, so a server's other threads
+    keep theirs."""
+    threads = numba.get_num_threads()
+    if parallel or threads == 1:
+        kernel(*args)
+        return
+    numba.set_num_threads(1)
+    try:
+        kernel(*args)
+    finally:
+        numba.set_num_threads(threads)
 
 
 def _writable(directory: Path) -> bool:

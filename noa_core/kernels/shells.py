@@ -6,8 +6,8 @@ Both transforms are seen as rows ``(R, W // 2 + 1)`` (every leading axis flatten
 chunks of ``rows_per_chunk``, each chunk from zero in row-major order, and the chunks' sums are added to
 ``sums`` in chunk order: the order :func:`noa_core.fourier.resolution.shell_sums` keeps on the NumPy path, so
 both paths give the same bits. Chunks run in parallel in waves of ``wave`` (per-chunk partial sums, merged
-in order after each wave: memory bounded by ``wave``, whatever the map's size); the ``*_serial`` twins run
-small maps without waking the thread pool. Cached on disk.
+in order after each wave: memory bounded by ``wave``, whatever the map's size); small maps run them on the
+calling thread alone (:func:`noa_core.kernels.runtime.launch`). Cached on disk.
 """
 
 from __future__ import annotations
@@ -84,17 +84,6 @@ def relion_sums(f1, f2, row_r2, column_r2, table, rows_per_chunk, wave, sums):
             sums += partials[c]
 
 
-@numba.njit(cache=runtime.CACHE_ENABLED, nogil=True)
-def relion_sums_serial(f1, f2, row_r2, column_r2, table, rows_per_chunk, sums):
-    """:func:`relion_sums` on the calling thread, for small maps."""
-    rows = f1.shape[0]
-    acc = np.empty_like(sums)
-    for start in range(0, rows, rows_per_chunk):
-        acc[:] = 0.0
-        _relion_chunk(f1, f2, row_r2, column_r2, table, start, min(rows, start + rows_per_chunk), acc)
-        sums += acc
-
-
 @numba.njit(parallel=True, cache=runtime.CACHE_ENABLED, nogil=True)
 def linear_sums(f1, f2, row_first, row_second, column, scale, nyquist, rows_per_chunk, wave, sums):
     """Add the linear rule's per-shell sums to ``sums`` (``(3, shells)``); per chunk, the sums of the lower
@@ -113,16 +102,3 @@ def linear_sums(f1, f2, row_first, row_second, column, scale, nyquist, rows_per_
             sums += partials[c, 0]
             sums += partials[c, 1]
 
-
-@numba.njit(cache=runtime.CACHE_ENABLED, nogil=True)
-def linear_sums_serial(f1, f2, row_first, row_second, column, scale, nyquist, rows_per_chunk, sums):
-    """:func:`linear_sums` on the calling thread, for small maps."""
-    rows = f1.shape[0]
-    low, high = np.empty_like(sums), np.empty_like(sums)
-    for start in range(0, rows, rows_per_chunk):
-        low[:] = 0.0
-        high[:] = 0.0
-        _linear_chunk(f1, f2, row_first, row_second, column, scale, nyquist, start,
-                      min(rows, start + rows_per_chunk), low, high)
-        sums += low
-        sums += high

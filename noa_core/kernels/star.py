@@ -6,6 +6,10 @@ Values are separated by blanks (space, tab; a carriage return is a blank too); a
 quote (' or ") runs to the same quote followed by a blank or the line's end, as RELION's ``nextTokenInSTAR``
 reads it. Rows are lines (:func:`line_starts` indexes them all); a loop's rows end at a blank line, a
 ``data_`` or ``loop_`` line, or the end of the text (:func:`rows_stop`). Cached on disk.
+
+Serial: compiled with ``parallel=True`` they cost four times as long to compile (13 s more of a new
+installation's ``noa warmup`` on 2 cores) and read, take three columns of and rewrite a 1M-row, 280 MB table
+no faster (3.0-3.4 s either way, most of it NumPy's work on the values).
 """
 
 from __future__ import annotations
@@ -41,17 +45,17 @@ def _token_end(text, at, stop):
     return pos
 
 
-@numba.njit(nogil=True, parallel=True, cache=runtime.CACHE_ENABLED)
+@numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
 def line_starts(text, chunks):
     """The byte offset of each line of ``text`` and the end of the text (``lines + 1`` offsets: line ``i``
-    spans ``starts[i] .. starts[i + 1]``, its newline included). Two parallel passes over ``chunks`` pieces:
+    spans ``starts[i] .. starts[i + 1]``, its newline included). Two passes over ``chunks`` pieces:
     count the newlines of each, then write their positions."""
     size = text.size
     bounds = np.empty(chunks + 1, np.int64)
     for c in range(chunks + 1):
         bounds[c] = size * c // chunks
     counts = np.zeros(chunks, np.int64)
-    for c in numba.prange(chunks):
+    for c in range(chunks):
         n = 0
         for i in range(bounds[c], bounds[c + 1]):
             if text[i] == _NEWLINE:
@@ -63,7 +67,7 @@ def line_starts(text, chunks):
     unended = 1 if size > 0 and text[size - 1] != _NEWLINE else 0  # a last line without its newline
     starts = np.empty(firsts[chunks] + 1 + unended, np.int64)
     starts[0] = 0
-    for c in numba.prange(chunks):
+    for c in range(chunks):
         at = firsts[c] + 1
         for i in range(bounds[c], bounds[c + 1]):
             if text[i] == _NEWLINE:
@@ -93,11 +97,11 @@ def rows_stop(text, starts, first):
     return lines
 
 
-@numba.njit(nogil=True, parallel=True, cache=runtime.CACHE_ENABLED)
+@numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
 def count_values(text, starts, first, stop):
-    """How many values each of lines ``first .. stop-1`` holds (one byte-wise pass per line, in parallel)."""
+    """How many values each of lines ``first .. stop-1`` holds (one byte-wise pass per line)."""
     counts = np.empty(stop - first, np.int64)
-    for row in numba.prange(stop - first):
+    for row in range(stop - first):
         at = starts[first + row]
         end = starts[first + row + 1]
         count = 0
@@ -120,14 +124,14 @@ def count_values(text, starts, first, stop):
     return counts
 
 
-@numba.njit(nogil=True, parallel=True, cache=runtime.CACHE_ENABLED)
+@numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
 def column_spans(text, offsets, column):
     """Where value ``column`` (0-based) of each row lies: ``(starts, stops)`` byte offsets, quotes included.
     The rows were walked by :func:`walk_rows`, so each has the value."""
     count = offsets.size - 1
     starts = np.empty(count, np.int64)
     stops = np.empty(count, np.int64)
-    for row in numba.prange(count):
+    for row in range(count):
         at = offsets[row]
         end = offsets[row + 1]
         if end > at and text[end - 1] == _NEWLINE:
@@ -150,13 +154,13 @@ def column_spans(text, offsets, column):
     return starts, stops
 
 
-@numba.njit(nogil=True, parallel=True, cache=runtime.CACHE_ENABLED)
+@numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
 def gather_values(text, starts, stops, width):
     """The values ``text[starts[i]:stops[i]]`` as rows of a ``(count, width)`` byte array (zero-padded: a NumPy
     ``S<width>`` array), their quotes taken off."""
     count = starts.size
     out = np.zeros((count, width), np.uint8)
-    for row in numba.prange(count):
+    for row in range(count):
         first = starts[row]
         stop = stops[row]
         if stop - first >= 2 and (text[first] == _QUOTE or text[first] == _APOSTROPHE) and text[stop - 1] == text[first]:
@@ -167,7 +171,7 @@ def gather_values(text, starts, stops, width):
     return out
 
 
-@numba.njit(nogil=True, parallel=True, cache=runtime.CACHE_ENABLED)
+@numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
 def assemble_rows(text, offsets, rows, starts, stops, values, value_offsets, added, added_offsets):
     """The text of rows ``rows`` (indices into ``offsets``), in that order, each with some values replaced and
     some added at its end.
@@ -181,7 +185,7 @@ def assemble_rows(text, offsets, rows, starts, stops, values, value_offsets, add
     m = added_offsets.shape[0]
     lengths = np.empty(n + 1, np.int64)
     lengths[0] = 0
-    for i in numba.prange(n):
+    for i in range(n):
         row = rows[i]
         first = offsets[row]
         end = offsets[row + 1]
@@ -195,7 +199,7 @@ def assemble_rows(text, offsets, rows, starts, stops, values, value_offsets, add
         lengths[i + 1] = size
     ends = np.cumsum(lengths)
     out = np.empty(ends[n], np.uint8)
-    for i in numba.prange(n):
+    for i in range(n):
         row = rows[i]
         first = offsets[row]
         end = offsets[row + 1]

@@ -5,7 +5,10 @@ Nothing here imports dask at module level, so ``import noa_core`` and the CLI ne
 install is reported on first use as a :class:`~noa_core.errors.SchedulerError`.
 
 - :func:`connect` gives a ``distributed.Client``: ``'local'`` starts a LocalCluster of processes sized
-  to this machine (workers x numba threads <= cores); ``tcp://host:port`` joins a running scheduler.
+  to this machine (workers x numba threads <= cores), or for small work a worker of threads in this process
+  (worker processes would take longer to start than the work: :func:`local_cluster`); ``tcp://host:port``
+  joins a running scheduler. :class:`LocalClusterDriver` starts its LocalCluster at its first call, when the
+  work is known.
 - :func:`run_batch` applies a :class:`noa_core.operations.FileTask` to (input, output) pairs, as tasks of a
   few consecutive pairs each: a failure is that pair's result and the others go on; ``resume`` skips
   outputs that exist (writes are atomic, so an existing output is complete). A batch of one pending
@@ -41,8 +44,10 @@ from typing import TYPE_CHECKING
 from noa_core import kernels  # a face: numba (and noa's set-up of it) loads when a client or worker starts
 from noa_core.errors import LayoutError, NoaError, SchedulerError, param
 from noa_core.limits import available_cores, replanning
+from noa_core.compute.compute_path import SMALL_BYTES
 from noa_core.compute.tiles import TILE_BYTES
 from noa_core.io import atomic, mapped, omezarr
+from noa_core.io.formats import input_bytes
 from noa_core.io.read_options import OmeZarrReadOptions
 from noa_core.io.stream import Region
 from noa_core.compute.moments import RunningStatistics
@@ -81,6 +86,45 @@ def local_layout(workers: int | None = None, cores: int | None = None) -> tuple[
     return count, max(1, cores // count)
 
 
+def local_cluster(workers: int | None = None, work_bytes: int | None = None,
+                  cache_dir: str | None = None) -> dict:
+    """The keywords of the LocalCluster for ``work_bytes`` of input (None: unknown) on ``workers`` processes.
+
+    Small work (under :data:`~noa_core.compute.compute_path.SMALL_BYTES`, which every process computes with
+    NumPy, no kernels loaded) gets one worker of threads in this process, unless ``workers`` is given: a worker
+    process takes about half a second to start (Dask's import and noa's), more than such work takes, and on a
+    loaded machine far more. The rest gets one single-threaded process per core (:func:`local_layout`), their
+    numba cache pointed at ``cache_dir`` or this process's. Never the dashboard: noa shows no link to it, and
+    with bokeh installed it doubled the start (2 s more on 2 cores, benchmarks/bench_dask_start.py).
+    """
+    quiet = {"silence_logs": logging.CRITICAL,  # noa reports every failure itself, per file
+             # dashboard_address=None would still bind the scheduler's HTTP server to 8787 (warning when taken)
+             "dashboard_address": "127.0.0.1:0", "scheduler_kwargs": {"dashboard": False}}
+    if workers is None and work_bytes is not None and work_bytes < SMALL_BYTES:
+        return {"n_workers": 1, "threads_per_worker": available_cores(), "processes": False, **quiet}
+    import numba
+
+    kernels.runtime  # noqa: B018 - loading it applies noa's numba cache choice to numba.config
+    count, threads = local_layout(workers)
+    env = {"NUMBA_NUM_THREADS": str(threads)}
+    shared = cache_dir or numba.config.CACHE_DIR  # '' is numba's in-tree cache, already shared
+    if shared:
+        env["NUMBA_CACHE_DIR"] = str(shared)
+    return {"n_workers": count, "threads_per_worker": 1, "processes": True, "host": "127.0.0.1", "env": env, **quiet}
+
+
+def work_bytes(task: FileTask, sources: Sequence[PathLike]) -> int | None:
+    """The bytes of the files that ``task`` reads for the pairs whose inputs are ``sources`` (None: unknown,
+    such as a folder, a store or a data set among them)."""
+    total = 0
+    for src in sources:
+        size = input_bytes(task.reads(src))
+        if size is None:
+            return None
+        total += size
+    return total
+
+
 def numba_cache_plugin(directory: str) -> distributed.WorkerPlugin:
     """A worker plugin pointing the numba kernel cache of every worker, present and future, at ``directory``.
 
@@ -104,13 +148,15 @@ def numba_cache_plugin(directory: str) -> distributed.WorkerPlugin:
 
 @contextlib.contextmanager
 def connect(scheduler: str = LOCAL, *, workers: int | None = None, cache_dir: str | None = None,
-            timeout: float | None = None) -> Iterator[distributed.Client]:
+            timeout: float | None = None, work_bytes: int | None = None) -> Iterator[distributed.Client]:
     """A Dask client for ``scheduler``: 'local' (a LocalCluster, closed on exit) or ``tcp://host:port``.
 
     'local' spawns worker processes, so a script using it needs the ``if __name__ == "__main__":`` guard.
 
     Args:
         workers: 'local' only: worker processes (default one per core; see :func:`local_layout`).
+        work_bytes: 'local' only: the bytes the work reads, when known; small work is run by threads of this
+            process (:func:`local_cluster`).
         cache_dir: numba cache folder for the workers; for 'local' the default is this process's
             (``NUMBA_CACHE_DIR`` or noa's choice), for an address the workers' own setting.
         timeout: seconds to reach the scheduler and see a worker, else SchedulerError; by default
@@ -123,20 +169,9 @@ def connect(scheduler: str = LOCAL, *, workers: int | None = None, cache_dir: st
         from dask.utils import parse_timedelta
 
         timeout = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds")
-    import numba
-
-    kernels.runtime  # noqa: B018 - loading it applies noa's numba cache choice to numba.config
     cluster = None
     if scheduler == LOCAL:
-        count, threads = local_layout(workers)
-        env = {"NUMBA_NUM_THREADS": str(threads)}
-        shared = cache_dir or numba.config.CACHE_DIR  # '' is numba's in-tree cache, already shared
-        if shared:
-            env["NUMBA_CACHE_DIR"] = str(shared)
-        # dashboard_address=None would still bind the scheduler's HTTP server to 8787 (warning when taken);
-        # logs are silenced because noa reports every failure itself, per file.
-        cluster = distributed.LocalCluster(n_workers=count, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                           dashboard_address="127.0.0.1:0", silence_logs=logging.CRITICAL, env=env)
+        cluster = distributed.LocalCluster(**local_cluster(workers, work_bytes, cache_dir))
         client = distributed.Client(cluster)
     else:
         if workers is not None:
@@ -396,3 +431,35 @@ class DaskDriver:
                   progress: Progress | None = None) -> list[FileResult]:
         return run_batch(task, pairs, self.client, overwrite=overwrite, resume=resume, block_bytes=self.block_bytes,
                          on_result=on_result, progress=progress)
+
+
+class LocalClusterDriver:
+    """A :class:`DaskDriver` on a LocalCluster that its first call starts, sized by that call's work (a small
+    batch runs on threads of this process: :func:`local_cluster`); :meth:`close` closes it."""
+
+    def __init__(self, *, workers: int | None = None, block_bytes: int = BLOCK_BYTES) -> None:
+        _distributed()  # a missing install is said now, before any work, as for a running scheduler
+        self.workers = workers
+        self.block_bytes = block_bytes
+        self.client: distributed.Client | None = None
+        self._started = contextlib.ExitStack()
+
+    def _driver(self, task: FileTask, sources: Sequence[PathLike]) -> DaskDriver:
+        if self.client is None:
+            self.client = self._started.enter_context(
+                connect(LOCAL, workers=self.workers, work_bytes=work_bytes(task, sources)))
+        return DaskDriver(self.client, block_bytes=self.block_bytes)
+
+    def write(self, task: FileTask, src: PathLike, dst: PathLike, *, overwrite: bool = False,
+              progress: Progress | None = None) -> list[str]:
+        return self._driver(task, [src]).write(task, src, dst, overwrite=overwrite, progress=progress)
+
+    def run_batch(self, task: FileTask, pairs: Sequence[tuple[PathLike, PathLike]], *, overwrite: bool = False,
+                  resume: bool = False, on_result: Callable[[FileResult], None] | None = None,
+                  progress: Progress | None = None) -> list[FileResult]:
+        return self._driver(task, [src for src, _ in pairs]).run_batch(
+            task, pairs, overwrite=overwrite, resume=resume, on_result=on_result, progress=progress)
+
+    def close(self) -> None:
+        self._started.close()
+        self.client = None

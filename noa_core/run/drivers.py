@@ -43,9 +43,13 @@ class LocalDriver:
 
 @contextlib.contextmanager
 def driver(scheduler: str | None = None, *, workers: int | None = None) -> Iterator[Driver]:
-    """The local driver, or with ``scheduler`` ('local' or tcp://HOST:PORT) a Dask one (closed on exit)."""
+    """The local driver, or with ``scheduler`` ('local' or tcp://HOST:PORT) a Dask one (closed on exit). A local
+    cluster starts at the first call, sized by its work (:class:`~noa_core.run.cluster.LocalClusterDriver`)."""
     if scheduler is None:
         yield LocalDriver()
-        return
-    with run.cluster.connect(scheduler, workers=workers) as client:
-        yield run.cluster.DaskDriver(client)
+    elif scheduler == run.cluster.LOCAL:
+        with contextlib.closing(run.cluster.LocalClusterDriver(workers=workers)) as local:
+            yield local
+    else:
+        with run.cluster.connect(scheduler, workers=workers) as client:
+            yield run.cluster.DaskDriver(client)

@@ -3,12 +3,14 @@
 ``noa warmup`` (and the container build) call :func:`warmup` once, so that later processes load
 machine code from the cache instead of compiling it (seconds per kernel).
 
-numba compiles one version per argument type, and an input read from a file is a read-only
-memory map while an array built in Python is writable: two types. So every registered operation
-runs for real, through the local driver, with the option sets its declaration lists
-(``Operation.warmup``), on small files of every element type; the in-memory variants run besides.
-The work is cut into units (an operation x an element type x a size, and the in-memory variants of
-an element type x a size), each reported to ``progress`` once done.
+numba compiles one version per argument type, so every registered operation runs for real, through the
+local driver, with the option sets its declaration lists (``Operation.warmup``), on a small file of every
+element type; STAR tables are read and written besides (:mod:`noa_core.io.star`). Only what those calls
+compile is compiled: each kernel has one version for every size (small arrays run it on one thread), and the
+inputs kernels get are read-only views whether a file or Python gave them, so the reductions and views a
+Python user's arrays reach and no file operation does (``noa_core.compute.reduction``: a statistics is the
+one-pass moments kernel) compile on their first call instead (a second each). The work is cut into units (an
+operation x an element type), each reported to ``progress`` once done.
 
 Small files are computed with NumPy (:mod:`noa_core.compute.compute_path`), which compiles nothing: every
 unit runs with the numba path forced, in whichever process runs it.
@@ -51,18 +53,21 @@ from typing import Literal, NamedTuple, Protocol
 import numba
 
 # compute is a face: its kernels load when a warm-up runs, not when the service starts and finds them cached
-from noa_core import compute, io, limits, operations
+import numpy as np
+
+from noa_core import io, limits, operations
 from noa_core.kernels import runtime
-from noa_core.array import empty, full
+from noa_core.array import full
 from noa_core.compute import compute_path
-from noa_core.kernels.runtime import SERIAL_THRESHOLD
+from noa_core.io import star
 from noa_core.run.execution import execute
 
 # Element types that MRC and TIFF files hold.
 FILE_DTYPES = ("int8", "uint8", "int16", "uint16", "float16", "float32", "int32", "float64", "complex64")
-# Sizes that reach the serial twin and the parallel version of each kernel.
-COUNTS = (64, SERIAL_THRESHOLD)
-IN_MEMORY = "in-memory"
+# Elements a plane pair of the small files run: every kernel has one version, whatever the size.
+COUNT = 64
+# The unit that reads and writes STAR tables, a chunk of its own (its "element type": text).
+STAR = "star tables"
 
 # progress(done, total, what): called after each unit of work.
 Progress = Callable[[int, int, str], None]
@@ -73,22 +78,20 @@ class _Flag(Protocol):
 
 
 class Unit(NamedTuple):
-    """One unit of work: ``operation`` (a registered operation's name, or :data:`IN_MEMORY`) on
-    inputs of element type ``dtype`` and ``count`` elements a plane pair."""
+    """One unit of work: ``operation`` (a registered operation's name, or :data:`STAR`) on inputs of
+    element type ``dtype``."""
 
     operation: str
     dtype: str
-    count: int
 
     def __str__(self) -> str:
-        return f"{self.operation} {self.dtype} ({'serial' if self.count < SERIAL_THRESHOLD else 'parallel'} kernels)"
+        return f"{self.operation} {self.dtype}"
 
 
 def units() -> list[Unit]:
     """Every unit :func:`warmup` runs, in the order one process runs them."""
     names = [operation.name for operation in operations.operations() if operation.warmup]
-    return ([Unit(name, dtype, count) for count in COUNTS for dtype in FILE_DTYPES for name in names]
-            + [Unit(IN_MEMORY, dtype, count) for count in COUNTS for dtype in FILE_DTYPES])
+    return [Unit(name, dtype) for dtype in FILE_DTYPES for name in names] + [Unit(STAR, "text")]
 
 
 def split(work: Sequence[Unit]) -> list[list[Unit]]:
@@ -149,7 +152,7 @@ def warmup_once(stop: threading.Event | None = None, progress: Progress | None =
 
 
 def warmup(stop: threading.Event | None = None, progress: Progress | None = None, jobs: int = 1) -> float:
-    """Run every kernel variant a file operation can reach, serial and parallel, for FILE_DTYPES;
+    """Run every kernel variant a file operation can reach, for FILE_DTYPES, and those of STAR tables;
     return the seconds it took. ``progress(done, total, what)`` is called after each unit. With
     ``jobs`` > 1, in up to that many worker processes (at most :func:`noa_core.limits.available_cores`);
     with 1, in this process. With ``stop``, it returns early once that is set (a server shutting
@@ -273,8 +276,8 @@ def _run_chunk(chunk: list[Unit]) -> None:
 def _run(unit: Unit, folder: Path, stop: _Flag) -> None:
     """Run ``unit``, on the numba path, writing its files in ``folder``."""
     with compute_path.using("numba"):
-        if unit.operation == IN_MEMORY:
-            _in_memory(unit.dtype, unit.count)
+        if unit.operation == STAR:
+            _star_tables(folder)
         else:
             _file_operation(unit, folder, stop)
 
@@ -283,13 +286,19 @@ def _suffix(dtype: str) -> str:
     return ".mrc" if dtype in io.mrc.WRITABLE_DTYPES else ".tif"
 
 
+def _source_suffix(dtype: str) -> str:
+    """Where a small input of ``dtype`` is written: MRC widens uint8 to mode 6 (GUIDE 2), TIFF keeps it, so
+    that the kernels an 8-bit file needs are compiled too."""
+    return ".tif" if dtype == "uint8" else _suffix(dtype)
+
+
 def _file_operation(unit: Unit, folder: Path, stop: _Flag) -> None:
     operation = operations.get(unit.operation)
-    width = math.isqrt(unit.count) + 1
+    width = math.isqrt(COUNT) + 1
     shape = (1, 2, width, width)
 
     def source(dtype: str) -> Path:
-        path = folder / f"{dtype}-{unit.count}{_suffix(dtype)}"
+        path = folder / f"{dtype}{_source_suffix(dtype)}"
         if not path.exists():
             io.write(path, full(shape, 1, dtype=dtype), overwrite=True)
         return path
@@ -303,19 +312,14 @@ def _file_operation(unit: Unit, folder: Path, stop: _Flag) -> None:
         execute(operation, inputs, out if operation.writes else None, values, overwrite=True)
 
 
-def _in_memory(name: str, count: int) -> None:
-    elementwise, reduction = compute.elementwise, compute.reduction
-    width = math.isqrt(count) + 1
-    a = full((1, 2, width, width), 1, dtype=name)
-    for view in (a, a.permute((0, 1, 3, 2)), a[:, :, ::2], a[:1, :1].broadcast((3, 1, width, width))):
-        elementwise.copy(view, "C")
-        elementwise.copy(view, "F")
-    compute.moments.block_moments(a)
-    if name != "complex64":
-        for reduce_ in (reduction.min, reduction.max, reduction.mean, reduction.std):
-            reduce_(a)
-            reduce_(a, (1, 2, 3))
-    for mode in ("checked", "clamp"):
-        elementwise.convert_into(a, empty(a.shape, "float32"), mode=mode if name != "complex64" else "cast")
-        if name != "complex64":
-            elementwise.convert_into(a.astype("float32"), empty(a.shape, name), mode=mode)
+def _star_tables(folder: Path) -> None:
+    """A table written, read, its values taken and a loop written back with some replaced and some added."""
+    path = folder / "warmup.star"
+    star.write(path, star.loop_text("particles", {"rlnImageName": ["1@a.mrcs", "2@a.mrcs"], "rlnDefocusU": [1.5, 2.0]}),
+               overwrite=True)
+    table = star.read(path)
+    block = table.block("particles")
+    table.numbers(block, "rlnDefocusU")
+    edit = star.LoopEdit(rows=np.array([1, 0]), replace={"rlnDefocusU": table.values(block, "rlnDefocusU")},
+                         add={"rlnAngleRot": np.array([b"0", b"90"])})
+    star.write(path, table.edited({"particles": edit}), overwrite=True)

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tifffile
 from helpers import NOA, write_mrc
 
 from noa_core.run import warmup as warmup_module
-from noa_core.run.warmup import FILE_DTYPES, IN_MEMORY, Unit, split, units
+from noa_core.run.warmup import FILE_DTYPES, STAR, Unit, split, units
 
-STEP = re.compile(r"^\[(\d+)/(\d+)\] (\S+) (\S+) \((serial|parallel) kernels\)$")
+STEP = re.compile(r"^\[(\d+)/(\d+)\] (.+) (\S+)$")
 
 
 def test_every_unit_is_in_exactly_one_chunk_of_one_element_type():
@@ -24,14 +25,15 @@ def test_every_unit_is_in_exactly_one_chunk_of_one_element_type():
     chunks = split(work)
     assert sorted(unit for chunk in chunks for unit in chunk) == sorted(work)
     assert all(len({unit.dtype for unit in chunk}) == 1 for chunk in chunks)
-    assert sorted(chunk[0].dtype for chunk in chunks) == sorted(FILE_DTYPES)
-    # Every registered operation with warm-up cases, and the in-memory variants, for every type and size.
-    assert {unit.operation for unit in work} >= {"copy", "bin", IN_MEMORY}
-    assert len({(unit.dtype, unit.count) for unit in work}) == 2 * len(FILE_DTYPES)
+    assert {chunk[0].dtype for chunk in chunks} == {*FILE_DTYPES, "text"}
+    # Every registered operation with warm-up cases for every type (one size: a kernel has one version), and
+    # the STAR tables' kernels.
+    assert {unit.operation for unit in work} >= {"copy", "bin", STAR}
+    assert {unit.dtype for unit in work if unit.operation == "copy"} == set(FILE_DTYPES)
 
 
 def test_split_keeps_each_units_order_and_any_list():
-    work = [Unit("b", "int8", 1), Unit("a", "uint8", 2), Unit("a", "int8", 3), Unit("c", "uint8", 1)]
+    work = [Unit("b", "int8"), Unit("a", "uint8"), Unit("a", "int8"), Unit("c", "uint8")]
     assert split(work) == [[work[0], work[2]], [work[1], work[3]]]
     assert split([]) == []
 
@@ -120,7 +122,7 @@ def test_warmup_prints_one_line_per_unit_up_to_the_total(warmed):
     total = len(units())
     assert [int(step[1]) for step in steps] == list(range(1, total + 1))
     assert {int(step[2]) for step in steps} == {total}
-    assert sorted(Unit(step[3], step[4], 0)[:2] for step in steps) == sorted(unit[:2] for unit in units())
+    assert sorted(Unit(step[3], step[4]) for step in steps) == sorted(units())
 
 
 @pytest.mark.slow
@@ -137,9 +139,18 @@ def test_parallel_warmup_leaves_a_complete_cache(warmed, tmp_path):
     # the in-process warm-up as well)
     volume = tmp_path / "half.mrc"
     write_mrc(volume, np.random.default_rng(0).normal(size=(24, 24, 24)).astype(np.float32))
+    bytes_tif = tmp_path / "bytes.tif"
+    tifffile.imwrite(bytes_tif, np.arange(2 * 40 * 48, dtype=np.uint8).reshape(2, 40, 48))
+    star_script = ("import sys, numpy as np; from noa_core.io import star; s = star.read(sys.argv[1]); "
+                   "b = s.block('particles'); s.numbers(b, 'rlnDefocusU'); "
+                   "star.write(sys.argv[2], s.edited({'particles': star.LoopEdit(rows=np.array([1, 0]))}))")
+    table = tmp_path / "in.star"
+    table.write_text("data_particles\n\nloop_\n_rlnImageName #1\n_rlnDefocusU #2\n1@a.mrcs 1.5\n2@a.mrcs 2.0\n")
     for args in (["copy", source, tmp_path / "out.mrc"], ["copy", source, tmp_path / "out.tif", "--dtype", "int16", "--clamp"],
-                 ["fsc", volume, volume], ["fsc", volume, volume, "--shells", "linear"]):
-        run = subprocess.run(NOA + [str(a) for a in args], capture_output=True, text=True, env=env, timeout=300)
+                 ["fsc", volume, volume], ["fsc", volume, volume, "--shells", "linear"], ["stats", bytes_tif],
+                 [sys.executable, "-c", star_script, table, tmp_path / "out.star"]):
+        command = [str(a) for a in args] if args[0] == sys.executable else NOA + [str(a) for a in args]
+        run = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
         assert run.returncode == 0, run.stderr
         assert "data loaded" in run.stdout, run.stdout
         saved = [line for line in run.stdout.splitlines() if "data saved" in line or "index saved" in line]

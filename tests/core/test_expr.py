@@ -101,7 +101,7 @@ from noa_core.kernels import runtime
 
 text = sys.argv[1]
 runtime.CACHE_EXPRESSIONS = sys.argv[2] == "cache"  # as the service sets it: off
-x = np.arange(600 * 500, dtype=np.float32).reshape(1, 1, 600, 500)  # parallel and serial kernels
+x = np.arange(600 * 500, dtype=np.float32).reshape(1, 1, 600, 500)  # run on all threads, then on one
 out = nc.empty(x.shape, "float32")
 ewise([nc.asarray(x)], [out], compile_expression(text, 1).numba_function("float32"))
 small = nc.empty((1, 1, 2, 3), "float32")
@@ -132,7 +132,7 @@ def test_expression_kernels_are_cached_on_disk_across_processes(tmp_path):
 
     assert run("a * 2 + 1")[1] > 0  # compiled and stored
     hits, misses = run("a * 2 + 1")
-    assert hits >= 2 and misses == 0
+    assert hits >= 1 and misses == 0  # one kernel serves both sizes
     assert run("a * 3 + 1")[1] > 0  # a different expression is not served the first one's kernels
     # With expression caching off (the service), nothing is loaded or stored for them.
     files = sorted(p.name for p in tmp_path.rglob("*"))

@@ -94,7 +94,7 @@ def _plus_one(x):
 
 
 def test_traceback_through_a_generated_kernel_shows_its_own_lines():
-    kernel = cpu._kernel("ewise", "a_1", {"op": _plus_one}, parallel=False)
+    kernel = cpu._kernel("ewise", "a_1", {"op": _plus_one})
     func = kernel.py_func
     filename = func.__code__.co_filename
     assert filename.startswith("<noa kernel ewise_user") and filename.endswith(">")
@@ -117,7 +117,7 @@ def test_numba_errors_in_a_generated_kernel_quote_its_lines():
     def pair(x):
         return x, x
 
-    kernel = cpu._kernel("ewise", "a_1", {"op": pair}, parallel=False)
+    kernel = cpu._kernel("ewise", "a_1", {"op": pair})
     filename = kernel.py_func.__code__.co_filename
     shape, strides = (1, 1, 1, 4), np.array([[4, 4, 4, 1], [4, 4, 4, 1]], dtype=np.int64)
     with pytest.raises(numba.core.errors.TypingError) as info:  # a tuple stored into a float array

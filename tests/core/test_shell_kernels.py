@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from noa_core.fourier import resolution
+from noa_core.kernels import runtime
 from noa_core.kernels import shells as kernels
 
 
@@ -56,17 +57,13 @@ def oracle_linear(f1, f2, sizes):
 
 
 def run(rule, f1, f2, sizes, rows_per_chunk, wave):
-    """The kernel (``wave`` None: the serial twin) on the rows of the half transforms."""
+    """The kernel on the rows of the half transforms (``wave`` None: on this thread alone, a chunk a wave)."""
     rows = [f.reshape(-1, f.shape[-1]) for f in (f1, f2)]
     count = resolution.shell_count(sizes, rule)
     sums = np.zeros((3, count))
-    if rule == "relion":
-        shells = resolution._relion_shells(sizes)
-        kernel = kernels.relion_sums_serial if wave is None else kernels.relion_sums
-    else:
-        shells = resolution._linear_shells(sizes)
-        kernel = kernels.linear_sums_serial if wave is None else kernels.linear_sums
-    kernel(*rows, *shells, rows_per_chunk, *(() if wave is None else (wave,)), sums)
+    shells = resolution._relion_shells(sizes) if rule == "relion" else resolution._linear_shells(sizes)
+    kernel = kernels.relion_sums if rule == "relion" else kernels.linear_sums
+    runtime.launch(kernel, wave is not None, *rows, *shells, rows_per_chunk, wave or 1, sums)
     return sums
 
 
@@ -82,7 +79,7 @@ def test_kernels_sum_each_sample_into_its_shells(shape, rule, rows_per_chunk, wa
 
 
 @pytest.mark.parametrize("rule", resolution.RULES)
-def test_parallel_waves_and_serial_twin_give_the_same_bits(rule):
+def test_parallel_waves_and_one_thread_give_the_same_bits(rule):
     """Chunks are summed from zero and merged in chunk order, whichever wave ran them."""
     sizes = (24, 20, 30)
     f1, f2 = halves(sizes, 4)

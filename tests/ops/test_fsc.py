@@ -250,7 +250,7 @@ def relion_fsc_vectorised(one: np.ndarray, two: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("rule", resolution.RULES)
 def test_paths_agree_on_maps_the_parallel_kernels_take(rule):
-    """80^3 maps: 80 x 80 x 41 samples, past the serial twin's threshold (the parallel kernels run)."""
+    """80^3 maps: 80 x 80 x 41 samples, past SERIAL_THRESHOLD (the kernels run on every thread)."""
     from noa_core.kernels import runtime
 
     one, two = noisy_pair((80, 80, 80), 21)
