@@ -8,6 +8,11 @@ each) and ``run/`` (the drivers).
 
 Names are loaded on first use (PEP 562), so that ``import noa_core`` (and the CLI's ``--help``,
 which reads the operation declarations) loads neither NumPy nor numba until something needs them.
+
+The operations that change what a header says (``resize``, ``bin_voxels``, ``flip``, ``rotx``, ``sections``,
+``average``, ``split``, ``join``, ``fourier_resize``, ``rescale``) take an ``(array, metadata)`` pair, as
+``io.read`` returns it, and then return an :class:`Image` with the header the same command writes
+(:mod:`noa_core.images.image`): ``io.write(path, *noa.bin_voxels(io.read(path_in), 2))``.
 """
 
 import importlib
@@ -63,7 +68,9 @@ _LAZY = {
     **dict.fromkeys(("normalize", "scale"), "noa_core.images.intensity"),
     **dict.fromkeys(("average", "join", "sections", "split"), "noa_core.images.stacks"),
     **dict.fromkeys(("bin_voxels", "flip", "resize", "rotx"), "noa_core.images.boxes"),
-    **dict.fromkeys(("fourier_resize", "rescale"), "noa_core.fourier.resampling"),
+    "Image": "noa_core.images.image",
+    # noa rescale's module: fourier.resampling's functions with its header rule for (array, metadata) pairs
+    **dict.fromkeys(("fourier_resize", "rescale"), "noa_core.operations.implementations.rescale"),
     "fsc": "noa_core.fourier.resolution",
     "symmetrize": "noa_core.geometry.symmetry",
     "preview": "noa_core.pictures.drawing",
@@ -92,6 +99,6 @@ __all__ = [
     "ewise", "iwise", "reduce_ewise", "sum", "mean", "min", "max", "var", "std", "copy", "permute_copy",
     "astype", "fill", "cuda_available", "from_dlpack",
     "split", "join", "sections", "average", "scale", "normalize",
-    "resize", "bin_voxels", "flip", "rotx", "fourier_resize", "rescale", "fft", "spectral", "geometry", "pictures", "preview",
-    "fsc", "symmetrize",
+    "resize", "bin_voxels", "flip", "rotx", "fourier_resize", "rescale", "Image", "fft", "spectral", "geometry",
+    "pictures", "preview", "fsc", "symmetrize",
 ]

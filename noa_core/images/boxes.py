@@ -5,10 +5,12 @@ computed from) and a compute that fills the output region from that source block
 (:mod:`noa_core.operations.resize`, ``bin``, ``flip``, ``rotx``) stream those regions tile by tile with
 bounded memory; the functions here run the same computes on a whole in-memory Array.
 
-Origins follow IMOD's convention, as the tools these operations mirror (``clip``, ``trimvol``,
-``newstack``): voxel ``i`` spans ``[i, i + 1)`` pixels and lies at ``i * pixel - origin``, so cropping at
-offset ``k`` subtracts ``k * pixel`` from the origin and the content stays where it was. (ChimeraX reads
-the MRC origin with the other sign.)
+What each operation makes of a header is written once too (:func:`resize_metadata`, :func:`bin_metadata`,
+:func:`flip_metadata`, :func:`rotx_metadata`): the file operations write it, and the functions here return it
+when given an ``(array, metadata)`` pair (:mod:`noa_core.images.image`). Origins follow IMOD's convention, as
+the tools these operations mirror (``clip``, ``trimvol``, ``newstack``): voxel ``i`` spans ``[i, i + 1)`` pixels
+and lies at ``i * pixel - origin``, so cropping at offset ``k`` subtracts ``k * pixel`` from the origin and the
+content stays where it was. (ChimeraX reads the MRC origin with the other sign.)
 
 No negative stride reaches a caller: flips and rotations reverse an axis inside a compute, from a block
 already in memory into the output.
@@ -16,6 +18,7 @@ already in memory into the output.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -27,7 +30,9 @@ from noa_core.array import Array
 from noa_core.errors import ParameterError, ShapeError, param
 from noa_core.compute.tiles import Compute, Key, TileReads, compute_whole
 from noa_core.array.layout import Shape4
+from noa_core.images.image import Image, split_pair
 from noa_core.images.stacks import operator_index, stack_input
+from noa_core.io.metadata import Metadata, stored_sections
 
 AXES = {"x": 3, "y": 2, "z": 1}  # flip axis name -> BDHW axis
 
@@ -49,6 +54,27 @@ def resize_offsets(shape: Sequence[int], target: Sequence[int]) -> tuple[int, in
     """Per axis, the input index of output index 0: centre ``N // 2`` lands on ``N' // 2`` (as RELION and
     ``clip resize``); positive where the output crops, negative where it pads."""
     return tuple(n // 2 - m // 2 for n, m in zip(shape, target))  # type: ignore[return-value]
+
+
+def resize_metadata(meta: Metadata, shape: Sequence[int], target: Sequence[int]) -> Metadata:
+    """The header of ``shape`` cropped or padded about its centre to ``target``: voxel ``i`` of the output is voxel
+    ``i + offset`` of the input, so IMOD's origin moves by ``-offset * pixel`` on D, H, W and the content stays
+    where it was; each section keeps its extended-header record, a padded one has none."""
+    offsets = resize_offsets(shape, target)
+    origin = tuple(o - k * p for o, k, p in zip(meta.origin, offsets[1:], meta.pixel_size))
+    return meta.derived(target, origin=origin).with_sections(
+        meta, lambda: _resize_section_picks(shape, target, offsets), "sections were added")
+
+
+def _resize_section_picks(shape, target, offsets) -> list[int | None]:
+    """Per output MRC section (b * D + d), the input section it shows, None for a padded one."""
+    picks: list[int | None] = []
+    for b in range(target[0]):
+        for d in range(target[1]):
+            ib, id_ = b + offsets[0], d + offsets[1]
+            inside = 0 <= ib < shape[0] and 0 <= id_ < shape[1]
+            picks.append(ib * shape[1] + id_ if inside else None)
+    return picks
 
 
 def fill_value(fill: str, dtype: np.dtype, mean: Callable[[], float] | None = None):
@@ -140,6 +166,18 @@ def bin_layout(shape: Sequence[int], factors: Sequence[int]) -> tuple[Shape4, tu
     return layout.as_shape4(out), starts
 
 
+def bin_metadata(meta: Metadata, shape: Sequence[int], factors: Sequence[int], starts: Sequence[int]) -> Metadata:
+    """The header of ``shape`` binned by ``factors`` from ``starts`` (:func:`bin_layout`): the pixel size K times,
+    the origin where the kept region starts (bins cover voxels ``[start + j K, start + (j + 1) K)``); K sections
+    binned into one take the first one's extended-header record, its FEI pixel size K times too."""
+    out_shape, _ = bin_layout(shape, factors)
+    pixel = tuple(p * k for p, k in zip(meta.pixel_size, factors[1:]))
+    origin = tuple(o - s * p for o, s, p in zip(meta.origin, starts[1:], meta.pixel_size))
+    out = meta.derived(out_shape, pixel_size=pixel, origin=origin, grown_axes=(2, 3))
+    firsts = [starts[1] + z * factors[1] for z in range(out_shape[1])]
+    return out.with_sections(meta, stored_sections(shape, 1, firsts), pixel_scale=factors[2])
+
+
 def bin_reads(source: Array, factors: Sequence[int], starts: Sequence[int]) -> TileReads:
     """Output tile ``key`` of the binning: the input region of its bins, reduced by :func:`bin_block`."""
     out_shape, _ = bin_layout(source.shape, factors)
@@ -222,6 +260,19 @@ def mirror_sum(n: int, about: str) -> int:
     return n - 1 if about == "box" else 2 * (n // 2)
 
 
+def flip_metadata(meta: Metadata, shape: Sequence[int], axis: int, about: str = "box") -> Metadata:
+    """The header of ``shape`` mirrored along ``axis`` ``about`` 'box' or 'centre': both keep the box where it is,
+    so the origin is kept (the reversal is about the box's middle, the centre mirror about the voxel ``n // 2``,
+    which keeps its place); a z mirror reorders the sections and their extended-header records with them."""
+    b, d = shape[0], shape[1]
+    if axis == 1:
+        last = mirror_sum(d, about)
+        picks = [i * d + (last - z) % d for i in range(b) for z in range(d)]
+    else:
+        picks = list(range(b * d))
+    return meta.derived(shape).with_sections(meta, picks)
+
+
 def flip_reads(source: Array, axis: int, about: str = "box") -> TileReads:
     """Output tile ``key`` of ``source`` mirrored along ``axis`` ``about`` 'box' or 'centre'
     (:func:`mirror_sum`): the mirrored region (two about the centre of an even axis, where output 0
@@ -263,6 +314,21 @@ def rotx_shape(shape: Sequence[int]) -> Shape4:
     return layout.as_shape4((b, h, d, w))
 
 
+def rotx_metadata(meta: Metadata, shape: Sequence[int]) -> Metadata:
+    """The header of volumes of ``shape`` rotated by -90 degrees about X: pixel size, sampling, start and angles
+    of Y and Z exchanged; the centres kept, as IMOD's clip_flip (rotx) keeps them (y' = z, z' = -y)."""
+    out_shape = rotx_shape(shape)
+    out = meta.permute((0, 2, 1, 3))
+    (pz, py, _), (oz, oy, ox) = meta.pixel_size, meta.origin
+    if py > 0 and pz > 0:
+        ycen = shape[2] / 2 - oy / py
+        zcen = shape[1] / 2 - oz / pz
+        out.origin = ((out_shape[1] / 2 + ycen) * py, (out_shape[2] / 2 - zcen) * pz, ox)
+    if out.mrc is not None and out.mrc.dropped:
+        out.mrc = dataclasses.replace(out.mrc, dropped="the volume was rotated about X")
+    return out
+
+
 def rotx_reads(source: Array) -> TileReads:
     """Output tile ``key`` of the rotation by -90 degrees about X (IMOD ``clip rotx``, clip_proc.c
     ``clip_flip``: output section ``z'`` is input row ``ny - 1 - z'``, its rows the input sections in
@@ -285,10 +351,12 @@ def rotx_reads(source: Array) -> TileReads:
 # -- in memory ---------------------------------------------------------------------------------------
 
 
-def resize(array, shape: Sequence[int], fill: str | float = "mean") -> Array:
+def resize(array, shape: Sequence[int], fill: str | float = "mean") -> Array | Image:
     """``array`` cropped or padded about its centre to ``shape`` (2 to 4 sizes: H,W / D,H,W / B,D,H,W);
-    new voxels take ``fill``: 'mean' (of the input), 'zero' or a number."""
-    source = stack_input(array)
+    new voxels take ``fill``: 'mean' (of the input), 'zero' or a number. Given an ``(array, metadata)`` pair, an
+    :class:`~noa_core.images.image.Image` with :func:`resize_metadata` (the origin keeps the content in place)."""
+    values, meta = split_pair(array)
+    source = stack_input(values)
     target = resize_shape(source.shape, tuple(shape))
 
     def mean() -> float:
@@ -298,30 +366,40 @@ def resize(array, shape: Sequence[int], fill: str | float = "mean") -> Array:
         return value if source.dtype.kind == "c" else float(np.real(value))
 
     value = fill_value(str(fill), source.dtype, mean)
-    return compute_whole(source, target, source.dtype, resize_reads(source, target, lambda: value))
+    out = compute_whole(source, target, source.dtype, resize_reads(source, target, lambda: value))
+    return out if meta is None else Image(out, resize_metadata(meta, source.shape, target))
 
 
-def bin_voxels(array, factor: int, depth: bool = False) -> Array:
+def bin_voxels(array, factor: int, depth: bool = False) -> Array | Image:
     """Means of ``factor`` x ``factor`` boxes of each image (x ``factor`` in depth with ``depth``); a
-    remainder is cropped evenly. The element type is kept (integers rounded)."""
-    source = stack_input(array)
+    remainder is cropped evenly. The element type is kept (integers rounded). Given an ``(array, metadata)``
+    pair, an :class:`~noa_core.images.image.Image` with :func:`bin_metadata` (``factor`` times the pixel size)."""
+    values, meta = split_pair(array)
+    source = stack_input(values)
     factors = bin_factors(source.shape, operator_index(factor, "factor"), depth)
     out_shape, starts = bin_layout(source.shape, factors)
-    return compute_whole(source, out_shape, source.dtype, bin_reads(source, factors, starts))
+    out = compute_whole(source, out_shape, source.dtype, bin_reads(source, factors, starts))
+    return out if meta is None else Image(out, bin_metadata(meta, source.shape, factors, starts))
 
 
-def flip(array, axis: str, about: str = "box") -> Array:
+def flip(array, axis: str, about: str = "box") -> Array | Image:
     """``array`` mirrored along ``axis`` ('x', 'y' or 'z'): a new array, never a negative-stride view.
     ``about`` 'box' reverses the axis (RELION's --flipX/Y/Z); 'centre' mirrors it about the voxel
-    ``n // 2``, which stays in place: the hand inversion of RELION's --invert_hand (:func:`mirror_sum`)."""
-    source = stack_input(array)
+    ``n // 2``, which stays in place: the hand inversion of RELION's --invert_hand (:func:`mirror_sum`).
+    Given an ``(array, metadata)`` pair, an :class:`~noa_core.images.image.Image` with :func:`flip_metadata`."""
+    values, meta = split_pair(array)
+    source = stack_input(values)
     index = flip_axis(source.shape, axis)
-    return compute_whole(source, source.shape, source.dtype, flip_reads(source, index, about))
+    out = compute_whole(source, source.shape, source.dtype, flip_reads(source, index, about))
+    return out if meta is None else Image(out, flip_metadata(meta, source.shape, index, about))
 
 
-def rotx(array) -> Array:
+def rotx(array) -> Array | Image:
     """Volumes rotated by -90 degrees about X as IMOD's ``clip rotx``: (B, D, H, W) -> (B, H, D, W) with
-    ``out[b, k, j, i] = array[b, j, H - 1 - k, i]`` (keeps the hand, unlike swapping Y and Z)."""
-    source = stack_input(array)
+    ``out[b, k, j, i] = array[b, j, H - 1 - k, i]`` (keeps the hand, unlike swapping Y and Z). Given an
+    ``(array, metadata)`` pair, an :class:`~noa_core.images.image.Image` with :func:`rotx_metadata`."""
+    values, meta = split_pair(array)
+    source = stack_input(values)
     check_volume(source.shape, "rotx")
-    return compute_whole(source, rotx_shape(source.shape), source.dtype, rotx_reads(source))
+    out = compute_whole(source, rotx_shape(source.shape), source.dtype, rotx_reads(source))
+    return out if meta is None else Image(out, rotx_metadata(meta, source.shape))

@@ -5,7 +5,9 @@ volume (:func:`section_axis`). Each operation is written once, as the index arit
 (which source region it is computed from) and a compute filling it from that source block; the file
 operations (:mod:`noa_core.operations.sections`, ``split``, ``join``, ``average``) stream those regions
 tile by tile with bounded memory, and the functions here run the same computes on a whole in-memory
-Array. What happens to a header when sections are picked or joined is :class:`noa_core.io.Metadata`'s.
+Array. What happens to a header when sections are picked or joined is :class:`noa_core.io.Metadata`'s, and
+:func:`sections_metadata`, :func:`average_metadata` say it for those operations; given ``(array, metadata)``
+pairs, the functions here return :class:`~noa_core.images.image.Image` pairs with that header.
 
 Example::
 
@@ -31,6 +33,8 @@ from noa_core.array import Array, asarray
 from noa_core.errors import DTypeError, ParameterError, SectionMismatchError, ValueRangeError, param
 from noa_core.compute.tiles import Compute, Key, TileReads, compute_whole
 from noa_core.array.layout import Shape4
+from noa_core.images.image import Image, split_pair
+from noa_core.io.metadata import Metadata, stored_sections
 from noa_core.limits import check_output_size
 
 BATCH, DEPTH = 0, 1
@@ -111,6 +115,18 @@ def selected_sections(shape: Sequence[int], keep: str | None, drop: str | None) 
     if not kept:
         raise ParameterError(f"{drop!r} drops every one of the {count} sections; nothing would be left", "drop")
     return kept
+
+
+def sections_metadata(meta: Metadata, shape: Sequence[int], indices: Sequence[int]) -> Metadata:
+    """The header of the sections ``indices`` of ``shape``, in that order, with their extended-header records; a
+    volume's first kept slice becomes its first section (the origin moves with it)."""
+    axis = section_axis(shape)
+    out = list(shape)
+    out[axis] = len(indices)
+    origin = meta.origin
+    if axis == DEPTH:
+        origin = (meta.origin[0] - indices[0] * meta.pixel_size[0], *meta.origin[1:])
+    return meta.derived(out, origin=origin).with_sections(meta, lambda: stored_sections(shape, axis, indices))
 
 
 def runs(indices: Sequence[int]) -> list[tuple[int, int, int]]:
@@ -210,6 +226,18 @@ def average_layout(shape: Sequence[int], group: int) -> tuple[Shape4, int, int]:
     return layout.as_shape4(out), axis, count % group
 
 
+def average_metadata(meta: Metadata, shape: Sequence[int], group: int) -> Metadata:
+    """The header of groups of ``group`` sections of ``shape`` made one: a volume's slices ``group`` times
+    thicker; each group takes its first section's extended-header record."""
+    out, axis, _ = average_layout(shape, group)
+    pixel = meta.pixel_size
+    if axis == DEPTH:
+        pixel = (pixel[0] * group, *pixel[1:])
+    firsts = [g * group for g in range(out[axis])]
+    return meta.derived(out, pixel_size=pixel, origin=meta.origin).with_sections(
+        meta, stored_sections(shape, axis, firsts), merged=group)
+
+
 def average_reads(source: Array, group: int, total: bool) -> TileReads:
     """Output tile ``key``: the ``group`` input sections of each output section, summed in float64 (or
     complex128), divided by ``group`` unless ``total``."""
@@ -260,37 +288,52 @@ def operator_index(value, name: str) -> int:
     return int(value)
 
 
-def sections(array, keep: str | None = None, drop: str | None = None) -> Array:
+def sections(array, keep: str | None = None, drop: str | None = None) -> Array | Image:
     """The sections (batch entries of a stack, else depth slices) listed by ``keep`` ('0-9,12', in that
-    order) or all but those listed by ``drop``."""
-    source = stack_input(array)
+    order) or all but those listed by ``drop``. Given an ``(array, metadata)`` pair, an
+    :class:`~noa_core.images.image.Image` with :func:`sections_metadata`."""
+    values, meta = split_pair(array)
+    source = stack_input(values)
     indices = selected_sections(source.shape, keep, drop)
     axis = section_axis(source.shape)
     shape = list(source.shape)
     shape[axis] = len(indices)
-    return compute_whole(source, shape, source.dtype, sections_reads(source, indices))
+    out = compute_whole(source, shape, source.dtype, sections_reads(source, indices))
+    return out if meta is None else Image(out, sections_metadata(meta, source.shape, indices))
 
 
-def average(array, group: int, total: bool = False) -> Array:
+def average(array, group: int, total: bool = False) -> Array | Image:
     """Averages (or sums, with ``total``) of ``group`` consecutive sections; an incomplete last group is left out.
-    Integers and float16 give float32."""
-    source = stack_input(array)
+    Integers and float16 give float32. Given an ``(array, metadata)`` pair, an
+    :class:`~noa_core.images.image.Image` with :func:`average_metadata`."""
+    values, meta = split_pair(array)
+    source = stack_input(values)
     out_shape, _, _ = average_layout(source.shape, operator_index(group, "group"))
-    return compute_whole(source, out_shape, average_dtype(source.dtype), average_reads(source, group, total))
+    out = compute_whole(source, out_shape, average_dtype(source.dtype), average_reads(source, group, total))
+    return out if meta is None else Image(out, average_metadata(meta, source.shape, group))
 
 
-def join(arrays: Sequence) -> Array:
-    """A new array: ``arrays`` (same depth, height, width and element type) stacked along the batch axis."""
-    sources = [asarray(a) for a in arrays]
-    check_joinable([a.shape for a in sources], [a.dtype for a in sources],
-                   [f"array {i}" for i in range(len(sources))])
-    return asarray(np.concatenate([a.numpy() for a in sources], axis=0))
+def join(arrays: Sequence) -> Array | Image:
+    """A new array: ``arrays`` (same depth, height, width and element type) stacked along the batch axis. Given
+    ``(array, metadata)`` pairs, an :class:`~noa_core.images.image.Image` whose header is
+    :meth:`~noa_core.io.Metadata.joined`'s (the first one's, the extended headers joined)."""
+    pairs = [split_pair(a) for a in arrays]
+    metas = [meta for _, meta in pairs if meta is not None]
+    if metas and len(metas) != len(pairs):
+        raise ParameterError("give arrays or (array, metadata) pairs to join, not both", "arrays")
+    sources = [asarray(a) for a, _ in pairs]
+    names = [meta.path if meta is not None and meta.path else f"array {i}" for i, (_, meta) in enumerate(pairs)]
+    check_joinable([a.shape for a in sources], [a.dtype for a in sources], names)
+    out = asarray(np.concatenate([a.numpy() for a in sources], axis=0))
+    return Image(out, Metadata.joined(metas, names)) if metas else out
 
 
-def split(array, every: int = 1) -> list[Array]:
+def split(array, every: int = 1) -> list[Array] | list[Image]:
     """Copies of ``array``'s parts of ``every`` entries along the batch axis (a single volume: its Z
-    sections), in order; the last part may hold fewer."""
-    source = asarray(array)
+    sections), in order; the last part may hold fewer. Given an ``(array, metadata)`` pair, an
+    :class:`~noa_core.images.image.Image` per part, with :meth:`~noa_core.io.Metadata.section_part`'s header."""
+    value, meta = split_pair(array)
+    source = asarray(value)
     axis = section_axis(source.shape)
     values = source.numpy()
     parts = []
@@ -300,5 +343,6 @@ def split(array, every: int = 1) -> list[Array]:
         part = values[tuple(key)]
         if axis == DEPTH:  # the Z sections of a volume become a stack of images
             part = part.reshape(stop - start, 1, *part.shape[2:])
-        parts.append(asarray(np.ascontiguousarray(part)))
+        part = asarray(np.ascontiguousarray(part))
+        parts.append(part if meta is None else Image(part, meta.section_part(axis, start, stop)))
     return parts

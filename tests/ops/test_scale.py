@@ -6,8 +6,11 @@ appends ("noa 0.1.0 2026-01-31 12:34: ..."): it records the minute the file was 
 may differ there and nowhere else.
 """
 
+import importlib
+import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import mrcfile
@@ -17,7 +20,7 @@ from helpers import assert_same_file, noa
 
 pytest.importorskip("distributed")
 
-from noa_core import io, operations  # noqa: E402
+from noa_core import io, operations, run  # noqa: E402
 from noa_core.run import cluster, local, split_complete  # noqa: E402
 from noa_core.errors import CorruptFileError, OutputExistsError, SchedulerError, TruncatedFileError  # noqa: E402
 
@@ -162,6 +165,38 @@ def test_connect_to_a_running_scheduler_points_workers_at_a_cache_dir(tmp_path, 
     with pytest.raises(SchedulerError, match="workers"):
         with cluster.connect(client.scheduler.address, workers=2):
             pass
+
+
+def test_a_small_batch_on_the_local_scheduler_runs_on_threads_of_this_process(tmp_path):
+    """Issue 40 item 11: `--scheduler local` started a worker process per core for 3 small files, seconds for work
+    of milliseconds. Work the NumPy path does (cluster.local_cluster) runs on a worker of threads in this process;
+    `workers` given still starts processes."""
+    inputs = make_inputs(tmp_path / "in", 3)
+    op = operations.get("permute").task({"axes": (0, 1, 3, 2)})
+    for workers, here in ((None, True), (1, False)):
+        out = tmp_path / f"out-{workers}"
+        out.mkdir()
+        with run.driver("local", workers=workers) as driver:
+            results = driver.run_batch(op, [(p, out / p.name) for p in inputs])
+            pids = set(driver.client.run(os.getpid).values())
+        assert [r.status for r in results] == ["written"] * 3, [r.error for r in results]
+        assert (pids == {os.getpid()}) is here, pids
+        for src in inputs:
+            np.testing.assert_array_equal(io.read(out / src.name)[0].numpy(),
+                                          np.swapaxes(io.read(src)[0].numpy(), 2, 3))
+
+
+def test_the_local_cluster_starts_without_its_dashboard(monkeypatch):
+    """With bokeh installed, Dask's dashboard doubled a local cluster's start (2 s more on 2 cores) for a page noa
+    never links to: the scheduler must not build it (a stand-in for bokeh's dashboard module records a build)."""
+    built = []
+    dashboard = types.ModuleType("distributed.dashboard.scheduler")
+    dashboard.connect = lambda *args, **kwargs: built.append(args)
+    monkeypatch.setitem(sys.modules, "distributed.dashboard.scheduler", dashboard)
+    monkeypatch.setattr(importlib.import_module("distributed.dashboard"), "scheduler", dashboard, raising=False)
+    with cluster.connect("local", work_bytes=0) as c:
+        assert c.submit(sum, [1, 2]).result() == 3
+    assert built == []
 
 
 def test_split_write_equals_single_process_byte_for_byte(tmp_path, client):

@@ -1,13 +1,21 @@
 """noa rescale: each image (volume) Fourier-rescaled to an even box, noa's way or RELION's, then optionally
-windowed about the centre; the header gets the pixel size that results, and the origin keeps the content in place."""
+windowed about the centre; the header gets the pixel size that results, and the origin keeps the content in place.
+
+That header rule (:func:`header`) serves Python too: ``noa_core.rescale`` and ``noa_core.fourier_resize`` are
+:mod:`noa_core.fourier.resampling`'s functions made to take an ``(array, metadata)`` pair and return an
+:class:`~noa_core.images.image.Image` with the header this operation writes."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+from noa_core.array import Array, asarray
 from noa_core.errors import ParameterError
-from noa_core.fourier import resampling
+from noa_core.fourier import fft, resampling
 from noa_core.images import boxes
+from noa_core.images.image import Image, split_pair
+from noa_core.io.metadata import Metadata
 from noa_core.operations.plan import whole_image_plan
 from noa_core.operations.rescale import MAX_FACTOR
 from noa_core.operations.spec import Inputs, Options
@@ -46,27 +54,13 @@ def plan(inputs: Inputs, options: Options):
         shape = boxes.resize_shape(rescaled, (options.new_box,) * ndim)
         words += f" --new-box {options.new_box}"
 
-    # Pixel sizes and origin (IMOD's: coordinate = i * pixel - origin) per D, H, W, in the header's unit, or
-    # in Å where --angpix gives the input's pixel size: output sample 0 lies at input sample `start`, then
-    # the window moves it by its offset (as noa resize), so the content stays in place.
-    if options.get("angpix") is not None:
-        old_pixel, old_origin, unit = (options.angpix,) * 3, meta.in_angstrom()[1], "Å"
-    else:
-        old_pixel, old_origin, unit = meta.pixel_size, meta.origin, meta.unit
-    spacing, start = [1.0] * 3, [0.0] * 3
-    for a, s, t in zip(axes, box.spacing, box.start):
-        spacing[a - 1], start[a - 1] = s, t
-    pixel = tuple(p * s for p, s in zip(old_pixel, spacing))
-    offsets = boxes.resize_offsets(rescaled, shape)[1:]
-    origin = tuple(o - t * p - k * q for o, t, p, k, q in zip(old_origin, start, old_pixel, offsets, pixel))
-    out_meta = meta.resampled(shape, pixel)
-    out_meta.origin, out_meta.unit = origin, unit
+    out_meta = header(meta, array.shape, box, shape, options.get("angpix"))
 
     notices = ()
     asked = [array.shape[a] * factor for a in axes]
     if any(abs(n - a) > 1e-6 * a for n, a in zip(box.sizes, asked)):  # the even box rounds the scale
-        got = pixel[3 - ndim:]
-        pixel_words = (f", so the pixel size is {', '.join(f'{p:g}' for p in got)} {unit or ''}".rstrip()
+        got = out_meta.pixel_size[3 - ndim:]
+        pixel_words = (f", so the pixel size is {', '.join(f'{p:g}' for p in got)} {out_meta.unit or ''}".rstrip()
                        if all(got) else "")
         notices = (f"rescale {words}: {' x '.join(map(str, (array.shape[a] for a in axes)))} pixels became "
                    f"{' x '.join(map(str, box.sizes))} (even, as RELION rounds){pixel_words}",)
@@ -84,3 +78,63 @@ def plan(inputs: Inputs, options: Options):
     computed = max(math.prod(rescaled[1:]), square)
     return whole_image_plan(options, inputs=inputs, array=array, shape=shape, meta=out_meta, images=images,
                             working=2.0, computed_voxels=computed, notices=notices)
+
+
+def header(meta: Metadata, shape: Sequence[int], box: resampling.Rescaling, target: Sequence[int],
+           pixel_size: float | None = None) -> Metadata:
+    """The header of ``shape`` Fourier-rescaled as ``box`` says (:func:`~noa_core.fourier.resampling.rescaling`, on
+    the last ``len(box.sizes)`` axes), then windowed about the centre to ``target``: the pixel size times the
+    spacing, and IMOD's origin (coordinate = i * pixel - origin) keeping the content in place (output sample 0 lies
+    at input sample ``start``, then the window moves it by its offset, as noa resize). In the header's unit, or in
+    Å where ``pixel_size`` gives the input's (RELION's --angpix)."""
+    axes = range(4 - len(box.sizes), 4)
+    rescaled = list(shape)
+    for a, n in zip(axes, box.sizes):
+        rescaled[a] = n
+    if pixel_size is not None:
+        old_pixel, old_origin, unit = (pixel_size,) * 3, meta.in_angstrom()[1], "Å"
+    else:
+        old_pixel, old_origin, unit = meta.pixel_size, meta.origin, meta.unit
+    spacing, start = [1.0] * 3, [0.0] * 3
+    for a, s, t in zip(axes, box.spacing, box.start):
+        spacing[a - 1], start[a - 1] = s, t
+    pixel = tuple(p * s for p, s in zip(old_pixel, spacing))
+    offsets = boxes.resize_offsets(rescaled, target)[1:]
+    origin = tuple(o - t * p - k * q for o, t, p, k, q in zip(old_origin, start, old_pixel, offsets, pixel))
+    out = meta.resampled(target, pixel)
+    out.origin, out.unit = origin, unit
+    return out
+
+
+def rescale(array, factor: float | None = None, *, pixel_size: float | None = None,
+            from_pixel_size: float | None = None, ndim: int | None = None, like: str = "noa") -> Array | Image:
+    """:func:`noa_core.fourier.resampling.rescale`; given an ``(array, metadata)`` pair, an
+    :class:`~noa_core.images.image.Image` with the header noa rescale writes for the same call (:func:`header`).
+    Then ``pixel_size`` rescales from the header's pixel size (its width axis', in Å), or from ``from_pixel_size``
+    where given, which the header then takes as the input's (in Å, as noa rescale's angpix)."""
+    value, meta = split_pair(array)
+    if meta is None:
+        return resampling.rescale(value, factor, pixel_size=pixel_size, from_pixel_size=from_pixel_size, ndim=ndim,
+                                  like=like)
+    source = from_pixel_size if from_pixel_size is not None else meta.width_pixel_size()
+    out = resampling.rescale(value, factor, pixel_size=pixel_size, from_pixel_size=source, ndim=ndim, like=like)
+    if factor is None:
+        factor = resampling.pixel_factor(source, pixel_size, like)
+    shape = asarray(value).shape
+    box = resampling.rescaling([shape[a] for a in fft.transform_axes(shape, ndim)], factor, like)
+    return Image(out, header(meta, shape, box, out.shape, from_pixel_size))
+
+
+def fourier_resize(array, shape: Sequence[int], *, ndim: int | None = None, like: str = "noa") -> Array | Image:
+    """:func:`noa_core.fourier.resampling.fourier_resize`; given an ``(array, metadata)`` pair, an
+    :class:`~noa_core.images.image.Image` whose header is :func:`header`'s for that box: the pixel size times the
+    old size over the new, sample 0 in place."""
+    value, meta = split_pair(array)
+    out = resampling.fourier_resize(value, shape, ndim=ndim, like=like)
+    if meta is None:
+        return out
+    before = asarray(value).shape
+    axes = fft.transform_axes(before, ndim)
+    sizes = tuple(out.shape[a] for a in axes)
+    box = resampling.Rescaling(sizes, tuple(before[a] / n for a, n in zip(axes, sizes)), (0.0,) * len(axes))
+    return Image(out, header(meta, before, box, out.shape))

@@ -20,28 +20,12 @@ def plan(inputs: Inputs, options: Options):
     array, meta = inputs.open(inputs[0])  # a missing or unreadable file is named first
     target = boxes.resize_shape(array.shape, options.shape)
     limits.check_output_size(target, array.itemsize, str(inputs[0]))  # before anything sized by it is made
-    offsets = boxes.resize_offsets(array.shape, target)
     value = boxes.fill_value(options.fill, array.dtype, lambda: 0.0)  # a bad --fill is refused before any output
     if any(m > n for m, n in zip(target, array.shape)):  # it pads: the mean is read now, before any tile
         value = boxes.fill_value(options.fill, array.dtype, _input_mean(inputs[0], options, array))
-    # Voxel i of the output is voxel i + offset of the input: IMOD's origin (coordinate = i * pixel - origin)
-    # moves by -offset * pixel on D, H, W.
-    origin = tuple(o - k * p for o, k, p in zip(meta.origin, offsets[1:], meta.pixel_size))
-    out_meta = meta.derived(target, origin=origin).with_sections(
-        meta, lambda: _section_picks(array.shape, target, offsets), "sections were added")
+    out_meta = boxes.resize_metadata(meta, array.shape, target)
     return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=target,
                        reads=boxes.resize_reads(array, target, lambda: value))
-
-
-def _section_picks(shape, target, offsets) -> list[int | None]:
-    """Per output MRC section (b * D + d), the input section it shows, None for a padded one."""
-    picks: list[int | None] = []
-    for b in range(target[0]):
-        for d in range(target[1]):
-            ib, id_ = b + offsets[0], d + offsets[1]
-            inside = 0 <= ib < shape[0] and 0 <= id_ < shape[1]
-            picks.append(ib * shape[1] + id_ if inside else None)
-    return picks
 
 
 _MEANS: dict[tuple, complex | float] = {}
