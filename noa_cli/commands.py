@@ -227,7 +227,10 @@ def _show(operation: Operation, given: dict[str, Any]) -> None:
     with flags_in_errors(operation):
         options = operation.options(option_values(operation, given))
         for path in given["paths"]:
-            sys.stdout.writelines(operation.show(path, options, columns, lines))
+            text, notices = operation.show(path, options, columns, lines)
+            sys.stdout.writelines(text)
+            sys.stdout.flush()  # the picture, then what a written one would have said
+            report.notices(notices, given["quiet"])
 
 
 def _reporter(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:

@@ -36,10 +36,14 @@ OPERATION = Writes(
             "values clipped to black..white, RELION's PNG formula (NaN is drawn black); --invert swaps black and "
             "white. Size: each panel is averaged in k x k blocks (nothing dropped; a partial block at the end is "
             "the mean of its pixels), k = --bin, or the smallest k whose picture has its longest side at most "
-            "--size. Rows as stored: MRC row 0 at the top, as RELION, mrcfile + Pillow and TIFF viewers show "
+            "--size; a smaller picture is magnified to fit --size, each value drawn m x m pixels (m a whole number: "
+            "voxels stay visible; not with --bin, nor on the terminal). Rows as stored: MRC row 0 at the top, as RELION, mrcfile + Pillow and TIFF viewers show "
             "them; --flip-y puts it at the bottom (IMOD's 3dmod view; MRC's y axis points up). --scale-bar draws "
             "a bar of 1, 2 or 5 x 10^n Å (at most a quarter of the first panel's width; labelled in nm from 10 "
-            "nm) with the header's pixel size (or --angpix); refused where it is unknown. The format is the "
+            "nm) with the header's pixel size (or --angpix); refused where it is unknown. --labels names each "
+            "panel at its top left: XY, XZ, YZ (a volume's central slices), the slice or 'mean' (one slice or "
+            "projection), the section number (a montage, a stack's section). Text is white, outlined in black, a "
+            "sixteenth of the panel's shorter side high (12 pixels at least). The format is the "
             "output's extension (.png, .jpg, .jpeg), or --format (png for --out-dir and uploads). Only what is "
             "drawn is read, in bands of 16 MiB (memory stays bounded): an XY slice reads its plane, an XZ slice a "
             "row of each section; a YZ slice needs a value of every row, so it reads the sections in turn.",
@@ -63,12 +67,15 @@ OPERATION = Writes(
             Param("invert", Flag(), "Swap black and white.", default=False),
             Param("cmap", Choice(CMAPS), "Colour map: gray, fire (black, red, yellow, white), ice (black, blue, "
                   "cyan, white) or viridis (matplotlib's).", default="gray"),
-            Param("size", Integer(16, 16_384), "Longest side of the picture in pixels (block means).", default=1024),
+            Param("size", Integer(16, 16_384), "Longest side of the picture in pixels (block means; a smaller "
+                  "picture is magnified by a whole factor to fit).", default=1024),
             Param("bin", Integer(1, 65_536), "Average K x K pixels (instead of fitting --size)."),
             Param("scale_bar", Flag(), "Draw a scale bar of a round length in Å or nm (needs the pixel size).",
                   default=False),
             Param("angpix", PIXEL_SIZE, "Pixel size of the input in Å for the scale bar, when the header's is unknown "
                   "or wrong."),
+            Param("labels", Flag(), "Name each panel: XY, XZ, YZ on a volume's slices, the section number on a "
+                  "montage.", default=False),
             Param("flip_y", Flag(), "Draw MRC row 0 at the bottom (IMOD's view) instead of the top (RELION's).",
                   default=False),
             Param("format", Choice(tuple(PICTURES)), "png or jpeg (default: OUT's extension; png for --out-dir "

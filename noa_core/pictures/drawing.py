@@ -16,6 +16,8 @@ Rows are as stored (MRC row 0, the bottom of the image in IMOD's view, drawn at 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import io
 import math
 import os
@@ -28,13 +30,14 @@ import numpy as np
 from noa_core import fourier, limits  # fourier a face: its modules load only for a spectrum
 from noa_core.array import Array, asarray
 from noa_core.errors import ParameterError, param
-from noa_core.io import formats, mapped
+from noa_core.io import formats, mapped, read_options
 
 if TYPE_CHECKING:
     from noa_core.io import Metadata
 
 CMAPS: tuple[str, ...] = ("gray", "fire", "ice", "viridis")
 AXES: tuple[str, ...] = ("z", "y", "x")
+PLANES = {"z": "XY", "y": "XZ", "x": "YZ"}  # the plane across each axis, as its panel is labelled
 CONTRASTS: dict[str, str] = {
     "sigma:K": "mean ± K standard deviations of the values drawn (the sample deviation, n - 1, as RELION's "
                "relion_image_handler --sigma_contrast K computes it)",
@@ -46,6 +49,7 @@ BAND_BYTES = 16 << 20  # the file bytes a plane is read in at a time (at least o
 GAP = 4  # pixels of background between the panels of a picture (central slices, montage)
 MAX_PANELS = 10_000  # sections a montage draws (a 100 x 100 grid)
 MAX_PIXELS = 1 << 28  # pixels of a picture (16384 x 16384): 256 MiB of gray, three times that in colour
+FONT = "DejaVuSans.ttf"  # found by Pillow in the system's font folders (it has Å); Pillow's bundled font otherwise
 
 # Colour maps, as knots (position 0..1, red, green, blue) joined linearly. fire: black, red, yellow, white
 # (each channel ramps over a third of the range, as gnuplot's and matplotlib's "hot"); ice: the same ramps
@@ -64,21 +68,24 @@ _RAMPS = {
 
 
 def _read_options(reading: dict | None) -> dict[str, Any]:
-    """noa's read options (as_stack: True for a stack, False for a volume; series, channel, level) as
-    :func:`noa_core.io.read` takes them."""
+    """noa's read options (as_stack: True for a stack, False for a volume; the other options of
+    :mod:`noa_core.io.read_options` by name: TIFF's series, channel and level, EER's grouping, upsampling and gain)
+    as :func:`noa_core.io.read` takes them."""
     given = dict(reading or {})
     as_stack = given.pop("as_stack", None)
-    unknown = set(given) - {"series", "channel", "level"}
+    known = [name for name in read_options.fields() if name not in ("as_stack", "as_volume")]
+    unknown = set(given) - set(known)
     if unknown:
-        raise ParameterError(f"unknown read option {sorted(unknown)[0]!r}; as_stack, series, channel, level", "reading")
+        raise ParameterError(f"unknown read option {sorted(unknown)[0]!r}; as_stack, {', '.join(known)}", "reading")
     return {"as_stack": as_stack is True or None, "as_volume": as_stack is False or None,
             **{k: v for k, v in given.items() if v is not None}}
 
 
 def open_data(path: str | os.PathLike, reading: dict | None = None) -> tuple[np.ndarray, Metadata]:
     """``(data, metadata)`` of the file at ``path``: ``data`` the 4-d BDHW NumPy view of the lazily read
-    (memory-mapped) array; ``reading``: noa's read options (see :func:`_read_options`)."""
-    array, meta = formats.read(path, **_read_options(reading))
+    (memory-mapped) array, read only through the planes drawn (an EER movie decodes the fractions they are
+    in); ``reading``: noa's read options (see :func:`_read_options`)."""
+    array, meta = formats.read(path, tiles=True, **_read_options(reading))
     return array.numpy(), meta
 
 
@@ -317,9 +324,14 @@ def to_gray(values, lo: float, hi: float, *, invert: bool = False) -> np.ndarray
     drawn as ``lo`` (black), infinities as they clip."""
     if not hi > lo:
         raise ParameterError(f"{lo:g}..{hi:g}: the white value must be above the black one", "contrast")
-    clipped = np.fmin(np.fmax(np.asarray(values, dtype=np.float64), lo), hi)  # fmax: NaN -> lo
-    gray = np.floor((clipped - lo) / ((hi - lo) / 255)).clip(0, 255).astype(np.uint8)
-    return 255 - gray if invert else gray
+    levels = np.array(values, dtype=np.float64)  # a copy, worked on in place: one array, not one per step
+    np.fmax(levels, lo, out=levels)  # NaN -> lo
+    np.fmin(levels, hi, out=levels)
+    levels -= lo
+    levels /= (hi - lo) / 255  # at most 255 (hi - lo rounded down, never up): no level past 255
+    np.floor(levels, out=levels)
+    gray = levels.astype(np.uint8)
+    return np.subtract(255, gray, out=gray) if invert else gray
 
 
 def colour_table(cmap: str) -> np.ndarray:
@@ -381,9 +393,12 @@ def format_of(name: str) -> str | None:
     return "jpeg" if lower.endswith((".jpg", ".jpeg")) else None
 
 
-def encode(pixels, fmt: str, quality: int = 90) -> bytes:
+def encode(pixels, fmt: str, quality: int = 90, *, fast: bool = False) -> bytes:
     """``pixels`` (uint8 (H, W) gray or (H, W, 3) RGB) encoded by Pillow as "png" (lossless) or "jpeg" at
-    ``quality`` (1..95, Pillow's scale)."""
+    ``quality`` (1..95, Pillow's scale). ``fast``: a PNG as quick to make as it is to send (the viewer's), by
+    libpng through imagecodecs at OpenCV's fast settings (zlib level 1, run-length strategy, the Sub filter: 5 to
+    10 times quicker than Pillow's level 6, a few per cent larger on noisy pictures, up to ten times on smooth
+    ones)."""
     from PIL import Image
 
     if fmt not in FORMATS:
@@ -391,6 +406,10 @@ def encode(pixels, fmt: str, quality: int = 90) -> bytes:
     if isinstance(quality, bool) or not isinstance(quality, int) or not 1 <= quality <= 95:
         raise ParameterError(f"{quality!r} is not a JPEG quality in 1..95", "quality")
     pixels = np.ascontiguousarray(pixels, dtype=np.uint8)
+    if fast and fmt == "png":
+        from imagecodecs import png_encode  # 50 ms to import: only where a fast PNG is made
+
+        return bytes(png_encode(pixels, level=1, strategy=3, filter=16))
     buffer = io.BytesIO()
     options = {"quality": quality} if fmt == "jpeg" else {"compress_level": 6}
     Image.fromarray(pixels, "L" if pixels.ndim == 2 else "RGB").save(buffer, format=FORMATS[fmt][0], **options)
@@ -403,7 +422,8 @@ def encode(pixels, fmt: str, quality: int = 90) -> bytes:
 @dataclass(frozen=True)
 class Panel:
     """One plane of a picture: the batch entry ``section``, the slice (or ``projection``) on ``axis`` at
-    ``index``, (``rows``, ``cols``) full-resolution pixels, placed at (``top``, ``left``) of the picture."""
+    ``index``, (``rows``, ``cols``) full-resolution pixels, placed at (``top``, ``left``) of the picture, and its
+    ``label`` (what :func:`draw` writes on it with ``labels``: XY, XZ or YZ and the slice, a section's number)."""
 
     section: int
     axis: str
@@ -413,21 +433,28 @@ class Panel:
     cols: int
     top: int = 0
     left: int = 0
+    label: str = ""
 
 
 @dataclass(frozen=True)
 class Layout:
-    """What a picture shows: its panels, each averaged ``step`` x ``step``, and its ``shape`` (rows, cols)."""
+    """What a picture shows: its panels, each averaged ``step`` x ``step`` and then drawn ``zoom`` x ``zoom``
+    pixels a value (nearest neighbour: a small map's voxels stay visible), and its ``shape`` (rows, cols)."""
 
     panels: tuple[Panel, ...]
     step: int
     shape: tuple[int, int]
+    zoom: int = 1
+
+    def panel_shape(self, panel: Panel) -> tuple[int, int]:
+        """(rows, cols) ``panel`` takes in the picture."""
+        return -(-panel.rows // self.step) * self.zoom, -(-panel.cols // self.step) * self.zoom
 
 
 def plan_layout(shape: Sequence[int], *, section: int | None = None, axis: str | None = None,
                 index: int | None = None, projection: str | None = None, montage: bool = False,
                 columns: int | None = None, every: int = 1, size: int = 1024, bin: int | None = None,
-                box: tuple[int, int] | None = None) -> Layout:
+                box: tuple[int, int] | None = None, magnify: bool = False) -> Layout:
     """The layout of the picture of a BDHW ``shape``, from the header alone.
 
     An image (D = 1) is the section ``section`` (default 0); a volume shows its three central slices side
@@ -435,7 +462,11 @@ def plan_layout(shape: Sequence[int], *, section: int | None = None, axis: str |
     centre) or ``projection`` (an axis) names one. ``montage``: the sections of a stack (a volume's z
     slices) every ``every``, in a grid of ``columns`` (default about square), left to right, top to bottom.
     Panels are :data:`GAP` pixels apart. Each panel is averaged k x k: k = ``bin``, or the smallest k whose
-    picture fits ``box`` (rows, cols), default ``size`` x ``size``."""
+    picture fits ``box`` (rows, cols), default ``size`` x ``size``. ``magnify`` (without ``bin``, which sets the
+    scale): a picture smaller than that is drawn m x m pixels a value, m the largest whole number whose picture
+    still fits (nearest neighbour: voxels stay visible). Each panel's label: XY, XZ or YZ for a volume's
+    central slices, with the slice (``XZ y=3``) or ``mean`` for one slice or projection, the section (a
+    volume's z slice) on a montage and a stack's section; none for a lone image."""
     shape = tuple(int(n) for n in shape)
     if len(shape) != 4 or min(shape) < 1:
         raise ParameterError(f"nothing to draw in an array of shape {shape}", "shape")
@@ -455,9 +486,9 @@ def plan_layout(shape: Sequence[int], *, section: int | None = None, axis: str |
                                  f"{-(-count * every // MAX_PANELS)}-th or more", "every")
         if depth > 1:
             entry = _in_range(0 if section is None else section, batch, "section", "sections")
-            planes = [Panel(entry, "z", z, False, *shape[2:]) for z in range(0, depth, every)]
+            planes = [Panel(entry, "z", z, False, *shape[2:], label=str(z)) for z in range(0, depth, every)]
         else:
-            planes = [Panel(s, "z", 0, False, *shape[2:]) for s in range(0, batch, every)]
+            planes = [Panel(s, "z", 0, False, *shape[2:], label=str(s)) for s in range(0, batch, every)]
         columns = columns or math.ceil(math.sqrt(count))
         grid = [planes[i:i + columns] for i in range(0, count, columns)]
     else:
@@ -470,11 +501,16 @@ def plan_layout(shape: Sequence[int], *, section: int | None = None, axis: str |
             at = None if projection else _in_range(
                 depth_extent(shape, along) // 2 if index is None else index, depth_extent(shape, along), "index",
                 f"{along} slices")
-            grid = [[Panel(entry, along, at, projection is not None, *plane_extent(shape, along))]]
+            if depth > 1:
+                label = f"{PLANES[along]} {'mean' if projection else f'{along}={at}'}"
+            else:
+                label = str(entry) if batch > 1 else ""
+            grid = [[Panel(entry, along, at, projection is not None, *plane_extent(shape, along), label=label)]]
         else:
             if index is not None:
                 raise ParameterError(f"an index needs a slice axis ({param('slice', 'z|y|x')})", "index")
-            grid = [[Panel(entry, a, depth_extent(shape, a) // 2, False, *plane_extent(shape, a)) for a in AXES]]
+            grid = [[Panel(entry, a, depth_extent(shape, a) // 2, False, *plane_extent(shape, a), label=PLANES[a])
+                     for a in AXES]]
     rows_max, cols_max = box or (size, size)
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ParameterError(f"{size!r} is not a size in pixels from 1 up", "size")
@@ -484,17 +520,26 @@ def plan_layout(shape: Sequence[int], *, section: int | None = None, axis: str |
             raise ParameterError(f"{step!r} is not a binning factor from 1 up", "bin")
     else:
         step = _fitting_step(grid, rows_max, cols_max)
-    rows, cols = _extent(grid, step)
+    zoom = _fitting_zoom(grid, rows_max, cols_max) if magnify and bin is None and step == 1 else 1
+    rows, cols = _extent(grid, step, zoom)
     if rows * cols > MAX_PIXELS:
         raise ParameterError(f"a picture of {rows} x {cols} pixels is more than the {MAX_PIXELS} noa draws; bin more "
                              f"({param('bin')}) or draw less", "bin")
-    return _placed(grid, step)
+    return _placed(grid, step, zoom)
 
 
-def _extent(grid: list[list[Panel]], step: int) -> tuple[int, int]:
-    cell_rows = max(-(-p.rows // step) for row in grid for p in row)
-    width = max(sum(-(-p.cols // step) for p in row) + GAP * (len(row) - 1) for row in grid)
+def _extent(grid: list[list[Panel]], step: int, zoom: int = 1) -> tuple[int, int]:
+    cell_rows = max(-(-p.rows // step) for row in grid for p in row) * zoom
+    width = max(sum(-(-p.cols // step) * zoom for p in row) + GAP * (len(row) - 1) for row in grid)
     return cell_rows * len(grid) + GAP * (len(grid) - 1), width
+
+
+def _fitting_zoom(grid: list[list[Panel]], rows_max: int, cols_max: int) -> int:
+    """The largest m whose picture, every value m x m pixels, fits rows_max x cols_max (1 at least)."""
+    cell_rows = max(p.rows for row in grid for p in row)
+    down = (rows_max - GAP * (len(grid) - 1)) // (cell_rows * len(grid))
+    across = min((cols_max - GAP * (len(row) - 1)) // sum(p.cols for p in row) for row in grid)
+    return max(1, min(down, across))
 
 
 def _fitting_step(grid: list[list[Panel]], rows_max: int, cols_max: int) -> int:
@@ -511,16 +556,16 @@ def _fitting_step(grid: list[list[Panel]], rows_max: int, cols_max: int) -> int:
     return step
 
 
-def _placed(grid: list[list[Panel]], step: int) -> Layout:
-    cell_rows = max(-(-p.rows // step) for row in grid for p in row)
+def _placed(grid: list[list[Panel]], step: int, zoom: int) -> Layout:
+    cell_rows = max(-(-p.rows // step) for row in grid for p in row) * zoom
     panels, top = [], 0
     for row in grid:
         left = 0
         for p in row:
-            panels.append(Panel(p.section, p.axis, p.index, p.projection, p.rows, p.cols, top, left))
-            left += -(-p.cols // step) + GAP
+            panels.append(dataclasses.replace(p, top=top, left=left))
+            left += -(-p.cols // step) * zoom + GAP
         top += cell_rows + GAP
-    return Layout(tuple(panels), step, _extent(grid, step))
+    return Layout(tuple(panels), step, _extent(grid, step, zoom), zoom)
 
 
 def scale_bar_length(cols: int, pixel_size: float) -> tuple[float, int, str]:
@@ -530,8 +575,30 @@ def scale_bar_length(cols: int, pixel_size: float) -> tuple[float, int, str]:
     target = cols * pixel_size / 4
     power = 10.0 ** math.floor(math.log10(target))
     length = max(m * power for m in (1, 2, 5) if m * power <= target * (1 + 1e-9))
-    label = f"{length / 10:g} nm" if length >= 100 else f"{length:g} Å"
-    return length, max(1, round(length / pixel_size)), label
+    return length, max(1, round(length / pixel_size)), length_label(length)
+
+
+def length_label(angstroms: float, angstrom_sign: bool = True) -> str:
+    """A length as a scale bar says it: in Å below 10 nm ("50 Å"), else in nm ("20 nm"); in nm whatever the
+    length without ``angstrom_sign`` (a font that has no Å)."""
+    return f"{angstroms:g} Å" if angstroms < 100 and angstrom_sign else f"{angstroms / 10:g} nm"
+
+
+@functools.lru_cache(maxsize=64)
+def font(size: int):
+    """The font text is drawn in, ``size`` pixels: DejaVu Sans where the system has it (:data:`FONT`), else
+    Pillow's bundled one (``ImageFont.load_default(size=...)``, which has no Å)."""
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.truetype(FONT, size)
+    except OSError:
+        return ImageFont.load_default(size=size)
+
+
+def has_glyph(typeface, character: str) -> bool:
+    """Whether ``typeface`` (a Pillow font) draws ``character`` as itself, not as the box of a missing glyph."""
+    return bytes(typeface.getmask(character)) != bytes(typeface.getmask("\uffff"))
 
 
 def working_bytes(pixels: int, *, spectrum: int = 0) -> int:
@@ -563,18 +630,20 @@ def draw(source, *, section: int | None = None, axis: str | None = None, index: 
          projection: str | None = None, montage: bool = False, columns: int | None = None, every: int = 1,
          spectrum: bool = False, contrast: str = "sigma:3", invert: bool = False, cmap: str = "gray",
          size: int = 1024, bin: int | None = None, box: tuple[int, int] | None = None,
-         scale_bar: bool = False, pixel_size: float | None = None, flip_y: bool = False,
-         reading: dict | None = None) -> Drawing:
+         scale_bar: bool = False, pixel_size: float | None = None, flip_y: bool = False, labels: bool = False,
+         magnify: bool = False, reading: dict | None = None) -> Drawing:
     """The picture of ``source`` (a file path, a noa Array or a NumPy array, padded to BDHW as noa does):
     uint8 (rows, cols) for gray, (rows, cols, 3) for the other colour maps.
 
     The panels are those of :func:`plan_layout`, each read by :func:`plane_of` (only what is drawn),
     averaged k x k; ``spectrum`` draws each panel's :func:`log_spectrum` (of the full-resolution plane)
-    instead. Black and white are :func:`contrast_limits` of every value drawn, then :func:`to_gray`
-    (``invert``) and :func:`colorize` (``cmap``); the background between panels is black. ``flip_y``
-    draws each panel with row 0 at the bottom (IMOD's view). ``scale_bar``: a white bar of a round length
-    (:func:`scale_bar_length`) and its label at the bottom left of the first panel, from ``pixel_size`` (Å,
-    default the file's; refused when unknown)."""
+    instead; ``magnify``: a small picture is drawn m x m pixels a value to fit ``size`` (see :func:`plan_layout`).
+    Black and white are :func:`contrast_limits` of every value drawn, then :func:`to_gray` (``invert``) and
+    :func:`colorize` (``cmap``); the background between panels is black. ``flip_y`` draws each panel with row 0
+    at the bottom (IMOD's view). ``scale_bar``: a white bar of a round length (:func:`scale_bar_length`) and its
+    label at the bottom left of the first panel, from ``pixel_size`` (Å, default the file's; refused when
+    unknown). ``labels``: each panel's label (:class:`Panel`) at its top left. Text is white, outlined in black,
+    :func:`text_size` pixels high."""
     data, known = _source(source, reading)
     if scale_bar:
         pixel_size = pixel_size or known
@@ -585,7 +654,7 @@ def draw(source, *, section: int | None = None, axis: str | None = None, index: 
             raise ParameterError("a spectrum is in frequencies: it takes no scale bar", "scale_bar")
     cmap_table = colour_table(cmap)
     layout = plan_layout(data.shape, section=section, axis=axis, index=index, projection=projection,
-                         montage=montage, columns=columns, every=every, size=size, bin=bin, box=box)
+                         montage=montage, columns=columns, every=every, size=size, bin=bin, box=box, magnify=magnify)
     values = [_panel_values(data, p, layout.step, spectrum) for p in layout.panels]
     drawn = np.concatenate([v.reshape(-1) for v in values])
     non_finite = drawn.size - int(np.count_nonzero(np.isfinite(drawn)))
@@ -594,12 +663,12 @@ def draw(source, *, section: int | None = None, axis: str | None = None, index: 
     picture = np.zeros((*layout.shape, 3), np.uint8) if cmap != "gray" else np.zeros(layout.shape, np.uint8)
     for panel, v in zip(layout.panels, values):
         gray = to_gray(np.flipud(v) if flip_y else v, lo, hi, invert=invert)
+        if layout.zoom > 1:
+            gray = gray.repeat(layout.zoom, axis=0).repeat(layout.zoom, axis=1)
         picture[panel.top:panel.top + gray.shape[0], panel.left:panel.left + gray.shape[1]] = (
             gray if cmap == "gray" else cmap_table[gray])
-    if scale_bar:
-        first = layout.panels[0]
-        rows, cols = values[0].shape
-        _draw_scale_bar(picture, first.top, first.left, rows, cols, pixel_size * layout.step)
+    if scale_bar or labels:
+        _draw_text(picture, layout, pixel_size * layout.step / layout.zoom if scale_bar else None, labels)
     return Drawing(picture, sum(v.size for v in values), non_finite)
 
 
@@ -626,26 +695,52 @@ def _panel_values(data: np.ndarray, panel: Panel, step: int, spectrum: bool) -> 
 
 def scale_bar_box(top: int, left: int, rows: int, cols: int, length: int) -> tuple[int, int, int, int]:
     """(y0, y1, x0, x1) of the bar of ``length`` pixels drawn on a panel of ``rows`` x ``cols`` at (``top``,
-    ``left``): a margin of max(2, cols // 32) pixels from the bottom-left corner, max(2, rows // 64) rows
-    thick."""
-    margin, thick = max(2, cols // 32), max(2, rows // 64)
+    ``left``): :func:`text_margin` pixels from the bottom-left corner, max(2, rows // 64) rows thick."""
+    margin, thick = text_margin(cols), max(2, rows // 64)
     y1 = top + rows - margin
     return y1 - thick, y1, left + margin, left + margin + length
 
 
-def _draw_scale_bar(picture: np.ndarray, top: int, left: int, rows: int, cols: int, pixel_size: float) -> None:
-    """The bar (white) and its label (white, outlined black) drawn with Pillow's ImageDraw into ``picture``."""
-    from PIL import Image, ImageDraw, ImageFont
+def text_size(rows: int, cols: int) -> int:
+    """The height in pixels (the font's size) of the text drawn on a panel of ``rows`` x ``cols`` pixels: a
+    sixteenth of its shorter side, 12 at least (readable on a small picture) and 64 at most."""
+    return min(64, max(12, min(rows, cols) // 16))
 
-    _, length, label = scale_bar_length(cols, pixel_size)
-    y0, y1, x0, x1 = scale_bar_box(top, left, rows, cols, length)
+
+def text_stroke(rows: int, cols: int) -> int:
+    """The width of the black outline of the text drawn on a panel of ``rows`` x ``cols`` pixels."""
+    return max(1, text_size(rows, cols) // 12)
+
+
+def text_margin(cols: int) -> int:
+    """Pixels between a panel's edges and what is drawn on it (the scale bar, the labels)."""
+    return max(2, cols // 32)
+
+
+def _draw_text(picture: np.ndarray, layout: Layout, pixel_size: float | None, labels: bool) -> None:
+    """Into ``picture``, with Pillow's ImageDraw and its bundled font (``load_default(size=...)``): the scale bar
+    of ``pixel_size`` Å a picture pixel on the first panel (None: no bar) and, with ``labels``, each panel's label
+    at its top left; white, the text outlined in black."""
+    from PIL import Image, ImageDraw
+
     image = Image.fromarray(picture)
     draw = ImageDraw.Draw(image)
     white = 255 if picture.ndim == 2 else (255, 255, 255)
     black = 0 if picture.ndim == 2 else (0, 0, 0)
-    draw.rectangle((x0, y0, x1 - 1, y1 - 1), fill=white)
-    font = ImageFont.load_default(size=max(8, min(rows, cols) // 24))
-    draw.text((x0, y0 - 2), label, fill=white, font=font, anchor="ld", stroke_width=1, stroke_fill=black)
+    outline = {"fill": white, "stroke_fill": black}
+    for n, panel in enumerate(layout.panels):
+        rows, cols = layout.panel_shape(panel)
+        typeface, stroke = font(text_size(rows, cols)), text_stroke(rows, cols)
+        margin = text_margin(cols)
+        if labels and panel.label:
+            draw.text((panel.left + margin, panel.top + margin), panel.label, font=typeface, anchor="lt",
+                      stroke_width=stroke, **outline)
+        if n == 0 and pixel_size is not None:
+            length, pixels, _ = scale_bar_length(cols, pixel_size)
+            y0, y1, x0, x1 = scale_bar_box(panel.top, panel.left, rows, cols, pixels)
+            draw.rectangle((x0, y0, x1 - 1, y1 - 1), fill=white)
+            draw.text((x0, y0 - 2), length_label(length, has_glyph(typeface, "Å")), font=typeface, anchor="ld",
+                      stroke_width=stroke, **outline)
     picture[...] = np.asarray(image)
 
 

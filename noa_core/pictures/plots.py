@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from noa_core.fourier.resolution import THRESHOLDS, Curve
+from noa_core.pictures import drawing
 
 SIZE = (900, 560)  # pixels of the picture
 MARGINS = (80, 56, 30, 84)  # left, top, right, bottom: room for the labels
@@ -24,7 +25,6 @@ CURVE_COLOUR = (31, 90, 180)
 LINE_COLOURS = {0.143: (200, 40, 40), 0.5: (230, 140, 0)}  # the threshold lines
 GRID = (225, 225, 225)
 INK = (20, 20, 20)
-FONT = "DejaVuSans.ttf"  # found by Pillow in the system's font folders; Pillow's own font otherwise
 
 __all__ = ["fsc_png", "ticks"]
 
@@ -112,13 +112,7 @@ def fsc_png(curve: Curve, title: str = "FSC", thresholds: Sequence[float] = THRE
 
 
 def _fonts():
-    """Two sizes of a font with the Ångström sign (DejaVu Sans where the system has it, else Pillow's own),
-    and the sign to write: 'Å', or 'A' where the font has no glyph for it."""
-    from PIL import ImageFont
-
-    try:
-        font, small = ImageFont.truetype(FONT, 16), ImageFont.truetype(FONT, 13)
-    except OSError:
-        font, small = ImageFont.load_default(size=16), ImageFont.load_default(size=13)
-    missing = bytes(small.getmask("\uffff"))  # what the font draws for a character it lacks
-    return font, small, "A" if bytes(small.getmask("Å")) == missing else "Å"
+    """Two sizes of the pictures' font (:func:`noa_core.pictures.drawing.font`), and the sign to write: 'Å', or
+    'A' where the font has no glyph for it."""
+    font, small = drawing.font(16), drawing.font(13)
+    return font, small, "Å" if drawing.has_glyph(small, "Å") else "A"

@@ -3,7 +3,8 @@ values, and the identity of a file or store that answers are cached by (the serv
 
 The plane drawn (:class:`Plane`): ``section`` picks an entry of a stack (the batch), ``axis`` and ``index`` a
 slice of a volume (z: an XY section, y: XZ, x: YZ; default the central one), ``projection`` the mean along the
-axis instead. Rows are shown as stored: row 0 at the top, as RELION and mrcfile + Pillow show them (IMOD's
+axis instead; ``reading`` the read options the file is read with (an EER movie's frames per fraction and
+upsampling: a fraction is a section). Rows are shown as stored: row 0 at the top, as RELION and mrcfile + Pillow show them (IMOD's
 3dmod puts MRC's row 0 at the bottom).
 
 Tile level L block-means 2^L x 2^L pixels of the plane; tile (x, y) of a level is its region of :data:`TILE` x
@@ -49,10 +50,16 @@ class Plane:
     axis: str = "z"
     index: int | None = None
     projection: bool = False
+    reading: tuple[tuple[str, Any], ...] = ()  # (name, value) of the read options given
 
     def read_args(self) -> dict[str, Any]:
         """The plane as :func:`noa_core.pictures.drawing.read_plane` takes it."""
-        return {"section": self.section, "axis": self.axis, "index": self.index, "projection": self.projection}
+        return {"section": self.section, "axis": self.axis, "index": self.index, "projection": self.projection,
+                "reading": dict(self.reading)}
+
+    def shape(self, path: str | os.PathLike) -> tuple[int, int]:
+        """(rows, cols) of the plane of the file at ``path``, from its header."""
+        return drawing.plane_shape(path, axis=self.axis, reading=dict(self.reading))
 
 
 @dataclass(frozen=True)
@@ -101,10 +108,12 @@ def identity(fd: int, info: os.stat_result) -> str:
 
 def header_summary(path: str | os.PathLike) -> dict[str, Any]:
     """The format, BDHW shape, element type, kind and pixel size of the file at ``path``, from its header
-    alone (no data read)."""
+    alone (no data read): the pixel size per D, H, W axis, None for an axis whose size is unknown (0 in the
+    header), and None as a whole when none is known (``noa info`` says "unknown")."""
     probe = io.probe(path)
+    sizes = [size if size > 0 else None for size in probe.metadata.pixel_size]
     return {"format": probe.metadata.format, "shape": list(probe.shape), "dtype": str(dtypes.base_of(probe.dtype)),
-            "kind": probe.kind, "pixel_size": list(probe.metadata.pixel_size), "pixel_unit": probe.metadata.unit}
+            "kind": probe.kind, "pixel_size": sizes if any(sizes) else None, "pixel_unit": probe.metadata.unit}
 
 
 # -- tile geometry ----------------------------------------------------------------------------------------
@@ -147,7 +156,7 @@ def read(path: str | os.PathLike, plane: Plane, *, region: Region | None = None,
     """The plane's values (its ``region``, block-meaned ``step`` x ``step``), read once the voxels this reads
     are within ``max_voxels`` (LimitError; None: no limit) and the memory drawing them (and with ``spectrum``,
     transforming them) takes is within what the machine has (MemoryLimitError)."""
-    rows, cols = drawing.plane_shape(path, axis=plane.axis)
+    rows, cols = plane.shape(path)
     top, bottom, left, right = region or (0, rows, 0, cols)
     if max_voxels is not None:
         check_voxels([(_depth(path, plane), bottom - top, right - left)], max_voxels)
@@ -158,7 +167,7 @@ def read(path: str | os.PathLike, plane: Plane, *, region: Region | None = None,
 
 def _depth(path: str | os.PathLike, plane: Plane) -> int:
     """How many planes a projection averages (1 for a slice)."""
-    return drawing.depth_extent(io.probe(path).shape, plane.axis) if plane.projection else 1
+    return drawing.depth_extent(io.probe(path, **dict(plane.reading)).shape, plane.axis) if plane.projection else 1
 
 
 @dataclass(frozen=True)
@@ -189,7 +198,7 @@ class Overviews:
             if key in self._held:
                 self._held.move_to_end(key)
                 return self._held[key]
-        rows, cols = drawing.plane_shape(path, axis=plane.axis)
+        rows, cols = plane.shape(path)
         step = max(1, math.ceil(max(rows, cols) / OVERVIEW))
         held = Overview(read(path, plane, step=step, max_voxels=max_voxels), step, (rows, cols))
         with self._lock:
@@ -204,7 +213,7 @@ class Overviews:
 def picture(values: np.ndarray, display: Display, lo: float, hi: float) -> bytes:
     """``values`` drawn between ``lo`` (black) and ``hi`` (white) as ``display`` says, encoded."""
     pixels = drawing.colorize(drawing.to_gray(values, lo, hi, invert=display.invert), display.cmap)
-    return drawing.encode(pixels, display.format, quality=display.quality)
+    return drawing.encode(pixels, display.format, quality=display.quality, fast=True)
 
 
 def image(path: str | os.PathLike, plane: Plane, display: Display, size: int, *, spectrum: bool = False,
@@ -212,7 +221,7 @@ def image(path: str | os.PathLike, plane: Plane, display: Display, size: int, *,
     """The plane (or, with ``spectrum``, its centred log power spectrum: that of the central
     :data:`SPECTRUM_BOX` square of larger planes) at most ``size`` pixels a side, its contrast limits computed
     over what is drawn."""
-    rows, cols = drawing.plane_shape(path, axis=plane.axis)
+    rows, cols = plane.shape(path)
     if spectrum:
         box_rows, box_cols = min(rows, SPECTRUM_BOX), min(cols, SPECTRUM_BOX)
         top, left = (rows - box_rows) // 2, (cols - box_cols) // 2
@@ -229,7 +238,7 @@ def tile(path: str | os.PathLike, plane: Plane, display: Display, level: int, x:
          file_identity: str, overviews: Overviews, max_voxels: int | None = None) -> bytes:
     """Tile (``x``, ``y``) of ``level`` (:func:`tile_region`); only its region is read. Contrast limits come
     from the plane's overview in ``overviews`` unless given as range:A,B."""
-    rows, cols = drawing.plane_shape(path, axis=plane.axis)
+    rows, cols = plane.shape(path)
     region = tile_region(rows, cols, level, x, y)
     given = drawing.parse_contrast(display.contrast)[0] == "range"
     overview = () if given else overviews.get(path, file_identity, plane, max_voxels=max_voxels).values
@@ -259,7 +268,7 @@ def histogram(path: str | os.PathLike, plane: Plane, *, file_identity: str, over
 def value(path: str | os.PathLike, plane: Plane, x: int, y: int) -> float:
     """The value of the plane at column ``x``, row ``y`` (the mean along the axis for a projection);
     ParameterError naming ``x`` or ``y`` outside the plane."""
-    rows, cols = drawing.plane_shape(path, axis=plane.axis)
+    rows, cols = plane.shape(path)
     if not 0 <= x < cols:
         raise ParameterError(f"{x}: the plane has columns 0 to {cols - 1}", "x")
     if not 0 <= y < rows:

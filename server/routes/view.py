@@ -28,9 +28,11 @@ from fastapi.responses import JSONResponse, Response
 
 from noa_core import __version__
 from noa_core.operations import Operation
+from noa_core.operations.spec import EER_GROUP, EER_GROUP_LAST, EER_UPSAMPLING
 from noa_core.pictures import drawing, viewer
 from noa_core.pictures.viewer import Display, Plane
 from noa_server import execution
+from noa_server.models import value_type
 from noa_server.problems import ProblemError, classify, documented, log
 from noa_server.sandbox import Sandbox
 from noa_server.service import Service, service
@@ -53,7 +55,28 @@ IMAGE = {200: {"description": "The picture.", "content": {"image/png": {}, "imag
 JSON = {304: {"description": "Not modified (If-None-Match matched the ETag)."}, **ERRORS}
 
 
+Reading = tuple[tuple[str, Any], ...]
+
+
+# The read options' query parameters, typed (bounds, words) by their declarations: the schema says what is taken.
+EerGroup = Annotated[value_type(EER_GROUP) | None, Query(description=EER_GROUP.help + " A fraction is a section.")]
+EerGroupLast = Annotated[value_type(EER_GROUP_LAST) | None, Query(description=EER_GROUP_LAST.help)]
+EerUpsampling = Annotated[value_type(EER_UPSAMPLING) | None, Query(description=EER_UPSAMPLING.help)]
+
+
+def reading_query(eer_group: EerGroup = None, eer_group_last: EerGroupLast = None,
+                  eer_upsampling: EerUpsampling = None) -> Reading:
+    """The read options given, checked by their declarations (ParameterError naming the one that is wrong); a
+    file of another format refuses them, naming them."""
+    given = ((EER_GROUP, eer_group), (EER_GROUP_LAST, eer_group_last), (EER_UPSAMPLING, eer_upsampling))
+    return tuple((param.name, param.check(value)) for param, value in given if value is not None)
+
+
+ReadingQ = Annotated[Reading, Depends(reading_query)]
+
+
 def plane_query(
+        reading: ReadingQ,
         section: Annotated[int | None, Query(ge=0, description="Entry of a stack (the batch index).")] = None,
         axis: Annotated[Literal["z", "y", "x"], Query(
             description="Volumes: the axis across the slice (z: XY sections, y: XZ, x: YZ).")] = "z",
@@ -61,7 +84,7 @@ def plane_query(
         = None,
         projection: Annotated[bool, Query(description="Volumes: the mean along axis instead of a slice.")] = False,
 ) -> Plane:
-    return Plane(section, axis, index, projection)
+    return Plane(section, axis, index, projection, reading)
 
 
 def display_query(
@@ -220,15 +243,15 @@ def value(sandbox: Sandbox, relative: str, plane: Plane, x: int, y: int, if_none
         return _cached(file, if_none_match, ("value", relative, plane, x, y), compute)
 
 
-def header(sandbox: Sandbox, info: Operation, relative: str, if_none_match: str | None) -> Answer:
-    """What ``noa info`` says of the file (its header alone)."""
+def header(sandbox: Sandbox, info: Operation, relative: str, reading: Reading, if_none_match: str | None) -> Answer:
+    """What ``noa info`` says of the file (its header alone), read with ``reading`` (an EER movie's grouping)."""
 
     def compute() -> dict:
-        described = info.run_report(file.path, info.options({}))
+        described = info.run_report(file.path, info.options(dict(reading)))
         return execution.for_client({**described, "path": relative}, file.names)
 
     with opened(sandbox, relative) as file:
-        return _cached(file, if_none_match, ("info",), compute)
+        return _cached(file, if_none_match, ("info", reading), compute)
 
 
 def listing(sandbox: Sandbox, relative: str) -> dict:
@@ -341,9 +364,9 @@ def router(operations: list[Operation]) -> APIRouter:
         return _respond(await svc.run(value, svc.paths(), file, plane, x, y, request.headers.get("if-none-match")))
 
     @routes.get("/info", summary="The header of a file, as noa info describes it", responses=JSON)
-    async def view_info(request: Request, svc: Svc, file: Annotated[str, Query(min_length=1, max_length=1024)]
-                        ) -> Response:
-        return _respond(await svc.run(header, svc.paths(), info, file, request.headers.get("if-none-match")))
+    async def view_info(request: Request, svc: Svc, file: Annotated[str, Query(min_length=1, max_length=1024)],
+                        reading: ReadingQ) -> Response:
+        return _respond(await svc.run(header, svc.paths(), info, file, reading, request.headers.get("if-none-match")))
 
     return routes
 

@@ -9,6 +9,7 @@
   const HEADER = "X-API-Key";
   const TILE_CACHE = 256; // tiles kept decoded
   const MAX_ZOOM = 3; // at most 2^3 screen pixels a plane pixel
+  const EER_GROUP = 40; // an EER movie's frames per fraction at first (RELION's --eer_grouping default)
   const $ = (id) => document.getElementById(id);
 
   // What the page shows lives in its URL's fragment (file, plane, contrast, zoom), so a view can be linked,
@@ -16,7 +17,7 @@
   let linked = new URLSearchParams(location.hash.slice(1));
 
   const view = {
-    folder: "", file: null, info: null, geometry: null,
+    folder: "", file: null, info: null, geometry: null, frames: 0, // frames: an EER movie's (0: not a movie)
     lo: 0, hi: 1, edges: null, counts: null, limits: null,
     zoom: 0, ox: 0, oy: 0, // display pixels per plane pixel = 2^zoom; (ox, oy): where plane pixel (0, 0) is drawn
     generation: 0, tiles: new Map(), spectrum: null,
@@ -95,9 +96,10 @@
     return td;
   }
 
+  // Each axis's pixel size, "unknown" where the header has none (null in a listing, 0 in a header), as noa info.
   function pixelSize(sizes, unit) {
     if (!sizes || !sizes.some((v) => v)) return "unknown";
-    return sizes.map((v) => (v ? Number(v.toPrecision(6)) : "?")).join(" × ") + " " + (unit || "");
+    return sizes.map((v) => (v ? Number(v.toPrecision(6)) : "unknown")).join(" × ") + " " + (unit || "");
   }
 
   async function browse(folder) {
@@ -177,14 +179,22 @@
   async function openFile(path, restore) {
     view.file = path;
     view.tiles.clear();
-    const info = await (await api("info", { file: path })).json();
-    view.info = info;
-    $("viewer").hidden = false;
-    sizeCanvas();
-    $("file-name").textContent = path;
-    fillTable($("header"), headerRows(info));
+    let info = await (await api("info", { file: path })).json();
+    // An EER movie is shown as fractions: EER_GROUP frames each (or what the URL says), as RELION groups them.
+    view.frames = info.format === "eer" ? info.shape[0] : 0;
+    $("eer-box").hidden = !view.frames;
+    if (view.frames) {
+      const group = Number(restore && restore.get("eer_group"));
+      const upsampling = restore && restore.get("eer_upsampling");
+      $("eer-group").max = String(view.frames);
+      $("eer-group").value = String(Number.isInteger(group) && group >= 1 && group <= view.frames ? group
+        : Math.min(EER_GROUP, view.frames));
+      $("eer-upsampling").value = ["1", "2", "3"].includes(upsampling) ? upsampling : "1";
+      $("eer-frames").textContent = `of ${view.frames} frames`;
+      info = await (await api("info", { file: path, ...readingParams() })).json();
+    }
+    showInfo(info);
     const [batch, depth] = info.shape;
-    $("section-box").hidden = batch < 2;
     setRange($("section"), $("section-out"), batch, 0);
     const volume = depth > 1;
     $("axis-box").hidden = $("index-box").hidden = $("projection-box").hidden = !volume;
@@ -195,6 +205,38 @@
     if (restore) restoreState(restore);
     setDownload(path);
     await loadPlane(!restore || !restore.has("zoom"));
+  }
+
+  function showInfo(info) {
+    view.info = info;
+    $("viewer").hidden = false;
+    sizeCanvas();
+    $("file-name").textContent = view.file;
+    fillTable($("header"), headerRows(info));
+    $("section-box").hidden = info.shape[0] < 2;
+  }
+
+  // The read options of the file: an EER movie's frames per fraction and upsampling.
+  function readingParams() {
+    if (!view.frames) return {};
+    const params = { eer_group: $("eer-group").value };
+    if ($("eer-upsampling").value !== "1") params.eer_upsampling = $("eer-upsampling").value;
+    return params;
+  }
+
+  // Another grouping or upsampling: the movie's fractions again (their count, their shape), the same section
+  // where it still is one.
+  async function regroup() {
+    const group = Number($("eer-group").value);
+    if (!Number.isInteger(group) || group < 1 || group > view.frames) {
+      $("eer-group").value = String(Math.min(Math.max(1, Math.round(group) || 1), view.frames));
+    }
+    const info = await (await api("info", { file: view.file, ...readingParams() })).json();
+    showInfo(info);
+    const batch = info.shape[0];
+    setRange($("section"), $("section-out"), batch, Math.min(Number($("section").value), batch - 1));
+    view.tiles.clear();
+    await loadPlane(true);
   }
 
   // The controls as the URL set them (values the file cannot have are left as they are).
@@ -229,7 +271,7 @@
   }
 
   function rememberState() {
-    const state = new URLSearchParams({ file: view.file });
+    const state = new URLSearchParams({ file: view.file, ...readingParams() });
     const [batch, depth] = view.info.shape;
     if (batch > 1) state.set("section", $("section").value);
     if (depth > 1) {
@@ -256,7 +298,7 @@
   }
 
   function planeParams() {
-    const params = { file: view.file };
+    const params = { file: view.file, ...readingParams() };
     const [batch, depth] = view.info.shape;
     if (batch > 1) params.section = $("section").value;
     if (depth > 1) {
@@ -585,6 +627,7 @@
     loadPlane(false).catch(report);
   });
   $("axis").addEventListener("change", () => { resetIndex(); loadPlane(true).catch(report); });
+  for (const id of ["eer-group", "eer-upsampling"]) $(id).addEventListener("change", () => regroup().catch(report));
   $("projection").addEventListener("change", () => {
     $("index").disabled = $("projection").checked; // a projection has no slice
     loadPlane(false).catch(report);

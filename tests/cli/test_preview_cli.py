@@ -5,7 +5,6 @@ jobs; refusals with one line (exit 2) or a problem, nothing left behind."""
 from __future__ import annotations
 
 import io as bytes_io
-import math
 import re
 import shutil
 import subprocess
@@ -64,13 +63,13 @@ def test_jpeg_invert_and_colour(tmp_path):
     image = np.add.outer(np.arange(32), np.arange(40)).astype(np.float32)  # smooth: JPEG keeps it close
     write_mrc(tmp_path / "ramp.mrc", image)
     assert noa("preview", tmp_path / "ramp.mrc", tmp_path / "ramp.jpg", "--contrast", "minmax", "--invert",
-               "--quality", "95").returncode == 0
+               "--quality", "95", "--bin", "1").returncode == 0
     picture = decoded(tmp_path / "ramp.jpg")
     assert picture.format == "JPEG" and picture.size == (40, 32)
     want = 255 - np.floor((image - image.min()) / ((image.max() - image.min()) / 255))
     assert np.abs(np.asarray(picture).astype(int) - want).max() <= 4
     assert noa("preview", tmp_path / "ramp.mrc", tmp_path / "fire.png", "--cmap", "fire", "--contrast",
-               "range:0,70").returncode == 0
+               "range:0,70", "--bin", "1").returncode == 0
     rgb = np.asarray(decoded(tmp_path / "fire.png"))
     x = np.floor(np.clip(image, 0, 70) / (70 / 255)) / 255
     fire = np.rint(np.stack([np.clip(3 * x, 0, 1), np.clip(3 * x - 1, 0, 1), np.clip(3 * x - 2, 0, 1)], -1) * 255)
@@ -83,7 +82,7 @@ def test_flip_y_and_the_marked_corner(tmp_path):
     write_mrc(tmp_path / "corner.mrc", image)
     for flags, row in (((), 0), (("--flip-y",), 19)):
         out = tmp_path / f"c{row}.png"
-        assert noa("preview", tmp_path / "corner.mrc", out, "--contrast", "minmax", *flags).returncode == 0
+        assert noa("preview", tmp_path / "corner.mrc", out, "--contrast", "minmax", "--bin", "1", *flags).returncode == 0
         pixels = np.asarray(decoded(out))
         assert (pixels[row, :3] == 255).all() and pixels.sum() == 3 * 255, flags
 
@@ -91,7 +90,7 @@ def test_flip_y_and_the_marked_corner(tmp_path):
 def test_volumes_slices_projection_and_montage(tmp_path):
     volume = random_values((10, 16, 24), seed=2)
     write_mrc(tmp_path / "vol.mrc", volume, voxel_size=2.0)
-    assert noa("preview", tmp_path / "vol.mrc", tmp_path / "three.png").returncode == 0
+    assert noa("preview", tmp_path / "vol.mrc", tmp_path / "three.png", "--bin", "1").returncode == 0
     three = np.asarray(decoded(tmp_path / "three.png"))
     assert three.shape == (16, 24 + GAP + 24 + GAP + 16)
     drawn = np.concatenate([volume[5].ravel(), volume[:, 8].ravel(), volume[:, :, 12].ravel()])
@@ -100,14 +99,15 @@ def test_volumes_slices_projection_and_montage(tmp_path):
     np.testing.assert_array_equal(three[:10, 2 * 24 + 2 * GAP:],
                                   np.floor((np.clip(volume[:, :, 12], lo, hi) - lo) / ((hi - lo) / 255)))
 
-    assert noa("preview", tmp_path / "vol.mrc", tmp_path / "y3.png", "--slice", "y", "--index", "3").returncode == 0
+    assert noa("preview", tmp_path / "vol.mrc", tmp_path / "y3.png", "--slice", "y", "--index", "3",
+               "--bin", "1").returncode == 0
     np.testing.assert_array_equal(np.asarray(decoded(tmp_path / "y3.png")), sigma_levels(volume[:, 3]))
-    assert noa("preview", tmp_path / "vol.mrc", tmp_path / "px.png", "--projection", "x").returncode == 0
+    assert noa("preview", tmp_path / "vol.mrc", tmp_path / "px.png", "--projection", "x", "--bin", "1").returncode == 0
     np.testing.assert_array_equal(np.asarray(decoded(tmp_path / "px.png")),
                                   sigma_levels(volume.astype(np.float64).mean(2).astype(np.float32)))
 
     assert noa("preview", tmp_path / "vol.mrc", tmp_path / "m.png", "--montage", "--every", "3", "--columns", "2",
-               "--contrast", "minmax").returncode == 0
+               "--contrast", "minmax", "--bin", "1").returncode == 0
     montage = np.asarray(decoded(tmp_path / "m.png"))
     assert montage.shape == (2 * 16 + GAP, 2 * 24 + GAP)  # z = 0, 3, 6, 9 in 2 x 2
     lo, hi = float(volume[::3].min()), float(volume[::3].max())
@@ -120,7 +120,7 @@ def test_volumes_slices_projection_and_montage(tmp_path):
 def test_spectrum_against_numpy_fft(tmp_path):
     image = random_values((32, 32), seed=3)
     write_mrc(tmp_path / "mic.mrc", image)
-    result = noa("preview", tmp_path / "mic.mrc", tmp_path / "ps.png", "--spectrum", "--contrast", "minmax")
+    result = noa("preview", tmp_path / "mic.mrc", tmp_path / "ps.png", "--spectrum", "--contrast", "minmax", "--bin", "1")
     assert result.returncode == 0, result.stderr
     spectrum = np.log(np.fft.fftshift(np.abs(np.fft.fft2(image.astype(np.float64))) ** 2) / image.size)
     want = np.floor((spectrum - spectrum.min()) / ((spectrum.max() - spectrum.min()) / 255)).clip(0, 255)
@@ -130,7 +130,7 @@ def test_spectrum_against_numpy_fft(tmp_path):
 def test_scale_bar_drawn_or_refused(tmp_path):
     write_mrc(tmp_path / "flat.mrc", np.zeros((64, 96), np.float32), voxel_size=5.0)
     assert noa("preview", tmp_path / "flat.mrc", tmp_path / "bar.png", "--scale-bar", "--contrast",
-               "range:0,1").returncode == 0
+               "range:0,1", "--bin", "1").returncode == 0
     pixels = np.asarray(decoded(tmp_path / "bar.png"))
     _, length, label = drawing.scale_bar_length(96, 5.0)
     assert label == "10 nm" and length == 20  # 96 x 5 / 4 = 120 Å -> 100 Å = 20 pixels of 5 Å
@@ -142,6 +142,35 @@ def test_scale_bar_drawn_or_refused(tmp_path):
     assert not (tmp_path / "no.png").exists() and leftovers(tmp_path) == []
     assert noa("preview", tmp_path / "unknown.mrc", tmp_path / "yes.png", "--scale-bar", "--angpix",
                "2").returncode == 0
+
+
+def test_a_small_map_is_magnified_with_readable_text(tmp_path, make_client):
+    """Issue 40 item 8: noa preview map100.mrc p.png --scale-bar gave 308 x 100 pixels, a 5 x 7 pixel label and no
+    panel labels. Now 3 x 3 pixels a voxel (the most within --size 1024), the text 18 pixels high, --labels."""
+    volume = random_values((100, 100, 100), seed=8)
+    write_mrc(tmp_path / "map100.mrc", volume, voxel_size=1.0)
+    assert noa("preview", tmp_path / "map100.mrc", tmp_path / "p.png", "--scale-bar", "--labels").returncode == 0
+    assert noa("preview", tmp_path / "map100.mrc", tmp_path / "plain.png", "--bin", "1").returncode == 0
+    picture, plain = np.asarray(decoded(tmp_path / "p.png")), np.asarray(decoded(tmp_path / "plain.png"))
+    assert plain.shape == (100, 3 * 100 + 2 * GAP) and picture.shape == (300, 3 * 300 + 2 * GAP)
+    text = np.zeros(picture.shape, bool)
+    for n in range(3):  # each panel's label at its top left; the bar and its label at the first one's bottom left
+        text[:40, n * (300 + GAP):n * (300 + GAP) + 60] = True
+    text[240:, :100] = True
+    for n in range(3):
+        panel = picture[:, n * (300 + GAP):n * (300 + GAP) + 300]
+        want = np.kron(plain[:, n * (100 + GAP):n * (100 + GAP) + 100], np.ones((3, 3), np.uint8))
+        inside = text[:, n * (300 + GAP):n * (300 + GAP) + 300]
+        np.testing.assert_array_equal(panel[~inside], want[~inside])
+        assert (panel[inside] != want[inside]).sum() > 50  # the label, and on the first panel the bar
+    rows = np.flatnonzero((picture[:40, :60] == 255).any(axis=1))
+    assert np.ptp(rows) + 1 >= 12, rows  # "XY" as tall as its font: readable
+    upload = make_client().post("/v1/upload/preview", data={"labels": "true", "size": "512"},
+                                files={"file": ("map100.mrc", (tmp_path / "map100.mrc").read_bytes())})
+    assert upload.status_code == 200, upload.text
+    shown = np.asarray(decoded(upload.content))
+    assert shown.shape == (100, 3 * 100 + 2 * GAP)  # 304 > 512 / 2: not magnified within --size 512
+    assert (shown[:20, :40] != plain[:20, :40]).any() and (shown[20:] == plain[20:]).all()
 
 
 @pytest.mark.parametrize("args, fragments", [
@@ -203,7 +232,7 @@ def test_non_finite_values_are_left_out_of_the_contrast_with_one_notice(tmp_path
     image = random_values((24, 32), seed=9)
     image[5, 7], image[10, 3] = np.nan, np.inf
     write_mrc(tmp_path / "nan.mrc", image)
-    result = noa("preview", tmp_path / "nan.mrc", tmp_path / "nan.png")
+    result = noa("preview", tmp_path / "nan.mrc", tmp_path / "nan.png", "--bin", "1")
     assert result.returncode == 0, result.stderr
     assert "Warning" not in result.stderr, result.stderr
     notes = [line for line in result.stderr.splitlines() if "note" in line]
@@ -214,8 +243,10 @@ def test_non_finite_values_are_left_out_of_the_contrast_with_one_notice(tmp_path
     expected = np.floor((np.clip(image.astype(np.float64), lo, hi) - lo) / ((hi - lo) / 255))
     expected[5, 7] = 0  # NaN: black; +inf clips to white
     np.testing.assert_array_equal(np.asarray(decoded(tmp_path / "nan.png")), expected.astype(np.uint8))
+    # --terminal says the same (issue 40 item 11: it said nothing), after the picture
     shown = noa("preview", tmp_path / "nan.mrc", "--terminal", env={"LINES": "40"})
-    assert shown.returncode == 0 and shown.stderr == "", shown.stderr
+    assert shown.returncode == 0 and shown.stderr.splitlines() == notes, shown.stderr
+    assert noa("preview", tmp_path / "nan.mrc", "--terminal", "--quiet", env={"LINES": "40"}).stderr == ""
     gray = expected.astype(np.uint8)
     np.testing.assert_array_equal(parse_half_blocks(shown.stdout), np.repeat(gray[..., None], 3, axis=2))
 
@@ -234,11 +265,12 @@ def test_the_terminal_text_is_counted_in_the_memory_check(tmp_path, monkeypatch)
     options = preview.options(bin=1)
     tracemalloc.start()
     try:
-        lines = sum(piece.count("\n") for piece in preview.show(tmp_path / "big.mrc", options, 80, 24))
+        text, notices = preview.show(tmp_path / "big.mrc", options, 80, 24)
+        lines = sum(piece.count("\n") for piece in text)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert lines == 768 and len(told) == 1
+    assert lines == 768 and len(told) == 1 and notices == []
     assert peak <= told[0], f"{peak >> 20} MiB held, {told[0] >> 20} MiB counted"
 
 
@@ -289,7 +321,7 @@ def test_python_api_and_repr_png(tmp_path):
     big = noa.zeros((1, 1, 2048, 1024))
     assert decoded(big._repr_png_()).size == (256, 512)  # bounded: longest side 512
     assert noa.zeros((0, 4))._repr_png_() is None
-    task = operations.get("preview").task(contrast="minmax", slice="z", index=2)
+    task = operations.get("preview").task(contrast="minmax", slice="z", index=2, bin=1)
     write_mrc(tmp_path / "v.mrc", volume)
     local.write(task, tmp_path / "v.mrc", tmp_path / "v.png")
     np.testing.assert_array_equal(np.asarray(decoded(tmp_path / "v.png")), picture)
@@ -327,7 +359,7 @@ def test_paths_and_jobs_write_pictures_under_the_root(tmp_path, make_client):
     volume = random_values((6, 10, 12), seed=7)
     write_mrc(root / "vol.mrc", volume, voxel_size=1.0)
     client = make_client(data_root=root)
-    done = client.post("/v1/paths/preview", json={"src": "vol.mrc", "dst": "vol.png", "slice": "x"})
+    done = client.post("/v1/paths/preview", json={"src": "vol.mrc", "dst": "vol.png", "slice": "x", "bin": 1})
     assert done.status_code == 201, done.text
     np.testing.assert_array_equal(np.asarray(decoded(root / "vol.png")), sigma_levels(volume[:, :, 6]))
     bad = client.post("/v1/paths/preview", json={"src": "vol.mrc", "dst": "vol.tif"})
@@ -338,10 +370,11 @@ def test_paths_and_jobs_write_pictures_under_the_root(tmp_path, make_client):
     assert job.status_code == 202, job.text
     assert wait_job(client, job.headers["location"], 60)["status"] == "succeeded"
     assert decoded(root / "job.jpg").mode == "RGB"
-    assert math.prod(decoded(root / "job.jpg").size) == 10 * 12
+    assert decoded(root / "job.jpg").size == (12 * 85, 10 * 85)  # magnified: 85 x 12 is the most within 1024
 
 
 def test_the_bundled_map_with_a_scale_bar(tmp_path):
     result = noa("preview", EXAMPLE_MAP, tmp_path / "map.png", "--scale-bar", "--cmap", "viridis")
     assert result.returncode == 0, result.stderr
-    assert decoded(tmp_path / "map.png").size == (20 + GAP + 20 + GAP + 20, 20)
+    # 20^3: magnified 16 times, the most whose three panels fit 1024 pixels (issue 40 item 8: 68 x 20 pixels)
+    assert decoded(tmp_path / "map.png").size == (3 * 20 * 16 + 2 * GAP, 20 * 16)

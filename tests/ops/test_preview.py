@@ -431,6 +431,95 @@ def test_scale_bar_is_drawn_where_the_pixel_size_is_known(tmp_path):
     assert drawing.preview(tmp_path / "unknown.mrc", scale_bar=True, pixel_size=2.0).shape == (16, 16)
 
 
+def test_a_small_picture_is_magnified_by_a_whole_factor_to_fit_the_size(volume):
+    """Issue 40 item 8: a 100^3 map's picture was 308 x 100 pixels. magnify draws each value m x m pixels (nearest
+    neighbour), m the largest whole number whose picture fits the size; bin sets the scale instead."""
+    path, data = volume
+    d, h, w = data.shape
+    gap = drawing.GAP
+    plain = drawing.preview(path, contrast="minmax")
+    panels = [(plain[:h, :w], 0), (plain[:d, w + gap:2 * w + gap], w + gap), (plain[:d, 2 * w + 2 * gap:], 2 * w + 2 * gap)]
+    for size, m in ((1024, (1024 - 2 * gap) // (2 * w + h)), (300, (300 - 2 * gap) // (2 * w + h))):
+        magnified = drawing.preview(path, contrast="minmax", magnify=True, size=size)
+        assert m > 1 and magnified.shape == (max(h, d) * m, (2 * w + h) * m + 2 * gap), (size, magnified.shape)
+        assert magnified.shape[1] + 2 * w + h > size  # one more would not fit
+        left = 0
+        for panel, _ in panels:  # each value an m x m square (np.kron), the panels GAP pixels apart on black
+            rows, cols = panel.shape
+            np.testing.assert_array_equal(magnified[:rows * m, left:left + cols * m], np.kron(panel, np.ones((m, m))))
+            assert not magnified[rows * m:, left:left + cols * m].any()
+            assert not magnified[:, left + cols * m:left + cols * m + gap].any()
+            left += cols * m + gap
+    assert drawing.preview(path, contrast="minmax", magnify=True, bin=1).shape == plain.shape
+    assert drawing.preview(path, contrast="minmax", magnify=True, size=16).shape == drawing.preview(
+        path, contrast="minmax", size=16).shape  # a picture binned to fit is not magnified
+
+
+def text_pixels(text: str, size: int, stroke: int, anchor: str, shape: tuple[int, int], at: tuple[int, int]):
+    """``text`` as Pillow draws it, white outlined in black, on a black picture of ``shape``: the oracle of the
+    labels (the same font, noa's drawing.font: DejaVu Sans, or Pillow's bundled one)."""
+    from PIL import ImageDraw
+
+    image = Image.new("L", shape[::-1])
+    ImageDraw.Draw(image).text(at, text, fill=255, font=drawing.font(size), anchor=anchor, stroke_width=stroke,
+                               stroke_fill=0)
+    return np.asarray(image)
+
+
+def test_the_scale_bar_label_is_readable_on_a_small_map(tmp_path):
+    """Issue 40 item 8: on a 100^3 map (1 Å) the label "50 Å" was 5 x 7 pixels. Magnified, the first panel is
+    300 pixels: its label is 300 // 16 = 18 pixels high, the text Pillow draws at that size."""
+    write_mrc(tmp_path / "map100.mrc", np.zeros((100, 100, 100), np.float32), voxel_size=1.0)
+    picture = drawing.preview(tmp_path / "map100.mrc", scale_bar=True, contrast="range:0,1", magnify=True)
+    assert picture.shape == (300, 3 * 300 + 2 * drawing.GAP)
+    length, pixels, label = drawing.scale_bar_length(300, 1 / 3)
+    assert (length, pixels) == (20.0, 60)  # 300 x 1/3 / 4 = 25 Å -> 20 Å: 60 pixels of a third of an Å
+    y0, y1, x0, x1 = drawing.scale_bar_box(0, 0, 300, 300, pixels)
+    assert (picture[y0:y1, x0:x1] == 255).all()
+    size = drawing.text_size(300, 300)
+    assert size == 18
+    typeface = drawing.font(size)
+    written = label if drawing.has_glyph(typeface, "Å") else drawing.length_label(length, False)
+    above = picture[:y0, :300]
+    want = text_pixels(written, size, drawing.text_stroke(300, 300), "ld", above.shape, (x0, y0 - 2))
+    np.testing.assert_array_equal(above, want)
+    ink = np.argwhere(above == 255)
+    assert np.ptp(ink[:, 0]) + 1 >= 12 and np.ptp(ink[:, 1]) + 1 >= 24, np.ptp(ink, axis=0)  # readable, not 5 x 7
+    assert not picture[:, 300:].any()  # nothing on the other panels
+
+
+def test_panel_labels_name_the_planes_and_the_sections(tmp_path):
+    """Issue 40 item 8: no panel labels. labels writes XY, XZ, YZ on a volume's central slices, the plane and slice
+    on one slice, the section on a montage: each at its panel's top left, Pillow's text."""
+    write_mrc(tmp_path / "vol.mrc", np.zeros((12, 20, 28), np.float32))
+    picture = drawing.preview(tmp_path / "vol.mrc", labels=True, contrast="range:0,1", magnify=True, size=600)
+    layout = drawing.plan_layout((1, 12, 20, 28), magnify=True, size=600)
+    assert [p.label for p in layout.panels] == ["XY", "XZ", "YZ"]
+    drawn = np.zeros_like(picture)
+    for panel in layout.panels:
+        rows, cols = layout.panel_shape(panel)
+        margin = drawing.text_margin(cols)
+        drawn[panel.top:panel.top + rows, panel.left:panel.left + cols] = text_pixels(
+            panel.label, drawing.text_size(rows, cols), drawing.text_stroke(rows, cols), "lt", (rows, cols),
+            (margin, margin))
+        assert (drawn[panel.top:panel.top + rows, panel.left:panel.left + cols] > 128).sum() > 20
+    np.testing.assert_array_equal(picture, drawn)
+    assert not drawing.preview(tmp_path / "vol.mrc", contrast="range:0,1", magnify=True, size=600).any()
+
+    one = drawing.plan_layout((1, 12, 20, 28), axis="y", index=3)
+    assert [p.label for p in one.panels] == ["XZ y=3"]
+    assert [p.label for p in drawing.plan_layout((1, 12, 20, 28), projection="x").panels] == ["YZ mean"]
+    montage = drawing.plan_layout((1, 12, 20, 28), montage=True, every=5)
+    assert [p.label for p in montage.panels] == ["0", "5", "10"]
+    assert [p.label for p in drawing.plan_layout((4, 1, 20, 28), section=2).panels] == ["2"]
+    assert [p.label for p in drawing.plan_layout((1, 1, 20, 28)).panels] == [""]  # a lone image: nothing to say
+    stack = drawing.preview(tmp_path / "vol.mrc", labels=True, montage=True, every=5, contrast="range:0,1")
+    for panel in montage.panels:
+        rows, cols = montage.panel_shape(panel)
+        cell = stack[panel.top:panel.top + rows, panel.left:panel.left + cols]
+        np.testing.assert_array_equal(cell, text_pixels(panel.label, 12, 1, "lt", (rows, cols), (2, 2)))
+
+
 def test_spectrum_panel_and_colour(volume):
     path, data = volume
     picture = drawing.preview(path, axis="z", spectrum=True, contrast="minmax", cmap="fire")
@@ -471,3 +560,10 @@ def test_the_fitted_picture_is_within_size_and_minimal(depth, height, width, siz
     if layout.step > 1:  # one step less would not fit
         finer = drawing.plan_layout(shape, bin=layout.step - 1)
         assert max(finer.shape) > size
+    magnified = drawing.plan_layout(shape, size=size, magnify=True)
+    assert max(magnified.shape) <= size and magnified.step == layout.step
+    assert magnified.zoom == 1 or layout.step == 1
+    panels = len(magnified.panels)  # one row of panels: a value of every column m times, and the gaps
+    wider = (magnified.shape[1] - drawing.GAP * (panels - 1)) // magnified.zoom * (magnified.zoom + 1)
+    taller = magnified.shape[0] // magnified.zoom * (magnified.zoom + 1)
+    assert layout.step > 1 or max(taller, wider + drawing.GAP * (panels - 1)) > size  # the largest m that fits

@@ -341,6 +341,8 @@ def test_the_listing_says_what_the_headers_say(client, tmp_path, make_client):
     (root / "sub" / "deeper").mkdir(parents=True)
     write_mrc(root / "map.mrc", integers((5, 6, 7)), voxel_size=1.25)
     write_mrc(root / "sub" / "stack.mrcs", integers((3, 6, 7)), stack=True)
+    with mrcfile.new(root / "flat.mrc", integers((6, 7))) as f:
+        f.voxel_size = (2.0, 2.0, 0.0)  # x, y known; z (one section) not
     tifffile.imwrite(root / "image.tif", np.zeros((9, 11), np.uint16))
     (root / "notes.txt").write_text("not an image")
     (root / ".hidden.mrc").write_bytes((root / "map.mrc").read_bytes())
@@ -351,13 +353,15 @@ def test_the_listing_says_what_the_headers_say(client, tmp_path, make_client):
     listing = api.get("/v1/view/list").json()
     assert listing["folders"] == [{"name": "sub", "path": "sub"}] and not listing["truncated"]
     files = {f["name"]: f for f in listing["files"]}
-    assert sorted(files) == ["image.tif", "map.mrc", "notes.txt"]  # no hidden file, no link out of the root
+    assert sorted(files) == ["flat.mrc", "image.tif", "map.mrc", "notes.txt"]  # no hidden file, no link out of the root
     with mrcfile.open(root / "map.mrc") as f:
         assert files["map.mrc"].get("shape") == [1, *f.data.shape] and files["map.mrc"]["format"] == "mrc", files
         assert files["map.mrc"]["pixel_size"] == [float(f.voxel_size.z), float(f.voxel_size.y), float(f.voxel_size.x)]
     assert files["map.mrc"]["dtype"] == "float32" and files["map.mrc"]["bytes"] == (root / "map.mrc").stat().st_size
     assert files["image.tif"]["shape"] == [1, 1, *tifffile.imread(root / "image.tif").shape]
-    assert files["image.tif"]["pixel_size"] == [0.0, 0.0, 0.0]  # unknown stays unknown
+    # unknown stays unknown, as null where noa info says "unknown" (issue 40 item 11: it was [0.0, 0.0, 0.0])
+    assert files["image.tif"]["pixel_size"] is None
+    assert files["flat.mrc"]["pixel_size"] == [None, 2.0, 2.0]  # an image's z: unknown, not 0
     assert "notes.txt" in files["notes.txt"]["error"] and "shape" not in files["notes.txt"]
     assert str(root) not in json.dumps(listing)
     sub = api.get("/v1/view/list", params={"path": "sub"}).json()

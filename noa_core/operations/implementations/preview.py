@@ -18,17 +18,18 @@ from noa_core.operations.spec import Inputs, Options
 from noa_core.pictures import drawing, terminal
 
 
-def _drawing(options: Options) -> dict[str, Any]:
-    """What :func:`noa_core.pictures.drawing.plan_layout` and ``preview`` take from the options."""
+def _drawing(options: Options, *, text: bool = False) -> dict[str, Any]:
+    """What :func:`noa_core.pictures.drawing.plan_layout` and ``preview`` take from the options; ``text``: for a
+    terminal, whose picture is drawn a pixel a value at most (sized to the terminal)."""
     return {"section": options.section, "axis": options.slice, "index": options.index,
             "projection": options.projection, "montage": options.montage, "columns": options.columns,
-            "every": options.every or 1, "size": options.size, "bin": options.bin}
+            "every": options.every or 1, "size": options.size, "bin": options.bin, "magnify": not text}
 
 
-def _rendering(options: Options, pixel_size: float | None) -> dict[str, Any]:
-    return {**_drawing(options), "spectrum": options.spectrum, "contrast": options.contrast,
+def _rendering(options: Options, pixel_size: float | None, *, text: bool = False) -> dict[str, Any]:
+    return {**_drawing(options, text=text), "spectrum": options.spectrum, "contrast": options.contrast,
             "invert": options.invert, "cmap": options.cmap, "scale_bar": options.scale_bar,
-            "pixel_size": pixel_size, "flip_y": options.flip_y}
+            "pixel_size": pixel_size, "flip_y": options.flip_y, "labels": options.labels}
 
 
 def _checked(array, options: Options, path: Path, box: tuple[int, int] | None = None, *, text: bool = False):
@@ -37,7 +38,7 @@ def _checked(array, options: Options, path: Path, box: tuple[int, int] | None = 
     machine has."""
     drawing.parse_contrast(options.contrast)
     try:
-        layout = drawing.plan_layout(array.shape, **_drawing(options), box=box)
+        layout = drawing.plan_layout(array.shape, **_drawing(options, text=text), box=box)
     except ParameterError as exc:  # the library's `axis` is this operation's --slice
         if exc.param != "axis":
             raise
@@ -130,13 +131,16 @@ def _non_finite_notice(path: Path, drawn) -> str | None:
             "leaves them out (NaN is drawn black)")
 
 
-def show(path: Path, options: Options, columns: int, lines: int) -> Iterator[str]:
+def show(path: Path, options: Options, columns: int, lines: int) -> tuple[Iterator[str], list[str]]:
     """The picture of ``path`` drawn for a terminal of ``columns`` x ``lines`` characters (Unicode half
-    blocks in 24-bit colour, two pixels a character), fitting it unless --bin sets the scale; drawn before
-    the text's first piece is given."""
-    array, meta = Inputs([path], options).open(path)
-    box = (2 * max(1, lines - 2), max(1, columns))
-    rendering = _rendering(options, _pixel_size(options, meta, path))
-    _checked(array, options, path, box=None if options.bin else box, text=True)
-    picture = drawing.preview(array, **rendering, box=None if options.bin else box)
-    return terminal.half_blocks(picture)
+    blocks in 24-bit colour, two pixels a character), fitting it unless --bin sets the scale, and the notices a
+    written picture has (what reading the file said, the values not drawn to scale); drawn before the text's
+    first piece is given."""
+    inputs = Inputs([path], options)
+    array, meta = inputs.open(path, tiles=True)  # read only through the planes drawn (EER: fractions decoded)
+    box = None if options.bin else (2 * max(1, lines - 2), max(1, columns))
+    rendering = _rendering(options, _pixel_size(options, meta, path), text=True)
+    _checked(array, options, path, box=box, text=True)
+    drawn = drawing.draw(array, **rendering, box=box)
+    told = _non_finite_notice(path, drawn)
+    return terminal.half_blocks(drawn.pixels), [*inputs.notices, *([told] if told else [])]
