@@ -180,5 +180,10 @@ class ValueRangeError(NoaError, ValueError):
     """The data's values do not allow the operation: NaN or infinite values where finite ones are needed."""
 
 
+class PathRefusedError(NoaError, PermissionError):
+    """A path named inside a file (a particle file's stack) that the caller's rules refuse: outside the service's
+    data root, absolute, through a link out of it."""
+
+
 class SectionMismatchError(ShapeError):
     """Inputs to be stacked together (joined) differ in section size, depth or element type."""

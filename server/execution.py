@@ -7,10 +7,12 @@ Both doors end here: :func:`run_on_paths` for files under the data root (path ro
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from noa_core.errors import NoaError, UnknownFormatError, spelt
+from noa_core.errors import MissingFileError, NoaError, PathRefusedError, UnknownFormatError, spelt
 from noa_core.io import formats
 from noa_core.io.atomic import scratch_outputs
 from noa_core.operations import Writes
@@ -58,6 +60,10 @@ def plan(request: PathRequest, sandbox: Sandbox) -> Planned:
     for name, relative in _input_files(request).items():  # checked now too: a job refuses them on submission
         with _naming(name):
             sandbox.resolve(relative)
+    project_dir = getattr(request, "project_dir", None)
+    if project_dir is not None:
+        with _naming("project_dir"):
+            sandbox.resolve(project_dir)
     return Planned(request, [sandbox.resolve(p) for p in request.input_paths()],
                    None if output is None else sandbox.resolve(output), sandbox)
 
@@ -77,10 +83,12 @@ def _naming(name: str) -> Iterator[None]:
 
 
 def _run(params: OpParams, inputs: Sequence[Path], output: Path | None, max_voxels: int, *, overwrite: bool,
-         progress: Progress, dry_run: bool = False, stem: str | None = None) -> dict[str, Any]:
-    """Run ``params``' operation on files of this machine within the voxel limit (:func:`noa_core.run.execute`)."""
+         progress: Progress, dry_run: bool = False, stem: str | None = None,
+         projects: SandboxProjects | None = None) -> dict[str, Any]:
+    """Run ``params``' operation on files of this machine within the voxel limit (:func:`noa_core.run.execute`);
+    ``projects``: how paths named inside the inputs (a particle file's stacks) are opened (beneath the root)."""
     return execute(params.declaration, inputs, output, params.values(), limits=Limits(max_voxels=max_voxels),
-                   progress=progress, overwrite=overwrite, dry_run=dry_run, stem=stem)
+                   progress=progress, overwrite=overwrite, dry_run=dry_run, stem=stem, projects=projects)
 
 
 @dataclass(frozen=True)
@@ -206,9 +214,64 @@ def _run_on_paths(planned: Planned, inputs: list[Path], output: Path | None, max
     request = request.model_copy(update=files)  # the opened files, not the client's paths
     overwrite = getattr(request, "overwrite", False)  # reports write nothing
     result = _run(request, inputs, output, max_voxels, overwrite=overwrite, progress=progress,
-                  dry_run=getattr(request, "dry_run", False))
+                  dry_run=getattr(request, "dry_run", False), projects=SandboxProjects(planned.sandbox, names))
     # outputs named as the client names them; a report or an edit names its input as the client did
     return for_client(result if request.declaration.writes else {**result, "path": request.input_paths()[0]}, names)
+
+
+class SandboxProjects:
+    """The project folders of particle files over HTTP (:data:`noa_core.io.particles.Projects`): the data root, or
+    the folder under it ``project_dir`` names; every stack a file names is opened beneath the root as a request's
+    paths are (no absolute path, no '..', no link followed), and an output is named relative to the folder."""
+
+    def __init__(self, sandbox: Sandbox, names: ClientNames) -> None:
+        self.sandbox, self.names = sandbox, names
+
+    def __call__(self, project_dir: str | None) -> SandboxProject:
+        folder = ""
+        if project_dir is not None:
+            folder = self.names.text(project_dir).strip("/")  # an opened folder's link: its client name
+            try:
+                resolved = self.sandbox.resolve(folder)
+            except ProblemError as problem:
+                raise PathRefusedError(f"project_dir: {problem.detail}") from None
+            if not resolved.is_dir():
+                raise MissingFileError(f"project_dir: {folder}: no such folder")
+        return SandboxProject(self.sandbox, folder, self.names)
+
+
+@dataclass(frozen=True)
+class SandboxProject:
+    """One project folder under the data root (``folder`` as the client names it; '' for the root itself)."""
+
+    sandbox: Sandbox
+    folder: str
+    names: ClientNames
+
+    def open(self, name: str) -> int:
+        if PurePosixPath(name).is_absolute():
+            raise PathRefusedError(f"{name}: absolute paths are refused; name stacks relative to the project folder "
+                                   f"({self.folder or 'the data root'})")
+        relative = f"{self.folder}/{name}" if self.folder else name
+        try:
+            fd, _ = self.sandbox.open(relative)
+        except ProblemError as problem:
+            if problem.status == 404:
+                raise FileNotFoundError(errno.ENOENT, "No such file or directory") from None
+            raise PathRefusedError(problem.detail) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise IsADirectoryError(errno.EISDIR, "not a file")
+        return fd
+
+    def name_of(self, path: Path) -> str:
+        client = self.names.text(str(path)).lstrip("/")
+        if not self.folder:
+            return client
+        if not client.startswith(f"{self.folder}/"):
+            raise PathRefusedError(f"{client}: outside the project folder {self.folder}, whose paths a particle file "
+                                   "names; write the output in it")
+        return client[len(self.folder) + 1:]
 
 
 @dataclass(frozen=True)
@@ -273,23 +336,28 @@ def _zip(outputs: list[Path], archive: Path) -> None:
             packed.write(path, path.name)
 
 
-def _movie_format(path: Path):
-    """The movie format (EER) of the uploaded ``path``, or None: an image, or a file the operation reads itself
-    (an edit's text; what is not an image is refused by the operation that reads it, in its words)."""
+def _not_uploaded(path: Path):
+    """The format of the uploaded ``path`` when it is one an upload cannot be (an EER movie, a particle file), or
+    None: an image, or a file the operation reads itself (an edit's text; what is not an image is refused by the
+    operation that reads it, in its words)."""
     try:
         fmt = formats.detect(formats.check_input(path))[0]
     except NoaError:
         return None
-    return fmt if fmt in formats.MOVIES else None
+    return fmt if fmt in formats.MOVIES or fmt in formats.DATASETS else None
 
 
 def _run_on_saved(params: OpParams, inputs: list[Path], workdir: Path, out_format: str | None, max_voxels: int,
                   name: str, names: ClientNames) -> UploadResult | dict:
-    for path in inputs:  # movies (GBs, and no output format of their own) are read where they are
-        fmt = _movie_format(path)
-        if fmt is not None:
+    for path in inputs:  # movies (GBs) and particle files (naming stacks) are read where they are
+        fmt = _not_uploaded(path)
+        if fmt in formats.MOVIES:
             raise UnknownFormatError(f"{path}: format: {fmt.title} movies are not taken as uploads; put the movie "
                                      "under the service's data root and POST /v1/paths/NAME (or a job)")
+        if fmt is not None:
+            raise UnknownFormatError(f"{path}: format: a {fmt.title} names images in other files, which an upload "
+                                     "does not bring; put it and its stacks under the service's data root and POST "
+                                     "/v1/paths/NAME (or a job), with project_dir naming the project folder")
     return _UPLOADED[params.declaration.writes](params, inputs, workdir, out_format, max_voxels, name, names)
 
 

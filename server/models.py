@@ -19,7 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from noa_core.io import formats
 from noa_core.operations import (Choice, Edits, Flag, Integer, Integers, Name, Operation, Param, Real, Reals,
                                  Reports, Text)
-from noa_core.operations.spec import InputFile
+from noa_core.operations.spec import SERVER_PATHS, InputFile
 
 RelPath = Annotated[str, Field(min_length=1, max_length=1024, description="A path relative to the data root.")]
 Format = Literal[tuple(fmt.name for fmt in formats.FORMATS)]  # type: ignore[valid-type]
@@ -53,8 +53,8 @@ def _real(low: float | None, high: float | None) -> Any:
     return Annotated[float, Interval(ge=low, le=high), Field(allow_inf_nan=False)]
 
 
-def _field(param: Param) -> tuple[Any, Any]:
-    """``(annotation, FieldInfo)`` of one declared parameter."""
+def value_type(param: Param) -> Any:
+    """The type (with its bounds, lengths or words) of one declared parameter's value on the wire."""
     kind = param.type
     if isinstance(kind, Flag):
         annotation: Any = bool
@@ -75,10 +75,16 @@ def _field(param: Param) -> tuple[Any, Any]:
                                           pattern=kind.pattern)]
     elif isinstance(kind, Name):  # the grammar as the schema's pattern; read (canonical) by the declaration
         annotation = Annotated[str, Field(min_length=1, max_length=kind.max_length, pattern=kind.pattern)]
-    elif isinstance(kind, InputFile):  # resolved under the data root as inputs are (execution.plan)
+    elif isinstance(kind, SERVER_PATHS):  # resolved under the data root as inputs are (execution.plan)
         annotation = RelPath
     else:
         raise TypeError(f"parameter {param.name}: no HTTP form for {kind!r}")
+    return annotation
+
+
+def _field(param: Param) -> tuple[Any, Any]:
+    """``(annotation, FieldInfo)`` of one declared parameter."""
+    annotation = value_type(param)
     if param.required:
         return annotation, Field(description=param.help)
     if param.default is None:
@@ -108,9 +114,9 @@ def _pascal(name: str) -> str:
 @functools.cache
 def params_model(operation: Operation, *, uploads: bool = False) -> type[OpParams]:
     """The parameters of ``operation`` over HTTP; ``uploads``: the form of ``POST /v1/upload/NAME``, without the
-    parameters that name a file of the server (InputFile: an upload has no data root to find it in)."""
+    parameters that name a file or folder of the server (an upload has no data root to find them in)."""
     fields = {p.name: _field(p) for p in operation.params_for("http")
-              if not (uploads and isinstance(p.type, InputFile))}
+              if not (uploads and isinstance(p.type, SERVER_PATHS))}
     name = f"{_pascal(operation.name)}{'Upload' if uploads else ''}Params"
     model = create_model(name, __base__=OpParams, **fields)  # type: ignore[call-overload]
     model.declaration = operation

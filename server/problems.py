@@ -51,6 +51,7 @@ class ProblemError(Exception):
 # First match wins, so subclasses come before their bases.
 _NOA_ERRORS: list[tuple[type[Exception], int, str, str]] = [
     (errors.MissingFileError, 404, "file-not-found", "File or folder not found"),
+    (errors.PathRefusedError, 403, "path-refused", "Path refused"),
     (errors.OutputExistsError, 409, "output-exists", "Output exists"),
     (errors.NoSpaceError, 507, "no-space", "No space left for the output"),
     (errors.MemoryLimitError, 507, "insufficient-memory", "Not enough memory for the computation"),

@@ -7,7 +7,7 @@ results to the bit: the same conversions, statistics and expressions, written on
 (tests compare both paths' bytes for every operation and type). Above it, the numba kernels run, as
 before: parallel, fused, with bounded memory.
 
-The drivers choose (:func:`for_inputs`, :func:`for_size`); the computes ask :func:`numpy_path`.
+The drivers choose (:func:`for_size`, given :func:`noa_core.io.formats.input_bytes`); the computes ask :func:`numpy_path`.
 Outside a driver (``noa_core`` called from Python on Arrays) the kernels run. ``NOA_COMPUTE=numpy``
 or ``numba`` forces one path (``auto``, the default, chooses by size); ``noa --debug`` and the
 ``noa`` logger at DEBUG level say which path ran and why.
@@ -19,8 +19,7 @@ import contextlib
 import contextvars
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterator
 
 # Measured with benchmarks/bench_cli.py --crossover on 2 cores (3 rounds paired): whole `noa copy` and
 # `noa stats` processes on the NumPy path took 0.26-0.45x the numba path's time up to 32 MiB, 0.72-0.87x at
@@ -94,21 +93,3 @@ def for_size(nbytes: int | None, what: str = "") -> Iterator[str]:
     finally:
         _current.reset(token)
 
-
-def input_bytes(paths: Sequence[str | Path]) -> int | None:
-    """The bytes of the input files (None when one is a folder, a store, or cannot be read: not small)."""
-    total = 0
-    for path in paths:
-        try:
-            info = os.stat(path)
-        except OSError:
-            return None
-        if not os.path.isfile(path):
-            return None
-        total += info.st_size
-    return total
-
-
-def for_inputs(paths: Sequence[str | Path], what: str = "") -> contextlib.AbstractContextManager[str]:
-    """:func:`for_size` of the input files' bytes: planning (which may read statistics) and describing."""
-    return for_size(input_bytes(paths), what)

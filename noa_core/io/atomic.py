@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from noa_core.errors import MissingFileError, NoSpaceError, NotAFileError, OutputExistsError, param
@@ -369,6 +369,36 @@ class Placement:
                 os.rename(old, path)
             else:
                 _remove(path)
+
+
+def commit_together(outputs: Sequence[TemporaryOutput]) -> None:
+    """Give the temporary files of ``outputs`` (one folder tree, one file system) their final names all together,
+    or none of them (a particle file and its stack): each made durable first, then placed in order
+    (:class:`Placement`); on any failure, SIGTERM's included, what was placed is taken back, what it replaced
+    restored, and the temporaries removed. The outputs replaced are gone once all are placed."""
+    must_sync = durable()
+    for out in outputs:
+        os.chmod(out.temp, 0o666 & ~_UMASK)
+        if must_sync:
+            with open(out.temp, "rb+") as f:
+                os.fsync(f.fileno())
+    placement = Placement([(out.temp, out.path) for out in outputs], all(out.overwrite for out in outputs))
+    try:
+        placement.place()
+    except BaseException:
+        placement.undo()
+        for out in outputs:
+            out.abort()
+        raise
+    for out in outputs:  # each temporary's name now holds the output it replaced, if any
+        for leftover in (out.temp, _aside(out.temp)):
+            if os.path.lexists(leftover):
+                _remove(leftover)
+        out._unlock()
+        PLACED.append(out.path)
+    if must_sync:
+        for folder in dict.fromkeys(out.path.parent for out in outputs):
+            fsync_folder(folder)
 
 
 def _identity(path: Path) -> tuple[int, int]:

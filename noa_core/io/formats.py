@@ -12,6 +12,7 @@ input path gets before any format sees it, and the refusal of read options a for
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,16 @@ class _Registry(Sequence[ImageFormat]):
             entry = self._entries[index] = importlib.import_module(entry).FORMAT
         return entry
 
+    def __contains__(self, fmt: object) -> bool:
+        # A format whose module was never imported cannot be the one asked about: asking imports nothing (a
+        # particle file's module loads numba, which an MRC upload's refusal must not pay for).
+        for entry in self._entries:
+            if isinstance(entry, str):
+                entry = getattr(sys.modules.get(entry), "FORMAT", entry)
+            if entry is fmt:
+                return True
+        return False
+
     def __add__(self, other: Sequence[ImageFormat]) -> _Registry:
         return _Registry(*self._entries, *(other._entries if isinstance(other, _Registry) else other))
 
@@ -56,7 +67,14 @@ FORMATS = _Registry(mrc.FORMAT, "noa_core.io.tiff")
 MOVIES = _Registry("noa_core.io.eer")
 # Formats whose inputs and outputs are directories (a store of chunk files).
 STORES = _Registry("noa_core.io.omezarr")
-ALL_FORMATS = FORMATS + MOVIES + STORES
+# The extensions of DATASETS' formats (a test keeps them equal), known without importing them: the small files'
+# path must not load what a particle file needs.
+DATASET_EXTENSIONS = (".star", ".cs")
+# Data sets: files that name the images of other files (particle files: RELION STAR, cryoSPARC .cs). Read and
+# written through every door that names files on the server; never uploaded alone, so the service's upload mode
+# (which lists FORMATS) does not offer them.
+DATASETS = _Registry("noa_core.io.particles")
+ALL_FORMATS = FORMATS + MOVIES + STORES + DATASETS
 HEAD_BYTES = 1024  # what detection reads: every signature lies in the first kilobyte
 
 
@@ -71,7 +89,25 @@ def by_name(name: str) -> ImageFormat:
 def readable() -> _Registry:
     """Formats of one input file, in the order signatures are tried: :data:`FORMATS` with :data:`MOVIES` after
     MRC, before TIFF, which would claim their files (modules still imported only when reached)."""
-    return _Registry(*FORMATS._entries[:1], *MOVIES._entries, *FORMATS._entries[1:])
+    return _Registry(*FORMATS._entries[:1], *MOVIES._entries, *FORMATS._entries[1:], *DATASETS._entries)
+
+
+def input_bytes(paths: Sequence[str | os.PathLike]) -> int | None:
+    """The bytes of data the input files hold, from their sizes, for the choice of the NumPy path for small work
+    (:func:`noa_core.compute.compute_path.for_size`); None (not small) when one is a folder, a store, a file naming
+    data in other files (a particle file) or cannot be read."""
+    total = 0
+    for path in paths:
+        if Path(path).suffix.lower() in DATASET_EXTENSIONS:
+            return None
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
+        if not os.path.isfile(path):
+            return None
+        total += info.st_size
+    return total
 
 
 def check_input(path: str | os.PathLike) -> Path:
@@ -161,6 +197,9 @@ def output_format(path: Path) -> ImageFormat:
     for fmt in STORES:
         if path.name.lower().endswith(fmt.output_extensions):
             return fmt
+    for fmt in DATASETS:
+        if ext in fmt.output_extensions:
+            return fmt
     stores = " ".join(e for fmt in STORES for e in fmt.output_extensions)
     raise UnknownFormatError(f"{path}: extension: {ext or 'none'!r} is not one noa writes "
                              f"({' '.join(e for fmt in FORMATS for e in fmt.output_extensions)}), "
@@ -203,7 +242,7 @@ def strip_image_suffix(name: str) -> str:
 # -- reading through the formats --------------------------------------------------------------------
 
 
-def read(path: str | os.PathLike, *, mmap: bool = True, tiles: bool = False,
+def read(path: str | os.PathLike, *, mmap: bool = True, tiles: bool = False, projects: Any = None,
          **options: Any) -> tuple[Array, Metadata]:
     """Read a file of any registered format (found by :func:`detect`) as a BDHW array.
 
@@ -212,6 +251,8 @@ def read(path: str | os.PathLike, *, mmap: bool = True, tiles: bool = False,
         mmap: map uncompressed data read-only instead of loading it (the Array is then not writable).
         tiles: the array will be read only tile by tile by :func:`noa_core.io.mapped.read_view` (a plan's
             sources), so a format may make its data as the tiles ask (EER decodes fractions on demand).
+        projects: how the paths a file names (a particle file's stacks) are opened
+            (:data:`noa_core.io.particles.Projects`; None: as paths of this machine, relative to ``project_dir``).
         options: the read options of the file's format, by name: the fields of its dataclass in
             :mod:`noa_core.io.read_options` (MRC's stack or volume, TIFF's series, channel and level, OME-Zarr's
             channel and level, EER's grouping, upsampling and gain). None (or the option's default) asks for
@@ -221,22 +262,22 @@ def read(path: str | os.PathLike, *, mmap: bool = True, tiles: bool = False,
     Returns:
         The BDHW array (a permuted view when the file's axes are not Z, Y, X) and its metadata.
     """
-    fmt, p, request = _request(path, options, mmap=mmap, tiles=tiles)
+    fmt, p, request = _request(path, options, mmap=mmap, tiles=tiles, projects=projects)
     return fmt.read(p, request)
 
 
-def probe(path: str | os.PathLike, **options: Any) -> Probe:
+def probe(path: str | os.PathLike, *, projects: Any = None, **options: Any) -> Probe:
     """What :func:`read` would give, from the header alone: BDHW shape, strides, dtype and metadata.
 
     No data are read or decompressed (a compressed MRC: its first kilobyte and extended header), yet
     the header's sizes are checked against what the file can hold. Read options as for :func:`read`.
     """
-    fmt, p, request = _request(path, options)
+    fmt, p, request = _request(path, options, projects=projects)
     return fmt.probe(p, request)
 
 
 def _request(path: str | os.PathLike, options: Mapping[str, Any],
-             **how: bool) -> tuple[ImageFormat, Path, ReadRequest]:
+             **how: Any) -> tuple[ImageFormat, Path, ReadRequest]:
     """The format of the input ``path``, the path checked, and the request its read takes (the options given, as
     the format's read options)."""
     asked = read_options.given(options)  # names no format declares are refused before the file is looked at

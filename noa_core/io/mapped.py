@@ -23,7 +23,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -44,7 +44,19 @@ _PRIVATE: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()  # mappings of this pro
 # input mapping -> what writes a byte range into its file while read_view reads it (map_input's ``produce``)
 _PRODUCERS: weakref.WeakKeyDictionary[mmap.mmap, Callable[[int, int], contextlib.AbstractContextManager]] = \
     weakref.WeakKeyDictionary()
+# input mapping -> what reads its bytes from elsewhere (map_gathered's ``gather``): the mapping itself is never read
+_GATHERS: weakref.WeakKeyDictionary[mmap.mmap, Gather] = weakref.WeakKeyDictionary()
 PARALLEL_BYTES = 4 << 20  # smaller views are read by one thread
+
+
+class Gather(Protocol):
+    """The bytes of an array gathered from other files (a particle file's images from the stacks its rows name)."""
+
+    def read_into(self, buffer: memoryview, offset: int) -> bool:
+        """Fill ``buffer`` with the bytes from ``offset`` on; False when a file came back short."""
+
+    def close(self) -> None:
+        """Close the files it keeps open."""
 
 
 def _register(mm: mmap.mmap) -> None:
@@ -66,14 +78,15 @@ def spill_folder(path: Path, nbytes: int, fields: str, doing: str) -> str:
 
 def map_input(path: Path, offset: int, dtype: np.dtype, count: int, *, private: bool = False,
               fd: int | None = None,
-              produce: Callable[[int, int], contextlib.AbstractContextManager] | None = None) -> np.ndarray:
+              produce: Callable[[int, int], contextlib.AbstractContextManager] | None = None,
+              gather: Gather | None = None) -> np.ndarray:
     """A read-only 1-d view of ``count`` items of ``dtype`` at byte ``offset`` of ``path``; ``private``: a
     temporary file of this process (decompressed data) that no other process can map by its path;
     ``fd``: that file already open (an unlinked temporary), mapped instead of ``path``, which then only
     names it in messages; ``produce(first, stop)``: a context manager :func:`read_view` enters around its
     reading of bytes ``first .. stop-1``, which writes them into the file first and keeps them there until
     the reading ends (data made as tiles ask for them: the array must then be read through :func:`read_view`
-    only)."""
+    only); ``gather``: what :func:`read_view` reads the bytes from instead of the file (see :func:`map_gathered`)."""
     if fd is not None:
         fd = os.dup(fd)
     else:
@@ -90,8 +103,21 @@ def map_input(path: Path, offset: int, dtype: np.dtype, count: int, *, private: 
         _PRIVATE.add(mm)
     if produce is not None:
         _PRODUCERS[mm] = produce
+    if gather is not None:
+        _GATHERS[mm] = gather
+        weakref.finalize(mm, gather.close)
     weakref.finalize(mm, os.close, fd)
     return np.frombuffer(mm, dtype=dtype, count=count, offset=offset)
+
+
+def map_gathered(path: Path, dtype: np.dtype, count: int, gather: Gather) -> np.ndarray:
+    """A read-only 1-d array of ``count`` items of ``dtype`` whose bytes ``gather`` reads from other files when
+    :func:`read_view` asks (a tile's runs), straight into the tile's buffer: the array views a sparse unlinked
+    file that holds no data and takes no disk, so it must be read through :func:`read_view` only, as the tile
+    engine reads its sources. ``path`` names it in messages."""
+    with tempfile.TemporaryFile(prefix="noa-", suffix=".gathered") as placeholder:
+        os.ftruncate(placeholder.fileno(), max(count * np.dtype(dtype).itemsize, 1))
+        return map_input(path, 0, dtype, count, private=True, fd=placeholder.fileno(), gather=gather)
 
 
 _SCRATCH = threading.local()
@@ -174,8 +200,12 @@ def read_view(array: np.ndarray, slot: int = 0, into: np.ndarray | None = None) 
                for index in np.ndindex(*(array.shape[i] for i in outer))]
     view = memoryview(buffer)
 
+    gather = _GATHERS.get(mm)
+
     def read_runs(first: int, stop: int) -> bool:
         """Read runs ``first..stop-1``; False when one came back short."""
+        if gather is not None:
+            return all(gather.read_into(view[run * span:(run + 1) * span], offsets[run]) for run in range(first, stop))
         return all(os.preadv(fd, [view[run * span:(run + 1) * span]], offsets[run]) == span
                    for run in range(first, stop))
 
@@ -191,6 +221,8 @@ def read_view(array: np.ndarray, slot: int = 0, into: np.ndarray | None = None) 
             batches = min(runs, 4 * threads)
             bounds = [runs * b // batches for b in range(batches + 1)]
             complete = read_runs(0, runs) if batches == 1 else all(pool.map(read_runs, bounds[:-1], bounds[1:]))
+    if not complete and gather is not None:
+        raise TruncatedFileError(f"{path}: a file it names changed size while being read")
     if not complete:
         raise TruncatedFileError(f"{path}: data: the file changed size while being read (it holds "
                                  f"{os.fstat(fd).st_size} bytes now)")

@@ -1,7 +1,9 @@
 """What a file says about its array, and how that follows the array through permute and broadcast.
 
 :class:`Metadata` is the header every format shares; fields only one format has live in that
-format's part of it (:attr:`Metadata.mrc`, defined in :mod:`noa_core.io.mrc`).
+format's part of it (:attr:`Metadata.mrc`, defined in :mod:`noa_core.io.mrc`), and the rows of a particle file
+read as a stack in :attr:`Metadata.particles` (:mod:`noa_core.io.particles`): both follow the sections an
+operation keeps.
 
 Per-axis values (pixel size, origin, and the MRC start index, sampling and cell angle) are kept for
 the depth, height and width axes only, in that order (Z, Y, X in MRC terms): the batch axis has no
@@ -92,6 +94,9 @@ class Metadata:
         axes: how the file's axes map to BDHW, in words.
         mrc: the MRC-only header fields (mode, start, sampling, ..., extended header), None when
             the source was not an MRC file.
+        particles: the rows of the particle file each section is the image of
+            (:class:`noa_core.io.particles.ParticleRows`, or why they no longer are), None when the source
+            was not a particle file.
         path: the file read (None for derived metadata).
         series: TIFF series read.
         notices: things the user should know (dropped fields, series choice, transposed views...).
@@ -109,6 +114,7 @@ class Metadata:
     order: str | None = None
     axes: str = ""
     mrc: FormatFields | None = None
+    particles: FormatFields | None = None
     path: str | None = None
     series: int | None = None
     notices: list[str] = field(default_factory=list)
@@ -133,6 +139,8 @@ class Metadata:
                             origin=permute_per_axis(self.origin, 0.0, perm4))
         if self.mrc is not None:
             out.mrc = self.mrc.permute(perm4, out.notices)
+        if self.particles is not None:
+            out.particles = self.particles.permute(perm4, out.notices)
         return out
 
     def broadcast(self, shape: int | Sequence[int]) -> Metadata:
@@ -142,6 +150,8 @@ class Metadata:
         out = self._derived(target)
         if self.mrc is not None:
             out.mrc = self.mrc.broadcast(self.shape, target, out.notices)
+        if self.particles is not None:
+            out.particles = self.particles.broadcast(self.shape, target, out.notices)
         return out
 
     def derived(self, shape: Sequence[int], *, pixel_size: Sequence[float] | None = None,
@@ -157,15 +167,25 @@ class Metadata:
             out.origin = tuple(float(o) for o in origin)
         if out.mrc is not None:
             out.mrc = out.mrc.resized(self.shape, target, grown_axes)
+        if out.particles is not None:
+            out.particles = out.particles.resized(self.shape, target, grown_axes)
         return out
 
-    def with_sections(self, source: Metadata, picks: Picks, why: str = "", pixel_scale: float = 1.0) -> Metadata:
+    def with_sections(self, source: Metadata, picks: Picks, why: str = "", pixel_scale: float = 1.0,
+                      merged: int = 1) -> Metadata:
         """This metadata (of an output) with the extended-header records of ``source``'s stored sections
         ``picks`` (:func:`stored_sections`), or, with ``picks`` None, without them because ``why``; FEI pixel
-        sizes scaled by ``pixel_scale`` (a binning). The one rule for every operation that picks sections."""
+        sizes scaled by ``pixel_scale`` (a binning); ``merged``: each output section is made of that many input
+        sections (an average of a group keeps its first one's record, but is no particle's image any more).
+        The one rule for every operation that picks sections."""
         if self.mrc is not None:
             self.mrc = self.mrc.take_sections(source.shape[0] * source.shape[1], source.order, picks, why,
                                               pixel_scale, self.notices)
+        if source.particles is not None:
+            rows_of = None if merged > 1 else picks
+            self.particles = source.particles.take_sections(source.shape[0] * source.shape[1], source.order, rows_of,
+                                                            why or f"each section merges {merged} of its input",
+                                                            pixel_scale, self.notices)
         return self
 
     def section_part(self, axis: int, start: int, stop: int) -> Metadata:
@@ -189,6 +209,9 @@ class Metadata:
         if out.mrc is not None:
             parts = [(m.mrc, m.shape[0] * m.shape[1], m.order, name) for m, name in zip(metas, names)]
             out.mrc = out.mrc.joined(parts, out.notices)
+        if out.particles is not None:
+            rows = [(m.particles, m.shape[0] * m.shape[1], m.order, name) for m, name in zip(metas, names)]
+            out.particles = out.particles.joined(rows, out.notices)
         return out
 
     def with_pixel_size(self, pixel_size: Sequence[float]) -> Metadata:
@@ -207,7 +230,14 @@ class Metadata:
         out = self._derived(target, pixel_size=tuple(float(p) for p in pixel_size))
         if self.mrc is not None:
             out.mrc = self.mrc.broadcast(self.shape, target, out.notices)
+        if self.particles is not None:  # each image resampled: still the particles' images
+            out.particles = self.particles.resized(self.shape, target)
         return out
+
+    def width_pixel_size(self) -> float | None:
+        """The width axis' pixel size in Å, which the Fourier operations take for every axis (None: unknown)."""
+        pixel, _, _ = self.in_angstrom()
+        return pixel[2] if pixel[2] > 0 else None
 
     def in_angstrom(self) -> tuple[Triple, Triple, str | None]:
         """Pixel size and origin in Ångström, and a notice when the unit could not be converted."""

@@ -297,6 +297,26 @@ def data_bytes(header: np.record) -> int:
     return nx * ny * nz * np.dtype(_MODE_DTYPES[mode]).itemsize * (2 if mode == 3 else 1)
 
 
+def stack_layout(path: Path, header: np.record, file_size: int) -> tuple[int, np.dtype, int, int, int, float]:
+    """Where the sections of a stack lie, for reading them one by one (a particle file's images): the byte offset
+    of the first, the stored element type (in the file's byte order), how many, their height and width, and the
+    pixel size (Å, 0 when unknown). Refuses what is not a plain stack of sections: sections stored in another
+    axis order, modes without a NumPy type (3, 101), fewer bytes than the header promises."""
+    mode = int(header["mode"])
+    if (int(header["mapc"]), int(header["mapr"]), int(header["maps"])) != (1, 2, 3):
+        raise AxisMappingError(f"{path}: mapc/mapr/maps: the sections are not stored row by row (1, 2, 3); "
+                               "noa reads such stacks whole, not as a particle file's images")
+    if mode in (3, 101):
+        raise UnsupportedModeError(f"{path}: mode: {mode} (packed) is not a mode of particle images")
+    offset = HEADER_BYTES + int(header["nsymbt"])
+    if file_size < offset + data_bytes(header):
+        raise TruncatedFileError(f"{path}: nx/ny/nz/mode: the header promises {offset + data_bytes(header)} bytes, "
+                                 f"the file holds {file_size}")
+    nx, ny, nz = (int(header[k]) for k in ("nx", "ny", "nz"))
+    pixel = _pixel_size(float(header["cella"]["x"]), int(header["mx"]))
+    return offset, _file_dtype(header), nz, ny, nx, pixel
+
+
 def _imod_flags(header: np.record) -> int | None:
     """IMOD's flags when the header carries IMOD's stamp, else None."""
     extra = bytes(header["extra2"])
@@ -802,6 +822,7 @@ class MrcFormat:
     compressed_input = True
     header_statistics = True
     store = False
+    indexed = False
     read_options = MrcReadOptions
     lacking: Mapping[str, str] = {"series": "MRC files hold one series"}
 

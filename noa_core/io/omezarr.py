@@ -996,6 +996,7 @@ class OmeZarrFormat:
     compressed_input = False
     header_statistics = False  # NGFF has no header statistics
     store = True
+    indexed = False
     read_options = OmeZarrReadOptions
     lacking: Mapping[str, str] = {"as_stack/as_volume": "OME-Zarr axes name their meaning",
                                   "series": "OME-Zarr stores have no series"}

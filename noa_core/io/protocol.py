@@ -16,7 +16,7 @@ What every format promises is tested once, by the conformance suite ``tests/io/c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -47,12 +47,16 @@ class ReadRequest(Generic[OptionsT]):
         tiles: the caller reads the array only tile by tile, through :func:`noa_core.io.mapped.read_view` (a
             plan's sources): a format may then make its data as the tiles ask for them (EER decodes fractions
             on demand instead of all first).
+        projects: how the paths named inside a file (a particle file's stacks) are opened: the project of a
+            ``project_dir`` read option (:data:`noa_core.io.particles.Projects`); None: folders of this machine.
+            The service passes one that keeps them beneath its data root.
     """
 
     options: OptionsT
     compression: str | None = None
     mmap: bool = True
     tiles: bool = False
+    projects: Any = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,8 @@ class ImageFormat(Protocol):
         header_statistics: whether :meth:`finish` writes statistics (the Writer computes them then).
         store: whether its files are directories of chunks (a :class:`StoreFormat`, listed in
             :data:`noa_core.io.formats.STORES`) rather than one file.
+        indexed: whether its files index data kept in another file beside them (an :class:`IndexedFormat`:
+            particle files, whose images are an MRC stack).
         read_options: the frozen dataclass of the read options it takes (:mod:`noa_core.io.read_options`, where
             it is listed too): :meth:`read` and :meth:`probe` get one in ``request.options``; any other option
             given is refused before they are called.
@@ -150,6 +156,7 @@ class ImageFormat(Protocol):
     compressed_input: bool
     header_statistics: bool
     store: bool
+    indexed: bool
     read_options: type
     lacking: Mapping[str, str]
 
@@ -190,3 +197,17 @@ class StoreFormat(ImageFormat, Protocol):
     def tiles(self, region: Any) -> Any:
         """The tile target of ``region`` (a :class:`noa_core.io.stream.Region` of a store): ``buffer(key, slot)``,
         ``write(key, buffer)``, ``sync()`` and ``close()``, as :class:`noa_core.io.stream.TileFile`."""
+
+
+class IndexedFormat(ImageFormat, Protocol):
+    """A format whose file names data kept in another file beside it (particle files: a STAR or .cs naming the
+    sections of an MRC stack). ``indexed`` is True; a :class:`~noa_core.io.stream.Writer` fills the data file
+    (:meth:`data_path`, laid out by :meth:`create` and :meth:`finish`), then writes the index (:meth:`written`),
+    and places both together or neither."""
+
+    def data_path(self, path: Path) -> Path:
+        """Where the data of the output ``path`` go."""
+
+    def written(self, spec: OutputSpec) -> Callable[[Path], list[bytes | np.ndarray]]:
+        """What the index ``spec.path`` will hold once its data file has a name: a function of that name (the
+        bytes, in pieces). Raises, before any data are computed, when ``spec`` cannot be indexed."""

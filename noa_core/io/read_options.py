@@ -73,8 +73,16 @@ class EerReadOptions:
         return self.gain_rotate or 0
 
 
+@dataclass(frozen=True)
+class ParticleReadOptions:
+    """Particle files (:mod:`noa_core.io.particles`, RELION STAR and cryoSPARC .cs): the project folder the paths
+    of their rows are relative to (None: the current folder, where RELION and cryoSPARC run)."""
+
+    project_dir: str | None = _option(None, "particle rows")
+
+
 # Every format's read options, in the order the doors list them (a test keeps this equal to the formats' own).
-READ_OPTIONS = (MrcReadOptions, TiffReadOptions, OmeZarrReadOptions, EerReadOptions)
+READ_OPTIONS = (MrcReadOptions, TiffReadOptions, OmeZarrReadOptions, EerReadOptions, ParticleReadOptions)
 
 
 def fields() -> dict[str, dataclasses.Field]:

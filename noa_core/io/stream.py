@@ -165,7 +165,9 @@ class Writer:
     with :func:`copy_into`, :meth:`write_block`, or directly; on a clean exit the header statistics
     are completed and the file is renamed into place; on an exception nothing is left behind.
     Do not keep ``array`` after the ``with`` block. The format (from the extension) lays out the file
-    and writes its header; the Writer maps, fills and commits it.
+    and writes its header; the Writer maps, fills and commits it. An indexed format's output (a particle
+    file) is its data file (``data_path``, the stack) filled the same way, then the index naming it, the two
+    placed together.
     """
 
     def __init__(self, path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata: Metadata | None,
@@ -174,6 +176,9 @@ class Writer:
         # a store (OME-Zarr: a directory) is refused or replaced as a directory, never as a file
         self.path = atomic.check_output(path, overwrite, directory=formats.names_store(path))
         self.format = formats.output_format(self.path)
+        # where the data go: the file itself, or the data file an index names (a particle file's stack)
+        self.data_path = atomic.check_output(self.format.data_path(self.path), overwrite) if self.format.indexed \
+            else self.path
         self.shape = layout.as_shape4(shape)
         self.dtype = np.dtype(dtype)  # what the file stores, once created (MRC widens uint8)
         self.values_dtype = self.dtype  # the type values are converted to, whatever the file stores
@@ -200,7 +205,7 @@ class Writer:
     # -- life cycle ------------------------------------------------------------------------------
 
     def __enter__(self) -> Writer:
-        self._temp = atomic.TemporaryOutput(self.path, self._overwrite)
+        self._temp = atomic.TemporaryOutput(self.data_path, self._overwrite)
         try:
             self._open()
         except BaseException:
@@ -257,7 +262,22 @@ class Writer:
         # No msync: on Linux the fsync of the commit writes back the pages dirtied through the mapping
         # too (they are dirty in the page cache), and a second pass over them cost a quarter of a copy.
         self._release_mapping()
-        self._temp.commit()
+        if self.format.indexed:
+            self._commit_with_index()
+        else:
+            self._temp.commit()
+
+    def _commit_with_index(self) -> None:
+        """Write the index naming the data file (a particle file naming its stack) and place both together."""
+        index = atomic.TemporaryOutput(self.path, self._overwrite)
+        try:
+            with open(index.temp, "wb") as f:
+                for piece in self.format.written(self._spec)(self.data_path):
+                    f.write(memoryview(piece))
+        except BaseException:
+            index.abort()
+            raise
+        atomic.commit_together([self._temp, index])
 
     def _discard(self) -> None:
         self._release_mapping()

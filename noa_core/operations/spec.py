@@ -270,7 +270,22 @@ class InputFile:
         return str(value)
 
 
-ParamType = Flag | Integer | Integers | Real | Reals | Choice | Text | Name | InputFile
+@dataclass(frozen=True)
+class ProjectFolder:
+    """The folder the paths named inside an input are relative to (a particle file's project folder). The CLI and
+    Python take it as given; the service takes a path relative to its data root and opens every path named inside
+    a file beneath it (:class:`noa_server.sandbox.Sandbox`), and refuses it with uploads."""
+
+    max_length: int = 4096
+
+    def check(self, name: str, value: Any) -> str:
+        return InputFile(self.max_length).check(name, value)
+
+
+# Parameters that name files or folders of the machine the operation runs on: the service resolves them under
+# its data root, and an upload (which has none) does not take them.
+SERVER_PATHS = (InputFile, ProjectFolder)
+ParamType = Flag | Integer | Integers | Real | Reals | Choice | Text | Name | InputFile | ProjectFolder
 Door = Literal["cli", "http"]
 
 
@@ -370,7 +385,10 @@ GAIN_FLIP_Y = _read_option("gain_flip_y", Flag(), "EER: turn the gain upside dow
 GAIN_ROTATE = _read_option("gain_rotate", Integer(0, 3), "EER: rotate the gain N x 90 degrees clockwise with row 0 "
                            "at the top (relion_display's view), as RELION's --gain_rot N and MotionCor2's -RotGain N.")
 EER_READING = (EER_GROUP, EER_GROUP_LAST, EER_UPSAMPLING, GAIN, GAIN_FLIP_Y, GAIN_ROTATE)
-READING = (AS_STACK, SERIES, CHANNEL, LEVEL, *EER_READING)
+PROJECT_DIR = _read_option("project_dir", ProjectFolder(), "Particle files (RELION .star, cryoSPARC .cs): the "
+                           "project folder their rows' paths are relative to (default: the current folder, where "
+                           "RELION and cryoSPARC run; over HTTP: the data root, or a folder under it).")
+READING = (AS_STACK, SERIES, CHANNEL, LEVEL, *EER_READING, PROJECT_DIR)
 DEVICE = Param("device", Choice(("cpu", "cuda")), "Where kernels run: cpu or cuda.", default="cpu",
                doors=frozenset({"cli"}))
 
@@ -451,8 +469,7 @@ class Options(Mapping[str, Any]):
         """The input's pixel size in Å: ``angpix`` when given, else the header's width axis (None: unknown)."""
         if self.get("angpix") is not None:
             return self.angpix
-        pixel, _, _ = meta.in_angstrom()
-        return pixel[2] if pixel[2] > 0 else None
+        return meta.width_pixel_size()
 
     def reading(self) -> dict[str, Any]:
         """How inputs are read, as :func:`noa_core.io.read` takes it (MRC stack or volume, TIFF series, channel and
@@ -462,17 +479,19 @@ class Options(Mapping[str, Any]):
         eer = {param.name: self.get(param.name) for param in EER_READING
                if self.get(param.name) not in (None, False, param.default)}
         return {"as_stack": as_stack is True or None, "as_volume": as_stack is False or None,
-                **{param.name: self.get(param.name) for param in (SERIES, CHANNEL, LEVEL)}, **eer}
+                **{param.name: self.get(param.name) for param in (SERIES, CHANNEL, LEVEL, PROJECT_DIR)}, **eer}
 
 
 class Inputs(Sequence[Path]):
-    """The input files of one call (a, b, c, ... in order) and how they are read (the call's options):
-    :meth:`open` reads one, lazily, and keeps what the reading said in :attr:`notices` (frames an EER grouping
-    dropped, the TIFF series chosen) for the caller to hand on with the output."""
+    """The input files of one call (a, b, c, ... in order) and how they are read (the call's options, and the
+    ``projects`` that open the paths a particle file names: :data:`noa_core.io.particles.Projects`, None for this
+    machine's folders): :meth:`open` reads one, lazily, and keeps what the reading said in :attr:`notices`
+    (frames an EER grouping dropped, the TIFF series chosen) for the caller to hand on with the output."""
 
-    def __init__(self, paths: Sequence[str | Path], options: Options) -> None:
+    def __init__(self, paths: Sequence[str | Path], options: Options, projects: Any = None) -> None:
         self.paths = [Path(p) for p in paths]
         self.reading = options.reading()
+        self.projects = projects
         self.notices: list[str] = []
 
     def __getitem__(self, index):  # type: ignore[override]
@@ -484,7 +503,7 @@ class Inputs(Sequence[Path]):
     def open(self, path: str | Path, tiles: bool = False) -> tuple[Array, Metadata]:
         """``path`` read lazily, header first; ``tiles``: a plan's source, read only tile by tile
         (:func:`noa_core.io.read`)."""
-        array, meta = io.read(path, tiles=tiles, **self.reading)
+        array, meta = io.read(path, tiles=tiles, projects=self.projects, **self.reading)
         self.notices.extend(n for n in meta.notices if n not in self.notices)
         return array, meta
 
@@ -497,7 +516,7 @@ class Inputs(Sequence[Path]):
 
     def probe(self, path: str | Path) -> Probe:
         """What :meth:`open` would give, from the header alone (no data read or decompressed)."""
-        return io.probe(path, **self.reading)
+        return io.probe(path, projects=self.projects, **self.reading)
 
 
 def _told(plan: Plan, notices: list[str]) -> Plan:
@@ -629,8 +648,9 @@ class Writes(Operation):
             values -> ``(extension, media type)`` of that file, or None for an image; the doors name outputs they
             choose with it (upload results, ``--out-dir``).
         show: where the output can also be drawn on the terminal (a CLI-only flag ``terminal``: ``noa NAME IN
-            --terminal``, no OUT): ``(path, options, columns, lines) -> text`` printed for each input, in pieces
-            (a picture's text is written a band of lines at a time).
+            --terminal``, no OUT): ``(path, options, columns, lines) -> (text, notices)``: the text printed for
+            each input, in pieces (a picture's text is written a band of lines at a time), and the notices a written
+            output would have.
         query: a :class:`Query` it answers with no file (``noa NAME --PARAM VALUE``).
         image_output: the output may be an image file; False where it never is (a picture: ``noa preview``), so
             the options of image outputs (:data:`OUTPUT`) are not offered.
@@ -641,7 +661,7 @@ class Writes(Operation):
     plan: PlanFunction
     chooses_format: bool = False
     text_output: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None = None
-    show: Callable[[Path, Options, int, int], Iterator[str]] | None = None
+    show: Callable[[Path, Options, int, int], tuple[Iterator[str], list[str]]] | None = None
     query: Query | None = None
     image_output: bool = True
 
@@ -651,10 +671,11 @@ class Writes(Operation):
         super().__post_init__()
 
     def task(self, values: Mapping[str, Any] | None = None, *, shared: Sequence[str | Path] = (),
-             **more: Any) -> FileTask:
-        """A :class:`FileTask` of this operation with checked options; ``shared`` are the inputs b, c, ..."""
+             projects: Any = None, **more: Any) -> FileTask:
+        """A :class:`FileTask` of this operation with checked options; ``shared`` are the inputs b, c, ...;
+        ``projects`` open the paths particle files name (:class:`Inputs`)."""
         self.check_inputs(len(shared) + 1)
-        return FileTask(self, self.options(values, **more), tuple(Path(p) for p in shared))
+        return FileTask(self, self.options(values, **more), tuple(Path(p) for p in shared), projects)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -673,9 +694,9 @@ class WritesSeveral(Operation):
         self._with_output_params()
         super().__post_init__()
 
-    def task(self, values: Mapping[str, Any] | None = None, **more: Any) -> FileTask:
-        """A :class:`FileTask` of this operation with checked options."""
-        return FileTask(self, self.options(values, **more))
+    def task(self, values: Mapping[str, Any] | None = None, *, projects: Any = None, **more: Any) -> FileTask:
+        """A :class:`FileTask` of this operation with checked options (``projects``: see :class:`Inputs`)."""
+        return FileTask(self, self.options(values, **more), projects=projects)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -692,13 +713,13 @@ class Reports(Operation):
         """The report on ``path`` (a list of paths when it reads several): its JSON-ready result."""
         return self.run_report(path, self.options(values, **more))
 
-    def run_report(self, path: str | Path | Sequence[str | Path], options: Options) -> dict:
+    def run_report(self, path: str | Path | Sequence[str | Path], options: Options, projects: Any = None) -> dict:
         """The report on ``path`` with checked ``options``, computed on the path its size calls for
-        (:mod:`noa_core.compute.compute_path`)."""
+        (:mod:`noa_core.compute.compute_path`); ``projects``: see :class:`Inputs`."""
         paths = [Path(p) for p in path] if self.max_inputs > 1 else [Path(path)]  # type: ignore[arg-type]
         self.check_inputs(len(paths))
-        with compute.compute_path.for_inputs(paths, self.name):
-            return self.report(Inputs(paths, options), options)
+        with compute.compute_path.for_size(io.formats.input_bytes(paths), self.name):
+            return self.report(Inputs(paths, options, projects), options)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -739,6 +760,7 @@ class FileTask:
     operation: Writes | WritesSeveral
     options: Options
     shared: tuple[Path, ...] = ()
+    projects: Any = None  # how the paths particle files name are opened (see Inputs); picklable for Dask
 
     @property
     def name(self) -> str:
@@ -759,16 +781,17 @@ class FileTask:
     def plan(self, src: str | Path) -> Plan:
         """What the pair whose input is ``src`` writes, from the headers (no data is read)."""
         assert isinstance(self.operation, Writes)
-        inputs = Inputs(self.inputs(src), self.options)
-        with compute.compute_path.for_inputs(inputs, f"planning {self.name}"):  # plans may read statistics
+        inputs = Inputs(self.inputs(src), self.options, self.projects)
+        # plans may read statistics: on the path the inputs' size calls for
+        with compute.compute_path.for_size(io.formats.input_bytes(inputs), f"planning {self.name}"):
             plan = self.operation.plan(inputs, self.options)
         return self._reading_all(src, self._with_pixel_size(_told(plan, inputs.notices)))
 
     def plans(self, src: str | Path) -> list[tuple[str, Plan]]:
         """The outputs of an operation writing several files from ``src``: (name suffix, plan) each."""
         assert isinstance(self.operation, WritesSeveral)
-        inputs = Inputs(self.inputs(src), self.options)
-        with compute.compute_path.for_inputs(inputs, f"planning {self.name}"):
+        inputs = Inputs(self.inputs(src), self.options, self.projects)
+        with compute.compute_path.for_size(io.formats.input_bytes(inputs), f"planning {self.name}"):
             planned = self.operation.plans(inputs, self.options)
         if planned:  # told once, with the first output
             _told(planned[0][1], inputs.notices)

@@ -52,17 +52,19 @@ class Call:
     overwrite: bool
     dry_run: bool
     stem: str | None
+    projects: Any
 
     def probe_inputs(self) -> None:
         """Refuse inputs over the voxel limit from their headers, before planning decompresses or maps anything."""
         if self.limits.max_voxels is not None and self.operation.reads_data:
-            reading = Inputs(self.inputs, self.options)
+            reading = Inputs(self.inputs, self.options, self.projects)
             check_voxels([reading.probe(path).shape for path in self.inputs], self.limits.max_voxels)
 
 
 def execute(operation: Operation, inputs: Sequence[PathLike], output: PathLike | None = None,
             values: Mapping[str, Any] | None = None, *, limits: Limits = NO_LIMITS, progress: Progress | None = None,
-            overwrite: bool = False, dry_run: bool = False, stem: str | None = None) -> dict[str, Any]:
+            overwrite: bool = False, dry_run: bool = False, stem: str | None = None,
+            projects: Any = None) -> dict[str, Any]:
     """Run ``operation`` on ``inputs`` (a, b, c, ... in order) with the parameter ``values``; return its
     JSON-ready result.
 
@@ -74,6 +76,8 @@ def execute(operation: Operation, inputs: Sequence[PathLike], output: PathLike |
         progress: ``progress(done, total)`` after each tile of a written output.
         overwrite: replace outputs that exist.
         dry_run: an edit says what it would change and changes nothing.
+        projects: how the paths particle files name are opened (:data:`noa_core.io.particles.Projects`; None:
+            this machine's folders, relative to the ``project_dir`` option). The service keeps them in its root.
 
     Returns:
         a report's or an edit's result; ``{"output", "notices"}`` for an output written;
@@ -84,7 +88,7 @@ def execute(operation: Operation, inputs: Sequence[PathLike], output: PathLike |
     """
     options = operation.options(values)
     call = Call(operation, options, [Path(p) for p in inputs], None if output is None else Path(output), limits,
-                progress, overwrite, dry_run, stem)
+                progress, overwrite, dry_run, stem, projects)
     run = _KINDS.get(type(operation)) or next(run for kind, run in _KINDS.items() if isinstance(operation, kind))
     return run(call)
 
@@ -95,7 +99,7 @@ def _writes(call: Call) -> dict[str, Any]:
     if call.output is None:
         raise ParameterError(f"{operation.name}: writes a file; give the output", "output")
     call.probe_inputs()
-    task = operation.task(call.options, shared=call.inputs[1:])
+    task = operation.task(call.options, shared=call.inputs[1:], projects=call.projects)
     with output_voxel_limit(call.limits.max_voxels):  # refused while planning, before lists sized by the output
         plan = task.plan(call.inputs[0])
     if call.limits.max_voxels is not None:
@@ -110,7 +114,7 @@ def _writes_several(call: Call) -> dict[str, Any]:
     if call.output is None:
         raise ParameterError(f"{operation.name}: writes several files; give their folder", "output")
     call.probe_inputs()
-    task = operation.task(call.options)
+    task = operation.task(call.options, projects=call.projects)
     with output_voxel_limit(call.limits.max_voxels):
         planned = task.plans(call.inputs[0])
     if call.limits.max_voxels is not None:
@@ -124,7 +128,8 @@ def _reports(call: Call) -> dict[str, Any]:
     operation = call.operation
     assert isinstance(operation, Reports)
     call.probe_inputs()
-    return operation.run_report(call.inputs if operation.max_inputs > 1 else call.inputs[0], call.options)
+    return operation.run_report(call.inputs if operation.max_inputs > 1 else call.inputs[0], call.options,
+                                call.projects)
 
 
 def _edits(call: Call) -> dict[str, Any]:

@@ -24,7 +24,7 @@ def write_plan(plan: Plan, dst: PathLike, *, overwrite: bool = False, device: st
                progress: Progress | None = None) -> list[str]:
     """Create ``dst`` (never one of the plan's inputs) and fill it tile by tile as ``plan`` says; return notices.
     Small work (inputs and output) is computed with NumPy, the rest with the kernels (:mod:`noa_core.compute.compute_path`)."""
-    inputs = compute_path.input_bytes(plan.inputs)
+    inputs = io.formats.input_bytes(plan.inputs)
     work = None if inputs is None else max(inputs, math.prod(plan.shape) * plan.dtype.itemsize)
     with compute_path.for_size(work if device == "cpu" else None, "writing"), \
             plan.create(dst, overwrite=overwrite) as writer:

@@ -20,12 +20,13 @@ import pytest
 from noa_core import io
 from noa_core.errors import FileFormatError, OutputExistsError, UnknownFormatError
 from noa_core.io import formats, read_options
-from noa_core.io.protocol import ImageFormat, StoreFormat
+from noa_core.io.protocol import ImageFormat, IndexedFormat, StoreFormat
 from noa_core.operations import spec
 
 # A value asking for something, for every read option any format declares (a new option adds its own here).
 GIVEN = {"as_stack": True, "as_volume": True, "series": 0, "channel": 0, "level": 0, "eer_group": 2,
-         "eer_group_last": "keep", "eer_upsampling": 2, "gain": "gain.mrc", "gain_flip_y": True, "gain_rotate": 1}
+         "eer_group_last": "keep", "eer_upsampling": 2, "gain": "gain.mrc", "gain_flip_y": True, "gain_rotate": 1,
+         "project_dir": "project"}
 # Read options the doors give as the sides of one true/false/unset switch, by the switch's parameter: MRC's
 # as_stack and as_volume are --as-stack/--as-volume (unset: neither).
 SWITCHED = {"as_stack": "as_stack", "as_volume": "as_stack"}
@@ -62,6 +63,10 @@ class FormatTests:
         """The values the reference library reads from an output noa wrote (formats that are written)."""
         raise NotImplementedError
 
+    def write(self, out: Path, values: np.ndarray, folder: Path, *, overwrite: bool = False) -> None:
+        """Write ``values`` as an output of this format (an indexed format's: as the data its sample indexes)."""
+        io.write(out, values, overwrite=overwrite)
+
     def damage(self, path: Path) -> None:
         """Damage a sample: a file is cut in half."""
         data = path.read_bytes()
@@ -71,10 +76,10 @@ class FormatTests:
 
     def test_declares_every_member_of_the_protocol(self):
         fmt = self.format
-        protocol = StoreFormat if fmt.store else ImageFormat
+        protocol = StoreFormat if fmt.store else IndexedFormat if fmt.indexed else ImageFormat
         missing = [name for name in _members(protocol) if not hasattr(fmt, name)]
         assert not missing, f"{fmt.name} lacks {missing}"
-        assert isinstance(fmt.store, bool) and isinstance(fmt.compressed_input, bool)
+        assert isinstance(fmt.store, bool) and isinstance(fmt.compressed_input, bool) and isinstance(fmt.indexed, bool)
         assert isinstance(fmt.header_statistics, bool) and fmt.title and fmt.media_type
         assert fmt.extensions and all(e.startswith(".") and e == e.lower()
                                       for e in fmt.extensions + fmt.output_extensions)
@@ -84,7 +89,9 @@ class FormatTests:
         assert formats.by_name(fmt.name) is fmt
         assert (fmt in formats.STORES) == fmt.store
         assert (fmt in formats.MOVIES) == (not fmt.output_extensions)  # read only: no output extension
-        assert sum(fmt in registry for registry in (formats.FORMATS, formats.MOVIES, formats.STORES)) == 1
+        assert (fmt in formats.DATASETS) == fmt.indexed
+        assert sum(fmt in registry for registry in (formats.FORMATS, formats.MOVIES, formats.STORES,
+                                                    formats.DATASETS)) == 1
 
     def test_declares_its_read_options_once_as_a_dataclass(self):
         options = self.format.read_options
@@ -178,7 +185,7 @@ class FormatTests:
     def test_writes_what_its_reference_library_reads_back(self, tmp_path):
         out = self._output(tmp_path)
         _, expected = self.sample(tmp_path)
-        io.write(out, expected)
+        self.write(out, expected, tmp_path)
         assert formats.detect(out) == (self.format, None)
         stored = self.reference(out)
         assert stored.dtype == expected.dtype
@@ -191,12 +198,12 @@ class FormatTests:
         out = self._output(tmp_path)
         _, expected = self.sample(tmp_path)
         other = np.ascontiguousarray(expected[..., ::-1])
-        io.write(out, expected)
+        self.write(out, expected, tmp_path)
         before = _snapshot(out)
         with pytest.raises(OutputExistsError, match=re.escape(str(out))):
-            io.write(out, other)
+            self.write(out, other, tmp_path)
         assert _snapshot(out) == before
-        io.write(out, other, overwrite=True)
+        self.write(out, other, tmp_path, overwrite=True)
         np.testing.assert_array_equal(io.read(out)[0].numpy(), other)
 
     def test_an_element_type_it_cannot_store_is_refused_with_no_output(self, tmp_path):

@@ -279,6 +279,7 @@ class RawFormat:
     compressed_input = False
     header_statistics = True
     store = False
+    indexed = False
     read_options = RawReadOptions
     lacking: Mapping[str, str] = {}
     SIGNATURE = b"NOARAW01"

@@ -86,7 +86,8 @@ def test_declared_limits_match_the_code_that_enforces_them():
 def test_options_fill_defaults_and_name_the_bad_parameter():
     copy = operations.get("copy")
     reading = {"as_stack": None, "series": None, "channel": None, "level": None, "eer_group": None,
-               "eer_group_last": "drop", "eer_upsampling": 1, "gain": None, "gain_flip_y": False, "gain_rotate": None}
+               "eer_group_last": "drop", "eer_upsampling": 1, "gain": None, "gain_flip_y": False, "gain_rotate": None,
+               "project_dir": None}
     assert copy.options() == {"order": "C", "dtype": None, "clamp": False, "flip_y": False, "uint8_mode": "widen",
                               **reading, "device": "cpu", "pixel_size": None, "chunks": None,
                               "ngff": "0.4"}  # every writing operation takes the output's pixel size and the store options

@@ -1,0 +1,503 @@
+"""Particle files as image stacks: a RELION STAR or cryoSPARC ``.cs`` file read as the stack of the images its
+rows name, in row order, and written as a new stack beside it and a particle file that points at the stack.
+
+Reading (:data:`FORMAT`): each row names one section of an MRC stack (``N@stack.mrcs``, N from 1, in
+``rlnImageName``; ``blob/path`` and ``blob/idx``, from 0, in a ``.cs``) by a path relative to the project folder,
+where RELION and cryoSPARC run (the ``project_dir`` read option; the current folder by default). The stacks'
+headers are read once, one file at a time, and checked: every section named exists, one box size and element
+type for all. Their data are read as the tile engine asks (:func:`noa_core.io.mapped.map_gathered`): each tile's
+particles are read with ``pread`` straight into its buffer, consecutive sections of one stack in one run, a few
+stacks open at a time (:class:`Gather`). Paths inside the file are opened through a :class:`Project`, which the
+service replaces by one that keeps every path beneath its data root.
+
+What the rows say travels with the array as :class:`ParticleRows` (:attr:`Metadata.particles`): the rows follow
+the sections an operation keeps, and an output named ``.star`` or ``.cs`` is written as its images in one MRC
+stack (``OUT.mrcs``) and the particle file naming them, every other value as it was
+(:mod:`noa_core.io.particle_files`), the two placed together or not at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from noa_core.array import asarray, layout
+from noa_core.array.layout import Shape4
+from noa_core.errors import FileFormatError, MissingFileError, NoaError, UnknownFormatError
+from noa_core.io import atomic, mapped, mrc, particle_files
+from noa_core.io.metadata import HeaderStatistics, Metadata, Picks
+from noa_core.io.particle_files import NewImages, ParticleError, Table
+from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
+from noa_core.io.read_options import ParticleReadOptions
+
+if TYPE_CHECKING:
+    from noa_core.array import Array
+
+OPEN_STACKS = 32  # stacks kept open at once while reading
+STACK_SUFFIX = ".mrcs"  # the images of a particle file written: OUT.star -> OUT.mrcs
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+# -- the project folder -----------------------------------------------------------------------------------
+
+
+class Project(Protocol):
+    """The project folder a particle file's paths are relative to: how a named stack is opened, and how a file
+    written is named in the particle file written with it."""
+
+    def open(self, name: str) -> int:
+        """A read-only descriptor of the file ``name`` (as a row names it) that the caller closes; OSError when
+        it cannot be opened, a NoaError when it is refused."""
+
+    def name_of(self, path: Path) -> str:
+        """How a particle file names the output file ``path``: relative to the project folder where it lies in
+        it; a NoaError where it may not be named."""
+
+
+class FolderProject:
+    """The project folder of a command line or a Python call: ``folder`` (None: the current folder, where RELION
+    runs)."""
+
+    def __init__(self, folder: str | os.PathLike | None = None) -> None:
+        self.folder = None if folder is None else Path(folder)
+
+    def _base(self) -> Path:
+        return Path(os.path.abspath(self.folder if self.folder is not None else Path.cwd()))
+
+    def open(self, name: str) -> int:
+        path = Path(name) if os.path.isabs(name) else self._base() / name
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO does not block the open
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise OSError(errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL, "not a regular file")
+        return fd
+
+    def name_of(self, path: Path) -> str:
+        absolute, base = Path(os.path.abspath(path)), self._base()
+        return str(absolute.relative_to(base)) if absolute.is_relative_to(base) else str(absolute)
+
+
+# The project of a read, from the ``project_dir`` read option (None: not given). The service passes one whose
+# projects keep every path beneath its data root.
+Projects = Callable[[str | None], Project]
+
+
+def folder_projects(project_dir: str | None) -> Project:
+    return FolderProject(project_dir)
+
+
+# -- the images the rows name -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One stack a particle file names, from its header: where its sections lie and what they hold."""
+
+    name: str  # as the file names it
+    offset: int  # byte offset of the first section
+    dtype: np.dtype  # stored element type, in the file's byte order
+    sections: int
+    height: int
+    width: int
+    pixel_size: float  # Å, 0 when unknown
+
+
+@dataclass(frozen=True)
+class Images:
+    """Where each row's image lies: the stacks named (in first-named order) and, per row, the stack and the
+    0-based section in it."""
+
+    stacks: tuple[Stack, ...]
+    stack_of: np.ndarray  # int64, one per row
+    section: np.ndarray  # int64, one per row
+
+
+def stack_runs(paths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct paths of ``paths`` (``S`` array) in first-named order, and the index of each row's: rows of
+    one stack usually follow one another, so only the rows where the path changes are compared."""
+    if paths.size == 0:
+        return paths[:0], np.zeros(0, np.int64)
+    heads = np.concatenate(([0], np.flatnonzero(paths[1:] != paths[:-1]) + 1))
+    distinct, first, inverse = np.unique(paths[heads], return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    lengths = np.diff(np.concatenate((heads, [paths.size])))
+    return distinct[order], np.repeat(rank[inverse.reshape(-1)], lengths)
+
+
+def _stack(project: Project, name: str, where: str) -> Stack:
+    """The header of the stack ``name`` (read through ``project``); errors say ``where`` it is named."""
+    try:
+        fd = project.open(name)
+    except OSError as exc:
+        raise MissingFileError(f"{where}: {name}: {exc.strerror or exc}") from None
+    except NoaError as exc:
+        raise type(exc)(f"{where}: {exc}") from None
+    try:
+        size = os.fstat(fd).st_size
+        raw = os.pread(fd, mrc.HEADER_BYTES, 0)
+    finally:
+        os.close(fd)
+    try:
+        if len(raw) >= mrc.HEADER_BYTES and raw[208:212] != b"MAP " and not mrc.FORMAT.claim_by_extension(raw, Path(name)):
+            raise UnknownFormatError(f"{name}: not an MRC stack")
+        header = mrc.parse_header(Path(name), raw)
+        return Stack(name, *mrc.stack_layout(Path(name), header, size))
+    except NoaError as exc:
+        raise ParticleError(f"{where}: {exc}") from None
+
+
+def images_of(table: Table, project: Project) -> Images:
+    """Where each row of ``table`` has its image, every stack's header read and checked: each section named is
+    in its stack, every image has one size (ParticleError naming the first row that differs)."""
+    paths, sections = table.image_names()
+    names, stack_of = stack_runs(paths)
+    stacks = []
+    for index, raw in enumerate(names.tolist()):
+        row = int(np.argmax(stack_of == index))
+        stacks.append(_stack(project, raw.decode(errors="surrogateescape"), table.where(row, table.image_field)))
+    counts = np.array([s.sections for s in stacks], np.int64)
+    beyond = np.flatnonzero(sections >= counts[stack_of]) if stacks else np.zeros(0, np.int64)
+    if beyond.size:
+        row = int(beyond[0])
+        stack = stacks[stack_of[row]]
+        raise ParticleError(f"{table.where(row, table.index_field)}: section {sections[row] + table.first_index} of "
+                            f"{stack.name}, which holds {stack.sections}")
+    if stacks:
+        sizes = np.array([(s.height, s.width) for s in stacks])
+        odd = np.flatnonzero((sizes != sizes[0]).any(axis=1))
+        if odd.size:
+            first_row = int(np.argmax(stack_of == odd[0]))
+            raise ParticleError(f"{table.where(first_row, table.image_field)}: {stacks[odd[0]].name} holds "
+                                f"{sizes[odd[0]][1]} x {sizes[odd[0]][0]} images, {stacks[0].name} (row "
+                                f"{int(np.argmax(stack_of == 0)) + 1}) {sizes[0][1]} x {sizes[0][0]}: one operation "
+                                "takes images of one size (choose rows of one size with noa particles select)")
+    return Images(tuple(stacks), stack_of, sections)
+
+
+def _pixel_size(table: Table, images: Images) -> tuple[float, list[str]]:
+    """The images' pixel size (Å): what the file says of its rows, else what the stacks' headers say; 0 when
+    the rows disagree, with a notice."""
+    sizes = table.pixel_sizes()
+    known = sizes[sizes > 0]
+    if known.size == 0:
+        from_stacks = {s.pixel_size for s in images.stacks if s.pixel_size > 0}
+        return (from_stacks.pop() if len(from_stacks) == 1 else 0.0), []
+    distinct = np.unique(np.round(known, 6))
+    if distinct.size > 1:
+        return 0.0, [f"{table.path}: the rows' pixel sizes differ ({', '.join(f'{v:g}' for v in distinct[:4])} Å): "
+                     "the stack's pixel size is unknown"]
+    return float(distinct[0]), []
+
+
+def _check_boxes(table: Table, images: Images) -> None:
+    """The box the file says of each row (RELION's optics table, cryoSPARC's blob/shape) is its image's."""
+    boxes = table.boxes()
+    if boxes is None or not images.stacks:
+        return
+    width = images.stacks[0].width
+    wrong = np.flatnonzero(boxes != width)
+    if wrong.size:
+        row = int(wrong[0])
+        raise ParticleError(f"{table.where(row, table.box_field)}: {boxes[row]}, but its image in "
+                            f"{images.stacks[images.stack_of[row]].name} is {width} pixels wide")
+
+
+class Gather:
+    """Reads byte ranges of the stack of a particle file's images (its rows' images one after another) from the
+    stacks the rows name: what :func:`noa_core.io.mapped.read_view` calls for each run a tile reads.
+    Consecutive sections of one stack are one ``pread``; at most :data:`OPEN_STACKS` stacks are open at once.
+    Thread-safe: the tile engine reads runs from several threads."""
+
+    def __init__(self, images: Images, dtype: np.dtype, project: Project, where: Callable[[int], str]) -> None:
+        self.images = images
+        self.dtype = dtype  # the array's element type (native); stacks of another type are converted
+        first = images.stacks[0]
+        self.section_bytes = first.height * first.width * dtype.itemsize
+        self.project = project
+        self.where = where
+        self.lock = threading.Lock()
+        self.open: OrderedDict[int, int] = OrderedDict()  # stack -> descriptor, least recently used first
+        self.users: dict[int, int] = {}
+
+    def close(self) -> None:
+        with self.lock:
+            for fd in self.open.values():
+                os.close(fd)
+            self.open.clear()
+
+    @contextlib.contextmanager
+    def _descriptor(self, stack: int) -> Iterator[int]:
+        with self.lock:
+            fd = self.open.pop(stack, None)
+            if fd is None:
+                name = self.images.stacks[stack].name
+                try:
+                    fd = self.project.open(name)
+                except OSError as exc:
+                    row = int(np.argmax(self.images.stack_of == stack))
+                    raise MissingFileError(f"{self.where(row)}: {name}: {exc.strerror or exc}") from None
+            self.open[stack] = fd
+            self.users[stack] = self.users.get(stack, 0) + 1
+            idle = [s for s in self.open if not self.users.get(s)]
+            for old in idle[:max(0, len(self.open) - OPEN_STACKS)]:
+                os.close(self.open.pop(old))
+        try:
+            yield fd
+        finally:
+            with self.lock:
+                self.users[stack] -= 1
+
+    def read_into(self, buffer: memoryview, offset: int) -> bool:
+        """Fill ``buffer`` with bytes ``offset ..`` of the gathered stack; False when a stack came back short."""
+        done, size = 0, len(buffer)
+        stack_of, section = self.images.stack_of, self.images.section
+        while done < size:
+            row, within = divmod(offset + done, self.section_bytes)
+            # the run: the rows after ``row`` that name the next sections of the same stack
+            rows = min(len(stack_of), row + -(-(size - done + within) // self.section_bytes))
+            last = row + 1
+            while last < rows and stack_of[last] == stack_of[row] and section[last] == section[last - 1] + 1:
+                last += 1
+            length = min(size - done, (last - row) * self.section_bytes - within)
+            stack = self.images.stacks[stack_of[row]]
+            target = buffer[done:done + length]
+            with self._descriptor(int(stack_of[row])) as fd:
+                if not self._read(fd, stack, int(section[row]), within, target):
+                    return False
+            done += length
+        return True
+
+    def _read(self, fd: int, stack: Stack, section: int, within: int, target: memoryview) -> bool:
+        """Bytes ``within ..`` of section ``section`` of ``stack`` and the sections after it, as the array's type."""
+        if stack.dtype == self.dtype:
+            at = stack.offset + section * self.section_bytes + within
+            return os.preadv(fd, [target], at) == len(target)
+        first, count = within // self.dtype.itemsize, len(target) // self.dtype.itemsize
+        at = stack.offset + (section * stack.height * stack.width + first) * stack.dtype.itemsize
+        raw = os.pread(fd, count * stack.dtype.itemsize, at)
+        if len(raw) != count * stack.dtype.itemsize:
+            return False
+        np.frombuffer(target, self.dtype)[:] = np.frombuffer(raw, stack.dtype)
+        return True
+
+
+# -- the rows through an operation ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParticleRows:
+    """The particle-file rows of a stack's sections (:attr:`Metadata.particles`): the file's table, the source
+    row of each section, the project its paths are relative to, and the images' pixel size as read. They follow
+    the sections an operation keeps (the hooks of :class:`noa_core.io.metadata.FormatFields`); an operation that
+    makes new sections, moves axes or joins other files' rows leaves :class:`DroppedRows` saying why."""
+
+    table: Table
+    rows: np.ndarray
+    project: Project
+    pixel_size: float
+
+    def permute(self, perm: Shape4, notices: list[str]) -> ParticleRows | DroppedRows:
+        return self if tuple(perm) == (0, 1, 2, 3) else DroppedRows("its axes were permuted")
+
+    def broadcast(self, shape: Shape4, target: Shape4, notices: list[str]) -> ParticleRows | DroppedRows:
+        return self if tuple(shape) == tuple(target) else DroppedRows(f"it was broadcast to {tuple(target)}")
+
+    def resized(self, shape: Shape4, target: Shape4, grown_axes: Sequence[int] = ()) -> ParticleRows | DroppedRows:
+        if target[0] == shape[0] and target[1] == 1:
+            return self
+        return DroppedRows(f"it holds {target[0]} x {target[1]} sections for {shape[0]} particles")
+
+    def take_sections(self, sections: int, stored: str | None, picks: Picks, why: str, pixel_scale: float,
+                      notices: list[str]) -> ParticleRows | DroppedRows:
+        if picks is None:
+            return DroppedRows(why or "its sections are not the particles' images")
+        chosen = list(picks() if callable(picks) else picks)
+        if any(p is None for p in chosen):
+            return DroppedRows("it holds new sections")
+        return ParticleRows(self.table, self.rows[np.asarray(chosen, np.int64)], self.project, self.pixel_size)
+
+    def joined(self, parts: Sequence[tuple[ParticleRows | DroppedRows | None, int, str | None, str]],
+               notices: list[str]) -> ParticleRows | DroppedRows:
+        rows = [p for p, _, _, _ in parts]
+        if all(isinstance(p, ParticleRows) and p.table is self.table for p in rows):
+            return ParticleRows(self.table, np.concatenate([p.rows for p in rows]), self.project, self.pixel_size)
+        return DroppedRows("it joins images of several files (noa particles join joins particle files)")
+
+
+@dataclass(frozen=True)
+class DroppedRows:
+    """What became of the rows of an operation's particles when its sections no longer are their images."""
+
+    why: str
+
+    def permute(self, perm: Shape4, notices: list[str]) -> DroppedRows:
+        return self
+
+    def broadcast(self, shape: Shape4, target: Shape4, notices: list[str]) -> DroppedRows:
+        return self
+
+    def resized(self, shape: Shape4, target: Shape4, grown_axes: Sequence[int] = ()) -> DroppedRows:
+        return self
+
+    def take_sections(self, sections, stored, picks, why, pixel_scale, notices) -> DroppedRows:
+        return self
+
+    def joined(self, parts, notices) -> DroppedRows:
+        return self
+
+
+# -- the format -------------------------------------------------------------------------------------------
+
+
+def _read_table(path: Path) -> Table:
+    return particle_files.open_table(path)
+
+
+def _probe_rows(path: Path, request: ReadRequest) -> tuple[Table, Images, Project, Probe]:
+    """The table, its images and what a read gives: shape ``(rows, 1, H, W)``, the stacks' type, metadata."""
+    table = _read_table(path)
+    projects = request.projects or folder_projects
+    project = projects(request.options.project_dir)
+    images = images_of(table, project)
+    _check_boxes(table, images)
+    if not images.stacks:
+        raise ParticleError(f"{path}: no particles: {table.where(0).rsplit(',', 1)[0]} has no rows")
+    dtype = np.result_type(*{s.dtype.newbyteorder("=") for s in images.stacks})
+    pixel, notices = _pixel_size(table, images)
+    first = images.stacks[0]
+    shape = layout.as_shape4((table.rows, 1, first.height, first.width))
+    rows = ParticleRows(table, np.arange(table.rows), project, pixel)
+    metadata = Metadata(format=FORMAT.name, shape=shape, dtype=dtype.name, pixel_size=(pixel, pixel, pixel),
+                        order="C", axes=f"one {table.kind} row per image, in row order", path=str(path),
+                        notices=notices, particles=rows)
+    return table, images, project, Probe(shape, layout.strides_for(shape), dtype, metadata)
+
+
+def _read(path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
+    table, images, project, probe = _probe_rows(path, request)
+    b, _, h, w = probe.shape
+    gather = Gather(images, probe.dtype, project, table.where)
+    count = b * h * w
+    if request.tiles:  # the tile engine reads it: each tile's particles read as it asks
+        flat = mapped.map_gathered(path, probe.dtype, count, gather)
+    else:  # read whole now, into a temporary file (bounded memory however many particles)
+        flat = _gathered_whole(path, probe.dtype, count, gather)
+    return asarray(flat.reshape(b, 1, h, w)), probe.metadata
+
+
+def _gathered_whole(path: Path, dtype: np.dtype, count: int, gather: Gather) -> np.ndarray:
+    nbytes = count * dtype.itemsize
+    folder = mapped.spill_folder(path, nbytes, "images", "gathering")
+    with tempfile.TemporaryFile(prefix="noa-", suffix=".particles", dir=folder) as temp:
+        atomic.reserve(temp.fileno(), nbytes, f"{path}: gathering the {nbytes} bytes of images: no space left in "
+                       f"{folder}")
+        buffer = mapped.scratch(min(nbytes, mapped.PARALLEL_BYTES), 0)
+        try:
+            for start in range(0, nbytes, len(buffer)):
+                piece = memoryview(buffer)[:min(len(buffer), nbytes - start)]
+                if not gather.read_into(piece, start):
+                    raise ParticleError(f"{path}: a stack it names changed size while being read")
+                mapped.pwrite_all(temp.fileno(), piece, start, path)
+        finally:
+            gather.close()
+        return mapped.map_input(path, 0, dtype, count, private=True, fd=temp.fileno())
+
+
+class ParticlesFormat:
+    """RELION STAR and cryoSPARC .cs particle files: read as the stack of their rows' images; written as the
+    images in one MRC stack beside the file (``OUT.mrcs``) and the file naming them (:class:`IndexedFormat`)."""
+
+    name = "particles"
+    title = "particle file"
+    extensions = particle_files.SUFFIXES
+    output_extensions = particle_files.SUFFIXES
+    media_type = "text/plain"
+    compressed_input = False
+    header_statistics = True  # the stack's (MRC)
+    store = False
+    indexed = True
+    data_suffix = STACK_SUFFIX
+    read_options = ParticleReadOptions
+    lacking: Mapping[str, str] = {
+        "as_stack/as_volume": "a particle file is read as a stack of its rows' images",
+        "series": "particle files hold one series", "channel": "particle files have no channels",
+        "level": "particle files have no pyramid levels"}
+
+    def detect(self, head: bytes, path: Path) -> bool:
+        return path.suffix.lower() == particle_files.CS_SUFFIX and head.startswith(_NPY_MAGIC)
+
+    def claim_by_extension(self, head: bytes, path: Path) -> bool:
+        if path.suffix.lower() == particle_files.CS_SUFFIX:
+            raise UnknownFormatError(f"{path}: not a cryoSPARC .cs file: no NumPy array header")
+        if b"\x00" in head:
+            raise UnknownFormatError(f"{path}: not a STAR file: it holds binary data")
+        return True
+
+    def read(self, path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
+        return _read(path, request)
+
+    def probe(self, path: Path, request: ReadRequest) -> Probe:
+        return _probe_rows(path, request)[3]
+
+    def check_writable(self, dtype: np.dtype, shape: Shape4, path: Path) -> None:
+        mrc.FORMAT.check_writable(dtype, shape, path)
+        if shape[1] != 1:
+            raise FileFormatError(f"{path}: a particle file's images are 2-d; the output is {shape[0]} volumes of "
+                                  f"{shape[1]} sections (write an MRC file)")
+
+    def data_path(self, path: Path) -> Path:
+        """Where the images of the particle file ``path`` go: its stack, ``OUT.mrcs``."""
+        return path.with_suffix(STACK_SUFFIX)
+
+    def create(self, temp: Path, spec: OutputSpec) -> Created:
+        self.written(spec)  # refused before any data are computed
+        if spec.order != "C":
+            raise FileFormatError(f"{spec.path}: particle stacks are stored row by row (order C); RELION and "
+                                  "cryoSPARC read no other")
+        return mrc.FORMAT.create(temp, spec)
+
+    def finish(self, temp: Path, spec: OutputSpec, statistics: HeaderStatistics) -> None:
+        mrc.FORMAT.finish(temp, spec, statistics)
+
+    def written(self, spec: OutputSpec) -> Callable[[Path], list[bytes | np.ndarray]]:
+        """What the particle file ``spec.path`` will hold once its stack is named (the function of the stack's
+        path); a ParticleError when the output's images are no longer the particles'."""
+        metadata = spec.metadata
+        rows = None if metadata is None else metadata.particles
+        kind = "STAR" if spec.path.suffix.lower() == particle_files.STAR_SUFFIX else "cryoSPARC"
+        if not isinstance(rows, ParticleRows):
+            why = rows.why if isinstance(rows, DroppedRows) else "its input is not a particle file"
+            raise ParticleError(f"{spec.path}: a {kind} particle file names one image per particle, and this output "
+                                f"is no longer the particles' images: {why}; write an image file (.mrcs)")
+        if (rows.table.kind == "STAR") != (kind == "STAR"):
+            raise ParticleError(f"{spec.path}: the particles were read from a {rows.table.kind} file; write "
+                                f"{'a .star' if rows.table.kind == 'STAR' else 'a .cs'} file (noa particles convert "
+                                "converts between them)")
+        b, _, h, w = spec.shape
+        if h != w:
+            raise ParticleError(f"{spec.path}: particle images are square; these are {w} x {h}")
+        new_pixel = metadata.pixel_size[2]
+        scale = new_pixel / rows.pixel_size if rows.pixel_size > 0 and new_pixel > 0 else 1.0
+
+        def text(stack: Path) -> list[bytes | np.ndarray]:
+            name = rows.project.name_of(stack).encode(errors="surrogateescape")
+            return rows.table.written(NewImages(rows.rows, np.full(b, name, f"S{max(len(name), 1)}"),
+                                                np.arange(b, dtype=np.int64), new_pixel, w, scale))
+        return text
+
+
+FORMAT = ParticlesFormat()
