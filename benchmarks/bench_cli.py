@@ -93,7 +93,8 @@ def rows(folder: Path, small: Path, other: Path) -> list[tuple[str, list[str], l
 def small_stack(path: Path) -> None:
     subprocess.run([PY, "-c", "import sys, numpy as np, mrcfile\n"
                     "d = np.random.default_rng(0).normal(size=(3, 64, 64)).astype(np.float32)\n"
-                    "with mrcfile.new(sys.argv[1], d, overwrite=True) as f:\n    f.set_image_stack(); f.voxel_size = 1.0",
+                    "with mrcfile.new(sys.argv[1], d, overwrite=True) as f:\n"
+                    "    f.set_image_stack(); f.voxel_size = 1.0",
                     str(path)], check=True)
 
 

@@ -71,8 +71,8 @@ def main() -> None:
             c = cupy.asarray(host)
             cupy_f = (lambda: c.copy()) if how in (None, "F") else (lambda: cupy.ascontiguousarray(c.transpose(how)))
             t_cupy = median_ms(cupy_f)
-        print(f"{name:<30}{str(shape):<22}{t_noa:>9.2f}{t_d2d:>9.2f}{t_d2d / t_noa:>8.2f}x{t_cupy:>10.2f}")
-        del a, src, dst
+        print(f"{name:<30}{shape!s:<22}{t_noa:>9.2f}{t_d2d:>9.2f}{t_d2d / t_noa:>8.2f}x{t_cupy:>10.2f}")
+        a = src = dst = None  # freed for the next case (rebound, not deleted: the timed closures name them)
 
 
 if __name__ == "__main__":

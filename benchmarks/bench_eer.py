@@ -24,8 +24,8 @@ import tifffile
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "io"))
-from eer_encoder import encode_frame, random_frame, write_eer  # noqa: E402
-from processes import paired, run  # noqa: E402
+from eer_encoder import encode_frame, random_frame, write_eer
+from processes import paired, run
 
 SCRIPT = """
 import sys, mrcfile, numpy as np, tifffile

@@ -87,7 +87,8 @@ def main() -> None:
         for name, command, yardstick, goal in table:
             outputs = [folder / "out.mrc", folder / "out.tif", folder / "dd.out"]
             result = paired(command, yardstick, args.rounds, outputs)
-            verdict = "-" if goal is None else ("met" if result.ratio <= goal and max(result.peaks) <= 512 else "MISSED")
+            met = result.ratio <= goal and max(result.peaks) <= 512 if goal is not None else False
+            verdict = "-" if goal is None else ("met" if met else "MISSED")
             print(f"{name:<40}{statistics.median(result.times):>8.2f}{statistics.median(result.yardsticks):>13.2f}"
                   f"{result.ratio:>8.2f}{goal if goal else '-':>7}{max(result.peaks):>14.0f}  {verdict}")
     finally:

@@ -4,7 +4,8 @@ Each size: two float32 half maps of N^3 voxels (one smoothed random density plus
 compared by ``noa fsc HALF1 HALF2 -o noa.star`` and by ``relion_image_handler --i HALF1 --fsc HALF2`` (its
 STAR on stdout, discarded). The two run in turns, ``--rounds`` times (noa once untimed first, so the page
 cache holds the maps for both); printed: the median wall seconds of each, the median of the per-round ratios
-noa / RELION (goal: at most 0.5) and their spread (lowest-highest, with those of the wall seconds), the peak RSS of each (MiB, of the child process), and the largest
+noa / RELION (goal: at most 0.5) and their spread (lowest-highest, with those of the wall seconds), the peak RSS
+of each (MiB, of the child process), and the largest
 |noa - RELION| of the FSC columns (RELION prints 6 decimals).
 
 Usage:

@@ -117,7 +117,7 @@ def main() -> None:
                                             lambda: nc.ewise([c], [c_out], "identity"),
                                             lambda: nc.ewise([f], [f_out], "identity")], args.repeat)
     f_over_c = paired_ratio(f_new, c_new), paired_ratio(f_into, c_into)
-    del c_out, f_out, c_dst, f_dst
+    c_out = f_out = c_dst = f_dst = None  # freed for the next case (rebound, not deleted: the timed closures name them)
 
     # Transposes of height and width (the NumPy counterpart: ascontiguousarray of the view, or
     # copyto into an existing array for the "into" rows).
@@ -133,7 +133,7 @@ def main() -> None:
                         lambda: np.ascontiguousarray(x.transpose(0, 1, 3, 2)), 2 * x.nbytes, x.nbytes, args.repeat))
         rows.append(row("permute (0,1,3,2) into", shape, lambda: nc.ewise([view], [out], "identity"),
                         lambda: np.copyto(dst, x.transpose(0, 1, 3, 2)), 2 * x.nbytes, x.nbytes, args.repeat))
-        del x, a, view, out, dst
+        x = a = view = out = dst = None  # freed for the next case (rebound, not deleted: the timed closures name them)
 
     # Broadcast multiply: a stack of images times one image.
     stack_shape, image_shape = ((16, 1, 512, 512), (1, 1, 512, 512)) if q else ((64, 1, 1024, 1024), (1, 1, 1024, 1024))
@@ -141,7 +141,7 @@ def main() -> None:
     sa, ia = nc.asarray(s), nc.asarray(i)
     rows.append(row("ewise multiply (broadcast)", f"{stack_shape}*{image_shape[2:]}", lambda: sa * ia,
                     lambda: s * i, 2 * s.nbytes + i.nbytes, s.nbytes, args.repeat))
-    del s, sa
+    s = sa = None  # freed for the next case (rebound, not deleted: the timed closures name them)
 
     # Reductions over 256 MB (64 MB quick).
     red_shape = (16, 1, 1024, 1024) if q else (64, 1, 1024, 1024)
@@ -156,7 +156,7 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     for rw in rows:
-        print(f"{rw['name']:<30}{str(rw['shape']):<30}{rw['noa'] * 1e3:>9.2f}{rw['np'] * 1e3:>10.2f}"
+        print(f"{rw['name']:<30}{rw['shape']!s:<30}{rw['noa'] * 1e3:>9.2f}{rw['np'] * 1e3:>10.2f}"
               f"{rw['vs_np']:>9.2f}x{rw['noa_gbs']:>10.1f}{rw['copy_gbs']:>13.1f}{rw['vs_copy']:>10.2f}x")
     print(f"F->F / C->C time: new {f_over_c[0]:.3f}, into {f_over_c[1]:.3f}"
           f"   (threads: {numba.get_num_threads()}, layer: {numba.threading_layer()})")
@@ -174,7 +174,8 @@ def read_ceiling(r: np.ndarray, ra: nc.Array, repeat: int) -> str:
         def split_sum():
             return sum(pool.map(np.sum, slabs))
         noa, npy, split = timings([lambda: nc.sum(ra), lambda: r.sum(), split_sum], repeat)
-    return (f"read ceiling (estimate): NumPy's sum split over {threads} threads {statistics.median(split) * 1e3:.2f} ms = "
+    return (f"read ceiling (estimate): NumPy's sum split over {threads} threads "
+            f"{statistics.median(split) * 1e3:.2f} ms = "
             f"{paired_ratio(npy, split):.2f}x NumPy's sum; noa's sum {statistics.median(noa) * 1e3:.2f} ms = "
             f"{paired_ratio(npy, noa):.2f}x, {paired_ratio(split, noa):.2f} of the ceiling")
 

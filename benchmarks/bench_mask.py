@@ -1,6 +1,7 @@
 """Benchmark ``noa mask`` against ``relion_mask_create`` (RELION 3.1.3) on the same map, in one run.
 
-Each size: a float32 map of N^3 voxels (a particle-like density: 300 smoothed points within a ball of radius 0.3 N, scaled to a
+Each size: a float32 map of N^3 voxels (a particle-like density: 300 smoothed points within a ball of radius
+0.3 N, scaled to a
 maximum of 1, plus noise of standard deviation 0.01),
 masked with ``--threshold T --extend 3 --soft-edge 6`` by noa and with ``--ini_threshold T
 --extend_inimask 3 --width_soft_edge 6`` by RELION (its default --j 1; noa's distance transform is

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from processes import paired  # noqa: E402
+from processes import paired
 
 NOA = str(Path(sys.executable).parent / "noa")
 

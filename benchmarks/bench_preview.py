@@ -35,7 +35,7 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from processes import make_volume, paired, run  # noqa: E402
+from processes import make_volume, paired, run
 
 NOA = str(Path(sys.executable).parent / "noa")
 

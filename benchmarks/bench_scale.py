@@ -1,7 +1,8 @@
 """Throughput of a batch of files on Dask (`noa ... --scheduler local`) against a plain loop.
 
 The same operation (permute --axes 0,1,3,2, so every file is transposed section by section) on the
-same generated files: a single-process loop calling noa_core.run.local.write in turn, then noa_core.run.cluster.run_batch
+same generated files: a single-process loop calling noa_core.run.local.write in turn, then
+noa_core.run.cluster.run_batch
 on a LocalCluster of 1 and of 2 single-threaded worker processes. Kernels are warm in every case
 (the loop runs once untimed first; the cluster's first task warms the shared cache), and cluster
 start-up is reported apart from the batch time. Outputs go to a fresh folder each run; the best of

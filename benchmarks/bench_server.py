@@ -37,8 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import start_server, stop_server  # noqa: E402  (the tests' way of starting noa serve)
-from noa_server.settings import Settings  # noqa: E402
+from helpers import start_server, stop_server
+from noa_server.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "bench-key"

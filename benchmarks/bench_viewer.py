@@ -38,7 +38,7 @@ import numpy as np
 from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import start_server, stop_server  # noqa: E402  (the tests' way of starting noa serve)
+from helpers import start_server, stop_server
 
 KEY = "bench-key"
 DEPTH, SIDE = 32, 1024

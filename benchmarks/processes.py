@@ -8,8 +8,8 @@ the commands it starts afterwards (a forked child's peak starts from its parent'
 from __future__ import annotations
 
 import os
-import statistics
 import shutil
+import statistics
 import subprocess
 import sys
 import time

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
-from noa_cli import report
+from noa_cli import particles, report
 from noa_core import SUMMARY
 
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors; no progress bar.")]
@@ -25,12 +25,12 @@ class Commands(TyperGroup):
     """noa's commands: one per registered operation (built from its declaration only when asked
     for, so that ``noa --help`` and ``noa NAME --help`` start fast), then warmup and serve."""
 
-    def list_commands(self, ctx: typer.Context) -> list[str]:
+    def list_commands(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]  # typer passes its Context
         from noa_core import operations
 
         return [*operations.names(), *super().list_commands(ctx)]
 
-    def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.TyperCommand | None:
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:  # type: ignore[override]  # typer's Context
         command = super().get_command(ctx, cmd_name)
         if command is None:
             from noa_core import operations
@@ -41,7 +41,7 @@ class Commands(TyperGroup):
                 command = self.commands[cmd_name] = commands.build(operations.get(cmd_name))
         return command
 
-    def resolve_command(self, ctx: typer.Context, args: list[str]):
+    def resolve_command(self, ctx: typer.Context, args: list[str]):  # type: ignore[override]  # typer's Context
         """A mistyped command (``noa bni``, ``noa normalise``) is named, with the closest commands."""
         name = args[0] if args else ""
         if name and not name.startswith("-") and self.get_command(ctx, name) is None:
@@ -78,7 +78,7 @@ def main(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of internal errors, and what noa "
-                                                     "decides on the way (which code computes: NumPy or numba).")] = False,
+                                        "decides on the way (which code computes: NumPy or numba).")] = False,
 ) -> None:
     """Example: noa permute movie.mrc movie_t.mrc --axes 0,1,3,2"""
     if debug:
@@ -93,12 +93,14 @@ def main(
 
 # -- commands beside the operations --------------------------------------------------------------
 
+app.add_typer(particles.app)
+
 
 @app.command()
 def warmup(
     quiet: Quiet = False,
     jobs: Annotated[
-        Optional[int], typer.Option("--jobs", "-j", min=1, help="Worker processes compiling at once (default: the "
+        int | None, typer.Option("--jobs", "-j", min=1, help="Worker processes compiling at once (default: the "
                                     "cores this process may use; 1: all in this process).")
     ] = None,
 ) -> None:
@@ -128,38 +130,42 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")] = 8000,
     data_root: Annotated[
-        Optional[Path], typer.Option("--data-root", help="Folder that server-side paths are relative to (env NOA_DATA_ROOT).")
+        Path | None,
+        typer.Option("--data-root", help="Folder that server-side paths are relative to (env NOA_DATA_ROOT).")
     ] = None,
     state_dir: Annotated[
-        Optional[Path], typer.Option("--state-dir", help="Where job state is kept (default DATA_ROOT/.noa-jobs).")
+        Path | None, typer.Option("--state-dir", help="Where job state is kept (default DATA_ROOT/.noa-jobs).")
     ] = None,
     api_key: Annotated[
-        Optional[str], typer.Option("--api-key", help="Require this X-API-Key on /v1 (env NOA_API_KEY).")
+        str | None, typer.Option("--api-key", help="Require this X-API-Key on /v1 (env NOA_API_KEY).")
     ] = None,
     processes: Annotated[
-        Optional[int], typer.Option("--processes", min=1, help="Server processes (default: 2, or 1 on one core).")
+        int | None, typer.Option("--processes", min=1, help="Server processes (default: 2, or 1 on one core).")
     ] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Operations run at once per process (default 2).")] = None,
-    max_body_bytes: Annotated[Optional[int], typer.Option("--max-body-bytes", min=1, help="Largest request body "
+    workers: Annotated[int | None, typer.Option("--workers", min=1,
+                                                help="Operations run at once per process (default 2).")] = None,
+    max_body_bytes: Annotated[int | None, typer.Option("--max-body-bytes", min=1, help="Largest request body "
                                                           "(default 1073741824, 1 GiB).")] = None,
-    max_voxels: Annotated[Optional[int], typer.Option("--max-voxels", min=1, help="Largest output, in voxels "
+    max_voxels: Annotated[int | None, typer.Option("--max-voxels", min=1, help="Largest output, in voxels "
                                                       "(default 2147483648).")] = None,
     cors_origin: Annotated[
-        Optional[list[str]], typer.Option("--cors-origin", help="Allow browser requests from this origin (repeatable).")
+        list[str] | None, typer.Option("--cors-origin", help="Allow browser requests from this origin (repeatable).")
     ] = None,
     tmp_dir: Annotated[
-        Optional[Path], typer.Option("--tmp-dir", help="Folder for upload scratch files (tmpfs such as /dev/shm is fastest).")
+        Path | None,
+        typer.Option("--tmp-dir", help="Folder for upload scratch files (tmpfs such as /dev/shm is fastest).")
     ] = None,
     job_ttl: Annotated[
-        Optional[int], typer.Option("--job-ttl", min=0, help="Seconds finished job records are kept (0: forever; default 7 days).")
+        int | None,
+        typer.Option("--job-ttl", min=0, help="Seconds finished job records are kept (0: forever; default 7 days).")
     ] = None,
     max_expressions: Annotated[
-        Optional[int], typer.Option("--max-expressions", min=0, help="Replace a server process once it has compiled "
+        int | None, typer.Option("--max-expressions", min=0, help="Replace a server process once it has compiled "
                                     "this many distinct expressions (their machine code is never freed; ~5 MB each; "
                                     "0: never; default 200).")
     ] = None,
     warmup: Annotated[
-        Optional[bool], typer.Option("--warmup/--no-warmup", help="Compile the kernels into the cache in the "
+        bool | None, typer.Option("--warmup/--no-warmup", help="Compile the kernels into the cache in the "
                                      "background at start, once per installation (default; env NOA_WARMUP). "
                                      "Requests are answered meanwhile.")
     ] = None,

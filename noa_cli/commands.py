@@ -17,14 +17,26 @@ import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, cast
 
 from noa_cli import report
 from noa_cli.parse import CliParam
-from noa_core.errors import NoaError, ParameterError
 from noa_core import run
-from noa_core.operations import (Edits, FileTask, Flag, Integer, Integers, Operation, Param, Real, Reals,
-                                 Reports, Writes, WritesSeveral)
+from noa_core.errors import NoaError, ParameterError
+from noa_core.operations import (
+    Edits,
+    FileTask,
+    Flag,
+    Integer,
+    Integers,
+    Operation,
+    Param,
+    Real,
+    Reals,
+    Reports,
+    Writes,
+    WritesSeveral,
+)
 
 if TYPE_CHECKING:
     import typer
@@ -98,7 +110,7 @@ def _help(operation: Operation) -> str:
     return "\n\n".join(part for part in (operation.summary, operation.details, examples) if part)
 
 
-def _pairs(paths: list[Path], out_dir: Optional[Path], suffix: Optional[str] = None) -> list[tuple[Path, Path]]:
+def _pairs(paths: list[Path], out_dir: Path | None, suffix: str | None = None) -> list[tuple[Path, Path]]:
     """(input, output) pairs: IN OUT, or every path into --out-dir (keeping names, maybe a new suffix)."""
     if out_dir is None:
         if len(paths) != 2:
@@ -114,7 +126,7 @@ def _pairs(paths: list[Path], out_dir: Optional[Path], suffix: Optional[str] = N
 
 
 @contextlib.contextmanager
-def _output_folder(out_dir: Optional[Path]) -> Iterator[None]:
+def _output_folder(out_dir: Path | None) -> Iterator[None]:
     """``--out-dir`` made with its missing parents, as ``mkdir -p`` (and RELION for its outputs); a run that
     fails leaves none of the folders it made empty behind. One error for one cause, not one per input."""
     from noa_core.errors import NotAFileError
@@ -138,7 +150,7 @@ def _output_folder(out_dir: Optional[Path]) -> Iterator[None]:
 
 
 def _execute(task: FileTask, pairs: list[tuple[Path, Path]], *, force: bool, resume: bool,
-             scheduler: Optional[str], workers: Optional[int], quiet: bool) -> None:
+             scheduler: str | None, workers: int | None, quiet: bool) -> None:
     """Write every pair with ``task``: here, or on Dask with --scheduler; report each as it ends."""
     if resume and force:
         raise report.UsageError("--resume skips existing outputs and --force replaces them; choose one")
@@ -147,14 +159,14 @@ def _execute(task: FileTask, pairs: list[tuple[Path, Path]], *, force: bool, res
     where = "" if scheduler is None else f" on {scheduler}"
     if scheduler is None:  # placed by this process (Dask's workers place theirs)
         report.expect_outputs([dst for _, dst in pairs if not (resume and dst.exists())], quiet)
-    with run.driver(scheduler, workers=workers) as driver:
-        with report.progress(f"noa {task.name}: {len(pairs)} file(s){where}", quiet) as progress:
-            results = driver.run_batch(task, pairs, overwrite=force, resume=resume, progress=progress,
-                                       on_result=lambda result: report.result(result, len(pairs), quiet))
+    with (run.driver(scheduler, workers=workers) as driver,
+          report.progress(f"noa {task.name}: {len(pairs)} file(s){where}", quiet) as progress):
+        results = driver.run_batch(task, pairs, overwrite=force, resume=resume, progress=progress,
+                                   on_result=lambda result: report.result(result, len(pairs), quiet))
     report.finish(results)
 
 
-def _writer(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
+def _writer(operation: Writes) -> tuple[Callable[..., None], list[CliParam]]:
     """The command function of a writing operation, and its parameters."""
     several = operation.max_inputs > 1
     params = [_cli_param(p) for p in operation.params_for("cli")]
@@ -214,7 +226,7 @@ def _writer(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
     return command, arguments + inputs + options + extra + list(DRIVER_OPTIONS)
 
 
-def _show(operation: Operation, given: dict[str, Any]) -> None:
+def _show(operation: Writes, given: dict[str, Any]) -> None:
     """``noa NAME IN... --terminal``: each input's output drawn on this terminal, sized to it (written as is:
     click's echo would strip the colour codes when stdout is a pipe, as under ssh -T or tmux's capture)."""
     import shutil
@@ -233,7 +245,7 @@ def _show(operation: Operation, given: dict[str, Any]) -> None:
             report.notices(notices, given["quiet"])
 
 
-def _reporter(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
+def _reporter(operation: Reports) -> tuple[Callable[..., None], list[CliParam]]:
     """The command function of a reporting operation, and its parameters: a report on each file, or one report
     on all of them where it reads several inputs."""
     several = operation.max_inputs > 1
@@ -281,7 +293,7 @@ def _json(value: Any) -> str:
     return json.dumps(report.in_words(value), indent=2)
 
 
-def _several_writer(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
+def _several_writer(operation: WritesSeveral) -> tuple[Callable[..., None], list[CliParam]]:
     """The command function of an operation writing several files per input (``plans``), and its parameters:
     ``noa NAME IN... --out-dir DIR``; each input's outputs are all written, or none."""
     params = [_cli_param(p) for p in operation.params_for("cli")]
@@ -320,7 +332,7 @@ def _several_writer(operation: Operation) -> tuple[Callable[..., None], list[Cli
     return command, arguments + [inputs, out_dir] + options + [force, quiet]
 
 
-def _editor(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
+def _editor(operation: Edits) -> tuple[Callable[..., None], list[CliParam]]:
     """The command function of an operation that changes its input in place (``edit``), and its parameters:
     ``noa NAME FILE... [options] [--dry-run] [--json]`` prints each change (old and new values)."""
     files = CliParam("files", (), Path, many=True, metavar="FILES...", help="Files to change in place.")
@@ -383,7 +395,7 @@ def build(operation: Operation) -> typer.core.TyperCommand:
     command.__annotations__ = annotations
     single = typer.Typer(add_completion=False, context_settings={"help_option_names": ["-h", "--help"]})
     single.command(operation.name, help=_help(operation))(command)
-    built = typer.main.get_command(single)
+    built = cast(typer.core.TyperCommand, typer.main.get_command(single))  # the app's one command
     if text_first(operation):
         _text_first(built)
     return built
@@ -395,7 +407,7 @@ def _typer_annotation(param: CliParam) -> Any:
 
     import typer
 
-    kind: Any = list[param.value] if param.many else param.value
+    kind: Any = list[param.value] if param.many else param.value  # type: ignore[name-defined]  # made at run time
     extra: dict[str, Any] = {"metavar": param.metavar} if param.metavar else {}
     if param.value is Path:  # as the plain reader: an output replaced need not be readable (its folder writable)
         extra["readable"] = False
@@ -403,7 +415,7 @@ def _typer_annotation(param: CliParam) -> Any:
         return Annotated[kind, typer.Argument(help=param.help, show_default=False, **extra)]
     if param.low is not None:
         extra["min"] = param.low
-    return Annotated[Optional[kind] if param.default is None else kind,
+    return Annotated[kind | None if param.default is None else kind,
                      typer.Option(*param.flags, help=param.help, **extra)]
 
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Optional
 
 from noa_cli import report
 
 
-def run(argv: Optional[list[str]] = None) -> None:
+def run(argv: list[str] | None = None) -> None:
     """Console-script entry: exit 0 on success, 2 on bad usage or input, 1 on internal errors, 130 on
     Ctrl-C and 143 on SIGTERM (temporary outputs removed in both cases)."""
     args = sys.argv[1:] if argv is None else argv

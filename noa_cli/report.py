@@ -179,7 +179,7 @@ def _parser_outcome(exc: Exception) -> int | None:
     try:  # typer 0.26+ parses with a copy of click of its own: importing click as well would cost 50 ms a call
         from typer._click import exceptions as parser_errors
     except ImportError:  # an older typer parses with click itself
-        from click import exceptions as parser_errors
+        from click import exceptions as parser_errors  # type: ignore[no-redef]
     if isinstance(exc, typer.Exit):
         return exc.exit_code
     if isinstance(exc, typer.Abort):
@@ -201,10 +201,10 @@ def _parser_outcome(exc: Exception) -> int | None:
                  and not isinstance(exc, parser_errors.MissingParameter))
     show = getattr(exc, "show", None)
     if bad_value or show is None:
-        error(exc.format_message())
+        error(exc.format_message())  # type: ignore[attr-defined]  # a click exception (checked above)
     else:
         show()
-    return exc.exit_code
+    return exc.exit_code  # type: ignore[attr-defined]
 
 
 def _no_such_option(exc) -> str:
@@ -246,7 +246,8 @@ def guarded(call: Callable[[], object], debug: bool) -> int:
         if debug:
             traceback.print_exc()
         else:
-            error(f"internal error: {type(exc).__name__}: {one_line(exc)} (rerun with 'noa --debug ...' for the traceback)")
+            error(f"internal error: {type(exc).__name__}: {one_line(exc)} "
+                  "(rerun with 'noa --debug ...' for the traceback)")
         return EXIT_INTERNAL
 
 

@@ -1,6 +1,6 @@
 """noa_core: 4-d BDHW arrays with element strides, layout rules, kernels, operations and image files.
 
-Folders by layer, each importing only those below it (tests/core/test_layering.py): ``array/`` (the Array,
+Folders by layer, each importing only those below it (tests/test_layering.py): ``array/`` (the Array,
 layout, element types, devices), ``kernels/`` (numba CPU and CUDA back-ends), ``compute/`` (launches,
 element-wise, reductions, expressions, conversions), ``io/`` (formats, the writer, atomic outputs), the
 domains ``fourier/``, ``geometry/``, ``images/`` and ``pictures/``, then ``operations/`` (one declaration
@@ -17,8 +17,8 @@ The operations that change what a header says (``resize``, ``bin_voxels``, ``fli
 
 import importlib
 
-from noa_core import array, compute, pictures  # lazy faces: their modules load on first use
-from noa_core import providers
+# array, compute and pictures are lazy faces (their modules load on first use); providers, the hooks set below
+from noa_core import array, compute, pictures, providers
 from noa_core.errors import (
     BroadcastError,
     DeviceError,
@@ -76,7 +76,8 @@ _LAZY = {
     "preview": "noa_core.pictures.drawing",
 }
 # Modules users reach as ``noa_core.NAME`` (also lazily), and the layered folders.
-_SUBMODULES = {"layout": "noa_core.array.layout", "fft": "noa_core.fourier.fft", "spectral": "noa_core.fourier.spectral",
+_SUBMODULES = {"layout": "noa_core.array.layout", "fft": "noa_core.fourier.fft",
+               "spectral": "noa_core.fourier.spectral",
                **{name: f"noa_core.{name}" for name in ("array", "compute", "fourier", "geometry", "io", "kernels",
                                                         "operations", "pictures", "run", "images")}}
 

@@ -7,11 +7,10 @@ allocates anything sized by it; a service sets its voxel limit around planning w
 
 from __future__ import annotations
 
-import os
-
 import contextlib
 import contextvars
 import math
+import os
 from collections.abc import Iterator, Sequence
 
 from noa_core.errors import LimitError, MemoryLimitError
@@ -51,9 +50,9 @@ def check_voxels(shapes: Sequence[Sequence[int]], limit: int) -> None:
     """LimitError when inputs or an output of ``shapes`` (BDHW, or fewer axes padded on the left) could exceed
     ``limit`` voxels: their per-axis maximum bounds every shape a broadcast of them can produce, so the check
     needs no knowledge of the operation's rules (a service's ``--max-voxels``, checked from the headers)."""
-    shapes = [tuple(s) for s in shapes]
-    rank = max(len(s) for s in shapes)
-    padded = [(1,) * (rank - len(s)) + s for s in shapes]
+    given = [tuple(s) for s in shapes]
+    rank = max(len(s) for s in given)
+    padded = [(1,) * (rank - len(s)) + s for s in given]
     bound = math.prod(max(dims) for dims in zip(*padded, strict=True))
     if bound > limit:
         raise LimitError(f"the output would have {bound} voxels; the limit is {limit}")

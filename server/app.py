@@ -9,10 +9,11 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, FastAPI, Security
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.routing import APIRoute
 
 from noa_core import SUMMARY, __version__, operations
 from noa_server import problems
@@ -58,7 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         (re.compile("^" + re.escape(prefix) + route.path_regex.pattern.removeprefix("^")), route.methods)
         for prefix, routers in (("", [health.router, view.page]), (v1.prefix, versioned))
         for routes in routers
-        for route in routes.routes
+        for route in cast(list[APIRoute], routes.routes)  # the routers' own routes: every one an APIRoute
     ]
     guarded: dict[str, Any] = {}
     if settings.api_key is not None:

@@ -33,7 +33,7 @@ from noa_server.sandbox import Sandbox
 try:
     import fcntl
 except ImportError:  # no flock (Windows): upload folders of killed processes are then left alone
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # a module, or None where there is none
 
 # Per format name: the extension of an upload's result and its media type.
 EXTENSIONS = {fmt.name: fmt.output_extensions[0] for fmt in formats.FORMATS}

@@ -17,8 +17,20 @@ from annotated_types import Interval
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from noa_core.io import formats
-from noa_core.operations import (Choice, Edits, Flag, Integer, Integers, Name, Operation, Param, Real, Reals,
-                                 Reports, Text)
+from noa_core.operations import (
+    Choice,
+    Edits,
+    Flag,
+    Integer,
+    Integers,
+    Name,
+    Operation,
+    Param,
+    Real,
+    Reals,
+    Reports,
+    Text,
+)
 from noa_core.operations.spec import SERVER_PATHS, InputFile
 
 RelPath = Annotated[str, Field(min_length=1, max_length=1024, description="A path relative to the data root.")]
@@ -69,7 +81,7 @@ def value_type(param: Param) -> Any:
         annotation = Annotated[list[_real(kind.low, kind.high)], Field(  # type: ignore[misc]
             min_length=kind.min_length, max_length=kind.max_length)]
     elif isinstance(kind, Choice):
-        annotation = Literal[kind.values]  # type: ignore[valid-type]
+        annotation = Literal[kind.values]
     elif isinstance(kind, Text):
         annotation = Annotated[str, Field(min_length=kind.min_length, max_length=kind.max_length,
                                           pattern=kind.pattern)]
@@ -131,6 +143,8 @@ _STRICT = ConfigDict(extra="forbid", strict=True)
 
 class PathRequest(BaseModel):
     """Adds where the inputs are and where the output goes, relative to the data root."""
+
+    declaration: ClassVar[Operation]  # the operation, set on each request model (:func:`request_model`)
 
     def input_paths(self) -> list[str]:
         raise NotImplementedError
@@ -226,14 +240,14 @@ def _strict(name: str, bases: tuple[type, ...], fields: dict[str, Any]) -> Any:
 @functools.cache
 def job_model(operation: Operation) -> type[OpParams]:
     """One member of the body of ``POST /v1/jobs``: a path request tagged with its operation."""
-    tag = (Literal[operation.name], Field(description="The operation to run."))  # type: ignore[valid-type]
+    tag = (Literal[operation.name], Field(description="The operation to run."))
     return _strict(f"{_pascal(operation.name)}Job", (request_model(operation),), {"operation": tag})
 
 
 def job_request(operations: list[Operation]) -> Any:
     """The body of ``POST /v1/jobs``: any operation's job, told apart by ``operation``."""
     members = tuple(job_model(op) for op in operations)
-    return Annotated[Union[members], Field(discriminator="operation")]  # type: ignore[valid-type]
+    return Annotated[Union[members], Field(discriminator="operation")]  # noqa: UP007 (types listed at run time)
 
 
 # -- responses -------------------------------------------------------------------------------------
@@ -278,7 +292,7 @@ def job_status_model(operations: tuple[Operation, ...]) -> type[BaseModel]:
         finished=(str | None, ...),
         request=(dict[str, Any], ...),
         error=(dict[str, Any] | None, Field(description="The problem (RFC 9457) when the job failed.")),
-        result=(Union[results + (type(None),)], Field(  # type: ignore[valid-type]
+        result=(Union[results + (type(None),)], Field(  # noqa: UP007 (types listed at run time)
             description="The result once the job succeeded.")),
     )
 

@@ -13,7 +13,8 @@ import http
 import logging
 import os
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -123,7 +124,7 @@ def problem_body(status: int, detail: str, instance: str, *, slug: str | None = 
 
 
 def problem_response(status: int, detail: str, instance: str, *, slug: str | None = None, title: str | None = None,
-                     headers: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> JSONResponse:
+                     headers: Mapping[str, str] | None = None, extra: dict[str, Any] | None = None) -> JSONResponse:
     body = problem_body(status, detail, instance, slug=slug, title=title, extra=extra)
     return JSONResponse(body, status_code=status, media_type=MEDIA_TYPE, headers=headers)
 
@@ -145,7 +146,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(errors.NoaError)
     async def _noa(request: Request, exc: errors.NoaError) -> JSONResponse:
-        return await _own(request, classify(exc))
+        return await _own(request, cast(ProblemError, classify(exc)))  # _NOA_ERRORS ends with NoaError itself
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:

@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import uvicorn
 
@@ -91,7 +92,7 @@ class _Server(uvicorn.Server):
             self._on_listening()
 
 
-def _serve(config: uvicorn.Config, on_listening: Callable[[], None], **run: object) -> bool:
+def _serve(config: uvicorn.Config, on_listening: Callable[[], None], **run: Any) -> bool:
     """Run a uvicorn server until it stops; True when it stopped to retire (see the module doc)."""
     server = _Server(config, on_listening)
     service.on_retire(lambda: setattr(server, "should_exit", True))
@@ -99,7 +100,7 @@ def _serve(config: uvicorn.Config, on_listening: Callable[[], None], **run: obje
     return service.RETIRING.is_set()
 
 
-def _serve_alone(app: object, host: str, port: int, log_level: str, on_listening: Callable[[], None]) -> None:
+def _serve_alone(app: Any, host: str, port: int, log_level: str, on_listening: Callable[[], None]) -> None:
     if _serve(uvicorn.Config(app, host=host, port=port, log_level=log_level), on_listening):
         os.execv(sys.executable, sys.orig_argv)  # the same command in a fresh process, with the same pid
 

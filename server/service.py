@@ -21,8 +21,8 @@ from fastapi import Request
 from noa_core.compute import expr
 from noa_core.kernels import runtime
 from noa_core.run.warmup import warmup_once
-from noa_server.jobs import JobStore
 from noa_server.execution import remove_abandoned_uploads
+from noa_server.jobs import JobStore
 from noa_server.problems import ProblemError
 from noa_server.sandbox import Sandbox
 from noa_server.settings import Settings
@@ -56,7 +56,8 @@ class Service:
             # A typo in --data-root must stop the server, not create an empty root.
             raise ValueError(f"data root {root} is not a folder")
         self.sandbox = None if root is None else Sandbox(root, settings.jobs_dir, settings.tmp_dir)
-        self.jobs = None if root is None else JobStore(settings.jobs_dir, settings.job_ttl)
+        jobs_dir = settings.jobs_dir  # set whenever the data root is
+        self.jobs = None if root is None or jobs_dir is None else JobStore(jobs_dir, settings.job_ttl)
         self._pool = ThreadPoolExecutor(settings.workers, "noa-worker", initializer=_pin_kernel_threads,
                                         initargs=(settings.kernel_threads,))
         self._warmup: Future | None = None

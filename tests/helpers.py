@@ -4,6 +4,7 @@ Fixtures are in ``conftest.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -15,6 +16,9 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
+
+import noa_core as nc
+from noa_core.array import layout
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"  # real files written by other software (absent: those tests skip)
@@ -129,7 +133,6 @@ def relion(program: str, *args, cwd: Path | None = None) -> subprocess.Completed
     where RELION is not installed (``scripts/test`` installs RELION 3.1.3 with apt where it can), and fails
     with RELION's own output where the program fails."""
     import shutil
-
     import tempfile
 
     if shutil.which(program) is None:
@@ -196,12 +199,8 @@ def start_server(root: Path | None, log: Path | None, env: dict[str, str] | None
     url = f"http://127.0.0.1:{(port := free_port())}"
     argv = [*command, "serve", *args, "--host", "127.0.0.1", "--port", str(port)]
     environment = {**os.environ, **({"NOA_DATA_ROOT": str(root)} if root is not None else {}), **(env or {})}
-    out = open(log, "ab") if log is not None else None
-    try:
+    with open(log, "ab") if log is not None else contextlib.nullcontext() as out:
         proc = subprocess.Popen(argv, cwd=REPO, env=environment, stdout=out, stderr=subprocess.STDOUT if out else None)
-    finally:
-        if out is not None:
-            out.close()
     try:
         wait_for(url, "/healthz", 60, proc)
         wait_for(url, "/readyz", timeout, proc)
@@ -247,3 +246,49 @@ def random_values(shape, dtype="float32", seed: int = 0, *, span: int | None = 1
         low, high = (info.min, info.max) if span is None else (max(info.min, -span), min(info.max, span))
         return rng.integers(low, high, size=shape, endpoint=True).astype(dtype)
     return rng.normal(mean, sd, size=shape).astype(dtype)
+
+
+# -- arrays in every layout the kernels take ---------------------------------------------------------
+
+LAYOUTS = ("C", "F", "permuted", "sliced")
+
+
+def layout_values(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    """Random values of ``dtype`` in a small range (integers within -100..100; complex with both parts)."""
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.integers(0, 2, shape).astype(dt)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(max(info.min, -100), min(info.max, 100), shape, endpoint=True).astype(dt)
+    values = rng.standard_normal(shape) * 10
+    if dt.kind == "c":
+        values = values + 1j * rng.standard_normal(shape)
+    return values.astype(dt)
+
+
+def make_array(rng: np.random.Generator, shape, dtype, kind: str) -> nc.Array:
+    """An Array of ``shape`` holding random values, laid out as ``kind`` (C, F, permuted, sliced)."""
+    if kind == "C":
+        return nc.asarray(layout_values(rng, shape, dtype))
+    if kind == "F":
+        return nc.asarray(layout_values(rng, shape, dtype)).copy("F")
+    if kind == "permuted":
+        perm = tuple(rng.permutation(4))
+        inverse = layout.inverse_permutation(perm)
+        base = nc.asarray(layout_values(rng, layout.permute(shape, inverse), dtype))
+        return base.permute(perm)
+    big = tuple(2 * n + 1 for n in shape)
+    base = nc.asarray(layout_values(rng, big, dtype))
+    return base[tuple(slice(1, 1 + 2 * n, 2) for n in shape)]
+
+
+def euler_matrix(alpha: float, beta: float, gamma: float) -> np.ndarray:
+    """The ZYZ rotation of Euler angles in radians as RELION 3.1.3's Euler_angles2matrix (src/euler.cpp) and
+    pyem's euler2rot write it, line by line: A acting on (x, y, z)."""
+    ca, cb, cg = np.cos(alpha), np.cos(beta), np.cos(gamma)
+    sa, sb, sg = np.sin(alpha), np.sin(beta), np.sin(gamma)
+    cc, cs, sc, ss = cb * ca, cb * sa, sb * ca, sb * sa
+    return np.array([[cg * cc - sg * sa, cg * cs + sg * ca, -cg * sb],
+                     [-sg * cc - cg * sa, -sg * cs + cg * ca, sg * sb],
+                     [sc, ss, cb]])

@@ -21,10 +21,9 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from noa_core import providers
-from noa_core.array import dtypes
-from noa_core.array import layout
-from noa_core.errors import DeviceError, ReshapeError, ShapeError, StrideError
+from noa_core.array import dtypes, layout
 from noa_core.array.layout import Shape4, Strides4
+from noa_core.errors import DeviceError, ReshapeError, ShapeError, StrideError
 
 DEVICES = ("cpu", "cuda")
 
@@ -57,7 +56,8 @@ _kernels: ArrayKernels | None = None
 def _array_kernels() -> ArrayKernels:
     """Loaded at the first method call that needs a kernel, so that importing noa_core skips numba."""
     global _kernels
-    if _kernels is None:  # the provider is installed when noa_core (the package) is imported
+    if _kernels is None:
+        assert providers.array_kernels is not None, "noa_core installs the kernel provider on import"
         _kernels = providers.array_kernels()
     return _kernels
 
@@ -65,7 +65,7 @@ def _array_kernels() -> ArrayKernels:
 class Array:
     """A 4-d BDHW array. Create one with :func:`empty`, :func:`zeros`, :func:`asarray`, ..."""
 
-    __slots__ = ("_buffer", "_offset", "_shape", "_strides", "_dtype", "_device", "__weakref__")
+    __slots__ = ("__weakref__", "_buffer", "_device", "_dtype", "_offset", "_shape", "_strides")
 
     def __init__(self, buffer: Any, offset: int, shape: Sequence[int], strides: Sequence[int],
                  dtype: np.dtype, device: str = "cpu") -> None:
@@ -173,7 +173,7 @@ class Array:
 
     # -- views -------------------------------------------------------------------------------------
 
-    def _view(self, offset: int, shape: Shape4, strides: Strides4) -> Array:
+    def _view(self, offset: int, shape: Sequence[int], strides: Sequence[int]) -> Array:
         return Array(self._buffer, offset, shape, strides, self._dtype, self._device)
 
     def permute(self, perm: Sequence[int]) -> Array:
@@ -444,7 +444,7 @@ def asarray(obj, dtype=None, device: str | None = None) -> Array:
             "copy the array first (numpy.ascontiguousarray)"
         )
     strides4 = layout.check_strides(shape4, tuple(s // itemsize for s in byte_strides))
-    strides4 = tuple(s if n != 1 else p for n, s, p in zip(shape4, strides4, layout.strides_for(shape4)))
+    strides4 = layout.Strides4(s if n != 1 else p for n, s, p in zip(shape4, strides4, layout.strides_for(shape4)))
     extent = layout.memory_extent(shape4, strides4)
     buffer = as_strided(x, shape=(extent,) + element_shape, strides=(itemsize,) + x.strides[outer_ndim:],
                         writeable=x.flags.writeable)

@@ -29,10 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from noa_core.array import devices
-from noa_core.array import dtypes
-from noa_core.array import layout
-from noa_core.array import Array, as_device, asarray
+from noa_core.array import Array, as_device, asarray, devices, dtypes, layout
 from noa_core.errors import DeviceError, DTypeError, ShapeError, StrideError
 
 # DLDeviceType values (dlpack.h).
@@ -164,6 +161,7 @@ def capsule(pointer: int, device: tuple[int, int], dtype: np.dtype, shape: Seque
     tensor = DLTensor(pointer or None, DLDevice(*device), ndim, dl_datatype(dtype),
                       ctypes.cast(shape_array, ctypes.POINTER(ctypes.c_int64)),
                       ctypes.cast(strides_array, ctypes.POINTER(ctypes.c_int64)), 0)
+    managed: DLManagedTensorVersioned | DLManagedTensor
     if versioned:
         managed = DLManagedTensorVersioned(DLPackVersion(*VERSION), None, _release_export,
                                            READ_ONLY if read_only else 0, tensor)
@@ -212,10 +210,11 @@ def to_dlpack(array: Array, *, stream: Any = None, max_version: tuple[int, int] 
             kwargs["max_version"] = tuple(max_version)
         return array.numpy().__dlpack__(**kwargs)
     here = dlpack_device(array)
-    if dl_device is not None and tuple(dl_device) != here:
-        if tuple(dl_device)[0] == CPU and copy is not False:
+    asked = None if dl_device is None else tuple(dl_device)
+    if asked is not None and asked != here:
+        if asked[0] == CPU and copy is not False:
             return to_dlpack(array.to("cpu"), max_version=max_version, copy=None)
-        raise BufferError(f"the array lives on CUDA device {here[1]}; exporting it to device {tuple(dl_device)} "
+        raise BufferError(f"the array lives on CUDA device {here[1]}; exporting it to device {asked} "
                           "needs copy=True")
     if copy:
         array = array.copy("K")
@@ -257,6 +256,7 @@ def read_capsule(capsule_object: Any) -> tuple[int, tuple[int, int], np.dtype, t
     """Consume a DLPack capsule: (data pointer, device, dtype, shape, element strides or None for
     C order, read-only, owner). The capsule is renamed 'used_...'; the owner calls the deleter."""
     name = _api.PyCapsule_GetName(capsule_object)
+    managed: DLManagedTensorVersioned | DLManagedTensor
     if name == _NAME_VERSIONED:
         name = _NAME_VERSIONED
         managed = DLManagedTensorVersioned.from_address(_api.PyCapsule_GetPointer(capsule_object, name))
@@ -290,9 +290,9 @@ def _host_view(pointer: int, dtype: np.dtype, shape: tuple, strides: tuple, read
     """A NumPy view of host memory described by a DLPack tensor (``strides`` in elements)."""
     extent = layout_extent(shape, strides)
     memory = (ctypes.c_char * (extent * dtype.itemsize)).from_address(pointer) if extent else bytearray()
-    flat = np.frombuffer(memory, dtype=dtype)
+    flat = np.frombuffer(memory, dtype=dtype)  # type: ignore[arg-type]  # a ctypes array is a buffer
     if not isinstance(memory, bytearray):
-        memory.owner = owner  # the memory stays valid while any view of it lives
+        memory.owner = owner  # type: ignore[attr-defined]  # the memory stays valid while any view of it lives
     view = np.lib.stride_tricks.as_strided(flat, shape=shape, strides=[s * dtype.itemsize for s in strides],
                                            writeable=not read_only and bool(extent))
     return view

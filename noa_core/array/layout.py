@@ -71,7 +71,7 @@ def _refuse_swap(shape: Sequence[int], strides: Sequence[int]) -> None:
         raise LayoutError(f"shape {shape} and strides {strides} are swapped: {' and '.join(what)}")
 
 
-def _refuse_strides_as_shape(shape: Sequence[int]) -> None:
+def _refuse_strides_as_shape(shape: int | Sequence[int]) -> None:
     if shape.__class__ is Strides4:
         raise LayoutError(f"strides {shape} were given where a shape is expected")
 
@@ -130,7 +130,7 @@ def as_order(order: str) -> Order:
     return upper  # type: ignore[return-value]
 
 
-def element_count(shape: Shape4) -> int:
+def element_count(shape: Sequence[int]) -> int:
     return math.prod(shape)
 
 
@@ -144,7 +144,7 @@ def ndim(shape: Shape4) -> int:
     return 1
 
 
-def kind(shape: Shape4) -> str:
+def kind(shape: Sequence[int]) -> str:
     """What a shape holds, in the words of microscopy: image, image stack, volume, volume stack."""
     b, d, _, _ = shape
     if d > 1:
@@ -157,7 +157,7 @@ def kind(shape: Shape4) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def strides_for(shape: Shape4, order: str = "C") -> Strides4:
+def strides_for(shape: Sequence[int], order: str = "C") -> Strides4:
     """Packed strides: C ``(D*H*W, H*W, W, 1)``; F ``(D*H*W, H*W, 1, H)`` (only H and W swap)."""
     _refuse_strides_as_shape(shape)
     _, d, h, w = shape
@@ -179,7 +179,7 @@ def are_contiguous(shape: Shape4, strides: Strides4, order: str = "C") -> bool:
     return all(n == 1 or s == p for n, s, p in zip(shape, strides, packed))
 
 
-def _is_contiguous_c(shape: Shape4, strides: Strides4) -> tuple[bool, bool, bool, bool]:
+def _is_contiguous_c(shape: Sequence[int], strides: Sequence[int]) -> tuple[bool, bool, bool, bool]:
     out = [True, True, True, True]
     # Walking from the innermost dimension, 'inner' is the span (size*stride) of the next inner
     # dimension that is neither size 1 nor broadcast; 1 when there is none yet.
@@ -395,7 +395,8 @@ def slice_view(shape: Shape4, strides: Strides4, key) -> tuple[int, Shape4, Stri
         if isinstance(item, slice):
             start, stop, step = item.indices(n)
             if step < 0:
-                raise StrideError(f"index {key!r} has a negative step on the {AXIS_NAMES[axis]} axis; negative strides are not supported")
+                raise StrideError(f"index {key!r} has a negative step on the {AXIS_NAMES[axis]} axis; negative "
+                                  "strides are not supported")
             size = max(0, (stop - start + step - 1) // step)
             if size > 0:
                 offset += start * s
@@ -418,7 +419,7 @@ def slice_view(shape: Shape4, strides: Strides4, key) -> tuple[int, Shape4, Stri
 # ---------------------------------------------------------------------------------------------
 
 
-def iteration_order(shape: Shape4, strides: Strides4) -> Permutation4:
+def iteration_order(shape: Sequence[int], strides: Sequence[int]) -> Permutation4:
     """The permutation that makes ``strides`` as rightmost as possible.
 
     Stable sort of the dimensions by decreasing stride, with size-1 dimensions moved outermost (their
@@ -432,7 +433,8 @@ def _iteration_order(shape: Sequence[int], strides: Sequence[int]) -> Permutatio
     return tuple(sorted(range(4), key=lambda i: (shape[i] != 1, -strides[i])))  # type: ignore[return-value]
 
 
-def merge_dimensions(shape: Shape4, *strides: Strides4) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+def merge_dimensions(shape: Sequence[int], *strides: Sequence[int]
+                     ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
     """Merge neighbouring dimensions that are contiguous in every operand; pad on the left to 4-d.
 
     ``shape`` and each of ``strides`` must already be in iteration order (outermost first). Size-1
@@ -485,7 +487,7 @@ def plan_iteration(shape: Shape4, *strides: Strides4) -> tuple[tuple[int, ...], 
 # ---------------------------------------------------------------------------------------------
 
 
-def memory_span(offset: int, shape: Shape4, strides: Strides4, itemsize: int = 1) -> tuple[int, int]:
+def memory_span(offset: int, shape: Sequence[int], strides: Sequence[int], itemsize: int = 1) -> tuple[int, int]:
     """Half-open range ``[start, stop)`` of memory units addressed by a layout (empty if no element).
 
     ``offset`` and ``strides`` count units (elements, or bytes with ``itemsize`` the element size).
@@ -496,8 +498,8 @@ def memory_span(offset: int, shape: Shape4, strides: Strides4, itemsize: int = 1
     return offset, offset + sum((n - 1) * s for n, s in zip(shape, strides)) + itemsize
 
 
-def may_overlap(offset_a: int, shape_a: Shape4, strides_a: Strides4,
-                offset_b: int, shape_b: Shape4, strides_b: Strides4, itemsize: int = 1,
+def may_overlap(offset_a: int, shape_a: Sequence[int], strides_a: Sequence[int],
+                offset_b: int, shape_b: Sequence[int], strides_b: Sequence[int], itemsize: int = 1,
                 itemsize_b: int | None = None) -> bool:
     """True when the memory spans of two layouts intersect (conservative: interleaved views that
     share no element still count as overlapping); ``itemsize_b``: the second's elements, when of another size."""
@@ -506,7 +508,8 @@ def may_overlap(offset_a: int, shape_a: Shape4, strides_a: Strides4,
     return start_a < stop_b and start_b < stop_a
 
 
-def same_elements(offset_a: int, strides_a: Strides4, offset_b: int, strides_b: Strides4, shape: Shape4) -> bool:
+def same_elements(offset_a: int, strides_a: Sequence[int], offset_b: int, strides_b: Sequence[int],
+                  shape: Sequence[int]) -> bool:
     """True when two layouts of ``shape`` address exactly the same memory for every index."""
     _refuse_swap(shape, strides_a)
     _refuse_swap(shape, strides_b)

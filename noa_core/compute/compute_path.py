@@ -7,7 +7,8 @@ results to the bit: the same conversions, statistics and expressions, written on
 (tests compare both paths' bytes for every operation and type). Above it, the numba kernels run, as
 before: parallel, fused, with bounded memory.
 
-The drivers choose (:func:`for_size`, given :func:`noa_core.io.formats.input_bytes`); the computes ask :func:`numpy_path`.
+The drivers choose (:func:`for_size`, given :func:`noa_core.io.formats.input_bytes`); the computes ask
+:func:`numpy_path`.
 Outside a driver (``noa_core`` called from Python on Arrays) the kernels run. ``NOA_COMPUTE=numpy``
 or ``numba`` forces one path (``auto``, the default, chooses by size); ``noa --debug`` and the
 ``noa`` logger at DEBUG level say which path ran and why.
@@ -78,7 +79,7 @@ def for_size(nbytes: int | None, what: str = "") -> Iterator[str]:
     # Where logging was never imported, nothing can have been set to show it (and importing it costs 8 ms).
     logging = sys.modules.get("logging")
     log = None if logging is None else logging.getLogger("noa")
-    if _pinned.get() is None and log is not None and log.isEnabledFor(logging.DEBUG):
+    if _pinned.get() is None and logging is not None and log is not None and log.isEnabledFor(logging.DEBUG):
         size = "unknown size" if nbytes is None else f"{nbytes / 1024:.0f} KiB"
         if forced() != "auto":
             why = f"{ENVIRONMENT}={forced()}"

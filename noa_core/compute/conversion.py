@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from noa_core import compute, kernels  # faces: the kernels' path loads numba, and only when it runs
+from noa_core.array import Array, dtypes
+from noa_core.array.dtypes import FLOAT16_COMPUTE
 from noa_core.compute import compute_path
 from noa_core.compute.moments import block_moments
-from noa_core.array import dtypes
-from noa_core.array import Array
-from noa_core.array.dtypes import FLOAT16_COMPUTE
 from noa_core.errors import DTypeError, param
+
 
 def _clamp_bounds(source: np.dtype, target: np.dtype) -> tuple[np.generic, np.generic] | None:
     """Target range expressed in the source's (real) type, or None when no clamping is needed."""

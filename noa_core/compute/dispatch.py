@@ -10,20 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from numbers import Number
 from types import ModuleType
+from typing import TypeAlias
 
 import numpy as np
 
-from noa_core.array import devices
-from noa_core.array import dtypes
-from noa_core.array import layout
-from noa_core.array import Array, asarray, empty, resolve_copy_order
+from noa_core import kernels
+from noa_core.array import Array, devices, dtypes, empty, layout, resolve_copy_order
 from noa_core.array.dtypes import FLOAT16_COMPUTE
 from noa_core.errors import DeviceError, DTypeError, OverlapError, ReadOnlyError, ShapeError, StrideError
-from noa_core import kernels
 from noa_core.kernels import cpu as cpu_kernels
 from noa_core.kernels.operators import BUILTIN_OPS
 
-Operand = Array | Number | np.generic
+Operand: TypeAlias = Array | Number | np.generic
 
 
 def backend(device: str) -> ModuleType:

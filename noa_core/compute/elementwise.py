@@ -12,14 +12,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from noa_core.array import dtypes
-from noa_core.array import layout
+from noa_core.array import Array, dtypes, empty, layout, resolve_copy_order
 from noa_core.compute import user_kernels
-from noa_core.array import Array, empty, resolve_copy_order
+from noa_core.compute.conversion import convert_into
 from noa_core.compute.dispatch import Operand, common_device, launch
 from noa_core.errors import DTypeError
 from noa_core.kernels.operators import BUILTIN_OPS
-from noa_core.compute.conversion import convert_into
 
 # Python's operators map to the built-in element operators (whose kernels are cached on disk).
 _OPERATOR_ALIASES: dict[Callable, str] = {

@@ -31,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +46,7 @@ class ExpressionError(NoaError, ValueError):
 MAX_INPUTS = 26
 MAX_LENGTH = 2000
 # Operations, names and constants in one expression: compile time grows with them (the worst
-# accepted expression compiles in a few seconds, see tests/core/test_expr_hostile.py).
+# accepted expression compiles in a few seconds, see tests/compute/test_expr_hostile.py).
 MAX_NODES = 300
 # Nesting (a chain of n additions is n deep): the checks below recurse once per level.
 MAX_DEPTH = 100
@@ -109,12 +110,13 @@ _ORDERED = {"less", "less_equal", "greater", "greater_equal", "minimum", "maximu
 # numba has no float16 arithmetic on the CPU: values NumPy keeps in float16 are computed in float32
 # and rounded when stored (the policy of noa_core.compute.dispatch).
 _CASTS = {dt.name: f"t_{dt.name}" for dt in map(np.dtype, "?bhilqBHILQefdFD")}
-_NAMESPACE_CASTS = {f"t_{name}": (np.float32 if name == "float16" else np.dtype(name).type) for name in _CASTS}
+_NAMESPACE_CASTS: dict[str, Callable[[Any], Any]] = {
+    f"t_{name}": (np.float32 if name == "float16" else np.dtype(name).type) for name in _CASTS}
 
 
 # Operations that the NumPy path (Expression.numpy_function) computes to the same bits as numba, by
 # the kinds of the types they read and write ('b' bool, 'i'/'u' integers, 'f' real, 'c' complex).
-# Found by comparing both on every type, edge values included (tests/core/test_expr_numpy_path.py):
+# Found by comparing both on every type, edge values included (tests/compute/test_compute_path.py):
 # exactly rounded IEEE operations, integer arithmetic and NumPy's float // and % (which numba copies)
 # agree. The others differ in the last bits or in NaN's sign on some values, as NumPy computes them
 # with its own SIMD code (and FMA) and numba with LLVM's and libm's: exp, log, log10, sin, cos, tan
@@ -135,7 +137,7 @@ class Node:
 
     op: str
     args: tuple[Node, ...] = ()
-    value: object = None
+    value: Any = None  # str (an input) or int, float, complex, bool (a constant)
     text: str = ""
 
 
@@ -146,7 +148,7 @@ class _Value:
 
     code: str
     dtype: np.dtype | None = None
-    constant: object = None
+    constant: Any = None
 
 
 @dataclass(frozen=True)
@@ -352,7 +354,7 @@ class _Reader:
             f"expression {_shown(self.text)} uses unknown name {name!r}; inputs are {', '.join(self.names)}"
         )
 
-    def call(self, name: str, args: list[ast.AST], words: str) -> Node:
+    def call(self, name: str, args: list[ast.expr], words: str) -> Node:
         if name not in FUNCTIONS:
             raise ExpressionError(
                 f"expression {_shown(self.text)} calls unknown function {name!r}; "
@@ -366,7 +368,7 @@ class _Reader:
             return Node("minimum", (Node("maximum", (x, low), text=words), high), text=words)
         return self.operation(op, args, words)
 
-    def operation(self, op: str, args: list[ast.AST], words: str) -> Node:
+    def operation(self, op: str, args: list[ast.expr], words: str) -> Node:
         return self.fold(op, tuple(self.node(arg) for arg in args), words)
 
     def chain(self, op: str, operands: list[Node], words: str) -> Node:
@@ -381,7 +383,7 @@ class _Reader:
         if op not in _FOLD or any(arg.op != "constant" for arg in args):
             return Node(op, args, text=words)
         values = [arg.value for arg in args]
-        if op == "power" and _too_large_power(*values) or op == "multiply" and _too_large_product(*values):
+        if (op == "power" and _too_large_power(*values)) or (op == "multiply" and _too_large_product(*values)):
             raise _refused(self.text, words, _TOO_LARGE)
         try:
             value = _FOLD[op](*values)
@@ -410,7 +412,9 @@ class _Writer:
     the type NumPy computes it in."""
 
     def __init__(self, text: str, inputs: dict[str, np.dtype]):
-        self.text, self.inputs, self.lines, self.steps = text, inputs, [], []
+        self.text, self.inputs = text, inputs
+        self.lines: list[str] = []
+        self.steps: list[_Step] = []
 
     def function(self, tree: Node) -> _Typed:
         """The source of ``element(a, b, ...)``, its result dtype and its steps."""
@@ -421,6 +425,7 @@ class _Writer:
                 raise _refused(self.text, tree.text, "is an integer beyond every integer type an image holds "
                                                      "(NumPy keeps it as a Python object)")
             result = self.constant(self.literal(result.constant, dtype, tree))
+        assert result.dtype is not None  # a constant has just been given its type
         body = "".join(f"    {line}\n" for line in self.lines)
         source = f"def element({', '.join(self.inputs)}):\n{body}    return {result.code}\n"
         return _Typed(source, result.dtype, tuple(self.steps), result.code)
@@ -450,7 +455,8 @@ class _Writer:
                                                  "(write a float exponent: -1.0)")
         args = tuple(self.operand(value, dtype, node) for value, dtype in zip(operands, ins))
         if node.op == "power" and out.kind in "iu":
-            return self.integer_power(*args, out)
+            base, exponent = args
+            return self.integer_power(base, exponent, out)
         template = _TEMPLATES[node.op]
         if node.op == "floor_divide" and ins[0] == np.int64:  # numba gives 0 for MIN // -1, NumPy MIN
             template = "(-{0} if {1} == -1 else {0} // {1})"
@@ -460,7 +466,7 @@ class _Writer:
         """NumPy's loop types for ``node``'s ufunc on these operands (weak constants by their Python type)."""
         ufunc = getattr(np, node.op)
         # A Python bool is no weaker than NumPy's (the lowest type); resolve_dtypes takes int and float.
-        given = tuple(v.dtype if v.dtype is not None else
+        given: tuple[Any, ...] = tuple(v.dtype if v.dtype is not None else
                       np.dtype(bool) if type(v.constant) is bool else type(v.constant) for v in operands)
         try:
             return ufunc.resolve_dtypes(given + (None,))
@@ -525,11 +531,12 @@ class _Writer:
             raise self.too_large(node, dtype) from None
         with np.errstate(all="ignore"):  # a float beyond float32 is inf there, as numba converts it
             # The value of the text below: NaN is the name nan (positive, whatever NaN was folded).
-            value = cast(complex(_named(number.real), _named(number.imag)) if dtype.kind == "c" else _named(number))
+            value = cast(complex(_named(number.real), _named(number.imag)) if dtype.kind == "c"
+                         else _named(number.real))
         if dtype.kind == "c":
             return _Arg(f"{_CASTS[dtype.name]}(complex({_real(number.real)}, {_real(number.imag)}))", dtype,
                         value=value)
-        return _Arg(f"{_CASTS[dtype.name]}({_real(number)})", dtype, value=value)
+        return _Arg(f"{_CASTS[dtype.name]}({_real(number.real)})", dtype, value=value)  # .real: the float itself
 
     def constant(self, literal: _Arg) -> _Value:
         """A temporary holding the constant ``literal``."""

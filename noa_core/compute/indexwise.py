@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from noa_core.array import layout
+from noa_core.array import Array, layout
 from noa_core.compute import user_kernels
-from noa_core.array import Array
 from noa_core.compute.dispatch import backend, common_device
 
 

@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Sequence
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from noa_core import compute, kernels  # faces: the kernels' path loads numba, and only when it runs
-from noa_core.compute import compute_path
-from noa_core.array import dtypes
-from noa_core.array import layout
-from noa_core.array import Array, asarray
+from noa_core.array import Array, asarray, dtypes, layout
 from noa_core.array.dtypes import FLOAT16_COMPUTE
-from noa_core.errors import DTypeError
 from noa_core.array.scalar_ops import CHUNK, LANES, chan_merge, maximum, minimum
+from noa_core.compute import compute_path
+from noa_core.errors import DTypeError
 
 
 @dataclass(frozen=True)
@@ -103,7 +101,7 @@ class RunningStatistics:
         rms = math.sqrt(m.m2 / m.count)
         if m.min is None:  # complex: MRC statistics are real numbers, only the RMS deviation means something
             return HeaderStatistics(None, None, None, rms)
-        return HeaderStatistics(m.min, m.max, float(m.mean), rms)
+        return HeaderStatistics(m.min, m.max, float(cast(float, m.mean)), rms)  # real: min is set
 
 
 HALF_SLAB = 1 << 20  # float16 elements widened at a time for moments: 4 MiB of float32, in cache
@@ -185,11 +183,11 @@ def _numpy_moments(array: Array, shape: Sequence[int], strides: Sequence[int]) -
             run_mean, run_m2 = means[row].item(), m2s[row].item()
             if n is None:
                 n, mean, m2 = length, run_mean, run_m2
-                if lows is not None:
+                if lows is not None and highs is not None:
                     lo, hi = lows[row], highs[row]
                 continue
             n, mean, m2 = chan_merge(n, mean, m2, length, run_mean, run_m2)
-            if lows is not None:
+            if lows is not None and highs is not None:
                 lo, hi = minimum(lo, lows[row]), maximum(hi, highs[row])
     return n, lo, hi, mean, m2
 

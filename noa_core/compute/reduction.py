@@ -13,12 +13,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from noa_core.array import dtypes
-from noa_core.array import layout
+from noa_core.array import Array, dtypes, empty, layout
 from noa_core.compute import user_kernels
-from noa_core.array import Array, empty
-from noa_core.compute.dispatch import (FLOAT16_COMPUTE, backend, common_device, computes_as, flat_buffer, launch,
-                               widened)
+from noa_core.compute.dispatch import FLOAT16_COMPUTE, backend, common_device, computes_as, flat_buffer, launch, widened
 from noa_core.errors import DTypeError, ShapeError
 from noa_core.kernels.operators import BUILTIN_OPS
 

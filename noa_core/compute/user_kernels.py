@@ -145,7 +145,7 @@ def _value_key(value, where: str):
         if value.nbytes > ARRAY_KEY_LIMIT:
             raise UncacheableError(f"{where} is an array of {value.nbytes} bytes, more than the "
                                    f"{ARRAY_KEY_LIMIT} compared by content (pass it as an input instead)")
-        digest = hashlib.blake2b(np.ascontiguousarray(value).view(np.uint8).reshape(-1), digest_size=16).digest()
+        digest = hashlib.blake2b(np.ascontiguousarray(value).data, digest_size=16).digest()
         return "ndarray", value.dtype.str, value.shape, value.flags.c_contiguous, value.flags.f_contiguous, digest
     if kind is types.FunctionType:
         return "function", value, value.__code__  # a registered helper: numba knows it by identity
@@ -168,7 +168,9 @@ def _function_key(function: types.FunctionType) -> tuple:
                         for var, cell in zip(code.co_freevars, function.__closure__))
     globals_read, attributes = _names_read(code)
     namespace = function.__globals__
-    builtin_names = function.__builtins__ if isinstance(function.__builtins__, dict) else vars(builtins)
+    # FunctionType.__builtins__ (Python 3.10+) is missing from typeshed
+    builtins_given = function.__builtins__  # type: ignore[attr-defined]
+    builtin_names = builtins_given if isinstance(builtins_given, dict) else vars(builtins)
     read = []
     for var in globals_read:
         value = namespace.get(var, _MISSING)
@@ -183,7 +185,8 @@ def _function_key(function: types.FunctionType) -> tuple:
             key += tuple((a, _value_key(v, f"{var}.{a}")) for a in attributes[var]
                          if _is_plain(v := getattr(value, a, _MISSING)))
         read.append((var, key))
-    defaults = kwdefaults = ()
+    defaults: tuple = ()
+    kwdefaults: tuple = ()
     if function.__defaults__:
         defaults = _value_key(function.__defaults__, f"a default argument of {name}")
     if function.__kwdefaults__:
@@ -217,7 +220,9 @@ def _frozen_function(function: types.FunctionType) -> types.FunctionType:
     """A private copy of ``function`` whose closure, globals read and defaults are frozen."""
     code = function.__code__
     namespace = function.__globals__
-    builtin_names = function.__builtins__ if isinstance(function.__builtins__, dict) else vars(builtins)
+    # FunctionType.__builtins__ (Python 3.10+) is missing from typeshed
+    builtins_given = function.__builtins__  # type: ignore[attr-defined]
+    builtin_names = builtins_given if isinstance(builtins_given, dict) else vars(builtins)
     frozen_globals = {"__builtins__": builtin_names, "__name__": namespace.get("__name__", "noa_user")}
     for var in _names_read(code)[0]:
         if var in namespace:
@@ -275,6 +280,7 @@ def _warn_once(function: types.FunctionType, reason: str) -> None:
 def _caller_level() -> int:
     """The stack level of the first frame outside noa_core (the user's call to ewise, iwise...)."""
     package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame: types.FrameType | None
     frame, level = sys._getframe(2), 2  # warnings.warn counts _warn_once's frame as level 1
     while frame is not None and frame.f_code.co_filename.startswith(package):
         frame, level = frame.f_back, level + 1

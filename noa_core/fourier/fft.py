@@ -27,8 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from noa_core import kernels, limits  # kernels a face: CUDA's (numba-cuda) load only for arrays on a GPU
-from noa_core.array import layout
-from noa_core.array import Array, asarray
+from noa_core.array import Array, asarray, layout
 from noa_core.errors import DeviceError, DTypeError, ParameterError, ShapeError
 
 NORMS = ("backward", "ortho", "forward")
@@ -136,7 +135,6 @@ def pocketfft():
             spec.loader.exec_module(module)
             sys.modules[POCKETFFT] = module
             return module
-    import scipy.fft._pocketfft  # another layout of scipy: the ordinary import
 
     return sys.modules[POCKETFFT]
 
@@ -190,6 +188,7 @@ def _run(name: str, x: Array, axes: tuple[int, ...], norm: str, dtype: np.dtype,
     if name == "rfft":
         return asarray(r2c(values, axes, norm))
     if name == "irfft":
+        assert width is not None  # irfft gives one
         return asarray(c2r(values, axes, width, norm))
     return asarray(c2c(values, axes, name == "fft", norm))
 

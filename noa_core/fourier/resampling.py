@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from noa_core import images  # a face: RELION's rescale alone crops and pads (noa resize, its window about N//2)
-from noa_core.fourier import fft
 from noa_core.array import Array, asarray
 from noa_core.errors import ParameterError, ShapeError
+from noa_core.fourier import fft
 
 LIKE = ("noa", "relion")  # the conventions of fourier_resize and rescale (see fourier_resize)
 
@@ -255,18 +255,18 @@ def rescaling(sizes: Sequence[int], factor: float, like: str = "noa") -> Rescali
                              "(RELION would make a cube of it)", "like")
     side = max(old)
     square = rescaled_sizes([side], factor)[0]
-    new = []
+    sides: list[int] = []
     for n in old:
         # image_handler.cpp: ROUND(oldxsize * (angpix / real_angpix)), real_angpix = oldsize * angpix / newsize
         m = math.floor(n * (1.0 / (side / square)) + 0.5)
         m -= m % 2
         if m < 2:
             raise ShapeError(f"rescale: a size of {n} scaled by {factor:g} leaves fewer than 2 pixels")
-        new.append(m)
+        sides.append(m)
     spacing = side / square
     # input sample 0 is sample (side//2 - n//2) of the square, output sample 0 sample (square//2 - m//2) of its rescale
-    start = tuple((square // 2 - m // 2) * spacing - (side // 2 - n // 2) for n, m in zip(old, new))
-    return Rescaling(tuple(new), (spacing,) * len(old), start)
+    start = tuple((square // 2 - m // 2) * spacing - (side // 2 - n // 2) for n, m in zip(old, sides))
+    return Rescaling(tuple(sides), (spacing,) * len(old), start)
 
 
 def rescale(array, factor: float | None = None, *, pixel_size: float | None = None,
@@ -286,6 +286,7 @@ def rescale(array, factor: float | None = None, *, pixel_size: float | None = No
         if from_pixel_size is None or not from_pixel_size > 0:
             raise ParameterError(f"the input's pixel size is unknown ({from_pixel_size}); give it, or a factor",
                                  "pixel_size")
+        assert pixel_size is not None  # exactly one of factor and pixel_size (checked above)
         factor = pixel_factor(from_pixel_size, pixel_size, like)
     x = fft.as_array(array)
     axes = fft.transform_axes(x.shape, ndim)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -334,14 +334,17 @@ def table_text(curve: Curve, kind: str, title: str = "FSC") -> str:
     """The curve as a table file: ``star`` (RELION's ``data_fsc`` block, as relion_image_handler --fsc
     prints it), ``csv`` (:data:`CSV_COLUMNS`) or ``xml`` (EMDB's FSC XML: spatial frequency in 1/Å, shell 0
     at 0, and the FSC; needs the pixel size). Without a pixel size, STAR and CSV have shells and FSC only."""
-    shells, values, per_angstrom, angstrom = curve.shells, curve.values, curve.per_angstrom, curve.angstrom
-    resolved = angstrom is not None
+    shells, values = curve.shells, curve.values
+    resolved = curve.angstrom is not None
+    # per shell, in 1/Å and in Å: read only when resolved (both None without a pixel size)
+    per_angstrom, angstrom = cast(np.ndarray, curve.per_angstrom), cast(np.ndarray, curve.angstrom)
     if kind == "xml":
         if not resolved:
-            raise ParameterError(f"EMDB's FSC XML is in 1/Å: the pixel size is unknown (give {param('angpix')})", "output")
+            raise ParameterError(f"EMDB's FSC XML is in 1/Å: the pixel size is unknown (give {param('angpix')})",
+                                 "output")
         from xml.sax.saxutils import quoteattr
 
-        frequency = shells / (curve.size * curve.pixel_size)
+        frequency = shells / (curve.size * cast(float, curve.pixel_size))
         points = "".join(f"  <coordinate>\n    <x>{x:.6f}</x>\n    <y>{y:.6f}</y>\n  </coordinate>\n"
                          for x, y in zip(frequency, values, strict=True))
         return (f'<?xml version="1.0" encoding="UTF-8"?>\n<fsc title={quoteattr(title)} '

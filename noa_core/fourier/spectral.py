@@ -21,10 +21,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from noa_core.fourier import fft as noa_fft
-from noa_core.fourier import resampling
 from noa_core.array import Array, asarray
 from noa_core.errors import ParameterError
+from noa_core.fourier import fft as noa_fft
+from noa_core.fourier import resampling
 
 DEFAULT_EDGE_WIDTH = 2  # RELION's --filter_edge_width: Fourier shells of the raised cosine (an integer)
 MAX_BFACTOR_GAIN = 60.0  # the most a B-factor may amplify Nyquist: e**60 (~1e26), well inside float32
@@ -36,7 +36,7 @@ __all__ = ["bandpass", "bandpass_weights", "bfactor_weights", "check_bandpass", 
 def frequencies(sizes: Sequence[int], half: bool = True) -> np.ndarray:
     """|f| in cycles per pixel at every Fourier sample of a transform of ``sizes`` (the last axis
     non-redundant when ``half``): ``sqrt(sum((k_a / n_a) ** 2))`` (float64)."""
-    squared = 0.0
+    squared: float | np.ndarray = 0.0
     for i, n in enumerate(sizes):
         k = np.fft.rfftfreq(n) if (half and i == len(sizes) - 1) else np.fft.fftfreq(n)
         shape = [1] * len(sizes)
@@ -124,7 +124,7 @@ def bfactor_weights(sizes: Sequence[int], pixel_size: float, bfactor: float) -> 
     width of 20, 40 or 160 they are zeroed, at 2 Å kept. Other axes are counted in true frequencies (``k * n /
     n_axis`` Fourier pixels of the width): integers, RELION's own, for square images and cubic volumes."""
     n = sizes[-1]
-    r2 = 0.0
+    r2: float | np.ndarray = 0.0
     for i, size in enumerate(sizes):
         index = np.arange(size // 2 + 1 if i == len(sizes) - 1 else size)
         k = np.where(index <= size // 2, index, index - size) * n / size  # the integer k where size == n

@@ -27,7 +27,8 @@ from scipy import ndimage
 
 from noa_core.errors import ParameterError, ShapeError
 
-__all__ = ["squared_distances", "binary", "extended", "soft_edge", "threshold_mask", "raised_crown", "sphere", "cylinder"]
+__all__ = ["squared_distances", "binary", "extended", "soft_edge", "threshold_mask", "raised_crown", "sphere",
+           "cylinder"]
 
 
 def _check_rank(shape: Sequence[int], what: str, ranks: tuple[int, ...] = (2, 3)) -> None:

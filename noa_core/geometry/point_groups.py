@@ -27,7 +27,7 @@ def read(text: str, param: str = "sym") -> str:
     parts = PARTS.fullmatch(text.upper()) if text.isascii() else None
     if parts is None:
         raise ParameterError(f"{text!r} is not a point group RELION knows; give one of {DESCRIPTION}", param)
-    letter, digits, suffix, word, setting, mirrored = parts.groups()
+    letter, digits, suffix, _word, setting, _mirrored = parts.groups()
     if setting == "5":
         raise ParameterError(f"{text!r}: RELION does not implement the icosahedral setting I5; give I1, I2, I3 or "
                              "I4", param)

@@ -30,6 +30,7 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -187,7 +188,7 @@ def _run(name: str, ndim: int, input: Array, output: Array, matrices, interp: st
     codes = (transform_kernels.INTERPOLATIONS[interp], transform_kernels.BORDERS[border])
     direct = interp != "cubic" and input.dtype == real  # the kernel reads the input where it lies
     offset = 0.0
-    values = None
+    values: Any = None  # the input's values on the CPU, where they are read
     if device == "cpu" or not direct:
         values = (input if device == "cpu" else input.to("cpu")).numpy()
         values = values[:, 0] if ndim == 2 else values
@@ -227,7 +228,8 @@ def transform_2d(input: Array | np.ndarray, output: Array | np.ndarray, matrices
 
 def transform_3d(input: Array | np.ndarray, output: Array | np.ndarray, matrices, interp: str = "linear",
                  border: str = "zero") -> Array:
-    """Fill ``output`` (B, D', H', W'; an Array or a NumPy array, written in place) with each volume of ``input`` ((B or 1), D, H, W) sampled at the
+    """Fill ``output`` (B, D', H', W'; an Array or a NumPy array, written in place) with each volume of ``input``
+    ((B or 1), D, H, W) sampled at the
     inverse ``matrices`` (1 or B of them); returns ``output``. A stack of images (depth 1) is
     refused: use :func:`transform_2d`."""
     x = input if isinstance(input, Array) else asarray(input)
@@ -288,7 +290,8 @@ def relion_rotated(volume: np.ndarray, euler: Sequence[float] = (0.0, 0.0, 0.0),
     def data(z: np.ndarray, y: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Projector::data at logical (z, y, x): 0 beyond |k|² = ref_r2 and on the planes -N (never filled)."""
         kept = (z * z + y * y + x * x <= ref_r2) & (z != -n) & (y != -n)
-        return np.where(kept, spectrum[z % pad_size, y % pad_size, np.minimum(x, n)], 0.0)
+        # spectrum: deleted below only after the last call (to free it before the inverse transform)
+        return np.where(kept, spectrum[z % pad_size, y % pad_size, np.minimum(x, n)], 0.0)  # noqa: F821
 
     a = euler_zyz(*(float(np.float32(v)) for v in euler))[::-1, ::-1]  # RELION's A, acting on (x, y, z)
     inverse = np.linalg.inv(a) * RELION_PADDING

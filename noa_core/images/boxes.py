@@ -20,19 +20,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from noa_core import compute, kernels  # faces: numba's reductions and kernels load only on the kernels' path
-from noa_core.compute import compute_path
-from noa_core.array import layout
-from noa_core.array import Array
-from noa_core.errors import ParameterError, ShapeError, param
-from noa_core.compute.tiles import Compute, Key, TileReads, compute_whole
+from noa_core.array import Array, layout
 from noa_core.array.layout import Shape4
+from noa_core.compute import compute_path
+from noa_core.compute.tiles import Compute, Key, TileReads, compute_whole
+from noa_core.errors import ParameterError, ShapeError, param
 from noa_core.images.image import Image, split_pair
 from noa_core.images.stacks import operator_index, stack_input
 from noa_core.io.metadata import Metadata, stored_sections
+
+if TYPE_CHECKING:
+    from noa_core.io.mrc import MrcFields
 
 AXES = {"x": 3, "y": 2, "z": 1}  # flip axis name -> BDHW axis
 
@@ -84,6 +87,7 @@ def fill_value(fill: str, dtype: np.dtype, mean: Callable[[], float] | None = No
     text = fill.strip().lower()
     if text == "zero":
         return dtype.type(0)
+    value: float | complex
     if text == "mean":
         value = mean() if mean is not None else 0.0
     else:
@@ -155,7 +159,7 @@ def bin_factors(shape: Sequence[int], factor: int, depth: bool) -> tuple[int, in
         if n < k:
             raise ShapeError(f"bin {param('factor', factor)}: the {layout.AXIS_NAMES[axis]} axis of shape "
                              f"{tuple(shape)} has {n} pixels, fewer than one bin")
-    return factors  # type: ignore[return-value]
+    return factors
 
 
 def bin_layout(shape: Sequence[int], factors: Sequence[int]) -> tuple[Shape4, tuple[int, ...]]:
@@ -324,8 +328,9 @@ def rotx_metadata(meta: Metadata, shape: Sequence[int]) -> Metadata:
         ycen = shape[2] / 2 - oy / py
         zcen = shape[1] / 2 - oz / pz
         out.origin = ((out_shape[1] / 2 + ycen) * py, (out_shape[2] / 2 - zcen) * pz, ox)
-    if out.mrc is not None and out.mrc.dropped:
-        out.mrc = dataclasses.replace(out.mrc, dropped="the volume was rotated about X")
+    fields = cast("MrcFields | None", out.mrc)  # Metadata.mrc holds an MRC file's fields
+    if fields is not None and fields.dropped:
+        out.mrc = dataclasses.replace(fields, dropped="the volume was rotated about X")
     return out
 
 

@@ -20,8 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from noa_core.array import dtypes
-from noa_core.array import Array, asarray
+from noa_core.array import Array, asarray, dtypes
 from noa_core.errors import DTypeError, ParameterError, ShapeError, ValueRangeError, param
 
 
@@ -142,7 +141,7 @@ def background(shape: Sequence[int], radius: float, ramp: bool = True) -> Backgr
         raise ParameterError(f"{radius:g} pixels: the background circle must fit in the {box} box "
                              f"(2 x radius <= {min(shape)}, as RELION requires)", "bg_radius")
     grid = np.ogrid[tuple(slice(-(n // 2), n - n // 2) for n in shape)]
-    mask = sum(g.astype(np.float64) ** 2 for g in grid) > radius * radius
+    mask = np.asarray(sum(g.astype(np.float64) ** 2 for g in grid) > radius * radius)
     if not ramp:
         if not mask.any():
             raise ParameterError(f"{radius:g} pixels leaves no background pixel in the {box} box", "bg_radius")
@@ -190,7 +189,7 @@ def background_normalized(images: np.ndarray, bg: Background, white_dust: float 
                 if limit is not None:  # RELION: aux - avg > thresh * stddev (white), < -thresh * stddev (black)
                     dust = sign * (image - mean) > limit * sd
                     image[dust] = rng.normal(mean, sd, int(dust.sum()))
-    if bg.fit is not None:
+    if bg.fit is not None and bg.plane is not None:  # a ramp: both are set
         x, y = bg.plane
         values = t[:, bg.mask]
         sums = np.stack([values @ x[bg.mask], values @ y[bg.mask], values.sum(axis=1)])  # A^T v per image
@@ -250,8 +249,11 @@ def scale(array, to_range: Sequence[float], percentiles: Sequence[float] | None 
     if values.size == 0:
         raise ShapeError(f"scale: the array of shape {source.shape} is empty")
     check_finite(values, "scale")
-    ends = (float(values.min()), float(values.max())) if qs is None else tuple(
-        float(v) for v in np.percentile(values, qs))
+    if qs is None:
+        ends = (float(values.min()), float(values.max()))
+    else:
+        low, high = np.percentile(values, qs)
+        ends = (float(low), float(high))
     return asarray(scaled(values, ends, target, out_dtype.kind in "iu").astype(out_dtype))
 
 

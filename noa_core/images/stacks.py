@@ -28,11 +28,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from noa_core.array import layout
-from noa_core.array import Array, asarray
-from noa_core.errors import DTypeError, ParameterError, SectionMismatchError, ValueRangeError, param
-from noa_core.compute.tiles import Compute, Key, TileReads, compute_whole
+from noa_core.array import Array, asarray, layout
 from noa_core.array.layout import Shape4
+from noa_core.compute.tiles import Compute, Key, TileReads, compute_whole
+from noa_core.errors import DTypeError, ParameterError, SectionMismatchError, ValueRangeError, param
 from noa_core.images.image import Image, split_pair
 from noa_core.io.metadata import Metadata, stored_sections
 from noa_core.limits import check_output_size
@@ -60,7 +59,7 @@ class Selection(Sequence[int]):
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
 
-    def __getitem__(self, item):  # type: ignore[override]
+    def __getitem__(self, item):
         if isinstance(item, slice):
             start, stop, step = item.indices(len(self))
             return [self[i] for i in range(start, stop, step)]
@@ -110,6 +109,7 @@ def selected_sections(shape: Sequence[int], keep: str | None, drop: str | None) 
     count = shape[section_axis(shape)]
     if keep is not None:
         return parse_ranges(keep, count, "keep", shape)
+    assert drop is not None  # exactly one of keep and drop (checked above)
     dropped = set(parse_ranges(drop, count, "drop"))
     kept = [i for i in range(count) if i not in dropped]
     if not kept:

@@ -20,13 +20,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from noa_core.array import layout
-from noa_core.array import Array
+from noa_core.array import Array, layout
+from noa_core.compute.moments import RunningStatistics
+from noa_core.compute.tiles import plan_tile, tiles
 from noa_core.errors import DTypeError, ShapeError, ValueRangeError
 from noa_core.io import mapped
-from noa_core.compute.tiles import plan_tile, tiles
 from noa_core.io.stream import batch_statistics
-from noa_core.compute.moments import RunningStatistics
 
 HISTOGRAM_BINS = 1 << 20
 HISTOGRAM_BLOCK_BYTES = 16 << 20  # the histogram pass holds an index per value: smaller tiles than a copy's
@@ -123,6 +122,7 @@ def percentiles(array: Array, qs: Sequence[float], stats: RunningStatistics | No
             raise ValueRangeError(f"percentiles: {q} is outside 0..100")
     stats = stats if stats is not None else whole_statistics(array)
     check_finite(stats, "percentiles")
+    assert stats.moments.min is not None and stats.moments.max is not None  # real values (checked above)
     low, high = float(stats.moments.min), float(stats.moments.max)
     n = stats.moments.count
     exact = _integral_range(array, low, high)

@@ -31,7 +31,7 @@ from noa_core.io import libc
 try:
     import fcntl
 except ImportError:  # Windows has none: abandoned temporary files are then left alone
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # a module, or None where there is none
 
 # Whether commits wait for the data to reach the disk (fsync). Scratch outputs that are read back
 # at once and deleted (the HTTP service's upload results) skip it: it is most of their latency.

@@ -27,6 +27,7 @@ _openat2_usable = _libc is not None  # until the kernel (or a seccomp filter) sa
 
 
 def _openat2(dir_fd: int, relative: str, flags: int) -> int:
+    assert _libc is not None  # called only where _openat2_usable
     how = _OpenHow(flags | os.O_CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS)
     for _ in range(_OPENAT2_RETRIES):
         fd = _libc.syscall(ctypes.c_long(_SYS_OPENAT2), ctypes.c_long(dir_fd), ctypes.c_char_p(os.fsencode(relative)),

@@ -10,6 +10,7 @@ naming the file, memory follows what is asked for, and :meth:`Decompressed.finis
 from __future__ import annotations
 
 import bz2
+import io
 import os
 import stat
 import zlib
@@ -44,7 +45,7 @@ def compression_of(head: bytes) -> str | None:
     return None
 
 
-def open_input(path: Path) -> BinaryIO:
+def open_input(path: Path) -> io.BufferedReader:
     """``path`` opened for reading, refused unless it is a non-empty regular file.
 
     The open does not block (O_NONBLOCK, cleared afterwards), so a FIFO or device put in place of a
@@ -137,8 +138,8 @@ class Decompressed:
     def _feed(self) -> bytes:
         """The compressed bytes to give the decompressor next; empty once the file is exhausted."""
         d = self._decompressor
-        tail = d.unconsumed_tail if self.kind == "gzip" else b""
-        if tail or (self.kind == "bzip2" and not d.needs_input):
+        tail = b"" if isinstance(d, bz2.BZ2Decompressor) else d.unconsumed_tail  # zlib's (gzip)
+        if tail or (isinstance(d, bz2.BZ2Decompressor) and not d.needs_input):
             return tail
         data = self._file.read(CHUNK_BYTES)
         self._exhausted = not data

@@ -50,8 +50,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from noa_core import kernels  # a face: the decoding kernels (numba) load when frames are decoded
-from noa_core.array import layout
-from noa_core.array import asarray
+from noa_core.array import asarray, layout
+from noa_core.array.layout import Shape4
 from noa_core.errors import (
     CorruptFileError,
     FileFormatError,
@@ -67,7 +67,6 @@ from noa_core.io.compression import open_input
 from noa_core.io.metadata import HeaderStatistics, Metadata
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import EerReadOptions
-from noa_core.array.layout import Shape4
 from noa_core.limits import MAX_OUTPUT_BYTES
 
 if TYPE_CHECKING:
@@ -104,7 +103,7 @@ class _Entry(NamedTuple):
 
     tag: int
     kind: int
-    count: int
+    count: int  # type: ignore[assignment]  # the TIFF field's name; it hides tuple.count, which noa never calls
     value_or_offset: bytes
 
 
@@ -245,7 +244,8 @@ def _bits(directories: _Directories, entries: dict[int, _Entry], compression: in
         if any(tag not in entries for tag in _BIT_TAGS):
             raise HeaderError(f"{path}: tags 65007-65009 (page {number}): compression 65002 needs the run and "
                               "sub-pixel widths, and the page lacks them")
-        bits = tuple(directories.value(entries, tag, number) for tag in _BIT_TAGS)
+        run_bits, x_bits, y_bits = (directories.value(entries, tag, number) for tag in _BIT_TAGS)
+        bits = (run_bits, x_bits, y_bits)
     skip, horz, vert = bits
     if not (4 <= skip <= 14 and 1 <= horz <= 2 and 1 <= vert <= 2 and 8 < skip + horz + vert <= 16):
         raise HeaderError(f"{path}: tags 65007-65009 (page {number}): widths {skip},{horz},{vert} are not read by "
@@ -398,7 +398,7 @@ def fractions(path: Path, movie: Movie, options: EerReadOptions) -> Fractions:
     group = options.frames_per_fraction
     upsampling = options.eer_upsampling
     level = upsampling - 1
-    skip, horz, vert = movie.bits
+    _skip, horz, vert = movie.bits
     if level > min(horz, vert):
         raise ParameterError(f"{path}: {upsampling} needs {level} sub-pixel bits along x and y; this movie has "
                              f"{horz} and {vert} (compression {movie.compression})", "eer_upsampling")
@@ -434,7 +434,7 @@ def fractions(path: Path, movie: Movie, options: EerReadOptions) -> Fractions:
 
 def _gain_image(gain: Path, notices: list[str]) -> np.ndarray:
     """The gain file's first image, float32 (RELION reads its first page), rows as stored."""
-    array, meta = formats.read(gain)
+    array, _meta = formats.read(gain)
     values = np.asarray(array.numpy(), np.float32)
     if array.shape[1] > 1:
         raise ParameterError(f"{gain}: a gain is an image; this file holds a volume {tuple(array.shape)}", "gain")
@@ -705,7 +705,7 @@ def _write_rows(fd: int, path: Path, fraction_bytes: int, index: int, rows: np.n
     """Rows ``first ..`` of fraction ``index`` into the temporary file ``fd``, which holds the fractions one
     after another (a :class:`_Decoder`'s ``put``)."""
     at = index * fraction_bytes + first * rows.shape[1] * rows.itemsize
-    mapped.pwrite_all(fd, memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8)), at, path)
+    mapped.pwrite_all(fd, np.ascontiguousarray(rows).reshape(-1).view(np.uint8).data, at, path)
 
 
 def _punch_hole(fd: int, offset: int, length: int) -> None:

@@ -36,7 +36,7 @@ class _Registry(Sequence[ImageFormat]):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         if isinstance(index, slice):
             return _Registry(*(self[i] for i in range(*index.indices(len(self)))))
         entry = self._entries[index]

@@ -23,7 +23,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -198,7 +198,7 @@ def read_view(array: np.ndarray, slot: int = 0, into: np.ndarray | None = None) 
         buffer = scratch(runs * span, slot)
     offsets = [start + sum(k * array.strides[i] for k, i in zip(index, outer))
                for index in np.ndindex(*(array.shape[i] for i in outer))]
-    view = memoryview(buffer)
+    view = buffer.data
 
     gather = _GATHERS.get(mm)
 
@@ -268,7 +268,7 @@ def map_output(path: Path, offset: int, dtype: np.dtype, count: int) -> tuple[mm
 
 def _mapping_of(array: np.ndarray) -> mmap.mmap | None:
     """The noa shared mapping under a NumPy view, following ``.base`` (and memoryview) links."""
-    obj = array
+    obj: Any = array
     while obj is not None:
         if isinstance(obj, mmap.mmap):
             return obj if obj in _SHARED else None

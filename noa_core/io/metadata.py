@@ -16,13 +16,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from noa_core.array import layout
-from noa_core.array.layout import Shape4
+from noa_core.array.layout import Permutation4, Shape4
 from noa_core.compute.moments import HeaderStatistics
 
-Triple = tuple[float, float, float]
+Triple = tuple[float, ...]  # one value per D, H, W axis
 # Per output section, the input's stored section it comes from (None: a new one), or a function giving them.
 Picks = Sequence[int | None] | Callable[[], Sequence[int | None]] | None
 
@@ -42,7 +42,7 @@ class FormatFields(Protocol):
     follow the array through permute, broadcast, resizing and the picking or joining of sections (the
     extended header's per-section records), adding notices for what they drop."""
 
-    def permute(self, perm: Shape4, notices: list[str]) -> FormatFields: ...
+    def permute(self, perm: Permutation4, notices: list[str]) -> FormatFields: ...
 
     def broadcast(self, shape: Shape4, target: Shape4, notices: list[str]) -> FormatFields: ...
 
@@ -51,11 +51,11 @@ class FormatFields(Protocol):
     def take_sections(self, sections: int, stored: str | None, picks: Picks, why: str, pixel_scale: float,
                       notices: list[str]) -> FormatFields: ...
 
-    def joined(self, parts: Sequence[tuple[FormatFields | None, int, str | None, str]],
+    def joined(self, parts: Sequence[tuple[Any, int, str | None, str]],  # Any: this format's fields or None
                notices: list[str]) -> FormatFields: ...
 
 
-def permute_per_axis(values: Sequence, unknown, perm: Shape4) -> tuple:
+def permute_per_axis(values: Sequence, unknown, perm: Permutation4) -> tuple:
     """Per-D/H/W ``values`` after ``permute(perm)`` of BDHW: an axis from the batch gets ``unknown``."""
     return layout.permute((unknown,) + tuple(values), perm)[1:]
 
@@ -134,7 +134,7 @@ class Metadata:
     def permute(self, perm: Sequence[int]) -> Metadata:
         """Metadata of ``array.permute(perm)``: per-axis values follow their axes."""
         perm4 = layout.check_permutation(perm)
-        out = self._derived(layout.permute(self.shape, perm4),
+        out = self._derived(Shape4(layout.permute(self.shape, perm4)),
                             pixel_size=permute_per_axis(self.pixel_size, 0.0, perm4),
                             origin=permute_per_axis(self.origin, 0.0, perm4))
         if self.mrc is not None:
@@ -192,7 +192,7 @@ class Metadata:
         """Metadata of entries ``start:stop`` along ``axis`` (batch 0 or depth 1) as a file of their own (a
         split): a volume's Z sections become an image stack and keep their place (IMOD's convention: section
         ``k`` lies at ``k * pixel - origin``, so the origin loses ``start * pixel``)."""
-        b, d, h, w = self.shape
+        _b, d, h, w = self.shape
         if axis == 0:
             out = self.derived((stop - start, d, h, w))
         else:

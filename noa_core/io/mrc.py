@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import io
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Literal, cast
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from noa_core import __version__
-from noa_core.array import layout
-from noa_core.array import asarray
+from noa_core.array import asarray, layout
+from noa_core.array.layout import Permutation4, Shape4
 from noa_core.errors import (
     AxisMappingError,
     FileFormatError,
@@ -46,15 +47,14 @@ from noa_core.errors import (
 )
 from noa_core.io import mapped
 from noa_core.io.compression import CHUNK_BYTES, Decompressed, open_input
-from noa_core.io.metadata import ANGSTROM, Metadata, HeaderStatistics, Triple, permute_per_axis
+from noa_core.io.metadata import ANGSTROM, HeaderStatistics, Metadata, Triple, permute_per_axis
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import MrcReadOptions
-from noa_core.array.layout import Shape4
 
 if TYPE_CHECKING:
     from noa_core.array import Array
 
-EXTENSIONS = (".mrc", ".mrcs", ".map", ".st", ".ali", ".rec")
+EXTENSIONS: tuple[str, ...] = (".mrc", ".mrcs", ".map", ".st", ".ali", ".rec")
 HEADER_BYTES = 1024
 # The MRC2014 header's 56 words, named as mrcfile names them (a test keeps the two equal): written out here,
 # since importing mrcfile for it would cost every call 10 ms (issue 27).
@@ -119,15 +119,15 @@ class MrcFields:
     """
 
     mode: int | None = None
-    start: tuple[int, int, int] = (0, 0, 0)
-    sampling: tuple[int, int, int] = (0, 0, 0)
+    start: tuple[int, ...] = (0, 0, 0)
+    sampling: tuple[int, ...] = (0, 0, 0)
     cell_angles: Triple = (90.0, 90.0, 90.0)
     space_group: int | None = None
     extended_header: bytes | None = None
     exttyp: str | None = None
     dropped: str | None = None
 
-    def permute(self, perm: Shape4, notices: list[str]) -> MrcFields:
+    def permute(self, perm: Permutation4, notices: list[str]) -> MrcFields:
         """The fields of a BDHW array permuted by ``perm``: per-axis values follow their axes (an axis
         from the batch gets start 0, sampling unknown, angle 90); the extended header goes unless
         ``perm`` is the identity, with a notice added to ``notices``."""
@@ -195,7 +195,7 @@ class MrcFields:
         if any(p is None for p in picks):
             return self._without_extended_header("new sections were added, which have no records", notices)
         records = np.frombuffer(extended, np.uint8, count=size * sections).reshape(sections, size)
-        chosen = records[list(picks)] if len(picks) else records[:0]
+        chosen = records[cast(list[int], list(picks))] if len(picks) else records[:0]  # no None: refused above
         dtype = _records_dtype(self.exttyp)
         if dtype is not None and pixel_scale != 1.0 and len(chosen):
             typed = chosen.copy().view(dtype).reshape(-1)
@@ -249,14 +249,14 @@ class MrcFields:
 # ---------------------------------------------------------------------------------------------
 
 
-def _byte_order(raw: bytes) -> str:
+def _byte_order(raw: bytes) -> Literal["<", ">"]:
     """'<' or '>' from the machine stamp; for old files without one, the order giving a valid mode."""
     stamp = raw[212]
     if stamp in (0x44, 0x41):
         return "<"
     if stamp == 0x11:
         return ">"
-    for order in "<>":
+    for order in ("<", ">"):
         mode = int(np.frombuffer(raw, f"{order}i4", count=1, offset=12)[0])
         if mode in _MODE_DTYPES:
             return order
@@ -327,9 +327,9 @@ def _imod_flags(header: np.record) -> int | None:
     return int(np.frombuffer(extra, f"{order}i4", count=1, offset=_IMOD_FLAGS_AT)[0])
 
 
-def _header_order(header: np.record) -> str:
+def _header_order(header: np.record) -> Literal["<", ">", "="]:
     order = header.dtype["nx"].byteorder
-    return order if order in "<>" else "="
+    return order if order in ("<", ">") else "="
 
 
 def _is_unsigned_mode0(header: np.record) -> bool:
@@ -435,8 +435,8 @@ def _file_dtype(header: np.record) -> np.dtype:
 
 def _array_dtype(header: np.record) -> np.dtype:
     """The element type of the array a read gives: the stored type, native, or the decoded one."""
-    return {3: np.dtype(np.complex64), 101: np.dtype(np.uint8)}.get(int(header["mode"]),
-                                                                    _file_dtype(header).newbyteorder("="))
+    decoded: dict[int, np.dtype] = {3: np.dtype(np.complex64), 101: np.dtype(np.uint8)}
+    return decoded.get(int(header["mode"]), _file_dtype(header).newbyteorder("="))
 
 
 def _bdhw_layout(path: Path, header: np.record, as_stack: bool, as_volume: bool,
@@ -495,7 +495,7 @@ def _spill(path: Path, source: Decompressed, nbytes: int, dtype: np.dtype) -> np
                                 fd=temp.fileno())
 
 
-def _read_data(path: Path, header: np.record, source, file: BinaryIO,
+def _read_data(path: Path, header: np.record, source, file: io.BufferedReader,
                request: ReadRequest[MrcReadOptions]) -> np.ndarray:
     """The stored values as a flat array (mapped where possible); a compressed stream is checked to its end."""
     nbytes, file_dtype = data_bytes(header), _file_dtype(header)
@@ -512,7 +512,7 @@ def _read_data(path: Path, header: np.record, source, file: BinaryIO,
         return mapped.map_input(path, offset, file_dtype, count)
     file.seek(offset)
     flat = np.empty(count, file_dtype)
-    if file.readinto(flat.view(np.uint8)) != nbytes:
+    if file.readinto(flat.view(np.uint8).data) != nbytes:
         raise TruncatedFileError(f"{path}: data: the file changed size while being read")
     return flat
 
@@ -565,8 +565,9 @@ def _metadata(path: Path, header: np.record, shape: Shape4, dtype: np.dtype, ord
     pixel_xyz = tuple(_pixel_size(c, m) for c, m in zip(cell_xyz, m_xyz))
     origin = header["origin"]
     angles = header["cellb"]
-    if _mode0_notice(path, header):
-        notices.append(_mode0_notice(path, header))
+    mode0_notice = _mode0_notice(path, header)
+    if mode0_notice:
+        notices.append(mode0_notice)
     if order == "F":
         notices.append(f"{path}: stored column-major (mapc=2, mapr=1): readers that ignore the axis "
                        "mapping show the transpose")
@@ -688,9 +689,9 @@ def _imod_extra(dtype: np.dtype) -> bytes:
 def _space_group(shape: Shape4, source: int | None) -> int:
     b, d, _, _ = shape
     if d > 1 and b > 1:
-        return source if source in _VOLUME_STACK_ISPG else 401
+        return source if source is not None and source in _VOLUME_STACK_ISPG else 401
     if d > 1:
-        return source if source in _VOLUME_ISPG else 1
+        return source if source is not None and source in _VOLUME_ISPG else 1
     return 0
 
 
@@ -700,13 +701,14 @@ def check_field(values: tuple[float, ...], name: str) -> None:
     limits = np.finfo(np.float32)
     for v in values:
         if abs(v) > float(limits.max) or 0 < abs(v) < float(limits.tiny):
-            raise ParameterError(f"{v:.6g} does not fit the header's float32 field (0, or between {float(limits.tiny):.3g} "
+            raise ParameterError(f"{v:.6g} does not fit the header's float32 field (0, or between "
+                                 f"{float(limits.tiny):.3g} "
                                  f"and {float(limits.max):.3g} in magnitude)", name)
 
 
 def stamp_label(text: str | None, kind: str) -> str:
     """The label noa appends: version, UTC date, and what was done (at most 80 characters)."""
-    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M")
     return f"noa {__version__} {date}: {text or 'wrote ' + kind}"[:LABEL_BYTES]
 
 
@@ -735,7 +737,7 @@ def make_header(spec: OutputSpec, stats: HeaderStatistics, labels: list[str], ex
     header["nx"], header["ny"], header["nz"] = cols, rows, b * d
     header["mode"] = mode_for(dtype, spec.path)
     header["mapc"], header["mapr"], header["maps"] = (2, 1, 3) if order == "F" else (1, 2, 3)
-    fields = metadata.mrc if metadata is not None and metadata.mrc is not None else MrcFields()
+    fields = metadata.mrc if metadata is not None and isinstance(metadata.mrc, MrcFields) else MrcFields()
     ispg = _space_group(shape, fields.space_group)
     header["ispg"] = ispg
     pixel, origin = ((0.0,) * 3, (0.0,) * 3) if metadata is None else metadata.in_angstrom()[:2]
@@ -786,19 +788,20 @@ def _extended_header(spec: OutputSpec, notices: list[str]) -> tuple[bytes | None
     (same shape; element type and order within sections may change) and the type can be named; else
     none, with a notice added to ``notices`` when one is dropped."""
     md = spec.metadata
-    if md is None or md.mrc is None or md.mrc.extended_header is None:
-        if md is not None and md.mrc is not None and md.mrc.dropped:  # by permute or broadcast
-            notices.append(f"{spec.path}: extended header dropped: {md.mrc.dropped}, so it no longer matches "
+    fields = md.mrc if md is not None and isinstance(md.mrc, MrcFields) else None
+    if md is None or fields is None or fields.extended_header is None:
+        if fields is not None and fields.dropped:  # by permute or broadcast
+            notices.append(f"{spec.path}: extended header dropped: {fields.dropped}, so it no longer matches "
                            "the sections")
         return None, None
-    extended = md.mrc.extended_header
+    extended = fields.extended_header
     if md.shape != spec.shape or md.order not in (None, "C", "F"):  # 'strided': sections are not along Z
         notices.append(f"{spec.path}: extended header dropped: the sections changed ({md.shape} {md.order} -> "
                        f"{spec.shape}), so its records no longer match them")
         return None, None
-    exttyp = _writable_exttyp(extended, md.mrc.exttyp)
+    exttyp = _writable_exttyp(extended, fields.exttyp)
     if exttyp is None:
-        notices.append(f"{spec.path}: extended header dropped: its type ({md.mrc.exttyp or 'none given'}) is not "
+        notices.append(f"{spec.path}: extended header dropped: its type ({fields.exttyp or 'none given'}) is not "
                        f"one MRC2014 readers know ({', '.join(_EXTTYPES)})")
         return None, None
     return extended, exttyp
@@ -823,7 +826,7 @@ class MrcFormat:
     header_statistics = True
     store = False
     indexed = False
-    read_options = MrcReadOptions
+    read_options: type = MrcReadOptions
     lacking: Mapping[str, str] = {"series": "MRC files hold one series"}
 
     def detect(self, head: bytes, path: Path) -> bool:

@@ -43,12 +43,12 @@ import weakref
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from noa_core.array import layout
-from noa_core.array import asarray
+from noa_core.array import asarray, layout
+from noa_core.array.layout import Shape4
 from noa_core.errors import (
     CorruptFileError,
     FileFormatError,
@@ -60,11 +60,10 @@ from noa_core.errors import (
     WriteDTypeError,
 )
 from noa_core.io import atomic, beneath, mapped, tiff
-from noa_core.io.metadata import ANGSTROM, Metadata, HeaderStatistics, angstroms_per_unit
+from noa_core.io.metadata import ANGSTROM, HeaderStatistics, Metadata, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import OmeZarrReadOptions
 from noa_core.limits import MAX_OUTPUT_BYTES
-from noa_core.array.layout import Shape4
 
 if TYPE_CHECKING:
     from noa_core.array import Array
@@ -72,7 +71,7 @@ if TYPE_CHECKING:
 EXTENSIONS = (".ome.zarr", ".zarr")  # the usual one first; both are directories
 # Files that make a directory a zarr node: zarr v3, then v2 group, attributes, array.
 _NODE_FILES = ("zarr.json", ".zgroup", ".zattrs", ".zarray")
-NGFF_VERSIONS = {"0.4": 2, "0.5": 3}  # the NGFF versions noa writes, with their zarr format
+NGFF_VERSIONS: dict[str, Literal[2, 3]] = {"0.4": 2, "0.5": 3}  # the NGFF versions noa writes, with their zarr format
 DEFAULT_NGFF = "0.4"  # zarr v2: what most viewers (napari, Fiji's MoBIE/n5-viewer, neuroglancer) read
 CHUNK_BYTES = 16 << 20  # the largest chunk noa writes by default
 BLOCK_BYTES = 64 << 20  # what one conversion step (decode or encode) holds in memory
@@ -122,7 +121,7 @@ def _open_beneath(root_fd: int, key: str) -> int:
 
 
 @functools.cache
-def _beneath_store_class() -> type:
+def _beneath_store_class() -> type[Any]:
     """zarr's LocalStore, read-only, reading its files with :func:`_open_beneath` (built on first use:
     zarr is imported by the first store read only)."""
     import asyncio  # zarr's stores are asynchronous; asyncio is loaded only for a store
@@ -333,7 +332,6 @@ class _BoundedCodec:
 def _bounded_bytes_class() -> type:
     """A zarr v3 bytes-to-bytes codec decoding no chunk to more than the chunk holds (built on first use)."""
     import asyncio  # zarr's stores are asynchronous; asyncio is loaded only for a store
-
     from dataclasses import dataclass
 
     from zarr.abc.codec import BytesBytesCodec
@@ -403,7 +401,7 @@ def _guard(path: Path, level: int, array) -> None:
     if metadata.zarr_format == 2:
         limit = _with_overhead(math.prod(array.chunks) * (8 if filtered else itemsize))
         compressor = None if metadata.compressor is None else _BoundedCodec(metadata.compressor, limit)
-        codecs = [V2Codec(filters=metadata.filters, compressor=compressor)]
+        codecs = [V2Codec(filters=metadata.filters, compressor=compressor)]  # type: ignore[arg-type]  # a codec by duck typing
     else:
         codecs = [_bounded(codec) for codec in metadata.codecs]
     # zarr builds the pipeline from the metadata when it opens the array; this one replaces it
@@ -458,7 +456,8 @@ class _Level:
 
 def _axis_letters(path: Path, axes: Sequence[Any]) -> str:
     """One letter per axis, as tifffile names them: T(ime), C(hannel), Z, Y, X; '?' for other kinds."""
-    names, kinds = [], []
+    names: list[str] = []
+    kinds: list[str | None] = []
     for axis in axes:
         if isinstance(axis, str):
             names.append(axis.lower())
@@ -652,7 +651,7 @@ def _box_writer(fd: int, shape: Sequence[int], dtype: np.dtype,
         while whole > 0 and extents[whole - 1] == shape[whole - 1]:
             whole -= 1
         outer = max(whole - 1, 0)  # a run spans axis ``outer`` (part of it) and those after it
-        flat = memoryview(np.ascontiguousarray(data, dtype).reshape(-1).view(np.uint8))
+        flat = np.ascontiguousarray(data, dtype).reshape(-1).view(np.uint8).data
         run = math.prod(extents[outer:]) * dtype.itemsize
         for n, index in enumerate(np.ndindex(*extents[:outer])):
             first = sum((b.start + i) * st for b, i, st in zip(block, index, strides)) \
@@ -674,6 +673,7 @@ def _decode(path: Path, level: _Level, selection: tuple, shape: tuple[int, ...],
         data = np.empty(shape, dtype)
         _decode_into(path, level, selection, blocks, data.__setitem__)
         return data
+    assert folder is not None  # spill_folder gives one for a file
     # Unlinked from the start (O_TMPFILE where the file system has it, else removed as soon as made): a
     # process killed while decoding leaves nothing behind.
     with tempfile.TemporaryFile(prefix="noa-", suffix=".zarr-decoded", dir=folder) as temp:
@@ -787,7 +787,8 @@ def _parsed(path: Path, request: ReadRequest[OmeZarrReadOptions], data: bool):
 
 def _c_strides(shape: Sequence[int]) -> list[int]:
     """Element strides of a C-contiguous array of ``shape``."""
-    strides, step = [], 1
+    strides: list[int] = []
+    step = 1
     for n in reversed(shape):
         strides.insert(0, step)
         step *= n
@@ -956,7 +957,7 @@ class StoreTiles:
         # Tiles are written from one thread per core: encoding is most of a chunk's cost, and whole-chunk
         # tiles are independent (pwrite into a file is cheap enough for one thread).
         self.writers = max(1, min(4, mapped.io_threads()))
-        self.array = zarr.open_array(store=str(region.path), path="0", mode="r+")
+        self.array: Any = zarr.open_array(store=str(region.path), path="0", mode="r+")  # None once closed
 
     def buffer(self, key: Sequence[slice], slot: int) -> np.ndarray:
         """A C-ordered BDHW buffer for tile ``key``, reused from tile to tile (``slot``)."""

@@ -9,12 +9,14 @@ which image each names, its pixel size and box, and the text or array of the fil
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.lib import format as npy
@@ -25,6 +27,7 @@ from noa_core.io import star
 STAR_SUFFIX, CS_SUFFIX = ".star", ".cs"
 SUFFIXES = (STAR_SUFFIX, CS_SUFFIX)
 IMAGE_NAME = "rlnImageName"
+_DETECTOR_PIXEL = "rlnDetectorPixelSize / rlnMagnification"  # RELION 3.0's pixel size: the one over the other (µm)
 # RELION 3.0 shifts are in pixels; they scale with the pixel size (3.1's rlnOriginXAngst and Y are in Å)
 PIXEL_SHIFTS = ("rlnOriginX", "rlnOriginY", "rlnOriginZ")
 
@@ -79,14 +82,18 @@ class Table(Protocol):
     @property
     def rows(self) -> int: ...
 
-    def where(self, row: int, field: str | None = None) -> str:
-        """How a message names row ``row`` (0-based) and ``field`` of this file."""
+    def where(self, row: int | None, field: str | None = None) -> str:
+        """How a message names row ``row`` (0-based; None: the table itself) and ``field`` of this file."""
 
     def image_names(self) -> tuple[np.ndarray, np.ndarray]:
         """Each row's stack path (``S`` array, as written, less cryoSPARC's ``>``) and 0-based section."""
 
     def pixel_sizes(self) -> np.ndarray:
         """Each row's image pixel size in Å (0 where the file does not say)."""
+
+    @property
+    def pixel_field(self) -> str:
+        """The field :meth:`pixel_sizes` reads, as messages name it."""
 
     def boxes(self) -> np.ndarray | None:
         """Each row's image size in pixels, where the file says it (else None)."""
@@ -96,6 +103,11 @@ class Table(Protocol):
 
     def written(self, new: NewImages) -> list[bytes | np.ndarray]:
         """The bytes of this file written with ``new`` images, as pieces to write one after another."""
+
+    def columns(self, row: int) -> dict[str, Any]:
+        """Every value of row ``row`` (0-based, within the file's rows) by its field, JSON-ready: RELION's the
+        particle loop's columns then those of the row's optics group (text as written), cryoSPARC's every field
+        (sub-arrays as lists)."""
 
 
 # -- RELION STAR ---------------------------------------------------------------------------------------
@@ -126,8 +138,9 @@ class StarTable:
     def rows(self) -> int:
         return self.block.rows
 
-    def where(self, row: int, field: str | None = None) -> str:
-        return f"{self.path}: data_{self.block.name}, row {row + 1}" + (f", {field}" if field else "")
+    def where(self, row: int | None, field: str | None = None) -> str:
+        return f"{self.path}: data_{self.block.name}" + ("" if row is None else f", row {row + 1}") + \
+            (f", {field}" if field else "")
 
     def image_names(self) -> tuple[np.ndarray, np.ndarray]:
         values = self.text.values(self.block, IMAGE_NAME)
@@ -167,7 +180,7 @@ class StarTable:
 
     def _optics_value(self, label: str) -> np.ndarray | None:
         at = self._optics_row()
-        if at is None or label not in self.optics.labels:
+        if at is None or self.optics is None or label not in self.optics.labels:  # optics: there when at is
             return None
         return self.text.numbers(self.optics, label)[at]
 
@@ -177,10 +190,15 @@ class StarTable:
             return from_optics
         if "rlnImagePixelSize" in self.block.labels:
             return self.text.numbers(self.block, "rlnImagePixelSize")
-        if "rlnDetectorPixelSize" in self.block.labels and "rlnMagnification" in self.block.labels:  # RELION 3.0
+        if self.pixel_field == _DETECTOR_PIXEL:
             return self.text.numbers(self.block, "rlnDetectorPixelSize") * 1e4 / \
                 self.text.numbers(self.block, "rlnMagnification")
         return np.zeros(self.rows)
+
+    @property
+    def pixel_field(self) -> str:
+        relion30 = "rlnDetectorPixelSize" in self.block.labels and "rlnMagnification" in self.block.labels
+        return _DETECTOR_PIXEL if relion30 and "rlnImagePixelSize" not in self.block.labels else "rlnImagePixelSize"
 
     def boxes(self) -> np.ndarray | None:
         sizes = self._optics_value("rlnImageSize")
@@ -201,17 +219,28 @@ class StarTable:
                     replace[label] = self.text.numbers(self.block, label, rows=new.rows) / scale
             if self.optics is None:
                 if "rlnImagePixelSize" in self.block.labels:
-                    replace["rlnImagePixelSize"] = self.text.numbers(self.block, "rlnImagePixelSize", rows=new.rows) * scale
+                    pixel = self.text.numbers(self.block, "rlnImagePixelSize", rows=new.rows)
+                    replace["rlnImagePixelSize"] = pixel * scale
                 elif "rlnMagnification" in self.block.labels:
-                    replace["rlnMagnification"] = self.text.numbers(self.block, "rlnMagnification", rows=new.rows) / scale
+                    magnification = self.text.numbers(self.block, "rlnMagnification", rows=new.rows)
+                    replace["rlnMagnification"] = magnification / scale
         loops = {self.block.name: star.LoopEdit(rows=new.rows, replace=replace)}
         if self.optics is not None:
             loops["optics"] = self._optics_edit(new)
         return self.text.edited(loops)
 
+    def columns(self, row: int) -> dict[str, Any]:
+        values = _row_text(self.text, self.block, row)
+        at = self._optics_row()
+        if at is None or self.optics is None:
+            return values
+        optics = _row_text(self.text, self.optics, int(at[row]))
+        return {**values, **{label: v for label, v in optics.items() if label not in values}}
+
     def _optics_edit(self, new: NewImages) -> star.LoopEdit:
         """The optics table with each group's image size, dimensionality and pixel size (scaled) updated, the
         columns that are missing added."""
+        assert self.optics is not None  # called for a file with an optics table
         count = self.optics.rows
         values = {"rlnImageSize": np.full(count, new.box, np.int64),
                   "rlnImageDimensionality": np.full(count, 2, np.int64)}
@@ -225,6 +254,12 @@ class StarTable:
         if "rlnImagePixelSize" in replace and new.pixel_scale == 1:
             del replace["rlnImagePixelSize"]  # kept as written
         return star.LoopEdit(replace=replace, add=add)
+
+
+def _row_text(text: star.Star, block: star.Block, row: int) -> dict[str, str]:
+    """The values of one row of ``block``'s loop by label, as written (quotes taken off): only that row is read."""
+    one = dataclasses.replace(block, offsets=block.offsets[row:row + 2])
+    return {label: text.values(one, label)[0].decode(errors="replace") for label in block.labels}
 
 
 def _digits(values: np.ndarray) -> np.ndarray:
@@ -245,7 +280,7 @@ class CsTable:
     size."""
 
     kind = "cryoSPARC"
-    image_field, index_field, box_field = "blob/path", "blob/idx", "blob/shape"
+    image_field, index_field, box_field, pixel_field = "blob/path", "blob/idx", "blob/shape", "blob/psize_A"
     first_index = 0
 
     def __init__(self, path: Path, array: np.ndarray) -> None:
@@ -261,8 +296,9 @@ class CsTable:
     def rows(self) -> int:
         return len(self.array)
 
-    def where(self, row: int, field: str | None = None) -> str:
-        return f"{self.path}: row {row + 1}" + (f", {field}" if field else "")
+    def where(self, row: int | None, field: str | None = None) -> str:
+        named = ([] if row is None else [f"row {row + 1}"]) + ([field] if field else [])
+        return f"{self.path}: {', '.join(named)}" if named else str(self.path)
 
     def image_names(self) -> tuple[np.ndarray, np.ndarray]:
         paths = np.asarray(self.array["blob/path"])
@@ -301,6 +337,22 @@ class CsTable:
             out["blob/psize_A"] = out["blob/psize_A"] * new.pixel_scale
         return [_npy_bytes(out)]
 
+    def columns(self, row: int) -> dict[str, Any]:
+        record = self.array[row]
+        return {name: _json_ready(record[name]) for name in self.array.dtype.names or ()}
+
+
+def _json_ready(value: Any) -> Any:
+    """A field's value as JSON takes it: text decoded, sub-arrays as lists, NaN and infinities as their text."""
+    if isinstance(value, np.ndarray):
+        return [_json_ready(v) for v in value]
+    value = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
 
 def _absolute(names: np.ndarray) -> bool:
     return bool(names.size) and bytes(names[0]).startswith(b"/")
@@ -308,9 +360,11 @@ def _absolute(names: np.ndarray) -> bool:
 
 def _widened(array: np.ndarray, field: str, dtype: np.dtype) -> np.ndarray:
     """``array`` with ``field`` of a wider type (a longer path than the file's ``S`` width holds)."""
-    descr = [(name, dtype if name == field else array.dtype.fields[name][0]) for name in array.dtype.names]
+    names, fields = array.dtype.names, array.dtype.fields
+    assert names is not None and fields is not None  # a structured array
+    descr = [(name, dtype if name == field else fields[name][0]) for name in names]
     out = np.empty(array.shape, descr)
-    for name in array.dtype.names:
+    for name in names:
         out[name] = array[name]
     return out
 
@@ -342,7 +396,7 @@ def _load_cs(path: Path) -> np.ndarray:
     """The structured array of a ``.cs`` file, its header's size checked against the file's before anything is
     allocated for it."""
     try:
-        file = open(path, "rb")
+        file = open(path, "rb")  # noqa: SIM115 (only the open is guarded here; `with file` below)
     except FileNotFoundError:
         raise MissingFileError(f"{path}: no such file") from None
     with file:
@@ -360,7 +414,7 @@ def _load_cs(path: Path) -> np.ndarray:
             raise ParticleError(f"{path}: the header promises {shape[0]} rows of {dtype.itemsize} bytes, the file "
                                 f"holds {size} bytes of rows")
         array = np.empty(shape[0], dtype)
-        file.readinto(memoryview(array.view(np.uint8)))
+        file.readinto(array.view(np.uint8).data)
     return array
 
 

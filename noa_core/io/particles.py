@@ -20,20 +20,21 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import stat
 import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from noa_core.array import asarray, layout
-from noa_core.array.layout import Shape4
+from noa_core.array.layout import Permutation4, Shape4
 from noa_core.errors import FileFormatError, MissingFileError, NoaError, UnknownFormatError
 from noa_core.io import atomic, mapped, mrc, particle_files
 from noa_core.io.metadata import HeaderStatistics, Metadata, Picks
@@ -94,8 +95,20 @@ class FolderProject:
 Projects = Callable[[str | None], Project]
 
 
-def folder_projects(project_dir: str | None) -> Project:
-    return FolderProject(project_dir)
+@dataclass(frozen=True)
+class FolderProjects:
+    """The projects of this machine's folders (:data:`Projects`): ``project_dir`` relative to ``base`` (None: the
+    current folder when read). A Dask client binds ``base`` to its own folder, since a worker runs elsewhere."""
+
+    base: str | None = None
+
+    def __call__(self, project_dir: str | None) -> FolderProject:
+        if self.base is None:
+            return FolderProject(project_dir)
+        return FolderProject(self.base if project_dir is None else os.path.join(self.base, project_dir))
+
+
+folder_projects = FolderProjects()
 
 
 # -- the images the rows name -----------------------------------------------------------------------------
@@ -138,21 +151,33 @@ def stack_runs(paths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return distinct[order], np.repeat(rank[inverse.reshape(-1)], lengths)
 
 
+def first_rows(stack_of: np.ndarray) -> np.ndarray:
+    """The first row naming each stack (:func:`stack_runs`' numbering): one pass, whatever the count of stacks."""
+    return np.unique(stack_of, return_index=True)[1]
+
+
+def _open_stack(project: Project, name: str, where: Callable[[], str]) -> int:
+    """A descriptor of the stack ``name`` opened through ``project``; errors say ``where()`` it is named. A refusal
+    (a NoaError, which may also be an OSError: PathRefusedError is a PermissionError) stays a refusal."""
+    try:
+        return project.open(name)
+    except NoaError as exc:
+        raise type(exc)(f"{where()}: {exc}") from None
+    except OSError as exc:
+        raise MissingFileError(f"{where()}: {name}: {exc.strerror or exc}") from None
+
+
 def _stack(project: Project, name: str, where: str) -> Stack:
     """The header of the stack ``name`` (read through ``project``); errors say ``where`` it is named."""
-    try:
-        fd = project.open(name)
-    except OSError as exc:
-        raise MissingFileError(f"{where}: {name}: {exc.strerror or exc}") from None
-    except NoaError as exc:
-        raise type(exc)(f"{where}: {exc}") from None
+    fd = _open_stack(project, name, lambda: where)
     try:
         size = os.fstat(fd).st_size
         raw = os.pread(fd, mrc.HEADER_BYTES, 0)
     finally:
         os.close(fd)
     try:
-        if len(raw) >= mrc.HEADER_BYTES and raw[208:212] != b"MAP " and not mrc.FORMAT.claim_by_extension(raw, Path(name)):
+        if (len(raw) >= mrc.HEADER_BYTES and raw[208:212] != b"MAP "
+                and not mrc.FORMAT.claim_by_extension(raw, Path(name))):
             raise UnknownFormatError(f"{name}: not an MRC stack")
         header = mrc.parse_header(Path(name), raw)
         return Stack(name, *mrc.stack_layout(Path(name), header, size))
@@ -160,15 +185,28 @@ def _stack(project: Project, name: str, where: str) -> Stack:
         raise ParticleError(f"{where}: {exc}") from None
 
 
+def stack_files(table: Table, project: Project) -> Iterator[tuple[str, os.stat_result]]:
+    """Each stack ``table`` names (first-named order, as the file names it) and its status, opened through
+    ``project`` one at a time: what the images read are made of. Errors name the first row naming the stack."""
+    names, stack_of = stack_runs(table.image_names()[0])
+    firsts = first_rows(stack_of)
+    for index, raw in enumerate(names.tolist()):
+        name = raw.decode(errors="surrogateescape")
+        fd = _open_stack(project, name, functools.partial(table.where, int(firsts[index]), table.image_field))
+        try:
+            yield name, os.fstat(fd)
+        finally:
+            os.close(fd)
+
+
 def images_of(table: Table, project: Project) -> Images:
     """Where each row of ``table`` has its image, every stack's header read and checked: each section named is
     in its stack, every image has one size (ParticleError naming the first row that differs)."""
     paths, sections = table.image_names()
     names, stack_of = stack_runs(paths)
-    stacks = []
-    for index, raw in enumerate(names.tolist()):
-        row = int(np.argmax(stack_of == index))
-        stacks.append(_stack(project, raw.decode(errors="surrogateescape"), table.where(row, table.image_field)))
+    firsts = first_rows(stack_of)
+    stacks = [_stack(project, raw.decode(errors="surrogateescape"), table.where(int(row), table.image_field))
+              for raw, row in zip(names.tolist(), firsts)]
     counts = np.array([s.sections for s in stacks], np.int64)
     beyond = np.flatnonzero(sections >= counts[stack_of]) if stacks else np.zeros(0, np.int64)
     if beyond.size:
@@ -180,10 +218,9 @@ def images_of(table: Table, project: Project) -> Images:
         sizes = np.array([(s.height, s.width) for s in stacks])
         odd = np.flatnonzero((sizes != sizes[0]).any(axis=1))
         if odd.size:
-            first_row = int(np.argmax(stack_of == odd[0]))
-            raise ParticleError(f"{table.where(first_row, table.image_field)}: {stacks[odd[0]].name} holds "
+            raise ParticleError(f"{table.where(int(firsts[odd[0]]), table.image_field)}: {stacks[odd[0]].name} holds "
                                 f"{sizes[odd[0]][1]} x {sizes[odd[0]][0]} images, {stacks[0].name} (row "
-                                f"{int(np.argmax(stack_of == 0)) + 1}) {sizes[0][1]} x {sizes[0][0]}: one operation "
+                                f"{int(firsts[0]) + 1}) {sizes[0][1]} x {sizes[0][0]}: one operation "
                                 "takes images of one size (choose rows of one size with noa particles select)")
     return Images(tuple(stacks), stack_of, sections)
 
@@ -192,15 +229,37 @@ def _pixel_size(table: Table, images: Images) -> tuple[float, list[str]]:
     """The images' pixel size (Å): what the file says of its rows, else what the stacks' headers say; 0 when
     the rows disagree, with a notice."""
     sizes = table.pixel_sizes()
-    known = sizes[sizes > 0]
-    if known.size == 0:
+    _check_group_pixel_sizes(table, sizes)
+    distinct = _distinct(sizes)
+    if distinct.size == 0:
         from_stacks = {s.pixel_size for s in images.stacks if s.pixel_size > 0}
         return (from_stacks.pop() if len(from_stacks) == 1 else 0.0), []
-    distinct = np.unique(np.round(known, 6))
     if distinct.size > 1:
         return 0.0, [f"{table.path}: the rows' pixel sizes differ ({', '.join(f'{v:g}' for v in distinct[:4])} Å): "
                      "the stack's pixel size is unknown"]
     return float(distinct[0]), []
+
+
+def _distinct(sizes: np.ndarray) -> np.ndarray:
+    """The distinct pixel sizes the rows say (``sizes``, 0 where not said), to RELION's six decimals."""
+    return np.unique(np.round(sizes[sizes > 0], 6))
+
+
+def _check_group_pixel_sizes(table: Table, sizes: np.ndarray) -> None:
+    """The rows of one optics group (every row, where the file has no groups) say one pixel size ``sizes`` (Å, 0:
+    not said): a ParticleError naming the first row that differs from its group's first."""
+    known = np.flatnonzero(sizes > 0)
+    groups = table.groups()
+    _, first, group = np.unique(np.zeros(known.size, np.int64) if groups is None else groups[known],
+                                return_index=True, return_inverse=True)
+    values = np.round(sizes[known], 6)
+    like = first[group.reshape(-1)]  # each row's group's first row (of the known)
+    odd = np.flatnonzero(values != values[like])
+    if odd.size:
+        at = int(odd[0])
+        raise ParticleError(f"{table.where(int(known[at]), table.pixel_field)}: {values[at]:g} Å, but row "
+                            f"{int(known[like[at]]) + 1} of its optics group says {values[like[at]]:g} Å: the images "
+                            "of one optics group have one pixel size")
 
 
 def _check_boxes(table: Table, images: Images) -> None:
@@ -244,12 +303,8 @@ class Gather:
         with self.lock:
             fd = self.open.pop(stack, None)
             if fd is None:
-                name = self.images.stacks[stack].name
-                try:
-                    fd = self.project.open(name)
-                except OSError as exc:
-                    row = int(np.argmax(self.images.stack_of == stack))
-                    raise MissingFileError(f"{self.where(row)}: {name}: {exc.strerror or exc}") from None
+                fd = _open_stack(self.project, self.images.stacks[stack].name,
+                                 lambda: self.where(int(np.argmax(self.images.stack_of == stack))))
             self.open[stack] = fd
             self.users[stack] = self.users.get(stack, 0) + 1
             idle = [s for s in self.open if not self.users.get(s)]
@@ -301,7 +356,8 @@ class Gather:
 @dataclass(frozen=True)
 class ParticleRows:
     """The particle-file rows of a stack's sections (:attr:`Metadata.particles`): the file's table, the source
-    row of each section, the project its paths are relative to, and the images' pixel size as read. They follow
+    row of each section, the project its paths are relative to, the images' pixel size (0: unknown, or the rows'
+    differ) and width as read. They follow
     the sections an operation keeps (the hooks of :class:`noa_core.io.metadata.FormatFields`); an operation that
     makes new sections, moves axes or joins other files' rows leaves :class:`DroppedRows` saying why."""
 
@@ -309,8 +365,9 @@ class ParticleRows:
     rows: np.ndarray
     project: Project
     pixel_size: float
+    box: int
 
-    def permute(self, perm: Shape4, notices: list[str]) -> ParticleRows | DroppedRows:
+    def permute(self, perm: Permutation4, notices: list[str]) -> ParticleRows | DroppedRows:
         return self if tuple(perm) == (0, 1, 2, 3) else DroppedRows("its axes were permuted")
 
     def broadcast(self, shape: Shape4, target: Shape4, notices: list[str]) -> ParticleRows | DroppedRows:
@@ -328,13 +385,13 @@ class ParticleRows:
         chosen = list(picks() if callable(picks) else picks)
         if any(p is None for p in chosen):
             return DroppedRows("it holds new sections")
-        return ParticleRows(self.table, self.rows[np.asarray(chosen, np.int64)], self.project, self.pixel_size)
+        return replace(self, rows=self.rows[np.asarray(chosen, np.int64)])
 
     def joined(self, parts: Sequence[tuple[ParticleRows | DroppedRows | None, int, str | None, str]],
                notices: list[str]) -> ParticleRows | DroppedRows:
         rows = [p for p, _, _, _ in parts]
         if all(isinstance(p, ParticleRows) and p.table is self.table for p in rows):
-            return ParticleRows(self.table, np.concatenate([p.rows for p in rows]), self.project, self.pixel_size)
+            return replace(self, rows=np.concatenate([p.rows for p in rows if isinstance(p, ParticleRows)]))
         return DroppedRows("it joins images of several files (noa particles join joins particle files)")
 
 
@@ -344,7 +401,7 @@ class DroppedRows:
 
     why: str
 
-    def permute(self, perm: Shape4, notices: list[str]) -> DroppedRows:
+    def permute(self, perm: Permutation4, notices: list[str]) -> DroppedRows:
         return self
 
     def broadcast(self, shape: Shape4, target: Shape4, notices: list[str]) -> DroppedRows:
@@ -375,12 +432,12 @@ def _probe_rows(path: Path, request: ReadRequest) -> tuple[Table, Images, Projec
     images = images_of(table, project)
     _check_boxes(table, images)
     if not images.stacks:
-        raise ParticleError(f"{path}: no particles: {table.where(0).rsplit(',', 1)[0]} has no rows")
+        raise ParticleError(f"{table.where(None)}: no rows: no particles to work on")
     dtype = np.result_type(*{s.dtype.newbyteorder("=") for s in images.stacks})
     pixel, notices = _pixel_size(table, images)
     first = images.stacks[0]
     shape = layout.as_shape4((table.rows, 1, first.height, first.width))
-    rows = ParticleRows(table, np.arange(table.rows), project, pixel)
+    rows = ParticleRows(table, np.arange(table.rows), project, pixel, first.width)
     metadata = Metadata(format=FORMAT.name, shape=shape, dtype=dtype.name, pixel_size=(pixel, pixel, pixel),
                         order="C", axes=f"one {table.kind} row per image, in row order", path=str(path),
                         notices=notices, particles=rows)
@@ -408,7 +465,7 @@ def _gathered_whole(path: Path, dtype: np.dtype, count: int, gather: Gather) -> 
         buffer = mapped.scratch(min(nbytes, mapped.PARALLEL_BYTES), 0)
         try:
             for start in range(0, nbytes, len(buffer)):
-                piece = memoryview(buffer)[:min(len(buffer), nbytes - start)]
+                piece = buffer.data[:min(len(buffer), nbytes - start)]
                 if not gather.read_into(piece, start):
                     raise ParticleError(f"{path}: a stack it names changed size while being read")
                 mapped.pwrite_all(temp.fileno(), piece, start, path)
@@ -490,7 +547,14 @@ class ParticlesFormat:
         b, _, h, w = spec.shape
         if h != w:
             raise ParticleError(f"{spec.path}: particle images are square; these are {w} x {h}")
+        assert metadata is not None  # the rows are its
         new_pixel = metadata.pixel_size[2]
+        if rows.pixel_size == 0 and w != rows.box and (differ := _distinct(rows.table.pixel_sizes())).size > 1:
+            sizes = ", ".join(f"{v:g}" for v in differ[:4])
+            raise ParticleError(f"{spec.path}: the pixel sizes of {rows.table.path} differ ({sizes} Å, "
+                                f"{rows.table.pixel_field}), so those of these {w}-pixel images made from its "
+                                f"{rows.box}-pixel ones are unknown: take one optics group at a time (noa particles "
+                                "select)")
         scale = new_pixel / rows.pixel_size if rows.pixel_size > 0 and new_pixel > 0 else 1.0
 
         def text(stack: Path) -> list[bytes | np.ndarray]:

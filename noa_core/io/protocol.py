@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from noa_core.array import layout
-from noa_core.io.metadata import Metadata, HeaderStatistics
 from noa_core.array.layout import Shape4, Strides4
+from noa_core.io.metadata import HeaderStatistics, Metadata
 
 if TYPE_CHECKING:
     from noa_core.array import Array

@@ -19,7 +19,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from noa_core.errors import FileFormatError, MissingFileError
@@ -161,10 +160,20 @@ class Star:
             elif block.name in pairs and not block.loop:
                 pieces.append(self._edited_pairs(block, pairs[block.name]))
             else:
-                pieces.append(self.data[block.start:block.stop])
+                pieces.append(self.text[block.start:block.stop])  # a view: the text is never held twice
         return pieces
 
     def _edited_loop(self, block: Block, edit: LoopEdit) -> list[bytes | np.ndarray]:
+        body = self.loop_rows(block, edit)
+        head = self.data[block.start:block.labels_stop]
+        if edit.add:
+            head += b"".join(f"_{label} #{len(block.labels) + 1 + i} \n".encode()
+                             for i, label in enumerate(edit.add))
+        return [head, self.data[block.labels_stop:block.rows_start], body, self.data[block.rows_stop:block.stop]]
+
+    def loop_rows(self, block: Block, edit: LoopEdit) -> np.ndarray:
+        """The text of ``block``'s rows as ``edit`` writes them (the rows alone, no labels: what joins the rows
+        of several files under one loop's labels)."""
         rows = np.arange(block.rows) if edit.rows is None else np.asarray(edit.rows, np.int64)
         for label, values in (*edit.replace.items(), *edit.add.items()):
             if len(values) != len(rows):
@@ -179,13 +188,8 @@ class Star:
             starts[j], stops[j] = s[rows], e[rows]
         values, value_offsets = _packed([star_values(edit.replace[label]) for label in replaced], rows.size)
         added, added_offsets = _packed([star_values(v) for v in edit.add.values()], rows.size)
-        body = kernels.assemble_rows(self.text, block.offsets, rows, starts, stops, values, value_offsets,
+        return kernels.assemble_rows(self.text, block.offsets, rows, starts, stops, values, value_offsets,
                                      added, added_offsets)
-        head = self.data[block.start:block.labels_stop]
-        if edit.add:
-            head += b"".join(f"_{label} #{len(block.labels) + 1 + i} \n".encode()
-                             for i, label in enumerate(edit.add))
-        return [head, self.data[block.labels_stop:block.rows_start], body, self.data[block.rows_stop:block.stop]]
 
     def _edited_pairs(self, block: Block, changes: Mapping[str, str]) -> bytes:
         lines = self.data[block.start:block.stop].split(b"\n")
@@ -216,14 +220,15 @@ def write(path: str | os.PathLike, pieces: Sequence[bytes | np.ndarray], *, over
     try:
         with open(temp.temp, "wb") as out:
             for piece in pieces:
-                out.write(memoryview(piece))
+                out.write(piece if isinstance(piece, bytes) else piece.data)
         temp.commit()
     except BaseException:
         temp.abort()
         raise
 
 
-def loop_text(name: str, columns: Mapping[str, np.ndarray], *, version: int | None = 30001) -> list[bytes | np.ndarray]:
+def loop_text(name: str, columns: Mapping[str, np.ndarray | Sequence], *,
+              version: int | None = 30001) -> list[bytes | np.ndarray]:
     """A new ``data_<name>`` block with a loop of ``columns`` (label -> values, one per row, any NumPy type:
     numbers are written as Python writes them, shortest first), as RELION lays it out."""
     head = (f"\n# version {version}\n" if version else "") + f"\ndata_{name}\n\nloop_ \n"
@@ -294,7 +299,7 @@ class _Lines:
 
     def __init__(self, data: bytes, text: np.ndarray) -> None:
         self.data = data
-        self.starts = kernels.line_starts(text, 4 * numba.get_num_threads())
+        self.starts = kernels.line_starts(text)
         self.count = len(self.starts) - 1
 
     def __getitem__(self, line: int) -> bytes:
@@ -326,7 +331,8 @@ def _blocks(path: Path, data: bytes, text: np.ndarray) -> list[Block]:
             raise StarError(f"{path}: line {number}: {_shown(line)} is outside any block ({where})")
         if line.startswith(b"loop_"):
             if pairs:
-                raise StarError(f"{path}: data_{name}: a loop_ after the block's pairs (a block holds one or the other)")
+                raise StarError(f"{path}: data_{name}: a loop_ after the block's pairs (a block holds one or the "
+                                "other)")
             block, number = _loop(path, lines, text, name, start, number)
             blocks.append(block)
             name, content_end = None, block.rows_stop

@@ -19,28 +19,38 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 
-from noa_core.array import layout
-from noa_core.array import Array, asarray
+from noa_core.array import Array, asarray, layout
+from noa_core.array.layout import Shape4
+from noa_core.compute.moments import RunningStatistics
+from noa_core.compute.tiles import (
+    TILE_BYTES,
+    Compute,
+    Key,
+    TileReads,
+    TileTarget,
+    checked_copy,
+    plan_tile,
+    plan_tiles,
+    same_tile,
+    storing,
+    tiles,
+)
 from noa_core.errors import FileFormatError, LayoutError, ShapeError, param
 from noa_core.io import atomic, formats, libc, mapped
 from noa_core.io.metadata import Metadata
-from noa_core.io.protocol import OutputSpec
+from noa_core.io.protocol import IndexedFormat, OutputSpec, StoreFormat
 from noa_core.limits import check_output_size
-from noa_core.compute.moments import RunningStatistics
-from noa_core.compute.tiles import (TILE_BYTES, Compute, Key, TileReads, TileTarget, checked_copy, plan_tile,
-                                    plan_tiles, same_tile, storing, tiles)
-from noa_core.array.layout import Shape4
 
 # ---------------------------------------------------------------------------------------------
 # Writer
 # ---------------------------------------------------------------------------------------------
 
 
-def _map_packed(path: os.PathLike, offset: int, dtype: np.dtype, shape: Shape4,
+def _map_packed(path: Path, offset: int, dtype: np.dtype, shape: Shape4,
                 order: str) -> tuple[mmap_module.mmap, Array]:
     """A writable BDHW Array over data packed in ``order`` at byte ``offset`` of ``path``."""
     b, d, h, w = shape
@@ -70,7 +80,7 @@ class Region:
         """Where tiles are written: this file with ``pwrite``, or the store's chunks."""
         if self.store_format is None:
             return TileFile(self)
-        return formats.by_name(self.store_format).tiles(self)
+        return cast(StoreFormat, formats.by_name(self.store_format)).tiles(self)
 
     def fill(self, reads: TileReads, keys: Sequence[Key]) -> list[RunningStatistics]:
         """Compute and write the tiles ``keys`` from any process (:func:`stream_tiles`), make them durable
@@ -123,14 +133,15 @@ class TileFile:
     def write(self, key: Key, buffer: np.ndarray) -> None:
         """Write ``buffer`` (from :meth:`buffer`) as tile ``key`` of the file, then start its writeback."""
         extents = [k.stop - k.start for k in key]
-        run, joining, outer = self.itemsize, True, []
+        run, joining = self.itemsize, True
+        outer: list[int] = []
         for i in reversed(self.outer_first):  # innermost first: a run spans dimensions while they are whole
             if joining:
                 run *= extents[i]
                 joining = extents[i] == self.region.shape[i]
             else:
                 outer.insert(0, i)
-        data = memoryview(buffer.transpose(self.outer_first).reshape(-1).view(np.uint8))
+        data = buffer.transpose(self.outer_first).reshape(-1).view(np.uint8).data
         first = self.region.offset + sum(k.start * s for k, s in zip(key, self.strides)) * self.itemsize
         position = 0
         for index in np.ndindex(*(extents[i] for i in outer)):
@@ -177,12 +188,12 @@ class Writer:
         self.path = atomic.check_output(path, overwrite, directory=formats.names_store(path))
         self.format = formats.output_format(self.path)
         # where the data go: the file itself, or the data file an index names (a particle file's stack)
-        self.data_path = atomic.check_output(self.format.data_path(self.path), overwrite) if self.format.indexed \
-            else self.path
+        self.data_path = (atomic.check_output(cast(IndexedFormat, self.format).data_path(self.path), overwrite)
+                          if self.format.indexed else self.path)
         self.shape = layout.as_shape4(shape)
         self.dtype = np.dtype(dtype)  # what the file stores, once created (MRC widens uint8)
         self.values_dtype = self.dtype  # the type values are converted to, whatever the file stores
-        self.order = layout.as_order(order)
+        self.order: str = layout.as_order(order)
         self.metadata = metadata
         self.notices: list[str] = []
         self._spec = OutputSpec(self.path, self.shape, self.dtype, self.order, metadata, label,
@@ -213,7 +224,7 @@ class Writer:
             raise
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         try:
             if exc_type is None:
                 self._finish()
@@ -224,20 +235,27 @@ class Writer:
             self._discard()
         return False
 
+    def _opened(self) -> atomic.TemporaryOutput:
+        """Where the output is made until its commit; there once the writer is entered as a context manager."""
+        if self._temp is None:
+            raise LayoutError(f"{self.path}: the output is not open; use the writer as a context manager")
+        return self._temp
+
     def _open(self) -> None:
         if self.is_store:
             # Built in a temporary directory that the commit renames into place; tiles go straight to chunks.
-            self.chunks, notices = self.format.create_store(self._temp.make_directory(), self._spec)
+            store = cast(StoreFormat, self.format)
+            self.chunks, notices = store.create_store(self._opened().make_directory(), self._spec)
             self.notices.extend(notices)
             self.order, self._offset = "C", 0  # chunks are row-major whatever was asked (the format says so)
             return
-        created = self.format.create(self._temp.temp, self._spec)
+        created = self.format.create(self._opened().temp, self._spec)
         self.notices.extend(created.notices)
         self.dtype = created.dtype or self.dtype  # what the file stores (MRC widens uint8)
         self._offset = created.offset
         size = created.offset + math.prod(self.shape) * self.dtype.itemsize
         # the whole file now: writing through .array (a mapping) can then never find the disk full
-        with open(self._temp.temp, "r+b") as f:
+        with open(self._opened().temp, "r+b") as f:
             atomic.reserve(f.fileno(), size, f"{self.path}: no space left on device for its {size} bytes")
 
     @property
@@ -245,12 +263,11 @@ class Writer:
         """A writable Array over the output's data (BDHW, packed in ``order``), mapped on first use;
         :func:`fill` writes with ``pwrite`` and never maps."""
         if self._array is None:
-            if self._temp is None:
-                raise LayoutError(f"{self.path}: the output is not open; use the writer as a context manager")
+            temp = self._opened()
             if self.is_store:
                 raise LayoutError(f"{self.path}: a {self.format.title} output is a store of chunks, which cannot be "
                                   "mapped; fill it with copy_into, fill or write_block")
-            self._mmap, self._array = _map_packed(self._temp.temp, self._offset, self.dtype, self.shape, self.order)
+            self._mmap, self._array = _map_packed(temp.temp, self._offset, self.dtype, self.shape, self.order)
         return self._array
 
     def _finish(self) -> None:
@@ -258,26 +275,26 @@ class Writer:
         if self.format.header_statistics and not (self._complete or sections_written):
             self._scan_statistics()  # written directly through .array: read it back once
         if not self.is_store:  # a store is complete once its chunks are written
-            self.format.finish(self._temp.temp, self._spec, self._stats.result())
+            self.format.finish(self._opened().temp, self._spec, self._stats.result())
         # No msync: on Linux the fsync of the commit writes back the pages dirtied through the mapping
         # too (they are dirty in the page cache), and a second pass over them cost a quarter of a copy.
         self._release_mapping()
         if self.format.indexed:
             self._commit_with_index()
         else:
-            self._temp.commit()
+            self._opened().commit()
 
     def _commit_with_index(self) -> None:
         """Write the index naming the data file (a particle file naming its stack) and place both together."""
         index = atomic.TemporaryOutput(self.path, self._overwrite)
         try:
             with open(index.temp, "wb") as f:
-                for piece in self.format.written(self._spec)(self.data_path):
-                    f.write(memoryview(piece))
+                for piece in cast(IndexedFormat, self.format).written(self._spec)(self.data_path):
+                    f.write(piece if isinstance(piece, bytes) else piece.data)
         except BaseException:
             index.abort()
             raise
-        atomic.commit_together([self._temp, index])
+        atomic.commit_together([self._opened(), index])
 
     def _discard(self) -> None:
         self._release_mapping()
@@ -306,8 +323,10 @@ class Writer:
     def region(self) -> Region:
         """Where the data go in the temporary file, for tasks in other processes (see :class:`Region`)."""
         if self.is_store:
-            return Region(self._temp.directory, 0, self.dtype, self.shape, "C", self.values_dtype, self.format.name)
-        return Region(self._temp.temp, self._offset, self.dtype, self.shape, self.order, self.values_dtype)
+            directory = self._opened().directory
+            assert directory is not None  # made by _open for a store
+            return Region(directory, 0, self.dtype, self.shape, "C", self.values_dtype, self.format.name)
+        return Region(self._opened().temp, self._offset, self.dtype, self.shape, self.order, self.values_dtype)
 
     def complete(self, stats: RunningStatistics) -> None:
         """Declare every element written (e.g. by tasks through :meth:`region`), with their statistics."""
@@ -391,7 +410,7 @@ def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, valu
 
             submit = stack.enter_context(ThreadPoolExecutor(target.writers, "noa-write")).submit
         else:  # one tile: no other tile to overlap its write with, so no thread (nor its import)
-            submit = _WrittenNow
+            submit = cast(Callable[..., Any], _WrittenNow)
         stack.enter_context(mapped.scratch_buffers())
         for done, key in enumerate(keys, 1):
             slot = -1 - done % in_flight  # the output buffers' slots; sources use 0, 1, ...

@@ -8,7 +8,8 @@ level 0 unless ``level`` names another. Compressed and packed data are decoded b
 imagecodecs; tifffile's log messages become notices and its errors one line in the user's words.
 
 Pixel sizes: XResolution/YResolution belong to the page's columns and rows as stored (the axes named X
-and Y, or Y and X where sections are stored transposed), in the unit ImageJ or tifffile metadata name, else in ResolutionUnit; ImageJ ``spacing`` is the Z step; OME ``PhysicalSize*`` with
+and Y, or Y and X where sections are stored transposed), in the unit ImageJ or tifffile metadata name, else in
+ResolutionUnit; ImageJ ``spacing`` is the Z step; OME ``PhysicalSize*`` with
 their units win. Tags that name no length (absent, ResolutionUnit none, 72 dpi) leave it unknown (0).
 
 Writing makes an ImageJ hyperstack (axes 'TZYX' without the size-1 ones) for uint8, uint16 and
@@ -32,13 +33,13 @@ import zlib
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from noa_core.array import layout
-from noa_core.array import asarray
+from noa_core.array import asarray, layout
+from noa_core.array.layout import Shape4
 from noa_core.errors import (
     AxisMappingError,
     CorruptFileError,
@@ -51,10 +52,9 @@ from noa_core.errors import (
 )
 from noa_core.io import mapped
 from noa_core.io.compression import open_input
-from noa_core.io.metadata import Metadata, HeaderStatistics, angstroms_per_unit
+from noa_core.io.metadata import HeaderStatistics, Metadata, Triple, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import TiffReadOptions
-from noa_core.array.layout import Shape4
 
 if TYPE_CHECKING:
     import tifffile
@@ -162,7 +162,7 @@ Sizes = dict[str, tuple[float, str]]
 
 def _ome_sizes(tif: tifffile.TiffFile, series: int) -> Sizes:
     """OME ``PhysicalSize{X,Y,Z}`` of image ``series`` with their units (OME's default unit is µm)."""
-    root = ElementTree.fromstring(tif.ome_metadata)
+    root = ElementTree.fromstring(cast(str, tif.ome_metadata))  # an OME file's
     images = [e for e in root.iter() if e.tag.rsplit("}", 1)[-1] == "Image"]
     pixels = next((e for e in images[series] if e.tag.rsplit("}", 1)[-1] == "Pixels"), None) \
         if series < len(images) else None
@@ -217,10 +217,11 @@ def _resolution_sizes(path: Path, page, columns_rows: tuple[str, str], unit: str
     if unknown is not None:
         notices.append(f"{path}: pixel size unknown: {unknown}")
         return {}
+    assert unit is not None  # given, or found above (else unknown says why not)
     return {letter: (1.0 / value, unit) for letter, value in per_unit.items()}
 
 
-def _in_one_unit(path: Path, sizes: Sizes, notices: list[str]) -> tuple[tuple[float, float, float], str | None]:
+def _in_one_unit(path: Path, sizes: Sizes, notices: list[str]) -> tuple[Triple, str | None]:
     """Pixel size per Z, Y, X in the unit of the first axis that has one (X first); an axis whose unit
     cannot be converted to it stays unknown, with a notice."""
     if not sizes:
@@ -242,7 +243,8 @@ def _in_one_unit(path: Path, sizes: Sizes, notices: list[str]) -> tuple[tuple[fl
 
 def _pixel_size(path: Path, tif: tifffile.TiffFile, index: int, level, notices: list[str]):
     """Pixel size per D, H, W and its unit. XResolution and YResolution belong to the page's columns and
-    rows as stored (X and Y, or Y and X in a column-major file); ImageJ or tifffile ``spacing`` is the Z step; OME ``PhysicalSize*`` win where
+    rows as stored (X and Y, or Y and X in a column-major file); ImageJ or tifffile ``spacing`` is the Z step; OME
+    ``PhysicalSize*`` win where
     present. A pyramid level's sizes are level 0's scaled by the level's shape."""
     series = tif.series[index]
     extra = _extra_metadata(tif)
@@ -299,7 +301,7 @@ def _check_ome_sizes(path: Path, tif: tifffile.TiffFile, file_size: int) -> None
     """Refuse OME sizes that the file cannot hold before tifffile sizes its series by them (tifffile lists
     every plane an OME image claims, so ``SizeX="2000000000"`` alone takes gigabytes)."""
     try:
-        root = ElementTree.fromstring(tif.ome_metadata)
+        root = ElementTree.fromstring(cast(str, tif.ome_metadata))  # an OME file's
     except ElementTree.ParseError as exc:
         raise CorruptFileError(f"{path}: OME metadata: not well-formed XML ({exc})") from None
     for number, pixels in enumerate(e for e in root.iter() if e.tag.rsplit("}", 1)[-1] == "Pixels"):
@@ -368,7 +370,8 @@ def _layout_only(tif: tifffile.TiffFile, file: BinaryIO, series, file_size: int)
     """A stand-in for the series data with the shape and C strides a read gives, over a single element:
     only its shape and strides are ever looked at, never its values."""
     dtype = np.dtype(series.dtype)
-    strides, step = [], dtype.itemsize
+    strides: list[int] = []
+    step = dtype.itemsize
     for n in reversed(series.shape):
         strides.insert(0, step)
         step *= n
@@ -537,8 +540,9 @@ def create_file(path: Path, shape: Shape4, dtype: np.dtype, order: str, metadata
     # tifffile cannot read back ImageJ metadata of 1-pixel-wide or -high images: shaped files then.
     imagej = dtype.name in IMAGEJ_DTYPES and order == "C" and min(shape[2:]) > 1
     info: dict = {"axes": axes}
-    offset, _ = tifffile.imwrite(path, shape=stored, dtype=dtype, imagej=imagej, returnoffset=True,
-                                 photometric="minisblack", **_calibration(metadata, info, imagej, order))
+    written = tifffile.imwrite(path, shape=stored, dtype=dtype, imagej=imagej, returnoffset=True,
+                               photometric="minisblack", **_calibration(metadata, info, imagej, order))
+    offset, _ = cast(tuple[int, int], written)  # returnoffset: (offset, size)
     return offset
 
 

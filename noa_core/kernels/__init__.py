@@ -1,6 +1,7 @@
 """Every numba kernel: the back-ends (:mod:`.cpu`, :mod:`.cuda`), the element operators they share
 (:mod:`.operators`, :data:`BUILTIN_OPS`), generated source (:mod:`.sources`: :func:`compile_source`,
-:func:`generated_sources`), the kernels of transforms, binning, FSC shells, symmetrization, EER decoding and STAR tables,
+:func:`generated_sources`), the kernels of transforms, binning, FSC shells, symmetrization, EER decoding and STAR
+tables,
 and numba's set-up (:mod:`.runtime`). Loaded on first use: ``import noa_core.kernels`` loads neither NumPy
 nor numba, so a module on the NumPy path (small files) reaches the kernels through this face at call time."""
 

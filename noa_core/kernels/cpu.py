@@ -27,12 +27,12 @@ from numba.core import cgutils, types
 from numba.core.registry import CPUDispatcher
 from numba.extending import intrinsic, register_jitable
 
-from noa_core.kernels.operators import BUILTIN_OPS
-from noa_core.kernels.sources import cache_on_disk, compile_template, operand_variants, transpose_plan
-from noa_core.kernels import runtime
 from noa_core.array import scalar_ops
-from noa_core.kernels.runtime import SERIAL_THRESHOLD, launch
 from noa_core.array.scalar_ops import CHUNK, LANES
+from noa_core.kernels import runtime
+from noa_core.kernels.operators import BUILTIN_OPS
+from noa_core.kernels.runtime import SERIAL_THRESHOLD, launch
+from noa_core.kernels.sources import cache_on_disk, compile_template, operand_variants, transpose_plan
 
 # Elements per parallel task along the innermost dimension: large enough to amortise the task
 # bookkeeping, small enough that a single long contiguous row still spreads over every thread.
@@ -78,7 +78,8 @@ def _transpose_block(typingctx, src, src_start, src_stride, dst, dst_start, dst_
             data = cgutils.create_struct_proxy(array_type)(context, builder, value=array).data
             base = builder.bitcast(data, word.as_pointer())
             starts = [builder.add(offset, builder.mul(step, ir.Constant(step.type, i))) for i in range(MICRO)]
-            return [builder.bitcast(builder.gep(base, [builder.mul(e, ir.Constant(e.type, words))]), vector.as_pointer())
+            return [builder.bitcast(builder.gep(base, [builder.mul(e, ir.Constant(e.type, words))]),
+                                    vector.as_pointer())
                     for e in starts]
 
         def mask(elements):
@@ -320,7 +321,7 @@ def _as_dispatcher(op: Callable) -> CPUDispatcher:
 def _op_name(op: Callable) -> str | None:
     """A stable name for ``op``, under which its kernels may be cached on disk: a built-in's name,
     or the tag noa_core.compute.expr gives a compiled expression; None for any other user function."""
-    name = getattr(op, "__name__", None)
+    name = getattr(op, "__name__", "")
     if BUILTIN_OPS.get(name) is op:
         return name
     return getattr(op, "noa_cache_tag", None)
@@ -343,7 +344,7 @@ def _kernel(kind: str, variant: str, ops: dict[str, Callable], fastmath: set[str
     with _LOCK:
         kernel = _KERNELS.get(key)
         if kernel is None:
-            tag = f"{'_'.join(names)}_{_OPS_DIGEST}" if cacheable else f"user{len(_KERNELS)}"
+            tag = f"{'_'.join(map(str, names))}_{_OPS_DIGEST}" if cacheable else f"user{len(_KERNELS)}"
             name = f"{kind}_{tag}_{variant}"
             namespace = {"np": np, "prange": numba.prange, **(helpers or {})}
             namespace.update({k: _as_dispatcher(f) for k, f in ops.items()})
@@ -398,8 +399,9 @@ def ewise(op: Callable, inputs: Sequence, outputs: Sequence[np.ndarray], shape: 
     shape = tuple(int(n) for n in shape)
     inputs = [_read_only(x) for x in inputs]
     arrays_in = [isinstance(x, np.ndarray) for x in inputs]
-    if len(inputs) == 1 and arrays_in[0] and len(outputs) == 1:
-        plan = transpose_plan(shape, in_strides[0], out_strides[0], MIN_TILE_EDGE)
+    first_strides = in_strides[0]
+    if len(inputs) == 1 and arrays_in[0] and first_strides is not None and len(outputs) == 1:
+        plan = transpose_plan(shape, first_strides, out_strides[0], MIN_TILE_EDGE)
         if plan is not None:
             tile = TILE_SMALL if outputs[0].itemsize <= 4 else TILE_LARGE
             kernel = _kernel("transpose", "11", {"op": op}, helpers={"transpose_block": _transpose_block})
@@ -439,15 +441,15 @@ def reduce(pre: Callable, combine: Callable, final: Callable, inputs: Sequence[n
         rows = int(np.prod(rshape[:3]))
         n_rc = min(rows, wanted)
         n_ic = max(1, min(wanted // n_rc, int(rshape[3]) // CHUNK))
-    rstrides = np.array(rstrides, dtype=np.int64).reshape(len(inputs), 4)
-    kstrides = np.array(kstrides, dtype=np.int64).reshape(len(inputs), 4)
-    unit = bool((rstrides[:, 3] == 1).all()) or rshape[3] == 1
+    reduced_strides = np.array(rstrides, dtype=np.int64).reshape(len(inputs), 4)
+    kept_strides = np.array(kstrides, dtype=np.int64).reshape(len(inputs), 4)
+    unit = bool((reduced_strides[:, 3] == 1).all()) or rshape[3] == 1
     partials = np.empty((n_out, n_rc * n_ic), dtype=np.asarray(initial).dtype)
     ops = {"pre": pre, "combine": combine}
     variant = str(len(inputs))
     kernel = _kernel("reduce", variant, ops, fastmath={"reassoc"})
-    launch(kernel, parallel, *(_read_only(x) for x in inputs), tuple(int(n) for n in out_shape), kstrides,
-            tuple(int(n) for n in rshape), rstrides, n_rc, n_ic, unit, partials, initial)
+    launch(kernel, parallel, *(_read_only(x) for x in inputs), tuple(int(n) for n in out_shape), kept_strides,
+            tuple(int(n) for n in rshape), reduced_strides, n_rc, n_ic, unit, partials, initial)
     finish = _kernel("reduce_final", "1", {"combine": combine, "final": final})
     launch(finish, parallel and n_out >= SERIAL_THRESHOLD, partials, result)
 

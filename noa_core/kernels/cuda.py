@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numba
 import numpy as np
@@ -127,7 +128,8 @@ def _ewise_source(name: str, kinds: str, n_out: int) -> str:
     ins = [f"in{k}" for k in range(len(kinds))]
     outs = [f"out{k}" for k in range(n_out)]
     arrays = [x for x, kind in zip(ins, kinds) if kind == "a"] + outs
-    loads = ", ".join(f"{x}[{_offset('strides', arrays.index(x))}]" if kind == "a" else x for x, kind in zip(ins, kinds))
+    loads = ", ".join(f"{x}[{_offset('strides', arrays.index(x))}]" if kind == "a" else x
+                      for x, kind in zip(ins, kinds))
     if n_out == 1:
         body = [f"out0[{_offset('strides', arrays.index('out0'))}] = op({loads})"]
     else:
@@ -164,7 +166,7 @@ def _device_function(op: Callable) -> Callable:
     return cuda.jit(device=True)(py_func)
 
 
-def _kernel(kind: str, variant: str, ops: dict[str, Callable], constants: dict | None = None) -> Callable:
+def _kernel(kind: str, variant: str, ops: dict[str, Callable], constants: dict | None = None) -> Any:
     key = (kind, variant, tuple(ops.items()))
     with _LOCK:
         kernel = _KERNELS.get(key)
@@ -240,7 +242,8 @@ def reduce(pre: Callable, combine: Callable, final: Callable, inputs: Sequence, 
     kernel = _kernel("reduce", str(len(inputs)), {"pre": pre, "combine": combine})
     # No grid-stride loop here: one thread per (output, chunk) task, so the grid covers them all.
     threads = max(1, min(THREADS, n_out * n_chunks))
-    kernel[math.ceil(n_out * n_chunks / threads), threads](*inputs, tuple(int(n) for n in out_shape), _flat_strides(kstrides),
+    blocks = math.ceil(n_out * n_chunks / threads)
+    kernel[blocks, threads](*inputs, tuple(int(n) for n in out_shape), _flat_strides(kstrides),
                             tuple(int(n) for n in rshape), _flat_strides(rstrides), n_chunks, partials, initial)
     finish = _kernel("reduce_final", "1", {"combine": combine, "final": final})
     threads = max(1, min(THREADS, n_out))

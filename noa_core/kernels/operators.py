@@ -15,8 +15,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
 
-from noa_core.kernels import runtime  # noqa: F401  (configures numba before any kernel is compiled)
 from noa_core.array.scalar_ops import maximum, minimum
+from noa_core.kernels import runtime  # noqa: F401  (configures numba before any kernel is compiled)
 
 
 def identity(x):

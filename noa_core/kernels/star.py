@@ -46,33 +46,22 @@ def _token_end(text, at, stop):
 
 
 @numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
-def line_starts(text, chunks):
+def line_starts(text):
     """The byte offset of each line of ``text`` and the end of the text (``lines + 1`` offsets: line ``i``
-    spans ``starts[i] .. starts[i + 1]``, its newline included). Two passes over ``chunks`` pieces:
-    count the newlines of each, then write their positions."""
+    spans ``starts[i] .. starts[i + 1]``, its newline included). Two passes: count the newlines (a loop
+    without branches, which the compiler vectorizes), then write their positions."""
     size = text.size
-    bounds = np.empty(chunks + 1, np.int64)
-    for c in range(chunks + 1):
-        bounds[c] = size * c // chunks
-    counts = np.zeros(chunks, np.int64)
-    for c in range(chunks):
-        n = 0
-        for i in range(bounds[c], bounds[c + 1]):
-            if text[i] == _NEWLINE:
-                n += 1
-        counts[c] = n
-    firsts = np.zeros(chunks + 1, np.int64)
-    for c in range(chunks):
-        firsts[c + 1] = firsts[c] + counts[c]
+    newlines = 0
+    for i in range(size):
+        newlines += text[i] == _NEWLINE
     unended = 1 if size > 0 and text[size - 1] != _NEWLINE else 0  # a last line without its newline
-    starts = np.empty(firsts[chunks] + 1 + unended, np.int64)
+    starts = np.empty(newlines + 1 + unended, np.int64)
     starts[0] = 0
-    for c in range(chunks):
-        at = firsts[c] + 1
-        for i in range(bounds[c], bounds[c + 1]):
-            if text[i] == _NEWLINE:
-                starts[at] = i + 1
-                at += 1
+    at = 1
+    for i in range(size):
+        if text[i] == _NEWLINE:
+            starts[at] = i + 1
+            at += 1
     if unended:
         starts[starts.size - 1] = size
     return starts
@@ -99,29 +88,46 @@ def rows_stop(text, starts, first):
 
 @numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
 def count_values(text, starts, first, stop):
-    """How many values each of lines ``first .. stop-1`` holds (one byte-wise pass per line)."""
+    """How many values each of lines ``first .. stop-1`` holds. Each line is counted without branches (the
+    blanks followed by a value, which the compiler vectorizes); a line with a quote in it is counted again
+    value by value (:func:`_count_quoted`), since a quoted value may hold blanks."""
     counts = np.empty(stop - first, np.int64)
     for row in range(stop - first):
         at = starts[first + row]
         end = starts[first + row + 1]
         count = 0
-        inside = False
-        quote = 0
-        while at < end:
-            c = text[at]
-            if quote != 0:  # inside a quoted value: it ends at its quote followed by a blank or the line's end
-                if c == quote and (at + 1 == end or _blank(text[at + 1]) or text[at + 1] == _NEWLINE):
-                    quote = 0
-            elif _blank(c) or c == _NEWLINE:
-                inside = False
-            elif not inside:
-                inside = True
-                count += 1
-                if c == _QUOTE or c == _APOSTROPHE:
-                    quote = c
-            at += 1
-        counts[row] = count
+        quotes = 0
+        previous_blank = 1
+        for i in range(at, end):
+            c = text[i]
+            blank = (c == _SPACE) | (c == _TAB) | (c == _RETURN) | (c == _NEWLINE)
+            count += previous_blank & (1 - blank)
+            quotes |= (c == _QUOTE) | (c == _APOSTROPHE)
+            previous_blank = blank
+        counts[row] = _count_quoted(text, at, end) if quotes else count
     return counts
+
+
+@numba.njit(inline="always")
+def _count_quoted(text, at, end):
+    """How many values ``text[at:end]`` holds, a quoted value (which may hold blanks) counted as one."""
+    count = 0
+    inside = False
+    quote = 0
+    while at < end:
+        c = text[at]
+        if quote != 0:  # inside a quoted value: it ends at its quote followed by a blank or the line's end
+            if c == quote and (at + 1 == end or _blank(text[at + 1]) or text[at + 1] == _NEWLINE):
+                quote = 0
+        elif _blank(c) or c == _NEWLINE:
+            inside = False
+        elif not inside:
+            inside = True
+            count += 1
+            if c == _QUOTE or c == _APOSTROPHE:
+                quote = c
+        at += 1
+    return count
 
 
 @numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
@@ -163,7 +169,8 @@ def gather_values(text, starts, stops, width):
     for row in range(count):
         first = starts[row]
         stop = stops[row]
-        if stop - first >= 2 and (text[first] == _QUOTE or text[first] == _APOSTROPHE) and text[stop - 1] == text[first]:
+        if (stop - first >= 2 and (text[first] == _QUOTE or text[first] == _APOSTROPHE)
+                and text[stop - 1] == text[first]):
             first += 1
             stop -= 1
         for i in range(stop - first):

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from types import FunctionType
+from typing import Any, cast
 
 import numba
 
@@ -267,10 +269,11 @@ _LOCK = threading.Lock()
 _BUILT: dict[str, dict] = {}
 
 
-def rebind(func: FunctionType, namespace: dict) -> FunctionType:
+def rebind(func: Callable[..., Any], namespace: dict) -> FunctionType:
     """``func`` with ``namespace`` as its globals: its calls reach the functions compiled for one target."""
-    rebound = FunctionType(func.__code__, namespace, func.__name__, func.__defaults__)
-    rebound.__qualname__ = func.__qualname__
+    plain = cast(FunctionType, func)  # one of the plain Python functions above
+    rebound = FunctionType(plain.__code__, namespace, plain.__name__, plain.__defaults__)
+    rebound.__qualname__ = plain.__qualname__
     return rebound
 
 

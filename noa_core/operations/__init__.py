@@ -30,13 +30,13 @@ from noa_core.errors import ParameterError
 from noa_core.operations.spec import (
     REQUIRED,
     Choice,
+    Edits,
     FileTask,
     Flag,
     Implementation,
     Inputs,
     Integer,
     Integers,
-    Edits,
     Name,
     Operation,
     Options,
@@ -46,12 +46,13 @@ from noa_core.operations.spec import (
     Reports,
     Text,
     Writes,
+    WritesDataSet,
     WritesSeveral,
 )
 
 __all__ = ["BUILTIN", "REQUIRED", "Choice", "Edits", "FileTask", "Flag", "Implementation", "Inputs", "Integer",
            "Integers", "Name", "Operation", "Options", "Param", "Real", "Reals", "Reports", "Text", "Writes",
-           "WritesSeveral", "find", "get", "markdown_table", "names", "operations", "register",
+           "WritesDataSet", "WritesSeveral", "find", "get", "markdown_table", "names", "operations", "register",
            "unregister"]
 
 BUILTIN = ("info", "preview", "stats", "permute", "broadcast", "copy", "ewise", "split", "join", "scale", "normalize",

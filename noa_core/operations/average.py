@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Param, Writes, implemented
 
-
 OPERATION = Writes(
     name="average",
     summary="Average (or --sum) groups of N consecutive sections: movie frames into fractions.",

@@ -29,8 +29,8 @@ OPERATION = Writes(
     summary="Copy an image file, optionally to another order, element type or format (chosen by OUT's "
             "extension).",
     examples=("noa copy stack.tif stack.mrc --order F --dtype float32",),
-    params=(Param("order", Choice(("C", "F", "K"), str.upper), "Memory order of the output: C, F, or K (keep the input's).",
-                  default="C"),
+    params=(Param("order", Choice(("C", "F", "K"), str.upper),
+                  "Memory order of the output: C, F, or K (keep the input's).", default="C"),
             Param("dtype", Choice(ELEMENT_TYPES, element_type_name),
                   "Convert to this element type (e.g. float32, int16, uint8)."),
             Param("clamp", Flag(), "Clamp values to the range of dtype (NaN -> 0 for integers); without it, "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from noa_core.operations.spec import PIXEL_SIZE, READING, Integer, Param, Real, Writes, implemented
 
-
 OPERATION = Writes(
     name="filter",
     summary="Band-pass each image (volumes in 3-d) as RELION does: low-pass, high-pass, raised-cosine edge, "
@@ -25,8 +24,9 @@ OPERATION = Writes(
             Param("highpass", Real(0.0), "High-pass resolution in Å: features coarser than it are removed."),
             Param("edge_width", Integer(0, 1000), "Width of the raised-cosine edge in Fourier shells, a whole number "
                   "(RELION's --filter_edge_width).", default=2),
-            Param("bfactor", Real(-10000.0, 10000.0), "B-factor in Å² applied as exp(-B/4 s²) up to Nyquist, zero beyond "
-                  "(RELION's --bfactor); negative sharpens."),
+            Param("bfactor", Real(-10000.0, 10000.0),
+                  "B-factor in Å² applied as exp(-B/4 s²) up to Nyquist, zero beyond (RELION's --bfactor); negative "
+                  "sharpens."),
             Param("angpix", PIXEL_SIZE, "Pixel size of the input in Å, when the header's is unknown or wrong."),
             *READING),
     plan=implemented("filter", "plan"),

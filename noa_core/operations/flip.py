@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from noa_core.operations.spec import READING, REQUIRED, Choice, Param, Writes, implemented
 
-
 OPERATION = Writes(
     name="flip",
     summary="Mirror one axis: x (columns), y (rows) or z (sections of a volume), reversed or about the centre "

@@ -42,7 +42,8 @@ def as_text(result: dict) -> str:
             continue
         unit = " Å" if name in ("pixel_size", "origin") else ""
         zero = name == "pixel_size"  # a pixel size of 0 is unknown; an origin of 0 is 0
-        lines.append(f"  {name.replace('_', ' ')}: {_value(change['old'], zero)} -> {_value(change['new'], zero)}{unit}")
+        lines.append(f"  {name.replace('_', ' ')}: {_value(change['old'], zero)} -> "
+                     f"{_value(change['new'], zero)}{unit}")
     return "\n".join(lines)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from noa_core.operations.spec import PIXEL_SIZE, READING, Flag, Param, Real, Writes, implemented
 
-
 OPERATION = Writes(
     name="mask",
     summary="A soft mask of a map as relion_mask_create makes it (threshold, extend, raised-cosine edge), or a "

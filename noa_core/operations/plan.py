@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, Protocol
 
 import numpy as np
 
@@ -75,6 +75,7 @@ class Plan:
         """What each output tile is computed from, and how, running on ``device`` (tiles are moved
         there and back)."""
         if self.reads is None:
+            assert self.compute is not None  # a plan has reads or a compute
             return same_tile(self.sources, self.shape, on_device(self.compute, device))
         reads = self.reads
 
@@ -85,7 +86,8 @@ class Plan:
         return reads if device == "cpu" else there
 
     def keys(self, writer: Writer, block_bytes: int) -> list[Key]:
-        """The output's tiles, in the order the local driver fills them (see :func:`noa_core.compute.tiles.plan_tiles`)."""
+        """The output's tiles, in the order the local driver fills them (see
+        :func:`noa_core.compute.tiles.plan_tiles`)."""
         sources = [] if self.reads is not None else self.sources
         return plan_tiles(writer, sources, block_bytes, self.whole_axes, self.read_factor)
 
@@ -277,7 +279,7 @@ class RewrittenOutput:
             self._pinned.__enter__()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if self._pinned is not None:
             self._pinned.__exit__(None, None, None)
         if exc_type is not None:

@@ -41,7 +41,8 @@ OPERATION = Writes(
     examples=("noa powerspectrum micrograph.mrc ps.mrc --log",
               "noa powerspectrum micrographs.mrcs profiles.mrc --rotavg",
               "noa powerspectrum micrograph.mrc power.star --table star"),
-    params=(Param("rotavg", Flag(), "Write the rotational average (one value per Fourier shell) instead.", default=False),
+    params=(Param("rotavg", Flag(), "Write the rotational average (one value per Fourier shell) instead.",
+                  default=False),
             Param("log", Flag(), "Write the natural logarithm of the power.", default=False),
             Param("table", Choice(tuple(TABLES)), "Write RELION's rotational-average table (shell, resolution in "
                   "1/Å and Å, power |F/N|^2 as relion_image_handler --power) as star or csv, to OUT ending .star "

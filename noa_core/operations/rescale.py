@@ -32,7 +32,8 @@ OPERATION = Writes(
               "noa rescale map.mrc map_half.mrc --factor 0.5",
               "noa rescale particles.mrcs small.mrcs --pixel-size 3.0 --new-box 64 --like relion"),
     params=(Param("pixel_size", PIXEL_SIZE, "Target pixel size in Å."),
-            Param("factor", Real(0.0, MAX_FACTOR), "Size factor instead: 0.5 halves every axis (the pixel size doubles)."),
+            Param("factor", Real(0.0, MAX_FACTOR),
+                  "Size factor instead: 0.5 halves every axis (the pixel size doubles)."),
             Param("angpix", PIXEL_SIZE, "Pixel size of the input in Å, when the header's is unknown or wrong."),
             Param("like", Choice(("noa", "relion")),
                   "noa: scipy.signal.resample per axis (Nyquist bins folded or split); relion: "

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from noa_core.operations.spec import READING, REQUIRED, Integers, Param, Text, Writes, implemented
 
-
 OPERATION = Writes(
     name="resize",
     summary="Crop or pad about the centre (N//2, as RELION and clip resize); the origin moves so the content "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from noa_core.operations.spec import READING, Writes, implemented
 
-
 OPERATION = Writes(
     name="rotx",
     summary="Rotate volumes by -90 degrees about X, as clip rotx: (B,D,H,W) -> (B,H,D,W), keeping the hand.",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from noa_core.operations.spec import READING, Param, Text, Writes, implemented
 
-
 OPERATION = Writes(
     name="sections",
     summary="Keep or drop sections (entries of a stack, slices of a volume); FEI/SERI records follow.",

@@ -376,8 +376,8 @@ EER_UPSAMPLING = _read_option("eer_upsampling", Integer(1, 3), "EER: grid of the
                               "pixels, 4K), 2 (8K) or 3 (16K), from the events' sub-pixel bits as RELION's "
                               "--eer_upsampling.")
 GAIN = _read_option("gain", InputFile(), "EER: gain file multiplying each fraction (float32 output), as RELION's "
-                    "motion correction: a .gain TIFF is multiplicative, any other (MRC counts) becomes mean/gain with 0 "
-                    "kept (defects read 0); rows as stored (RELION's TIFF reader flips .gain images and loadEERGain "
+                    "motion correction: a .gain TIFF is multiplicative, any other (MRC counts) becomes mean/gain with "
+                    "0 kept (defects read 0); rows as stored (RELION's TIFF reader flips .gain images and loadEERGain "
                     "flips them back); a gain of the detector's size is repeated onto a finer grid, a finer gain "
                     "summed. Over HTTP: a path under the data root (paths mode and jobs; refused with uploads).")
 GAIN_FLIP_Y = _read_option("gain_flip_y", Flag(), "EER: turn the gain upside down (after --gain-rotate), as "
@@ -494,7 +494,7 @@ class Inputs(Sequence[Path]):
         self.projects = projects
         self.notices: list[str] = []
 
-    def __getitem__(self, index):  # type: ignore[override]
+    def __getitem__(self, index):
         return self.paths[index]
 
     def __len__(self) -> int:
@@ -530,6 +530,8 @@ def _told(plan: Plan, notices: list[str]) -> Plan:
 PlanFunction = Callable[[Inputs, Options], "Plan"]
 # Several outputs from one input (a split): [(name suffix, plan), ...], each written beside the others.
 PlansFunction = Callable[[Inputs, Options], "list[tuple[str, Plan]]"]
+# A data set written from all the inputs: (inputs, output, options, overwrite, progress) -> {"output", "notices"}.
+DataSetFunction = Callable[[Inputs, Path, Options, bool, Any], dict]
 # A report's inputs (one, or several when max_inputs > 1) and options -> the JSON-ready result.
 ReportFunction = Callable[[Inputs, Options], dict]
 # An edit of the input file itself (a header): (path, options, dry_run) -> the change, old and new values.
@@ -700,6 +702,18 @@ class WritesSeveral(Operation):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class WritesDataSet(Writes):
+    """Writes a data set from all its inputs together (micrographs and coordinates -> particle stacks and the
+    particle file naming them): ``write(inputs, output, options, overwrite, progress)`` writes every file or none
+    and returns ``{"output", "notices"}``. Its doors are a writing operation's (``noa NAME INPUTS... -o OUT``,
+    ``--out-dir``: one output per input; over HTTP ``srcs`` and ``dst``); no tile plan: it writes its own files."""
+
+    write: DataSetFunction
+    plan: PlanFunction | None = None  # type: ignore[assignment]  # it writes its own files, tile by tile plans none
+    image_output: bool = False
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Reports(Operation):
     """Reports on its input (the list of its inputs when ``max_inputs > 1``): ``report(input, options)`` gives a
     JSON-ready dict, shown by ``text`` on the CLI and described by the ``result`` TypedDict over HTTP."""
@@ -716,7 +730,8 @@ class Reports(Operation):
     def run_report(self, path: str | Path | Sequence[str | Path], options: Options, projects: Any = None) -> dict:
         """The report on ``path`` with checked ``options``, computed on the path its size calls for
         (:mod:`noa_core.compute.compute_path`); ``projects``: see :class:`Inputs`."""
-        paths = [Path(p) for p in path] if self.max_inputs > 1 else [Path(path)]  # type: ignore[arg-type]
+        # several paths where max_inputs > 1, else one
+        paths = [Path(p) for p in path] if self.max_inputs > 1 else [Path(path)]  # type: ignore[arg-type,union-attr]
         self.check_inputs(len(paths))
         with compute.compute_path.for_size(io.formats.input_bytes(paths), self.name):
             return self.report(Inputs(paths, options, projects), options)

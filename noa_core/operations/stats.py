@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NotRequired
 
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 from noa_core.operations.spec import DEVICE, READING, Flag, Param, Reports, implemented
 
@@ -48,7 +48,8 @@ OPERATION = Reports(
     name="stats",
     summary="Min, max, mean and standard deviation computed from the data (not the header).",
     examples=("noa stats movie.mrc --per-batch",),
-    params=(Param("per_batch", Flag(), "Also give the statistics of each batch index (one line per image).", default=False), *READING, DEVICE),
+    params=(Param("per_batch", Flag(), "Also give the statistics of each batch index (one line per image).",
+                  default=False), *READING, DEVICE),
     report=implemented("stats", "report"),
     text=as_text,
     result=StatsResult,

@@ -50,7 +50,8 @@ OPERATION = Writes(
             "I4); I5 is not implemented by RELION and refused. The map must be centred on N//2. Over the whole box, "
             "faces included, the result is RELION's to float32 rounding (the same bits for C2, C7, D3 in the tests) "
             "and to RELION's decimal axes (T: 6 digits; a sample within 1e-6 of a face may fall on the other "
-            "side), on the CPU and with --device cuda alike (one kernel source). A stack of volumes is symmetrized volume by volume. --list G prints the matrices of G (no "
+            "side), on the CPU and with --device cuda alike (one kernel source). A stack of volumes is symmetrized "
+            "volume by volume. --list G prints the matrices of G (no "
             "files); over HTTP, GET "
             "/v1/query/symmetrize?list=G. Pixel size and origin are kept; the output is float32.",
     examples=("noa symmetrize map.mrc map_c7.mrc --sym C7",

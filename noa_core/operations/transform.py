@@ -26,7 +26,8 @@ OPERATION = Writes(
             "relion_project's image for those angles. In active right-handed rotations A turns the map by -ROT about "
             "z, then -TILT about y, then -PSI about z. --shift moves the content by +DZ,DY,DX; relion_project's "
             "--xoff X --yoff Y --zoff Z is --shift -Z,-Y,-X. --matrices FILE gives one inverse matrix per batch "
-            "entry (or one for all): the output pixel (y, x) samples the input at M @ (y, x, 1), as scipy.ndimage.affine_transform; a text file "
+            "entry (or one for all): the output pixel (y, x) samples the input at M @ (y, x, 1), as "
+            "scipy.ndimage.affine_transform; a text file "
             "of rows of whitespace-separated numbers, 2x3 or 3x3 per image (3x4 or 4x4 per volume), or a .npy of "
             "shape (n, rows, cols). Over HTTP give matrix_values, a flat list of 2x3 (3x4) matrices. Pixel size and "
             "origin are kept; the output is float32. noa rotates in real space: content leaving the box is gone "
@@ -49,8 +50,8 @@ OPERATION = Writes(
                   "(2x3/3x3 per image, 3x4/4x4 per volume) or .npy.", doors=frozenset({"cli"})),
             Param("matrix_values", Reals(6, 6 * 100_000), "Inverse matrices as one flat list, row by row: 2x3 per "
                   "image, 3x4 per volume; 1 or one per batch entry.", doors=frozenset({"http"})),
-            Param("interp", Choice(("linear", "cubic", "nearest")), "Interpolation: linear, cubic (B-spline) or nearest.",
-                  default="linear"),
+            Param("interp", Choice(("linear", "cubic", "nearest")),
+                  "Interpolation: linear, cubic (B-spline) or nearest.", default="linear"),
             Param("border", Choice(("zero", "clamp", "mirror")), "Values outside the input: zero, clamp (edge) or "
                   "mirror.", default="zero"),
             Param("like", Choice(("noa", "relion")), "noa: real-space interpolation about N//2; relion: what "

@@ -81,18 +81,21 @@ def _read_options(reading: dict | None) -> dict[str, Any]:
             **{k: v for k, v in given.items() if v is not None}}
 
 
-def open_data(path: str | os.PathLike, reading: dict | None = None) -> tuple[np.ndarray, Metadata]:
+def open_data(path: str | os.PathLike, reading: dict | None = None,
+              projects: Any = None) -> tuple[np.ndarray, Metadata]:
     """``(data, metadata)`` of the file at ``path``: ``data`` the 4-d BDHW NumPy view of the lazily read
     (memory-mapped) array, read only through the planes drawn (an EER movie decodes the fractions they are
-    in); ``reading``: noa's read options (see :func:`_read_options`)."""
-    array, meta = formats.read(path, tiles=True, **_read_options(reading))
+    in); ``reading``: noa's read options (see :func:`_read_options`); ``projects``: how the stacks a particle
+    file names are opened (:func:`noa_core.io.read`'s)."""
+    array, meta = formats.read(path, tiles=True, projects=projects, **_read_options(reading))
     return array.numpy(), meta
 
 
-def plane_shape(path: str | os.PathLike, *, axis: str = "z", reading: dict | None = None) -> tuple[int, int]:
+def plane_shape(path: str | os.PathLike, *, axis: str = "z", reading: dict | None = None,
+                projects: Any = None) -> tuple[int, int]:
     """(rows, cols) of a plane of the file at ``path`` on ``axis``: z (H, W), y (D, W), x (D, H); from the
     header alone."""
-    return plane_extent(formats.probe(path, **_read_options(reading)).shape, _axis(axis))
+    return plane_extent(formats.probe(path, projects=projects, **_read_options(reading)).shape, _axis(axis))
 
 
 def plane_extent(shape: Sequence[int], axis: str) -> tuple[int, int]:
@@ -103,9 +106,9 @@ def plane_extent(shape: Sequence[int], axis: str) -> tuple[int, int]:
 
 def read_plane(path: str | os.PathLike, *, section: int | None = None, axis: str = "z", index: int | None = None,
                projection: bool = False, region: tuple[int, int, int, int] | None = None, step: int = 1,
-               reading: dict | None = None) -> np.ndarray:
+               reading: dict | None = None, projects: Any = None) -> np.ndarray:
     """One plane of the file at ``path`` as float32 (rows, cols): see :func:`plane_of`."""
-    data, _ = open_data(path, reading)
+    data, _ = open_data(path, reading, projects)
     return plane_of(data, section=section, axis=axis, index=index, projection=projection, region=region, step=step)
 
 
@@ -668,7 +671,8 @@ def draw(source, *, section: int | None = None, axis: str | None = None, index: 
         picture[panel.top:panel.top + gray.shape[0], panel.left:panel.left + gray.shape[1]] = (
             gray if cmap == "gray" else cmap_table[gray])
     if scale_bar or labels:
-        _draw_text(picture, layout, pixel_size * layout.step / layout.zoom if scale_bar else None, labels)
+        bar_pixel = pixel_size * layout.step / layout.zoom if scale_bar and pixel_size is not None else None
+        _draw_text(picture, layout, bar_pixel, labels)
     return Drawing(picture, sum(v.size for v in values), non_finite)
 
 
@@ -727,7 +731,7 @@ def _draw_text(picture: np.ndarray, layout: Layout, pixel_size: float | None, la
     draw = ImageDraw.Draw(image)
     white = 255 if picture.ndim == 2 else (255, 255, 255)
     black = 0 if picture.ndim == 2 else (0, 0, 0)
-    outline = {"fill": white, "stroke_fill": black}
+    outline: dict[str, Any] = {"fill": white, "stroke_fill": black}
     for n, panel in enumerate(layout.panels):
         rows, cols = layout.panel_shape(panel)
         typeface, stroke = font(text_size(rows, cols)), text_stroke(rows, cols)

@@ -52,7 +52,7 @@ def fsc_png(curve: Curve, title: str = "FSC", thresholds: Sequence[float] = THRE
     font, small, angstrom = _fonts()
     left, top, right, bottom = MARGINS[0], MARGINS[1], SIZE[0] - MARGINS[2], SIZE[1] - MARGINS[3]
     resolved = curve.pixel_size is not None
-    unit = 1.0 / (curve.size * curve.pixel_size) if resolved else 1.0  # 1/Å (or shells) per shell
+    unit = 1.0 / (curve.size * curve.pixel_size) if curve.pixel_size is not None else 1.0  # 1/Å (or shells) a shell
     last = max(curve.values.size - 1, 1)
     x_high = last * unit
     finite = curve.values[1:][np.isfinite(curve.values[1:])]

@@ -43,7 +43,7 @@ def half_blocks(picture: np.ndarray) -> Iterator[str]:
     rows, cols = pixels.shape[:2]
     lines = max(1, BAND_CELLS // max(1, cols))
     for top in range(0, rows, 2 * lines):
-        yield str(_band(pixels[top:top + 2 * lines]), "utf-8")
+        yield str(_band(pixels[top:top + 2 * lines]).data, "utf-8")
 
 
 def _band(pixels: np.ndarray) -> np.ndarray:

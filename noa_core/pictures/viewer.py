@@ -4,13 +4,15 @@ values, and the identity of a file or store that answers are cached by (the serv
 The plane drawn (:class:`Plane`): ``section`` picks an entry of a stack (the batch), ``axis`` and ``index`` a
 slice of a volume (z: an XY section, y: XZ, x: YZ; default the central one), ``projection`` the mean along the
 axis instead; ``reading`` the read options the file is read with (an EER movie's frames per fraction and
-upsampling: a fraction is a section). Rows are shown as stored: row 0 at the top, as RELION and mrcfile + Pillow show them (IMOD's
-3dmod puts MRC's row 0 at the bottom).
+upsampling: a fraction is a section; a particle file's project folder), and ``projects`` how the stacks a particle
+file names are opened (the service keeps them beneath its data root). Rows are shown as stored: row 0 at the top,
+as RELION and mrcfile + Pillow show them (IMOD's 3dmod puts MRC's row 0 at the bottom).
 
 Tile level L block-means 2^L x 2^L pixels of the plane; tile (x, y) of a level is its region of :data:`TILE` x
 :data:`TILE` blocks, and only that region is read. Contrast limits of tiles, and histograms, come from the
 plane's overview (the plane block-meaned to at most :data:`OVERVIEW` pixels a side), which :class:`Overviews`
-keeps by the file's :func:`identity`. Every read is checked first: the voxels it spans against a limit the
+keeps by the file's :func:`identity` (a particle file's: with those of the stacks it names; :func:`particle_row`
+says what a section's row holds). Every read is checked first: the voxels it spans against a limit the
 caller gives (LimitError), the memory drawing them takes against what the machine has (MemoryLimitError).
 """
 
@@ -22,7 +24,7 @@ import os
 import stat
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,7 @@ import numpy as np
 from noa_core import io
 from noa_core.array import dtypes
 from noa_core.errors import ParameterError
+from noa_core.io import particle_files, particles
 from noa_core.limits import check_voxels, check_working_memory
 from noa_core.pictures import drawing
 
@@ -51,15 +54,18 @@ class Plane:
     index: int | None = None
     projection: bool = False
     reading: tuple[tuple[str, Any], ...] = ()  # (name, value) of the read options given
+    # How a particle file's stacks are opened (noa_core.io.read's ``projects``): not what is drawn, so not part
+    # of a plane's equality (the overviews' key) or its text (ETags).
+    projects: Any = field(default=None, compare=False, repr=False)
 
     def read_args(self) -> dict[str, Any]:
         """The plane as :func:`noa_core.pictures.drawing.read_plane` takes it."""
         return {"section": self.section, "axis": self.axis, "index": self.index, "projection": self.projection,
-                "reading": dict(self.reading)}
+                "reading": dict(self.reading), "projects": self.projects}
 
     def shape(self, path: str | os.PathLike) -> tuple[int, int]:
         """(rows, cols) of the plane of the file at ``path``, from its header."""
-        return drawing.plane_shape(path, axis=self.axis, reading=dict(self.reading))
+        return drawing.plane_shape(path, axis=self.axis, reading=dict(self.reading), projects=self.projects)
 
 
 @dataclass(frozen=True)
@@ -80,14 +86,23 @@ class Display:
 
 # -- the identity of what is drawn ------------------------------------------------------------------------
 
-def identity(fd: int, info: os.stat_result) -> str:
+def identity(fd: int, info: os.stat_result, path: str | os.PathLike | None = None, *, projects: Any = None,
+             project_dir: str | None = None) -> str:
     """What changes whenever the data of the file opened as ``fd`` (``info``, its stat) do: its device, inode,
     size, modification and change times (a file rewritten in place whose modification time was put back, as
     ``cp -p`` and ``rsync -t --inplace`` do, has a new change time: no call sets it). A folder (an OME-Zarr
     store, whose chunks are rewritten in place beneath it) adds those of every file and folder in it, links
     not followed, hashed; a store of more than :data:`MAX_STORE_ENTRIES` gets an identity of its own for each
-    call (never equal to another: nothing is cached by it)."""
-    own = f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}"
+    call (never equal to another: nothing is cached by it). A particle file (``path`` names one) adds those of
+    every stack it names, opened as its read opens them (``projects``, ``project_dir``: see
+    :func:`noa_core.io.read`): a stack rewritten is a new picture of the file."""
+    own = _stat_text(info)
+    if path is not None and particle_files.is_particle_path(path):
+        digest = hashlib.sha256(own.encode())
+        project = (projects or particles.folder_projects)(project_dir)
+        for name, entry in particles.stack_files(particle_files.open_table(path), project):
+            digest.update(f"{name}:{_stat_text(entry)}\n".encode(errors="surrogateescape"))
+        return f"{own}:{digest.hexdigest()}"
     if not stat.S_ISDIR(info.st_mode):
         return own
     digest, seen = hashlib.sha256(own.encode()), 0
@@ -101,16 +116,20 @@ def identity(fd: int, info: os.stat_result) -> str:
                 entry = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
             except FileNotFoundError:  # removed while walked: the next call sees the store as it is then
                 continue
-            digest.update(f"{folder}/{name}:{entry.st_ino}:{entry.st_size}:{entry.st_mtime_ns}:"
-                          f"{entry.st_ctime_ns}\n".encode())
+            digest.update(f"{folder}/{name}:{_stat_text(entry)}\n".encode())
     return f"{own}:{digest.hexdigest()}"
 
 
-def header_summary(path: str | os.PathLike) -> dict[str, Any]:
+def _stat_text(info: os.stat_result) -> str:
+    return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}"
+
+
+def header_summary(path: str | os.PathLike, projects: Any = None) -> dict[str, Any]:
     """The format, BDHW shape, element type, kind and pixel size of the file at ``path``, from its header
-    alone (no data read): the pixel size per D, H, W axis, None for an axis whose size is unknown (0 in the
-    header), and None as a whole when none is known (``noa info`` says "unknown")."""
-    probe = io.probe(path)
+    alone (no data read; a particle file's stacks' headers, opened through ``projects``): the pixel size per D,
+    H, W axis, None for an axis whose size is unknown (0 in the header), and None as a whole when none is known
+    (``noa info`` says "unknown")."""
+    probe = io.probe(path, projects=projects)
     sizes = [size if size > 0 else None for size in probe.metadata.pixel_size]
     return {"format": probe.metadata.format, "shape": list(probe.shape), "dtype": str(dtypes.base_of(probe.dtype)),
             "kind": probe.kind, "pixel_size": sizes if any(sizes) else None, "pixel_unit": probe.metadata.unit}
@@ -167,7 +186,9 @@ def read(path: str | os.PathLike, plane: Plane, *, region: Region | None = None,
 
 def _depth(path: str | os.PathLike, plane: Plane) -> int:
     """How many planes a projection averages (1 for a slice)."""
-    return drawing.depth_extent(io.probe(path, **dict(plane.reading)).shape, plane.axis) if plane.projection else 1
+    if not plane.projection:
+        return 1
+    return drawing.depth_extent(io.probe(path, projects=plane.projects, **dict(plane.reading)).shape, plane.axis)
 
 
 @dataclass(frozen=True)
@@ -274,3 +295,15 @@ def value(path: str | os.PathLike, plane: Plane, x: int, y: int) -> float:
     if not 0 <= y < rows:
         raise ParameterError(f"{y}: the plane has rows 0 to {rows - 1}", "y")
     return float(drawing.read_plane(path, **plane.read_args(), region=(y, y + 1, x, x + 1))[0, 0])
+
+
+def particle_row(path: str | os.PathLike, section: int) -> dict[str, Any]:
+    """What the particle file at ``path`` says of the particle that is section ``section`` of its stack: the
+    file's kind, the row (from 1, as RELION counts them) and its columns (:meth:`particle_files.Table.columns`);
+    ParameterError naming ``file`` for a file that is not a particle file, ``section`` for one past its rows."""
+    if not particle_files.is_particle_path(path):
+        raise ParameterError(f"{path}: not a particle file (.star, .cs): its sections are no file's rows", "file")
+    table = particle_files.open_table(path)
+    if not 0 <= section < table.rows:
+        raise ParameterError(f"{section}: the file has sections 0 to {table.rows - 1}", "section")
+    return {"kind": table.kind, "row": section + 1, "columns": table.columns(section)}

@@ -45,7 +45,8 @@ def split_complete(pairs: Sequence[tuple[PathLike, PathLike]]) -> tuple[Pairs, P
     Outputs are written to a temporary file and renamed, so an existing output is a complete one:
     resuming an interrupted batch skips those and redoes the others from scratch.
     """
-    todo, done = [], []
+    todo: list[tuple[Path, Path]] = []
+    done: list[tuple[Path, Path]] = []
     for src, dst in pairs:
         (done if Path(dst).exists() else todo).append((Path(src), Path(dst)))
     return todo, done

@@ -32,6 +32,7 @@ cluster should have ``NUMBA_CACHE_DIR`` set to a shared folder in their environm
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import math
@@ -39,18 +40,18 @@ import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from noa_core import kernels  # a face: numba (and noa's set-up of it) loads when a client or worker starts
-from noa_core.errors import LayoutError, NoaError, SchedulerError, param
-from noa_core.limits import available_cores, replanning
 from noa_core.compute.compute_path import SMALL_BYTES
+from noa_core.compute.moments import RunningStatistics
 from noa_core.compute.tiles import TILE_BYTES
-from noa_core.io import atomic, mapped, omezarr
+from noa_core.errors import LayoutError, NoaError, SchedulerError, param
+from noa_core.io import atomic, mapped, omezarr, particles
 from noa_core.io.formats import input_bytes
 from noa_core.io.read_options import OmeZarrReadOptions
 from noa_core.io.stream import Region
-from noa_core.compute.moments import RunningStatistics
+from noa_core.limits import available_cores, replanning
 from noa_core.operations import FileTask
 from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
 from noa_core.run.execution import write_pair
@@ -63,7 +64,7 @@ MIN_BLOCK_BYTES = 8 << 20  # the smallest task budget (tests use it to split sma
 BLOCK_BYTES = 128 << 20  # about what one task writes: fewer, larger tasks cost less to schedule
 
 
-def _distributed():
+def _distributed() -> Any:
     try:
         import distributed
     except ImportError:
@@ -131,9 +132,9 @@ def numba_cache_plugin(directory: str) -> distributed.WorkerPlugin:
     Kernels are compiled lazily, so setting the directory when a worker starts (or joins) is early
     enough. ``directory`` must be the same shared folder on every machine.
     """
-    distributed = _distributed()
+    plugin_base: Any = _distributed().WorkerPlugin
 
-    class NumbaCacheDir(distributed.WorkerPlugin):
+    class NumbaCacheDir(plugin_base):
         name = "noa-numba-cache-dir"
 
         def __init__(self, path: str) -> None:
@@ -198,6 +199,15 @@ def connect(scheduler: str = LOCAL, *, workers: int | None = None, cache_dir: st
             cluster.close()
 
 
+def _here(task: FileTask) -> FileTask:
+    """``task`` with the project folder of the particle files it reads bound to this process's current folder,
+    where the stacks they name and a relative project_dir resolve without Dask: a worker runs in a folder of its
+    own."""
+    if task.projects is not None:
+        return task
+    return dataclasses.replace(task, projects=particles.FolderProjects(os.getcwd()))
+
+
 def _key(task: FileTask, index: int, run: str) -> str:
     return f"noa-{task.name}-{run}-{index}"
 
@@ -248,6 +258,7 @@ def run_batch(task: FileTask, pairs: Sequence[tuple[PathLike, PathLike]], client
     tasks for a split file.
     """
     distributed = _distributed()
+    task = _here(task)
     todo, complete = split_complete(pairs) if resume else ([(Path(s), Path(d)) for s, d in pairs], [])
     results: dict[tuple[Path, Path], FileResult] = {}
 
@@ -373,6 +384,7 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
     if block_bytes < MIN_BLOCK_BYTES:
         raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES}: tasks that small cost more to "
                           "schedule than they write")
+    task = _here(task)
     with _decoded_stores(task, src, dst, client, block_bytes) as decoded:
         with omezarr.decoded_inputs(decoded):
             plan = task.plan(src)

@@ -23,7 +23,17 @@ from typing import Any
 
 from noa_core.errors import NoaError, ParameterError
 from noa_core.limits import check_voxels, output_voxel_limit
-from noa_core.operations import Edits, FileTask, Inputs, Operation, Options, Reports, Writes, WritesSeveral
+from noa_core.operations import (
+    Edits,
+    FileTask,
+    Inputs,
+    Operation,
+    Options,
+    Reports,
+    Writes,
+    WritesDataSet,
+    WritesSeveral,
+)
 from noa_core.run.batch import FileResult, PathLike, Progress
 from noa_core.run.local import write_plan, write_several
 
@@ -124,6 +134,16 @@ def _writes_several(call: Call) -> dict[str, Any]:
     return {"outputs": [str(p) for p in outputs], "notices": notices}
 
 
+def _writes_data_set(call: Call) -> dict[str, Any]:
+    operation = call.operation
+    assert isinstance(operation, WritesDataSet)
+    if call.output is None:
+        raise ParameterError(f"{operation.name}: writes a particle file and its stacks; give the output", "output")
+    operation.check_inputs(len(call.inputs))
+    return operation.write(Inputs(call.inputs, call.options, call.projects), call.output, call.options,
+                           call.overwrite, call.progress)
+
+
 def _reports(call: Call) -> dict[str, Any]:
     operation = call.operation
     assert isinstance(operation, Reports)
@@ -140,14 +160,16 @@ def _edits(call: Call) -> dict[str, Any]:
 
 # The kinds, and how each runs: the one place that tells them apart.
 _KINDS: dict[type[Operation], Callable[[Call], dict[str, Any]]] = {
-    Writes: _writes, WritesSeveral: _writes_several, Reports: _reports, Edits: _edits}
+    Writes: _writes, WritesSeveral: _writes_several, WritesDataSet: _writes_data_set, Reports: _reports,
+    Edits: _edits}
 
 
 def write_pair(task: FileTask, src: Path, dst: Path, overwrite: bool,
                progress: Progress | None = None) -> FileResult:
     """One pair of a batch: a user error (bad input, existing output) is its result; anything else raises."""
     try:
-        written = execute(task.operation, task.inputs(src), dst, task.options, overwrite=overwrite, progress=progress)
+        written = execute(task.operation, task.inputs(src), dst, task.options, overwrite=overwrite, progress=progress,
+                          projects=task.projects)
         return FileResult(src, dst, "written", tuple(written["notices"]))
     except (NoaError, OSError) as exc:
         return FileResult(src, dst, "failed", error=exc)

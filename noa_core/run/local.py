@@ -10,10 +10,10 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError, param
+from noa_core import io  # a face: a report (noa info) loads no writer
 from noa_core.compute import compute_path
 from noa_core.compute.tiles import TILE_BYTES
-from noa_core import io  # a face: a report (noa info) loads no writer
+from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError, param
 from noa_core.io.formats import strip_image_suffix
 from noa_core.operations import FileTask
 from noa_core.operations.plan import Plan, check_distinct
@@ -23,7 +23,8 @@ from noa_core.run.batch import PathLike, Progress
 def write_plan(plan: Plan, dst: PathLike, *, overwrite: bool = False, device: str = "cpu",
                progress: Progress | None = None) -> list[str]:
     """Create ``dst`` (never one of the plan's inputs) and fill it tile by tile as ``plan`` says; return notices.
-    Small work (inputs and output) is computed with NumPy, the rest with the kernels (:mod:`noa_core.compute.compute_path`)."""
+    Small work (inputs and output) is computed with NumPy, the rest with the kernels
+    (:mod:`noa_core.compute.compute_path`)."""
     inputs = io.formats.input_bytes(plan.inputs)
     work = None if inputs is None else max(inputs, math.prod(plan.shape) * plan.dtype.itemsize)
     with compute_path.for_size(work if device == "cpu" else None, "writing"), \

@@ -40,8 +40,8 @@ import hashlib
 import math
 import multiprocessing
 import os
-import sys
 import queue
+import sys
 import tempfile
 import threading
 import time
@@ -56,10 +56,10 @@ import numba
 import numpy as np
 
 from noa_core import io, limits, operations
-from noa_core.kernels import runtime
 from noa_core.array import full
 from noa_core.compute import compute_path
 from noa_core.io import star
+from noa_core.kernels import runtime
 from noa_core.run.execution import execute
 
 # Element types that MRC and TIFF files hold.

@@ -9,9 +9,9 @@ import anyio
 from fastapi import APIRouter, Depends, Path
 from fastapi.responses import JSONResponse, Response
 
+from noa_core.operations import Operation
 from noa_server import execution
 from noa_server.jobs import ID_PATTERN
-from noa_core.operations import Operation
 from noa_server.models import job_request, job_status_model, result_model
 from noa_server.problems import ProblemError, documented
 from noa_server.service import Service, service
@@ -74,7 +74,7 @@ def router(operations_: list[Operation]) -> APIRouter:
                                     **documented(400, 403, 413, 503)})
     routes.add_api_route("/{job_id}", status, methods=["GET"], response_model=job_status,
                          responses=documented(400, 403, 404), summary="Status and progress of a job")
-    routes.add_api_route("/{job_id}/result", result, methods=["GET"], response_model=Union[results],  # type: ignore[arg-type]
+    routes.add_api_route("/{job_id}/result", result, methods=["GET"], response_model=Union[results],  # noqa: UP007 (types listed at run time)
                          responses=documented(400, 403, 404, 409), summary="The result of a succeeded job")
     routes.add_api_route("/{job_id}", cancel, methods=["DELETE"], status_code=202, response_model=None,
                          summary="Delete a job, cancelling it if it is still active",

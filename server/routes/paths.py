@@ -11,7 +11,6 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 import anyio
-
 from fastapi import APIRouter, Depends
 from fastapi.responses import FileResponse, JSONResponse
 from starlette.types import Receive, Scope, Send

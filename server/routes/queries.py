@@ -7,7 +7,8 @@ import inspect
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query as QueryField
+from fastapi import APIRouter
+from fastapi import Query as QueryField
 from fastapi.responses import JSONResponse
 
 from noa_core.errors import ParameterError

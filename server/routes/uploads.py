@@ -33,7 +33,7 @@ from noa_server.service import Service, service
 
 Svc = Annotated[Service, Depends(service)]
 OneFile = Annotated[UploadFile, File(description="An MRC or TIFF file.")]
-FormatField = Annotated[Format, Form(description="Output format (default: the input's).",
+FormatField = Annotated[Format, Form(  # type: ignore[valid-type]  # Format: the formats' names, read at run timedescription="Output format (default: the input's).",
                                      json_schema_extra=without_default)]
 
 _BINARY = {"schema": {"type": "string", "format": "binary"}}
@@ -120,8 +120,9 @@ def _endpoint(operation: Operation) -> Callable[..., Any]:
     files = ("files", Annotated[list[UploadFile], File(description="Inputs, named a, b, c, ... in order.",
                                                          min_length=1, max_length=operation.max_inputs)], ...)
     one = ("file", OneFile, ...)
-    params = [("svc", Svc, ...), ("params", Annotated[params_model(operation, uploads=True), Form()], ...),
-              files if operation.max_inputs > 1 else one]
+    params: list[tuple[str, Any, Any]] = [
+        ("svc", Svc, ...), ("params", Annotated[params_model(operation, uploads=True), Form()], ...),
+        files if operation.max_inputs > 1 else one]
     if isinstance(operation, Writes) and operation.chooses_format:
         params.append(("format", FormatField, None))
 

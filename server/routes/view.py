@@ -8,10 +8,15 @@ the voxel and memory checks: 422 and 507) is :mod:`noa_core.pictures.viewer`'s; 
 opens the file and renders the answer. Answers carry an ETag made of the file's identity
 (:func:`noa_core.pictures.viewer.identity`: what changes when its data do) and the query, so a browser
 revalidates a picture with ``If-None-Match`` and gets a 304 without the file being read again.
+
+A particle file (RELION STAR, cryoSPARC .cs) is a stack of its particles, each section its row's image; the stacks
+it names are opened as paths mode opens them (:class:`execution.SandboxProjects`: beneath the data root, relative
+to it or to ``project_dir``), they are part of its identity, and ``/v1/view/row`` says what a section's row holds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -21,14 +26,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from noa_core import __version__
-from noa_core.operations import Operation
-from noa_core.operations.spec import EER_GROUP, EER_GROUP_LAST, EER_UPSAMPLING
+from noa_core.operations import Operation, Reports
+from noa_core.operations.spec import EER_GROUP, EER_GROUP_LAST, EER_UPSAMPLING, PROJECT_DIR
 from noa_core.pictures import drawing, viewer
 from noa_core.pictures.viewer import Display, Plane
 from noa_server import execution
@@ -50,8 +55,9 @@ OVERVIEWS = viewer.Overviews()  # this process's overviews, shared by its reques
 
 Svc = Annotated[Service, Depends(service)]
 ERRORS = documented(400, 403, 404, 422, 500)
-IMAGE = {200: {"description": "The picture.", "content": {"image/png": {}, "image/jpeg": {}}},
-         304: {"description": "Not modified (If-None-Match matched the ETag)."}, **ERRORS}
+IMAGE: dict[int | str, dict[str, Any]] = {
+    200: {"description": "The picture.", "content": {"image/png": {}, "image/jpeg": {}}},
+    304: {"description": "Not modified (If-None-Match matched the ETag)."}, **ERRORS}
 JSON = {304: {"description": "Not modified (If-None-Match matched the ETag)."}, **ERRORS}
 
 
@@ -59,16 +65,21 @@ Reading = tuple[tuple[str, Any], ...]
 
 
 # The read options' query parameters, typed (bounds, words) by their declarations: the schema says what is taken.
-EerGroup = Annotated[value_type(EER_GROUP) | None, Query(description=EER_GROUP.help + " A fraction is a section.")]
-EerGroupLast = Annotated[value_type(EER_GROUP_LAST) | None, Query(description=EER_GROUP_LAST.help)]
-EerUpsampling = Annotated[value_type(EER_UPSAMPLING) | None, Query(description=EER_UPSAMPLING.help)]
+# (Types made at run time from the declarations, which a static checker cannot read: hence the ignores.)
+EerGroup = Annotated[value_type(EER_GROUP) | None,  # type: ignore[valid-type]
+                     Query(description=EER_GROUP.help + " A fraction is a section.")]
+EerGroupLast = Annotated[value_type(EER_GROUP_LAST) | None, Query(description=EER_GROUP_LAST.help)]  # type: ignore[valid-type]
+EerUpsampling = Annotated[value_type(EER_UPSAMPLING) | None, Query(description=EER_UPSAMPLING.help)]  # type: ignore[valid-type]
+ProjectDir = Annotated[value_type(PROJECT_DIR) | None, Query(description=PROJECT_DIR.help)]  # type: ignore[valid-type]
 
 
-def reading_query(eer_group: EerGroup = None, eer_group_last: EerGroupLast = None,
-                  eer_upsampling: EerUpsampling = None) -> Reading:
+def reading_query(eer_group: EerGroup = None, eer_group_last: EerGroupLast = None,  # type: ignore[valid-type]
+                  eer_upsampling: EerUpsampling = None, project_dir: ProjectDir = None  # type: ignore[valid-type]
+                  ) -> Reading:
     """The read options given, checked by their declarations (ParameterError naming the one that is wrong); a
     file of another format refuses them, naming them."""
-    given = ((EER_GROUP, eer_group), (EER_GROUP_LAST, eer_group_last), (EER_UPSAMPLING, eer_upsampling))
+    given = ((EER_GROUP, eer_group), (EER_GROUP_LAST, eer_group_last), (EER_UPSAMPLING, eer_upsampling),
+             (PROJECT_DIR, project_dir))
     return tuple((param.name, param.check(value)) for param, value in given if value is not None)
 
 
@@ -110,24 +121,32 @@ DisplayQ = Annotated[Display, Depends(display_query)]
 @dataclass
 class Opened:
     """A file of the data root opened for the viewer: ``path`` is what noa_core reads (a link to the
-    opened descriptor ``fd``, named as the file so its extension still tells the format)."""
+    opened descriptor ``fd``, named as the file so its extension still tells the format); ``projects`` opens
+    the stacks a particle file names beneath the root, ``reading`` the read options it is read with."""
 
     path: Path
     fd: int
     info: os.stat_result
     names: execution.ClientNames
+    projects: execution.SandboxProjects
+    reading: Reading = ()
 
     @functools.cached_property
     def identity(self) -> str:
         """What changes whenever the file's data do (:func:`viewer.identity`), found once per request."""
-        return viewer.identity(self.fd, self.info)
+        return viewer.identity(self.fd, self.info, self.path, projects=self.projects,
+                               project_dir=dict(self.reading).get(PROJECT_DIR.name))
+
+    def plane(self, plane: Plane) -> Plane:
+        """``plane`` of this file, read with its stacks opened beneath the root."""
+        return dataclasses.replace(plane, projects=self.projects)
 
 
 @contextmanager
-def opened(sandbox: Sandbox, relative: str, links: Path | None = None) -> Iterator[Opened]:
+def opened(sandbox: Sandbox, relative: str, links: Path | None = None, reading: Reading = ()) -> Iterator[Opened]:
     """``relative`` opened beneath the root (a regular file, or the folder of an OME-Zarr store), for the
-    ``with`` block; ``links`` is a folder of :func:`execution.new_upload_folder` to put the link in (one
-    is made and removed when None)."""
+    ``with`` block, to be read with ``reading``; ``links`` is a folder of :func:`execution.new_upload_folder` to
+    put the link in (one is made and removed when None)."""
     fd, _ = sandbox.open(relative)
     own = links is None
     link = None
@@ -135,14 +154,14 @@ def opened(sandbox: Sandbox, relative: str, links: Path | None = None) -> Iterat
         info = os.fstat(fd)
         if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
             raise ProblemError(404, "file-not-found", "File not found", f"{relative}: no such file")
-        if own:
+        if links is None:
             links = execution.new_upload_folder(sandbox.scratch)
         link = Path(links, str(fd), PurePosixPath(relative).name)  # fd: unique while the file is open
         link.parent.mkdir()
         link.symlink_to(f"{execution.PROC_FD}/{fd}")
         names = execution.ClientNames({str(link): relative, f"{links}/": "", f"{sandbox.root}/": ""})
         with names.in_errors():
-            yield Opened(link, fd, info, names)
+            yield Opened(link, fd, info, names, execution.SandboxProjects(sandbox, names), reading)
     finally:
         if own and links is not None:
             execution.remove_upload_folder(links)
@@ -198,21 +217,22 @@ def _respond(answer: Answer) -> Response:
 def image(sandbox: Sandbox, relative: str, plane: Plane, display: Display, size: int, spectrum: bool,
           if_none_match: str | None, max_voxels: int) -> Answer:
     """The plane (or its log power spectrum) at most ``size`` pixels a side, as PNG or JPEG."""
-    with opened(sandbox, relative) as file:
+    with opened(sandbox, relative, reading=plane.reading) as file:
         drawing.parse_contrast(display.contrast)  # after the file: a missing file is named first
         return _cached(file, if_none_match, ("image", relative, plane, display, size, spectrum),
-                       lambda: viewer.image(file.path, plane, display, size, spectrum=spectrum, max_voxels=max_voxels),
+                       lambda: viewer.image(file.path, file.plane(plane), display, size, spectrum=spectrum,
+                                            max_voxels=max_voxels),
                        display.media_type)
 
 
 def tile(sandbox: Sandbox, relative: str, plane: Plane, display: Display, level: int, x: int, y: int,
          if_none_match: str | None, max_voxels: int) -> Answer:
     """Tile (x, y) of ``level`` (:func:`viewer.tile`: only its region is read)."""
-    with opened(sandbox, relative) as file:
+    with opened(sandbox, relative, reading=plane.reading) as file:
         drawing.parse_contrast(display.contrast)
         return _cached(file, if_none_match, ("tile", relative, plane, display, level, x, y),
-                       lambda: viewer.tile(file.path, plane, display, level, x, y, file_identity=file.identity,
-                                           overviews=OVERVIEWS, max_voxels=max_voxels),
+                       lambda: viewer.tile(file.path, file.plane(plane), display, level, x, y,
+                                           file_identity=file.identity, overviews=OVERVIEWS, max_voxels=max_voxels),
                        display.media_type)
 
 
@@ -222,11 +242,11 @@ def histogram(sandbox: Sandbox, relative: str, plane: Plane, bins: int, contrast
     plane's geometry (:func:`viewer.histogram`)."""
 
     def compute() -> dict:
-        found = viewer.histogram(file.path, plane, file_identity=file.identity, overviews=OVERVIEWS, bins=bins,
-                                 contrast=contrast, max_voxels=max_voxels)
+        found = viewer.histogram(file.path, file.plane(plane), file_identity=file.identity, overviews=OVERVIEWS,
+                                 bins=bins, contrast=contrast, max_voxels=max_voxels)
         return execution.for_client({"file": relative, **found}, file.names)
 
-    with opened(sandbox, relative) as file:
+    with opened(sandbox, relative, reading=plane.reading) as file:
         if contrast is not None:
             drawing.parse_contrast(contrast)
         return _cached(file, if_none_match, ("histogram", relative, plane, bins, contrast), compute)
@@ -236,21 +256,32 @@ def value(sandbox: Sandbox, relative: str, plane: Plane, x: int, y: int, if_none
     """The value of the plane at column ``x``, row ``y`` (the mean along the axis for a projection)."""
 
     def compute() -> dict:
-        found = viewer.value(file.path, plane, x, y)
+        found = viewer.value(file.path, file.plane(plane), x, y)
         return execution.for_client({"file": relative, "x": x, "y": y, "value": found}, file.names)
 
-    with opened(sandbox, relative) as file:
+    with opened(sandbox, relative, reading=plane.reading) as file:
         return _cached(file, if_none_match, ("value", relative, plane, x, y), compute)
 
 
-def header(sandbox: Sandbox, info: Operation, relative: str, reading: Reading, if_none_match: str | None) -> Answer:
+def particle_row(sandbox: Sandbox, relative: str, section: int, reading: Reading, if_none_match: str | None) -> Answer:
+    """What a particle file's row says of the particle that is section ``section`` (:func:`viewer.particle_row`)."""
+
+    def compute() -> dict:
+        found = viewer.particle_row(file.path, section)
+        return {"file": relative, "section": section, **found}  # the row's values as the file has them
+
+    with opened(sandbox, relative, reading=reading) as file:
+        return _cached(file, if_none_match, ("row", relative, section, reading), compute)
+
+
+def header(sandbox: Sandbox, info: Reports, relative: str, reading: Reading, if_none_match: str | None) -> Answer:
     """What ``noa info`` says of the file (its header alone), read with ``reading`` (an EER movie's grouping)."""
 
     def compute() -> dict:
-        described = info.run_report(file.path, info.options(dict(reading)))
+        described = info.run_report(file.path, info.options(dict(reading)), projects=file.projects)
         return execution.for_client({**described, "path": relative}, file.names)
 
-    with opened(sandbox, relative) as file:
+    with opened(sandbox, relative, reading=reading) as file:
         return _cached(file, if_none_match, ("info", reading), compute)
 
 
@@ -273,7 +304,8 @@ def listing(sandbox: Sandbox, relative: str) -> dict:
             names = sorted(entry.name for entry in scan if not entry.name.startswith("."))
     finally:
         os.close(fd)
-    folders, files = [], []
+    folders: list[dict] = []
+    files: list[dict] = []
     links = execution.new_upload_folder(sandbox.scratch)
     try:
         for name in names[:MAX_LISTED]:
@@ -301,7 +333,7 @@ def _entry(sandbox: Sandbox, relative: str, links: Path) -> dict | None:
     entry: dict[str, Any] = {"folder": False, "name": name, "path": relative, "bytes": info.st_size}
     try:
         with opened(sandbox, relative, links) as file:
-            entry.update(viewer.header_summary(file.path))
+            entry.update(viewer.header_summary(file.path, file.projects))
     except Exception as exc:  # noqa: BLE001 - one unreadable file must not hide the folder's others
         problem = classify(exc)
         if problem is None:
@@ -314,7 +346,7 @@ def _entry(sandbox: Sandbox, relative: str, links: Path) -> dict | None:
 
 def router(operations: list[Operation]) -> APIRouter:
     """``GET /view/...`` under /v1 (the API key applies); ``header`` is the ``info`` operation of the registry."""
-    info = next(op for op in operations if op.name == "info")
+    info = cast(Reports, next(op for op in operations if op.name == "info"))
     routes = APIRouter(prefix="/view", tags=["viewer"])
 
     @routes.get("/list", summary="Folders and image files of a folder of the data root", responses=ERRORS)
@@ -362,6 +394,14 @@ def router(operations: list[Operation]) -> APIRouter:
                          x: Annotated[int, Query(ge=0, description="Column.")],
                          y: Annotated[int, Query(ge=0, description="Row (row 0 as stored).")]) -> Response:
         return _respond(await svc.run(value, svc.paths(), file, plane, x, y, request.headers.get("if-none-match")))
+
+    @routes.get("/row", summary="A particle file's row: what it says of the particle a section is (its columns)",
+                responses=JSON)
+    async def view_row(request: Request, svc: Svc, file: FileQ, reading: ReadingQ,
+                       section: Annotated[int, Query(ge=0, description="The section: the particle, row section + 1.")]
+                       = 0) -> Response:
+        return _respond(await svc.run(particle_row, svc.paths(), file, section, reading,
+                                      request.headers.get("if-none-match")))
 
     @routes.get("/info", summary="The header of a file, as noa info describes it", responses=JSON)
     async def view_info(request: Request, svc: Svc, file: Annotated[str, Query(min_length=1, max_length=1024)],

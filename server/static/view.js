@@ -18,6 +18,7 @@
 
   const view = {
     folder: "", file: null, info: null, geometry: null, frames: 0, // frames: an EER movie's (0: not a movie)
+    projectDir: null, rows: new Map(), // a particle file's project folder (null: the data root), rows by section
     lo: 0, hi: 1, edges: null, counts: null, limits: null,
     zoom: 0, ox: 0, oy: 0, // display pixels per plane pixel = 2^zoom; (ox, oy): where plane pixel (0, 0) is drawn
     generation: 0, tiles: new Map(), spectrum: null,
@@ -179,7 +180,9 @@
   async function openFile(path, restore) {
     view.file = path;
     view.tiles.clear();
-    let info = await (await api("info", { file: path })).json();
+    view.rows.clear();
+    view.projectDir = (restore && restore.get("project_dir")) || null;
+    let info = await (await api("info", { file: path, ...projectParams() })).json();
     // An EER movie is shown as fractions: EER_GROUP frames each (or what the URL says), as RELION groups them.
     view.frames = info.format === "eer" ? info.shape[0] : 0;
     $("eer-box").hidden = !view.frames;
@@ -216,10 +219,16 @@
     $("section-box").hidden = info.shape[0] < 2;
   }
 
-  // The read options of the file: an EER movie's frames per fraction and upsampling.
+  // A particle file's project folder, where the URL names one (the stacks it names are relative to it).
+  function projectParams() {
+    return view.projectDir ? { project_dir: view.projectDir } : {};
+  }
+
+  // The read options of the file: a particle file's project folder, an EER movie's frames per fraction and
+  // upsampling.
   function readingParams() {
-    if (!view.frames) return {};
-    const params = { eer_group: $("eer-group").value };
+    if (!view.frames) return projectParams();
+    const params = { ...projectParams(), eer_group: $("eer-group").value };
     if ($("eer-upsampling").value !== "1") params.eer_upsampling = $("eer-upsampling").value;
     return params;
   }
@@ -491,6 +500,26 @@
 
   const cursor = { wanted: null, busy: false };
 
+  // What a particle file's row says of the section's particle (fetched once a section): its columns, shown
+  // beside the value. Other files have no rows.
+  function particleRow(section) {
+    let entry = view.rows.get(section);
+    if (!entry) {
+      entry = api("row", { file: view.file, ...projectParams(), section }).then((r) => r.json());
+      view.rows.set(section, entry);
+      entry.catch(() => view.rows.delete(section));
+    }
+    return entry;
+  }
+
+  function showRow(found) {
+    $("row").hidden = !found;
+    if (!found) return;
+    $("row").caption.textContent = `particle: row ${found.row} of the ${found.kind} file`;
+    fillTable($("row"), Object.entries(found.columns).map(([name, v]) => [name, Array.isArray(v) ? v.join(" × ")
+      : String(v)]));
+  }
+
   function planePixel(event) {
     const s = scale();
     const rect = $("image").getBoundingClientRect(); // offsetX/Y are rounded: the exact position
@@ -508,6 +537,7 @@
     try {
       const found = await (await api("value", { ...planeParams(), x, y })).json();
       $("readout").textContent = `x ${found.x}, y ${found.y}: ${Number(Number(found.value).toPrecision(7))}`;
+      showRow(view.info.format === "particles" ? await particleRow(planeParams().section || "0") : null);
     } catch (error) {
       report(error);
     } finally {
@@ -601,6 +631,7 @@
     const pixel = planePixel(event);
     if (!pixel) {
       $("readout").textContent = "";
+      showRow(null);
       return;
     }
     cursor.wanted = pixel;

@@ -9,8 +9,8 @@ import shlex
 
 import numpy as np
 import pytest
-from helpers import write_mrc
 
+from helpers import write_mrc
 from noa_cli.main import run
 from noa_core import operations
 from noa_core.operations.spec import Choice, Integer, Integers, Real, Reals, Text

@@ -1,7 +1,6 @@
 """The installed `noa` command, run as a subprocess on real files, checked with mrcfile/tifffile/NumPy."""
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -10,6 +9,7 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
+
 from helpers import EXAMPLE_MAP, REPO, SHARED, assert_user_error, load, mrc_data, noa, write_mrc
 
 
@@ -25,7 +25,8 @@ def test_parser_errors_are_usage_errors(args, message):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["serve", "--workers", "0"], "Invalid value for '--workers'"), (["serve", "--port", "70000"], "Invalid value for '--port'"),
+    (["serve", "--workers", "0"], "Invalid value for '--workers'"),
+    (["serve", "--port", "70000"], "Invalid value for '--port'"),
 ])
 def test_bad_values_the_parser_refuses_are_one_line(args, message):
     """A value given but refused by the parser: exit 2 and one line, as every other bad value."""
@@ -93,7 +94,7 @@ def test_permute_matches_numpy_and_moves_the_header(tmp_path):
     origin = header.origin
     assert (float(origin.x), float(origin.y), float(origin.z)) == pytest.approx((30.0, 20.0, 10.0))
     assert any(b"noa permute" in bytes(label) for label in header.label[: int(header.nlabl)])
-    assert mrcfile.validate(str(out), print_file=open(os.devnull, "w"))
+    assert mrcfile.validate(str(out))
 
 
 def test_broadcast_and_ewise_gain_correction(tmp_path):
@@ -222,7 +223,8 @@ def test_input_is_never_modified(tmp_path):
     src = tmp_path / "in.mrc"
     shutil.copy(EXAMPLE_MAP, src)
     before = src.read_bytes()
-    for args in (["permute", src, tmp_path / "a.mrc", "--axes", "0,1,3,2"], ["copy", src, tmp_path / "b.mrc", "--order", "F"],
+    for args in (["permute", src, tmp_path / "a.mrc", "--axes", "0,1,3,2"],
+                 ["copy", src, tmp_path / "b.mrc", "--order", "F"],
                  ["ewise", "a + 1", src, "-o", tmp_path / "c.mrc"], ["stats", src], ["info", src]):
         assert noa(*args).returncode == 0
     assert src.read_bytes() == before
@@ -290,7 +292,7 @@ def test_ewise_refuses_hostile_expressions_in_one_line_at_once(tmp_path, express
     ("(a * 100) // 7", lambda a: (a * 100) // 7),  # int8 intermediates, as NumPy computes them
     ("a + 1e999", lambda a: a + 1e999),
     ("not not a", lambda a: np.logical_not(np.logical_not(a)).astype(np.uint8)),
-    ("0 < a < 3 <= 3", lambda a: ((0 < a) & (a < 3)).astype(np.uint8)),
+    ("0 < a < 3 <= 3", lambda a: ((a > 0) & (a < 3)).astype(np.uint8)),
 ])
 def test_ewise_computes_what_numpy_computes(tmp_path, expression, reference):
     write_mrc(tmp_path / "a.mrc", HOSTILE_INT8)
@@ -312,7 +314,8 @@ def test_bad_numbers_are_one_line_naming_the_option(tmp_path):
                         (["rescale", "--factor", "100"], ["--factor", "100 must be between"]),
                         (["average", "--group", "0"], ["--group", "0 must be"]),
                         (["bin", "--factor", "abc"], ["--factor", "valid integer"]),
-                        (["rescale", "--pixel-size", "1", "--angpix", "0"], ["--angpix", "0 must be between 1e-06 and 1e+09"]),
+                        (["rescale", "--pixel-size", "1", "--angpix", "0"],
+                         ["--angpix", "0 must be between 1e-06 and 1e+09"]),
                         (["rescale", "--pixel-size", "1e-300"], ["--pixel-size", "must be between 1e-06 and 1e+09"]),
                         (["rescale", "--pixel-size", "1e-5"], ["--pixel-size", "at most 64"])):
         result = noa(args[0], src, tmp_path / "out.mrcs", *args[1:])
@@ -371,7 +374,6 @@ def test_results_beyond_float32_are_refused_not_written_as_inf(tmp_path):
 def test_serve_says_where_it_listens_and_its_limits_defaults(tmp_path):
     """Issue 28 item 7: `noa serve` printed no URL; --max-body-bytes and --max-voxels showed no default."""
     from helpers import start_server
-
     from noa_server.settings import Settings
 
     help_text = " ".join(noa("serve", "--help").stdout.split())
@@ -380,7 +382,8 @@ def test_serve_says_where_it_listens_and_its_limits_defaults(tmp_path):
     (tmp_path / "root").mkdir()
     proc, url = start_server(tmp_path / "root", tmp_path / "server.log")
     try:
-        assert f"noa serve: {url} (API docs at /docs; data root {tmp_path / 'root'}" in (tmp_path / "server.log").read_text()
+        logged = (tmp_path / "server.log").read_text()
+        assert f"noa serve: {url} (API docs at /docs; data root {tmp_path / 'root'}" in logged
     finally:
         proc.terminate()
         proc.wait(30)
@@ -508,7 +511,8 @@ def test_the_library_names_no_command_line_flag_in_its_messages():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Raise) or (isinstance(node, ast.Call) and getattr(node.func, "attr", "") in
                                                 ("append", "extend")):
-                for text in (n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)):
+                for text in (n.value for n in ast.walk(node)
+                             if isinstance(n, ast.Constant) and isinstance(n.value, str)):
                     if re.search(r"(?<![\w-])--[a-z]", text) and "relion" not in text.lower():
                         found.append(f"{path.relative_to(REPO)}:{node.lineno}: {text!r}")
     assert not found, "\n".join(found)

@@ -18,8 +18,8 @@ from pathlib import Path
 import mrcfile
 import numpy as np
 import pytest
-from helpers import REPO
 
+from helpers import REPO
 from noa_core import io
 
 EXAMPLES = REPO / "examples"

@@ -21,6 +21,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from helpers import EXAMPLE_MAP, REPO
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
@@ -145,10 +146,10 @@ def _load(path: Path):
 
 @pytest.mark.parametrize("name", ["test_cuda_kernels", "test_cuda_transform", "test_interop_sim"])
 def test_cuda_tests_skipped_here_say_where_they_run(name):
-    module = _load(REPO / "tests" / "core" / "cuda_sim" / f"{name}.py")
+    module = _load(REPO / "tests" / "kernels" / "cuda_sim" / f"{name}.py")
     reason = module.pytestmark.kwargs["reason"]  # the module's one skipif
     if importlib.util.find_spec("numba_cuda") is not None:
-        assert "tests/core/test_cuda_sim.py (in its own process)" in reason and "simulator" in reason, reason
+        assert "tests/kernels/test_cuda_sim.py (in its own process)" in reason and "simulator" in reason, reason
     else:
         assert "needs numba-cuda (pip install -e '.[cuda]')" in reason, reason
     assert "cuda" in EXTRAS

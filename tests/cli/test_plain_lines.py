@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 import typer
-from helpers import EXAMPLE_MAP
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import EXAMPLE_MAP
 from noa_cli import commands, parse
 from noa_core import operations
 
@@ -122,5 +122,6 @@ def test_typer_checks_no_path_beyond_what_the_plain_reader_checks():
         for param in commands.build(operation).params:
             if hasattr(param.type, "readable"):  # click's Path type (Typer's own copy of click, or click)
                 checked.append((operation.name, param.name))
-                assert not (param.type.readable or param.type.exists or param.type.writable), (operation.name, param.name)
+                checks_path = param.type.readable or param.type.exists or param.type.writable
+                assert not checks_path, (operation.name, param.name)
     assert len(checked) > len(operations.names())

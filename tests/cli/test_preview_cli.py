@@ -13,12 +13,12 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from helpers import EXAMPLE_MAP, assert_problem, assert_user_error, noa, random_values, wait_job, write_mrc
 from PIL import Image
 
+from helpers import EXAMPLE_MAP, assert_problem, assert_user_error, noa, random_values, wait_job, write_mrc
 from noa_core import operations
-from noa_core.pictures import drawing
 from noa_core.operations import preview as declaration
+from noa_core.pictures import drawing
 from noa_core.run import local
 
 GAP = drawing.GAP
@@ -82,7 +82,8 @@ def test_flip_y_and_the_marked_corner(tmp_path):
     write_mrc(tmp_path / "corner.mrc", image)
     for flags, row in (((), 0), (("--flip-y",), 19)):
         out = tmp_path / f"c{row}.png"
-        assert noa("preview", tmp_path / "corner.mrc", out, "--contrast", "minmax", "--bin", "1", *flags).returncode == 0
+        result = noa("preview", tmp_path / "corner.mrc", out, "--contrast", "minmax", "--bin", "1", *flags)
+        assert result.returncode == 0
         pixels = np.asarray(decoded(out))
         assert (pixels[row, :3] == 255).all() and pixels.sum() == 3 * 255, flags
 
@@ -120,7 +121,8 @@ def test_volumes_slices_projection_and_montage(tmp_path):
 def test_spectrum_against_numpy_fft(tmp_path):
     image = random_values((32, 32), seed=3)
     write_mrc(tmp_path / "mic.mrc", image)
-    result = noa("preview", tmp_path / "mic.mrc", tmp_path / "ps.png", "--spectrum", "--contrast", "minmax", "--bin", "1")
+    result = noa("preview", tmp_path / "mic.mrc", tmp_path / "ps.png", "--spectrum", "--contrast", "minmax",
+                 "--bin", "1")
     assert result.returncode == 0, result.stderr
     spectrum = np.log(np.fft.fftshift(np.abs(np.fft.fft2(image.astype(np.float64))) ** 2) / image.size)
     want = np.floor((spectrum - spectrum.min()) / ((spectrum.max() - spectrum.min()) / 255)).clip(0, 255)

@@ -12,6 +12,7 @@ from pathlib import Path
 import mrcfile
 import numpy as np
 import pytest
+
 from helpers import NOA, write_mrc
 
 SECTIONS, SIDE = 96, 1024  # 384 MiB of float32, mostly holes: made at once, written for a second or more
@@ -28,7 +29,8 @@ def _temporaries(folder: Path) -> list[Path]:
     return list(folder.glob(".*.noa-tmp"))
 
 
-def _terminate_while_writing(args: list[str], folder: Path, timeout_s: float = 60.0) -> subprocess.CompletedProcess | None:
+def _terminate_while_writing(args: list[str], folder: Path,
+                             timeout_s: float = 60.0) -> subprocess.CompletedProcess | None:
     """Run noa, send SIGTERM once its temporary output exists; None when it finished first."""
     process = subprocess.Popen(NOA + args, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout_s

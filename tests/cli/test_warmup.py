@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tifffile
-from helpers import NOA, write_mrc
 
+from helpers import NOA, write_mrc
 from noa_core.run import warmup as warmup_module
 from noa_core.run.warmup import FILE_DTYPES, STAR, Unit, split, units
 
@@ -146,7 +146,8 @@ def test_parallel_warmup_leaves_a_complete_cache(warmed, tmp_path):
                    "star.write(sys.argv[2], s.edited({'particles': star.LoopEdit(rows=np.array([1, 0]))}))")
     table = tmp_path / "in.star"
     table.write_text("data_particles\n\nloop_\n_rlnImageName #1\n_rlnDefocusU #2\n1@a.mrcs 1.5\n2@a.mrcs 2.0\n")
-    for args in (["copy", source, tmp_path / "out.mrc"], ["copy", source, tmp_path / "out.tif", "--dtype", "int16", "--clamp"],
+    for args in (["copy", source, tmp_path / "out.mrc"],
+                 ["copy", source, tmp_path / "out.tif", "--dtype", "int16", "--clamp"],
                  ["fsc", volume, volume], ["fsc", volume, volume, "--shells", "linear"], ["stats", bytes_tif],
                  [sys.executable, "-c", star_script, table, tmp_path / "out.star"]):
         command = [str(a) for a in args] if args[0] == sys.executable else NOA + [str(a) for a in args]

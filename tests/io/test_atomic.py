@@ -171,7 +171,7 @@ def test_reserve_gives_the_blocks_or_names_the_output_when_the_disk_is_full(tmp_
         assert os.fstat(f.fileno()).st_size == 1 << 20
     for code in (errno.ENOSPC, errno.EDQUOT):
         monkeypatch.setattr(os, "posix_fallocate", _failing_fallocate(code))
-        with open(tmp_path / "b", "w+b") as f, pytest.raises(NoSpaceError, match="^b.mrc: no room$"):
+        with open(tmp_path / "b", "w+b") as f, pytest.raises(NoSpaceError, match=r"^b.mrc: no room$"):
             atomic.reserve(f.fileno(), 100, "b.mrc: no room")
     monkeypatch.setattr(os, "posix_fallocate", _failing_fallocate(errno.EBADF))
     with open(tmp_path / "c", "w+b") as f, pytest.raises(OSError) as other:

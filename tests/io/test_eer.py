@@ -14,16 +14,17 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conformance import FormatTests  # noqa: E402
-from eer_encoder import BITS, FULL_CODES, encode_frame, pack, random_frame, render, write_eer  # noqa: E402
-from helpers import assert_problem, assert_user_error, load, noa, relion, write_mrc  # noqa: E402
+from conformance import FormatTests
+from eer_encoder import BITS, FULL_CODES, encode_frame, pack, random_frame, render, write_eer
 
-from noa_core import io  # noqa: E402
-from noa_core.errors import CorruptFileError, ParameterError, TruncatedFileError  # noqa: E402
-from noa_core.io import eer, formats  # noqa: E402
+from helpers import assert_problem, assert_user_error, load, noa, relion, write_mrc
+from noa_core import io
+from noa_core.errors import CorruptFileError, ParameterError, TruncatedFileError
+from noa_core.io import eer, formats
 
 SPEC = bytes.fromhex("031bfcb135fb")  # the specification's example: bits 7,1,1, shape (1, 312)
 
@@ -137,7 +138,8 @@ def test_encoder_files_decode_in_tifffile(tmp_path, compression, bits, upsamplin
 
 @settings(max_examples=15, deadline=None)
 @given(height=st.integers(1, 5).map(lambda n: 4 * n) | st.integers(1, 20),
-       width=st.integers(1, 6).map(lambda n: 4 * n) | st.integers(1, 24), frames=st.integers(1, 9), group=st.integers(1, 9),
+       width=st.integers(1, 6).map(lambda n: 4 * n) | st.integers(1, 24), frames=st.integers(1, 9),
+       group=st.integers(1, 9),
        keep=st.booleans(), upsampling=st.integers(1, 3), compression=st.sampled_from([65000, 65001]),
        mmap=st.booleans(), dose=st.sampled_from([0.2, 0.002]))
 def test_fractions_are_sums_of_the_frames_events(tmp_path_factory, height, width, frames, group, keep, upsampling,
@@ -153,7 +155,7 @@ def test_fractions_are_sums_of_the_frames_events(tmp_path_factory, height, width
             io.read(path, **request)
         return
     if expected_count == 0:
-        with pytest.raises(ParameterError, match="eer_group: .*give eer_group_last=keep"):
+        with pytest.raises(ParameterError, match=r"eer_group: .*give eer_group_last=keep"):
             io.read(path, **request)
         return
     array, meta = io.read(path, mmap=mmap, **request)
@@ -208,7 +210,7 @@ def test_gain_as_relion_applies_it(tmp_path, monkeypatch, kind, upsampling, scal
         tifffile.imwrite(path, values)
     else:
         write_mrc(path, values)
-    array, meta = io.read(tmp_path / "m.eer", eer_group=3, eer_upsampling=upsampling, gain=str(path))
+    array, _meta = io.read(tmp_path / "m.eer", eer_group=3, eer_upsampling=upsampling, gain=str(path))
     grid = (24 << (upsampling - 1), 32 << (upsampling - 1))
     gain = relion_gain(values, kind == "gain", grid)
     expected = fractions_of(tifffile_frames(tmp_path / "m.eer", upsampling), 3, False).astype(np.float32) * gain
@@ -287,7 +289,7 @@ def test_65000_reads_a_12_bit_code_after_every_run(tmp_path, upsampling):
 
 
 def test_cli_copy_average_stats_and_batch(tmp_path):
-    events, bits = movie(tmp_path / "a.eer", frames=9, dose=0.3)
+    _events, _bits = movie(tmp_path / "a.eer", frames=9, dose=0.3)
     movie(tmp_path / "b.eer", frames=9, dose=0.3, seed=9)
     gain = np.random.default_rng(6).uniform(0.5, 2.0, (24, 32)).astype(np.float32)
     tifffile.imwrite(tmp_path / "g.gain", gain)
@@ -299,7 +301,8 @@ def test_cli_copy_average_stats_and_batch(tmp_path):
     result = noa("average", tmp_path / "a.eer", tmp_path / "avg.mrc", "--group", "3", "--eer-group", "3",
                  "--eer-group-last", "keep")
     assert result.returncode == 0, result.stderr
-    np.testing.assert_allclose(load(tmp_path / "avg.mrc").reshape(24, 32), fractions_of(frames, 3, True).mean(0), rtol=1e-6)
+    np.testing.assert_allclose(load(tmp_path / "avg.mrc").reshape(24, 32), fractions_of(frames, 3, True).mean(0),
+                               rtol=1e-6)
     result = noa("stats", tmp_path / "a.eer", "--eer-group", "9", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["mean"] == pytest.approx(frames.sum(0).mean())
@@ -597,8 +600,9 @@ def test_hostile_tiff_directories_get_the_tiff_refusal(tmp_path, head):
 
 
 @settings(max_examples=20, deadline=None)
-@given(fractions=st.integers(1, 12), reads=st.lists(st.tuples(st.integers(0, 11), st.integers(1, 12), st.integers(0, 15),
-                                                               st.integers(1, 16)), min_size=1, max_size=30),
+@given(fractions=st.integers(1, 12),
+       reads=st.lists(st.tuples(st.integers(0, 11), st.integers(1, 12), st.integers(0, 15), st.integers(1, 16)),
+                      min_size=1, max_size=30),
        gain=st.booleans(), upsampling=st.integers(1, 2))
 def test_fractions_made_on_demand_equal_those_decoded_first(tmp_path_factory, fractions, reads, gain, upsampling):
     """Regions read through read_view in any order (one fraction, several, all; again after their pages were

@@ -11,11 +11,11 @@ from pathlib import Path
 import mrcfile
 import numpy as np
 import pytest
-from helpers import assert_user_error, fei1_stack, mrc_data, noa, write_mrc
 from mrcfile.dtypes import HEADER_DTYPE, get_ext_header_dtype
 
+from helpers import assert_user_error, fei1_stack, mrc_data, noa, write_mrc
 from noa_core import io
-from noa_core.errors import spelt, DTypeError
+from noa_core.errors import DTypeError, spelt
 
 IMOD_STAMP = 1146047817
 BYTES = np.array([0, 1, 127, 128, 200, 255], np.uint8)  # both halves of the byte range
@@ -395,7 +395,7 @@ def test_an_image_stack_gets_imods_z_cell(tmp_path, source, order):
         tifffile.imwrite(tmp_path / source, data, imagej=True, resolution=(1 / 1.5, 1 / 1.5),
                          metadata={"axes": "TYX", "unit": "Angstrom"})
     assert noa("copy", tmp_path / source, tmp_path / "out.mrcs", "--order", order).returncode == 0
-    got, header, voxel = mrc_data(tmp_path / "out.mrcs")
+    _got, header, voxel = mrc_data(tmp_path / "out.mrcs")
     assert header.ispg == 0 and header.mz == 1
     # IMOD's newstack: cella z = mz x the pixel size, never 0, so the Z spacing readers take is the pixel size
     assert float(header.cella.z) == pytest.approx(1.5 * int(header.mz))

@@ -12,9 +12,11 @@ import mrcfile
 import numpy as np
 import pytest
 import zarr
+from conformance import FormatTests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import assert_problem, assert_user_error, noa, write_mrc
 from noa_core import io
 from noa_core.errors import (
     AxisMappingError,
@@ -26,8 +28,6 @@ from noa_core.errors import (
 )
 from noa_core.io import atomic, formats, omezarr
 from noa_core.io.metadata import Metadata
-from conformance import FormatTests
-from helpers import assert_problem, assert_user_error, noa, write_mrc
 
 
 def _ome_zarr_py_read(path):
@@ -35,7 +35,7 @@ def _ome_zarr_py_read(path):
     from ome_zarr.io import parse_url
     from ome_zarr.reader import Reader
 
-    node = list(Reader(parse_url(str(path)))())[0]
+    node = next(iter(Reader(parse_url(str(path)))()))
     return np.asarray(node.data[0]), node.metadata
 
 
@@ -92,7 +92,7 @@ def test_noa_writes_what_zarr_reads_back_with_axes_and_scale(tmp_path_factory, s
     back, read_meta = io.read(folder / "a.ome.zarr")
     np.testing.assert_array_equal(back.numpy(), data)
     assert read_meta.unit == "Å"
-    expected = tuple(p if n > 1 or i else p for i, (p, n) in enumerate(zip((2.5, 1.25, 0.5), shape[1:])))
+    expected = tuple(p for p, _ in zip((2.5, 1.25, 0.5), shape[1:]))
     assert read_meta.pixel_size[1:] == expected[1:]
     assert read_meta.pixel_size[0] == (2.5 if shape[1] > 1 else 0.0)  # a depth of 1 is not stored: no z scale
 
@@ -137,7 +137,7 @@ def test_chunks_are_whole_sections_capped_and_can_be_chosen(tmp_path):
         for index in (0, 2, 3, 5, 1, 4):
             out.write_block(index, data[index].astype(np.float32) * 2)
         with pytest.raises(LayoutError, match="store of chunks, which cannot be mapped"):
-            out.array
+            _ = out.array
     np.testing.assert_array_equal(zarr.open_array(str(tmp_path / "w.zarr" / "0"), mode="r")[...],
                                   data.reshape(2, 3, 10, 12).astype(np.float32) * 2)
     with pytest.raises(FileFormatError, match=r"chunks: \(2, 3\) must be 3 positive sizes"):
@@ -350,7 +350,8 @@ def test_noa_reads_any_chunking_zarr_writes(tmp_path_factory, shape, data, zarr_
     axes = [{"name": a, "type": "time" if a == "t" else "space", **({"unit": "nanometer"} if a != "t" else {})}
             for a in names]
     scale = [1.0 if a == "t" else 0.25 for a in names]
-    image = {"axes": axes, "datasets": [{"path": "s0", "coordinateTransformations": [{"type": "scale", "scale": scale}]}]}
+    image = {"axes": axes,
+             "datasets": [{"path": "s0", "coordinateTransformations": [{"type": "scale", "scale": scale}]}]}
     if zarr_format == 2:
         group.attrs["multiscales"] = [{"version": "0.4", **image}]
     else:

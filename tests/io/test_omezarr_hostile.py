@@ -22,8 +22,8 @@ import numcodecs
 import numpy as np
 import pytest
 import zarr
-from helpers import REPO, assert_problem, assert_user_error, noa, start_server, write_mrc
 
+from helpers import REPO, assert_problem, assert_user_error, noa, start_server, write_mrc
 from noa_core import io
 from noa_core.errors import CorruptFileError, HeaderError, NoSpaceError, ParameterError
 from noa_core.io import omezarr
@@ -100,7 +100,7 @@ def test_links_inside_a_store_are_not_followed(tmp_path):
     _bare(store, data, (4, 4))
     (store / "0.0").unlink()
     (store / "0.0").symlink_to(tmp_path / "secret.zarr" / "0.0")
-    with pytest.raises(CorruptFileError, match="0.0: is a symbolic link; noa follows no link inside a store"):
+    with pytest.raises(CorruptFileError, match=r"0.0: is a symbolic link; noa follows no link inside a store"):
         io.read(store)
     (store / "0.0").unlink()
     (store / "0.0").symlink_to("/dev/zero")  # once grew without bound
@@ -155,8 +155,9 @@ def test_a_fifo_in_a_store_is_refused_at_once(tmp_path, name):
 def test_fifo_chunks_neither_block_the_workers_nor_the_shutdown(tmp_path):
     """Two requests on a store with a FIFO chunk once blocked both workers for good; SIGTERM then did
     not stop the server. Now each is refused at once, later requests are answered, SIGTERM stops it."""
-    import httpx
     from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
 
     root = tmp_path / "root"
     root.mkdir()
@@ -211,7 +212,8 @@ def test_a_store_over_the_voxel_limit_with_bomb_chunks_is_refused_over_http(tmp_
     zarr.create_array(store=str(root / "b.zarr"), shape=(4, 4), chunks=(32768, 32768), dtype="uint8",
                       zarr_format=2, compressors=numcodecs.Zstd(), fill_value=0)
     (root / "b.zarr" / "0.0").write_bytes(_rle_zstd(32768 * 32768, declare=True))
-    with TestClient(create_app(Settings(warmup=False, data_root=root, max_voxels=1_000_000)), raise_server_exceptions=False) as c:
+    app = create_app(Settings(warmup=False, data_root=root, max_voxels=1_000_000))
+    with TestClient(app, raise_server_exceptions=False) as c:
         detail = assert_problem(c.post("/v1/paths/copy", json={"src": "b.zarr", "dst": "o.mrc"}), 422)["detail"]
     assert detail.startswith("b.zarr: chunks: level 0 has chunks of (32768, 32768)"), detail
 
@@ -246,7 +248,7 @@ def test_a_compressed_chunk_never_decodes_past_what_its_chunk_holds(tmp_path, za
     """A 256x256 uint8 chunk (64 KiB) whose compressed bytes (well under the chunk's size) decode to
     64 MiB: refused, and reading never holds more than a few MiB. The same store with real data reads
     as zarr reads it."""
-    name, compressors, bomb = next(c for c in _codecs(zarr_format) if c[0] == codec)
+    _name, compressors, bomb = next(c for c in _codecs(zarr_format) if c[0] == codec)
     store = tmp_path / "z.zarr"
     data = np.random.default_rng(1).integers(0, 200, (256, 512), dtype=np.uint8)
     data[:, 256:] = 7  # one chunk of noise, one that compresses well
@@ -297,10 +299,10 @@ def test_a_chunk_file_larger_than_its_chunk_can_need_is_not_read(tmp_path):
 
 def test_chunks_that_would_make_too_many_files_are_refused_before_any(tmp_path):
     source = write_mrc(tmp_path / "in.mrc", np.zeros((1025, 1000), np.float32))
-    with pytest.raises(ParameterError, match=r"chunks: .*o.ome.zarr: chunks of \(1, 1\) cut the stored shape "
-                                             r"\(1025, 1000\) into 1025000 chunk files") as caught:
-        with io.create(tmp_path / "o.ome.zarr", (1, 1, 1025, 1000), np.float32, write_options={"chunks": "1,1"}):
-            pass
+    with (pytest.raises(ParameterError, match=r"chunks: .*o.ome.zarr: chunks of \(1, 1\) cut the stored shape "
+                                              r"\(1025, 1000\) into 1025000 chunk files") as caught,
+          io.create(tmp_path / "o.ome.zarr", (1, 1, 1025, 1000), np.float32, write_options={"chunks": "1,1"})):
+        pass
     assert caught.value.param == "chunks"
     assert_user_error(noa("copy", tmp_path / "in.mrc", tmp_path / "o.ome.zarr", "--chunks", "1,1"),
                       "--chunks:", "1025000 chunk files")
@@ -310,9 +312,9 @@ def test_chunks_that_would_make_too_many_files_are_refused_before_any(tmp_path):
 
 def test_a_store_that_cannot_fit_is_refused_before_any_chunk_is_written(tmp_path, monkeypatch):
     """4 TiB asked for: refused at once, naming the output (not its hidden temporary), nothing left."""
-    with pytest.raises(NoSpaceError, match=r"^\S*big.ome.zarr: shape: the store of \(1048576, 1048576\) float32"):
-        with io.create(tmp_path / "big.ome.zarr", (1, 1, 1 << 20, 1 << 20), np.float32):
-            pass
+    with (pytest.raises(NoSpaceError, match=r"^\S*big.ome.zarr: shape: the store of \(1048576, 1048576\) float32"),
+          io.create(tmp_path / "big.ome.zarr", (1, 1, 1 << 20, 1 << 20), np.float32)):
+        pass
     assert list(tmp_path.iterdir()) == []
     write_mrc(tmp_path / "in.mrc", np.zeros((4, 4), np.float32))
     assert_user_error(noa("resize", tmp_path / "in.mrc", tmp_path / "r.ome.zarr", "--shape", "1000,100000,100000",
@@ -327,10 +329,10 @@ def test_a_store_that_cannot_fit_is_refused_before_any_chunk_is_written(tmp_path
             self.f_frsize, self.f_bavail = stat.f_frsize, (1 << 20) // stat.f_frsize
 
     monkeypatch.setattr(os, "statvfs", lambda p: Small(real(p)))
-    with pytest.raises(NoSpaceError, match=r"small.ome.zarr: shape: .* may need 1118208 bytes "
-                                            r"\(1 chunks of \(4, 256, 256\), uncompressed\)"):
-        with io.create(tmp_path / "small.ome.zarr", (1, 4, 256, 256), np.float32):
-            pass
+    with (pytest.raises(NoSpaceError, match=r"small.ome.zarr: shape: .* may need 1118208 bytes "
+                                             r"\(1 chunks of \(4, 256, 256\), uncompressed\)"),
+          io.create(tmp_path / "small.ome.zarr", (1, 4, 256, 256), np.float32)):
+        pass
 
 
 # -- 15b: the decoded copy of a store -------------------------------------------------------------------

@@ -10,7 +10,6 @@ from pathlib import Path
 import mrcfile
 import numpy as np
 import pytest
-import starfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,37 +19,9 @@ from noa_core.io import particle_files, particles, star
 from noa_core.io.particle_files import ParticleError
 from tests.helpers import REPO
 from tests.io.conformance import FormatTests
+from tests.particles.tables import cs_file, oracle_images
 
 RELION = REPO / "tests" / "data" / "relion_particles"
-
-
-def oracle_images(star_path: Path, project: Path) -> np.ndarray:
-    """Each row's image as starfile and mrcfile read it: the oracle of a STAR's stack."""
-    table = starfile.read(star_path, always_dict=True)
-    frame = table.get("particles", next(iter(table.values())))
-    images = []
-    for name in frame["rlnImageName"]:
-        index, path = name.split("@")
-        with mrcfile.mmap(project / path, permissive=True) as m:
-            images.append(np.array(m.data[int(index) - 1]))
-    return np.stack(images)[:, None]
-
-
-def cs_file(path: Path, rows: list[tuple[str, int]], box: int = 32, psize: float = 1.5, prefix: str = ">") -> Path:
-    """A cryoSPARC particle file as cryoSPARC writes them: a structured array saved with np.save."""
-    dtype = [("uid", "<u8"), ("blob/path", f"S{max(len(p) for p, _ in rows) + 2}"), ("blob/idx", "<u4"),
-             ("blob/shape", "<u4", (2,)), ("blob/psize_A", "<f4"), ("blob/sign", "<f4"), ("ctf/df1_A", "<f4")]
-    array = np.zeros(len(rows), dtype)
-    array["uid"] = np.arange(len(rows)) + 10**18
-    array["blob/path"] = [(prefix + p).encode() for p, _ in rows]
-    array["blob/idx"] = [i for _, i in rows]
-    array["blob/shape"] = box
-    array["blob/psize_A"] = psize
-    array["blob/sign"] = -1
-    array["ctf/df1_A"] = np.linspace(1e4, 2e4, len(rows))
-    with open(path, "wb") as f:
-        np.save(f, array)
-    return path
 
 
 @pytest.fixture()
@@ -173,7 +144,7 @@ def test_a_malformed_star_is_refused_naming_the_row(project):
 def test_a_star_without_image_names_is_refused(tmp_path):
     path = tmp_path / "micrographs.star"
     path.write_text("data_micrographs\nloop_\n_rlnMicrographName #1\nmic.mrc\n")
-    with pytest.raises(ParticleError, match="no loop has an rlnImageName column .data_micrographs."):
+    with pytest.raises(ParticleError, match=r"no loop has an rlnImageName column .data_micrographs."):
         io.read(path)
 
 
@@ -217,4 +188,4 @@ def test_the_tables_say_what_relion_and_cryosparc_say(project):
 
 def test_the_registry_knows_particle_files_by_extension_without_importing_them():
     from noa_core.io import formats
-    assert formats.DATASET_EXTENSIONS == tuple(e for fmt in formats.DATASETS for e in fmt.extensions)
+    assert tuple(e for fmt in formats.DATASETS for e in fmt.extensions) == formats.DATASET_EXTENSIONS

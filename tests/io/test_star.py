@@ -215,7 +215,7 @@ def test_a_value_that_is_no_number_is_named(tmp_path):
 
 def test_missing_blocks_and_columns_are_named(tmp_path):
     text = star.read(PARTICLES)
-    with pytest.raises(star.StarError, match="no data_images block .it has data_optics, data_particles."):
+    with pytest.raises(star.StarError, match=r"no data_images block .it has data_optics, data_particles."):
         text.block("images")
     with pytest.raises(star.StarError, match="data_particles has no rlnDefocusU column"):
         text.values(text.block("particles"), "rlnDefocusU")

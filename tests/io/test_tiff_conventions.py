@@ -14,10 +14,10 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
-from helpers import NOA, assert_user_error, noa, write_mrc
 
+from helpers import NOA, assert_user_error, noa, write_mrc
 from noa_core import io
-from noa_core.errors import spelt, AxisMappingError, FileFormatError, HeaderError
+from noa_core.errors import AxisMappingError, FileFormatError, HeaderError, spelt
 
 RNG = np.random.default_rng(16)
 UINT16 = RNG.integers(0, 4096, (3, 20, 30)).astype(np.uint16)
@@ -179,7 +179,8 @@ def test_resolution_tags_belong_to_x_and_y(tmp_path, axes, shape, channel, photo
 def test_a_transposed_page_gives_x_resolution_to_y(tmp_path):
     # A shaped file of axes 'XY' stores rows of X: its columns (ImageWidth, XResolution) run along Y.
     data = np.arange(20, dtype=np.uint16).reshape(5, 4)
-    tifffile.imwrite(tmp_path / "a.tif", data, metadata={"axes": "XY"}, resolution=(2, 0.5), resolutionunit="CENTIMETER")
+    tifffile.imwrite(tmp_path / "a.tif", data, metadata={"axes": "XY"}, resolution=(2, 0.5),
+                     resolutionunit="CENTIMETER")
     array, md = io.read(tmp_path / "a.tif")
     assert md.unit == "cm" and md.pixel_size == pytest.approx((0.0, 0.5, 2.0))
     np.testing.assert_array_equal(array.numpy()[0, 0], data.T)
@@ -235,7 +236,7 @@ FLOATS = RNG.normal(size=(3, 20, 30)).astype(np.float32)
 def test_encoded_files_read_as_written(tmp_path, data, options):
     path = tmp_path / "x.tif"
     tifffile.imwrite(path, data, photometric="minisblack", **options)
-    array, md = io.read(path)
+    array, _md = io.read(path)
     np.testing.assert_array_equal(array.numpy()[:, 0], data)
     assert array.dtype == data.dtype.newbyteorder("=") and io.probe(path).shape == (3, 1, 20, 30)
 
@@ -311,7 +312,7 @@ def test_rgb_needs_a_channel(tmp_path):
     for channel in range(3):
         np.testing.assert_array_equal(io.read(path, channel=channel)[0].numpy()[0, 0], rgb[..., channel])
     assert io.probe(path, channel=1).shape == (1, 1, 20, 30)
-    with pytest.raises(HeaderError, match="channel: 3 is not in 0..2"):
+    with pytest.raises(HeaderError, match=r"channel: 3 is not in 0..2"):
         io.read(path, channel=3)
     assert_user_error(noa("info", path), "samples per pixel", "--channel N")
     out = tmp_path / "g.mrc"
@@ -349,7 +350,7 @@ def test_pyramid_levels(tmp_path):
         array, md = io.read(path, level=level)
         np.testing.assert_array_equal(array.numpy()[0, 0], image[::step, ::step])
         assert md.pixel_size[1:] == pytest.approx((0.25 * step, 0.25 * step)) and md.unit == "cm"
-    with pytest.raises(HeaderError, match="level: 3 is not in 0..2"):
+    with pytest.raises(HeaderError, match=r"level: 3 is not in 0..2"):
         io.read(path, level=3)
     out = tmp_path / "l2.tif"
     assert noa("copy", path, out, "--level", "2").returncode == 0

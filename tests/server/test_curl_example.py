@@ -16,7 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from helpers import EXAMPLE_MAP, load, REPO, start_server, stop_server
+from helpers import EXAMPLE_MAP, REPO, load, start_server, stop_server
 
 PAGE = REPO / "docs" / "service.md"
 KEY = "curl-example-key"

@@ -7,8 +7,8 @@ import time
 
 import numpy as np
 import pytest
-from helpers import assert_problem, load, write_mrc
 
+from helpers import assert_problem, load, write_mrc
 
 KEY = "test-key-123"
 AUTH = {"X-API-Key": KEY}

@@ -10,11 +10,9 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-
-from helpers import EXAMPLE_MAP, load
-from helpers import start_server, stop_server
 from test_server_live import _children
 
+from helpers import EXAMPLE_MAP, load, start_server, stop_server
 
 
 def _ewise(url: str, root: Path, expression: str, name: str) -> None:
@@ -36,8 +34,8 @@ def _serve(tmp_path: Path, processes: int) -> tuple:
     root.mkdir()
     (root / "m.map").write_bytes(EXAMPLE_MAP.read_bytes())
     args = ("--log-level", "info", "--processes", str(processes), "--max-expressions", "2")
-    return (*start_server(root, tmp_path / "server.log", args=args, command=(str(Path(sys.executable).parent / "noa"),)),
-            root)
+    command = (str(Path(sys.executable).parent / "noa"),)
+    return (*start_server(root, tmp_path / "server.log", args=args, command=command), root)
 
 
 def test_processes_are_replaced_after_their_expressions(tmp_path):

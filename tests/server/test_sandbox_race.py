@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from helpers import load, write_mrc
 
 warnings.filterwarnings("ignore", message=".*httpx.*")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from noa_core.io import beneath  # noqa: E402
-from noa_server import sandbox as sandbox_module  # noqa: E402
 from noa_server.app import create_app  # noqa: E402
 from noa_server.settings import Settings  # noqa: E402
 
@@ -97,7 +97,8 @@ def test_symlinks_swapped_in_never_reach_outside(tree, monkeypatch, walk):
     inside_bytes = tree["inside"].read_bytes()
     pairs = [(root / "sub", root / "sub-swap"), (root / "other" / "file.mrc", root / "other" / "file-swap")]
     stop, counts, seen = threading.Event(), [0] * len(pairs), {}
-    with TestClient(create_app(Settings(warmup=False, data_root=root, tmp_dir=tree["tmp"])), raise_server_exceptions=False) as client:
+    app = create_app(Settings(warmup=False, data_root=root, tmp_dir=tree["tmp"]))
+    with TestClient(app, raise_server_exceptions=False) as client:
         swapper = threading.Thread(target=_swapping, args=(pairs, stop, counts))
         swapper.start()
         try:

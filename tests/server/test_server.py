@@ -17,18 +17,19 @@ import mrcfile
 import numpy as np
 import pytest
 import tifffile
-from helpers import assert_problem, REPO, wait_job, write_mrc
+
+from helpers import REPO, assert_problem, wait_job, write_mrc
 
 warnings.filterwarnings("ignore", message=".*httpx.*")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from noa_core.io import beneath  # noqa: E402
 from noa_core import errors  # noqa: E402
 from noa_core.compute.expr import ExpressionError  # noqa: E402
+from noa_core.io import beneath  # noqa: E402
+from noa_core.limits import check_voxels  # noqa: E402
 from noa_server import execution  # noqa: E402
 from noa_server.app import create_app  # noqa: E402
 from noa_server.jobs import JobStore  # noqa: E402
-from noa_core.limits import check_voxels  # noqa: E402
 from noa_server.problems import MEDIA_TYPE, ProblemError, classify  # noqa: E402
 from noa_server.sandbox import Sandbox  # noqa: E402
 from noa_server.settings import Settings  # noqa: E402
@@ -166,7 +167,6 @@ def test_sandbox_walk_agrees_with_path_resolve(tmp_path):
 def test_sandbox_opens_what_it_checked(root, monkeypatch, walk):
     """Files are opened beneath the root along the checked path (symlinks inside the root still
     work: the check resolved them); what cannot be opened is a 404, never a server error."""
-    from noa_server import sandbox as sandbox_module
 
     monkeypatch.setattr(beneath, "_openat2_usable", beneath._openat2_usable and not walk)
     (root / "inside").symlink_to(root / "sub")
@@ -686,7 +686,8 @@ def test_upload_json_plumbing(client, tmp_path):
     assert stats.status_code == 200, stats.text
     body = stats.json()
     assert body["path"] == "x.map" and body["min"] == "-Infinity" and body["max"] == 7.0 and body["std"] == "NaN"
-    assert body["per_batch"][1] == {"batch": 1, "min": 4.0, "max": 7.0, "mean": 5.5, "std": float(np.std(data[1], dtype=np.float64))}
+    assert body["per_batch"][1] == {"batch": 1, "min": 4.0, "max": 7.0, "mean": 5.5,
+                                    "std": float(np.std(data[1], dtype=np.float64))}
     ewise = client.post("/v1/upload/ewise", data={"expression": "a * b", "dtype": "float64", "format": "tiff"},
                         files=[("files", ("a.map", sent)), ("files", ("b.map", sent))], headers=AUTH)
     assert ewise.status_code == 200, ewise.text

@@ -23,8 +23,22 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from helpers import (assert_problem, assert_same_data, EXAMPLE_MAP, free_port, load, noa, PROBLEM, REPO, SHARED,
-                     start_server, stop_server, wait_for, wait_job)
+
+from helpers import (
+    EXAMPLE_MAP,
+    PROBLEM,
+    REPO,
+    SHARED,
+    assert_problem,
+    assert_same_data,
+    free_port,
+    load,
+    noa,
+    start_server,
+    stop_server,
+    wait_for,
+    wait_job,
+)
 
 KEY = "live-test-key"
 AUTH = {"X-API-Key": KEY}
@@ -206,7 +220,8 @@ def test_read_options_reach_ops(server, api):
     assert as_stack["shape"] == [20, 1, 20, 20]
     cli = json.loads(noa_ok("info", str(server.root / "EMD-3197.map"), "--as-stack", "--json").stdout)
     # the same description, each door naming the option its own way
-    assert (as_stack["axes"], cli["axes"]) == ("mapc=1 mapr=2 maps=3; as_stack=true", "mapc=1 mapr=2 maps=3; --as-stack")
+    assert (as_stack["axes"], cli["axes"]) == ("mapc=1 mapr=2 maps=3; as_stack=true",
+                                               "mapc=1 mapr=2 maps=3; --as-stack")
     assert {**as_stack, "axes": None} == {**cli, "path": "EMD-3197.map", "axes": None}
     assert_problem(api.post("/v1/paths/info", json={"path": "EMD-3197.map", "series": 1}), 422)
 

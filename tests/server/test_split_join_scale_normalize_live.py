@@ -15,10 +15,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-
-from helpers import EXAMPLE_MAP, assert_problem, assert_same_data, load, noa, write_mrc
-from helpers import start_server, stop_server
 from test_server_live import wait_job
+
+from helpers import EXAMPLE_MAP, assert_problem, assert_same_data, load, noa, start_server, stop_server, write_mrc
 
 KEY = "stack-ops-key"
 
@@ -72,8 +71,9 @@ def test_scale_and_normalize_match_the_cli(live, tmp_path):
     (root / "emd.map").write_bytes(EXAMPLE_MAP.read_bytes())
     args = ["--to-range", "0,255", "--percentiles", "0.5,99.5", "--dtype", "uint8"]
     assert noa("scale", root / "emd.map", tmp_path / "cli.mrc", *args).returncode == 0
-    sent = client.post("/v1/upload/scale", data={"to_range": ["0", "255"], "percentiles": ["0.5", "99.5"],
-                                                 "dtype": "uint8"}, files={"file": ("emd.map", EXAMPLE_MAP.read_bytes())})
+    sent = client.post("/v1/upload/scale",
+                       data={"to_range": ["0", "255"], "percentiles": ["0.5", "99.5"], "dtype": "uint8"},
+                       files={"file": ("emd.map", EXAMPLE_MAP.read_bytes())})
     assert sent.status_code == 200, sent.text
     (tmp_path / "up.mrc").write_bytes(sent.content)
     assert_same_data(tmp_path / "up.mrc", tmp_path / "cli.mrc")
@@ -89,7 +89,8 @@ def test_header_paths_mode_edits_the_server_file_and_upload_returns_a_copy(live)
     (root / "edit.map").write_bytes(EXAMPLE_MAP.read_bytes())
     data_hash = hashlib.sha256(EXAMPLE_MAP.read_bytes()[1024:]).hexdigest()
     edited = client.post("/v1/paths/header", json={"path": "edit.map", "pixel_size": [1.06]})
-    assert edited.status_code == 200 and edited.json()["changes"]["pixel_size"]["new"] == pytest.approx([1.06] * 3)  # float32
+    assert edited.status_code == 200
+    assert edited.json()["changes"]["pixel_size"]["new"] == pytest.approx([1.06] * 3)  # float32
     assert hashlib.sha256((root / "edit.map").read_bytes()[1024:]).hexdigest() == data_hash
     info = client.post("/v1/paths/info", json={"path": "edit.map"}).json()
     assert info["pixel_size"] == pytest.approx([1.06] * 3)

@@ -11,8 +11,8 @@ from pathlib import Path
 import mrcfile
 import numpy as np
 import pytest
-from helpers import assert_problem
 
+from helpers import assert_problem
 
 MAX_VOXELS = 1000
 SHAPE = (16, 1024, 1024)  # nz, ny, nx: 64 MiB of float32

@@ -4,15 +4,16 @@ never a live process's folder."""
 from __future__ import annotations
 
 import os
-import time
 import signal
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+
 from helpers import write_mrc
 
 warnings.filterwarnings("ignore", message=".*httpx.*")

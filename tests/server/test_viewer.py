@@ -23,9 +23,11 @@ import numpy as np
 import pytest
 import tifffile
 import zarr
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
-from helpers import assert_problem, REPO, start_server, stop_server, write_mrc
+
+from helpers import REPO, assert_problem, start_server, stop_server, write_mrc
 
 warnings.filterwarnings("ignore", message=".*httpx.*")
 from fastapi.testclient import TestClient  # noqa: E402

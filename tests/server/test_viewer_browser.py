@@ -22,8 +22,9 @@ import httpx
 import mrcfile
 import numpy as np
 import pytest
-from PIL import Image
 from browser import Browser, Page, chromium
+from PIL import Image
+
 from helpers import start_server, stop_server, write_mrc
 
 pytestmark = pytest.mark.skipif(chromium() is None, reason="chromium not found (apt-get install chromium)")

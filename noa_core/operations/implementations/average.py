@@ -8,7 +8,7 @@ from noa_core.operations.spec import Inputs, Options
 
 
 def plan(inputs: Inputs, options: Options):
-    array, meta = inputs.open(inputs[0])
+    array, meta = inputs.open(inputs[0], tiles=True)  # read by region_plan alone
     shape, axis, left = stacks.average_layout(array.shape, options.group)
     dtype = stacks.average_dtype(array.dtype)
     notices = [f"average --group {options.group}: the last {left} of {array.shape[axis]} sections make no "

@@ -10,7 +10,7 @@ from noa_core.operations.spec import Inputs, Options
 
 
 def plan(inputs: Inputs, options: Options):
-    array, meta = inputs.open(inputs[0])
+    array, meta = inputs.open(inputs[0], tiles=True)  # read by region_plan alone
     factors = boxes.bin_factors(array.shape, options.factor, options.depth)
     shape, starts = boxes.bin_layout(array.shape, factors)
     cropped = [f"{layout.AXIS_NAMES[i]} {array.shape[i] % k}" for i, k in enumerate(factors)

@@ -9,7 +9,7 @@ from noa_core.operations.spec import Inputs, Options
 
 
 def plan(inputs: Inputs, options: Options):
-    array, meta = inputs.open(inputs[0])
+    array, meta = inputs.open(inputs[0], tiles=True)  # read by region_plan alone
     axis = boxes.flip_axis(array.shape, options.axis)
     out_meta = boxes.flip_metadata(meta, array.shape, axis, options.about)
     return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=array.shape,

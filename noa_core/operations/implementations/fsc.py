@@ -4,6 +4,7 @@ where it falls below each threshold, and the table and plot asked for, written o
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -85,7 +86,7 @@ def _open_map(path: Path, inputs: Inputs):
     return array, meta
 
 
-def _pixel_size(inputs: list[Path], options: Options, meta, meta2) -> float | None:
+def _pixel_size(inputs: Sequence[Path], options: Options, meta, meta2) -> float | None:
     """The halves' common pixel size in Å (--angpix for both), None when both are unknown."""
     one, two = options.input_pixel_size(meta), options.input_pixel_size(meta2)
     if one is None and two is None:

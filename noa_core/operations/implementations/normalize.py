@@ -3,6 +3,8 @@ section, or each particle image from its own background as relion_preprocess --n
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from noa_core.array import asarray
@@ -22,28 +24,30 @@ def plan(inputs: Inputs, options: Options):
         raise ShapeError(f"{inputs[0]}: the array of shape {array.shape} is empty")
     if options.bg_radius is not None:
         return background_plan(inputs, options, array, meta)
-    b, d, h, w = array.shape
+    b, d, _h, _w = array.shape
 
     def measure() -> list[tuple[float, float]]:
         found = statistics.section_statistics(array) if options.per_section else [statistics.whole_statistics(array)]
         for stats in found:
             statistics.check_finite(stats, str(inputs[0]))
-        return [(float(s.moments.mean), s.result().rms) for s in found]
+        return [(float(cast(float, s.moments.mean)), cast(float, s.result().rms)) for s in found]  # real, finite
 
-    moments = statistics.remembered(inputs[0], ("mean-std", array.shape, options.per_section), measure)
+    what = ("mean-std", array.shape, options.per_section)
+    moments: list[tuple[float, float]] = statistics.remembered(inputs[0], what, measure)
     out_dtype = intensity.real_output_dtype(array.dtype)
-    to = (options.mean, options.std)
+    to_mean, to_std = options.mean, options.std
 
     def reads(key):
         def compute(blocks, out) -> None:
             values = blocks[0].numpy()
             if not options.per_section:
-                result = intensity.normalized(values, *moments[0], *to)
+                result = intensity.normalized(values, *moments[0], to_mean, to_std)
             else:  # each section of the tile with its own mean and standard deviation
                 result = values.astype("float64")
                 for i, bi in enumerate(range(*key[0].indices(b))):
                     for j, di in enumerate(range(*key[1].indices(d))):
-                        result[i, j] = intensity.normalized(values[i, j], *moments[bi * d + di], *to)
+                        mean, std = moments[bi * d + di]
+                        result[i, j] = intensity.normalized(values[i, j], mean, std, to_mean, to_std)
             convert_into(asarray(result), out, mode="checked")
 
         return [array[key]], compute

@@ -30,10 +30,12 @@ def table_parts(powers, kind: str, width: int, pixel_size: float | None):
     images, shells = powers.shape
     index = range(shells)
     resolved = pixel_size is not None
-    inverse, angstrom = spectral.shell_resolutions(width, pixel_size, shells) if resolved else (None, None)
+    inverse, angstrom = (spectral.shell_resolutions(width, pixel_size, shells) if pixel_size is not None
+                         else (None, None))
 
     def values(i: int, power: float) -> list[str]:
-        return [str(i), *((f"{inverse[i]:.9g}", f"{angstrom[i]:.9g}") if resolved else ()), f"{power:.9g}"]
+        shown = (f"{inverse[i]:.9g}", f"{angstrom[i]:.9g}") if inverse is not None and angstrom is not None else ()
+        return [str(i), *shown, f"{power:.9g}"]
 
     if kind == "csv":
         header = CSV_COLUMNS if resolved else (CSV_COLUMNS[0], CSV_COLUMNS[1], CSV_COLUMNS[4])
@@ -75,6 +77,7 @@ class SpectrumPlan(Plan):
         asked = next((kind for kind, (ext, _) in TABLES.items() if str(dst).lower().endswith(ext)), None)
         if asked != self.table:
             if self.table is None:
+                assert asked is not None  # differs from self.table
                 raise ParameterError(f"{Path(dst).name} names a {asked.upper()} table; add --table {asked} to write "
                                      "the rotational-average table instead of an image", "table")
             raise ParameterError(f"the {self.table.upper()} table goes into a {TABLES[self.table][0]} file, "
@@ -89,8 +92,9 @@ def plan(inputs: Inputs, options: Options):
     array, meta = inputs.open(inputs[0])
     ndim = 3 if array.shape[1] > 1 else 2
     width = array.shape[3]
-    shape, out_meta, notices = array.shape, meta, ()
-    dtype = FLOAT_OUTPUT
+    shape, out_meta = array.shape, meta
+    notices: tuple[str, ...] = ()
+    dtype: np.dtype | str = FLOAT_OUTPUT
     pixel = options.input_pixel_size(meta)
     if options.table is not None:
         if options.log:

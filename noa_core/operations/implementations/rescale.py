@@ -42,13 +42,13 @@ def plan(inputs: Inputs, options: Options):
     ndim = 3 if array.shape[1] > 1 else 2
     axes = (2, 3) if ndim == 2 else (1, 2, 3)
     box = resampling.rescaling([array.shape[a] for a in axes], factor, like)
-    rescaled = list(array.shape)
+    sizes = list(array.shape)
     for a, n in zip(axes, box.sizes):
-        rescaled[a] = n
-    rescaled = tuple(rescaled)
+        sizes[a] = n
+    rescaled = tuple(sizes)
     if like == "relion":
         words += " --like relion"
-    shape = rescaled
+    shape: Sequence[int] = rescaled
     # RELION windows only when the width differs from --new_box (image_handler.cpp): --like relion does too
     if options.new_box is not None and not (like == "relion" and rescaled[3] == options.new_box):
         shape = boxes.resize_shape(rescaled, (options.new_box,) * ndim)
@@ -56,7 +56,7 @@ def plan(inputs: Inputs, options: Options):
 
     out_meta = header(meta, array.shape, box, shape, options.get("angpix"))
 
-    notices = ()
+    notices: tuple[str, ...] = ()
     asked = [array.shape[a] * factor for a in axes]
     if any(abs(n - a) > 1e-6 * a for n, a in zip(box.sizes, asked)):  # the even box rounds the scale
         got = out_meta.pixel_size[3 - ndim:]
@@ -91,6 +91,8 @@ def header(meta: Metadata, shape: Sequence[int], box: resampling.Rescaling, targ
     rescaled = list(shape)
     for a, n in zip(axes, box.sizes):
         rescaled[a] = n
+    old_pixel: tuple[float, ...]
+    unit: str | None
     if pixel_size is not None:
         old_pixel, old_origin, unit = (pixel_size,) * 3, meta.in_angstrom()[1], "Å"
     else:
@@ -119,6 +121,7 @@ def rescale(array, factor: float | None = None, *, pixel_size: float | None = No
     source = from_pixel_size if from_pixel_size is not None else meta.width_pixel_size()
     out = resampling.rescale(value, factor, pixel_size=pixel_size, from_pixel_size=source, ndim=ndim, like=like)
     if factor is None:
+        assert source is not None and pixel_size is not None  # else resampling.rescale refused the call
         factor = resampling.pixel_factor(source, pixel_size, like)
     shape = asarray(value).shape
     box = resampling.rescaling([shape[a] for a in fft.transform_axes(shape, ndim)], factor, like)

@@ -35,7 +35,7 @@ def _input_mean(path: Path, options: Options, array):
     """The mean of the input's data (one streaming pass, bounded memory), remembered per file version so
     that the split tasks of one output (each plans again) compute it once per process."""
 
-    def compute() -> float:
+    def compute() -> float | complex:
         try:
             info = os.stat(path)
             key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, options.as_stack, options.series,

@@ -9,7 +9,7 @@ from noa_core.operations.spec import Inputs, Options
 
 
 def plan(inputs: Inputs, options: Options):
-    array, meta = inputs.open(inputs[0])
+    array, meta = inputs.open(inputs[0], tiles=True)  # read by region_plan alone
     boxes.check_volume(array.shape, "rotx")
     out_meta = boxes.rotx_metadata(meta, array.shape)
     return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=out_meta.shape,

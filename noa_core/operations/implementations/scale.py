@@ -4,6 +4,7 @@ clamped) onto a target range, in the output's element type."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from noa_core.array import asarray
 from noa_core.compute.conversion import convert_into
@@ -21,8 +22,9 @@ def source_range(array, path: Path, percentiles) -> tuple[float, float]:
         stats = statistics.whole_statistics(array)
         statistics.check_finite(stats, str(path))
         if percentiles is None:
-            return float(stats.moments.min), float(stats.moments.max)
-        return statistics.percentiles(array, percentiles, stats)
+            return float(cast(float, stats.moments.min)), float(cast(float, stats.moments.max))  # real, finite
+        low, high = statistics.percentiles(array, percentiles, stats)
+        return low, high
 
     return statistics.remembered(path, ("range", array.shape, percentiles), compute)
 

@@ -9,7 +9,7 @@ from noa_core.operations.spec import Inputs, Options
 
 
 def plan(inputs: Inputs, options: Options):
-    array, meta = inputs.open(inputs[0])
+    array, meta = inputs.open(inputs[0], tiles=True)  # read by region_plan alone
     indices = stacks.selected_sections(array.shape, options.keep, options.drop)
     out_meta = stacks.sections_metadata(meta, array.shape, indices)
     return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=out_meta.shape,

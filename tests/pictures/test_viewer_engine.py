@@ -1,0 +1,186 @@
+"""The viewer's engine (noa_core.pictures.viewer) called directly, no HTTP: tile geometry and tiles against NumPy's
+block means, the overview cache's reuse and eviction, the identity of a file or store rewritten in place, and the
+checks every read makes first."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+import pytest
+import zarr
+from PIL import Image
+
+from helpers import write_mrc
+from noa_core import io as noa_io
+from noa_core import limits
+from noa_core.errors import LimitError, MemoryLimitError, ParameterError
+from noa_core.pictures import viewer
+from noa_core.pictures.viewer import Display, Overviews, Plane
+
+TILE = 256
+
+
+def integers(shape, seed: int = 0) -> np.ndarray:
+    """float32 whole numbers: block sums are exact, so NumPy and noa agree to the last bit."""
+    return np.random.default_rng(seed).integers(-1000, 1000, size=shape).astype(np.float32)
+
+
+def block_mean(values: np.ndarray, k: int) -> np.ndarray:
+    """k x k block means, blocks cut by the edge averaged over the pixels they have."""
+    rows, cols = values.shape
+    padded = np.full((-(-rows // k) * k, -(-cols // k) * k), np.nan)
+    padded[:rows, :cols] = values
+    return np.nanmean(padded.reshape(padded.shape[0] // k, k, padded.shape[1] // k, k), axis=(1, 3))
+
+
+def gray(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """RELION's PNG levels (image_handler.cpp): floor((v - lo) / ((hi - lo) / 255)) of the clipped value."""
+    return np.floor((np.clip(values.astype(np.float64), lo, hi) - lo) / ((hi - lo) / 255)).astype(np.uint8)
+
+
+def identity_of(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return viewer.identity(fd, os.fstat(fd))
+    finally:
+        os.close(fd)
+
+
+# -- tile geometry ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows, cols", [(1, 1), (256, 256), (257, 100), (300, 600), (1000, 1025)])
+def test_the_tiles_of_each_level_cover_its_plane_once(rows, cols):
+    """Every level's tiles, each at most TILE x TILE blocks of 2^L pixels, cover every pixel exactly once; the
+    last level is one tile, the one before it is not."""
+    count = viewer.levels(rows, cols)
+    for level in range(count):
+        k = 1 << level
+        assert viewer.level_shape(rows, cols, level) == (int(np.ceil(rows / k)), int(np.ceil(cols / k)))
+        covered = np.zeros((rows, cols), np.int64)
+        down, across = (-(-n // (TILE * k)) for n in (rows, cols))
+        for y in range(down):
+            for x in range(across):
+                top, bottom, left, right = viewer.tile_region(rows, cols, level, x, y)
+                assert 0 < bottom - top <= TILE * k and 0 < right - left <= TILE * k
+                covered[top:bottom, left:right] += 1
+        assert (covered == 1).all(), level
+    assert max(rows, cols) <= TILE << (count - 1)
+    assert count == 1 or max(rows, cols) > TILE << (count - 2)
+
+
+def test_a_tile_past_the_plane_names_level_x_or_y():
+    for args, name in [((3, 0, 0), "level"), ((-1, 0, 0), "level"), ((0, 3, 0), "x"), ((1, 0, 1), "y")]:
+        with pytest.raises(ParameterError) as caught:
+            viewer.tile_region(300, 600, *args)
+        assert caught.value.param == name, args
+
+
+def test_a_tile_is_the_block_means_of_its_region(tmp_path):
+    data = write_mrc(tmp_path / "tiles.mrc", integers((300, 600), seed=3))
+    path = tmp_path / "tiles.mrc"
+    display = Display("range:-800,900")
+    for level, x, y in [(0, 2, 1), (1, 1, 0), (2, 0, 0)]:
+        got = viewer.tile(path, Plane(), display, level, x, y, file_identity=identity_of(path), overviews=Overviews())
+        top, bottom, left, right = viewer.tile_region(300, 600, level, x, y)
+        want = gray(block_mean(data[top:bottom, left:right].astype(np.float64), 1 << level), -800, 900)
+        np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(got))), want)
+
+
+# -- the overview cache -----------------------------------------------------------------------------------------
+
+def test_overviews_are_reused_by_identity_and_plane_and_the_oldest_evicted(tmp_path):
+    """A kept overview is returned without reading the file (its data rewritten under the same identity still
+    give the old values); past ``keep`` the least recently used goes and is read afresh."""
+    path = tmp_path / "volume.mrc"
+    old = write_mrc(path, integers((3, 20, 30), seed=5))
+    overviews = Overviews(keep=2)
+    first = overviews.get(path, "same", Plane())
+    np.testing.assert_array_equal(first.values, old[1])
+    assert (first.step, first.shape) == (1, (20, 30))
+    new = write_mrc(path, integers((3, 20, 30), seed=6))
+    assert overviews.get(path, "same", Plane()) is first  # kept: not read again
+    other = overviews.get(path, "same", Plane(axis="y", index=4))  # another plane: read
+    np.testing.assert_array_equal(other.values, new[:, 4, :])
+    np.testing.assert_array_equal(overviews.get(path, "changed", Plane()).values, new[1])  # another identity
+    assert overviews.get(path, "same", Plane(axis="y", index=4)) is other  # still kept, now the most recent
+    again = overviews.get(path, "same", Plane())  # evicted by the third: read afresh
+    assert again is not first
+    np.testing.assert_array_equal(again.values, new[1])
+
+
+def test_an_overview_is_at_most_overview_pixels_a_side(tmp_path):
+    data = write_mrc(tmp_path / "wide.mrc", integers((10, 2100), seed=7))
+    got = Overviews().get(tmp_path / "wide.mrc", "id", Plane())
+    assert got.step == 3 and got.shape == (10, 2100)
+    np.testing.assert_array_equal(got.values, block_mean(data.astype(np.float64), 3).astype(np.float32))
+
+
+# -- identity -------------------------------------------------------------------------------------------------
+
+def test_the_identity_of_a_store_changes_when_a_chunk_is_rewritten(tmp_path):
+    """zarr rewrites a chunk file inside level 0: no stat of the store's folder changes, its identity does."""
+    store = tmp_path / "store.ome.zarr"
+    noa_io.write(store, integers((4, 16, 16), seed=9))
+    before = identity_of(store)
+    assert identity_of(store) == before  # unchanged: the same identity (a cached answer is still good)
+    folder = os.stat(store)
+    zarr.open_array(str(store / "0"), mode="r+")[...] = 42
+    assert os.stat(store).st_mtime_ns == folder.st_mtime_ns
+    assert identity_of(store) != before
+
+
+def test_the_identity_of_a_file_rewritten_with_its_time_put_back_changes(tmp_path):
+    path = tmp_path / "inplace.mrc"
+    write_mrc(path, integers((8, 8), seed=11))
+    before, old = identity_of(path), os.stat(path)
+    with mrcfile.mmap(path, mode="r+") as f:
+        f.data[...] = integers((8, 8), seed=12)
+    os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
+    while os.stat(path).st_ctime_ns == old.st_ctime_ns:  # the change time moves with the kernel's clock tick
+        os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
+    assert identity_of(path) != before
+
+
+def test_a_store_of_too_many_entries_has_a_new_identity_each_time(tmp_path, monkeypatch):
+    store = tmp_path / "many.ome.zarr"
+    noa_io.write(store, integers((16, 16), seed=13))
+    monkeypatch.setattr(viewer, "MAX_STORE_ENTRIES", 2)
+    assert identity_of(store) != identity_of(store)
+
+
+# -- the checks before a read ---------------------------------------------------------------------------------
+
+def test_a_read_is_refused_past_the_voxel_limit_and_the_memory(tmp_path, monkeypatch):
+    """The voxels a read spans (a projection: every section it averages) against the limit given, at the limit
+    read; the memory drawing takes against what the machine has."""
+    path = tmp_path / "volume.mrc"
+    data = write_mrc(path, integers((4, 10, 12), seed=15))
+    region = (2, 7, 3, 9)  # 5 x 6 pixels
+    np.testing.assert_array_equal(viewer.read(path, Plane(), region=region, max_voxels=30), data[2, 2:7, 3:9])
+    with pytest.raises(LimitError):
+        viewer.read(path, Plane(), region=region, max_voxels=29)
+    projected = viewer.read(path, Plane(projection=True), region=region, max_voxels=120)
+    np.testing.assert_allclose(projected, data[:, 2:7, 3:9].astype(np.float64).mean(axis=0), rtol=1e-6)
+    with pytest.raises(LimitError):
+        viewer.read(path, Plane(projection=True), region=region, max_voxels=119)
+    monkeypatch.setattr(limits, "available_memory", lambda: 1 << 20)
+    with pytest.raises(MemoryLimitError, match=r"volume.mrc: drawing"):
+        viewer.read(path, Plane())
+
+
+def test_value_and_histogram_are_numpys(tmp_path):
+    path = tmp_path / "values.mrc"
+    data = write_mrc(path, integers((6, 10, 12), seed=17))
+    assert viewer.value(path, Plane(axis="x", index=5), 7, 2) == data[2, 7, 5]
+    with pytest.raises(ParameterError) as caught:
+        viewer.value(path, Plane(), 12, 0)
+    assert caught.value.param == "x"
+    got = viewer.histogram(path, Plane(), file_identity="id", overviews=Overviews(), bins=16)
+    counts, edges = np.histogram(data[3].astype(np.float64), bins=16)
+    assert got["counts"] == counts.tolist() and got["plane"] == [10, 12] and got["levels"] == 1
+    np.testing.assert_allclose(got["edges"], edges, rtol=1e-12)
+    assert got["statistics"]["min"] == data[3].min() and got["statistics"]["max"] == data[3].max()
