@@ -385,6 +385,11 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
         raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES}: tasks that small cost more to "
                           "schedule than they write")
     task = _here(task)
+    if task.operation.plan is None:  # a data set's operation writes its own files (no tiles to share): one task
+        whole = client.submit(write_pair, task, Path(src), Path(dst), overwrite, pure=False).result()
+        if whole.error is not None:
+            raise whole.error
+        return list(whole.notices)
     with _decoded_stores(task, src, dst, client, block_bytes) as decoded:
         with omezarr.decoded_inputs(decoded):
             plan = task.plan(src)

@@ -30,7 +30,7 @@ OPERATIONS = operations.names()
 def typer_values(operation: operations.Operation, args: list[str]) -> dict[str, Any] | None:
     """The keywords Typer gives ``operation``'s command for ``args``; None where Typer refuses the line."""
     received: dict[str, Any] = {}
-    kind = type(operation)
+    kind = next(k for k in commands.BUILDERS if isinstance(operation, k))  # as commands.describe finds it
     original = commands.BUILDERS[kind]
     _, params = original(operation)
     try:  # the same parameters, with a command that keeps what it is given

@@ -1,0 +1,401 @@
+"""noa extract: for each micrograph, its particles' boxes (noa_core.images.extraction), rescaled, normalised and
+inverted as relion_preprocess does, written into MRC stacks in RELION's ``Particles/`` layout beside the particles
+STAR naming them; every stack and the STAR placed together, or nothing.
+
+Everything is checked before anything is written: the micrographs' headers (2-d images, one pixel size per optics
+group, the box within them), every coordinate (a number, within its micrograph) and every output name."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+
+from noa_core.array import layout
+from noa_core.compute.moments import RunningStatistics
+from noa_core.errors import FileFormatError, ParameterError, ShapeError, param
+from noa_core.fourier.resampling import fourier_resize
+from noa_core.images import extraction, intensity
+from noa_core.io import atomic, mrc, star
+from noa_core.io.metadata import Metadata
+from noa_core.io.particles import folder_projects
+from noa_core.io.protocol import OutputSpec
+from noa_core.operations.spec import Inputs, Options
+from noa_core.particles import coordinates
+from noa_core.particles.coordinates import Picks
+
+PARTICLES_FOLDER = "Particles"
+STACK_SUFFIX = ".mrcs"
+BATCH = 64  # boxes computed at a time: (64, N, N) float64 at most, whatever the number of particles
+_JOB_PREFIX = re.compile(r"^[A-Za-z]+/job\d+/")  # RELION's pipeline folders, which its Particles/ layout drops
+# The micrograph's CTF columns RELION copies onto each of its particles.
+CTF_COLUMNS = ("rlnCtfImage", "rlnDefocusU", "rlnDefocusV", "rlnDefocusAngle", "rlnCtfBfactor", "rlnCtfScalefactor",
+               "rlnPhaseShift", "rlnCtfMaxResolution", "rlnCtfFigureOfMerit")
+
+
+@dataclass
+class Micrograph:
+    """One micrograph to extract from: how the particles STAR names it, the file read, its optics group."""
+
+    name: str
+    path: Path
+    group: int  # 0-based row of the optics table
+    pixel_size: float
+    where: str  # the file and row that gave it, for messages
+    columns: dict[str, bytes] = field(default_factory=dict)  # its CTF columns, copied onto its particles
+    picks: Picks | None = None
+    positions: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
+    kept: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the picks' indices extracted
+    stack: Path | None = None
+    first: int = 0  # the stack's section of its first particle
+
+
+@dataclass
+class Optics:
+    """The optics table of the output: its labels and one row per group (values as bytes)."""
+
+    labels: list[str]
+    rows: list[list[bytes]]
+
+
+def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progress) -> dict:
+    if output.suffix.lower() != ".star":
+        raise FileFormatError(f"{output}: extract writes a particles STAR (.star) and the stacks it names")
+    if options.coords is None and options.coord_suffix is None:
+        raise ParameterError("give the coordinates: a file, or the suffix of each micrograph's file", "coords")
+    if options.norm and options.bg_radius is None:
+        raise ParameterError("normalisation needs the background radius in pixels", "bg_radius")
+    for name in ("bg_radius", "white_dust", "black_dust"):
+        if options[name] is not None and not options.norm:
+            raise ParameterError(f"works on the background of the normalisation: give {param('norm')} too", name)
+    final = options.scale or options.box
+    background = intensity.background((final, final), options.bg_radius) if options.norm else None
+    project = (inputs.projects or folder_projects)(options.project_dir)
+    notices: list[str] = []
+    with contextlib.ExitStack() as opened:
+        micrographs, optics = _micrographs(inputs, options, project, opened)
+        _match(micrographs, options, notices)
+        for mic in micrographs:
+            _check_picks(mic, inputs, options, notices)
+        micrographs = [mic for mic in micrographs if mic.kept.size]
+        if not micrographs:
+            raise FileFormatError(f"{output}: no particle to extract")
+        _place_stacks(micrographs, output, options, project)
+        stacks = _stack_sizes(micrographs)
+        for stack in [output, *stacks]:  # a stack's folder may not be there yet: made below
+            if stack.parent.is_dir() or stack == output:
+                atomic.check_output(stack, overwrite)
+        made = _make_folders(stacks)
+        temps: list[atomic.TemporaryOutput] = []
+        try:
+            writers = {stack: _StackWriter(stack, count, final, options, overwrite, temps) for stack, count in
+                       stacks.items()}
+            for done, mic in enumerate(micrographs):
+                assert mic.stack is not None  # placed above
+                _extract(mic, inputs, options, background, writers[mic.stack])
+                if progress is not None:
+                    progress(done + 1, len(micrographs))
+            for writer in writers.values():  # a stack's header: the pixel size of its (first) micrograph's group
+                first = next(mic for mic in micrographs if mic.stack == writer.path)
+                writer.finish(_output_pixel_size(first.pixel_size, options))
+            star_temp = atomic.TemporaryOutput(output, overwrite)
+            temps.append(star_temp)
+            with open(star_temp.temp, "wb") as out:
+                for piece in _star_text(micrographs, optics, options, project):
+                    out.write(piece if isinstance(piece, bytes) else piece.data)
+            atomic.commit_together(temps)
+        except BaseException:
+            for temp in temps:
+                temp.abort()
+            for folder in reversed(made):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
+    count = sum(mic.kept.size for mic in micrographs)
+    notices.append(f"{count} particles from {len(micrographs)} micrograph(s) into {len(stacks)} stack(s)")
+    return {"output": str(output), "notices": notices}
+
+
+# -- the micrographs ------------------------------------------------------------------------------------------
+
+
+def _micrographs(inputs: Inputs, options: Options, project, opened: contextlib.ExitStack
+                 ) -> tuple[list[Micrograph], Optics]:
+    """The micrographs of the inputs in order, and the optics table of the output: a micrographs STAR's (its
+    groups), or one group for micrograph files, which must then share one pixel size."""
+    micrographs: list[Micrograph] = []
+    optics: Optics | None = None
+    files = [path for path in inputs if path.suffix.lower() != ".star"]
+    for path in inputs:
+        if path.suffix.lower() != ".star":
+            continue
+        if optics is not None:
+            raise ParameterError(f"{path}: give one micrographs STAR (or micrograph files)", "inputs")
+        mics, optics = _star_micrographs(path, project, opened)
+        micrographs.extend(mics)
+    if files and optics is not None:
+        raise ParameterError(f"{files[0]}: give micrographs as files or as a micrographs STAR, not both", "inputs")
+    if optics is not None:
+        return micrographs, optics
+    for path in files:
+        probe = inputs.probe(path)
+        pixel = float(probe.metadata.pixel_size[2])
+        micrographs.append(Micrograph(project.name_of(path), path, 0, pixel, str(path)))
+    pixels = {mic.pixel_size for mic in micrographs}
+    if len(pixels) > 1:
+        first = micrographs[0]
+        other = next(mic for mic in micrographs if mic.pixel_size != first.pixel_size)
+        raise FileFormatError(f"{other.path}: pixel size {other.pixel_size:g} Å, {first.path} {first.pixel_size:g} "
+                              "Å: micrographs of one optics group share one pixel size (give a micrographs STAR "
+                              "with one optics group per pixel size)")
+    labels = ["rlnOpticsGroupName", "rlnOpticsGroup", "rlnMicrographPixelSize"]
+    return micrographs, Optics(labels, [[b"opticsGroup1", b"1", repr(micrographs[0].pixel_size).encode()]])
+
+
+def _star_micrographs(path: Path, project, opened: contextlib.ExitStack) -> tuple[list[Micrograph], Optics]:
+    text = star.read(path)
+    blocks = [b for b in text if b.loop and coordinates.MICROGRAPH_NAME in b.labels]
+    if not blocks:
+        raise FileFormatError(f"{path}: no loop has an rlnMicrographName column: not a micrographs STAR")
+    block = blocks[0]
+    if "optics" not in text or "rlnMicrographPixelSize" not in text.block("optics").labels:
+        raise FileFormatError(f"{path}: no data_optics table with rlnMicrographPixelSize (RELION 3.1 micrographs)")
+    table = text.block("optics")
+    optics = Optics(list(table.labels), [list(row) for row in zip(*(text.values(table, label).tolist()
+                                                                      for label in table.labels))])
+    pixels = text.numbers(table, "rlnMicrographPixelSize")
+    groups = text.numbers(table, "rlnOpticsGroup", np.int64).tolist()
+    mine = text.numbers(block, "rlnOpticsGroup", np.int64) if "rlnOpticsGroup" in block.labels else \
+        np.ones(block.rows, np.int64)
+    names = text.values(block, coordinates.MICROGRAPH_NAME).tolist()
+    ctf = {label: text.values(block, label).tolist() for label in CTF_COLUMNS if label in block.labels}
+    micrographs = []
+    for row, (name, group) in enumerate(zip(names, mine.tolist())):
+        where = f"{path}: data_{block.name}, row {row + 1}"
+        if group not in groups:
+            raise FileFormatError(f"{where}, rlnOpticsGroup: group {group} is not in data_optics")
+        fd = project.open(name.decode())
+        opened.callback(os.close, fd)
+        at = groups.index(group)
+        micrographs.append(Micrograph(name.decode(), Path(f"/proc/self/fd/{fd}"), at, float(pixels[at]), where,
+                                      {label: values[row] for label, values in ctf.items()}))
+    return micrographs, optics
+
+
+# -- their coordinates ----------------------------------------------------------------------------------------
+
+
+def _match(micrographs: list[Micrograph], options: Options, notices: list[str]) -> None:
+    """Each micrograph's picks: from the one coordinate file (matched by name), or its own file by suffix."""
+    if options.coords is not None:
+        found = coordinates.read(options.coords)
+        if all(p.micrograph is None for p in found):
+            if len(micrographs) != 1:
+                raise ParameterError(f"{options.coords}: the coordinates of one micrograph, and {len(micrographs)} "
+                                     f"micrographs given (give each its own file with {param('coord_suffix')})",
+                                     "coords")
+            micrographs[0].picks = found[0]
+            return
+        for picks in found:
+            owners = [mic for mic in micrographs if coordinates.matches(picks, mic.name)]
+            if not owners:
+                raise FileFormatError(f"{picks.where(0)}: coordinates for micrograph {picks.micrograph}, which is not "
+                                      "among the micrographs given")
+            for mic in owners:
+                mic.picks = picks
+        return
+    for mic in micrographs:
+        named = PurePosixPath(mic.name)
+        candidate = Path(named.parent / (named.name.split(".", 1)[0] + options.coord_suffix))
+        if not candidate.is_absolute() and options.project_dir is not None:
+            candidate = Path(options.project_dir) / candidate
+        if not candidate.is_file():
+            notices.append(f"{mic.name}: no coordinate file {candidate}; skipped (as RELION skips it)")
+            continue
+        mic.picks = coordinates.read(candidate)[0]
+
+
+def _check_picks(mic: Micrograph, inputs: Inputs, options: Options, notices: list[str]) -> None:
+    """The micrograph's picks checked against its header, their positions set (``mic.kept``)."""
+    probe = inputs.probe(mic.path)
+    b, d, height, width = probe.shape
+    if b * d != 1:
+        raise ShapeError(f"{mic.where}: {mic.name} holds {b * d} sections; micrographs are single images")
+    if options.box > min(height, width):
+        raise ParameterError(f"{options.box} pixels: larger than the micrograph {mic.name} ({width} x {height})",
+                             "box")
+    picks = mic.picks
+    if picks is None or not len(picks.xy):
+        return
+    if options.recentre:
+        picks = mic.picks = coordinates.recentred(picks, mic.pixel_size)
+    bad = np.flatnonzero(~np.isfinite(picks.xy).all(axis=1))
+    if bad.size:
+        raise FileFormatError(f"{picks.where(int(bad[0]))}: the coordinate is not a number")
+    positions = extraction.integer_positions(picks.xy)
+    out = extraction.outside(positions, (height, width))
+    dropped = out | (extraction.crossing_edge(positions, options.box, (height, width))
+                     if options.edge == "drop" else np.zeros_like(out))
+    if out.any() and options.edge != "drop":
+        i = int(np.flatnonzero(out)[0])
+        raise FileFormatError(f"{picks.where(i)}: ({picks.xy[i, 0]:g}, {picks.xy[i, 1]:g}) lies outside "
+                              f"{mic.name} ({width} x {height})")
+    if dropped.any():
+        notices.append(f"{picks.source}: {int(dropped.sum())} particle(s) of {mic.name} reach beyond it: dropped")
+    mic.kept = np.flatnonzero(~dropped)
+    mic.positions = positions[mic.kept]
+
+
+# -- the outputs ----------------------------------------------------------------------------------------------
+
+
+def _stack_name(name: str) -> PurePosixPath:
+    """Where RELION puts a micrograph's stack under Particles/: its folder (a pipeline job's dropped) and name."""
+    named = PurePosixPath(_JOB_PREFIX.sub("", name))
+    if named.is_absolute() or ".." in named.parts:
+        named = PurePosixPath(named.name)
+    return named.parent / (named.name.split(".", 1)[0] + STACK_SUFFIX)
+
+
+def _place_stacks(micrographs: list[Micrograph], output: Path, options: Options, project) -> None:
+    if options.one_stack:
+        for mic in micrographs:
+            mic.stack = output.with_suffix(STACK_SUFFIX)
+        return
+    taken: dict[Path, str] = {}
+    for mic in micrographs:
+        mic.stack = output.parent / PARTICLES_FOLDER / _stack_name(mic.name)
+        if mic.stack in taken:
+            raise FileFormatError(f"{mic.where}: {mic.name} and {taken[mic.stack]} would share the stack "
+                                  f"{mic.stack}: give micrographs distinct names")
+        taken[mic.stack] = mic.name
+
+
+def _stack_sizes(micrographs: list[Micrograph]) -> dict[Path, int]:
+    counts: dict[Path, int] = {}
+    for mic in micrographs:
+        assert mic.stack is not None
+        mic.first = counts.get(mic.stack, 0)
+        counts[mic.stack] = mic.first + mic.kept.size
+    return counts
+
+
+def _make_folders(stacks: dict[Path, int]) -> list[Path]:
+    """The stacks' missing folders made (``mkdir -p``); the ones made, to remove should the extraction fail."""
+    made: list[Path] = []
+    for stack in stacks:
+        for folder in (*reversed(stack.parent.parents), stack.parent):
+            if not folder.exists():
+                folder.mkdir()
+                made.append(folder)
+    return made
+
+
+def _output_pixel_size(pixel: float, options: Options) -> float:
+    """RELION's output pixel size: the micrograph's, times box / scale when rescaled."""
+    return pixel * options.box / options.scale if options.scale else pixel
+
+
+class _StackWriter:
+    """One MRC stack filled section by section in its temporary file, its header finished with the statistics."""
+
+    def __init__(self, path: Path, count: int, box: int, options: Options, overwrite: bool,
+                 temps: list[atomic.TemporaryOutput]) -> None:
+        self.dtype = np.dtype(np.float16 if options.float16 else np.float32)
+        shape = layout.as_shape4((count, 1, box, box))
+        self.meta = Metadata(format="mrc", shape=shape, dtype=str(self.dtype))
+        self.path, self.shape, self.label = path, shape, options.output_label()
+        self.temp = atomic.TemporaryOutput(path, overwrite)
+        temps.append(self.temp)
+        created = mrc.FORMAT.create(self.temp.temp, self._spec())
+        self.offset = created.offset
+        self.section = box * box * self.dtype.itemsize
+        self.stats = RunningStatistics()
+
+    def _spec(self) -> OutputSpec:
+        return OutputSpec(self.path, self.shape, self.dtype, "C", self.meta, self.label, {})
+
+    def write(self, first: int, images: np.ndarray) -> None:
+        values = np.ascontiguousarray(images, self.dtype)
+        self.stats.add(values)
+        with open(self.temp.temp, "r+b") as out:
+            out.seek(self.offset + first * self.section)
+            out.write(values.data)
+
+    def finish(self, pixel_size: float) -> None:
+        self.meta.pixel_size = (pixel_size, pixel_size, pixel_size)
+        mrc.FORMAT.finish(self.temp.temp, self._spec(), self.stats.result())
+
+
+def _extract(mic: Micrograph, inputs: Inputs, options: Options,
+             background: intensity.Background | None, writer: _StackWriter) -> None:
+    """The micrograph's particles, a batch at a time: boxed, rescaled, normalised, inverted (RELION's order)."""
+    array, _ = inputs.open(mic.path)
+    values = array.numpy()[0, 0]
+    mean = float(values.mean(dtype=np.float64)) if options.edge == "mean" else 0.0
+    for start in range(0, len(mic.positions), BATCH):
+        boxes = extraction.boxes(values, mic.positions[start:start + BATCH], options.box, options.edge, mean)
+        # float64 as RELION computes only where values change: a float32 box copied is RELION's to the bit
+        computed = bool(options.scale and options.scale != options.box) or background is not None
+        images = boxes.astype(np.float64) if computed else boxes
+        if options.scale and options.scale != options.box:
+            images = fourier_resize(images[:, None], (options.scale, options.scale), like="relion").numpy()[:, 0]
+        if background is not None:
+            images = intensity.background_normalized(images, background, options.white_dust, options.black_dust,
+                                                     mic.first + start)
+        if options.invert_contrast:
+            images = -images
+        writer.write(mic.first + start, images)
+
+
+def _star_text(micrographs: list[Micrograph], optics: Optics, options: Options, project
+               ) -> Iterator[bytes | np.ndarray]:
+    """The particles STAR: the optics table (image pixel size, size and dimensionality added; the micrographs'
+    pixel size dropped, as RELION does) and one row per particle."""
+    final = options.scale or options.box
+    drop = {"rlnMicrographPixelSize"}
+    labels = [label for label in optics.labels if label not in drop]
+    pixel_at = optics.labels.index("rlnMicrographPixelSize")
+    columns: dict[str, list] = {label: [] for label in labels}
+    for row in optics.rows:
+        for label, value in zip(optics.labels, row):
+            if label not in drop:
+                columns[label].append(value)
+    added = {"rlnImagePixelSize": [_output_pixel_size(float(row[pixel_at]), options) for row in optics.rows],
+             "rlnImageSize": [final] * len(optics.rows), "rlnImageDimensionality": [2] * len(optics.rows)}
+    yield from star.loop_text("optics", {**{k: np.array(v) for k, v in columns.items()},
+                                         **{k: np.array(v) for k, v in added.items()}})
+    group_numbers = [row[optics.labels.index("rlnOpticsGroup")] for row in optics.rows]
+    particles: dict[str, list] = {}
+    written = 0
+    for mic in micrographs:
+        assert mic.picks is not None and mic.stack is not None
+        picks, kept = mic.picks, mic.kept
+        stack = project.name_of(mic.stack)
+        rows = {
+            coordinates.COORDINATE_X: picks.xy[kept, 0].tolist(), coordinates.COORDINATE_Y: picks.xy[kept, 1].tolist(),
+            "rlnImageName": [f"{mic.first + i + 1:06d}@{stack}".encode() for i in range(kept.size)],
+            coordinates.MICROGRAPH_NAME: [mic.name.encode()] * kept.size,
+            "rlnOpticsGroup": [group_numbers[mic.group]] * kept.size,
+            **{label: [value] * kept.size for label, value in mic.columns.items()}}
+        for label, values in picks.columns.items():  # re-extraction: the particles' other columns kept
+            if label not in rows:
+                rows[label] = values[kept].tolist()
+        before = written
+        for label in [*particles, *(label for label in rows if label not in particles)]:
+            # a column some micrographs lack is empty on their rows
+            particles.setdefault(label, [b""] * before).extend(rows.get(label, [b""] * kept.size))
+        written += kept.size
+    yield from star.loop_text("particles", {label: _column(values) for label, values in particles.items()})
+
+
+def _column(values: list) -> np.ndarray:
+    """A STAR column: numbers as numbers, text as bytes."""
+    if values and all(isinstance(v, (float, int)) and not isinstance(v, bool) for v in values):
+        return np.array(values, np.float64 if any(isinstance(v, float) for v in values) else np.int64)
+    return np.array([v if isinstance(v, bytes) else repr(v).encode() for v in values], "S")

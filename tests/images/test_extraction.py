@@ -1,0 +1,142 @@
+"""noa extract against relion_preprocess --extract (issue 43 item 1): the same boxes, within float32 precision, for
+particles at every edge and corner, fractional coordinates (truncated), each option; and the edge rules of
+noa_core.images.extraction against NumPy's own padding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+import pytest
+import starfile
+
+from helpers import load, noa, relion, write_mrc
+from noa_core.images import extraction
+
+HEIGHT, WIDTH, PIXEL = 90, 110, 1.5
+# every edge and corner, fractional (truncated toward zero: -0.5 -> 0), the middle, and an odd place
+PICKS = [(0, 0), (WIDTH - 0.3, HEIGHT - 0.1), (0, HEIGHT - 1), (WIDTH - 1, 0), (3.6, 50.2), (60, 2), (-0.5, 40),
+         (55.5, 44.9), (WIDTH - 2, 45), (30, HEIGHT - 3)]
+MICROGRAPHS_STAR = f"""
+data_optics
+loop_
+_rlnOpticsGroupName
+_rlnOpticsGroup
+_rlnMicrographPixelSize
+_rlnVoltage
+_rlnSphericalAberration
+_rlnAmplitudeContrast
+opticsGroup1 1 {PIXEL} 300 2.7 0.1
+
+data_micrographs
+loop_
+_rlnMicrographName
+_rlnOpticsGroup
+Mics/a.mrc 1
+Mics/b.mrc 1
+"""
+
+
+def coordinate_star(picks) -> str:
+    return "\ndata_\nloop_\n_rlnCoordinateX\n_rlnCoordinateY\n" + "".join(f"{x} {y}\n" for x, y in picks)
+
+
+@pytest.fixture()
+def project(tmp_path) -> Path:
+    """A RELION project: two micrographs (noise and a ramp, so that every pixel differs), their coordinate files
+    (_pick.star) and the micrographs STAR."""
+    rng = np.random.default_rng(7)
+    (tmp_path / "Mics").mkdir()
+    ramp = np.add.outer(np.arange(HEIGHT) * 0.05, np.arange(WIDTH) * 0.02)
+    for name, picks in (("a", PICKS), ("b", PICKS[::-1][:6])):
+        write_mrc(tmp_path / f"Mics/{name}.mrc", (rng.normal(size=(HEIGHT, WIDTH)) + ramp).astype(np.float32),
+                  voxel_size=PIXEL)
+        (tmp_path / f"Mics/{name}_pick.star").write_text(coordinate_star(picks))
+    (tmp_path / "mics.star").write_text(MICROGRAPHS_STAR)
+    return tmp_path
+
+
+def relion_extract(project: Path, box: int, *options) -> dict[str, np.ndarray]:
+    relion("relion_preprocess", "--i", "mics.star", "--coord_dir", "./", "--coord_suffix", "_pick.star",
+           "--part_dir", "Relion/", "--part_star", "relion.star", "--extract", "--extract_size", box, *options,
+           cwd=project)
+    return {name: load(project / f"Relion/Mics/{name}.mrcs") for name in ("a", "b")}
+
+
+def noa_extract(project: Path, box: int, *options) -> dict[str, np.ndarray]:
+    (project / "noa").mkdir(exist_ok=True)
+    done = noa("extract", "mics.star", "--coord-suffix", "_pick.star", "--box", box, *options, "-o", "noa/out.star",
+               cwd=project)
+    assert done.returncode == 0, done.stderr
+    return {name: load(project / f"noa/Particles/Mics/{name}.mrcs") for name in ("a", "b")}
+
+
+@pytest.mark.parametrize(("box", "relion_options", "noa_options"), [
+    (16, (), ()),
+    (32, ("--scale", "24"), ("--scale", "24")),
+    (24, ("--norm", "--bg_radius", "9"), ("--norm", "--bg-radius", "9")),
+    (20, ("--scale", "14", "--norm", "--bg_radius", "5", "--invert_contrast"),
+     ("--scale", "14", "--norm", "--bg-radius", "5", "--invert-contrast")),
+])
+def test_the_boxes_are_relions(project, box, relion_options, noa_options):
+    expected = relion_extract(project, box, *relion_options)
+    got = noa_extract(project, box, *noa_options)
+    for name in ("a", "b"):
+        assert got[name].shape == expected[name].shape and got[name].dtype == np.float32
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5 * np.abs(expected[name]).max())
+
+
+def test_the_particles_star_is_relions(project):
+    relion_extract(project, 16, "--scale", "12")
+    noa_extract(project, 16, "--scale", "12")
+    ours, theirs = starfile.read(project / "noa/out.star"), starfile.read(project / "relion.star")
+    for column in theirs["optics"].columns:
+        assert ours["optics"][column].tolist() == pytest.approx(theirs["optics"][column].tolist()) \
+            if theirs["optics"][column].dtype.kind in "if" else ours["optics"][column].tolist() == \
+            theirs["optics"][column].tolist(), column
+    assert list(ours["optics"].columns) == list(theirs["optics"].columns)
+    assert list(ours["particles"].columns) == list(theirs["particles"].columns)
+    for column in ("rlnCoordinateX", "rlnCoordinateY", "rlnOpticsGroup"):
+        np.testing.assert_allclose(ours["particles"][column], theirs["particles"][column], rtol=1e-6)
+    assert ours["particles"]["rlnMicrographName"].tolist() == theirs["particles"]["rlnMicrographName"].tolist()
+    assert [n.replace("noa/Particles", "Relion") for n in ours["particles"]["rlnImageName"]] == \
+        theirs["particles"]["rlnImageName"].tolist()
+    # RELION reads what noa wrote: its stack of the STAR's images is noa's stacks, in row order
+    relion("relion_stack_create", "--i", "noa/out.star", "--o", "restacked", cwd=project)
+    restacked = load(project / "restacked.mrcs")
+    np.testing.assert_array_equal(restacked, np.concatenate([load(project / f"noa/Particles/Mics/{n}.mrcs")
+                                                             for n in ("a", "b")]))
+
+
+@pytest.mark.parametrize("edge", ["repeat", "zero", "mean"])
+def test_edge_fills_are_numpys_padding(edge):
+    rng = np.random.default_rng(3)
+    micrograph = rng.normal(size=(20, 30)).astype(np.float32)
+    positions = np.array([[0, 0], [29, 19], [15, 10], [2, 17]])
+    box = 9
+    mode = {"repeat": {"mode": "edge"}, "zero": {"mode": "constant"},
+            "mean": {"mode": "constant", "constant_values": micrograph.mean(dtype=np.float64)}}[edge]
+    padded = np.pad(micrograph, box, **mode)
+    got = extraction.boxes(micrograph, positions, box, edge, float(micrograph.mean(dtype=np.float64)))
+    for (x, y), image in zip(positions, got):
+        start = np.array([y, x]) + box - box // 2
+        np.testing.assert_array_equal(image, padded[start[0]:start[0] + box, start[1]:start[1] + box])
+
+
+def test_positions_truncate_toward_zero_and_boxes_know_the_edges():
+    positions = extraction.integer_positions(np.array([[-0.5, 2.9], [10.99, -1.2]]))
+    assert positions.tolist() == [[0, 2], [10, -1]]
+    assert extraction.outside(positions, (10, 20)).tolist() == [False, True]
+    assert extraction.crossing_edge(np.array([[5, 5], [2, 5]]), 6, (20, 20)).tolist() == [False, True]
+
+
+def test_float16_stacks_hold_the_float32_values_rounded(project):
+    got32 = noa_extract(project, 16)
+    (project / "half").mkdir()
+    done = noa("extract", "mics.star", "--coord-suffix", "_pick.star", "--box", 16, "--float16", "-o",
+               "half/out.star", cwd=project)
+    assert done.returncode == 0, done.stderr
+    with mrcfile.open(project / "half/Particles/Mics/a.mrcs") as f:
+        assert f.header.mode == 12
+        np.testing.assert_array_equal(f.data, got32["a"].astype(np.float16))

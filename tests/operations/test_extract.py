@@ -1,0 +1,146 @@
+"""noa extract through its doors (issue 43 items 4 and 7): the CLI writes the stacks and the STAR together, bad
+input (coordinates of a micrograph not given, outside the image, NaN, a box larger than the micrograph, pixel
+sizes differing within an optics group) is one line naming the file and row with exit 2 and nothing written,
+--edge drop drops with a notice, --one-stack, --out-dir; noa reads the data set back; HTTP paths mode extracts
+under the data root."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import starfile
+
+from helpers import assert_user_error, load, noa, write_mrc
+
+HEIGHT, WIDTH = 40, 50
+
+
+@pytest.fixture()
+def mics(tmp_path) -> dict[str, np.ndarray]:
+    """Two micrographs in tmp_path/Mics with a coordinate file each (a_pick.star, b_pick.star)."""
+    rng = np.random.default_rng(5)
+    (tmp_path / "Mics").mkdir()
+    data = {}
+    for name, picks in (("a", [(10, 12), (25.7, 20.2), (40, 30)]), ("b", [(20, 20), (5, 35)])):
+        data[name] = write_mrc(tmp_path / f"Mics/{name}.mrc", rng.normal(size=(HEIGHT, WIDTH)).astype(np.float32),
+                               voxel_size=1.25)
+        (tmp_path / f"Mics/{name}_pick.star").write_text(
+            "data_\nloop_\n_rlnCoordinateX\n_rlnCoordinateY\n" + "".join(f"{x} {y}\n" for x, y in picks))
+    return data
+
+
+def box_of(data: np.ndarray, x: float, y: float, box: int) -> np.ndarray:
+    """NumPy's box of ``box`` pixels at the truncated (x, y), the centre at N//2 (inside the micrograph)."""
+    x, y = int(x), int(y)
+    return data[y - box // 2:y - box // 2 + box, x - box // 2:x - box // 2 + box]
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_the_cli_writes_stacks_and_a_star_that_noa_reads_back(tmp_path, mics):
+    done = noa("extract", "Mics/a.mrc", "Mics/b.mrc", "--coord-suffix", "_pick.star", "--box", 8, "-o", "parts.star",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    table = starfile.read(tmp_path / "parts.star")
+    assert table["particles"]["rlnImageName"].tolist() == [
+        "000001@Particles/Mics/a.mrcs", "000002@Particles/Mics/a.mrcs", "000003@Particles/Mics/a.mrcs",
+        "000001@Particles/Mics/b.mrcs", "000002@Particles/Mics/b.mrcs"]
+    assert table["optics"]["rlnImagePixelSize"].tolist() == [1.25] and table["optics"]["rlnImageSize"].tolist() == [8]
+    np.testing.assert_array_equal(load(tmp_path / "Particles/Mics/a.mrcs")[1], box_of(mics["a"], 25.7, 20.2, 8))
+    stats = noa("stats", "parts.star", "--json", cwd=tmp_path)
+    assert stats.returncode == 0, stats.stderr
+    images = np.concatenate([load(tmp_path / "Particles/Mics/a.mrcs"), load(tmp_path / "Particles/Mics/b.mrcs")])
+    assert f"{images.max():.4g}"[:5] in stats.stdout
+
+
+def test_one_stack_and_out_dir(tmp_path, mics):
+    done = noa("extract", "Mics/a.mrc", "Mics/b.mrc", "--coord-suffix", "_pick.star", "--box", 8, "--one-stack",
+               "-o", "all.star", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert starfile.read(tmp_path / "all.star")["particles"]["rlnImageName"].tolist()[3:] == ["000004@all.mrcs",
+                                                                                               "000005@all.mrcs"]
+    assert load(tmp_path / "all.mrcs").shape == (5, 8, 8)
+    done = noa("extract", "Mics/a.mrc", "Mics/b.mrc", "--coord-suffix", "_pick.star", "--box", 8, "--out-dir",
+               "each", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert {"a.star", "b.star", "Particles/Mics/a.mrcs", "Particles/Mics/b.mrcs"} <= set(listing(tmp_path / "each"))
+
+
+def test_edge_drop_leaves_out_particles_beyond_the_micrograph_with_a_notice(tmp_path, mics):
+    (tmp_path / "Mics/a_edge.star").write_text("data_\nloop_\n_rlnCoordinateX\n_rlnCoordinateY\n1 1\n20 20\n"
+                                               "60 10\n49 39\n")
+    done = noa("extract", "Mics/a.mrc", "--coords", "Mics/a_edge.star", "--box", 8, "--edge", "drop", "-o",
+               "p.star", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "3 particle(s) of Mics/a.mrc reach beyond it: dropped" in done.stderr
+    assert starfile.read(tmp_path / "p.star")["particles"]["rlnCoordinateX"].tolist() == [20]
+    np.testing.assert_array_equal(load(tmp_path / "Particles/Mics/a.mrcs").reshape(8, 8), box_of(mics["a"], 20, 20, 8))
+
+
+@pytest.mark.parametrize(("lines", "options", "fragments"), [
+    ("10 10\n60 10\n", (), ("a_bad.star: row 2", "outside Mics/a.mrc")),
+    ("10 10\nnan 5\n", (), ("a_bad.star: row 2", "not a number")),
+    ("10 10\n", ("--box", "64"), ("--box", "larger than the micrograph Mics/a.mrc")),
+])
+def test_bad_coordinates_are_one_line_and_nothing_is_written(tmp_path, mics, lines, options, fragments):
+    (tmp_path / "Mics/a_bad.star").write_text("data_\nloop_\n_rlnCoordinateX\n_rlnCoordinateY\n" + lines)
+    before = listing(tmp_path)
+    done = noa("extract", "Mics/a.mrc", "--coords", "Mics/a_bad.star", "--box", 8, *options, "-o", "p.star",
+               cwd=tmp_path)
+    assert_user_error(done, *fragments)
+    assert listing(tmp_path) == before
+
+
+def test_coordinates_of_a_micrograph_not_given_are_refused(tmp_path, mics):
+    (tmp_path / "data.star").write_text("data_particles\nloop_\n_rlnMicrographName\n_rlnCoordinateX\n"
+                                        "_rlnCoordinateY\nMics/a.mrc 10 10\nMics/c.mrc 5 5\n")
+    before = listing(tmp_path)
+    assert_user_error(noa("extract", "Mics/a.mrc", "--coords", "data.star", "--box", 8, "-o", "p.star", cwd=tmp_path),
+                      "data.star: row 2", "micrograph Mics/c.mrc, which is not among the micrographs given")
+    assert listing(tmp_path) == before
+
+
+def test_micrographs_of_different_pixel_sizes_in_one_group_are_refused(tmp_path, mics):
+    write_mrc(tmp_path / "Mics/b.mrc", mics["b"], voxel_size=2.0)
+    before = listing(tmp_path)
+    assert_user_error(noa("extract", "Mics/a.mrc", "Mics/b.mrc", "--coord-suffix", "_pick.star", "--box", 8, "-o",
+                          "p.star", cwd=tmp_path), "Mics/b.mrc: pixel size 2 Å", "share one pixel size")
+    assert listing(tmp_path) == before
+
+
+def test_paths_mode_extracts_under_the_data_root(tmp_path, mics, make_client):
+    client = make_client(data_root=tmp_path)
+    (tmp_path / "out").mkdir()
+    response = client.post("/v1/paths/extract", json={"srcs": ["Mics/a.mrc"], "dst": "out/parts.star",
+                                                      "coords": "Mics/a_pick.star", "box": 8})
+    assert response.status_code == 201, response.text
+    assert response.json()["output"] == "out/parts.star"
+    table = starfile.read(tmp_path / "out/parts.star")
+    assert table["particles"]["rlnImageName"].tolist()[0] == "000001@out/Particles/Mics/a.mrcs"
+    assert table["particles"]["rlnMicrographName"].tolist() == ["Mics/a.mrc"] * 3
+    np.testing.assert_array_equal(load(tmp_path / "out/Particles/Mics/a.mrcs")[0], box_of(mics["a"], 10, 12, 8))
+    refused = client.post("/v1/paths/extract", json={"srcs": ["Mics/a.mrc"], "dst": "out/q.star",
+                                                     "coords": "../outside.star", "box": 8})
+    assert refused.status_code in (400, 403) and not (tmp_path / "out/q.star").exists()
+
+
+@pytest.mark.parametrize("outputs", [["-o", "parts.star"], ["--out-dir", "each"]])
+def test_a_local_dask_cluster_writes_the_bytes_the_cli_writes(tmp_path, mics, outputs):
+    """One output (a single task: a data set writes its own files, no tiles to share) and one per micrograph."""
+    pytest.importorskip("distributed")
+    here, there = tmp_path / "here", tmp_path / "there"
+    for folder in (here, there):
+        shutil.copytree(tmp_path / "Mics", folder / "Mics")
+    command = ["extract", "Mics/a.mrc", "Mics/b.mrc", "--coord-suffix", "_pick.star", "--box", 8, *outputs]
+    assert (done := noa(*command, cwd=here)).returncode == 0, done.stderr
+    assert (done := noa(*command, "--scheduler", "local", "--workers", 1, cwd=there)).returncode == 0, done.stderr
+    written = sorted(p.relative_to(here) for p in here.rglob("*.mrcs"))
+    assert written and written == sorted(p.relative_to(there) for p in there.rglob("*.mrcs"))
+    for path in written:
+        np.testing.assert_array_equal(load(there / path), load(here / path))
+    assert [p.name for p in sorted(here.rglob("*.star"))] == [p.name for p in sorted(there.rglob("*.star"))]
