@@ -52,7 +52,7 @@ from noa_core.io.formats import input_bytes
 from noa_core.io.read_options import OmeZarrReadOptions
 from noa_core.io.stream import Region
 from noa_core.limits import available_cores, replanning
-from noa_core.operations import FileTask
+from noa_core.operations import FileTask, WritesDataSet
 from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
 from noa_core.run.execution import write_pair
 
@@ -385,7 +385,7 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
         raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES}: tasks that small cost more to "
                           "schedule than they write")
     task = _here(task)
-    if task.operation.plan is None:  # a data set's operation writes its own files (no tiles to share): one task
+    if isinstance(task.operation, WritesDataSet):  # it writes its own files (no tiles to share): one task
         whole = client.submit(write_pair, task, Path(src), Path(dst), overwrite, pure=False).result()
         if whole.error is not None:
             raise whole.error
