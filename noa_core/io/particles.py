@@ -45,7 +45,8 @@ from noa_core.io.read_options import ParticleReadOptions
 if TYPE_CHECKING:
     from noa_core.array import Array
 
-OPEN_STACKS = 32  # stacks kept open at once while reading
+# Stacks kept open at once while reading: rows in any order rarely reopen one (of 1024 descriptors a process)
+OPEN_STACKS = 128
 STACK_SUFFIX = ".mrcs"  # the images of a particle file written: OUT.star -> OUT.mrcs
 _NPY_MAGIC = b"\x93NUMPY"
 

@@ -16,7 +16,8 @@ from noa_core.operations.spec import Inputs, Options
 
 
 def plan(inputs: Inputs, options: Options):
-    array, meta = inputs.open(inputs[0])
+    # RELION's normalisation reads its images by tiles alone; the others measure the whole input first
+    array, meta = inputs.open(inputs[0], tiles=options.bg_radius is not None)
     intensity.check_real_input(array.dtype, str(inputs[0]))
     intensity.check_normal(options.mean, options.std)
     intensity.check_background_options(options.bg_radius, options.ramp, options.white_dust, options.black_dust)
