@@ -122,6 +122,8 @@ def test_edge_fills_are_numpys_padding(edge):
     for (x, y), image in zip(positions, got):
         start = np.array([y, x]) + box - box // 2
         np.testing.assert_array_equal(image, padded[start[0]:start[0] + box, start[1]:start[1] + box])
+    # boxes all within the micrograph take a path of their own: the same boxes
+    np.testing.assert_array_equal(extraction.boxes(micrograph, positions[2:3], box, edge), got[2:3])
 
 
 def test_positions_truncate_toward_zero_and_boxes_know_the_edges():

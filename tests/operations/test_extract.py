@@ -9,11 +9,16 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import mrcfile
 import numpy as np
 import pytest
 import starfile
 
 from helpers import assert_user_error, load, noa, write_mrc
+from noa_core import operations
+from noa_core.images import extraction
+from noa_core.operations.implementations import extract as extract_impl
+from noa_core.run import execute
 
 HEIGHT, WIDTH = 40, 50
 
@@ -144,3 +149,83 @@ def test_a_local_dask_cluster_writes_the_bytes_the_cli_writes(tmp_path, mics, ou
     for path in written:
         np.testing.assert_array_equal(load(there / path), load(here / path))
     assert [p.name for p in sorted(here.rglob("*.star"))] == [p.name for p in sorted(there.rglob("*.star"))]
+
+
+def header_statistics(path: Path) -> tuple[float, float, float, float]:
+    with mrcfile.open(path) as f:
+        return float(f.header.dmin), float(f.header.dmax), float(f.header.dmean), float(f.header.rms)
+
+
+def assert_numpys_statistics(path: Path) -> None:
+    """The MRC header's statistics are NumPy's of the stack (float32 as stored)."""
+    values = load(path).astype(np.float64)
+    dmin, dmax, dmean, rms = header_statistics(path)
+    assert (dmin, dmax) == (values.min(), values.max())
+    assert dmean == pytest.approx(values.mean(), abs=1e-6) and rms == pytest.approx(values.std(), rel=1e-6)
+
+
+def test_micrographs_extracted_in_parallel_give_what_one_at_a_time_gives(tmp_path, mics, monkeypatch):
+    """Several micrographs at once (here 2 workers, one box a chunk): each box NumPy's slice of its micrograph in
+    its section, header statistics NumPy's, progress counted in micrograph order, the same stacks as one worker,
+    into one shared stack (--one-stack) or one stack per micrograph."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(extract_impl, "CHUNK_BYTES", 1)
+    picks = {"a": [(10, 12), (25.7, 20.2), (40, 30)], "b": [(20, 20), (5, 35)]}
+    expected = {name: np.stack([box_of(mics[name], x, y, 8) for x, y in xy]) for name, xy in picks.items()}
+    for cores in (1, 4):
+        monkeypatch.setattr(extract_impl.limits, "available_cores", lambda cores=cores: cores)
+        (tmp_path / str(cores)).mkdir()
+        for one_stack in (False, True):
+            done: list[tuple[int, int]] = []
+            output = f"{cores}/{'one' if one_stack else 'each'}.star"
+            execute(operations.get("extract"), ["Mics/a.mrc", "Mics/b.mrc"], output,
+                    {"coord_suffix": "_pick.star", "box": 8, "one_stack": one_stack},
+                    progress=lambda i, n, done=done: done.append((i, n)))
+            assert done == [(1, 2), (2, 2)]
+            stacks = [f"{cores}/one.mrcs"] if one_stack else [f"{cores}/Particles/Mics/{n}.mrcs" for n in "ab"]
+            for stack in stacks:
+                assert_numpys_statistics(tmp_path / stack)
+            got = np.concatenate([load(tmp_path / stack).reshape(-1, 8, 8) for stack in stacks])
+            np.testing.assert_array_equal(got, np.concatenate([expected["a"], expected["b"]]))
+    for stack in ("one.mrcs", "Particles/Mics/a.mrcs", "Particles/Mics/b.mrcs"):
+        np.testing.assert_array_equal(load(tmp_path / "1" / stack), load(tmp_path / "4" / stack))
+        assert header_statistics(tmp_path / "1" / stack) == header_statistics(tmp_path / "4" / stack)
+
+
+@pytest.mark.parametrize("where", ["progress", "worker"])
+def test_a_cancel_or_a_failure_while_micrographs_are_extracted_leaves_nothing(tmp_path, mics, monkeypatch, where):
+    """A progress callback that raises (a job cancelled) or a micrograph that fails in its worker stops the
+    extraction: the other workers finish, every temporary file and folder made is removed, the error is raised."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(extract_impl.limits, "available_cores", lambda: 4)
+    before = listing(tmp_path)
+
+    def cancelled(done, total):
+        raise KeyboardInterrupt
+
+    def failing(micrograph, positions, *args):
+        raise KeyboardInterrupt
+
+    if where == "worker":
+        monkeypatch.setattr(extraction, "boxes", failing)
+    with pytest.raises(KeyboardInterrupt):
+        execute(operations.get("extract"), ["Mics/a.mrc", "Mics/b.mrc"], "parts.star",
+                {"coord_suffix": "_pick.star", "box": 8}, progress=cancelled if where == "progress" else None)
+    assert listing(tmp_path) == before
+
+
+def test_boxes_are_computed_a_bounded_chunk_at_a_time(tmp_path, monkeypatch):
+    """However large the boxes, a chunk holds at most CHUNK_BYTES of float64 boxes (the memory of --scale and
+    --norm bounded whatever the box size and the count of particles); the boxes are NumPy's slices, in order."""
+    monkeypatch.chdir(tmp_path)
+    data = write_mrc(tmp_path / "mic.mrc", np.random.default_rng(2).normal(size=(1100, 1100)).astype(np.float32))
+    (tmp_path / "picks.txt").write_text("540 550\n560 560.5\n550 545\n")
+    sizes: list[int] = []
+    boxes = extraction.boxes
+    monkeypatch.setattr(extraction, "boxes", lambda micrograph, positions, *args: sizes.append(len(positions))
+                        or boxes(micrograph, positions, *args))
+    execute(operations.get("extract"), ["mic.mrc"], "parts.star", {"coords": "picks.txt", "box": 1024,
+                                                                    "invert_contrast": True})
+    assert sum(sizes) == 3 and max(sizes) * 1024 * 1024 * 8 <= extract_impl.CHUNK_BYTES
+    expected = np.stack([-box_of(data, x, y, 1024) for x, y in ((540, 550), (560, 560.5), (550, 545))])
+    np.testing.assert_array_equal(load(tmp_path / "Particles/mic.mrcs"), expected)

@@ -8,14 +8,19 @@ group, the box within them), every coordinate (a number, within its micrograph) 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import re
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 import numpy as np
 
+from noa_core import limits
 from noa_core.array import layout
 from noa_core.compute.moments import RunningStatistics
 from noa_core.errors import FileFormatError, ParameterError, ShapeError, param
@@ -31,7 +36,10 @@ from noa_core.particles.coordinates import Picks
 
 PARTICLES_FOLDER = "Particles"
 STACK_SUFFIX = ".mrcs"
-BATCH = 64  # boxes computed at a time: (64, N, N) float64 at most, whatever the number of particles
+CHUNK_BYTES = 8 << 20  # boxes computed at a time: this many bytes of float64 at most, whatever the particle count
+CHUNK_WORKING = 8  # a chunk's memory at most, in CHUNK_BYTES: its boxes, and the temporaries of --scale and --norm
+# Micrographs extracted at once: as many as the cores allow, their images and chunks within this memory
+WORKERS_MEMORY = 256 << 20
 _JOB_PREFIX = re.compile(r"^[A-Za-z]+/job\d+/")  # RELION's pipeline folders, which its Particles/ layout drops
 # The micrograph's CTF columns RELION copies onto each of its particles.
 CTF_COLUMNS = ("rlnCtfImage", "rlnDefocusU", "rlnDefocusV", "rlnDefocusAngle", "rlnCtfBfactor", "rlnCtfScalefactor",
@@ -51,6 +59,7 @@ class Micrograph:
     picks: Picks | None = None
     positions: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
     kept: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the picks' indices extracted
+    nbytes: int = 0  # its image in memory
     stack: Path | None = None
     first: int = 0  # the stack's section of its first particle
 
@@ -95,11 +104,7 @@ def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progr
         try:
             writers = {stack: _StackWriter(stack, count, final, options, overwrite, temps) for stack, count in
                        stacks.items()}
-            for done, mic in enumerate(micrographs):
-                assert mic.stack is not None  # placed above
-                _extract(mic, inputs, options, background, writers[mic.stack])
-                if progress is not None:
-                    progress(done + 1, len(micrographs))
+            _extract_all(micrographs, inputs, options, background, writers, progress)
             for writer in writers.values():  # a stack's header: the pixel size of its (first) micrograph's group
                 first = next(mic for mic in micrographs if mic.stack == writer.path)
                 writer.finish(_output_pixel_size(first.pixel_size, options))
@@ -224,6 +229,7 @@ def _check_picks(mic: Micrograph, inputs: Inputs, options: Options, notices: lis
     """The micrograph's picks checked against its header, their positions set (``mic.kept``)."""
     probe = inputs.probe(mic.path)
     b, d, height, width = probe.shape
+    mic.nbytes = b * d * height * width * probe.dtype.itemsize
     if b * d != 1:
         raise ShapeError(f"{mic.where}: {mic.name} holds {b * d} sections; micrographs are single images")
     if options.box > min(height, width):
@@ -320,37 +326,78 @@ class _StackWriter:
     def _spec(self) -> OutputSpec:
         return OutputSpec(self.path, self.shape, self.dtype, "C", self.meta, self.label, {})
 
-    def write(self, first: int, images: np.ndarray) -> None:
+    def write(self, out: BinaryIO, first: int, images: np.ndarray) -> RunningStatistics:
+        """``images`` stored from section ``first`` on through ``out`` (this stack's temporary, opened by the
+        caller); the statistics of the values stored."""
         values = np.ascontiguousarray(images, self.dtype)
-        self.stats.add(values)
-        with open(self.temp.temp, "r+b") as out:
-            out.seek(self.offset + first * self.section)
-            out.write(values.data)
+        out.seek(self.offset + first * self.section)
+        out.write(values.data)
+        return RunningStatistics.of(values)
 
     def finish(self, pixel_size: float) -> None:
         self.meta.pixel_size = (pixel_size, pixel_size, pixel_size)
         mrc.FORMAT.finish(self.temp.temp, self._spec(), self.stats.result())
 
 
-def _extract(mic: Micrograph, inputs: Inputs, options: Options,
-             background: intensity.Background | None, writer: _StackWriter) -> None:
-    """The micrograph's particles, a batch at a time: boxed, rescaled, normalised, inverted (RELION's order)."""
-    array, _ = inputs.open(mic.path)
+def _extract_all(micrographs: list[Micrograph], inputs: Inputs, options: Options,
+                 background: intensity.Background | None, writers: dict[Path, _StackWriter], progress) -> None:
+    """Every micrograph's particles into its stack, several micrographs at once (reading, NumPy and writing
+    release the GIL): as many as the cores allow and WORKERS_MEMORY holds; statistics merged in micrograph order."""
+    each = max(mic.nbytes for mic in micrographs) + CHUNK_WORKING * CHUNK_BYTES
+    workers = max(1, min(limits.available_cores(), len(micrographs), WORKERS_MEMORY // each))
+    opening = threading.Lock()  # inputs.open adds to the inputs' notices
+    stacks = []
+    for mic in micrographs:
+        assert mic.stack is not None  # placed before
+        stacks.append(writers[mic.stack])
+    with ThreadPoolExecutor(workers) as pool:
+        # each task in a copy of this context: the worker threads would not see its variables
+        futures = [pool.submit(contextvars.copy_context().run, _extract, mic, inputs, options, background, writer,
+                               opening) for mic, writer in zip(micrographs, stacks)]
+        try:
+            for done, (writer, future) in enumerate(zip(stacks, futures)):
+                writer.stats.merge(future.result())
+                if progress is not None:
+                    progress(done + 1, len(micrographs))
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+def _extract(mic: Micrograph, inputs: Inputs, options: Options, background: intensity.Background | None,
+             writer: _StackWriter, opening: threading.Lock) -> RunningStatistics:
+    """The micrograph's particles, a chunk at a time: boxed, rescaled, normalised, inverted (RELION's order) and
+    stored; the statistics of the values stored."""
+    with opening:
+        array, _ = inputs.open(mic.path)
     values = array.numpy()[0, 0]
     mean = float(values.mean(dtype=np.float64)) if options.edge == "mean" else 0.0
-    for start in range(0, len(mic.positions), BATCH):
-        boxes = extraction.boxes(values, mic.positions[start:start + BATCH], options.box, options.edge, mean)
-        # float64 as RELION computes only where values change: a float32 box copied is RELION's to the bit
-        computed = bool(options.scale and options.scale != options.box) or background is not None
-        images = boxes.astype(np.float64) if computed else boxes
-        if options.scale and options.scale != options.box:
-            images = fourier_resize(images[:, None], (options.scale, options.scale), like="relion").numpy()[:, 0]
-        if background is not None:
-            images = intensity.background_normalized(images, background, options.white_dust, options.black_dust,
-                                                     mic.first + start)
-        if options.invert_contrast:
-            images = -images
-        writer.write(mic.first + start, images)
+    rescaled = bool(options.scale and options.scale != options.box)
+    chunk = max(1, CHUNK_BYTES // (8 * max(options.box, options.scale or 0) ** 2))
+    statistics = RunningStatistics()
+    buffer = np.empty((min(chunk, len(mic.positions)), options.box, options.box), values.dtype)  # reused
+    with open(writer.temp.temp, "r+b") as out:
+        for start in range(0, len(mic.positions), chunk):
+            positions = mic.positions[start:start + chunk]
+            boxes = extraction.boxes(values, positions, options.box, options.edge, mean, buffer[:len(positions)])
+            # float64 as RELION computes only where values change: a float32 box copied is RELION's to the bit
+            # (normalising alone makes its own float64 copy)
+            images = boxes.astype(np.float64) if rescaled else boxes
+            if rescaled:
+                images = fourier_resize(images[:, None], (options.scale, options.scale), like="relion").numpy()[:, 0]
+            if background is not None:
+                images = intensity.background_normalized(images, background, options.white_dust, options.black_dust,
+                                                         mic.first + start)
+            if options.invert_contrast:
+                np.negative(images, out=images)  # the chunk's own copy: negated where it is
+            statistics.merge(writer.write(out, mic.first + start, images))
+        if atomic.durable() and not options.one_stack:
+            # the stack is this micrograph's alone: its bytes reach the disk now, beside the other micrographs'
+            # work, instead of stack after stack when all are placed (only its header is left to sync then)
+            out.flush()
+            os.fsync(out.fileno())
+    return statistics
 
 
 def _star_text(micrographs: list[Micrograph], optics: Optics, options: Options, project
