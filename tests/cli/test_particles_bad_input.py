@@ -4,7 +4,6 @@ unchanged; each refused file made from the particle set RELION 3.1.3 extracted (
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +11,7 @@ import pytest
 import starfile
 
 from tests.helpers import REPO, assert_user_error, noa, random_values, write_mrc
+from tests.particles import tables
 from tests.particles.tables import cs_file
 
 RELION = REPO / "tests" / "data" / "relion_particles"
@@ -19,9 +19,7 @@ RELION = REPO / "tests" / "data" / "relion_particles"
 
 @pytest.fixture()
 def project(tmp_path) -> Path:
-    folder = tmp_path / "project"
-    shutil.copytree(RELION, folder)
-    return folder
+    return tables.project(tmp_path)
 
 
 def files(folder: Path) -> dict[str, bytes]:

@@ -13,29 +13,13 @@ import starfile
 
 from helpers import load, noa, relion, write_mrc
 from noa_core.images import extraction
+from tests.particles.tables import micrographs_star
 
 HEIGHT, WIDTH, PIXEL = 90, 110, 1.5
 # every edge and corner, fractional (truncated toward zero: -0.5 -> 0), the middle, and an odd place
 PICKS = [(0, 0), (WIDTH - 0.3, HEIGHT - 0.1), (0, HEIGHT - 1), (WIDTH - 1, 0), (3.6, 50.2), (60, 2), (-0.5, 40),
          (55.5, 44.9), (WIDTH - 2, 45), (30, HEIGHT - 3)]
-MICROGRAPHS_STAR = f"""
-data_optics
-loop_
-_rlnOpticsGroupName
-_rlnOpticsGroup
-_rlnMicrographPixelSize
-_rlnVoltage
-_rlnSphericalAberration
-_rlnAmplitudeContrast
-opticsGroup1 1 {PIXEL} 300 2.7 0.1
-
-data_micrographs
-loop_
-_rlnMicrographName
-_rlnOpticsGroup
-Mics/a.mrc 1
-Mics/b.mrc 1
-"""
+MICROGRAPHS_STAR = micrographs_star(["Mics/a.mrc", "Mics/b.mrc"], PIXEL)
 
 
 def coordinate_star(picks) -> str:

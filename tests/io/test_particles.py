@@ -19,6 +19,7 @@ from noa_core.io import particle_files, particles, star
 from noa_core.io.particle_files import ParticleError
 from tests.helpers import REPO
 from tests.io.conformance import FormatTests
+from tests.particles import tables
 from tests.particles.tables import cs_file, oracle_images
 
 RELION = REPO / "tests" / "data" / "relion_particles"
@@ -27,9 +28,7 @@ RELION = REPO / "tests" / "data" / "relion_particles"
 @pytest.fixture()
 def project(tmp_path) -> Path:
     """A copy of the RELION particle set: a project folder of its own."""
-    folder = tmp_path / "project"
-    shutil.copytree(RELION, folder)
-    return folder
+    return tables.project(tmp_path)
 
 
 def test_a_relion_star_reads_as_the_stack_of_its_rows(project):

@@ -5,7 +5,6 @@ reports (stats, info, preview) on a STAR say what NumPy, mrcfile and starfile sa
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from PIL import Image
 
 from tests.helpers import REPO, assert_same_file, free_port, noa, stop_server, write_mrc
+from tests.particles import tables
 from tests.particles.tables import binned, oracle_images
 
 RELION = REPO / "tests" / "data" / "relion_particles"
@@ -24,8 +24,7 @@ DASK = Path(sys.executable).parent / "dask"
 
 @pytest.fixture()
 def project(tmp_path) -> Path:
-    folder = tmp_path / "project"
-    shutil.copytree(RELION, folder)
+    folder = tables.project(tmp_path)
     (folder / "out").mkdir()
     return folder
 

@@ -20,6 +20,7 @@ from noa_core.io import particles, star
 from noa_core.io.particle_files import ParticleError
 from noa_core.run import execute
 from tests.helpers import REPO
+from tests.particles import tables
 from tests.particles.tables import binned, cs_file, oracle_images
 
 RELION = REPO / "tests" / "data" / "relion_particles"
@@ -29,8 +30,7 @@ HAS_RELION = shutil.which("relion_stack_create") is not None
 @pytest.fixture()
 def project(tmp_path, monkeypatch) -> Path:
     """A copy of the RELION particle set, the current folder (RELION's project folder)."""
-    folder = tmp_path / "project"
-    shutil.copytree(RELION, folder)
+    folder = tables.project(tmp_path)
     monkeypatch.chdir(folder)
     return folder
 

@@ -97,3 +97,12 @@ def binned(images: np.ndarray, k: int) -> np.ndarray:
     """``images`` (B, D, H, W) binned K x K as NumPy computes it: the oracle of noa bin."""
     b, d, h, w = images.shape
     return images.reshape(b, d, h // k, k, w // k, k).astype(np.float64).mean(axis=(3, 5)).astype(np.float32)
+
+
+def micrographs_star(names: list[str], pixel: float) -> str:
+    """A RELION 3.1 micrographs STAR (as CTF estimation leaves it, without the CTF columns): one optics group of
+    ``pixel`` Å, the micrographs ``names``."""
+    rows = "".join(f"{name} 1\n" for name in names)
+    return ("\ndata_optics\nloop_\n_rlnOpticsGroupName\n_rlnOpticsGroup\n_rlnMicrographPixelSize\n_rlnVoltage\n"
+            f"_rlnSphericalAberration\n_rlnAmplitudeContrast\nopticsGroup1 1 {pixel} 300 2.7 0.1\n\n"
+            f"data_micrographs\nloop_\n_rlnMicrographName\n_rlnOpticsGroup\n{rows}")

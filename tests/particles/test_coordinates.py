@@ -13,25 +13,10 @@ import starfile
 
 from helpers import load, noa, relion, write_mrc
 from noa_core.particles import coordinates
+from tests.particles.tables import micrographs_star
 
 HEIGHT, WIDTH, PIXEL = 80, 100, 2.0
-MICROGRAPHS_STAR = f"""
-data_optics
-loop_
-_rlnOpticsGroupName
-_rlnOpticsGroup
-_rlnMicrographPixelSize
-_rlnVoltage
-_rlnSphericalAberration
-_rlnAmplitudeContrast
-opticsGroup1 1 {PIXEL} 300 2.7 0.1
-
-data_micrographs
-loop_
-_rlnMicrographName
-_rlnOpticsGroup
-Mics/m.mrc 1
-"""
+MICROGRAPHS_STAR = micrographs_star(["Mics/m.mrc"], PIXEL)
 
 
 @pytest.fixture()
