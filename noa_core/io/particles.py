@@ -308,9 +308,16 @@ class Gather:
                                  lambda: self.where(int(np.argmax(self.images.stack_of == stack))))
             self.open[stack] = fd
             self.users[stack] = self.users.get(stack, 0) + 1
-            idle = [s for s in self.open if not self.users.get(s)]
-            for old in idle[:max(0, len(self.open) - OPEN_STACKS)]:
-                os.close(self.open.pop(old))
+            excess = len(self.open) - OPEN_STACKS
+            if excess > 0:  # close the least recently used idle ones (the first ones looked at, as a rule)
+                idle = []
+                for old in self.open:
+                    if not self.users.get(old):
+                        idle.append(old)
+                        if len(idle) == excess:
+                            break
+                for old in idle:
+                    os.close(self.open.pop(old))
         try:
             yield fd
         finally:
