@@ -229,3 +229,14 @@ def test_boxes_are_computed_a_bounded_chunk_at_a_time(tmp_path, monkeypatch):
     assert sum(sizes) == 3 and max(sizes) * 1024 * 1024 * 8 <= extract_impl.CHUNK_BYTES
     expected = np.stack([-box_of(data, x, y, 1024) for x, y in ((540, 550), (560, 560.5), (550, 545))])
     np.testing.assert_array_equal(load(tmp_path / "Particles/mic.mrcs"), expected)
+
+
+def test_integer_micrographs_are_inverted_as_floats(tmp_path, mics):
+    """A uint16 micrograph (counts) inverted: the negated values, not their wrap-around modulo 65536."""
+    counts = np.random.default_rng(3).integers(0, 4000, size=(HEIGHT, WIDTH)).astype(np.uint16)
+    write_mrc(tmp_path / "Mics/a.mrc", counts)
+    done = noa("extract", "Mics/a.mrc", "--coords", "Mics/a_pick.star", "--box", 8, "--invert-contrast", "-o",
+               "parts.star", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(load(tmp_path / "Particles/Mics/a.mrcs")[1],
+                                  -box_of(counts.astype(np.float32), 25.7, 20.2, 8))

@@ -383,7 +383,9 @@ def _extract(mic: Micrograph, inputs: Inputs, options: Options, background: inte
             boxes = extraction.boxes(values, positions, options.box, options.edge, mean, buffer[:len(positions)])
             # float64 as RELION computes only where values change: a float32 box copied is RELION's to the bit
             # (normalising alone makes its own float64 copy)
-            images = boxes.astype(np.float64) if rescaled else boxes
+            # integers as floats: a negated uint16 would wrap (RELION computes on floats)
+            images = boxes.astype(np.float64) if rescaled else boxes if boxes.dtype.kind == "f" else \
+                boxes.astype(np.float32)
             if rescaled:
                 images = fourier_resize(images[:, None], (options.scale, options.scale), like="relion").numpy()[:, 0]
             if background is not None:
