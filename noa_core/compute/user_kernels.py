@@ -45,6 +45,7 @@ import types
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 
@@ -168,8 +169,8 @@ def _function_key(function: types.FunctionType) -> tuple:
                         for var, cell in zip(code.co_freevars, function.__closure__))
     globals_read, attributes = _names_read(code)
     namespace = function.__globals__
-    # FunctionType.__builtins__ (Python 3.10+) is missing from typeshed
-    builtins_given = function.__builtins__  # type: ignore[attr-defined]
+    # FunctionType.__builtins__ (Python 3.10+): not in every typeshed mypy may use, so read as Any
+    builtins_given = cast(Any, function).__builtins__
     builtin_names = builtins_given if isinstance(builtins_given, dict) else vars(builtins)
     read = []
     for var in globals_read:
@@ -220,8 +221,8 @@ def _frozen_function(function: types.FunctionType) -> types.FunctionType:
     """A private copy of ``function`` whose closure, globals read and defaults are frozen."""
     code = function.__code__
     namespace = function.__globals__
-    # FunctionType.__builtins__ (Python 3.10+) is missing from typeshed
-    builtins_given = function.__builtins__  # type: ignore[attr-defined]
+    # FunctionType.__builtins__ (Python 3.10+): not in every typeshed mypy may use, so read as Any
+    builtins_given = cast(Any, function).__builtins__
     builtin_names = builtins_given if isinstance(builtins_given, dict) else vars(builtins)
     frozen_globals = {"__builtins__": builtin_names, "__name__": namespace.get("__name__", "noa_user")}
     for var in _names_read(code)[0]:
