@@ -45,6 +45,12 @@ def _token_end(text, at, stop):
     return pos
 
 
+@numba.njit(inline="always")
+def _row_end(text, first, end):
+    """Where the row ``text[first:end]`` ends without its newline."""
+    return end - 1 if end > first and text[end - 1] == _NEWLINE else end
+
+
 @numba.njit(nogil=True, cache=runtime.CACHE_ENABLED)
 def line_starts(text):
     """The byte offset of each line of ``text`` and the end of the text (``lines + 1`` offsets: line ``i``
@@ -139,9 +145,7 @@ def column_spans(text, offsets, column):
     stops = np.empty(count, np.int64)
     for row in range(count):
         at = offsets[row]
-        end = offsets[row + 1]
-        if end > at and text[end - 1] == _NEWLINE:
-            end -= 1
+        end = _row_end(text, at, offsets[row + 1])
         seen = -1
         while at < end:
             if _blank(text[at]):
@@ -195,9 +199,7 @@ def assemble_rows(text, offsets, rows, starts, stops, values, value_offsets, add
     for i in range(n):
         row = rows[i]
         first = offsets[row]
-        end = offsets[row + 1]
-        if end > first and text[end - 1] == _NEWLINE:
-            end -= 1
+        end = _row_end(text, first, offsets[row + 1])
         size = end - first + 1
         for j in range(k):
             size += (value_offsets[j, i + 1] - value_offsets[j, i]) - (stops[j, i] - starts[j, i])
@@ -209,9 +211,7 @@ def assemble_rows(text, offsets, rows, starts, stops, values, value_offsets, add
     for i in range(n):
         row = rows[i]
         first = offsets[row]
-        end = offsets[row + 1]
-        if end > first and text[end - 1] == _NEWLINE:
-            end -= 1
+        end = _row_end(text, first, offsets[row + 1])
         at = ends[i]
         pos = first
         for j in range(k):
