@@ -376,16 +376,16 @@ def _extract(mic: Micrograph, inputs: Inputs, options: Options, background: inte
     rescaled = bool(options.scale and options.scale != options.box)
     chunk = max(1, CHUNK_BYTES // (8 * max(options.box, options.scale or 0) ** 2))
     statistics = RunningStatistics()
-    buffer = np.empty((min(chunk, len(mic.positions)), options.box, options.box), values.dtype)  # reused
+    # reused; integers boxed as floats, as RELION computes (a negated uint16 would wrap)
+    kept = values.dtype if values.dtype.kind == "f" else np.dtype(np.float32)
+    buffer = np.empty((min(chunk, len(mic.positions)), options.box, options.box), kept)
     with open(writer.temp.temp, "r+b") as out:
         for start in range(0, len(mic.positions), chunk):
             positions = mic.positions[start:start + chunk]
             boxes = extraction.boxes(values, positions, options.box, options.edge, mean, buffer[:len(positions)])
             # float64 as RELION computes only where values change: a float32 box copied is RELION's to the bit
             # (normalising alone makes its own float64 copy)
-            # integers as floats: a negated uint16 would wrap (RELION computes on floats)
-            images = boxes.astype(np.float64) if rescaled else boxes if boxes.dtype.kind == "f" else \
-                boxes.astype(np.float32)
+            images = boxes.astype(np.float64) if rescaled else boxes
             if rescaled:
                 images = fourier_resize(images[:, None], (options.scale, options.scale), like="relion").numpy()[:, 0]
             if background is not None:
