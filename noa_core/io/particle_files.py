@@ -157,7 +157,7 @@ class StarTable:
                                 "sections are counted from 1")
         return paths, index - 1
 
-    def _optics_row(self) -> np.ndarray | None:
+    def optics_row(self) -> np.ndarray | None:
         """Each particle's row in the optics table (by rlnOpticsGroup), or None without one."""
         if self.optics is None or "rlnOpticsGroup" not in self.optics.labels:
             return None
@@ -178,14 +178,14 @@ class StarTable:
                                 f"(groups {', '.join(map(str, sorted(groups.tolist())))})")
         return order[at]
 
-    def _optics_value(self, label: str) -> np.ndarray | None:
-        at = self._optics_row()
+    def optics_value(self, label: str) -> np.ndarray | None:
+        at = self.optics_row()
         if at is None or self.optics is None or label not in self.optics.labels:  # optics: there when at is
             return None
         return self.text.numbers(self.optics, label)[at]
 
     def pixel_sizes(self) -> np.ndarray:
-        from_optics = self._optics_value("rlnImagePixelSize")
+        from_optics = self.optics_value("rlnImagePixelSize")
         if from_optics is not None:
             return from_optics
         if "rlnImagePixelSize" in self.block.labels:
@@ -201,7 +201,7 @@ class StarTable:
         return _DETECTOR_PIXEL if relion30 and "rlnImagePixelSize" not in self.block.labels else "rlnImagePixelSize"
 
     def boxes(self) -> np.ndarray | None:
-        sizes = self._optics_value("rlnImageSize")
+        sizes = self.optics_value("rlnImageSize")
         return None if sizes is None else sizes.astype(np.int64)
 
     def groups(self) -> np.ndarray | None:
@@ -231,7 +231,7 @@ class StarTable:
 
     def columns(self, row: int) -> dict[str, Any]:
         values = _row_text(self.text, self.block, row)
-        at = self._optics_row()
+        at = self.optics_row()
         if at is None or self.optics is None:
             return values
         optics = _row_text(self.text, self.optics, int(at[row]))
@@ -335,7 +335,7 @@ class CsTable:
             out["blob/shape"] = new.box
         if "blob/psize_A" in names and new.pixel_scale != 1:
             out["blob/psize_A"] = out["blob/psize_A"] * new.pixel_scale
-        return [_npy_bytes(out)]
+        return [npy_bytes(out)]
 
     def columns(self, row: int) -> dict[str, Any]:
         record = self.array[row]
@@ -369,7 +369,7 @@ def _widened(array: np.ndarray, field: str, dtype: np.dtype) -> np.ndarray:
     return out
 
 
-def _npy_bytes(array: np.ndarray) -> bytes:
+def npy_bytes(array: np.ndarray) -> bytes:
     """The ``.npy`` bytes of ``array`` (what cryoSPARC's files are: ``np.save`` of the structured array)."""
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)

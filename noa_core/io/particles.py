@@ -168,7 +168,7 @@ def _open_stack(project: Project, name: str, where: Callable[[], str]) -> int:
         raise MissingFileError(f"{where()}: {name}: {exc.strerror or exc}") from None
 
 
-def _stack(project: Project, name: str, where: str) -> Stack:
+def stack_header(project: Project, name: str, where: str) -> Stack:
     """The header of the stack ``name`` (read through ``project``); errors say ``where`` it is named."""
     fd = _open_stack(project, name, lambda: where)
     try:
@@ -206,7 +206,7 @@ def images_of(table: Table, project: Project) -> Images:
     paths, sections = table.image_names()
     names, stack_of = stack_runs(paths)
     firsts = first_rows(stack_of)
-    stacks = [_stack(project, raw.decode(errors="surrogateescape"), table.where(int(row), table.image_field))
+    stacks = [stack_header(project, raw.decode(errors="surrogateescape"), table.where(int(row), table.image_field))
               for raw, row in zip(names.tolist(), firsts)]
     counts = np.array([s.sections for s in stacks], np.int64)
     beyond = np.flatnonzero(sections >= counts[stack_of]) if stacks else np.zeros(0, np.int64)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from noa_core.errors import MissingFileError, NoaError
-from noa_core.io.particles import FolderProject, _stack, stack_runs
+from noa_core.io.particles import FolderProject, stack_header, stack_runs
 from noa_core.particles.table import Particles
 
 
@@ -36,7 +36,7 @@ def check(path: str | os.PathLike, project_dir: str | os.PathLike | None = None)
             problems.append(f"{where}: {name} is named .mrc; RELION reads stacks named .mrcs (rename the file and "
                             "its rows, pyem#48)")
         try:
-            stack = _stack(project, name, where)
+            stack = stack_header(project, name, where)
         except MissingFileError:
             problems.append(f"{where}: {name}: no such file ({rows.size} row(s) name it)")
             continue

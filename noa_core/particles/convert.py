@@ -27,7 +27,7 @@ from scipy.spatial.transform import Rotation
 from noa_core.errors import ParameterError
 from noa_core.io import star
 from noa_core.io.particle_files import CsTable, ParticleError, StarTable, open_table, split_names
-from noa_core.io.particles import FolderProject, _stack
+from noa_core.io.particles import FolderProject, stack_header
 from noa_core.particles.table import check_output, npy_bytes
 
 LAYOUTS = ("3.0", "3.1")
@@ -205,7 +205,7 @@ def _per_row(table: StarTable, label: str) -> np.ndarray | None:
     """Each particle's value of ``label``: its own column, or its optics group's; None where neither has it."""
     if label in table.block.labels:
         return table.text.numbers(table.block, label)
-    return table._optics_value(label)
+    return table.optics_value(label)
 
 
 def _star_to_cs(table: StarTable) -> bytes:
@@ -262,7 +262,7 @@ def _star_to_cs(table: StarTable) -> bytes:
 def _to_30(table: StarTable) -> list[bytes | np.ndarray]:
     """A RELION 3.1 file's particles with their optics group's values on every row, shifts in pixels."""
     text, block, optics = table.text, table.block, cast(star.Block, table.optics)  # a 3.1 file's
-    rows_group = table._optics_row()
+    rows_group = table.optics_row()
     pixel_size = table.pixel_sizes()
     columns: dict[str, np.ndarray] = {}
     for label in block.labels:
@@ -292,7 +292,7 @@ def _to_31(table: StarTable, project_dir: str | os.PathLike | None) -> list[byte
     first = np.unique(group, return_index=True)[1]
     paths = split_names(text.values(block, "rlnImageName", first))[1]
     project = FolderProject(project_dir)
-    boxes = [_stack(project, path.decode(errors="surrogateescape"), table.where(int(row), "rlnImageName")).width
+    boxes = [stack_header(project, path.decode(errors="surrogateescape"), table.where(int(row), "rlnImageName")).width
              for path, row in zip(paths.tolist(), first)]
     optics = {"rlnOpticsGroupName": np.strings.add(b"opticsGroup", np.arange(1, first.size + 1).astype("S20")),
               "rlnOpticsGroup": np.arange(1, first.size + 1),

@@ -13,8 +13,7 @@ import numpy as np
 
 from noa_core.errors import OutputIsInputError, ParameterError
 from noa_core.io import atomic, star
-from noa_core.io.particle_files import CsTable, ParticleError, StarTable, open_table
-from noa_core.io.particle_files import _npy_bytes as npy_bytes  # cryoSPARC's files: np.save of the array
+from noa_core.io.particle_files import CsTable, ParticleError, StarTable, npy_bytes, open_table
 
 
 class Particles:
