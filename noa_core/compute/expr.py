@@ -46,7 +46,7 @@ class ExpressionError(NoaError, ValueError):
 MAX_INPUTS = 26
 MAX_LENGTH = 2000
 # Operations, names and constants in one expression: compile time grows with them (the worst
-# accepted expression compiles in a few seconds, see tests/compute/test_expr_hostile.py).
+# accepted expression compiles in a few seconds, see tests/compute/test_expr.py).
 MAX_NODES = 300
 # Nesting (a chain of n additions is n deep): the checks below recurse once per level.
 MAX_DEPTH = 100

@@ -210,7 +210,7 @@ def test_random_expressions_store_the_same_bytes_on_both_paths(text, a, b, c):
     try:
         expression = compile_expression(text, 3)
         expression.result_dtype([a.dtype, b.dtype, c.dtype])
-    except ExpressionError:  # refused as NumPy refuses it (tests/compute/test_expr_hostile.py)
+    except ExpressionError:  # refused as NumPy refuses it (tests/compute/test_expr.py)
         event("refused by the language")
         return
     function = expression.numpy_function(a.dtype, b.dtype, c.dtype)

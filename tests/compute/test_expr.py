@@ -1,11 +1,26 @@
-"""The expression language: what it refuses, and that its numba and NumPy forms agree."""
+"""The expression language: what it refuses, and that its numba and NumPy forms agree.
+
+Hostile expressions (issue 20, items 7-10): bounded work, one-line refusals, NumPy's types.
+
+The oracle is NumPy evaluating the same expression on the same arrays: each expression is built
+twice from one tree, as text for noa and as NumPy calls (Python scalars left weak, as NumPy 2
+treats them), so nothing here reuses noa_core.compute.expr's own tables."""
+
+import operator
+import re
+import time
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
+import noa_core as nc
+from noa_core.compute import expr
+from noa_core.compute.elementwise import ewise
 from noa_core.compute.expr import ExpressionError, compile_expression
+from noa_core.kernels import cpu, runtime
 
 EXPRESSIONS = [
     ("a * b", lambda a, b: a * b),
@@ -138,3 +153,315 @@ def test_expression_kernels_are_cached_on_disk_across_processes(tmp_path):
     files = sorted(p.name for p in tmp_path.rglob("*"))
     assert run("a * 4 + 1", "off")[0] == 0
     assert sorted(p.name for p in tmp_path.rglob("*")) == files
+
+
+# -- hostile expressions -------------------------------------------------------------------------------------------
+
+
+DTYPES = [np.dtype(name) for name in ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                                      "float16", "float32", "float64", "complex64", "complex128"]]
+BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
+          "%": operator.mod, "**": operator.pow, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+          ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "and": np.logical_and, "or": np.logical_or}
+UNARY = {"-": operator.neg, "+": operator.pos, "not ": np.logical_not}
+FUNCTIONS = {"abs": np.abs, "sqrt": np.sqrt, "exp": np.exp, "log": np.log, "log10": np.log10, "sin": np.sin,
+             "cos": np.cos, "tan": np.tan, "floor": np.floor, "ceil": np.ceil, "min": np.minimum, "max": np.maximum,
+             "clip": lambda x, low, high: np.minimum(np.maximum(x, low), high), "where": np.where}
+ARITY = {"min": 2, "max": 2, "clip": 3, "where": 3}
+# Inputs NumPy may compute float16 intermediates from (sqrt of int8 is float16).
+HALF_SOURCES = [np.dtype(name) for name in ("float16", "int8", "uint8", "bool")]
+SINGLE_SOURCES = [np.dtype(name) for name in ("float32", "complex64", "int16", "uint16")]
+# NumPy's errors for an expression it refuses (bad constants, undefined loops, Python's own).
+NUMPY_REFUSES = (OverflowError, ValueError, TypeError, ZeroDivisionError)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_disk_cache():
+    """Compile as the service does: the random expressions here must not fill numba's cache on disk
+    (and the timing test must not be served from it)."""
+    cached, runtime.CACHE_EXPRESSIONS = runtime.CACHE_EXPRESSIONS, False
+    yield
+    runtime.CACHE_EXPRESSIONS = cached
+
+
+def numpy_result(reference, a, b):
+    """What NumPy gives (an array), or the exception it raises."""
+    try:
+        with np.errstate(all="ignore"):
+            return np.asarray(reference(a, b))
+    except NUMPY_REFUSES as exc:
+        return exc
+
+
+def known_difference(error: Exception, text: str, a: np.ndarray, b: np.ndarray) -> bool:
+    """Where noa knowingly differs from NumPy (documented in noa_core.compute.expr): complex values are not
+    ordered (NumPy orders them lexicographically); a negative integer exponent coming from an input is
+    computed, not refused (NumPy checks every element at run time); and an expression of constants alone
+    whose value is an integer beyond 64 bits is refused (NumPy gives an array of Python objects, which
+    no image holds)."""
+    complex_input = "c" in (a.dtype.kind, b.dtype.kind)
+    return ((isinstance(error, ExpressionError) and "no order" in str(error) and complex_input)
+            or (isinstance(error, ValueError) and "negative integer powers" in str(error))
+            or (isinstance(error, ExpressionError) and "beyond every integer type" in str(error)))
+
+
+def run_noa(text: str, a: np.ndarray, b: np.ndarray):
+    """noa's compiled element function on each pair of elements, stored in its result type (as the
+    kernels store it; float16 inputs arrive as float32, as noa_core.compute.dispatch hands them over), or
+    its ExpressionError. The kernels themselves are exercised by the tests that run ewise."""
+    try:
+        expression = compile_expression(text, 2)
+        dtype = expression.result_dtype([a.dtype, b.dtype])
+        element = expression.numba_function(a.dtype, b.dtype)
+    except ExpressionError as exc:
+        return exc
+    widened = [x.astype(np.float32) if x.dtype == np.float16 else x for x in (a, b)]
+    return np.array([element(x, y) for x, y in zip(*widened)], dtype=dtype)
+
+
+def run_kernels(text: str, *arrays: np.ndarray) -> np.ndarray:
+    """noa's result through the kernels, as `noa ewise` computes a tile."""
+    expression = compile_expression(text, len(arrays))
+    out = nc.empty((1, 1, 1, arrays[0].size), expression.result_dtype([x.dtype for x in arrays]))
+    ewise([nc.asarray(x.reshape(1, 1, 1, -1)) for x in arrays], [out],
+          expression.numba_function(*(x.dtype for x in arrays)))
+    return out.numpy().reshape(-1)
+
+
+def assert_like_numpy(got: np.ndarray, expected: np.ndarray, *inputs: np.ndarray, text: str = "") -> None:
+    """The same type, and the same values: integers exactly, floats within the precision of the
+    least precise float NumPy may compute in along the way (from the inputs' types, and a bool
+    constant or comparison: sin(True) and exp(a <= a) are float16)."""
+    assert got.dtype == expected.dtype
+    if expected.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, expected)
+    elif (expected.dtype == np.float16 or any(x.dtype in HALF_SOURCES for x in inputs) or "True" in text
+          or any(op in text for op in ("<", ">", "==", "!=", " and ", " or ", "not "))):  # bool intermediates too
+        # float16 values are computed in float32 and rounded on store (noa_core.compute.dispatch's policy),
+        # which differs from NumPy's rounding of every float16 intermediate.
+        close = np.isclose(got, expected, rtol=2e-2, atol=2e-2, equal_nan=True)
+        assert (close | ~np.isfinite(expected) | (np.abs(expected) > 100)).all(), (got, expected)
+    else:
+        single = expected.dtype in SINGLE_SOURCES or any(x.dtype in SINGLE_SOURCES for x in inputs)
+        tolerance = 1e-4 if single else 1e-9  # numba's and NumPy's float32 functions differ by an ulp
+        np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance, equal_nan=True)
+
+
+def both_computed(expected, got, text: str, a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether NumPy and noa both gave a result; else both refused (or they differ knowingly)."""
+    failures = [x for x in (expected, got) if isinstance(x, Exception)]
+    if len(failures) == 1:
+        assert known_difference(failures[0], text, a, b), (text, a.dtype, b.dtype, expected, got)
+    return not failures
+
+
+def check_against_numpy(text: str, reference, a: np.ndarray, b: np.ndarray) -> None:
+    expected, got = numpy_result(reference, a, b), run_noa(text, a, b)
+    if not both_computed(expected, got, text, a, b):
+        return
+    assert_like_numpy(got, expected, a, b, text=text)
+
+
+# -- item 9: NumPy's promotion for every intermediate ------------------------------------------
+
+
+def test_integer_intermediates_wrap_in_their_own_type():
+    a = np.array([-128, -1, 0, 14, 22, 127, 100, 50], dtype=np.int8)
+    with np.errstate(all="ignore"):
+        expected = (a * 100) // 7
+    np.testing.assert_array_equal(run_kernels("(a * 100) // 7", a), expected)
+    issue = np.array([1, 2, 0, 1, 3, 4, 5, 6], dtype=np.int8)
+    assert run_kernels("(a * 100) // 7", issue).tolist() == [14, -8, 0, 14, 6, -16, -2, 12]
+    # float16 is computed in float32 and rounded on store (noa_core.compute.dispatch's policy).
+    half = np.array([0.5, 1.5, -2.25, 100], dtype=np.float16)
+    assert_like_numpy(run_kernels("a * 3 + sqrt(abs(a))", half), half * 3 + np.sqrt(np.abs(half)))
+
+
+CONSTANTS = ["3", "-1", "300", "2.5", "True", "0"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_operator_and_function_has_numpys_type_on_every_input_type(dtype):
+    """Each operator and function, with an input of ``dtype`` and another input of every type or a
+    constant: the same result type as NumPy, or refused exactly where NumPy refuses."""
+    a = np.ones(2, dtype)
+    cases = []
+    for other in DTYPES:
+        b = np.ones(2, other)
+        cases += [(f"a {op} b", lambda x, y, f=f: f(x, y), a, b) for op, f in BINARY.items()]
+    for constant in CONSTANTS:
+        value = eval(constant)  # noqa: S307 - the literal above, as NumPy's caller would write it
+        cases += [(f"a {op} ({constant})", lambda x, y, f=f, v=value: f(x, v), a, a) for op, f in BINARY.items()]
+        cases += [(f"({constant}) {op} a", lambda x, y, f=f, v=value: f(v, x), a, a) for op, f in BINARY.items()]
+    cases += [(f"{op}a", lambda x, y, f=f: f(x), a, a) for op, f in UNARY.items()]
+    for name, f in FUNCTIONS.items():
+        arity = ARITY.get(name, 1)
+        cases.append((f"{name}({', '.join(['a'] * arity)})", lambda x, y, f=f, n=arity: f(*[x] * n), a, a))
+        cases.append((f"{name}({', '.join(['a'] + ['2'] * (arity - 1))})",
+                      lambda x, y, f=f, n=arity: f(x, *[2] * (n - 1)), a, a))
+    for text, reference, x, y in cases:
+        expected = numpy_result(reference, x, y)
+        try:
+            got = compile_expression(text, 2).result_dtype([x.dtype, y.dtype])
+        except ExpressionError as exc:
+            got = exc
+        if both_computed(expected, got, text, x, y):
+            assert got == expected.dtype, (text, x.dtype, y.dtype)
+
+
+def values(dtype: np.dtype):
+    """Arrays of 8 values of ``dtype``: integers over their whole range, floats small or special."""
+    if dtype.kind in "biu":
+        elements = None
+    elif dtype.kind == "f":
+        elements = st.floats(-20, 20, width=dtype.itemsize * 8) | st.sampled_from([0.0, -0.0, np.inf, -np.inf, np.nan])
+    else:
+        part = st.floats(-20, 20, width=dtype.itemsize * 4)
+        elements = st.builds(complex, part, part)
+    return hnp.arrays(dtype, 8, elements=elements)
+
+
+LEAVES = st.sampled_from([("a", lambda a, b: a), ("b", lambda a, b: b), ("3", lambda a, b: 3),
+                          ("100", lambda a, b: 100), ("2.5", lambda a, b: 2.5), ("True", lambda a, b: True)])
+
+
+def _extend(children):
+    def binary(op, left, right):
+        f = BINARY[op]
+        return f"({left[0]}) {op} ({right[0]})", lambda a, b: f(left[1](a, b), right[1](a, b))
+
+    def unary(op, operand):
+        f = UNARY[op]
+        return f"{op}({operand[0]})", lambda a, b: f(operand[1](a, b))
+
+    def call(name, *args):
+        f = FUNCTIONS[name]
+        return f"{name}({', '.join(arg[0] for arg in args)})", lambda a, b: f(*(arg[1](a, b) for arg in args))
+
+    def if_else(body, test, orelse):
+        return (f"({body[0]}) if ({test[0]}) else ({orelse[0]})",
+                lambda a, b: np.where(test[1](a, b), body[1](a, b), orelse[1](a, b)))
+
+    return (st.builds(binary, st.sampled_from(list(BINARY)), children, children)
+            | st.builds(unary, st.sampled_from(list(UNARY)), children)
+            | st.builds(call, st.sampled_from([n for n in FUNCTIONS if n not in ARITY]), children)
+            | st.builds(call, st.sampled_from(["min", "max"]), children, children)
+            | st.builds(call, st.sampled_from(["clip", "where"]), children, children, children)
+            | st.builds(if_else, children, children, children))
+
+
+EXPRESSION_TREES = st.recursive(LEAVES, _extend, max_leaves=5)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(EXPRESSION_TREES, st.sampled_from(DTYPES).flatmap(values), st.sampled_from(DTYPES).flatmap(values))
+def test_expressions_compute_what_numpy_computes(expression, a, b):
+    """Random trees of every operator and function over random input types: the values and type
+    NumPy gives, or refused where NumPy refuses."""
+    text, reference = expression
+    note(f"{text!r} on {a!r} and {b!r}")
+    check_against_numpy(text, reference, a, b)
+
+
+@pytest.mark.parametrize("text,reference", [
+    ("a // b", lambda a, b: a // b), ("a % b", lambda a, b: a % b), ("a / b", lambda a, b: a / b),
+    ("a ** b", lambda a, b: a ** b), ("-a", lambda a, b: -a), ("abs(a)", lambda a, b: np.abs(a)),
+])
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d.kind in "iu"], ids=str)
+def test_integer_overflow_and_division_by_zero_follow_numpy(text, reference, dtype):
+    info = np.iinfo(dtype)
+    a = np.array([info.min, info.min, info.max, -1 if info.min else 0, 0, 7, info.max, 3], dtype=dtype)
+    b = np.array([-1 if info.min else 1, 0, 0, 0, 0, 2, 2, 5], dtype=dtype)
+    check_against_numpy(text, reference, a, b)
+
+
+# -- item 8: each hostile expression computed as NumPy does, or refused in one line ------------------
+
+
+@pytest.mark.parametrize("text,reference", [
+    ("a + 1e999", lambda a: a + 1e999),
+    ("not not a", lambda a: np.logical_not(np.logical_not(a))),
+    ("0 < a < 3 <= 3", lambda a: np.logical_and(np.logical_and(a > 0, a < 3), 3 <= 3)),
+    ("a < 1000", lambda a: a < 1000),
+    ("-1000 >= a", lambda a: a <= -1000),
+    ("a + 2**100 * 0", lambda a: a + 2**100 * 0),
+    ("where(a > 0, a, 1000)", lambda a: np.where(a > 0, a, 1000)),  # NumPy wraps the constant here
+    ("1 + 2", lambda a: np.asarray(1 + 2)),
+])
+def test_hostile_expressions_that_numpy_computes(text, reference):
+    a = np.array([-128, -1, 0, 1, 2, 5, 100, 127], dtype=np.int8)
+    check_against_numpy(text, lambda x, y: reference(x), a, a)
+
+
+@pytest.mark.parametrize("text,dtype,message", [
+    ("a + 9**9**9", "float32", "too large a number"),
+    ("a + 2**100000", "float32", "too large a number"),
+    ("a * 1000", "int8", "'1000' is out of range for int8"),
+    ("a + 2**100", "int64", "'2**100' is out of range for int64"),
+    ("1 // 0 + a", "float32", "'1 // 0' divides by zero"),
+    ("a + 1 % 0.0", "float32", "divides by zero"),
+    ("a ** -1", "int16", "negative power"),
+    ("a + (-8) ** 0.5", "float64", "complex number"),
+    ("a + 10.0 ** 400", "float64", "too large a number"),
+    ("a - (a > 0)", "bool", "'a - (a > 0)' uses '-', which is not defined for bool and bool values"),
+    ("max(" * 7 + "a" + ", a)" * 7 + " + a" * 20 + " + " + "min(a, b) + " * 90 + "a", "float32",
+     "more than 300 terms"),
+    ("-" * 150 + "a", "float32", "nested more than 100 levels"),
+    ("(" * 300 + "a" + ")" * 300, "float32", "not valid"),
+    ("a < b", "complex64", "no order"),
+])
+def test_hostile_expressions_refused_in_one_short_line(text, dtype, message):
+    with pytest.raises(ExpressionError, match=re.escape(message)) as info:
+        compile_expression(text, 2).result_dtype([np.dtype(dtype)] * 2)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 300
+
+
+# -- item 7: bounded work ------------------------------------------------------------------------
+
+
+WORST = " + ".join(f"sqrt(abs(a * {i} - b)) ** 2.5" for i in range(25))  # 299 nodes: the limit is 300
+
+
+def test_worst_accepted_expression_compiles_within_seconds():
+    """The largest expression the limits accept compiles (typing, numba, kernel) within seconds."""
+    assert len(WORST) <= expr.MAX_LENGTH
+    start = time.monotonic()
+    expression = compile_expression(WORST, 2)
+    a = nc.asarray(np.ones((1, 1, 4, 5), np.float32))
+    out = nc.empty(a.shape, expression.result_dtype([np.float32, np.float32]))
+    ewise([a, a], [out], expression.numba_function(np.float32, np.float32))
+    assert time.monotonic() - start < 20
+    with pytest.raises(ExpressionError, match="more than 300"):
+        compile_expression(WORST + " + a * b", 2)
+
+
+@pytest.mark.parametrize("text", ["9**9**9", "2**1025", "(2**600) * (2**600)", "-(10**400)", "9**9**9**9",
+                                  "2 ** (2 ** 1000) * 0"])
+def test_folding_huge_constants_is_refused_at_once(text):
+    start = time.monotonic()
+    with pytest.raises(ExpressionError, match="too large"):
+        compile_expression(f"a + {text}", 1)
+    assert time.monotonic() - start < 1
+
+
+# -- item 10: the compiled-expression cache is bounded ----------------------------------------------
+
+
+def test_compiled_expressions_are_kept_least_recently_used_first(monkeypatch):
+    monkeypatch.setattr(expr, "CACHE_SIZE", 3)
+    monkeypatch.setattr(expr, "_NUMBA_CACHE", type(expr._NUMBA_CACHE)())
+    x = nc.asarray(np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3))
+    out = nc.empty(x.shape, "float32")
+    functions, compiled = [], expr.compiled_count()
+    for k in range(4):
+        functions.append(compile_expression(f"a * {k} + 0.5", 1).numba_function(np.float32))
+        ewise([x], [out], functions[-1])
+        np.testing.assert_array_equal(out.numpy(), x.numpy() * k + 0.5)
+        if k == 1:  # the first one used again: the second becomes the least recently used
+            compile_expression("a * 0 + 0.5", 1).numba_function(np.float32)
+    assert len(expr._NUMBA_CACHE) == 3 and expr.compiled_count() == compiled + 4
+    kept = set(map(id, expr._NUMBA_CACHE.values()))
+    assert id(functions[0]) in kept and id(functions[1]) not in kept
+    # The kernels built around the dropped function went with it.
+    assert not any(f is functions[1] for key in cpu._KERNELS for _, f in key[2])
+    assert any(f is functions[0] for key in cpu._KERNELS for _, f in key[2])

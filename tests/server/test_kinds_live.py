@@ -1,6 +1,7 @@
-"""split, join, scale, normalize and header through a real ``noa serve`` process: a streamed zip of split
-outputs (over the inline size), the server-side file edited in place by paths mode, an edited copy from
-upload mode, and jobs; results compared with the CLI's."""
+"""Each kind of operation (writes several, writes one, edits in place) through a real ``noa serve`` process:
+split, join, scale, normalize and header as a streamed zip of split outputs (over the inline size), the
+server-side file edited in place by paths mode, an edited copy from upload mode, and jobs; results compared
+with the CLI's."""
 
 from __future__ import annotations
 
