@@ -9,6 +9,7 @@ from noa_core.operations.spec import (
     Flag,
     InputFile,
     Integer,
+    Integers,
     Param,
     Real,
     Text,
@@ -37,7 +38,8 @@ OPERATION = WritesDataSet(
             "RELION and in its order: --scale (Fourier rescale to a new box), --norm (background ring beyond "
             "--bg-radius: ramp, mean 0, sd 1), --invert-contrast. OUT (.star) names the stacks, written beside it in "
             "Particles/<micrograph folder>/<micrograph>.mrcs (or --one-stack: OUT.mrcs), relative to the project "
-            "folder; every file is written, or none. With --out-dir each micrograph gets its own STAR.",
+            "folder; every file is written, or none. With --out-dir each micrograph gets its own STAR. --also-scale "
+            "writes the same particles at other sizes from the same read: OUT_<size>px.star and its stacks.",
     examples=("noa extract Micrographs/*.mrc --coord-suffix _autopick.star --box 256 -o particles.star",
               "noa extract mics.star --coords picks.cs --box 320 --scale 80 --norm --bg-radius 30 -o bin4.star",
               "noa extract mics.star --coords run_data.star --recentre --box 256 -o reextracted.star"),
@@ -51,6 +53,10 @@ OPERATION = WritesDataSet(
                   default="repeat"),
             Param("scale", Integer(2, 16384), "Rescale the boxes to this size in pixels in Fourier space "
                   "(RELION's --scale)."),
+            Param("also_scale", Integers(1, 8, 2, 16384), "More data sets of the same particles from the same read "
+                  "of each micrograph, each rescaled in Fourier space to one of these sizes in pixels (e.g. 80,160): "
+                  "OUT_<size>px.star naming stacks in Particles_<size>px/ (with --one-stack OUT_<size>px.mrcs), "
+                  "normalised with the same background circle in their pixels."),
             Param("norm", Flag(), "Normalise each box to a background of mean 0 and sd 1, after removing a ramp "
                   "(RELION's --norm).", default=False),
             Param("bg_radius", Real(0.0, 16384.0), "Radius in pixels (of the final box) of the background ring for "

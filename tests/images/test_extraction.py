@@ -71,6 +71,37 @@ def test_the_boxes_are_relions(project, box, relion_options, noa_options):
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5 * np.abs(expected[name]).max())
 
 
+@pytest.mark.parametrize(("box", "relion_runs", "noa_options"), [
+    # the data set OUT names at the box, another at 12 px: each RELION's own run at that size
+    (16, [(), ("--scale", "12")], ("--also-scale", "12")),
+    # OUT at --scale 24, more at 16 and 40 (padded), normalised with the same circle in each one's pixels and inverted
+    (32, [("--scale", "24", "--norm", "--bg_radius", "9", "--invert_contrast"),
+          ("--scale", "16", "--norm", "--bg_radius", "6", "--invert_contrast"),
+          ("--scale", "40", "--norm", "--bg_radius", "15", "--invert_contrast")],
+     ("--scale", "24", "--norm", "--bg-radius", "9", "--invert-contrast", "--also-scale", "16,40")),
+])
+def test_each_size_of_one_read_is_relions_run_at_that_size(project, box, relion_runs, noa_options):
+    """Issue 43 item 3: several data sets from one read of each micrograph, each equal to relion_preprocess run
+    for that size alone, with its own STAR (pixel size and box of that size) that RELION reads back."""
+    noa_extract(project, box, *noa_options)
+    sizes = [int(run[1]) if run else box for run in relion_runs]
+    for size, run in zip(sizes, relion_runs):
+        expected = relion_extract(project, box, *run)
+        suffix = "" if size == sizes[0] else f"_{size}px"
+        folder = project / f"noa/Particles{suffix}/Mics"
+        for name in ("a", "b"):
+            got = load(folder / f"{name}.mrcs")
+            assert got.shape == expected[name].shape, (size, name)
+            np.testing.assert_allclose(got, expected[name], rtol=1e-5, atol=1e-5 * np.abs(expected[name]).max())
+        ours, theirs = starfile.read(project / f"noa/out{suffix}.star"), starfile.read(project / "relion.star")
+        assert ours["optics"]["rlnImageSize"].tolist() == theirs["optics"]["rlnImageSize"].tolist() == [size]
+        assert ours["optics"]["rlnImagePixelSize"].tolist() == pytest.approx(
+            theirs["optics"]["rlnImagePixelSize"].tolist())
+        relion("relion_stack_create", "--i", f"noa/out{suffix}.star", "--o", f"restacked{size}", cwd=project)
+        np.testing.assert_array_equal(load(project / f"restacked{size}.mrcs"),
+                                      np.concatenate([load(folder / f"{n}.mrcs") for n in ("a", "b")]))
+
+
 def test_the_particles_star_is_relions(project):
     relion_extract(project, 16, "--scale", "12")
     noa_extract(project, 16, "--scale", "12")

@@ -16,6 +16,7 @@ import starfile
 
 from helpers import assert_user_error, load, noa, write_mrc
 from noa_core import operations
+from noa_core.fourier.resampling import fourier_resize
 from noa_core.images import extraction
 from noa_core.operations.implementations import extract as extract_impl
 from noa_core.run import execute
@@ -134,6 +135,52 @@ def test_paths_mode_extracts_under_the_data_root(tmp_path, mics, make_client):
     assert refused.status_code in (400, 403) and not (tmp_path / "out/q.star").exists()
 
 
+def test_more_sizes_from_one_read_through_http_paths_and_one_stack(tmp_path, mics, make_client):
+    """--also-scale over HTTP paths mode: OUT_<size>px.star beside OUT naming stacks in Particles_<size>px/, each box
+    the Fourier-cropped box of OUT's (noa's own fourier_resize of the same box: RELION's own runs are the oracle in
+    tests/images/test_extraction.py); --one-stack names OUT_<size>px.mrcs."""
+    client = make_client(data_root=tmp_path)
+    (tmp_path / "out").mkdir()
+    response = client.post("/v1/paths/extract", json={"srcs": ["Mics/a.mrc"], "dst": "out/parts.star",
+                                                      "coords": "Mics/a_pick.star", "box": 8, "also_scale": [4]})
+    assert response.status_code == 201, response.text
+    assert any("at 4 pixels: out/parts_4px.star" in notice for notice in response.json()["notices"])
+    small = starfile.read(tmp_path / "out/parts_4px.star")
+    assert small["particles"]["rlnImageName"].tolist()[0] == "000001@out/Particles_4px/Mics/a.mrcs"
+    assert small["optics"]["rlnImageSize"].tolist() == [4]
+    assert small["optics"]["rlnImagePixelSize"].tolist() == [2.5]
+    full = load(tmp_path / "out/Particles/Mics/a.mrcs")
+    np.testing.assert_array_equal(full[0], box_of(mics["a"], 10, 12, 8))
+    expected = fourier_resize(full.astype(np.float64)[:, None], (4, 4), like="relion").numpy()[:, 0]
+    np.testing.assert_allclose(load(tmp_path / "out/Particles_4px/Mics/a.mrcs"), expected, rtol=1e-4, atol=1e-5)
+    done = noa("extract", "Mics/a.mrc", "Mics/b.mrc", "--coord-suffix", "_pick.star", "--box", 8, "--one-stack",
+               "--also-scale", "6", "-o", "one.star", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert starfile.read(tmp_path / "one_6px.star")["particles"]["rlnImageName"].tolist()[-1] == "000005@one_6px.mrcs"
+    assert load(tmp_path / "one_6px.mrcs").shape == (5, 6, 6)
+
+
+@pytest.mark.parametrize(("options", "fragments"), [
+    (["--also-scale", "8"], ["--also-scale", "8 pixels is asked for twice"]),
+    (["--scale", "6", "--also-scale", "4,6"], ["--also-scale", "6 pixels is asked for twice"]),
+    (["--also-scale", "1"], ["--also-scale"]),
+    (["--also-scale", "4,4"], ["--also-scale", "4 pixels is asked for twice"]),
+])
+def test_more_sizes_are_checked_before_anything_is_written(tmp_path, mics, options, fragments):
+    before = listing(tmp_path)
+    assert_user_error(noa("extract", "Mics/a.mrc", "--coords", "Mics/a_pick.star", "--box", 8, *options, "-o",
+                          "p.star", cwd=tmp_path), *fragments)
+    assert listing(tmp_path) == before
+
+
+def test_an_existing_output_of_another_size_is_kept_without_force(tmp_path, mics):
+    (tmp_path / "p_4px.star").write_text("mine")
+    before = listing(tmp_path)
+    assert_user_error(noa("extract", "Mics/a.mrc", "--coords", "Mics/a_pick.star", "--box", 8, "--also-scale", 4,
+                          "-o", "p.star", cwd=tmp_path), "p_4px.star")
+    assert listing(tmp_path) == before and (tmp_path / "p_4px.star").read_text() == "mine"
+
+
 @pytest.mark.parametrize("outputs", [["-o", "parts.star"], ["--out-dir", "each"]])
 def test_a_local_dask_cluster_writes_the_bytes_the_cli_writes(tmp_path, mics, outputs):
     """One output (a single task: a data set writes its own files, no tiles to share) and one per micrograph."""
@@ -210,7 +257,8 @@ def test_a_cancel_or_a_failure_while_micrographs_are_extracted_leaves_nothing(tm
         monkeypatch.setattr(extraction, "boxes", failing)
     with pytest.raises(KeyboardInterrupt):
         execute(operations.get("extract"), ["Mics/a.mrc", "Mics/b.mrc"], "parts.star",
-                {"coord_suffix": "_pick.star", "box": 8}, progress=cancelled if where == "progress" else None)
+                {"coord_suffix": "_pick.star", "box": 8, "also_scale": (4,)},
+                progress=cancelled if where == "progress" else None)
     assert listing(tmp_path) == before
 
 

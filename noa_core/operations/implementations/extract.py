@@ -1,6 +1,8 @@
 """noa extract: for each micrograph, its particles' boxes (noa_core.images.extraction), rescaled, normalised and
 inverted as relion_preprocess does, written into MRC stacks in RELION's ``Particles/`` layout beside the particles
-STAR naming them; every stack and the STAR placed together, or nothing.
+STAR naming them; every stack and the STAR placed together, or nothing. ``also_scale`` writes more data sets of the
+same boxes Fourier-cropped (or padded) to other sizes from the same read of each micrograph: ``OUT_<size>px.star``
+with its stacks in ``Particles_<size>px/`` (or ``OUT_<size>px.mrcs``).
 
 Everything is checked before anything is written: the micrographs' headers (2-d images, one pixel size per optics
 group, the box within them), every coordinate (a number, within its micrograph) and every output name."""
@@ -60,8 +62,7 @@ class Micrograph:
     positions: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
     kept: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the picks' indices extracted
     nbytes: int = 0  # its image in memory
-    stack: Path | None = None
-    first: int = 0  # the stack's section of its first particle
+    first: int = 0  # its stack's section of its first particle (the same in every data set)
 
 
 @dataclass
@@ -70,6 +71,42 @@ class Optics:
 
     labels: list[str]
     rows: list[list[bytes]]
+
+
+@dataclass
+class DataSet:
+    """One data set written: the boxes at ``size`` pixels, its particles STAR and each micrograph's stack."""
+
+    size: int
+    star: Path
+    folder: str  # where the stacks go beside the STAR (RELION's Particles/)
+    background: intensity.Background | None
+    stacks: list[Path] = field(default_factory=list)  # each micrograph's, in the micrographs' order
+    writers: dict[Path, _StackWriter] = field(default_factory=dict)
+
+    def pixel_size(self, micrograph_pixel: float, box: int) -> float:
+        """RELION's output pixel size: the micrograph's, times box / size when rescaled."""
+        return micrograph_pixel * box / self.size
+
+
+def _data_sets(output: Path, options: Options) -> list[DataSet]:
+    """The data set OUT names (at --scale, else the box), then one per other size asked for."""
+    final = options.scale or options.box
+    sizes = options.also_scale or ()
+    for size in sizes:
+        if size == final or sizes.count(size) > 1:
+            raise ParameterError(f"{size} pixels is asked for twice: each size is one data set", "also_scale")
+    bg_radius = options.bg_radius
+
+    def background(size: int) -> intensity.Background | None:
+        # RELION's --bg_radius is in pixels of the final box: the same circle in each data set's pixels
+        return intensity.background((size, size), bg_radius * size / final) if options.norm else None
+
+    sets = [DataSet(final, output, PARTICLES_FOLDER, background(final))]
+    for size in sizes:
+        named = output.with_name(f"{output.stem}_{size}px{output.suffix}")
+        sets.append(DataSet(size, named, f"{PARTICLES_FOLDER}_{size}px", background(size)))
+    return sets
 
 
 def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progress) -> dict:
@@ -82,8 +119,7 @@ def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progr
     for name in ("bg_radius", "white_dust", "black_dust"):
         if options[name] is not None and not options.norm:
             raise ParameterError(f"works on the background of the normalisation: give {param('norm')} too", name)
-    final = options.scale or options.box
-    background = intensity.background((final, final), options.bg_radius) if options.norm else None
+    data_sets = _data_sets(output, options)
     project = (inputs.projects or folder_projects)(options.project_dir)
     notices: list[str] = []
     with contextlib.ExitStack() as opened:
@@ -94,25 +130,30 @@ def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progr
         micrographs = [mic for mic in micrographs if mic.kept.size]
         if not micrographs:
             raise FileFormatError(f"{output}: no particle to extract")
-        _place_stacks(micrographs, output, options, project)
-        stacks = _stack_sizes(micrographs)
-        for stack in [output, *stacks]:  # a stack's folder may not be there yet: made below
-            if stack.parent.is_dir() or stack == output:
+        stacks: dict[Path, int] = {}
+        for data_set in data_sets:
+            _place_stacks(micrographs, data_set, options)
+            stacks.update(_stack_sizes(micrographs, data_set))
+        stars = [data_set.star for data_set in data_sets]
+        for stack in [*stars, *stacks]:  # a stack's folder may not be there yet: made below
+            if stack.parent.is_dir() or stack in stars:
                 atomic.check_output(stack, overwrite)
         made = _make_folders(stacks)
         temps: list[atomic.TemporaryOutput] = []
         try:
-            writers = {stack: _StackWriter(stack, count, final, options, overwrite, temps) for stack, count in
-                       stacks.items()}
-            _extract_all(micrographs, inputs, options, background, writers, progress)
-            for writer in writers.values():  # a stack's header: the pixel size of its (first) micrograph's group
-                first = next(mic for mic in micrographs if mic.stack == writer.path)
-                writer.finish(_output_pixel_size(first.pixel_size, options))
-            star_temp = atomic.TemporaryOutput(output, overwrite)
-            temps.append(star_temp)
-            with open(star_temp.temp, "wb") as out:
-                for piece in _star_text(micrographs, optics, options, project):
-                    out.write(piece if isinstance(piece, bytes) else piece.data)
+            for data_set in data_sets:
+                data_set.writers = {stack: _StackWriter(stack, stacks[stack], data_set.size, options, overwrite,
+                                                        temps) for stack in dict.fromkeys(data_set.stacks)}
+            _extract_all(micrographs, inputs, options, data_sets, progress)
+            for data_set in data_sets:
+                for writer in data_set.writers.values():  # a stack's header: its (first) micrograph's pixel size
+                    first = next(mic for mic, stack in zip(micrographs, data_set.stacks) if stack == writer.path)
+                    writer.finish(data_set.pixel_size(first.pixel_size, options.box))
+                star_temp = atomic.TemporaryOutput(data_set.star, overwrite)
+                temps.append(star_temp)
+                with open(star_temp.temp, "wb") as out:
+                    for piece in _star_text(micrographs, optics, data_set, options, project):
+                        out.write(piece if isinstance(piece, bytes) else piece.data)
             atomic.commit_together(temps)
         except BaseException:
             for temp in temps:
@@ -122,7 +163,9 @@ def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progr
                     folder.rmdir()
             raise
     count = sum(mic.kept.size for mic in micrographs)
-    notices.append(f"{count} particles from {len(micrographs)} micrograph(s) into {len(stacks)} stack(s)")
+    notices.append(f"{count} particles from {len(micrographs)} micrograph(s) into {len(data_sets[0].writers)} "
+                   "stack(s)")
+    notices.extend(f"the same particles at {data_set.size} pixels: {data_set.star}" for data_set in data_sets[1:])
     return {"output": str(output), "notices": notices}
 
 
@@ -268,26 +311,25 @@ def _stack_name(name: str) -> PurePosixPath:
     return named.parent / (named.name.split(".", 1)[0] + STACK_SUFFIX)
 
 
-def _place_stacks(micrographs: list[Micrograph], output: Path, options: Options, project) -> None:
+def _place_stacks(micrographs: list[Micrograph], data_set: DataSet, options: Options) -> None:
     if options.one_stack:
-        for mic in micrographs:
-            mic.stack = output.with_suffix(STACK_SUFFIX)
+        data_set.stacks = [data_set.star.with_suffix(STACK_SUFFIX)] * len(micrographs)
         return
     taken: dict[Path, str] = {}
     for mic in micrographs:
-        mic.stack = output.parent / PARTICLES_FOLDER / _stack_name(mic.name)
-        if mic.stack in taken:
-            raise FileFormatError(f"{mic.where}: {mic.name} and {taken[mic.stack]} would share the stack "
-                                  f"{mic.stack}: give micrographs distinct names")
-        taken[mic.stack] = mic.name
+        stack = data_set.star.parent / data_set.folder / _stack_name(mic.name)
+        if stack in taken:
+            raise FileFormatError(f"{mic.where}: {mic.name} and {taken[stack]} would share the stack "
+                                  f"{stack}: give micrographs distinct names")
+        taken[stack] = mic.name
+        data_set.stacks.append(stack)
 
 
-def _stack_sizes(micrographs: list[Micrograph]) -> dict[Path, int]:
+def _stack_sizes(micrographs: list[Micrograph], data_set: DataSet) -> dict[Path, int]:
     counts: dict[Path, int] = {}
-    for mic in micrographs:
-        assert mic.stack is not None
-        mic.first = counts.get(mic.stack, 0)
-        counts[mic.stack] = mic.first + mic.kept.size
+    for mic, stack in zip(micrographs, data_set.stacks):
+        mic.first = counts.get(stack, 0)
+        counts[stack] = mic.first + mic.kept.size
     return counts
 
 
@@ -300,11 +342,6 @@ def _make_folders(stacks: dict[Path, int]) -> list[Path]:
                 folder.mkdir()
                 made.append(folder)
     return made
-
-
-def _output_pixel_size(pixel: float, options: Options) -> float:
-    """RELION's output pixel size: the micrograph's, times box / scale when rescaled."""
-    return pixel * options.box / options.scale if options.scale else pixel
 
 
 class _StackWriter:
@@ -339,24 +376,24 @@ class _StackWriter:
         mrc.FORMAT.finish(self.temp.temp, self._spec(), self.stats.result())
 
 
-def _extract_all(micrographs: list[Micrograph], inputs: Inputs, options: Options,
-                 background: intensity.Background | None, writers: dict[Path, _StackWriter], progress) -> None:
-    """Every micrograph's particles into its stack, several micrographs at once (reading, NumPy and writing
-    release the GIL): as many as the cores allow and WORKERS_MEMORY holds; statistics merged in micrograph order."""
+def _extract_all(micrographs: list[Micrograph], inputs: Inputs, options: Options, data_sets: list[DataSet],
+                 progress) -> None:
+    """Every micrograph's particles into its stack of each data set, several micrographs at once (reading, NumPy
+    and writing release the GIL): as many as the cores allow and WORKERS_MEMORY holds; statistics merged in
+    micrograph order."""
     each = max(mic.nbytes for mic in micrographs) + CHUNK_WORKING * CHUNK_BYTES
     workers = max(1, min(limits.available_cores(), len(micrographs), WORKERS_MEMORY // each))
     opening = threading.Lock()  # inputs.open adds to the inputs' notices
-    stacks = []
-    for mic in micrographs:
-        assert mic.stack is not None  # placed before
-        stacks.append(writers[mic.stack])
+    # each micrograph's writer in each data set
+    writers = [[data_set.writers[data_set.stacks[i]] for data_set in data_sets] for i in range(len(micrographs))]
     with ThreadPoolExecutor(workers) as pool:
         # each task in a copy of this context: the worker threads would not see its variables
-        futures = [pool.submit(contextvars.copy_context().run, _extract, mic, inputs, options, background, writer,
-                               opening) for mic, writer in zip(micrographs, stacks)]
+        futures = [pool.submit(contextvars.copy_context().run, _extract, mic, inputs, options, data_sets, mine,
+                               opening) for mic, mine in zip(micrographs, writers)]
         try:
-            for done, (writer, future) in enumerate(zip(stacks, futures)):
-                writer.stats.merge(future.result())
+            for done, (mine, future) in enumerate(zip(writers, futures)):
+                for writer, statistics in zip(mine, future.result()):
+                    writer.stats.merge(statistics)
                 if progress is not None:
                     progress(done + 1, len(micrographs))
         except BaseException:
@@ -365,48 +402,60 @@ def _extract_all(micrographs: list[Micrograph], inputs: Inputs, options: Options
             raise
 
 
-def _extract(mic: Micrograph, inputs: Inputs, options: Options, background: intensity.Background | None,
-             writer: _StackWriter, opening: threading.Lock) -> RunningStatistics:
-    """The micrograph's particles, a chunk at a time: boxed, rescaled, normalised, inverted (RELION's order) and
-    stored; the statistics of the values stored."""
+def _extract(mic: Micrograph, inputs: Inputs, options: Options, data_sets: list[DataSet],
+             writers: list[_StackWriter], opening: threading.Lock) -> list[RunningStatistics]:
+    """The micrograph's particles, a chunk at a time: boxed once, then for each data set rescaled, normalised,
+    inverted (RELION's order) and stored; the statistics of the values stored in each."""
     with opening:
         array, _ = inputs.open(mic.path)
     values = array.numpy()[0, 0]
     mean = float(values.mean(dtype=np.float64)) if options.edge == "mean" else 0.0
-    rescaled = bool(options.scale and options.scale != options.box)
-    chunk = max(1, CHUNK_BYTES // (8 * max(options.box, options.scale or 0) ** 2))
-    statistics = RunningStatistics()
+    chunk = max(1, CHUNK_BYTES // (8 * max(options.box, *(data_set.size for data_set in data_sets)) ** 2))
+    statistics = [RunningStatistics() for _ in data_sets]
     # reused; integers boxed as floats, as RELION computes (a negated uint16 would wrap)
     kept = values.dtype if values.dtype.kind == "f" else np.dtype(np.float32)
     buffer = np.empty((min(chunk, len(mic.positions)), options.box, options.box), kept)
-    with open(writer.temp.temp, "r+b") as out:
+    with contextlib.ExitStack() as files:
+        outs = [files.enter_context(open(writer.temp.temp, "r+b")) for writer in writers]
         for start in range(0, len(mic.positions), chunk):
             positions = mic.positions[start:start + chunk]
             boxes = extraction.boxes(values, positions, options.box, options.edge, mean, buffer[:len(positions)])
-            # float64 as RELION computes only where values change: a float32 box copied is RELION's to the bit
-            # (normalising alone makes its own float64 copy)
-            images = boxes.astype(np.float64) if rescaled else boxes
-            if rescaled:
-                images = fourier_resize(images[:, None], (options.scale, options.scale), like="relion").numpy()[:, 0]
-            if background is not None:
-                images = intensity.background_normalized(images, background, options.white_dust, options.black_dust,
-                                                         mic.first + start)
-            if options.invert_contrast:
-                np.negative(images, out=images)  # the chunk's own copy: negated where it is
-            statistics.merge(writer.write(out, mic.first + start, images))
+            for k, (data_set, writer, out, stored) in enumerate(zip(data_sets, writers, outs, statistics)):
+                images = _finished(boxes, data_set, options, mic.first + start, last=k == len(data_sets) - 1)
+                stored.merge(writer.write(out, mic.first + start, images))
         if atomic.durable() and not options.one_stack:
-            # the stack is this micrograph's alone: its bytes reach the disk now, beside the other micrographs'
-            # work, instead of stack after stack when all are placed (only its header is left to sync then)
-            out.flush()
-            os.fsync(out.fileno())
+            # the stacks are this micrograph's alone: their bytes reach the disk now, beside the other micrographs'
+            # work, instead of stack after stack when all are placed (only their headers are left to sync then)
+            for out in outs:
+                out.flush()
+                os.fsync(out.fileno())
     return statistics
 
 
-def _star_text(micrographs: list[Micrograph], optics: Optics, options: Options, project
+def _finished(boxes: np.ndarray, data_set: DataSet, options: Options, first: int, last: bool) -> np.ndarray:
+    """A chunk of boxes as the data set stores them: rescaled, normalised, inverted, in RELION's order (``first``:
+    the stack's section of the chunk's first box, which seeds the dust noise; ``last``: no other data set needs
+    the boxes after this one)."""
+    rescaled = data_set.size != options.box
+    # float64 as RELION computes only where values change: a float32 box copied is RELION's to the bit
+    # (normalising alone makes its own float64 copy)
+    images = boxes.astype(np.float64) if rescaled else boxes
+    if rescaled:
+        images = fourier_resize(images[:, None], (data_set.size, data_set.size), like="relion").numpy()[:, 0]
+    if data_set.background is not None:
+        images = intensity.background_normalized(images, data_set.background, options.white_dust,
+                                                 options.black_dust, first)
+    if options.invert_contrast:
+        # negated where it is, unless these are the boxes another data set still needs
+        images = np.negative(images) if images is boxes and not last else np.negative(images, out=images)
+    return images
+
+
+def _star_text(micrographs: list[Micrograph], optics: Optics, data_set: DataSet, options: Options, project
                ) -> Iterator[bytes | np.ndarray]:
-    """The particles STAR: the optics table (image pixel size, size and dimensionality added; the micrographs'
-    pixel size dropped, as RELION does) and one row per particle."""
-    final = options.scale or options.box
+    """The data set's particles STAR: the optics table (image pixel size, size and dimensionality added; the
+    micrographs' pixel size dropped, as RELION does) and one row per particle."""
+    final = data_set.size
     drop = {"rlnMicrographPixelSize"}
     labels = [label for label in optics.labels if label not in drop]
     pixel_at = optics.labels.index("rlnMicrographPixelSize")
@@ -415,17 +464,17 @@ def _star_text(micrographs: list[Micrograph], optics: Optics, options: Options, 
         for label, value in zip(optics.labels, row):
             if label not in drop:
                 columns[label].append(value)
-    added = {"rlnImagePixelSize": [_output_pixel_size(float(row[pixel_at]), options) for row in optics.rows],
+    added = {"rlnImagePixelSize": [data_set.pixel_size(float(row[pixel_at]), options.box) for row in optics.rows],
              "rlnImageSize": [final] * len(optics.rows), "rlnImageDimensionality": [2] * len(optics.rows)}
     yield from star.loop_text("optics", {**{k: np.array(v) for k, v in columns.items()},
                                          **{k: np.array(v) for k, v in added.items()}})
     group_numbers = [row[optics.labels.index("rlnOpticsGroup")] for row in optics.rows]
     particles: dict[str, list] = {}
     written = 0
-    for mic in micrographs:
-        assert mic.picks is not None and mic.stack is not None
+    for mic, stack_path in zip(micrographs, data_set.stacks):
+        assert mic.picks is not None
         picks, kept = mic.picks, mic.kept
-        stack = project.name_of(mic.stack)
+        stack = project.name_of(stack_path)
         rows = {
             coordinates.COORDINATE_X: picks.xy[kept, 0].tolist(), coordinates.COORDINATE_Y: picks.xy[kept, 1].tolist(),
             "rlnImageName": [f"{mic.first + i + 1:06d}@{stack}".encode() for i in range(kept.size)],
