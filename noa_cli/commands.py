@@ -49,7 +49,8 @@ DRIVER_OPTIONS = (
     CliParam("force", ("--force", "-f"), bool, default=False, help="Overwrite existing outputs."),
     CliParam("resume", ("--resume",), bool, default=False, help="Skip inputs whose output exists: outputs are "
              "renamed into place when complete, so an existing one is finished (rerun an interrupted batch with "
-             "it)."),
+             "it). noa extract also keeps each micrograph's stacks as they are written and a rerun keeps those it "
+             "finds."),
     CliParam("scheduler", ("--scheduler",), default=None, help="Run on Dask (the dask extra of noa): 'local' starts "
              "worker processes on this machine, tcp://HOST:PORT uses a running scheduler (paths must be the same on "
              "its workers). Several inputs run as parallel tasks; one large input is split into tasks that each "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -24,6 +24,9 @@ from noa_core import providers
 from noa_core.array import dtypes, layout
 from noa_core.array.layout import Shape4, Strides4
 from noa_core.errors import DeviceError, ReshapeError, ShapeError, StrideError
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, DTypeLike
 
 DEVICES = ("cpu", "cuda")
 
@@ -159,9 +162,32 @@ class Array:
         return bool(flags is None or flags.writeable)
 
     def are_contiguous(self, order: str = "C") -> bool:
+        """Whether the whole array is packed in ``order``: each dimension has size 1 or the packed stride.
+
+        Args:
+            order: 'C' or 'F' (height and width swapped).
+
+        Returns:
+            True when the elements fill ``size`` consecutive buffer rows in that order.
+
+        Raises:
+            LayoutError: ``order`` is not 'C' or 'F'.
+        """
         return layout.are_contiguous(self._shape, self._strides, order)
 
     def is_contiguous(self, order: str = "C") -> tuple[bool, bool, bool, bool]:
+        """Per-dimension contiguity (:func:`noa_core.layout.is_contiguous`).
+
+        Args:
+            order: 'C' or 'F' (height and width swapped).
+
+        Returns:
+            For each of B, D, H, W, whether it merges with the next inner dimension (size-1 dimensions always
+            do, broadcast ones never).
+
+        Raises:
+            LayoutError: ``order`` is not 'C' or 'F'.
+        """
         return layout.is_contiguous(self._shape, self._strides, order)
 
     def __repr__(self) -> str:
@@ -177,12 +203,32 @@ class Array:
         return Array(self._buffer, offset, shape, strides, self._dtype, self._device)
 
     def permute(self, perm: Sequence[int]) -> Array:
-        """A view with the axes reordered: ``out.shape[i] == self.shape[perm[i]]``."""
+        """A view with the axes reordered: ``out.shape[i] == self.shape[perm[i]]``.
+
+        Args:
+            perm: a permutation of (0, 1, 2, 3).
+
+        Returns:
+            The view, sharing the buffer.
+
+        Raises:
+            PermutationError: ``perm`` is not a permutation of 0..3.
+        """
         perm4 = layout.check_permutation(perm)
         return self._view(self._offset, layout.permute(self._shape, perm4), layout.permute(self._strides, perm4))
 
     def broadcast(self, shape: Sequence[int]) -> Array:
-        """A read-only view where size-1 dimensions grow to ``shape`` (stride 0)."""
+        """A read-only view where size-1 dimensions grow to ``shape`` (stride 0).
+
+        Args:
+            shape: the target shape (padded to BDHW); each size equals this array's or this array's is 1.
+
+        Returns:
+            The broadcast view, sharing the buffer.
+
+        Raises:
+            BroadcastError: a dimension of size above 1 differs from the target's.
+        """
         target = layout.as_shape4(shape)
         return self._view(self._offset, target, layout.broadcast_strides(self._shape, self._strides, target))
 
@@ -196,6 +242,17 @@ class Array:
 
         When the strides do not allow a view, raise ReshapeError, or with ``allow_copy=True`` reshape
         a C-contiguous copy.
+
+        Args:
+            shape: the new shape, up to 4 sizes (padded to BDHW), one of which may be -1.
+            allow_copy: reshape a copy where a view is impossible.
+
+        Returns:
+            The view (or, with ``allow_copy``, a new array) of the new shape.
+
+        Raises:
+            ShapeError: the new shape does not hold this array's elements or has more than 4 dimensions.
+            ReshapeError: the strides allow no view and ``allow_copy`` is False.
         """
         new_shape = layout.infer_shape(self.size, shape)
         strides = layout.reshape_strides(self._shape, self._strides, new_shape)
@@ -211,19 +268,57 @@ class Array:
     # -- copies --------------------------------------------------------------------------------------
 
     def copy(self, order: str = "C") -> Array:
-        """A new packed array in 'C' or 'F' order ('K' keeps F for F arrays, C otherwise)."""
+        """A new packed array in 'C' or 'F' order ('K' keeps F for F arrays, C otherwise).
+
+        Args:
+            order: 'C', 'F' or 'K'.
+
+        Returns:
+            The copy, on this array's device.
+
+        Raises:
+            LayoutError: ``order`` is not 'C', 'F' or 'K'.
+        """
         return _array_kernels().copy(self, order)
 
     def permute_copy(self, perm: Sequence[int]) -> Array:
-        """A new C-contiguous array holding ``self.permute(perm)`` (cache-blocked, parallel)."""
+        """A new C-contiguous array holding ``self.permute(perm)`` (cache-blocked, parallel).
+
+        Args:
+            perm: a permutation of (0, 1, 2, 3).
+
+        Returns:
+            The permuted copy.
+
+        Raises:
+            PermutationError: ``perm`` is not a permutation of 0..3.
+        """
         return _array_kernels().permute_copy(self, perm)
 
-    def astype(self, dtype, *, clamp: bool = False) -> Array:
-        """A converted copy; ``clamp=True`` clamps to the target range (NaN -> 0 for integers)."""
+    def astype(self, dtype: DTypeLike, *, clamp: bool = False) -> Array:
+        """A converted copy; ``clamp=True`` clamps to the target range (NaN -> 0 for integers).
+
+        Args:
+            dtype: the element type of the copy.
+            clamp: clamp values to the target's range instead of a C-style cast.
+
+        Returns:
+            The converted copy, in this array's layout order.
+
+        Raises:
+            DTypeError: ``dtype`` is not a supported element type.
+        """
         return _array_kernels().astype(self, dtype, clamp=clamp)
 
-    def fill(self, value) -> Array:
-        """Set every element to ``value`` in place; returns self."""
+    def fill(self, value: ArrayLike) -> Array:
+        """Set every element to ``value`` in place; returns self.
+
+        Args:
+            value: a scalar, or for vector and matrix elements anything of the element's shape.
+
+        Returns:
+            This array.
+        """
         return _array_kernels().fill(self, value)
 
     # -- arithmetic (new arrays; result type as numpy.result_type; operands broadcast) ------------
@@ -261,7 +356,17 @@ class Array:
         return self._arith("negate", self)
 
     def to(self, device: str) -> Array:
-        """This array on ``device`` ('cpu' or 'cuda'): itself if already there, else a copy."""
+        """This array on ``device`` ('cpu' or 'cuda'): itself if already there, else a copy.
+
+        Args:
+            device: 'cpu' or 'cuda'.
+
+        Returns:
+            This array, or its copy on ``device`` (packed in its C or F order).
+
+        Raises:
+            DeviceError: an unknown device, or CUDA is not available.
+        """
         target = as_device(device)
         if target == self._device:
             return self
@@ -300,7 +405,7 @@ class Array:
 
     # -- Python scalars, as NumPy gives them from one element ----------------------------------------
 
-    def item(self):
+    def item(self) -> Any:
         """The one element of a single-element array as a Python scalar (``float(noa.mean(x))`` too); a
         vector or matrix element comes back as a nested list. ValueError for more than one element, as NumPy."""
         self._check_single(ValueError)
@@ -365,8 +470,23 @@ def _allocate(count: int, dt: np.dtype) -> np.ndarray:
     return np.empty((count,) + dtypes.element_shape_of(dt), dtype=dtypes.base_of(dt))
 
 
-def empty(shape: int | Sequence[int], dtype="float32", order: str = "C", device: str = "cpu") -> Array:
-    """A new uninitialised array, packed in 'C' or 'F' order."""
+def empty(shape: int | Sequence[int], dtype: DTypeLike = "float32", order: str = "C", device: str = "cpu") -> Array:
+    """A new uninitialised array, packed in 'C' or 'F' order.
+
+    Args:
+        shape: up to 4 sizes, padded on the left to BDHW.
+        dtype: the element type (a scalar, vector or matrix type).
+        order: 'C' or 'F'.
+        device: 'cpu' or 'cuda'.
+
+    Returns:
+        The array, its values unset.
+
+        Raises:
+            ShapeError: ``shape`` has more than 4 sizes or a negative one.
+            DTypeError: ``dtype`` is not a supported element type.
+            DeviceError: an unknown device, or CUDA is not available.
+    """
     shape4 = layout.as_shape4(shape)
     dt = dtypes.element_dtype(dtype)
     if as_device(device) != "cpu":
@@ -375,31 +495,100 @@ def empty(shape: int | Sequence[int], dtype="float32", order: str = "C", device:
     return Array(buffer, 0, shape4, layout.strides_for(shape4, order), dt)
 
 
-def full(shape: int | Sequence[int], value, dtype="float32", order: str = "C", device: str = "cpu") -> Array:
+def full(shape: int | Sequence[int], value: ArrayLike, dtype: DTypeLike = "float32", order: str = "C",
+         device: str = "cpu") -> Array:
+    """A new array, packed in 'C' or 'F' order, every element ``value``.
+
+    Args:
+        shape: up to 4 sizes, padded on the left to BDHW.
+        value: a scalar, or for vector and matrix elements anything of the element's shape.
+        dtype: the element type (a scalar, vector or matrix type).
+        order: 'C' or 'F'.
+        device: 'cpu' or 'cuda'.
+
+    Returns:
+        The filled array.
+
+        Raises:
+            ShapeError: ``shape`` has more than 4 sizes or a negative one.
+            DTypeError: ``dtype`` is not a supported element type.
+            DeviceError: an unknown device, or CUDA is not available.
+    """
     out = empty(shape, dtype, order)
     out.buffer[...] = value
     return out if as_device(device) == "cpu" else out.to(device)
 
 
-def zeros(shape: int | Sequence[int], dtype="float32", order: str = "C", device: str = "cpu") -> Array:
+def zeros(shape: int | Sequence[int], dtype: DTypeLike = "float32", order: str = "C", device: str = "cpu") -> Array:
+    """A new array, packed in 'C' or 'F' order, every element 0.
+
+    Args:
+        shape: up to 4 sizes, padded on the left to BDHW.
+        dtype: the element type (a scalar, vector or matrix type).
+        order: 'C' or 'F'.
+        device: 'cpu' or 'cuda'.
+
+    Returns:
+        The filled array.
+
+        Raises:
+            ShapeError: ``shape`` has more than 4 sizes or a negative one.
+            DTypeError: ``dtype`` is not a supported element type.
+            DeviceError: an unknown device, or CUDA is not available.
+    """
     return full(shape, 0, dtype, order, device)
 
 
-def ones(shape: int | Sequence[int], dtype="float32", order: str = "C", device: str = "cpu") -> Array:
+def ones(shape: int | Sequence[int], dtype: DTypeLike = "float32", order: str = "C", device: str = "cpu") -> Array:
+    """A new array, packed in 'C' or 'F' order, every element 1.
+
+    Args:
+        shape: up to 4 sizes, padded on the left to BDHW.
+        dtype: the element type (a scalar, vector or matrix type).
+        order: 'C' or 'F'.
+        device: 'cpu' or 'cuda'.
+
+    Returns:
+        The filled array.
+
+        Raises:
+            ShapeError: ``shape`` has more than 4 sizes or a negative one.
+            DTypeError: ``dtype`` is not a supported element type.
+            DeviceError: an unknown device, or CUDA is not available.
+    """
     return full(shape, 1, dtype, order, device)
 
 
-def arange(shape: int | Sequence[int], start=0, step=1, dtype="float32", device: str = "cpu") -> Array:
-    """A C-contiguous array whose elements, in C order, are ``start, start + step, ...``."""
+def arange(shape: int | Sequence[int], start: float = 0, step: float = 1, dtype: DTypeLike = "float32",
+           device: str = "cpu") -> Array:
+    """A C-contiguous array whose elements, in C order, are ``start, start + step, ...``.
+
+    Args:
+        shape: up to 4 sizes, padded on the left to BDHW.
+        start: the first value.
+        step: the difference between consecutive values (computed in float64, or int64 for integer types, then
+            converted to ``dtype``).
+        dtype: a scalar element type.
+        device: 'cpu' or 'cuda'.
+
+    Returns:
+        The array.
+
+        Raises:
+            ShapeError: ``shape`` has more than 4 sizes or a negative one.
+            DTypeError: ``dtype`` is not a supported scalar type.
+            DeviceError: an unknown device, or CUDA is not available.
+    """
     shape4 = layout.as_shape4(shape)
     dt = dtypes.scalar_dtype(dtype)
     count = layout.element_count(shape4)
-    buffer = (start + step * np.arange(count, dtype=np.float64 if dt.kind in "fc" else np.int64)).astype(dt)
+    counted = np.dtype(np.float64 if dt.kind in "fc" else np.int64)
+    buffer = (start + step * np.arange(count, dtype=counted)).astype(dt)
     out = Array(buffer, 0, shape4, layout.strides_for(shape4, "C"), dt)
     return out if as_device(device) == "cpu" else out.to(device)
 
 
-def asarray(obj, dtype=None, device: str | None = None) -> Array:
+def asarray(obj: Any, dtype: DTypeLike | None = None, device: str | None = None) -> Array:
     """An Array from an Array, a NumPy array, a CuPy/PyTorch/JAX array or anything NumPy accepts.
 
     NumPy arrays are shared, not copied, when their dtype is supported, in native byte order and
@@ -408,6 +597,21 @@ def asarray(obj, dtype=None, device: str | None = None) -> Array:
     element shape. Objects with ``__cuda_array_interface__`` or ``__dlpack__`` (CuPy, PyTorch, JAX)
     are shared where they live (CUDA memory gives a CUDA array) unless ``device`` says otherwise;
     everything else, Arrays included, goes to ``device`` (default 'cpu').
+
+    Args:
+        obj: an Array, a NumPy array, an object with ``__cuda_array_interface__`` or ``__dlpack__``, or anything
+            ``numpy.asarray`` takes, of at most 4 dimensions (plus the element's).
+        dtype: the element type (default: the input's, in native byte order).
+        device: 'cpu' or 'cuda' (default: where the input lives; 'cpu' for host objects).
+
+    Returns:
+        The Array, sharing the input's memory where it can.
+
+    Raises:
+        ShapeError: more than 4 dimensions, or trailing dimensions that are not ``dtype``'s element shape.
+        StrideError: strides that are not multiples of the element size.
+        DTypeError: an unsupported element type.
+        DeviceError: an unknown device, or CUDA is not available.
     """
     if isinstance(obj, Array):
         device = "cpu" if device is None else device

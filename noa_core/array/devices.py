@@ -14,7 +14,11 @@ from noa_core.errors import DeviceError
 
 
 def cuda_available() -> bool:
-    """True when numba-cuda finds a usable GPU (or runs its simulator, NUMBA_ENABLE_CUDASIM=1)."""
+    """True when numba-cuda finds a usable GPU (or runs its simulator, NUMBA_ENABLE_CUDASIM=1).
+
+    Returns:
+        Whether arrays can be put on device 'cuda'; False, not an error, when numba-cuda or its driver is missing.
+    """
     try:
         from numba import cuda
 

@@ -8,9 +8,14 @@ element shape is never part of the BDHW shape.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from noa_core.errors import DTypeError
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 SCALAR_TYPES: tuple[np.dtype, ...] = tuple(
     np.dtype(name)
@@ -53,15 +58,38 @@ def element_dtype(value) -> np.dtype:
     return scalar_dtype(dt)
 
 
-def vector(scalar, size: int) -> np.dtype:
-    """Vector element type, e.g. ``vector('float32', 3)``."""
+def vector(scalar: DTypeLike, size: int) -> np.dtype:
+    """Vector element type, e.g. ``vector('float32', 3)``.
+
+    Args:
+        scalar: the type of each component, a supported scalar type.
+        size: the number of components, at least 1.
+
+    Returns:
+        The subarray dtype ``(scalar, (size,))``.
+
+    Raises:
+        DTypeError: ``scalar`` is not a supported scalar type, or ``size`` is below 1.
+    """
     if size < 1:
         raise DTypeError(f"vector size {size} must be at least 1")
     return np.dtype((scalar_dtype(scalar), (int(size),)))
 
 
-def matrix(scalar, rows: int, cols: int) -> np.dtype:
-    """Matrix element type, e.g. ``matrix('float64', 4, 4)`` (noa C++ ``Mat<f64,4,4>``)."""
+def matrix(scalar: DTypeLike, rows: int, cols: int) -> np.dtype:
+    """Matrix element type, e.g. ``matrix('float64', 4, 4)`` (noa C++ ``Mat<f64,4,4>``).
+
+    Args:
+        scalar: the type of each entry, a supported scalar type.
+        rows: the number of rows, at least 1.
+        cols: the number of columns, at least 1.
+
+    Returns:
+        The subarray dtype ``(scalar, (rows, cols))``.
+
+    Raises:
+        DTypeError: ``scalar`` is not a supported scalar type, or a size is below 1.
+    """
     if rows < 1 or cols < 1:
         raise DTypeError(f"matrix shape ({rows}, {cols}) must be at least (1, 1)")
     return np.dtype((scalar_dtype(scalar), (int(rows), int(cols))))

@@ -25,12 +25,15 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from noa_core.array import Array, as_device, asarray, devices, dtypes, layout
 from noa_core.errors import DeviceError, DTypeError, ShapeError, StrideError
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 # DLDeviceType values (dlpack.h).
 CPU, CUDA, CUDA_HOST, CUDA_MANAGED = 1, 2, 3, 13
@@ -396,13 +399,27 @@ def _dlpack_capsule(obj: Any, device: tuple[int, int]) -> Any:
         return obj.__dlpack__(stream=stream)
 
 
-def from_dlpack(obj: Any, *, dtype=None) -> Array:
+def from_dlpack(obj: Any, *, dtype: DTypeLike | None = None) -> Array:
     """An Array sharing the memory of any object with ``__dlpack__`` (NumPy, PyTorch, JAX, CuPy...).
 
     Host memory gives a CPU Array, CUDA memory a CUDA Array, never a copy; ``dtype`` (a vector or
     matrix element type) makes the trailing dimensions one element. Strides are converted to
     element strides; negative strides are refused (StrideError), and so is memory on a device noa
     does not run on (DeviceError).
+
+    Args:
+        obj: an Array, or any object with ``__dlpack__`` and ``__dlpack_device__``.
+        dtype: a vector or matrix element type whose shape the trailing dimensions are (default: scalars).
+
+    Returns:
+        The Array sharing ``obj``'s memory.
+
+    Raises:
+        TypeError: ``obj`` does not support DLPack.
+        DTypeError: ``dtype``'s scalar type is not the data's (sharing cannot convert).
+        StrideError: negative strides, or strides that are not multiples of the element size.
+        ShapeError: more than 4 dimensions, or trailing dimensions that are not ``dtype``'s element shape.
+        DeviceError: memory on a device noa does not run on, or on another CUDA device than noa's.
     """
     if isinstance(obj, Array):
         if dtype is not None and dtypes.element_dtype(dtype) != obj.dtype:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from noa_core.compute.conversion import convert_into
 from noa_core.compute.dispatch import Operand, common_device, launch
 from noa_core.errors import DTypeError
 from noa_core.kernels.operators import BUILTIN_OPS
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike, DTypeLike
 
 # Python's operators map to the built-in element operators (whose kernels are cached on disk).
 _OPERATOR_ALIASES: dict[Callable, str] = {
@@ -43,7 +47,8 @@ def resolve_op(op: str | Callable) -> Callable:
 # -- public functions ------------------------------------------------------------------------------
 
 
-def ewise(inputs: Operand | Sequence[Operand], outputs: Array | Sequence[Array], op: str | Callable):
+def ewise(inputs: Operand | Sequence[Operand], outputs: Array | Sequence[Array],
+          op: str | Callable) -> Array | Sequence[Array]:
     """Compute ``outputs[idx] = op(*inputs[idx])`` for every index of the outputs' shape.
 
     ``op`` is a built-in operator ('add', 'subtract', 'multiply', 'divide', 'negate', 'identity',
@@ -56,6 +61,25 @@ def ewise(inputs: Operand | Sequence[Operand], outputs: Array | Sequence[Array],
     Kernels built around a Python function are cached by what defines it (code, closure values,
     the globals it reads, defaults; :mod:`noa_core.compute.user_kernels`), not by identity: a lambda
     evaluated again in a loop compiles once.
+
+    Args:
+        inputs: an Array or scalar, or a list or tuple of them.
+        outputs: an Array, or a list or tuple of Arrays of one shape.
+        op: a built-in operator's name, a Python operator or a function numba compiles, taking one value per input
+            and returning one per output.
+
+    Returns:
+        ``outputs``, filled.
+
+    Raises:
+        ValueError: an unknown built-in operator name, or no output.
+        TypeError: ``op`` is not callable, or an input or output of another kind.
+        ShapeError: outputs of different shapes.
+        StrideError: an output with a broadcast dimension.
+        ReadOnlyError: a read-only output.
+        OverlapError: an output overlapping an input other than element for element, or another output.
+        DeviceError: operands on different devices.
+        DTypeError: vector or matrix elements.
     """
     ins = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     outs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
@@ -64,21 +88,54 @@ def ewise(inputs: Operand | Sequence[Operand], outputs: Array | Sequence[Array],
 
 
 def copy(array: Array, order: str = "C") -> Array:
-    """A new array packed in 'C' or 'F' order ('K' keeps F for F arrays, C otherwise)."""
+    """A new array packed in 'C' or 'F' order ('K' keeps F for F arrays, C otherwise).
+
+    Args:
+        array: the array to copy (any strides, any device).
+        order: 'C', 'F' or 'K'.
+
+    Returns:
+        The copy, on ``array``'s device.
+
+    Raises:
+        LayoutError: ``order`` is not 'C', 'F' or 'K'.
+    """
     out = empty(array.shape, array.dtype, resolve_copy_order(array, order), array.device)
     launch(BUILTIN_OPS["identity"], [array], [out], raw=True)
     return out
 
 
 def permute_copy(array: Array, perm: Sequence[int]) -> Array:
-    """A new C-contiguous array holding ``array.permute(perm)`` (a cache-blocked transpose)."""
+    """A new C-contiguous array holding ``array.permute(perm)`` (a cache-blocked transpose).
+
+    Args:
+        array: the array to copy.
+        perm: a permutation of (0, 1, 2, 3): ``out.shape[i] == array.shape[perm[i]]``.
+
+    Returns:
+        The permuted copy.
+
+    Raises:
+        PermutationError: ``perm`` is not a permutation of 0..3.
+    """
     return copy(array.permute(perm), "C")
 
 
-def fill(array: Array, value) -> Array:
+def fill(array: Array, value: ArrayLike) -> Array:
     """Set every element of ``array`` to ``value`` (in place) and return it.
 
     For vector and matrix elements, ``value`` is a scalar or anything of the element's shape.
+
+    Args:
+        array: the writable array to fill.
+        value: the value, converted to ``array``'s element type.
+
+    Returns:
+        ``array``.
+
+    Raises:
+        ReadOnlyError: ``array`` is read-only.
+        StrideError: ``array`` has a broadcast dimension.
     """
     base = dtypes.base_of(array.dtype)
     element = np.broadcast_to(np.asarray(value, dtype=base), dtypes.element_shape_of(array.dtype))
@@ -88,11 +145,22 @@ def fill(array: Array, value) -> Array:
     return array
 
 
-def astype(array: Array, dtype, *, clamp: bool = False) -> Array:
+def astype(array: Array, dtype: DTypeLike, *, clamp: bool = False) -> Array:
     """A new array of element type ``dtype`` (same layout order as ``array`` when packed).
 
     Without ``clamp``, a C-style cast like NumPy's ``astype``; with ``clamp=True``, values are
     clamped to the target's range (see :func:`convert_into`).
+
+    Args:
+        array: the array to convert.
+        dtype: the element type of the result.
+        clamp: clamp values to the target's range (NaN -> 0 for integers) instead of a C-style cast.
+
+    Returns:
+        The converted array (a copy, even when ``dtype`` is ``array``'s).
+
+    Raises:
+        DTypeError: ``dtype`` is not supported, or a conversion between vector or matrix types.
     """
     target = dtypes.element_dtype(dtype)
     if target == array.dtype:

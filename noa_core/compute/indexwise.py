@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from noa_core.array import Array, layout
 from noa_core.compute import user_kernels
 from noa_core.compute.dispatch import backend, common_device
 
 
-def iwise(shape: int | Sequence[int], op: Callable, *args) -> None:
+def iwise(shape: int | Sequence[int], op: Callable, *args: Any) -> None:
     """Call ``op(b, d, h, w, *args)`` for every index of ``shape`` (padded to BDHW).
 
     ``op`` is a Python function numba can compile (CPU) or a CUDA device function body (CUDA).
@@ -21,6 +22,14 @@ def iwise(shape: int | Sequence[int], op: Callable, *args) -> None:
     ``op`` runs (CPU when no array is given). Kernels are cached by what defines ``op`` (code,
     closure values, globals read, defaults: see :mod:`noa_core.compute.user_kernels`), so a lambda written
     in a loop compiles once.
+
+    Args:
+        shape: the index space, up to 4 sizes padded on the left to BDHW.
+        op: ``op(b, d, h, w, *args)``, a function numba compiles.
+        *args: what ``op`` takes after the index: Arrays (on one device) and other values.
+
+    Raises:
+        DeviceError: Arrays on different devices, or CUDA is not available.
     """
     shape4 = layout.as_shape4(shape)
     arrays = [a for a in args if isinstance(a, Array)]

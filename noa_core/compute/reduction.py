@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from noa_core.compute import user_kernels
 from noa_core.compute.dispatch import FLOAT16_COMPUTE, backend, common_device, computes_as, flat_buffer, launch, widened
 from noa_core.errors import DTypeError, ShapeError
 from noa_core.kernels.operators import BUILTIN_OPS
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 Axes = int | Sequence[int] | None
 
@@ -67,9 +71,9 @@ def _reduce(inputs: Sequence[Array], pre: Callable, combine: Callable, final: Ca
     return out
 
 
-def reduce_ewise(inputs: Array | Sequence[Array], initial, combine: Callable, *,
+def reduce_ewise(inputs: Array | Sequence[Array], initial: complex | np.generic, combine: Callable, *,
                  preprocess: Callable | None = None, final: Callable | None = None, axes: Axes = None,
-                 dtype=None) -> Array:
+                 dtype: DTypeLike | None = None) -> Array:
     """A user-defined reduction: ``final(combine(... combine(initial, preprocess(*x[i])) ...))``.
 
     ``preprocess`` maps the inputs' elements at one index to an accumulator value (default: the
@@ -78,6 +82,25 @@ def reduce_ewise(inputs: Array | Sequence[Array], initial, combine: Callable, *,
     accumulator to the result (default: identity). All three are Python functions numba can
     compile. ``initial`` is a scalar whose type is the accumulator's; the result type is ``dtype``
     (default: the accumulator's). Inputs broadcast together; reduced axes keep size 1.
+
+    Args:
+        inputs: an Array, or a list or tuple of Arrays on one device.
+        initial: the accumulator's first value and identity; its type is the accumulator's.
+        combine: ``combine(acc, acc) -> acc``.
+        preprocess: ``preprocess(*elements) -> acc`` (default: the single input's element).
+        final: ``final(acc) -> result`` (default: identity).
+        axes: the BDHW axes reduced (0..3, or -4..-1 from the width): one, several, or None for all.
+        dtype: the result's scalar type (default: the accumulator's).
+
+    Returns:
+        The reduction, 4-d with the reduced axes of size 1.
+
+    Raises:
+        ValueError: several inputs and no ``preprocess``.
+        DTypeError: ``initial`` is not a scalar, an unsupported type, or vector or matrix elements.
+        ShapeError: an axis outside 0..3 and -4..-1.
+        BroadcastError: inputs whose shapes do not broadcast together.
+        DeviceError: inputs on different devices.
     """
     ins = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     # Equal functions (a lambda evaluated again) share their compiled kernels: see user_kernels.
@@ -113,7 +136,19 @@ def _scalar_input(array: Array) -> np.dtype:
 
 
 def sum(array: Array, axes: Axes = None) -> Array:  # noqa: A001 (mirrors numpy.sum)
-    """Sum over ``axes`` (all by default); integers sum in int64/uint64, floats in float64."""
+    """Sum over ``axes`` (all by default); integers sum in int64/uint64, floats in float64.
+
+    Args:
+        array: the array reduced (scalar elements).
+        axes: the BDHW axes reduced (0..3, or -4..-1 from the width): one, several, or None for all.
+
+    Returns:
+        The sums, of the input's type for floats (int64 or uint64 for integers), reduced axes of size 1.
+
+    Raises:
+        DTypeError: vector or matrix elements.
+        ShapeError: an axis outside 0..3 and -4..-1.
+    """
     dt = _scalar_input(array)
     acc = _sum_dtype(dt)
     out_dtype = dt if dt.kind in "fc" else acc
@@ -141,7 +176,19 @@ def _float_result(dt: np.dtype) -> np.dtype:
 
 
 def mean(array: Array, axes: Axes = None) -> Array:
-    """Mean over ``axes``; the result type is NumPy's (float64 for integers). Empty: NaN."""
+    """Mean over ``axes``; the result type is NumPy's (float64 for integers). Empty: NaN.
+
+    Args:
+        array: the array reduced (scalar elements).
+        axes: the BDHW axes reduced (0..3, or -4..-1 from the width): one, several, or None for all.
+
+    Returns:
+        The means, reduced axes of size 1.
+
+    Raises:
+        DTypeError: vector or matrix elements.
+        ShapeError: an axis outside 0..3 and -4..-1.
+    """
     return _mean(array, axes, _float_result(_scalar_input(array)))
 
 
@@ -169,12 +216,36 @@ def _extremum(array: Array, axes: Axes, name: str) -> Array:
 
 
 def min(array: Array, axes: Axes = None) -> Array:  # noqa: A001
-    """Minimum over ``axes``; NaN propagates as in NumPy. Refused over an empty axis."""
+    """Minimum over ``axes``; NaN propagates as in NumPy. Refused over an empty axis.
+
+    Args:
+        array: the array reduced (scalar elements).
+        axes: the BDHW axes reduced (0..3, or -4..-1 from the width): one, several, or None for all.
+
+    Returns:
+        The minima, of the input's type, reduced axes of size 1.
+
+    Raises:
+        DTypeError: complex, vector or matrix elements.
+        ShapeError: an axis outside 0..3 and -4..-1, or an empty reduction.
+    """
     return _extremum(array, axes, "min")
 
 
 def max(array: Array, axes: Axes = None) -> Array:  # noqa: A001
-    """Maximum over ``axes``; NaN propagates as in NumPy. Refused over an empty axis."""
+    """Maximum over ``axes``; NaN propagates as in NumPy. Refused over an empty axis.
+
+    Args:
+        array: the array reduced (scalar elements).
+        axes: the BDHW axes reduced (0..3, or -4..-1 from the width): one, several, or None for all.
+
+    Returns:
+        The maxima, of the input's type, reduced axes of size 1.
+
+    Raises:
+        DTypeError: complex, vector or matrix elements.
+        ShapeError: an axis outside 0..3 and -4..-1, or an empty reduction.
+    """
     return _extremum(array, axes, "max")
 
 
@@ -195,10 +266,36 @@ def _variance(array: Array, axes: Axes, ddof: int, final: str) -> Array:
 
 
 def var(array: Array, axes: Axes = None, ddof: int = 0) -> Array:
-    """Variance over ``axes`` with ``ddof`` delta degrees of freedom (two-pass, like NumPy)."""
+    """Variance over ``axes`` with ``ddof`` delta degrees of freedom (two-pass, like NumPy).
+
+    Args:
+        array: the array reduced (scalar elements).
+        axes: the BDHW axes reduced (0..3, or -4..-1 from the width): one, several, or None for all.
+        ddof: delta degrees of freedom: the sum of squared deviations is divided by ``max(n - ddof, 0)``.
+
+    Returns:
+        The variances (real; float64 for integers), reduced axes of size 1.
+
+    Raises:
+        DTypeError: vector or matrix elements.
+        ShapeError: an axis outside 0..3 and -4..-1.
+    """
     return _variance(array, axes, ddof, "identity")
 
 
 def std(array: Array, axes: Axes = None, ddof: int = 0) -> Array:
-    """Standard deviation over ``axes`` with ``ddof`` delta degrees of freedom."""
+    """Standard deviation over ``axes`` with ``ddof`` delta degrees of freedom.
+
+    Args:
+        array: the array reduced (scalar elements).
+        axes: the BDHW axes reduced (0..3, or -4..-1 from the width): one, several, or None for all.
+        ddof: delta degrees of freedom: the sum of squared deviations is divided by ``max(n - ddof, 0)``.
+
+    Returns:
+        The standard deviations (real; float64 for integers), reduced axes of size 1.
+
+    Raises:
+        DTypeError: vector or matrix elements.
+        ShapeError: an axis outside 0..3 and -4..-1.
+    """
     return _variance(array, axes, ddof, "square_root")

@@ -147,14 +147,32 @@ class Curve:
                         undefined_from)
 
 
-def fsc(half1: Any, half2: Any, *, mask: Any = None, shells: str = "relion", pixel_size: float | None = None,
+def fsc(half1: Array | np.ndarray, half2: Array | np.ndarray, *, mask: Array | np.ndarray | None = None,
+        shells: str = "relion", pixel_size: float | None = None,
         names: Sequence[str] = ("half1", "half2", "mask")) -> Curve:
     """The FSC (3-d) or FRC (2-d) of two half maps, NumPy or noa arrays of the same shape: ``(D, H, W)`` or
     ``(H, W)``, or BDHW with one batch (``(1, D, H, W)``, ``(1, 1, H, W)``), of finite values.
 
     ``mask`` (same shape) multiplies both halves first; ``shells`` is the rule (:data:`RULES`, see the module);
     ``pixel_size`` (Å) gives the curve its resolutions; ``names``: what errors call the half maps and the mask
-    (their files)."""
+    (their files).
+
+    Args:
+        half1: the first half map (real, finite values; on any device).
+        half2: the second half map, of the first's shape.
+        mask: weights of the half maps' shape, multiplying both halves first.
+        shells: the shell rule, 'relion' or 'linear'.
+        pixel_size: the pixel size (Å) that gives the curve its resolutions.
+        names: what messages call the half maps and the mask.
+
+    Returns:
+        The curve: the correlation of each shell.
+
+    Raises:
+        ParameterError: an unknown shell rule.
+        ShapeError: maps that are not one 2-d image or 3-d volume, are complex, or differ in shape.
+        ValueRangeError: NaN or infinite values.
+    """
     if shells not in RULES:
         raise ParameterError(f"{shells!r} is not one of {', '.join(RULES)}", "shells")
     one, two = _map(half1, names[0]), _map(half2, names[1])

@@ -200,7 +200,7 @@ def working_volumes(dtype="float32", device: str = "cpu") -> float:
     return float(converted) if device == "cpu" else 2.0 + converted
 
 
-def symmetrize(volume, group: PointGroup, output=None) -> Array:
+def symmetrize(volume: Array | np.ndarray, group: PointGroup, output: Array | np.ndarray | None = None) -> Array:
     """The mean of every volume of ``volume`` ((B, D, H, W), or (D, H, W); an Array or NumPy array, on
     the CPU or CUDA) over the operators of ``group`` (:func:`point_group` reads a name), as
     ``relion_image_handler --sym`` computes it (see the module): into ``output`` (float32 or float64 of the
@@ -211,7 +211,20 @@ def symmetrize(volume, group: PointGroup, output=None) -> Array:
     0), holding nothing but the map and its output (on CUDA, and a float64 volume of sums); rows that a
     2-fold about an axis, the inversion or an axial mirror of the group maps onto computed rows are copied
     from them (:func:`_symmetric_rows`: 1/4 of the work for I1, I2, O and D2n, 1/2 for I3, I4, Th, Dn (n
-    odd), C2n). The CPU and CUDA kernels are compiled from one source: the same sums, in the same order."""
+    odd), C2n). The CPU and CUDA kernels are compiled from one source: the same sums, in the same order.
+
+    Args:
+        volume: the volumes (real scalar elements; D, H and W above 1).
+        group: the point group (:func:`point_group` reads one from its name).
+        output: where the result goes, written in place.
+
+    Returns:
+        ``output`` as an Array (sharing a NumPy output's memory), or a new float32 array.
+
+    Raises:
+        ShapeError: an input that is not volumes, or an output of another shape, device or type.
+        DTypeError: complex, vector or matrix elements.
+    """
     x = volume if isinstance(volume, Array) else asarray(np.asarray(volume))  # (D, H, W) padded to (1, D, H, W)
     if x.shape[1] < 2 or x.shape[2] < 2 or x.shape[3] < 2:
         raise ShapeError(f"symmetrize: the input of shape {x.shape} is not a volume; point groups act on 3-d maps "

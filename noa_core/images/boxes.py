@@ -30,7 +30,7 @@ from noa_core.array.layout import Shape4
 from noa_core.compute import compute_path
 from noa_core.compute.tiles import Compute, Key, TileReads, compute_whole
 from noa_core.errors import ParameterError, ShapeError, param
-from noa_core.images.image import Image, split_pair
+from noa_core.images.image import Image, ImageInput, split_pair
 from noa_core.images.stacks import operator_index, stack_input
 from noa_core.io.metadata import Metadata, stored_sections
 
@@ -356,10 +356,25 @@ def rotx_reads(source: Array) -> TileReads:
 # -- in memory ---------------------------------------------------------------------------------------
 
 
-def resize(array, shape: Sequence[int], fill: str | float = "mean") -> Array | Image:
+def resize(array: ImageInput, shape: Sequence[int], fill: str | float = "mean") -> Array | Image:
     """``array`` cropped or padded about its centre to ``shape`` (2 to 4 sizes: H,W / D,H,W / B,D,H,W);
     new voxels take ``fill``: 'mean' (of the input), 'zero' or a number. Given an ``(array, metadata)`` pair, an
-    :class:`~noa_core.images.image.Image` with :func:`resize_metadata` (the origin keeps the content in place)."""
+    :class:`~noa_core.images.image.Image` with :func:`resize_metadata` (the origin keeps the content in place).
+
+    Args:
+        array: the images or volumes (scalar elements), or an ``(array, metadata)`` pair.
+        shape: the new sizes, H,W or D,H,W or B,D,H,W (each at least 1); the axes not given keep theirs.
+        fill: what new voxels take: 'mean', 'zero' or a number the element type holds.
+
+    Returns:
+        A new array of the new shape, or an Image with its header.
+
+    Raises:
+        ParameterError: 2 to 4 sizes not given, a size below 1, or a ``fill`` that is not 'mean', 'zero' or a
+            number the element type holds.
+        DTypeError: vector or matrix elements.
+        ShapeError: a pair whose metadata describes another shape than its array's.
+    """
     values, meta = split_pair(array)
     source = stack_input(values)
     target = resize_shape(source.shape, tuple(shape))
@@ -375,10 +390,25 @@ def resize(array, shape: Sequence[int], fill: str | float = "mean") -> Array | I
     return out if meta is None else Image(out, resize_metadata(meta, source.shape, target))
 
 
-def bin_voxels(array, factor: int, depth: bool = False) -> Array | Image:
+def bin_voxels(array: ImageInput, factor: int, depth: bool = False) -> Array | Image:
     """Means of ``factor`` x ``factor`` boxes of each image (x ``factor`` in depth with ``depth``); a
     remainder is cropped evenly. The element type is kept (integers rounded). Given an ``(array, metadata)``
-    pair, an :class:`~noa_core.images.image.Image` with :func:`bin_metadata` (``factor`` times the pixel size)."""
+    pair, an :class:`~noa_core.images.image.Image` with :func:`bin_metadata` (``factor`` times the pixel size).
+
+    Args:
+        array: the images or volumes (scalar elements), or an ``(array, metadata)`` pair.
+        factor: the side of the boxes averaged, a whole number of at least 1.
+        depth: bin the depth of volumes too.
+
+    Returns:
+        A new array of the binned shape (each axis ``n // factor``), or an Image with its header.
+
+    Raises:
+        ParameterError: ``factor`` is not a whole number, or is below 1.
+        ShapeError: ``depth`` for images, an axis smaller than ``factor``, or a pair whose metadata describes
+            another shape than its array's.
+        DTypeError: vector or matrix elements.
+    """
     values, meta = split_pair(array)
     source = stack_input(values)
     factors = bin_factors(source.shape, operator_index(factor, "factor"), depth)
@@ -387,11 +417,25 @@ def bin_voxels(array, factor: int, depth: bool = False) -> Array | Image:
     return out if meta is None else Image(out, bin_metadata(meta, source.shape, factors, starts))
 
 
-def flip(array, axis: str, about: str = "box") -> Array | Image:
+def flip(array: ImageInput, axis: str, about: str = "box") -> Array | Image:
     """``array`` mirrored along ``axis`` ('x', 'y' or 'z'): a new array, never a negative-stride view.
     ``about`` 'box' reverses the axis (RELION's --flipX/Y/Z); 'centre' mirrors it about the voxel
     ``n // 2``, which stays in place: the hand inversion of RELION's --invert_hand (:func:`mirror_sum`).
-    Given an ``(array, metadata)`` pair, an :class:`~noa_core.images.image.Image` with :func:`flip_metadata`."""
+    Given an ``(array, metadata)`` pair, an :class:`~noa_core.images.image.Image` with :func:`flip_metadata`.
+
+    Args:
+        array: the images or volumes (scalar elements), or an ``(array, metadata)`` pair.
+        axis: 'x', 'y' or 'z' (volumes only).
+        about: 'box' or 'centre'.
+
+    Returns:
+        A new array of the same shape, or an Image with its header.
+
+    Raises:
+        ParameterError: an ``axis`` or ``about`` not among those.
+        ShapeError: 'z' for images, or a pair whose metadata describes another shape than its array's.
+        DTypeError: vector or matrix elements.
+    """
     values, meta = split_pair(array)
     source = stack_input(values)
     index = flip_axis(source.shape, axis)
@@ -399,10 +443,21 @@ def flip(array, axis: str, about: str = "box") -> Array | Image:
     return out if meta is None else Image(out, flip_metadata(meta, source.shape, index, about))
 
 
-def rotx(array) -> Array | Image:
+def rotx(array: ImageInput) -> Array | Image:
     """Volumes rotated by -90 degrees about X as IMOD's ``clip rotx``: (B, D, H, W) -> (B, H, D, W) with
     ``out[b, k, j, i] = array[b, j, H - 1 - k, i]`` (keeps the hand, unlike swapping Y and Z). Given an
-    ``(array, metadata)`` pair, an :class:`~noa_core.images.image.Image` with :func:`rotx_metadata`."""
+    ``(array, metadata)`` pair, an :class:`~noa_core.images.image.Image` with :func:`rotx_metadata`.
+
+    Args:
+        array: volumes (depth above 1, scalar elements), or an ``(array, metadata)`` pair.
+
+    Returns:
+        A new array of shape (B, H, D, W), or an Image with its header.
+
+    Raises:
+        ShapeError: images (depth 1), or a pair whose metadata describes another shape than its array's.
+        DTypeError: vector or matrix elements.
+    """
     values, meta = split_pair(array)
     source = stack_input(values)
     check_volume(source.shape, "rotx")

@@ -17,11 +17,18 @@ header: write their result with the input's metadata.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
+
+import numpy as np
 
 from noa_core.array import Array, asarray
 from noa_core.errors import ShapeError
 from noa_core.io.metadata import Metadata
+
+# What the operations that may change a header take: values alone (an Array, or a NumPy array as noa_core.asarray
+# takes it), or an (array, metadata) pair (an Image, or what noa_core.io.read returns).
+Values: TypeAlias = Array | np.ndarray
+ImageInput: TypeAlias = Values | tuple[Values, Metadata]
 
 
 class Image(NamedTuple):
@@ -31,7 +38,17 @@ class Image(NamedTuple):
     meta: Metadata
 
     def permute(self, perm: Sequence[int]) -> Image:
-        """The array's axes reordered (a view, :meth:`Array.permute`), pixel size and origin following them."""
+        """The array's axes reordered (a view, :meth:`Array.permute`), pixel size and origin following them.
+
+        Args:
+            perm: a permutation of (0, 1, 2, 3).
+
+        Returns:
+            The permuted Image.
+
+        Raises:
+            PermutationError: ``perm`` is not a permutation of 0..3.
+        """
         return Image(self.array.permute(perm), self.meta.permute(perm))
 
 

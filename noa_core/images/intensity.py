@@ -17,11 +17,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from noa_core.array import Array, asarray, dtypes
 from noa_core.errors import DTypeError, ParameterError, ShapeError, ValueRangeError, param
+
+if TYPE_CHECKING:
+    from noa_core.images.image import Values
 
 
 def real_output_dtype(source: np.dtype, wanted: str | None = None) -> np.dtype:
@@ -235,11 +239,29 @@ def check_finite(values: np.ndarray, what: str) -> None:
         raise ValueRangeError(f"{what}: the data hold NaN or infinite values; this needs finite values")
 
 
-def scale(array, to_range: Sequence[float], percentiles: Sequence[float] | None = None,
+def scale(array: Values, to_range: Sequence[float], percentiles: Sequence[float] | None = None,
           dtype: str | None = None) -> Array:
     """A new array: ``array`` rescaled linearly so that its minimum and maximum (or its ``percentiles``,
     e.g. ``(0.1, 99.9)``, values beyond them clamped) land on ``to_range`` (low, high). The output is
-    ``dtype``, else float32 (float64 for float64 data); integer outputs are rounded."""
+    ``dtype``, else float32 (float64 for float64 data); integer outputs are rounded.
+
+    Args:
+        array: the values (real, finite, not empty).
+        to_range: ``(low, high)``, finite, low below high, within ``dtype``'s range.
+        percentiles: ``(low, high)`` percentiles (0 <= low < high <= 100) mapped onto ``to_range`` in place of the
+            minimum and maximum.
+        dtype: the output's scalar type, neither boolean nor complex.
+
+    Returns:
+        The rescaled array, of the shape of ``array``.
+
+    Raises:
+        DTypeError: complex data, or an unknown ``dtype``.
+        ParameterError: a ``to_range`` or ``percentiles`` that is not such a pair, or a boolean or complex
+            ``dtype``.
+        ShapeError: an empty array.
+        ValueRangeError: NaN or infinite values.
+    """
     source = asarray(array)
     check_real_input(source.dtype, "scale")
     out_dtype = real_output_dtype(source.dtype, dtype)
@@ -257,7 +279,7 @@ def scale(array, to_range: Sequence[float], percentiles: Sequence[float] | None 
     return asarray(scaled(values, ends, target, out_dtype.kind in "iu").astype(out_dtype))
 
 
-def normalize(array, per_section: bool = False, mean: float = 0.0, std: float = 1.0, *,
+def normalize(array: Values, per_section: bool = False, mean: float = 0.0, std: float = 1.0, *,
               bg_radius: float | None = None, ramp: bool = True, white_dust: float | None = None,
               black_dust: float | None = None) -> Array:
     """A new array (float32; float64 for float64 data): ``array`` shifted and scaled to ``mean`` and
@@ -265,7 +287,31 @@ def normalize(array, per_section: bool = False, mean: float = 0.0, std: float = 
 
     With ``bg_radius`` (pixels), RELION's particle normalisation (``relion_preprocess --norm --bg_radius``):
     each image (each volume; each section with ``per_section``) on its own, with the mean and sd of its
-    background, after removing dust and a ramp (:func:`background_normalized`)."""
+    background, after removing dust and a ramp (:func:`background_normalized`).
+
+    Args:
+        array: the values (real, finite, not empty).
+        per_section: normalise each (height, width) section on its own (with ``bg_radius``: treat each section
+            as an image).
+        mean: the output's mean, finite.
+        std: the output's standard deviation, positive.
+        bg_radius: RELION's background radius in pixels (the background is outside it); at most half the box.
+        ramp: subtract the least-squares plane through the background of each image (2-d images only).
+        white_dust: replace pixels more than this many background standard deviations above the background mean
+            by noise, as RELION's white dust removal.
+        black_dust: the same below the mean (RELION's black dust).
+
+    Returns:
+        The normalised array (float32; float64 for float64 data), of the shape of ``array``.
+
+    Raises:
+        DTypeError: complex data.
+        ParameterError: a ``mean`` or ``std`` out of range, a background option without ``bg_radius``, a
+            radius that does not fit the box or leaves too few background pixels, a ramp on volumes, or dust
+            limits that are not positive.
+        ShapeError: an empty array.
+        ValueRangeError: NaN or infinite values.
+    """
     source = asarray(array)
     check_real_input(source.dtype, "normalize")
     check_normal(mean, std)

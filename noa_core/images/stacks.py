@@ -32,7 +32,7 @@ from noa_core.array import Array, asarray, layout
 from noa_core.array.layout import Shape4
 from noa_core.compute.tiles import Compute, Key, TileReads, compute_whole
 from noa_core.errors import DTypeError, ParameterError, SectionMismatchError, ValueRangeError, param
-from noa_core.images.image import Image, split_pair
+from noa_core.images.image import Image, ImageInput, split_pair
 from noa_core.io.metadata import Metadata, stored_sections
 from noa_core.limits import check_output_size
 
@@ -288,10 +288,26 @@ def operator_index(value, name: str) -> int:
     return int(value)
 
 
-def sections(array, keep: str | None = None, drop: str | None = None) -> Array | Image:
+def sections(array: ImageInput, keep: str | None = None, drop: str | None = None) -> Array | Image:
     """The sections (batch entries of a stack, else depth slices) listed by ``keep`` ('0-9,12', in that
     order) or all but those listed by ``drop``. Given an ``(array, metadata)`` pair, an
-    :class:`~noa_core.images.image.Image` with :func:`sections_metadata`."""
+    :class:`~noa_core.images.image.Image` with :func:`sections_metadata`.
+
+    Args:
+        array: the stack or volume (scalar elements), or an ``(array, metadata)`` pair.
+        keep: the sections kept, a range list counted from 0, in output order.
+        drop: the sections left out, a range list (the others are kept in order).
+
+    Returns:
+        A new array of the kept sections along the section axis, or an Image with its header.
+
+    Raises:
+        ParameterError: neither or both of ``keep`` and ``drop``, a malformed range, a section outside the input,
+            or every section dropped.
+        DTypeError: vector or matrix elements.
+        ShapeError: a pair whose metadata describes another shape than its array's.
+        LimitError: the output would exceed the output limits.
+    """
     values, meta = split_pair(array)
     source = stack_input(values)
     indices = selected_sections(source.shape, keep, drop)
@@ -302,10 +318,26 @@ def sections(array, keep: str | None = None, drop: str | None = None) -> Array |
     return out if meta is None else Image(out, sections_metadata(meta, source.shape, indices))
 
 
-def average(array, group: int, total: bool = False) -> Array | Image:
+def average(array: ImageInput, group: int, total: bool = False) -> Array | Image:
     """Averages (or sums, with ``total``) of ``group`` consecutive sections; an incomplete last group is left out.
     Integers and float16 give float32. Given an ``(array, metadata)`` pair, an
-    :class:`~noa_core.images.image.Image` with :func:`average_metadata`."""
+    :class:`~noa_core.images.image.Image` with :func:`average_metadata`.
+
+    Args:
+        array: the stack or volume (scalar elements), or an ``(array, metadata)`` pair.
+        group: how many consecutive sections make one, from 1 to the number of sections.
+        total: sum the sections of each group instead of averaging them.
+
+    Returns:
+        A new array of ``sections // group`` sections (float32 for integers and float16; float64, complex64 and
+        complex128 kept), or an Image with its header (a volume's slices ``group`` times thicker).
+
+    Raises:
+        ParameterError: ``group`` is not a whole number, or is below 1 or above the number of sections.
+        DTypeError: vector or matrix elements.
+        ValueRangeError: sums (or means) beyond what the output type holds.
+        ShapeError: a pair whose metadata describes another shape than its array's.
+    """
     values, meta = split_pair(array)
     source = stack_input(values)
     out_shape, _, _ = average_layout(source.shape, operator_index(group, "group"))
@@ -313,10 +345,22 @@ def average(array, group: int, total: bool = False) -> Array | Image:
     return out if meta is None else Image(out, average_metadata(meta, source.shape, group))
 
 
-def join(arrays: Sequence) -> Array | Image:
+def join(arrays: Sequence[ImageInput]) -> Array | Image:
     """A new array: ``arrays`` (same depth, height, width and element type) stacked along the batch axis. Given
     ``(array, metadata)`` pairs, an :class:`~noa_core.images.image.Image` whose header is
-    :meth:`~noa_core.io.Metadata.joined`'s (the first one's, the extended headers joined)."""
+    :meth:`~noa_core.io.Metadata.joined`'s (the first one's, the extended headers joined).
+
+    Args:
+        arrays: the arrays, or ``(array, metadata)`` pairs (all of one kind), in order.
+
+    Returns:
+        The joined array, or an Image with the joined header.
+
+    Raises:
+        ParameterError: no input, or arrays and pairs mixed.
+        SectionMismatchError: an input whose depth, height, width or element type differs from the first's.
+        ShapeError: a pair whose metadata describes another shape than its array's.
+    """
     pairs = [split_pair(a) for a in arrays]
     metas = [meta for _, meta in pairs if meta is not None]
     if metas and len(metas) != len(pairs):
@@ -328,10 +372,22 @@ def join(arrays: Sequence) -> Array | Image:
     return Image(out, Metadata.joined(metas, names)) if metas else out
 
 
-def split(array, every: int = 1) -> list[Array] | list[Image]:
+def split(array: ImageInput, every: int = 1) -> list[Array] | list[Image]:
     """Copies of ``array``'s parts of ``every`` entries along the batch axis (a single volume: its Z
     sections), in order; the last part may hold fewer. Given an ``(array, metadata)`` pair, an
-    :class:`~noa_core.images.image.Image` per part, with :meth:`~noa_core.io.Metadata.section_part`'s header."""
+    :class:`~noa_core.images.image.Image` per part, with :meth:`~noa_core.io.Metadata.section_part`'s header.
+
+    Args:
+        array: the stack or volume, or an ``(array, metadata)`` pair.
+        every: how many entries each part holds, at least 1.
+
+    Returns:
+        The parts (a volume's parts are stacks of images), or an Image per part.
+
+    Raises:
+        ParameterError: ``every`` is not a positive whole number.
+        ShapeError: a pair whose metadata describes another shape than its array's.
+    """
     value, meta = split_pair(array)
     source = asarray(value)
     axis = section_axis(source.shape)

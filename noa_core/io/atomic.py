@@ -22,7 +22,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from noa_core.errors import MissingFileError, NoSpaceError, NotAFileError, OutputExistsError, param
@@ -399,6 +399,28 @@ def commit_together(outputs: Sequence[TemporaryOutput]) -> None:
     if must_sync:
         for folder in dict.fromkeys(out.path.parent for out in outputs):
             fsync_folder(folder)
+
+
+@contextlib.contextmanager
+def folders_made(folders: Iterable[Path]) -> Iterator[None]:
+    """Within this block, ``folders`` exist: those missing are made (each in a folder that exists), and removed
+    again, once empty, when the block fails (outputs that were to go in them, placed together or not at all, leave
+    no folder behind)."""
+    made: list[Path] = []
+    try:
+        for folder in dict.fromkeys(folders):
+            try:
+                os.mkdir(folder)
+                made.append(folder)
+            except FileExistsError:
+                if not os.path.isdir(folder):
+                    raise NotAFileError(f"{folder}: is not a folder") from None
+        yield
+    except BaseException:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
+                os.rmdir(folder)
+        raise
 
 
 def _identity(path: Path) -> tuple[int, int]:

@@ -271,6 +271,21 @@ def probe(path: str | os.PathLike, *, projects: Any = None, **options: Any) -> P
 
     No data are read or decompressed (a compressed MRC: its first kilobyte and extended header), yet
     the header's sizes are checked against what the file can hold. Read options as for :func:`read`.
+
+    Args:
+        path: the file, or a store's directory.
+        projects: how the paths a file names (a particle file's stacks) are opened, as for :func:`read`.
+        **options: the read options of the file's format, by name, as for :func:`read`.
+
+    Returns:
+        The probe: shape, strides, element type and metadata of what :func:`read` would give.
+
+    Raises:
+        MissingFileError: no such file.
+        UnknownFormatError: a file of no format noa reads.
+        FileFormatError: a header that is malformed or promises more than the file holds, or an option the
+            file's format does not take.
+        TypeError: an option no format takes.
     """
     fmt, p, request = _request(path, options, projects=projects)
     return fmt.probe(p, request)

@@ -28,14 +28,22 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from noa_core.array import asarray, layout
 from noa_core.array.layout import Permutation4, Shape4
-from noa_core.errors import FileFormatError, MissingFileError, NoaError, UnknownFormatError
+from noa_core.errors import (
+    FileFormatError,
+    MissingFileError,
+    NoaError,
+    NotAFileError,
+    OutputIsInputError,
+    UnknownFormatError,
+    param,
+)
 from noa_core.io import atomic, mapped, mrc, particle_files
 from noa_core.io.metadata import HeaderStatistics, Metadata, Picks
 from noa_core.io.particle_files import NewImages, ParticleError, Table
@@ -525,11 +533,33 @@ class ParticlesFormat:
                                   f"{shape[1]} sections (write an MRC file)")
 
     def data_path(self, path: Path) -> Path:
-        """Where the images of the particle file ``path`` go: its stack, ``OUT.mrcs``."""
+        """Where the images of the particle file ``path`` go as one stack: ``OUT.mrcs``."""
         return path.with_suffix(STACK_SUFFIX)
 
+    def data_files(self, spec: OutputSpec) -> list[tuple[Path, np.ndarray]]:
+        """The stacks the images of the particle file ``spec.path`` go to, each with the output's sections it holds
+        (in order): ``OUT.mrcs`` holding them all, or, with the ``stack_per_input`` write option, one stack per
+        source stack in the folder ``OUT`` (the output's name without its extension; :func:`stack_file_names`).
+        Refused before any data are computed: an output whose images are no longer the particles', a stack that
+        would replace one the rows name."""
+        rows = self._checked(spec)[0]
+        if not spec.write_options.get("stack_per_input"):
+            files = [(self.data_path(spec.path), np.arange(spec.shape[0]))]
+        else:
+            folder = spec.path.with_suffix("")
+            if folder.exists() and not folder.is_dir():
+                raise NotAFileError(f"{folder}: is not a folder; the stacks of {spec.path} "
+                                    f"({param('stack_per_input')}) go in a folder of that name")
+            sources, stack_of = stack_runs(rows.table.image_names()[0][rows.rows])
+            order = np.argsort(stack_of, kind="stable")  # each stack's sections, in the output's order
+            held = np.split(order, np.cumsum(np.bincount(stack_of, minlength=len(sources)))[:-1])
+            names = stack_file_names([raw.decode(errors="surrogateescape") for raw in sources.tolist()])
+            files = [(folder / name, sections) for name, sections in zip(names, held)]
+        _refuse_sources(files, rows)
+        return files
+
     def create(self, temp: Path, spec: OutputSpec) -> Created:
-        self.written(spec)  # refused before any data are computed
+        """An MRC stack (the rows are checked before, by :meth:`data_files`)."""
         if spec.order != "C":
             raise FileFormatError(f"{spec.path}: particle stacks are stored row by row (order C); RELION and "
                                   "cryoSPARC read no other")
@@ -538,9 +568,9 @@ class ParticlesFormat:
     def finish(self, temp: Path, spec: OutputSpec, statistics: HeaderStatistics) -> None:
         mrc.FORMAT.finish(temp, spec, statistics)
 
-    def written(self, spec: OutputSpec) -> Callable[[Path], list[bytes | np.ndarray]]:
-        """What the particle file ``spec.path`` will hold once its stack is named (the function of the stack's
-        path); a ParticleError when the output's images are no longer the particles'."""
+    def _checked(self, spec: OutputSpec) -> tuple[ParticleRows, float]:
+        """The rows of the output ``spec`` and its pixel scale (new pixel size over old, 1 when either is unknown); a
+        ParticleError when the output's images are no longer the particles'."""
         metadata = spec.metadata
         rows = None if metadata is None else metadata.particles
         kind = "STAR" if spec.path.suffix.lower() == particle_files.STAR_SUFFIX else "cryoSPARC"
@@ -552,7 +582,7 @@ class ParticlesFormat:
             raise ParticleError(f"{spec.path}: the particles were read from a {rows.table.kind} file; write "
                                 f"{'a .star' if rows.table.kind == 'STAR' else 'a .cs'} file (noa particles convert "
                                 "converts between them)")
-        b, _, h, w = spec.shape
+        _, _, h, w = spec.shape
         if h != w:
             raise ParticleError(f"{spec.path}: particle images are square; these are {w} x {h}")
         assert metadata is not None  # the rows are its
@@ -563,13 +593,58 @@ class ParticlesFormat:
                                 f"{rows.table.pixel_field}), so those of these {w}-pixel images made from its "
                                 f"{rows.box}-pixel ones are unknown: take one optics group at a time (noa particles "
                                 "select)")
-        scale = new_pixel / rows.pixel_size if rows.pixel_size > 0 and new_pixel > 0 else 1.0
+        return rows, (new_pixel / rows.pixel_size if rows.pixel_size > 0 and new_pixel > 0 else 1.0)
 
-        def text(stack: Path) -> list[bytes | np.ndarray]:
-            name = rows.project.name_of(stack).encode(errors="surrogateescape")
-            return rows.table.written(NewImages(rows.rows, np.full(b, name, f"S{max(len(name), 1)}"),
-                                                np.arange(b, dtype=np.int64), new_pixel, w, scale))
+    def written(self, spec: OutputSpec) -> Callable[[Sequence[tuple[Path, np.ndarray]]], list[bytes | np.ndarray]]:
+        """What the particle file ``spec.path`` will hold once its stacks are named: a function of
+        :meth:`data_files` (each stack's path and the output's sections it holds); a ParticleError when the output's
+        images are no longer the particles'."""
+        rows, scale = self._checked(spec)
+        assert spec.metadata is not None  # the rows are its
+        new_pixel, (b, _, _, w) = spec.metadata.pixel_size[2], spec.shape
+
+        def text(files: Sequence[tuple[Path, np.ndarray]]) -> list[bytes | np.ndarray]:
+            names = [rows.project.name_of(path).encode(errors="surrogateescape") for path, _ in files]
+            stack, section = np.zeros(b, np.int64), np.zeros(b, np.int64)
+            for index, (_, held) in enumerate(files):
+                stack[held], section[held] = index, np.arange(len(held))
+            named = np.array(names, f"S{max(1, *map(len, names))}")[stack]
+            return rows.table.written(NewImages(rows.rows, named, section, new_pixel, w, scale))
         return text
+
+
+def stack_file_names(sources: Sequence[str]) -> list[str]:
+    """The file names of the stacks written for the source stacks ``sources`` (paths, in the output rows' first-named
+    order) with ``stack_per_input``: each source's file name with ``.mrcs`` for its extension, ``-2``, ``-3``, ...
+    after the name where an earlier one took it (whatever the case: a folder may not tell case apart)."""
+    taken: set[str] = set()
+    last: dict[str, int] = {}  # the last number tried after each name: a run of one name is not tried again
+    names = []
+    for source in sources:
+        stem = PurePosixPath(source).stem or "stack"
+        name, number = stem, last.get(stem.lower(), 1)
+        while name.lower() in taken:
+            number += 1
+            name = f"{stem}-{number}"
+        last[stem.lower()] = number
+        taken.add(name.lower())
+        names.append(name + STACK_SUFFIX)
+    return names
+
+
+def _refuse_sources(files: Sequence[tuple[Path, np.ndarray]], rows: ParticleRows) -> None:
+    """An OutputIsInputError when a stack of ``files`` that exists (to be replaced) is one the rows name: an input
+    is never an output."""
+    existing = {}
+    for path, _ in files:
+        with contextlib.suppress(OSError):
+            status = os.stat(path)
+            existing[status.st_dev, status.st_ino] = path
+    if existing:
+        for name, status in stack_files(rows.table, rows.project):
+            if (status.st_dev, status.st_ino) in existing:
+                raise OutputIsInputError(f"{existing[status.st_dev, status.st_ino]}: is the stack {name} that "
+                                         f"{rows.table.path} names, which stays as it is; write the output elsewhere")
 
 
 FORMAT = ParticlesFormat()

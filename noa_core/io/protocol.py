@@ -16,7 +16,7 @@ What every format promises is tested once, by the conformance suite ``tests/io/c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
@@ -200,14 +200,20 @@ class StoreFormat(ImageFormat, Protocol):
 
 
 class IndexedFormat(ImageFormat, Protocol):
-    """A format whose file names data kept in another file beside it (particle files: a STAR or .cs naming the
-    sections of an MRC stack). ``indexed`` is True; a :class:`~noa_core.io.stream.Writer` fills the data file
-    (:meth:`data_path`, laid out by :meth:`create` and :meth:`finish`), then writes the index (:meth:`written`),
-    and places both together or neither."""
+    """A format whose file names data kept in other files beside it (particle files: a STAR or .cs naming the
+    sections of MRC stacks). ``indexed`` is True; a :class:`~noa_core.io.stream.Writer` fills one data file
+    (named after :meth:`data_path`, laid out by :meth:`create` and :meth:`finish`), splits it into the data files
+    :meth:`data_files` says where they are several, then writes the index (:meth:`written`), and places them all
+    together or none."""
 
     def data_path(self, path: Path) -> Path:
-        """Where the data of the output ``path`` go."""
+        """Where the data of the output ``path`` go as one file."""
 
-    def written(self, spec: OutputSpec) -> Callable[[Path], list[bytes | np.ndarray]]:
-        """What the index ``spec.path`` will hold once its data file has a name: a function of that name (the
-        bytes, in pieces). Raises, before any data are computed, when ``spec`` cannot be indexed."""
+    def data_files(self, spec: OutputSpec) -> list[tuple[Path, np.ndarray]]:
+        """The data files of the output ``spec``, each with the batch entries (sections) it holds, in order: one
+        (:meth:`data_path`, every entry) unless the write options ask for several. Raises, before any data are
+        computed, when ``spec`` cannot be indexed."""
+
+    def written(self, spec: OutputSpec) -> Callable[[Sequence[tuple[Path, np.ndarray]]], list[bytes | np.ndarray]]:
+        """What the index ``spec.path`` will hold once its data files are placed: a function of :meth:`data_files`
+        (the bytes, in pieces). Raises, before any data are computed, when ``spec`` cannot be indexed."""

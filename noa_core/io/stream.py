@@ -17,9 +17,9 @@ import math
 import mmap as mmap_module
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
@@ -44,6 +44,11 @@ from noa_core.io import atomic, formats, libc, mapped
 from noa_core.io.metadata import Metadata
 from noa_core.io.protocol import IndexedFormat, OutputSpec, StoreFormat
 from noa_core.limits import check_output_size
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+SPLIT_BYTES = 16 << 20  # what splitting a filled data file into several holds at a time
 
 # ---------------------------------------------------------------------------------------------
 # Writer
@@ -177,8 +182,8 @@ class Writer:
     are completed and the file is renamed into place; on an exception nothing is left behind.
     Do not keep ``array`` after the ``with`` block. The format (from the extension) lays out the file
     and writes its header; the Writer maps, fills and commits it. An indexed format's output (a particle
-    file) is its data file (``data_path``, the stack) filled the same way, then the index naming it, the two
-    placed together.
+    file) is its data file (``data_path``, the stack) filled the same way, split into its data files where the
+    format says several (a stack per source stack), then the index naming them, all placed together.
     """
 
     def __init__(self, path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata: Metadata | None,
@@ -187,9 +192,6 @@ class Writer:
         # a store (OME-Zarr: a directory) is refused or replaced as a directory, never as a file
         self.path = atomic.check_output(path, overwrite, directory=formats.names_store(path))
         self.format = formats.output_format(self.path)
-        # where the data go: the file itself, or the data file an index names (a particle file's stack)
-        self.data_path = (atomic.check_output(cast(IndexedFormat, self.format).data_path(self.path), overwrite)
-                          if self.format.indexed else self.path)
         self.shape = layout.as_shape4(shape)
         self.dtype = np.dtype(dtype)  # what the file stores, once created (MRC widens uint8)
         self.values_dtype = self.dtype  # the type values are converted to, whatever the file stores
@@ -211,6 +213,21 @@ class Writer:
         if not self.is_store and (write_options or {}).get("chunks") is not None:
             raise FileFormatError(f"{self.path}: chunks: {self.format.title} files are not chunked; {param('chunks')} "
                                   "is for OME-Zarr outputs (.ome.zarr)")
+        if not self.format.indexed and (write_options or {}).get("stack_per_input"):
+            raise FileFormatError(f"{self.path}: {param('stack_per_input')} is for particle outputs (.star, .cs); "
+                                  f"{self.format.title} outputs are one file")
+        # where the data go: the file itself, or the data files an index names (a particle file's stacks), filled
+        # as one (data_path) and then split into them where they are several
+        self.data_files: list[tuple[Path, np.ndarray]] = []
+        self.data_path = self.path
+        if self.format.indexed:
+            indexed = cast(IndexedFormat, self.format)
+            self.data_path, self.data_files = indexed.data_path(self.path), indexed.data_files(self._spec)
+            for data_file, _ in self.data_files:
+                if data_file.parent.is_dir():
+                    atomic.check_output(data_file, overwrite)
+                else:  # a folder made when the files are placed: where it goes must exist
+                    atomic.check_output(data_file.parent, False, directory=True)
         self.chunks: Shape4 | None = None  # a store's chunk shape (BDHW): tiles are aligned to it
 
     # -- life cycle ------------------------------------------------------------------------------
@@ -285,16 +302,65 @@ class Writer:
             self._opened().commit()
 
     def _commit_with_index(self) -> None:
-        """Write the index naming the data file (a particle file naming its stack) and place both together."""
-        index = atomic.TemporaryOutput(self.path, self._overwrite)
+        """Write the index naming the data files (a particle file naming its stacks) and place them all together:
+        the data file filled, or the files it is split into (their folders made where missing, and removed again
+        when the placement fails)."""
+        split = [data_file for data_file, _ in self.data_files] != [self.data_path]
+        outputs: list[atomic.TemporaryOutput] = []
         try:
-            with open(index.temp, "wb") as f:
-                for piece in cast(IndexedFormat, self.format).written(self._spec)(self.data_path):
-                    f.write(piece if isinstance(piece, bytes) else piece.data)
-        except BaseException:
-            index.abort()
-            raise
-        atomic.commit_together([self._opened(), index])
+            with atomic.folders_made(data_file.parent for data_file, _ in self.data_files):
+                try:
+                    if split:
+                        self._split(outputs)
+                    else:
+                        outputs.append(self._opened())
+                    index = atomic.TemporaryOutput(self.path, self._overwrite)
+                    outputs.append(index)
+                    with open(index.temp, "wb") as f:
+                        for piece in cast(IndexedFormat, self.format).written(self._spec)(self.data_files):
+                            f.write(piece if isinstance(piece, bytes) else piece.data)
+                    atomic.commit_together(outputs)
+                except BaseException:
+                    for output in outputs:
+                        output.abort()
+                    raise
+        finally:
+            if split:  # the data file filled, now split: never placed
+                self._opened().abort()
+
+    def _split(self, outputs: list[atomic.TemporaryOutput]) -> None:
+        """The data file filled, split into :attr:`data_files` (each added to ``outputs`` once made): each laid out
+        by the format, its sections copied from the data file in runs of at most :data:`SPLIT_BYTES`, its header
+        statistics taken from them as they pass."""
+        entry = math.prod(self.shape[1:]) * self.dtype.itemsize  # one batch entry, stored whole in either order
+        per_copy = max(1, SPLIT_BYTES // max(entry, 1))
+        buffer = memoryview(bytearray(min(self.shape[0], per_copy) * entry))
+        source = os.open(self._opened().temp, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            for data_file, sections in self.data_files:
+                output = atomic.TemporaryOutput(data_file, self._overwrite)
+                outputs.append(output)
+                spec = replace(self._spec, shape=layout.as_shape4((len(sections), *self.shape[1:])))
+                created = self.format.create(output.temp, spec)
+                stats = RunningStatistics()
+                fd = os.open(output.temp, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+                try:
+                    size = created.offset + len(sections) * entry
+                    atomic.reserve(fd, size, f"{data_file}: no space left on device for its {size} bytes")
+                    heads = np.concatenate(([0], np.flatnonzero(np.diff(sections) != 1) + 1, [len(sections)]))
+                    for head, end in zip(heads[:-1].tolist(), heads[1:].tolist()):  # runs of consecutive sections
+                        for done in range(head, end, per_copy):
+                            piece = buffer[:min(per_copy, end - done) * entry]
+                            at = self._offset + int(sections[head] + done - head) * entry
+                            if os.preadv(source, [piece], at) != len(piece):
+                                raise FileFormatError(f"{self.path}: its images were cut short while being written")
+                            stats.add(np.frombuffer(piece, self.dtype))
+                            mapped.pwrite_all(fd, piece, created.offset + done * entry, data_file)
+                finally:
+                    os.close(fd)
+                self.format.finish(output.temp, spec, stats.result())
+        finally:
+            os.close(source)
 
     def _discard(self) -> None:
         self._release_mapping()
@@ -378,8 +444,8 @@ class Writer:
             target.close()
 
 
-def create(path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata: Metadata | None = None, *,
-           order: str = "C", overwrite: bool = False, label: str | None = None,
+def create(path: str | os.PathLike, shape: int | Sequence[int], dtype: DTypeLike,
+           metadata: Metadata | None = None, *, order: str = "C", overwrite: bool = False, label: str | None = None,
            write_options: Mapping[str, str] | None = None) -> Writer:
     """An output to fill block by block: ``with create(...) as out: copy_into(src, out)``.
 
@@ -388,6 +454,27 @@ def create(path: str | os.PathLike, shape: int | Sequence[int], dtype, metadata:
     the output, e.g. ``read_metadata.permute(perm)``. ``write_options`` are the format's own choices
     (MRC: ``uint8_mode`` 'widen' or 'imod'); the stored type may then differ from ``dtype``
     (``out.dtype`` says). Notices end up in ``out.notices``.
+
+    Args:
+        path: the output file (or an OME-Zarr store's directory); its folder must exist.
+        shape: the output's shape, up to 4 sizes padded to BDHW.
+        dtype: the element type of the values written.
+        metadata: what the header describes; None: nothing but the shape and type.
+        order: 'C', or 'F' to store each section column-major.
+        overwrite: replace an existing output.
+        label: text of the MRC label noa appends.
+        write_options: the format's own write options, by name.
+
+    Returns:
+        The Writer, to use as a context manager.
+
+    Raises:
+        OutputExistsError: the output exists and ``overwrite`` is False.
+        MissingFileError: the output's folder does not exist.
+        UnknownFormatError: an extension noa does not write.
+        FileFormatError: a type, shape or write option the format cannot take.
+        LayoutError: ``order`` is not 'C' or 'F'.
+        LimitError: the output would exceed the output limits.
     """
     return Writer(path, shape, dtype, metadata, order, overwrite, label, write_options)
 
@@ -457,6 +544,20 @@ def fill(writer: Writer, sources: Sequence[Array], compute: Compute | None, *, b
     ``progress(done, total)`` is called after each tile; every tile spans the dimensions in ``whole``
     entirely. With ``reads``, each tile's source views and compute come from it instead of ``sources``
     and ``compute``; ``keys`` are the tiles to walk when already planned.
+
+    Args:
+        writer: the output, entered as a context manager.
+        sources: the Arrays read for each tile (broadcast onto the output's shape).
+        compute: ``compute(source_tiles, output_tile)``, filling the output tile (None with ``reads``).
+        block_bytes: the most bytes a tile buffers of the output and of each source.
+        progress: called with ``(done, total)`` tiles after each tile.
+        whole: the BDHW axes every tile spans entirely.
+        reads: each tile's source views and compute, in place of ``sources`` and ``compute``.
+        keys: the tiles to walk, when already planned.
+
+    Raises:
+        LayoutError: the writer is not open.
+        DTypeError: values the output's type cannot hold.
     """
     if keys is None:
         keys = plan_tiles(writer, sources if reads is None else [], block_bytes, whole)
@@ -496,15 +597,27 @@ def copy_into(source: Array | np.ndarray, writer: Writer, *, block_bytes: int = 
 
     The source broadcasts onto the output shape. Values are converted to the output dtype; an
     integer output refuses values it cannot hold, and complex cannot become real.
+
+    Args:
+        source: an Array or NumPy array whose shape broadcasts onto the output's.
+        writer: the output, entered as a context manager.
+        block_bytes: the most bytes a tile buffers of the output and of the source.
+
+    Raises:
+        BroadcastError: a source whose shape does not broadcast onto the output's.
+        DTypeError: values the output's type cannot hold, or complex values into a real output.
+        LayoutError: the writer is not open.
     """
     fill(writer, [asarray(source)], lambda blocks, dst: checked_copy(dst, blocks[0]), block_bytes=block_bytes)
 
 
-def write(path: str | os.PathLike, array, metadata: Metadata | None = None, *, overwrite: bool = False,
-          dtype=None, order: str = "C", label: str | None = None) -> list[str]:
+def write(path: str | os.PathLike, array: Array | np.ndarray, metadata: Metadata | None = None, *,
+          overwrite: bool = False, dtype: DTypeLike | None = None, order: str = "C",
+          label: str | None = None) -> list[str]:
     """Write ``array`` to ``path`` (format from the extension) atomically; return notices.
 
     Args:
+        path: the output file (or an OME-Zarr store's directory); its folder must exist.
         array: an Array or anything :func:`noa_core.asarray` accepts.
         metadata: pixel size, origin, labels, ... to carry (e.g. from :func:`noa_core.io.read`, or derived with
             ``metadata.permute(perm)``); header statistics are always recomputed.
@@ -513,6 +626,18 @@ def write(path: str | os.PathLike, array, metadata: Metadata | None = None, *, o
             complex64; other input types must name one here (values must fit integer types).
         order: 'C', or 'F' to store each section column-major (recorded in the file).
         label: text of the MRC label noa appends (default: what was written).
+
+    Returns:
+        The notices for the user (e.g. what the format could not store).
+
+    Raises:
+        OutputExistsError: the output exists and ``overwrite`` is False.
+        MissingFileError: the output's folder does not exist.
+        UnknownFormatError: an extension noa does not write.
+        FileFormatError: a type, shape or metadata the format cannot take.
+        DTypeError: values the stored type cannot hold.
+        LayoutError: ``order`` is not 'C' or 'F'.
+        LimitError: the output would exceed the output limits.
     """
     source = asarray(array)
     with create(path, source.shape, dtype or source.dtype, metadata, order=order, overwrite=overwrite,

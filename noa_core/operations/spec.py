@@ -417,8 +417,18 @@ PIXEL_SIZES = Reals(1, 3, SMALLEST_PIXEL_SIZE, LARGEST_PIXEL_SIZE)  # one for ev
 OUTPUT_PIXEL_SIZE = Param("pixel_size", PIXEL_SIZES,
                           "Pixel size of the output in Å, replacing the input's: one value for every axis, or D,H,W.")
 STORE_OUTPUT = (CHUNKS, NGFF)
-OUTPUT = (OUTPUT_PIXEL_SIZE, *STORE_OUTPUT)  # what every writing operation takes besides its own parameters
-WRITE_OPTIONS = ("uint8_mode", "chunks", "ngff")  # what the output format, not the operation, decides with
+# How a particle output (.star, .cs) stores its images (noa_core.io.particles); refused for any other output.
+STACK_PER_INPUT = Param("stack_per_input", Flag(),
+                        "Particle outputs (.star, .cs): one stack per source stack instead of one beside the output "
+                        "(b.star -> b.mrcs): the images of each go to the folder named as the output without its "
+                        "extension, as NAME.mrcs, NAME the source stack's file name without its extension "
+                        "(Particles/mic001.mrcs -> b/mic001.mrcs); sources of one name in different folders become "
+                        "NAME-2.mrcs, NAME-3.mrcs, ... in the order the output's rows first name them. Each row names "
+                        "its image's section in its own stack, the rows in the output's order.", default=False)
+# what every writing operation takes besides its own parameters
+OUTPUT = (OUTPUT_PIXEL_SIZE, *STORE_OUTPUT, STACK_PER_INPUT)
+# what the output format, not the operation, decides with
+WRITE_OPTIONS = ("uint8_mode", "chunks", "ngff", "stack_per_input")
 
 
 class Options(Mapping[str, Any]):
@@ -530,8 +540,8 @@ def _told(plan: Plan, notices: list[str]) -> Plan:
 PlanFunction = Callable[[Inputs, Options], "Plan"]
 # Several outputs from one input (a split): [(name suffix, plan), ...], each written beside the others.
 PlansFunction = Callable[[Inputs, Options], "list[tuple[str, Plan]]"]
-# A data set written from all the inputs: (inputs, output, options, overwrite, progress) -> {"output", "notices"}.
-DataSetFunction = Callable[[Inputs, Path, Options, bool, Any], dict]
+# A data set written from all the inputs: (inputs, output, options, overwrite, progress, resume) -> {"output", "notices"}.
+DataSetFunction = Callable[[Inputs, Path, Options, bool, Any, bool], dict]
 # A report's inputs (one, or several when max_inputs > 1) and options -> the JSON-ready result.
 ReportFunction = Callable[[Inputs, Options], dict]
 # An edit of the input file itself (a header): (path, options, dry_run) -> the change, old and new values.
@@ -596,7 +606,8 @@ class Operation:
         object.__setattr__(self, "_by_name", {p.name: p for p in self.params})
 
     def _with_output_params(self) -> None:
-        """The options of image outputs (:data:`OUTPUT`: pixel size, OME-Zarr chunks and version) added."""
+        """The options of image outputs (:data:`OUTPUT`: pixel size, OME-Zarr chunks and version, particle
+        stacks) added."""
         object.__setattr__(self, "params", self.params + tuple(
             p for p in OUTPUT if p.name not in {q.name for q in self.params}))
 
@@ -704,9 +715,10 @@ class WritesSeveral(Operation):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class WritesDataSet(Writes):
     """Writes a data set from all its inputs together (micrographs and coordinates -> particle stacks and the
-    particle file naming them): ``write(inputs, output, options, overwrite, progress)`` writes every file or none
-    and returns ``{"output", "notices"}``. Its doors are a writing operation's (``noa NAME INPUTS... -o OUT``,
-    ``--out-dir``: one output per input; over HTTP ``srcs`` and ``dst``); no tile plan: it writes its own files."""
+    particle file naming them): ``write(inputs, output, options, overwrite, progress, resume)`` writes every file
+    or none (with ``resume``: keeps the parts it finished should it stop, and keeps those it finds) and returns
+    ``{"output", "notices"}``. Its doors are a writing operation's (``noa NAME INPUTS... -o OUT``, ``--out-dir``:
+    one output per input; over HTTP ``srcs`` and ``dst``); no tile plan: it writes its own files."""
 
     write: DataSetFunction
     plan: PlanFunction | None = None  # type: ignore[assignment]  # it writes its own files, tile by tile plans none

@@ -456,14 +456,16 @@ class Layout:
 
 def plan_layout(shape: Sequence[int], *, section: int | None = None, axis: str | None = None,
                 index: int | None = None, projection: str | None = None, montage: bool = False,
-                columns: int | None = None, every: int = 1, size: int = 1024, bin: int | None = None,
-                box: tuple[int, int] | None = None, magnify: bool = False) -> Layout:
+                columns: int | None = None, every: int = 1, first: int = 0, count: int | None = None,
+                size: int = 1024, bin: int | None = None, box: tuple[int, int] | None = None,
+                magnify: bool = False) -> Layout:
     """The layout of the picture of a BDHW ``shape``, from the header alone.
 
     An image (D = 1) is the section ``section`` (default 0); a volume shows its three central slices side
     by side (z: XY, y: XZ, x: YZ; rows are z in the last two) unless ``axis`` (with ``index``, default the
     centre) or ``projection`` (an axis) names one. ``montage``: the sections of a stack (a volume's z
-    slices) every ``every``, in a grid of ``columns`` (default about square), left to right, top to bottom.
+    slices) every ``every`` from ``first``, at most ``count`` of them (default: to the end), in a grid of
+    ``columns`` (default about square), left to right, top to bottom.
     Panels are :data:`GAP` pixels apart. Each panel is averaged k x k: k = ``bin``, or the smallest k whose
     picture fits ``box`` (rows, cols), default ``size`` x ``size``. ``magnify`` (without ``bin``, which sets the
     scale): a picture smaller than that is drawn m x m pixels a value, m the largest whole number whose picture
@@ -480,20 +482,26 @@ def plan_layout(shape: Sequence[int], *, section: int | None = None, axis: str |
         raise ParameterError("a montage shows z sections; it takes no slice axis or projection", "montage")
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ParameterError(f"{every!r} is not a step of sections from 1 up", "every")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ParameterError(f"{count!r} is not a number of sections from 1 up", "count")
     if not montage and (columns is not None or every != 1):
         raise ParameterError("columns and every lay out a montage; add montage", "columns" if columns else "every")
+    if not montage and (first != 0 or count is not None):
+        raise ParameterError("first and count pick a montage's sections; add montage", "first" if first else "count")
     if montage:
-        count = -(-(depth if depth > 1 else batch) // every)
-        if count > MAX_PANELS:  # checked before anything is built per section
-            raise ParameterError(f"{count} sections: a montage draws at most {MAX_PANELS}; draw every "
-                                 f"{-(-count * every // MAX_PANELS)}-th or more", "every")
+        items = depth if depth > 1 else batch
+        picked = range(_in_range(first, items, "first", "z slices" if depth > 1 else "sections"), items, every)
+        picked = picked[:count] if count is not None else picked
+        if len(picked) > MAX_PANELS:  # checked before anything is built per section
+            raise ParameterError(f"{len(picked)} sections: a montage draws at most {MAX_PANELS}; draw every "
+                                 f"{-(-len(picked) * every // MAX_PANELS)}-th or more", "every")
         if depth > 1:
             entry = _in_range(0 if section is None else section, batch, "section", "sections")
-            planes = [Panel(entry, "z", z, False, *shape[2:], label=str(z)) for z in range(0, depth, every)]
+            planes = [Panel(entry, "z", z, False, *shape[2:], label=str(z)) for z in picked]
         else:
-            planes = [Panel(s, "z", 0, False, *shape[2:], label=str(s)) for s in range(0, batch, every)]
-        columns = columns or math.ceil(math.sqrt(count))
-        grid = [planes[i:i + columns] for i in range(0, count, columns)]
+            planes = [Panel(s, "z", 0, False, *shape[2:], label=str(s)) for s in picked]
+        columns = columns or math.ceil(math.sqrt(len(planes)))
+        grid = [planes[i:i + columns] for i in range(0, len(planes), columns)]
     else:
         entry = _in_range(0 if section is None else section, batch, "section", "sections")
         if depth == 1 or axis is not None or projection is not None:
@@ -624,17 +632,30 @@ class Drawing:
     non_finite: int
 
 
-def preview(source, **options) -> np.ndarray:
-    """The picture of ``source``: the pixels of :func:`draw` (the same options)."""
+def preview(source: str | os.PathLike | Array | np.ndarray, **options: Any) -> np.ndarray:
+    """The picture of ``source``: the pixels of :func:`draw` (the same options).
+
+    Args:
+        source: a file path, a noa Array or a NumPy array (padded to BDHW as noa does).
+        **options: :func:`draw`'s keyword options (section, projection, montage, contrast, cmap, size, ...).
+
+    Returns:
+        uint8 pixels: (rows, cols) for gray, (rows, cols, 3) for the other colour maps.
+
+    Raises:
+        ParameterError: an option out of range, or an array of vector or matrix elements.
+        FileFormatError: a file that cannot be read.
+    """
     return draw(source, **options).pixels
 
 
 def draw(source, *, section: int | None = None, axis: str | None = None, index: int | None = None,
          projection: str | None = None, montage: bool = False, columns: int | None = None, every: int = 1,
-         spectrum: bool = False, contrast: str = "sigma:3", invert: bool = False, cmap: str = "gray",
-         size: int = 1024, bin: int | None = None, box: tuple[int, int] | None = None,
-         scale_bar: bool = False, pixel_size: float | None = None, flip_y: bool = False, labels: bool = False,
-         magnify: bool = False, reading: dict | None = None) -> Drawing:
+         first: int = 0, count: int | None = None, spectrum: bool = False, contrast: str = "sigma:3",
+         invert: bool = False, cmap: str = "gray", size: int = 1024, bin: int | None = None,
+         box: tuple[int, int] | None = None, scale_bar: bool = False, pixel_size: float | None = None,
+         flip_y: bool = False, labels: bool = False, magnify: bool = False, reading: dict | None = None,
+         projects: Any = None) -> Drawing:
     """The picture of ``source`` (a file path, a noa Array or a NumPy array, padded to BDHW as noa does):
     uint8 (rows, cols) for gray, (rows, cols, 3) for the other colour maps.
 
@@ -646,8 +667,8 @@ def draw(source, *, section: int | None = None, axis: str | None = None, index: 
     at the bottom (IMOD's view). ``scale_bar``: a white bar of a round length (:func:`scale_bar_length`) and its
     label at the bottom left of the first panel, from ``pixel_size`` (Å, default the file's; refused when
     unknown). ``labels``: each panel's label (:class:`Panel`) at its top left. Text is white, outlined in black,
-    :func:`text_size` pixels high."""
-    data, known = _source(source, reading)
+    :func:`text_size` pixels high. A path is read with ``reading`` and ``projects`` (:func:`open_data`)."""
+    data, known = _source(source, reading, projects)
     if scale_bar:
         pixel_size = pixel_size or known
         if not pixel_size:
@@ -657,7 +678,8 @@ def draw(source, *, section: int | None = None, axis: str | None = None, index: 
             raise ParameterError("a spectrum is in frequencies: it takes no scale bar", "scale_bar")
     cmap_table = colour_table(cmap)
     layout = plan_layout(data.shape, section=section, axis=axis, index=index, projection=projection,
-                         montage=montage, columns=columns, every=every, size=size, bin=bin, box=box, magnify=magnify)
+                         montage=montage, columns=columns, every=every, first=first, count=count, size=size, bin=bin,
+                         box=box, magnify=magnify)
     values = [_panel_values(data, p, layout.step, spectrum) for p in layout.panels]
     drawn = np.concatenate([v.reshape(-1) for v in values])
     non_finite = drawn.size - int(np.count_nonzero(np.isfinite(drawn)))
@@ -676,10 +698,10 @@ def draw(source, *, section: int | None = None, axis: str | None = None, index: 
     return Drawing(picture, sum(v.size for v in values), non_finite)
 
 
-def _source(source, reading: dict | None) -> tuple[np.ndarray, float | None]:
+def _source(source, reading: dict | None, projects: Any = None) -> tuple[np.ndarray, float | None]:
     """(BDHW NumPy data, pixel size in Å or None) of a path, an Array or anything noa.asarray takes."""
     if isinstance(source, (str, os.PathLike)):
-        data, meta = open_data(source, reading)
+        data, meta = open_data(source, reading, projects)
         pixel, _, _ = meta.in_angstrom()
         return data, (pixel[2] if pixel[2] > 0 else None)
     array = source if isinstance(source, Array) else asarray(np.asarray(source))

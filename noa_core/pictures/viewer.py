@@ -12,7 +12,8 @@ Tile level L block-means 2^L x 2^L pixels of the plane; tile (x, y) of a level i
 :data:`TILE` blocks, and only that region is read. Contrast limits of tiles, and histograms, come from the
 plane's overview (the plane block-meaned to at most :data:`OVERVIEW` pixels a side), which :class:`Overviews`
 keeps by the file's :func:`identity` (a particle file's: with those of the stacks it names; :func:`particle_row`
-says what a section's row holds). Every read is checked first: the voxels it spans against a limit the
+says what a section's row holds). :func:`montage` draws a page of a stack's sections in a grid, as ``noa preview
+--montage`` draws them. Every read is checked first: the voxels it spans against a limit the
 caller gives (LimitError), the memory drawing them takes against what the machine has (MemoryLimitError).
 """
 
@@ -41,6 +42,7 @@ OVERVIEW = 1024  # the longest side of the picture histograms and the limits of 
 SPECTRUM_BOX = 4096  # spectra of larger planes are those of their central SPECTRUM_BOX x SPECTRUM_BOX region
 MAX_STORE_ENTRIES = 100_000  # files and folders of an OME-Zarr store its identity is made of; more: not cached
 RULES = ("sigma:3", "percentiles:1,99", "minmax")  # the contrast rules whose limits a histogram reports
+MONTAGE_PIXELS = 1 << 24  # the panels' pixels a montage draws at most: what one picture draws (4096 x 4096)
 
 Region = tuple[int, int, int, int]  # (top, bottom, left, right) in the plane's full-resolution pixels
 
@@ -295,6 +297,48 @@ def value(path: str | os.PathLike, plane: Plane, x: int, y: int) -> float:
     if not 0 <= y < rows:
         raise ParameterError(f"{y}: the plane has rows 0 to {rows - 1}", "y")
     return float(drawing.read_plane(path, **plane.read_args(), region=(y, y + 1, x, x + 1))[0, 0])
+
+
+def montage_layout(path: str | os.PathLike, first: int, count: int, columns: int | None, size: int, *,
+                   reading: tuple[tuple[str, Any], ...] = (), projects: Any = None) -> drawing.Layout:
+    """The layout of the montage of sections ``first`` to ``first + count - 1`` of the stack at ``path`` (fewer at
+    its end), from its header: :func:`noa_core.pictures.drawing.plan_layout`'s montage, each panel block-meaned k x k
+    as :func:`image` draws a section at ``size`` (k = ceil(longest side / size)). ParameterError naming ``file`` for a
+    volume (its sections are no stack's), ``first`` past the sections, ``count`` or ``size`` below 1, and ``size``
+    when the panels' pixels are more than :data:`MONTAGE_PIXELS` (counted before anything is laid out per panel)."""
+    batch, depth, rows, cols = io.probe(path, projects=projects, **dict(reading)).shape
+    if depth > 1:
+        raise ParameterError(f"{path}: a volume of {depth} slices; a montage shows the sections of a stack", "file")
+    if not 0 <= first < batch:
+        raise ParameterError(f"{first}: the file has sections 0 to {batch - 1}", "first")
+    if size < 1:
+        raise ParameterError(f"{size}: a panel is 1 pixel a side or more", "size")
+    step = max(1, math.ceil(max(rows, cols) / size))
+    panels = min(count, batch - first)
+    pixels = panels * -(-rows // step) * -(-cols // step)
+    if pixels > MONTAGE_PIXELS:
+        raise ParameterError(f"{size}: {panels} panels of up to {size} x {size} pixels are {pixels} pixels, more "
+                             f"than the {MONTAGE_PIXELS} a montage draws; ask for fewer or smaller panels", "size")
+    return drawing.plan_layout((batch, 1, rows, cols), montage=True, first=first, count=count, columns=columns,
+                               bin=step)
+
+
+def montage(path: str | os.PathLike, display: Display, first: int, count: int, columns: int | None, size: int, *,
+            reading: tuple[tuple[str, Any], ...] = (), projects: Any = None, max_voxels: int | None = None) -> bytes:
+    """The montage of :func:`montage_layout`, drawn as ``noa preview --montage`` draws one
+    (:func:`noa_core.pictures.drawing.draw`: the background black, the contrast limits computed over every panel's
+    values together, so panels compare), encoded; read once the sections it reads are within ``max_voxels``
+    (LimitError) and the memory drawing them takes is within what the machine has (MemoryLimitError)."""
+    layout = montage_layout(path, first, count, columns, size, reading=reading, projects=projects)
+    rows, cols = layout.panels[0].rows, layout.panels[0].cols
+    if max_voxels is not None:
+        check_voxels([(len(layout.panels), 1, rows, cols)], max_voxels)
+    drawn_rows, drawn_cols = layout.panel_shape(layout.panels[0])
+    check_working_memory(drawing.working_bytes(len(layout.panels) * drawn_rows * drawn_cols), f"{path}: drawing")
+    pixels = drawing.preview(path, montage=True, first=first, count=count, columns=columns, bin=layout.step,
+                             contrast=display.contrast, invert=display.invert, cmap=display.cmap,
+                             reading=dict(reading), projects=projects)
+    return drawing.encode(pixels, display.format, quality=display.quality, fast=True)
 
 
 def particle_row(path: str | os.PathLike, section: int) -> dict[str, Any]:

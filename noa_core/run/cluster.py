@@ -226,10 +226,10 @@ def _warm_first(client: distributed.Client, fn: Callable, calls: Sequence[tuple]
     return [first, *rest]
 
 
-def _write_pairs(task: FileTask, pairs: list[tuple[Path, Path]], overwrite: bool) -> list[FileResult]:
+def _write_pairs(task: FileTask, pairs: list[tuple[Path, Path]], overwrite: bool, resume: bool) -> list[FileResult]:
     """One task of a batch: a run of pairs, one after the other. A user error (bad input, existing
     output) is a result, not a task failure, so that workers do not log it as a crash."""
-    return [write_pair(task, src, dst, overwrite) for src, dst in pairs]
+    return [write_pair(task, src, dst, overwrite, resume=resume) for src, dst in pairs]
 
 
 def _file_runs(todo: list[tuple[Path, Path]], threads: int) -> list[list[tuple[Path, Path]]]:
@@ -273,14 +273,15 @@ def run_batch(task: FileTask, pairs: Sequence[tuple[PathLike, PathLike]], client
         src, dst = todo[0]
         try:
             record(FileResult(src, dst, "written", tuple(write_split(task, src, dst, client, overwrite=overwrite,
-                                                                     block_bytes=block_bytes, progress=progress))))
+                                                                     block_bytes=block_bytes, progress=progress,
+                                                                     resume=resume))))
         except (NoaError, OSError) as exc:
             record(FileResult(src, dst, "failed", error=exc))
     elif todo:
         runs = _file_runs(todo, sum(client.nthreads().values()) or 1)
         run = uuid.uuid4().hex[:8]
         keys = [_key(task, i, run) for i in range(len(runs))]
-        futures = _warm_first(client, _write_pairs, [(task, pairs_, overwrite) for pairs_ in runs], keys)
+        futures = _warm_first(client, _write_pairs, [(task, pairs_, overwrite, resume) for pairs_ in runs], keys)
         pairs_of = dict(zip(keys, runs))
         done = 0
         for future in distributed.as_completed(futures):
@@ -370,7 +371,7 @@ def _task_runs(keys: list[tuple[slice, ...]], itemsize: int, task_bytes: int) ->
 
 
 def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distributed.Client, *, overwrite: bool = False,
-                block_bytes: int = BLOCK_BYTES, progress: Progress | None = None) -> list[str]:
+                block_bytes: int = BLOCK_BYTES, progress: Progress | None = None, resume: bool = False) -> list[str]:
     """Write one output with tasks over runs of its tiles, spread over the workers; return notices.
 
     Tiles buffer at most ``block_bytes`` (and :data:`TILE_BYTES`) of the output and of every input, and each
@@ -386,7 +387,7 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
                           "schedule than they write")
     task = _here(task)
     if isinstance(task.operation, WritesDataSet):  # it writes its own files (no tiles to share): one task
-        whole = client.submit(write_pair, task, Path(src), Path(dst), overwrite, pure=False).result()
+        whole = client.submit(write_pair, task, Path(src), Path(dst), overwrite, None, resume, pure=False).result()
         if whole.error is not None:
             raise whole.error
         return list(whole.notices)

@@ -32,7 +32,7 @@ class LocalDriver:
                 on_result(results[(src, dst)])
         for done, (src, dst) in enumerate(todo, 1):
             # A lone pair reports its tiles; several report pairs.
-            result = write_pair(task, src, dst, overwrite, progress if len(todo) == 1 else None)
+            result = write_pair(task, src, dst, overwrite, progress if len(todo) == 1 else None, resume)
             results[(src, dst)] = result
             if on_result is not None:
                 on_result(result)

@@ -63,6 +63,7 @@ class Call:
     dry_run: bool
     stem: str | None
     projects: Any
+    resume: bool
 
     def probe_inputs(self) -> None:
         """Refuse inputs over the voxel limit from their headers, before planning decompresses or maps anything."""
@@ -74,7 +75,7 @@ class Call:
 def execute(operation: Operation, inputs: Sequence[PathLike], output: PathLike | None = None,
             values: Mapping[str, Any] | None = None, *, limits: Limits = NO_LIMITS, progress: Progress | None = None,
             overwrite: bool = False, dry_run: bool = False, stem: str | None = None,
-            projects: Any = None) -> dict[str, Any]:
+            projects: Any = None, resume: bool = False) -> dict[str, Any]:
     """Run ``operation`` on ``inputs`` (a, b, c, ... in order) with the parameter ``values``; return its
     JSON-ready result.
 
@@ -88,6 +89,8 @@ def execute(operation: Operation, inputs: Sequence[PathLike], output: PathLike |
         dry_run: an edit says what it would change and changes nothing.
         projects: how the paths particle files name are opened (:data:`noa_core.io.particles.Projects`; None:
             this machine's folders, relative to the ``project_dir`` option). The service keeps them in its root.
+        resume: a data set (:class:`~noa_core.operations.WritesDataSet`) keeps the parts it finished should it
+            stop, and a rerun keeps those it finds instead of writing them again.
 
     Returns:
         a report's or an edit's result; ``{"output", "notices"}`` for an output written;
@@ -98,7 +101,7 @@ def execute(operation: Operation, inputs: Sequence[PathLike], output: PathLike |
     """
     options = operation.options(values)
     call = Call(operation, options, [Path(p) for p in inputs], None if output is None else Path(output), limits,
-                progress, overwrite, dry_run, stem, projects)
+                progress, overwrite, dry_run, stem, projects, resume)
     run = _KINDS.get(type(operation)) or next(run for kind, run in _KINDS.items() if isinstance(operation, kind))
     return run(call)
 
@@ -141,7 +144,7 @@ def _writes_data_set(call: Call) -> dict[str, Any]:
         raise ParameterError(f"{operation.name}: writes a particle file and its stacks; give the output", "output")
     operation.check_inputs(len(call.inputs))
     return operation.write(Inputs(call.inputs, call.options, call.projects), call.output, call.options,
-                           call.overwrite, call.progress)
+                           call.overwrite, call.progress, call.resume)
 
 
 def _reports(call: Call) -> dict[str, Any]:
@@ -165,11 +168,11 @@ _KINDS: dict[type[Operation], Callable[[Call], dict[str, Any]]] = {
 
 
 def write_pair(task: FileTask, src: Path, dst: Path, overwrite: bool,
-               progress: Progress | None = None) -> FileResult:
+               progress: Progress | None = None, resume: bool = False) -> FileResult:
     """One pair of a batch: a user error (bad input, existing output) is its result; anything else raises."""
     try:
         written = execute(task.operation, task.inputs(src), dst, task.options, overwrite=overwrite, progress=progress,
-                          projects=task.projects)
+                          projects=task.projects, resume=resume)
         return FileResult(src, dst, "written", tuple(written["notices"]))
     except (NoaError, OSError) as exc:
         return FileResult(src, dst, "failed", error=exc)

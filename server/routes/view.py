@@ -43,6 +43,7 @@ from noa_server.sandbox import Sandbox
 from noa_server.service import Service, service
 
 MAX_LISTED = 2000  # entries of a folder listing; more are cut (``truncated``)
+MONTAGE_COUNT = 256  # sections a montage draws at most (a page of particles)
 # The browser keeps pictures and revalidates them (If-None-Match) before each use: a file rewritten in
 # place gets a new ETag. ``private``: answers behind an API key are for this client only.
 CACHE = "private, no-cache"
@@ -188,11 +189,12 @@ def matches(if_none_match: str | None, tag: str) -> bool:
 
 @dataclass(frozen=True)
 class Answer:
-    """A computed answer (``body`` None: not modified) with its ETag."""
+    """A computed answer (``body`` None: not modified) with its ETag, and ``headers`` sent with it either way."""
 
     tag: str
     body: bytes | dict | None
     media_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def _cached(opened_file: Opened, if_none_match: str | None, parts: tuple, compute: Callable[[], Any],
@@ -204,7 +206,7 @@ def _cached(opened_file: Opened, if_none_match: str | None, parts: tuple, comput
 
 
 def _respond(answer: Answer) -> Response:
-    headers = {"ETag": answer.tag, "Cache-Control": CACHE}
+    headers = {**dict(answer.headers), "ETag": answer.tag, "Cache-Control": CACHE}
     if answer.body is None:
         return Response(status_code=304, headers=headers)
     if isinstance(answer.body, dict):
@@ -234,6 +236,33 @@ def tile(sandbox: Sandbox, relative: str, plane: Plane, display: Display, level:
                        lambda: viewer.tile(file.path, file.plane(plane), display, level, x, y,
                                            file_identity=file.identity, overviews=OVERVIEWS, max_voxels=max_voxels),
                        display.media_type)
+
+
+def montage(sandbox: Sandbox, relative: str, reading: Reading, display: Display, first: int, count: int,
+            columns: int | None, size: int, if_none_match: str | None, max_voxels: int) -> Answer:
+    """Sections ``first`` to ``first + count - 1`` of a stack in a grid (:func:`viewer.montage`), with where its
+    panels are (:func:`montage_header`), found from the header alone, so a 304 says it too."""
+    with opened(sandbox, relative, reading=reading) as file:
+        drawing.parse_contrast(display.contrast)
+        layout = viewer.montage_layout(file.path, first, count, columns, size, reading=reading,
+                                       projects=file.projects)
+        answer = _cached(file, if_none_match, ("montage", relative, reading, display, first, count, columns, size),
+                         lambda: viewer.montage(file.path, display, first, count, columns, size, reading=reading,
+                                                projects=file.projects, max_voxels=max_voxels),
+                         display.media_type)
+        return dataclasses.replace(answer, headers=(("Montage-Layout", montage_header(layout)),))
+
+
+def montage_header(layout: drawing.Layout) -> str:
+    """Where a montage's panels are, for the page to tell which one is under the cursor: ``first`` (the section of
+    the first panel), ``count`` (panels drawn), ``columns``, each panel's ``height`` and ``width`` in the picture's
+    pixels and the ``gap`` between them (an RFC 8941 dictionary: ``first=0, count=11, ...``). Panel n is section
+    first + n, at row n // columns, column n % columns."""
+    height, width = layout.panel_shape(layout.panels[0])
+    across = sum(panel.top == 0 for panel in layout.panels)
+    fields = {"first": layout.panels[0].section, "count": len(layout.panels), "columns": across, "height": height,
+              "width": width, "gap": drawing.GAP}
+    return ", ".join(f"{name}={number}" for name, number in fields.items())
 
 
 def histogram(sandbox: Sandbox, relative: str, plane: Plane, bins: int, contrast: str | None,
@@ -376,6 +405,21 @@ def router(operations: list[Operation]) -> APIRouter:
                         y: Annotated[int, Query(ge=0, description="Tile row (from the top: row 0 as stored).")] = 0,
                         ) -> Response:
         return _respond(await svc.run(tile, svc.paths(), file, plane, display, level, x, y,
+                                      request.headers.get("if-none-match"), svc.settings.max_voxels))
+
+    @routes.get("/montage", summary="Sections of a stack in a grid (a page of a particle file's particles), as PNG "
+                                    "or JPEG", response_class=Response, responses=IMAGE)
+    async def view_montage(request: Request, svc: Svc, file: FileQ, reading: ReadingQ, display: DisplayQ,
+                           first: Annotated[int, Query(ge=0, description="The section of the first panel.")] = 0,
+                           count: Annotated[int, Query(ge=1, le=MONTAGE_COUNT, description=(
+                               "Sections drawn (fewer at the stack's end): panel n is section first + n."))] = 64,
+                           columns: Annotated[int | None, Query(ge=1, le=MONTAGE_COUNT, description=(
+                               "Panels a row (default about square)."))] = None,
+                           size: Annotated[int, Query(ge=16, le=1024, description=(
+                               "Longest side of a panel in pixels: block means of k x k pixels, k = ceil(longest "
+                               "side / size), as /v1/view/image draws a section. The panels' pixels are at most "
+                               f"{viewer.MONTAGE_PIXELS}."))] = 128) -> Response:
+        return _respond(await svc.run(montage, svc.paths(), file, reading, display, first, count, columns, size,
                                       request.headers.get("if-none-match"), svc.settings.max_voxels))
 
     @routes.get("/histogram", summary="Histogram, statistics, contrast limits and geometry of a plane",

@@ -22,6 +22,9 @@
     lo: 0, hi: 1, edges: null, counts: null, limits: null,
     zoom: 0, ox: 0, oy: 0, // display pixels per plane pixel = 2^zoom; (ox, oy): where plane pixel (0, 0) is drawn
     generation: 0, tiles: new Map(), spectrum: null,
+    // A stack as a montage: a page of sections from `first`; where the picture's panels are drawn (layout: the
+    // server's Montage-Layout, with the scale and place (ox, oy) of the picture on the canvas); the one hovered.
+    montage: { first: 0, layout: null, hovered: null },
   };
 
   class KeyNeeded extends Error {}
@@ -181,6 +184,8 @@
     view.file = path;
     view.tiles.clear();
     view.rows.clear();
+    view.montage.first = 0;
+    view.montage.layout = null;
     view.projectDir = (restore && restore.get("project_dir")) || null;
     let info = await (await api("info", { file: path, ...projectParams() })).json();
     // An EER movie is shown as fractions: EER_GROUP frames each (or what the URL says), as RELION groups them.
@@ -196,6 +201,7 @@
       $("eer-frames").textContent = `of ${view.frames} frames`;
       info = await (await api("info", { file: path, ...readingParams() })).json();
     }
+    $("montage").checked = info.format === "particles"; // a particle file opens as a page of its particles
     showInfo(info);
     const [batch, depth] = info.shape;
     setRange($("section"), $("section-out"), batch, 0);
@@ -206,6 +212,7 @@
     $("index").disabled = false;
     resetIndex();
     if (restore) restoreState(restore);
+    showMode();
     setDownload(path);
     await loadPlane(!restore || !restore.has("zoom"));
   }
@@ -216,7 +223,30 @@
     sizeCanvas();
     $("file-name").textContent = view.file;
     fillTable($("header"), headerRows(info));
-    $("section-box").hidden = info.shape[0] < 2;
+    showMode();
+  }
+
+  // A stack (not a volume) may be shown as a montage; the controls of the mode shown.
+  function showMode() {
+    const [batch, depth] = view.info.shape;
+    $("montage-box").hidden = batch < 2 || depth > 1;
+    const montage = montageOn();
+    $("montage-controls").hidden = !montage;
+    $("section-box").hidden = montage || batch < 2;
+    $("spectrum-box").hidden = $("zoom-box").hidden = montage;
+    $("image").classList.toggle("montage", montage);
+  }
+
+  function montageOn() {
+    return !$("montage-box").hidden && $("montage").checked;
+  }
+
+  // Sections a page of the montage: the input's, kept within its bounds.
+  function montageCount() {
+    const input = $("montage-count");
+    const count = Math.min(Math.max(1, Math.round(Number(input.value)) || 1), Number(input.max));
+    input.value = String(count);
+    return count;
   }
 
   // A particle file's project folder, where the URL names one (the stacks it names are relative to it).
@@ -254,6 +284,11 @@
     const within = (value, count) => Number.isInteger(value) && value >= 0 && value < count;
     const section = Number(state.get("section"));
     if (within(section, batch)) setRange($("section"), $("section-out"), batch, section);
+    if (!$("montage-box").hidden && state.has("montage")) $("montage").checked = state.get("montage") === "1";
+    const count = Number(state.get("count"));
+    if (within(count - 1, Number($("montage-count").max))) $("montage-count").value = String(count);
+    const first = Number(state.get("first"));
+    if (within(first, batch)) view.montage.first = first;
     if (depth > 1 && ["z", "y", "x"].includes(state.get("axis"))) {
       $("axis").value = state.get("axis");
       resetIndex();
@@ -296,7 +331,13 @@
     if ($("invert").checked) state.set("invert", "1");
     state.set("cmap", $("cmap").value);
     if ($("spectrum").checked) state.set("spectrum", "1");
-    else for (const [name, value] of [["zoom", view.zoom], ["ox", view.ox], ["oy", view.oy]]) state.set(name, value);
+    if (!$("montage-box").hidden) state.set("montage", montageOn() ? "1" : "0");
+    if (montageOn()) {
+      state.set("first", view.montage.first);
+      state.set("count", montageCount());
+    } else if (!$("spectrum").checked) {
+      for (const [name, value] of [["zoom", view.zoom], ["ox", view.ox], ["oy", view.oy]]) state.set(name, value);
+    }
     history.replaceState(null, "", `#${state}`);
   }
 
@@ -412,6 +453,10 @@
     const context = canvas.getContext("2d");
     context.imageSmoothingEnabled = false;
     document.body.dataset.state = "loading";
+    if (montageOn()) {
+      await renderMontage(generation, context);
+      return;
+    }
     if ($("spectrum").checked) {
       await renderSpectrum(generation, context);
       return;
@@ -453,12 +498,52 @@
     finished();
   }
 
+  // The montage's layout, from its Montage-Layout header ("first=0, count=11, columns=4, height=32, ...").
+  function montageLayout(header) {
+    return Object.fromEntries((header || "").split(",").map((field) => field.trim().split("="))
+      .map(([name, value]) => [name, Number(value)]));
+  }
+
+  // A page of the stack's sections, fitted to the canvas: about as many columns as make square panels fill it,
+  // each panel as large as that leaves it (the server block-means larger ones); drawn whole pixels a pixel where
+  // it is magnified.
+  async function renderMontage(generation, context) {
+    const canvas = context.canvas;
+    const batch = view.info.shape[0];
+    const count = montageCount();
+    const first = Math.min(view.montage.first, batch - 1);
+    const panels = Math.min(count, batch - first); // the last page has what is left
+    const columns = Math.min(panels, Math.ceil(Math.sqrt((panels * canvas.width) / canvas.height)));
+    const size = Math.min(1024, Math.max(16, Math.floor(Math.min(canvas.width / columns,
+      canvas.height / Math.ceil(panels / columns)))));
+    const contrast = $("rule").value === "range" ? rangeText() : $("rule").value;
+    const response = await api("montage", { file: view.file, ...readingParams(), ...displayParams(), contrast,
+      first, count, columns, size });
+    const layout = montageLayout(response.headers.get("Montage-Layout"));
+    const picture = await createImageBitmap(await response.blob());
+    if (generation !== view.generation) return;
+    const fit = Math.min(canvas.width / picture.width, canvas.height / picture.height);
+    const scale = fit >= 1 ? Math.min(Math.floor(fit), 2 ** MAX_ZOOM) : fit;
+    const ox = Math.floor((canvas.width - picture.width * scale) / 2);
+    const oy = Math.floor((canvas.height - picture.height * scale) / 2);
+    context.imageSmoothingEnabled = scale < 1;
+    context.fillStyle = "#444";
+    context.fillRect(0, 0, canvas.width, canvas.height);
+    context.drawImage(picture, ox, oy, picture.width * scale, picture.height * scale);
+    view.montage.layout = { ...layout, scale, ox, oy };
+    view.montage.hovered = null;
+    $("montage-page").textContent = `sections ${layout.first} to ${layout.first + layout.count - 1} of ${batch}`;
+    $("montage-previous").disabled = first === 0;
+    $("montage-next").disabled = first + count >= batch;
+    finished();
+  }
+
   // A scale bar of a round length, about a fifth of the picture's width, where the pixel size is known.
   function drawScaleBar() {
     const bar = $("scale-bar");
     const columns = { z: 3, y: 3, x: 2 }[view.info.shape[1] > 1 ? $("axis").value : "z"]; // the plane's width axis
     const size = (view.info.pixel_size || [])[columns - 1];
-    if (!size || $("spectrum").checked) {
+    if (!size || $("spectrum").checked || montageOn()) {
       bar.hidden = true;
       return;
     }
@@ -477,8 +562,11 @@
   }
 
   function finished() {
-    // What is drawn where (zoom ox oy: plane pixel (0, 0) at canvas (ox, oy), 2^zoom canvas pixels a pixel).
-    $("image").dataset.view = `${$("spectrum").checked ? "spectrum" : view.zoom} ${view.ox} ${view.oy}`;
+    // What is drawn where (zoom ox oy: plane pixel (0, 0) at canvas (ox, oy), 2^zoom canvas pixels a pixel; a
+    // montage: "montage scale ox oy", its picture's pixel (0, 0) at (ox, oy), scale canvas pixels a pixel).
+    const montage = view.montage.layout;
+    $("image").dataset.view = montageOn() ? `montage ${montage.scale} ${montage.ox} ${montage.oy}`
+      : `${$("spectrum").checked ? "spectrum" : view.zoom} ${view.ox} ${view.oy}`;
     drawScaleBar();
     clearTimeout(view.remembering); // once the view settles (a pan draws many times; browsers limit URL changes)
     view.remembering = setTimeout(rememberState, 150);
@@ -518,6 +606,34 @@
     $("row").caption.textContent = `particle: row ${found.row} of the ${found.kind} file`;
     fillTable($("row"), Object.entries(found.columns).map(([name, v]) => [name, Array.isArray(v) ? v.join(" × ")
       : String(v)]));
+  }
+
+  // The section whose panel of the montage is under the cursor (null: none, or a gap between panels).
+  function montageSection(event) {
+    const m = view.montage.layout;
+    if (!m) return null;
+    const rect = $("image").getBoundingClientRect();
+    const x = (event.clientX - rect.left - m.ox) / m.scale;
+    const y = (event.clientY - rect.top - m.oy) / m.scale;
+    const column = Math.floor(x / (m.width + m.gap));
+    const row = Math.floor(y / (m.height + m.gap));
+    const inside = x >= 0 && y >= 0 && column < m.columns && x - column * (m.width + m.gap) < m.width
+      && y - row * (m.height + m.gap) < m.height;
+    const n = row * m.columns + column;
+    return inside && n < m.count ? m.first + n : null;
+  }
+
+  // The hovered panel's section and, for a particle file, its row.
+  async function hoverPanel(section) {
+    if (section === view.montage.hovered) return;
+    view.montage.hovered = section;
+    $("readout").textContent = section === null ? "" : `section ${section}`;
+    if (section === null || view.info.format !== "particles") {
+      showRow(null);
+      return;
+    }
+    const found = await particleRow(String(section));
+    if (view.montage.hovered === section) showRow(found);
   }
 
   function planePixel(event) {
@@ -617,10 +733,17 @@
   const pan = { from: null };
   const image = $("image");
 
-  image.addEventListener("mousedown", (event) => { pan.from = [event.clientX, event.clientY, view.ox, view.oy]; });
+  image.addEventListener("mousedown", (event) => {
+    if (!montageOn()) pan.from = [event.clientX, event.clientY, view.ox, view.oy];
+  });
   window.addEventListener("mouseup", () => { pan.from = null; });
   image.addEventListener("mousemove", (event) => {
-    if (!view.geometry || $("spectrum").checked) return;
+    if (!view.geometry) return;
+    if (montageOn()) {
+      hoverPanel(montageSection(event)).catch(report);
+      return;
+    }
+    if ($("spectrum").checked) return;
     if (pan.from) {
       const [x, y, ox, oy] = pan.from;
       view.ox = ox + event.clientX - x;
@@ -637,8 +760,18 @@
     cursor.wanted = pixel;
     readValue();
   });
+  image.addEventListener("mouseleave", () => { if (montageOn()) hoverPanel(null).catch(report); });
+  // A click on a panel of the montage opens its section alone.
+  image.addEventListener("click", (event) => {
+    const section = montageOn() ? montageSection(event) : null;
+    if (section === null) return;
+    $("montage").checked = false;
+    showMode();
+    setRange($("section"), $("section-out"), view.info.shape[0], section);
+    loadPlane(true).catch(report);
+  });
   image.addEventListener("wheel", (event) => {
-    if (!view.geometry || $("spectrum").checked) return;
+    if (!view.geometry || $("spectrum").checked || montageOn()) return;
     event.preventDefault();
     zoomAt(event.offsetX, event.offsetY, event.deltaY < 0 ? 1 : -1);
   }, { passive: false });
@@ -658,6 +791,27 @@
     loadPlane(false).catch(report);
   });
   $("axis").addEventListener("change", () => { resetIndex(); loadPlane(true).catch(report); });
+  // The montage on: the page that holds the section shown; off: that section alone.
+  $("montage").addEventListener("change", () => {
+    const count = montageCount();
+    if (montageOn()) view.montage.first = Math.floor(Number($("section").value) / count) * count;
+    showMode();
+    loadPlane(true).catch(report);
+  });
+  $("montage-previous").addEventListener("click", () => {
+    view.montage.first = Math.max(0, view.montage.first - montageCount());
+    render().catch(report);
+  });
+  $("montage-next").addEventListener("click", () => {
+    const first = view.montage.first + montageCount();
+    if (first < view.info.shape[0]) view.montage.first = first;
+    render().catch(report);
+  });
+  $("montage-count").addEventListener("change", () => {
+    const count = montageCount();
+    view.montage.first = Math.floor(view.montage.first / count) * count;
+    render().catch(report);
+  });
   for (const id of ["eer-group", "eer-upsampling"]) $(id).addEventListener("change", () => regroup().catch(report));
   $("projection").addEventListener("change", () => {
     $("index").disabled = $("projection").checked; // a projection has no slice

@@ -12,7 +12,7 @@ import pytest
 
 import noa_core as noa
 from noa_core import io
-from noa_core.errors import NoSpaceError
+from noa_core.errors import NoSpaceError, NotAFileError
 from noa_core.io import atomic
 
 
@@ -223,3 +223,18 @@ def test_outputs_and_decoded_inputs_reserve_their_blocks_the_same_way(tmp_path, 
     assert kind != "output" or not path.exists()
     monkeypatch.setattr(os, "posix_fallocate", _failing_fallocate(errno.EOPNOTSUPP))
     np.testing.assert_array_equal(act(), expected)
+
+
+def test_folders_made_for_outputs_are_removed_when_the_outputs_fail(tmp_path):
+    (tmp_path / "there").mkdir()
+    with atomic.folders_made([tmp_path / "new", tmp_path / "there", tmp_path / "new"]):
+        assert (tmp_path / "new").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "there"]
+    with pytest.raises(RuntimeError), atomic.folders_made([tmp_path / "gone", tmp_path / "busy", tmp_path / "there"]):
+        (tmp_path / "busy" / "someone's").write_bytes(b"")
+        raise RuntimeError("the outputs failed")
+    # the folders it made are removed, but one something else was put in meanwhile, and those that were there
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["busy", "new", "there"]
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(NotAFileError, match="is not a folder"), atomic.folders_made([tmp_path / "file"]):
+        pass

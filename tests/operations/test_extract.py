@@ -262,6 +262,59 @@ def test_a_cancel_or_a_failure_while_micrographs_are_extracted_leaves_nothing(tm
     assert listing(tmp_path) == before
 
 
+def test_a_resumed_extraction_keeps_what_a_stopped_one_finished(tmp_path, mics, monkeypatch):
+    """Issue 43 item 6: extracting with resume, each micrograph's stacks (of every size) are placed once written, so
+    a run stopped after the first micrograph leaves its stacks (no STAR, no temporary file); a rerun extracts only
+    the other micrograph and writes what one uninterrupted run writes."""
+    fresh = tmp_path / "fresh"
+    shutil.copytree(tmp_path / "Mics", fresh / "Mics")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(extract_impl.limits, "available_cores", lambda: 1)  # one micrograph after the other
+    values = {"coord_suffix": "_pick.star", "box": 8, "also_scale": (4,)}
+    extract = operations.get("extract")
+
+    def stop_after_one(done, total):
+        if done == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        execute(extract, ["Mics/a.mrc", "Mics/b.mrc"], "parts.star", values, progress=stop_after_one, resume=True)
+    left = listing(tmp_path)
+    assert "Particles/Mics/a.mrcs" in left and "Particles_4px/Mics/a.mrcs" in left
+    assert not any(name.endswith((".star", ".noa-tmp")) and name.startswith(("parts", ".")) for name in left)
+    assert "Particles/Mics/b.mrcs" not in left
+    boxed = []
+    boxes = extraction.boxes
+    monkeypatch.setattr(extraction, "boxes", lambda micrograph, positions, *args: boxed.append(len(positions))
+                        or boxes(micrograph, positions, *args))
+    result = execute(extract, ["Mics/a.mrc", "Mics/b.mrc"], "parts.star", values, resume=True)
+    assert boxed == [2]  # b's two particles only
+    assert any("1 micrograph(s) extracted before" in notice for notice in result["notices"])
+    monkeypatch.chdir(fresh)
+    execute(extract, ["Mics/a.mrc", "Mics/b.mrc"], "parts.star", values)
+    for name in ("Particles/Mics/a.mrcs", "Particles/Mics/b.mrcs", "Particles_4px/Mics/a.mrcs",
+                 "Particles_4px/Mics/b.mrcs"):
+        np.testing.assert_array_equal(load(tmp_path / name), load(fresh / name))
+        assert header_statistics(tmp_path / name) == header_statistics(fresh / name)
+    for name in ("parts.star", "parts_4px.star"):
+        assert (tmp_path / name).read_bytes() == (fresh / name).read_bytes()
+
+
+def test_a_resumed_extraction_refuses_a_stack_it_did_not_write_and_one_stack(tmp_path, mics):
+    (tmp_path / "Particles/Mics").mkdir(parents=True)
+    write_mrc(tmp_path / "Particles/Mics/a.mrcs", np.zeros((3, 6, 6), np.float32))  # box 6, not 8
+    before = listing(tmp_path)
+    command = ("extract", "Mics/a.mrc", "Mics/b.mrc", "--coord-suffix", "_pick.star", "--box", 8, "--resume")
+    assert_user_error(noa(*command, "-o", "p.star", cwd=tmp_path), "Particles/Mics/a.mrcs: there already",
+                      "3 boxes of 8 x 8")
+    assert_user_error(noa(*command, "--one-stack", "-o", "p.star", cwd=tmp_path), "--resume", "--one-stack")
+    assert listing(tmp_path) == before
+    (tmp_path / "Particles/Mics/a.mrcs").unlink()
+    done = noa(*command, "-o", "p.star", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(load(tmp_path / "Particles/Mics/b.mrcs")[0], box_of(mics["b"], 20, 20, 8))
+
+
 def test_boxes_are_computed_a_bounded_chunk_at_a_time(tmp_path, monkeypatch):
     """However large the boxes, a chunk holds at most CHUNK_BYTES of float64 boxes (the memory of --scale and
     --norm bounded whatever the box size and the count of particles); the boxes are NumPy's slices, in order."""

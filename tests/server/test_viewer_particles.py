@@ -2,8 +2,10 @@
 opened as the stack of its rows' images (pictures and values against mrcfile reading the stacks the rows name,
 starfile reading the rows), each section's row under /v1/view/row (against starfile and the .cs array), the stacks
 opened beneath the data root as paths mode opens them (a STAR naming ../../x.mrcs, an absolute path or a link out:
-403 naming the row and the column), ETags that change when a stack the file names changes, and in Debian's
-headless Chromium the row's columns shown beside the value under the cursor.
+403 naming the row and the column), ETags that change when a stack the file names changes, a page of particles as a
+montage (/v1/view/montage against a NumPy montage of the stacks mrcfile reads, as noa preview --montage draws one),
+and in Debian's headless Chromium the row's columns shown beside the value under the cursor, and under the cursor on
+the montage, paged.
 
 Data: the particle set RELION 3.1.3 extracted (tests/data/relion_particles), its rows shuffled across the two stacks
 and given a defocus and a class.
@@ -17,7 +19,9 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
+import httpx
 import mrcfile
 import numpy as np
 import pytest
@@ -27,7 +31,8 @@ from PIL import Image
 
 from helpers import REPO, assert_problem, start_server, stop_server
 from noa_core.pictures import viewer
-from tests.server.test_viewer_browser import KEY, canvas_image, open_file, open_viewer, wait_render
+from tests.server.test_viewer import block_mean, gray, limits
+from tests.server.test_viewer_browser import KEY, canvas_image, canvas_image_any, open_file, open_viewer, wait_render
 
 RELION = REPO / "tests" / "data" / "relion_particles"
 ORDER = [6, 0, 10, 3, 1, 9, 2, 8, 4, 7, 5]  # row n of the STAR is row ORDER[n] of RELION's
@@ -176,6 +181,96 @@ def test_stacks_are_found_in_the_project_folder_the_request_names(tmp_path, make
         "Movies/mic0.mrc"
 
 
+# -- a page of particles: the montage --------------------------------------------------------------------------
+
+GAP = 4  # pixels between panels, as noa preview --montage draws them
+
+
+def montage_oracle(images: np.ndarray, columns: int, contrast: str, k: int, invert: bool = False) -> np.ndarray:
+    """The montage as noa preview --montage draws one, in NumPy: each image block-meaned k x k, the contrast limits
+    over every panel's values together, RELION's levels, panels left to right and top to bottom GAP pixels apart on
+    black."""
+    panels = np.stack([block_mean(image, k) for image in images])
+    lo, hi = limits(panels, contrast)
+    count, rows, cols = panels.shape
+    down = -(-count // columns)
+    picture = np.zeros((down * rows + (down - 1) * GAP, min(count, columns) * (cols + GAP) - GAP), np.uint8)
+    for n, panel in enumerate(panels):
+        top, left = n // columns * (rows + GAP), n % columns * (cols + GAP)
+        picture[top:top + rows, left:left + cols] = gray(panel, lo, hi, invert=invert)
+    return picture
+
+
+def test_a_page_of_particles_is_a_montage_of_their_rows_images(project, make_client):
+    api = make_client(data_root=project)
+    images = oracle_images(project / "particles.star", project)
+    # sections 3..7 in rows of 2, each 32 x 32 image block-meaned 2 x 2 to 16 pixels; shared min-max contrast
+    params = {"file": "particles.star", "first": 3, "count": 5, "columns": 2, "size": 16, "contrast": "minmax"}
+    got = api.get("/v1/view/montage", params=params)
+    np.testing.assert_array_equal(decoded_png(got), montage_oracle(images[3:8], 2, "minmax", 2))
+    assert got.headers["montage-layout"] == "first=3, count=5, columns=2, height=16, width=16, gap=4"
+    # the last page has what is left (sections 8..10); full size, RELION's sigma contrast, inverted
+    params = {"file": "particles.star", "first": 8, "count": 4, "size": 32, "invert": True}
+    got = api.get("/v1/view/montage", params=params)
+    np.testing.assert_array_equal(decoded_png(got), montage_oracle(images[8:], 2, "sigma:3", 1, invert=True))
+    assert got.headers["montage-layout"] == "first=8, count=3, columns=2, height=32, width=32, gap=4"
+    # a plain stack too: its sections in order
+    with mrcfile.open(project / "Particles" / "Movies" / "mic0.mrcs") as m:
+        sections = np.array(m.data)
+    params = {"file": "Particles/Movies/mic0.mrcs", "first": 1, "count": 3, "columns": 3, "size": 32}
+    np.testing.assert_array_equal(decoded_png(api.get("/v1/view/montage", params=params)),
+                                  montage_oracle(sections[1:4], 3, "sigma:3", 1))
+    # one panel is the section's own picture
+    single = api.get("/v1/view/montage", params={"file": "particles.star", "first": 4, "count": 1, "size": 32})
+    np.testing.assert_array_equal(decoded_png(single), decoded_png(api.get(
+        "/v1/view/image", params={"file": "particles.star", "section": 4})))
+
+
+def test_the_montages_etag_changes_when_a_stack_changes_and_its_layout_comes_with_a_304(project, make_client):
+    api = make_client(data_root=project)
+    params = {"file": "particles.star", "first": 0, "count": 4, "columns": 4, "size": 32, "contrast": "minmax"}
+    got = api.get("/v1/view/montage", params=params)
+    again = api.get("/v1/view/montage", params=params, headers={"If-None-Match": got.headers["etag"]})
+    assert again.status_code == 304 and again.headers["montage-layout"] == got.headers["montage-layout"]
+    other = api.get("/v1/view/montage", params={**params, "first": 1})
+    assert other.status_code == 200 and other.headers["etag"] != got.headers["etag"]
+    stack = project / "Particles" / "Movies" / "mic0.mrcs"  # section 1 is row 1 of mic0.mrcs
+    before = stack.stat()
+    with mrcfile.open(stack, "r+") as m:
+        m.data[0] = -m.data[0]
+    os.utime(stack, ns=(before.st_atime_ns, before.st_mtime_ns))
+    fresh = api.get("/v1/view/montage", params=params, headers={"If-None-Match": got.headers["etag"]})
+    assert fresh.status_code == 200 and fresh.headers["etag"] != got.headers["etag"]
+    images = oracle_images(project / "particles.star", project)
+    np.testing.assert_array_equal(decoded_png(fresh), montage_oracle(images[:4], 4, "minmax", 1))
+
+
+def test_bad_montage_requests_name_the_parameter(project, make_client):
+    api = make_client(data_root=project)
+    with mrcfile.new_mmap(project / "big.mrcs", shape=(17, 1024, 1024), mrc_mode=0) as m:  # sparse: no data
+        m.set_image_stack()
+    mrcfile.write(project / "volume.mrc", np.zeros((4, 8, 8), np.float32))
+    for params, status, slug, detail in [
+            ({"first": 11}, 400, "invalid-parameter", "first: 11: the file has sections 0 to 10"),
+            ({"count": 0}, 400, "invalid-parameters", "count"),
+            ({"count": 257}, 400, "invalid-parameters", "count"),
+            ({"size": 8}, 400, "invalid-parameters", "size"),
+            ({"columns": 0}, 400, "invalid-parameters", "columns"),
+            ({"contrast": "range:5,1"}, 400, "invalid-parameter", "contrast"),
+            ({"file": "missing.star"}, 404, "file-not-found", "missing.star"),
+            ({"file": "volume.mrc"}, 400, "invalid-parameter", "file: volume.mrc: a volume of 4 slices"),
+            ({"file": "big.mrcs", "count": 17, "size": 1024}, 400, "invalid-parameter",
+             "size: 1024: 17 panels of up to 1024 x 1024 pixels are 17825792 pixels, more than the 16777216")]:
+        body = assert_problem(api.get("/v1/view/montage", params={"file": "particles.star", **params}), status, slug)
+        assert detail in body["detail"], (params, body)
+        assert str(project) not in body["detail"]
+    assert api.get("/v1/view/montage", params={"file": "big.mrcs", "count": 16, "size": 1024}).status_code == 200
+    small = make_client(data_root=project, max_voxels=10 * 32 * 32)
+    assert_problem(small.get("/v1/view/montage", params={"file": "particles.star", "count": 11}), 422,
+                   "too-many-voxels")
+    assert small.get("/v1/view/montage", params={"file": "particles.star", "count": 10}).status_code == 200
+
+
 # -- the sandbox -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("named", ["../../outside.mrcs", "ABSOLUTE", "Particles/out_link.mrcs"])
@@ -273,6 +368,10 @@ def test_hovering_a_particle_shows_its_rows_micrograph_and_defocus(live, tmp_pat
         page = browser.new_page()
         open_viewer(page, url)
         open_file(page, "particles.star")
+        renders = int(page.evaluate("document.body.dataset.renders"))
+        page.evaluate("(() => { const m = document.getElementById('montage'); m.checked = false; "
+                      "m.dispatchEvent(new Event('change')); })()")  # one particle at a time
+        wait_render(page, renders)
         for section in (0, 5):
             renders = int(page.evaluate("document.body.dataset.renders"))
             page.evaluate(f"(() => {{ const s = document.getElementById('section'); s.value = '{section}'; "
@@ -298,4 +397,74 @@ def test_hovering_a_particle_shows_its_rows_micrograph_and_defocus(live, tmp_pat
             assert float(shown["rlnDefocusU"]) == pytest.approx(particles["rlnDefocusU"][section])
             assert int(shown["rlnClassNumber"]) == particles["rlnClassNumber"][section]
             assert shown["rlnImagePixelSize"] == "1.500000"  # its optics group's
+        page.close()
+
+
+def montage_requests(page) -> list[str]:
+    return [r["url"] for r in page.requests() if urlsplit(r["url"]).path == "/v1/view/montage"]
+
+
+def shown_row(page, row: int) -> dict:
+    """The row table once it shows row ``row`` (from 1): its cells by column."""
+    return page.wait(f"(() => {{ const t = document.getElementById('row'); "
+                     f"return !t.hidden && t.caption.textContent.includes('row {row} ') && "
+                     "Object.fromEntries([...t.tBodies[0].rows].map(r => [r.cells[0].textContent, "
+                     "r.cells[1].textContent])); })()")
+
+
+@pytest.mark.skipif(chromium() is None, reason="chromium not found (apt-get install chromium)")
+def test_a_particle_file_opens_as_a_montage_paged_with_each_panels_row_under_the_cursor(live, tmp_path):
+    url, root = live
+    particles = starfile.read(root / "particles.star")["particles"]
+    with Browser.start(tmp_path / "profile") as browser:
+        page = browser.new_page()
+        open_viewer(page, url)
+        open_file(page, "particles.star")
+        assert page.evaluate("document.getElementById('image').dataset.view").startswith("montage ")
+        renders = int(page.evaluate("document.body.dataset.renders"))
+        page.evaluate("(() => { const c = document.getElementById('montage-count'); c.value = '4'; "
+                      "c.dispatchEvent(new Event('change')); })()")
+        wait_render(page, renders)
+        left, top = page.evaluate("(() => { const r = document.getElementById('image').getBoundingClientRect(); "
+                                  "return [r.left, r.top]; })()")
+        for first in (0, 4):  # the first page, then the next: rows first..first + 3
+            request = montage_requests(page)[-1]
+            assert parse_qs(urlsplit(request).query)["first"] == [str(first)]
+            assert parse_qs(urlsplit(request).query)["count"] == ["4"]
+            answer = httpx.get(request, headers={"X-API-Key": KEY}, timeout=30)
+            layout = {k: int(v) for k, v in (f.split("=") for f in answer.headers["montage-layout"].split(", "))}
+            assert (layout["first"], layout["count"]) == (first, 4)
+            expected = np.asarray(Image.open(io.BytesIO(answer.content)))
+            pixels, drawn = canvas_image_any(page)
+            kind, scale, ox, oy = drawn.split()
+            scale, ox, oy = int(scale), int(ox), int(oy)
+            assert kind == "montage" and scale >= 1  # whole pixels: the canvas shows the picture's own
+            shown = pixels[oy:oy + expected.shape[0] * scale, ox:ox + expected.shape[1] * scale, 0]
+            np.testing.assert_array_equal(shown, expected.repeat(scale, axis=0).repeat(scale, axis=1))
+            for k in (0, 1, 3):
+                row, column = divmod(k, layout["columns"])
+                x = left + ox + (column * (layout["width"] + layout["gap"]) + layout["width"] / 2) * scale
+                y = top + oy + (row * (layout["height"] + layout["gap"]) + layout["height"] / 2) * scale
+                page.mouse("mouseMoved", x, y, button="none")
+                page.wait(f"document.getElementById('readout').textContent === 'section {first + k}'")
+                cells = shown_row(page, first + k + 1)
+                assert cells["rlnMicrographName"] == particles["rlnMicrographName"][first + k]
+                assert float(cells["rlnDefocusU"]) == pytest.approx(particles["rlnDefocusU"][first + k])
+                assert int(cells["rlnClassNumber"]) == particles["rlnClassNumber"][first + k]
+            if first == 0:
+                renders = int(page.evaluate("document.body.dataset.renders"))
+                page.evaluate("document.getElementById('montage-next').click()")
+                wait_render(page, renders)
+                assert page.evaluate("document.getElementById('montage-page').textContent") == \
+                    "sections 4 to 7 of 11"
+        # a click on panel 2 of this page opens section 6 alone
+        renders = int(page.evaluate("document.body.dataset.renders"))
+        x = left + ox + (2 % layout["columns"] * (layout["width"] + layout["gap"]) + 1) * scale
+        y = top + oy + (2 // layout["columns"] * (layout["height"] + layout["gap"]) + 1) * scale
+        page.mouse("mousePressed", x, y, clickCount=1)
+        page.mouse("mouseReleased", x, y, clickCount=1)
+        wait_render(page, renders)
+        assert page.evaluate("[document.getElementById('section').value, document.getElementById('montage').checked, "
+                             "document.getElementById('image').dataset.view.startsWith('montage')]") == \
+            ["6", False, False]
         page.close()

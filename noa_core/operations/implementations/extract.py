@@ -5,7 +5,11 @@ same boxes Fourier-cropped (or padded) to other sizes from the same read of each
 with its stacks in ``Particles_<size>px/`` (or ``OUT_<size>px.mrcs``).
 
 Everything is checked before anything is written: the micrographs' headers (2-d images, one pixel size per optics
-group, the box within them), every coordinate (a number, within its micrograph) and every output name."""
+group, the box within them), every coordinate (a number, within its micrograph) and every output name.
+
+Resumed (``resume``, RELION's --only_do_unfinished), each micrograph's stacks take their names as soon as they are
+written, so that a run that stops (cancelled, killed) leaves the micrographs it finished; a rerun keeps the stacks it
+finds (when their shape is the one this extraction writes) and extracts the others. The STARs come last, together."""
 
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ from noa_core.images import extraction, intensity
 from noa_core.io import atomic, mrc, star
 from noa_core.io.metadata import Metadata
 from noa_core.io.particles import folder_projects
-from noa_core.io.protocol import OutputSpec
+from noa_core.io.protocol import OutputSpec, ReadRequest
 from noa_core.operations.spec import Inputs, Options
 from noa_core.particles import coordinates
 from noa_core.particles.coordinates import Picks
@@ -109,9 +113,12 @@ def _data_sets(output: Path, options: Options) -> list[DataSet]:
     return sets
 
 
-def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progress) -> dict:
+def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progress, resume: bool = False) -> dict:
     if output.suffix.lower() != ".star":
         raise FileFormatError(f"{output}: extract writes a particles STAR (.star) and the stacks it names")
+    if resume and options.one_stack:
+        raise ParameterError(f"{param('resume')} keeps each micrograph's stack once written; {param('one_stack')} "
+                             "writes one stack for all: choose one")
     if options.coords is None and options.coord_suffix is None:
         raise ParameterError("give the coordinates: a file, or the suffix of each micrograph's file", "coords")
     if options.norm and options.bg_radius is None:
@@ -135,31 +142,38 @@ def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progr
             _place_stacks(micrographs, data_set, options)
             stacks.update(_stack_sizes(micrographs, data_set))
         stars = [data_set.star for data_set in data_sets]
+        finished = _finished_stacks(micrographs, data_sets, options) if resume else set()
         for stack in [*stars, *stacks]:  # a stack's folder may not be there yet: made below
-            if stack.parent.is_dir() or stack in stars:
+            if (stack.parent.is_dir() or stack in stars) and stack not in finished:
                 atomic.check_output(stack, overwrite)
         made = _make_folders(stacks)
         temps: list[atomic.TemporaryOutput] = []
         try:
             for data_set in data_sets:
                 data_set.writers = {stack: _StackWriter(stack, stacks[stack], data_set.size, options, overwrite,
-                                                        temps) for stack in dict.fromkeys(data_set.stacks)}
-            _extract_all(micrographs, inputs, options, data_sets, progress)
+                                                        temps) for stack in dict.fromkeys(data_set.stacks)
+                                    if stack not in finished}
+            todo = [i for i, mic in enumerate(micrographs)
+                    if any(data_set.stacks[i] not in finished for data_set in data_sets)]
+            if finished:
+                notices.append(f"{len(micrographs) - len(todo)} micrograph(s) extracted before: their stacks kept "
+                               f"({param('resume')})")
+            _extract_all(micrographs, todo, inputs, options, data_sets, progress, placing=resume)
             for data_set in data_sets:
-                for writer in data_set.writers.values():  # a stack's header: its (first) micrograph's pixel size
-                    first = next(mic for mic, stack in zip(micrographs, data_set.stacks) if stack == writer.path)
-                    writer.finish(data_set.pixel_size(first.pixel_size, options.box))
+                for mic, stack in zip(micrographs, data_set.stacks):  # resumed, each was finished with its micrograph
+                    _finish(data_set, stack, mic, options)
                 star_temp = atomic.TemporaryOutput(data_set.star, overwrite)
                 temps.append(star_temp)
                 with open(star_temp.temp, "wb") as out:
                     for piece in _star_text(micrographs, optics, data_set, options, project):
                         out.write(piece if isinstance(piece, bytes) else piece.data)
-            atomic.commit_together(temps)
+            # the STARs, with the stacks unless they were placed as they were written (resumed)
+            atomic.commit_together(temps[-len(data_sets):] if resume else temps)
         except BaseException:
             for temp in temps:
                 temp.abort()
             for folder in reversed(made):
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError):  # resumed, the folders of the stacks placed are not empty
                     folder.rmdir()
             raise
     count = sum(mic.kept.size for mic in micrographs)
@@ -325,6 +339,29 @@ def _place_stacks(micrographs: list[Micrograph], data_set: DataSet, options: Opt
         data_set.stacks.append(stack)
 
 
+def _finished_stacks(micrographs: list[Micrograph], data_sets: list[DataSet], options: Options) -> set[Path]:
+    """The stacks a run stopped before placed: there with the shape and type this extraction writes them; a stack
+    there of another shape is refused (it is not this extraction's)."""
+    found = set()
+    dtype = np.dtype(np.float16 if options.float16 else np.float32)
+    for data_set in data_sets:
+        for mic, stack in zip(micrographs, data_set.stacks):
+            if not stack.is_file():
+                continue
+            expected = (mic.kept.size, 1, data_set.size, data_set.size)
+            try:
+                probe = mrc.FORMAT.probe(stack, ReadRequest(mrc.FORMAT.read_options()))
+                same = tuple(probe.shape) == expected and probe.dtype == dtype
+            except FileFormatError:
+                same = False
+            if not same:
+                raise FileFormatError(f"{stack}: there already, and not the stack of {mic.name} this extraction "
+                                      f"writes ({expected[0]} boxes of {data_set.size} x {data_set.size} {dtype}); "
+                                      "remove it to extract it again")
+            found.add(stack)
+    return found
+
+
 def _stack_sizes(micrographs: list[Micrograph], data_set: DataSet) -> dict[Path, int]:
     counts: dict[Path, int] = {}
     for mic, stack in zip(micrographs, data_set.stacks):
@@ -359,6 +396,7 @@ class _StackWriter:
         self.offset = created.offset
         self.section = box * box * self.dtype.itemsize
         self.stats = RunningStatistics()
+        self.finished = False
 
     def _spec(self) -> OutputSpec:
         return OutputSpec(self.path, self.shape, self.dtype, "C", self.meta, self.label, {})
@@ -374,32 +412,48 @@ class _StackWriter:
     def finish(self, pixel_size: float) -> None:
         self.meta.pixel_size = (pixel_size, pixel_size, pixel_size)
         mrc.FORMAT.finish(self.temp.temp, self._spec(), self.stats.result())
+        self.finished = True
 
 
-def _extract_all(micrographs: list[Micrograph], inputs: Inputs, options: Options, data_sets: list[DataSet],
-                 progress) -> None:
-    """Every micrograph's particles into its stack of each data set, several micrographs at once (reading, NumPy
-    and writing release the GIL): as many as the cores allow and WORKERS_MEMORY holds; statistics merged in
-    micrograph order."""
-    each = max(mic.nbytes for mic in micrographs) + CHUNK_WORKING * CHUNK_BYTES
-    workers = max(1, min(limits.available_cores(), len(micrographs), WORKERS_MEMORY // each))
+def _extract_all(micrographs: list[Micrograph], todo: list[int], inputs: Inputs, options: Options,
+                 data_sets: list[DataSet], progress, placing: bool) -> None:
+    """The particles of the micrographs ``todo`` (indices) into their stacks of each data set, several micrographs
+    at once (reading, NumPy and writing release the GIL): as many as the cores allow and WORKERS_MEMORY holds;
+    statistics merged in micrograph order. ``placing``: each micrograph's stacks finished and given their names as
+    soon as it is done. Progress counts every micrograph, those done before included."""
+    if not todo:
+        return
+    each = max(micrographs[i].nbytes for i in todo) + CHUNK_WORKING * CHUNK_BYTES
+    workers = max(1, min(limits.available_cores(), len(todo), WORKERS_MEMORY // each))
     opening = threading.Lock()  # inputs.open adds to the inputs' notices
     # each micrograph's writer in each data set
-    writers = [[data_set.writers[data_set.stacks[i]] for data_set in data_sets] for i in range(len(micrographs))]
+    writers = [[data_set.writers[data_set.stacks[i]] for data_set in data_sets] for i in todo]
+    before = len(micrographs) - len(todo)
     with ThreadPoolExecutor(workers) as pool:
         # each task in a copy of this context: the worker threads would not see its variables
-        futures = [pool.submit(contextvars.copy_context().run, _extract, mic, inputs, options, data_sets, mine,
-                               opening) for mic, mine in zip(micrographs, writers)]
+        futures = [pool.submit(contextvars.copy_context().run, _extract, micrographs[i], inputs, options, data_sets,
+                               mine, opening) for i, mine in zip(todo, writers)]
         try:
-            for done, (mine, future) in enumerate(zip(writers, futures)):
+            for done, (i, mine, future) in enumerate(zip(todo, writers, futures)):
                 for writer, statistics in zip(mine, future.result()):
                     writer.stats.merge(statistics)
+                if placing:
+                    for data_set, writer in zip(data_sets, mine):
+                        _finish(data_set, writer.path, micrographs[i], options)
+                        writer.temp.commit()
                 if progress is not None:
-                    progress(done + 1, len(micrographs))
+                    progress(before + done + 1, len(micrographs))
         except BaseException:
             for future in futures:
                 future.cancel()
             raise
+
+
+def _finish(data_set: DataSet, stack: Path, mic: Micrograph, options: Options) -> None:
+    """The header of ``stack`` once its micrographs are extracted: the pixel size of its (first) micrograph."""
+    writer = data_set.writers.get(stack)
+    if writer is not None and not writer.finished:
+        writer.finish(data_set.pixel_size(mic.pixel_size, options.box))
 
 
 def _extract(mic: Micrograph, inputs: Inputs, options: Options, data_sets: list[DataSet],

@@ -14,7 +14,7 @@ from noa_core.array import Array, asarray
 from noa_core.errors import ParameterError
 from noa_core.fourier import fft, resampling
 from noa_core.images import boxes
-from noa_core.images.image import Image, split_pair
+from noa_core.images.image import Image, ImageInput, split_pair
 from noa_core.io.metadata import Metadata
 from noa_core.operations.plan import whole_image_plan
 from noa_core.operations.rescale import MAX_FACTOR
@@ -108,12 +108,33 @@ def header(meta: Metadata, shape: Sequence[int], box: resampling.Rescaling, targ
     return out
 
 
-def rescale(array, factor: float | None = None, *, pixel_size: float | None = None,
+def rescale(array: ImageInput, factor: float | None = None, *, pixel_size: float | None = None,
             from_pixel_size: float | None = None, ndim: int | None = None, like: str = "noa") -> Array | Image:
     """:func:`noa_core.fourier.resampling.rescale`; given an ``(array, metadata)`` pair, an
     :class:`~noa_core.images.image.Image` with the header noa rescale writes for the same call (:func:`header`).
     Then ``pixel_size`` rescales from the header's pixel size (its width axis', in Å), or from ``from_pixel_size``
-    where given, which the header then takes as the input's (in Å, as noa rescale's angpix)."""
+    where given, which the header then takes as the input's (in Å, as noa rescale's angpix).
+
+    Args:
+        array: real images or volumes, or an ``(array, metadata)`` pair.
+        factor: new size over old size, finite and above 0 (exactly one of ``factor`` and ``pixel_size``).
+        pixel_size: the output's pixel size (Å).
+        from_pixel_size: the input's pixel size (Å); with a pair, default the header's.
+        ndim: 2 (each image) or 3 (each volume); default 3 for volumes, else 2.
+        like: 'noa' (``scipy.signal.resample`` along each axis) or 'relion' (RELION 3.1.3's output).
+
+    Returns:
+        A new array of the even rescaled box (float32; float64 for float64 data), or an Image with its header
+        (the pixel size that results, the content in place).
+
+    Raises:
+        ParameterError: neither or both of ``factor`` and ``pixel_size``, a factor or pixel size that is not a
+            finite number above 0, an unknown input pixel size, an ``ndim`` other than 2 or 3, or an unknown
+            ``like``.
+        ShapeError: a size falling below 2 pixels, or a pair whose metadata describes another shape than its
+            array's.
+        DTypeError: complex, vector or matrix elements.
+    """
     value, meta = split_pair(array)
     if meta is None:
         return resampling.rescale(value, factor, pixel_size=pixel_size, from_pixel_size=from_pixel_size, ndim=ndim,
@@ -128,10 +149,28 @@ def rescale(array, factor: float | None = None, *, pixel_size: float | None = No
     return Image(out, header(meta, shape, box, out.shape, from_pixel_size))
 
 
-def fourier_resize(array, shape: Sequence[int], *, ndim: int | None = None, like: str = "noa") -> Array | Image:
+def fourier_resize(array: ImageInput, shape: Sequence[int], *, ndim: int | None = None,
+                   like: str = "noa") -> Array | Image:
     """:func:`noa_core.fourier.resampling.fourier_resize`; given an ``(array, metadata)`` pair, an
     :class:`~noa_core.images.image.Image` whose header is :func:`header`'s for that box: the pixel size times the
-    old size over the new, sample 0 in place."""
+    old size over the new, sample 0 in place.
+
+    Args:
+        array: real images or volumes, or an ``(array, metadata)`` pair.
+        shape: the new sizes: (H, W), (D, H, W) or BDHW (batch, and depth for 2-d, stay), each at least 1.
+        ndim: 2 (each image) or 3 (each volume); default 3 for volumes, else 2.
+        like: 'noa' (each axis windowed on its own) or 'relion' (RELION 3.1.3's resizeMap; square boxes).
+
+    Returns:
+        A new array of the new shape (float32; float64 for float64 data), values keeping their scale, or an Image
+        with its header.
+
+    Raises:
+        ParameterError: an ``ndim`` other than 2 or 3, or an unknown ``like``.
+        ShapeError: sizes that do not match the transform's axes or are below 1, boxes that are not square with
+            'relion', or a pair whose metadata describes another shape than its array's.
+        DTypeError: complex, vector or matrix elements.
+    """
     value, meta = split_pair(array)
     out = resampling.fourier_resize(value, shape, ndim=ndim, like=like)
     if meta is None:
