@@ -482,10 +482,10 @@ def empty(shape: int | Sequence[int], dtype: DTypeLike = "float32", order: str =
     Returns:
         The array, its values unset.
 
-        Raises:
-            ShapeError: ``shape`` has more than 4 sizes or a negative one.
-            DTypeError: ``dtype`` is not a supported element type.
-            DeviceError: an unknown device, or CUDA is not available.
+    Raises:
+        ShapeError: ``shape`` has more than 4 sizes or a negative one.
+        DTypeError: ``dtype`` is not a supported element type.
+        DeviceError: an unknown device, or CUDA is not available.
     """
     shape4 = layout.as_shape4(shape)
     dt = dtypes.element_dtype(dtype)
@@ -509,10 +509,10 @@ def full(shape: int | Sequence[int], value: ArrayLike, dtype: DTypeLike = "float
     Returns:
         The filled array.
 
-        Raises:
-            ShapeError: ``shape`` has more than 4 sizes or a negative one.
-            DTypeError: ``dtype`` is not a supported element type.
-            DeviceError: an unknown device, or CUDA is not available.
+    Raises:
+        ShapeError: ``shape`` has more than 4 sizes or a negative one.
+        DTypeError: ``dtype`` is not a supported element type.
+        DeviceError: an unknown device, or CUDA is not available.
     """
     out = empty(shape, dtype, order)
     out.buffer[...] = value
@@ -531,10 +531,10 @@ def zeros(shape: int | Sequence[int], dtype: DTypeLike = "float32", order: str =
     Returns:
         The filled array.
 
-        Raises:
-            ShapeError: ``shape`` has more than 4 sizes or a negative one.
-            DTypeError: ``dtype`` is not a supported element type.
-            DeviceError: an unknown device, or CUDA is not available.
+    Raises:
+        ShapeError: ``shape`` has more than 4 sizes or a negative one.
+        DTypeError: ``dtype`` is not a supported element type.
+        DeviceError: an unknown device, or CUDA is not available.
     """
     return full(shape, 0, dtype, order, device)
 
@@ -551,10 +551,10 @@ def ones(shape: int | Sequence[int], dtype: DTypeLike = "float32", order: str = 
     Returns:
         The filled array.
 
-        Raises:
-            ShapeError: ``shape`` has more than 4 sizes or a negative one.
-            DTypeError: ``dtype`` is not a supported element type.
-            DeviceError: an unknown device, or CUDA is not available.
+    Raises:
+        ShapeError: ``shape`` has more than 4 sizes or a negative one.
+        DTypeError: ``dtype`` is not a supported element type.
+        DeviceError: an unknown device, or CUDA is not available.
     """
     return full(shape, 1, dtype, order, device)
 
@@ -574,10 +574,10 @@ def arange(shape: int | Sequence[int], start: float = 0, step: float = 1, dtype:
     Returns:
         The array.
 
-        Raises:
-            ShapeError: ``shape`` has more than 4 sizes or a negative one.
-            DTypeError: ``dtype`` is not a supported scalar type.
-            DeviceError: an unknown device, or CUDA is not available.
+    Raises:
+        ShapeError: ``shape`` has more than 4 sizes or a negative one.
+        DTypeError: ``dtype`` is not a supported scalar type.
+        DeviceError: an unknown device, or CUDA is not available.
     """
     shape4 = layout.as_shape4(shape)
     dt = dtypes.scalar_dtype(dtype)
