@@ -540,7 +540,8 @@ def _told(plan: Plan, notices: list[str]) -> Plan:
 PlanFunction = Callable[[Inputs, Options], "Plan"]
 # Several outputs from one input (a split): [(name suffix, plan), ...], each written beside the others.
 PlansFunction = Callable[[Inputs, Options], "list[tuple[str, Plan]]"]
-# A data set written from all the inputs: (inputs, output, options, overwrite, progress, resume) -> {"output", "notices"}.
+# A data set written from all the inputs: (inputs, output, options, overwrite, progress, resume) -> {"output",
+# "notices"}.
 DataSetFunction = Callable[[Inputs, Path, Options, bool, Any, bool], dict]
 # A report's inputs (one, or several when max_inputs > 1) and options -> the JSON-ready result.
 ReportFunction = Callable[[Inputs, Options], dict]

@@ -55,16 +55,28 @@ class Picks:
         return f"{self.source}: row {int(self.rows[index]) + 1}"
 
 
-def read(path: str | Path) -> list[Picks]:
+def read(path: str | Path, name: str | None = None) -> list[Picks]:
     """The coordinates in ``path`` by micrograph, in the order micrographs first appear; the format follows the
-    extension (.star, .cs, .box; anything else is plain text)."""
+    extension (.star, .cs, .box; anything else is plain text). ``name``: what the user calls the file, where
+    ``path`` is another way to it (a descriptor opened beneath the service's data root): its extension says the
+    format and messages name it."""
     path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix == ".star":
-        return _read_star(path)
-    if suffix == ".cs":
-        return _read_cs(path)
-    return [_read_text(path, box=suffix == ".box")]
+    shown = path if name is None else Path(name)
+    suffix = shown.suffix.lower()
+    try:
+        if suffix == ".star":
+            picks = _read_star(path)
+        elif suffix == ".cs":
+            picks = _read_cs(path)
+        else:
+            picks = [_read_text(path, box=suffix == ".box")]
+    except FileFormatError as exc:
+        if shown == path:
+            raise
+        raise CoordinateError(str(exc).replace(str(path), str(shown))) from None
+    for found in picks:
+        found.source = shown
+    return picks
 
 
 def _read_star(path: Path) -> list[Picks]:

@@ -341,3 +341,22 @@ def test_integer_micrographs_are_inverted_as_floats(tmp_path, mics):
     assert done.returncode == 0, done.stderr
     np.testing.assert_array_equal(load(tmp_path / "Particles/Mics/a.mrcs")[1],
                                   -box_of(counts.astype(np.float32), 25.7, 20.2, 8))
+
+
+def test_paths_mode_finds_each_micrographs_coordinates_beneath_the_data_root(tmp_path, mics, make_client):
+    """--coord-suffix over HTTP: each micrograph's coordinate file is found beside it under the data root (whatever
+    the service's folder), and one that is a link out of the root is refused, not read."""
+    root = tmp_path / "root"
+    shutil.copytree(tmp_path / "Mics", root / "Mics")
+    client = make_client(data_root=root)
+    response = client.post("/v1/paths/extract", json={"srcs": ["Mics/a.mrc", "Mics/b.mrc"], "dst": "parts.star",
+                                                      "coord_suffix": "_pick.star", "box": 8})
+    assert response.status_code == 201, response.text
+    assert len(starfile.read(root / "parts.star")["particles"]) == 5
+    (tmp_path / "outside.txt").write_text("20 20\n")
+    (root / "Mics/b_pick.star").unlink()
+    (root / "Mics/b_pick.star").symlink_to(tmp_path / "outside.txt")
+    refused = client.post("/v1/paths/extract", json={"srcs": ["Mics/a.mrc", "Mics/b.mrc"], "dst": "again.star",
+                                                     "coord_suffix": "_pick.star", "box": 8})
+    assert refused.status_code == 403, refused.text
+    assert "Mics/b_pick.star" in refused.json()["detail"] and not (root / "again.star").exists()

@@ -29,12 +29,12 @@ import numpy as np
 from noa_core import limits
 from noa_core.array import layout
 from noa_core.compute.moments import RunningStatistics
-from noa_core.errors import FileFormatError, ParameterError, ShapeError, param
+from noa_core.errors import FileFormatError, NoaError, ParameterError, ShapeError, param
 from noa_core.fourier.resampling import fourier_resize
 from noa_core.images import extraction, intensity
 from noa_core.io import atomic, mrc, star
 from noa_core.io.metadata import Metadata
-from noa_core.io.particles import folder_projects
+from noa_core.io.particles import Project, folder_projects
 from noa_core.io.protocol import OutputSpec, ReadRequest
 from noa_core.operations.spec import Inputs, Options
 from noa_core.particles import coordinates
@@ -131,7 +131,7 @@ def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progr
     notices: list[str] = []
     with contextlib.ExitStack() as opened:
         micrographs, optics = _micrographs(inputs, options, project, opened)
-        _match(micrographs, options, notices)
+        _match(micrographs, options, project, opened, notices)
         for mic in micrographs:
             _check_picks(mic, inputs, options, notices)
         micrographs = [mic for mic in micrographs if mic.kept.size]
@@ -252,7 +252,8 @@ def _star_micrographs(path: Path, project, opened: contextlib.ExitStack) -> tupl
 # -- their coordinates ----------------------------------------------------------------------------------------
 
 
-def _match(micrographs: list[Micrograph], options: Options, notices: list[str]) -> None:
+def _match(micrographs: list[Micrograph], options: Options, project: Project, opened: contextlib.ExitStack,
+           notices: list[str]) -> None:
     """Each micrograph's picks: from the one coordinate file (matched by name), or its own file by suffix."""
     if options.coords is not None:
         found = coordinates.read(options.coords)
@@ -273,13 +274,18 @@ def _match(micrographs: list[Micrograph], options: Options, notices: list[str]) 
         return
     for mic in micrographs:
         named = PurePosixPath(mic.name)
-        candidate = Path(named.parent / (named.name.split(".", 1)[0] + options.coord_suffix))
-        if not candidate.is_absolute() and options.project_dir is not None:
-            candidate = Path(options.project_dir) / candidate
-        if not candidate.is_file():
+        candidate = str(named.parent / (named.name.split(".", 1)[0] + options.coord_suffix))
+        try:  # beside the micrograph in the project folder (over HTTP: beneath the data root, no link followed)
+            fd = project.open(candidate)
+        except FileNotFoundError:
             notices.append(f"{mic.name}: no coordinate file {candidate}; skipped (as RELION skips it)")
             continue
-        mic.picks = coordinates.read(candidate)[0]
+        except NoaError as exc:  # a refusal (PathRefusedError is also an OSError) stays one
+            raise type(exc)(f"{mic.where}: {exc}") from None
+        except OSError as exc:
+            raise FileFormatError(f"{mic.where}: {candidate}: {exc.strerror or exc}") from None
+        opened.callback(os.close, fd)
+        mic.picks = coordinates.read(f"/proc/self/fd/{fd}", candidate)[0]
 
 
 def _check_picks(mic: Micrograph, inputs: Inputs, options: Options, notices: list[str]) -> None:
