@@ -129,7 +129,7 @@ def test_noa_core_has_no_import_cycles():
 # The foundation: errors, limits and the late-bound providers (noa_core/*.py). The package root is the face
 # users import, above everything: only its constants (__version__) may be imported from below.
 LAYERS = ("foundation", "array", "kernels", "compute", "io", "particles", "images", "fourier", "geometry", "pictures",
-          "operations", "run")
+          "tomography", "operations", "run")
 
 
 def layer_of(module: str) -> int:

@@ -70,12 +70,14 @@ class Selection(Sequence[int]):
         return self._firsts[k] + position - (self._ends[k - 1] if k else 0)
 
 
-def parse_ranges(text: str, count: int, name: str, shape: Sequence[int] | None = None) -> Selection:
+def parse_ranges(text: str, count: int, name: str, shape: Sequence[int] | None = None, *, first: int = 0
+                 ) -> Selection:
     """Section indices of a range list ('0-9,12'), in the order written; ParameterError names the bad part.
 
-    Indices count from 0 and must be below ``count`` (the sections the input has). With ``shape`` (the
-    input's), the output those sections make is checked against the output limits."""
-    selection = Selection(_ranges(text, count, name))
+    The numbers written count from ``first`` (0; IMOD's view numbers count from 1), the indices returned from 0,
+    below ``count`` (the sections the input has). With ``shape`` (the input's), the output those sections make is
+    checked against the output limits."""
+    selection = Selection(_ranges(text, count, name, first))
     if shape is not None:
         out = list(shape)
         out[section_axis(shape)] = len(selection)
@@ -83,21 +85,22 @@ def parse_ranges(text: str, count: int, name: str, shape: Sequence[int] | None =
     return selection
 
 
-def _ranges(text: str, count: int, name: str) -> list[tuple[int, int]]:
-    """The ``(first, last)`` pairs of a range list, checked."""
+def _ranges(text: str, count: int, name: str, base: int) -> list[tuple[int, int]]:
+    """The ``(first, last)`` pairs of a range list whose numbers count from ``base``, checked, counted from 0."""
     indices: list[tuple[int, int]] = []
     for part in (p.strip() for p in text.split(",")):
         match = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
         if match is None:
-            raise ParameterError(f"{part!r} in {text!r} is not a section number or a range like 0-9", name)
+            raise ParameterError(f"{part!r} in {text!r} is not a section number or a range like {base}-9", name)
         first = int(match.group(1))
         last = int(match.group(2)) if match.group(2) is not None else first
         if last < first:
             raise ParameterError(f"range {part!r} runs backwards; write {last}-{first}", name)
-        if last >= count:
-            raise ParameterError(f"section {last} (in {part!r}) is outside 0..{count - 1}: the input has "
-                                 f"{count} section{'s' if count != 1 else ''}", name)
-        indices.append((first, last))
+        if first < base or last >= count + base:
+            outside = first if first < base else last
+            raise ParameterError(f"section {outside} (in {part!r}) is outside {base}..{count - 1 + base}: the input "
+                                 f"has {count} section{'s' if count != 1 else ''}", name)
+        indices.append((first - base, last - base))
     return indices
 
 

@@ -60,6 +60,16 @@ def test_range_lists_parse_and_name_the_bad_part():
         stacks.selected_sections((3, 1, 2, 2), "1", "2")
 
 
+def test_range_lists_counted_from_one_as_imod_counts_views():
+    """IMOD's EXCLUDELIST 1-9,28-41 counts views from 1 (relion#838 read it wrongly): the indices are counted from
+    0, and numbers outside 1..count are named in the user's counting."""
+    assert list(stacks.parse_ranges("1-3,41", 41, "exclude", first=1)) == [0, 1, 2, 40]
+    for text, words in (("0-3", "section 0 (in '0-3') is outside 1..41"),
+                        ("40-42", "section 42 (in '40-42') is outside 1..41: the input has 41 sections")):
+        with pytest.raises(ParameterError, match=re.escape(words)):
+            stacks.parse_ranges(text, 41, "exclude", first=1)
+
+
 @SETTINGS
 @given(shape=shapes, order=st.sampled_from("CF"), data=st.data())
 def test_sections_keep_and_drop_match_fancy_indexing(shape, order, data):

@@ -1,0 +1,101 @@
+"""noa tiltseries against dd copying the same bytes (issue 45: a 61-tilt 4096² series streams, peak RSS below
+512 MiB, at >= 0.7x the speed of dd).
+
+Writes a SerialEM-like stack of TILTS float32 tilts of SIZE² pixels (dose-symmetric angles, in acquisition order)
+and its mdoc, then runs, in turns within one run (ROUNDS rounds, each tool once per round): ``noa tiltseries`` (the
+stack sorted by angle, every file beside it), ``dd`` copying the stack's bytes into a new file (fsync'd, as noa's
+outputs are), and ``noa start``: ``noa tiltseries`` of a 3-tilt 16² series, the fixed cost of a run (start-up,
+imports). Prints each tool's median wall time, noa's ratio to dd (and without its start-up), and the peak RSS of
+each child (RUSAGE_CHILDREN, taken from a fresh process per run).
+
+    .venv/bin/python benchmarks/bench_tiltseries.py                     # 61 tilts of 4096², 4 GiB
+    .venv/bin/python benchmarks/bench_tiltseries.py --size 1024 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+
+NOA = str(Path(sys.executable).parent / "noa")
+# Each command runs in a fresh Python that reports its child's peak RSS (ru_maxrss of RUSAGE_CHILDREN, KiB).
+MEASURE = ("import resource, subprocess, sys; subprocess.run(sys.argv[2:], cwd=sys.argv[1], check=True, "
+           "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def dose_symmetric(tilts: int, step: float = 3.0) -> list[float]:
+    """Angles in acquisition order: 0, then +-step, +-2 step, ... alternating (Hagen's scheme, simplified)."""
+    angles = [0.0]
+    k = 1
+    while len(angles) < tilts:
+        angles.extend(a for a in (k * step, -k * step) if len(angles) < tilts)
+        k += 1
+    return angles
+
+
+def make_series(folder: Path, name: str, tilts: int, size: int) -> None:
+    """``name``.mrc (float32 tilts, written a tilt at a time) and ``name``.mrc.mdoc, as SerialEM writes them."""
+    rng = np.random.default_rng(0)
+    with mrcfile.new_mmap(folder / f"{name}.mrc", (tilts, size, size), mrc_mode=2) as stack:
+        stack.set_image_stack()
+        stack.voxel_size = 2.0
+        for z in range(tilts):
+            stack.data[z] = rng.normal(size=(size, size)).astype(np.float32)
+    sections = "".join(f"[ZValue = {z}]\nTiltAngle = {angle}\nExposureDose = 3\nPixelSpacing = 2\n"
+                       f"DateTime = 01-Jan-24  10:{z // 60:02d}:{z % 60:02d}\n\n"
+                       for z, angle in enumerate(dose_symmetric(tilts)))
+    (folder / f"{name}.mrc.mdoc").write_text(
+        f"PixelSpacing = 2\nImageFile = {name}.mrc\nImageSize = {size} {size}\nDataMode = 2\n\n"
+        "[T = SerialEM: bench]\n\n[T =     Tilt axis angle = 85.3, binning = 1  spot = 8  camera = 1]\n\n" + sections)
+
+
+def timed(folder: Path, command: list[str]) -> tuple[float, int]:
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(folder), *command], capture_output=True, text=True,
+                          check=True)
+    return time.perf_counter() - start, int(done.stdout.split()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--tilts", type=int, default=61)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-tiltseries-", dir=".") as scratch:
+        folder = Path(scratch).resolve()
+        make_series(folder, "TS", args.tilts, args.size)
+        make_series(folder, "tiny", 3, 16)
+        tools = {
+            "noa": [NOA, "tiltseries", "TS.mrc.mdoc", "--force", "-o", "out.st", "--quiet"],
+            "dd": ["dd", "if=TS.mrc", "of=dd.st", "bs=4M", "conv=fsync", "status=none"],
+            "noa start": [NOA, "tiltseries", "tiny.mrc.mdoc", "--force", "-o", "tiny_out.st", "--quiet"],
+        }
+        times: dict[str, list[float]] = {name: [] for name in tools}
+        rss: dict[str, int] = {name: 0 for name in tools}
+        for _ in range(args.rounds):
+            for name, command in tools.items():  # in turns: each round runs every tool once
+                seconds, peak = timed(folder, command)
+                times[name].append(seconds)
+                rss[name] = max(rss[name], peak)
+        gib = args.tilts * args.size * args.size * 4 / (1 << 30)
+        print(f"{args.tilts} tilts {args.size}² float32 ({gib:.2f} GiB); median of {args.rounds} rounds")
+        medians = {name: statistics.median(values) for name, values in times.items()}
+        for name, median in medians.items():
+            print(f"  {name:9s} {median:8.3f} s   peak RSS {rss[name] / 1024:8.1f} MiB")
+        work = medians["noa"] - medians["noa start"]
+        print(f"  dd / noa (speed of noa relative to dd): {medians['dd'] / medians['noa']:.2f}x   "
+              f"(without its start-up: {medians['dd'] / work:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()

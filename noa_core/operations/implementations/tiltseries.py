@@ -1,0 +1,229 @@
+"""noa tiltseries: the mdoc read and checked (noa_core.tomography.tiltseries), the stack it describes opened where
+the mdoc lies (through the project, so that over HTTP it is opened beneath the data root), the tilts excluded and
+ordered, then the stack copied section by section into its output in that order and the files beside it written;
+every file placed together, or none.
+
+Everything is checked before anything is written: the mdoc, the stack (enough sections, the mdoc's image size and
+pixel size), the exclusions and the output names (none of them an input)."""
+
+from __future__ import annotations
+
+import math
+import os
+import posixpath
+from pathlib import Path
+
+import numpy as np
+
+from noa_core.array import layout
+from noa_core.compute.moments import RunningStatistics
+from noa_core.errors import FileFormatError, NoaError, ParameterError, ShapeError, param
+from noa_core.images import stacks, statistics
+from noa_core.io import atomic, formats, mapped, mrc, stream
+from noa_core.io.metadata import Metadata
+from noa_core.io.particles import Project, folder_projects
+from noa_core.io.protocol import OutputSpec
+from noa_core.operations.spec import Inputs, Options
+from noa_core.tomography import tiltseries
+from noa_core.tomography.tiltseries import TiltSeries
+
+STACK_NAMES = (".mrc", ".st")  # the stack beside TS.mdoc when the mdoc names none there: TS.mrc, TS.st
+AXIS_LABEL = "Tilt axis angle"  # the MRC label IMOD and SerialEM read the tilt axis from
+
+
+def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progress, resume: bool = False) -> dict:
+    if len(inputs) != 1:
+        raise ParameterError(f"{inputs[1]}: one mdoc makes one tilt series; give several with an output folder",
+                             "inputs")
+    if output.suffix.lower() not in mrc.EXTENSIONS:
+        raise FileFormatError(f"{output}: a tilt series is an MRC stack ({', '.join(mrc.EXTENSIONS)}, e.g. .st)")
+    series = tiltseries.read(inputs[0])
+    project = (inputs.projects or folder_projects)(options.project_dir)
+    notices: list[str] = []
+    fd, stack_name = _open_stack(series, project)
+    try:
+        return _build(series, Path(f"/proc/self/fd/{fd}"), stack_name, project, output, options, overwrite,
+                      progress, notices)
+    finally:
+        os.close(fd)
+
+
+def _build(series: TiltSeries, stack: Path, stack_name: str, project: Project, output: Path, options: Options,
+           overwrite: bool, progress, notices: list[str]) -> dict:
+    array = _stack_array(series, stack, stack_name)
+    count = len(series.tilts)
+    if array.shape[0] > count:
+        notices.append(f"{stack_name}: {array.shape[0]} sections, the mdoc describes {count}: the others are left out")
+    axis = _tilt_axis(series, options, notices)
+    doses, dose_source = tiltseries.pre_exposure(series, options.dose_per_tilt)
+    notices.append(f"pre-exposure from {dose_source}" if dose_source is not None else
+                   f"{series.path}: no dose in the mdoc (ExposureDose 0 or missing, no PriorRecordDose): every "
+                   f"pre-exposure is 0; give {param('dose_per_tilt')}")
+    views = [] if options.exclude is None else list(stacks.parse_ranges(options.exclude, count, "exclude", first=1))
+    means = None
+    if options.exclude_dark is not None:
+        sections = array[:count]
+        means = [stats.result().mean or 0.0 for stats in statistics.section_statistics(sections)]
+    left_out = tiltseries.excluded(series, views, options.max_angle, options.exclude_dark, means)
+    notices.extend(f"{series.where(z)} (view {z + 1}, {series.tilts[z].angle:g}°) left out: {why}"
+                   for z, why in sorted(left_out.items()))
+    kept = [z for z in range(count) if z not in left_out]
+    if not kept:
+        raise FileFormatError(f"{series.path}: all {count} tilts are excluded; nothing would be left to write")
+    order = tiltseries.stack_order(series, kept, options.order)
+    outputs = _outputs(output)
+    _check_outputs([output, *outputs.values()], [series.path, stack], overwrite)
+    stack_named = project.name_of(output)  # how the STAR names it (refused outside the project folder)
+    temps: list[atomic.TemporaryOutput] = []
+    try:
+        temps.append(atomic.TemporaryOutput(output, overwrite))
+        _copy_sections(array, order, series, axis, temps[0], options, progress)
+        texts = {
+            outputs["rawtlt"]: tiltseries.angles_text(series, order),
+            outputs["tlt"]: tiltseries.angles_text(series, order),
+            outputs["mdoc"]: tiltseries.mdoc_text(series, order, output.name, axis)}
+        for path, text in texts.items():
+            temps.append(_text_output(path, overwrite, [text.encode()]))
+        images = [f"{i + 1:06d}@{stack_named}" for i in range(len(order))]
+        star_text = tiltseries.relion_star(series, order, images, axis, doses, output.name)
+        temps.append(_text_output(outputs["star"], overwrite, star_text))
+        atomic.commit_together(temps)
+    except BaseException:
+        for temp in temps:
+            temp.abort()
+        raise
+    notices.append(f"{len(order)} of {count} tilts, {options.order} order, tilt axis {axis:g}°; beside {output.name}: "
+                   f"{', '.join(path.name for path in outputs.values())}")
+    return {"output": str(output), "notices": notices}
+
+
+# -- the stack the mdoc describes --------------------------------------------------------------------------
+
+
+def _open_stack(series: TiltSeries, project: Project) -> tuple[int, str]:
+    """A descriptor of the stack beside the mdoc, opened through the project (over HTTP: beneath the data root), and
+    its name: TS.mrc for TS.mrc.mdoc, else the mdoc's ImageFile, else TS.mrc or TS.st."""
+    mdoc_name = project.name_of(series.path)
+    folder, name = posixpath.split(mdoc_name)
+    stem = name[:-len(".mdoc")] if name.lower().endswith(".mdoc") else name
+    candidates = [stem] if Path(stem).suffix.lower() in mrc.EXTENSIONS else []
+    if series.image_file:
+        candidates.append(series.image_file)
+    candidates.extend(f"{stem}{suffix}" for suffix in STACK_NAMES)
+    candidates = list(dict.fromkeys(candidates))
+    for candidate in candidates:
+        named = posixpath.join(folder, candidate)
+        try:
+            return project.open(named), named
+        except FileNotFoundError:
+            continue
+        except NoaError as exc:  # refused: outside the data root, a link
+            raise type(exc)(f"{series.path}: ImageFile: the stack {candidate}: {exc}") from None
+        except OSError as exc:
+            raise FileFormatError(f"{series.path}: ImageFile: the stack {named}: {exc.strerror}") from None
+    raise FileFormatError(f"{series.path}: ImageFile: no stack beside the mdoc ({', '.join(candidates)}): the images "
+                          "of the tilts it describes")
+
+
+def _stack_array(series: TiltSeries, stack: Path, stack_name: str):
+    """The stack read lazily as sections, checked against the mdoc: a section for every ZValue, its image size and
+    pixel size; errors name the stack as the mdoc does, not by its descriptor."""
+    try:
+        array, meta = formats.read(stack, as_stack=True)
+    except FileFormatError as exc:
+        raise type(exc)(str(exc).replace(str(stack), stack_name)) from None
+    b, _, height, width = array.shape
+    if array.dtype.kind == "c":
+        raise FileFormatError(f"{stack_name}: complex values ({array.dtype}); a tilt series holds real images")
+    if b < len(series.tilts):
+        raise ShapeError(f"{series.where(b)}: the stack {stack_name} has {b} sections, the mdoc describes "
+                         f"{len(series.tilts)}: no section for this tilt")
+    if series.image_size is not None and tuple(series.image_size) != (width, height):
+        w, h = series.image_size
+        raise ShapeError(f"{series.path}: ImageSize {w} x {h}, and the stack {stack_name} holds {width} x {height} "
+                         "images: the mdoc does not describe it")
+    header_pixel = meta.width_pixel_size()
+    if series.pixel_size is not None and header_pixel and not np.isclose(header_pixel, series.pixel_size, rtol=1e-3):
+        raise FileFormatError(f"{series.path}: PixelSpacing {series.pixel_size:g} Å, and {header_pixel:g} Å in the "
+                              f"header of {stack_name}: the mdoc does not describe it")
+    return array
+
+
+def _tilt_axis(series: TiltSeries, options: Options, notices: list[str]) -> float:
+    if options.tilt_axis is not None:
+        return float(options.tilt_axis)
+    found = tiltseries.tilt_axis(series)
+    if found is None:
+        raise ParameterError(f"{series.path}: no tilt axis in the mdoc (no 'Tilt axis angle' title, no "
+                             "RotationAngle): give it", "tilt_axis")
+    axis, source = found
+    notices.append(f"tilt axis {axis:g}° from {source}")
+    return axis
+
+
+# -- the outputs ---------------------------------------------------------------------------------------------
+
+
+def _outputs(output: Path) -> dict[str, Path]:
+    """The files beside the stack TS.st: TS.rawtlt, TS.tlt, TS.st.mdoc (as SerialEM names a stack's), TS.star."""
+    return {"rawtlt": output.with_suffix(".rawtlt"), "tlt": output.with_suffix(".tlt"),
+            "mdoc": output.with_name(output.name + ".mdoc"), "star": output.with_suffix(".star")}
+
+
+def _check_outputs(outputs: list[Path], read: list[Path], overwrite: bool) -> None:
+    """No output is a file read (the mdoc, the stack), and none is there unless ``overwrite``."""
+    for path in outputs:
+        if any(path.exists() and os.path.samefile(path, source) for source in read):
+            raise FileFormatError(f"{path}: is an input of this tilt series; name the output otherwise")
+        atomic.check_output(path, overwrite)
+
+
+def _text_output(path: Path, overwrite: bool, pieces: list) -> atomic.TemporaryOutput:
+    temp = atomic.TemporaryOutput(path, overwrite)
+    try:
+        with open(temp.temp, "wb") as out:
+            for piece in pieces:
+                out.write(piece if isinstance(piece, bytes) else piece.data)
+    except BaseException:
+        temp.abort()
+        raise
+    return temp
+
+
+def _copy_sections(array, order: list[int], series: TiltSeries, axis: float, temp: atomic.TemporaryOutput,
+                   options: Options, progress) -> None:
+    """The stack's sections ``order`` copied one at a time into the output's temporary file by noa's tile writer
+    (:class:`noa_core.io.stream.Region`: pwrite, its writeback started at once), each read with pread straight
+    into the buffer it is written from, so never more than a section in memory; the header's statistics
+    accumulated as they pass."""
+    _, _, height, width = array.shape
+    shape = layout.as_shape4((len(order), 1, height, width))
+    dtype = np.dtype(array.dtype).newbyteorder("=")
+    pixel = series.pixel_size or 0.0
+    labels = [f"{AXIS_LABEL} = {axis:g}"]
+    meta = Metadata(format="mrc", shape=shape, dtype=str(dtype), pixel_size=(pixel, pixel, pixel), labels=labels)
+    spec = OutputSpec(temp.path, shape, dtype, "C", meta, options.output_label(), {})
+    mrc.FORMAT.check_writable(dtype, shape, temp.path)
+    created = mrc.FORMAT.create(temp.temp, spec)
+    stored = created.dtype or dtype
+    size = created.offset + math.prod(shape) * stored.itemsize
+    with open(temp.temp, "r+b") as f:  # a full disk is an error now, before any section is copied
+        atomic.reserve(f.fileno(), size, f"{temp.path}: no space left on device for its {size} bytes")
+    stats = RunningStatistics()
+    sections = array.numpy()
+    target = stream.Region(temp.temp, created.offset, stored, shape, "C").target()
+    try:
+        with mapped.scratch_buffers():
+            for i, z in enumerate(order):
+                key = (slice(i, i + 1), slice(0, 1), slice(0, height), slice(0, width))
+                buffer = target.buffer(key, 0)
+                values = mapped.read_view(sections[z:z + 1, :1], into=buffer if sections.dtype == stored else None)
+                if not np.may_share_memory(values, buffer):  # stored otherwise (byte order, widened), or decompressed
+                    buffer[...] = values
+                target.write(key, buffer)
+                stats.merge(RunningStatistics.of(buffer))
+                if progress is not None:
+                    progress(i + 1, len(order))
+    finally:
+        target.close()
+    mrc.FORMAT.finish(temp.temp, spec, stats.result())

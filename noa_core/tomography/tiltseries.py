@@ -1,0 +1,278 @@
+"""A tilt series as SerialEM's ``.mdoc`` describes it: one tilt per ``[ZValue = k]`` section (its angle, dose and
+acquisition time, section k of the stack the mdoc describes), their order (by angle, or as acquired), which are
+left out and why, the dose each had received before its exposure, the tilt axis and the pixel size; and the files
+written beside a stack: IMOD's ``.rawtlt``/``.tlt``, an mdoc whose sections follow the stack, RELION 5's tilt-series
+STAR.
+
+The mdoc is read with mdocfile's models (teamtomo), a section at a time, so that a value it cannot read is named
+with its section; everything it does not model is kept and written back."""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import logging
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PureWindowsPath
+
+import numpy as np
+import pydantic
+from mdocfile.data_models import Mdoc, MdocGlobalData, MdocSectionData
+from mdocfile.utils import find_section_entries, find_title_entries
+
+from noa_core.errors import FileFormatError, param
+from noa_core.io import star
+
+# mdocfile logs each field it does not model (kept all the same); without a handler Python would print them
+logging.getLogger("mdocfile").addHandler(logging.NullHandler())
+
+MAX_MDOC_BYTES = 64 << 20  # a 61-tilt mdoc is 50 KB, a large montage's a few MB
+SAME_ANGLE = 0.01  # degrees: two tilts closer than this are one angle taken twice
+ORDERS = ("angle", "acquisition")
+_TILT_AXIS_TITLE = re.compile(r"Tilt axis angle\s*=\s*([-+]?[0-9.]+(?:[eE][-+]?\d+)?)")
+_DATE_FORMATS = ("%d-%b-%y %H:%M:%S", "%d-%b-%Y %H:%M:%S")  # SerialEM's '30-Nov-15  15:21:38'
+
+
+@dataclass(frozen=True)
+class Tilt:
+    """One tilt: section ``z`` (its ZValue) of the stack the mdoc describes."""
+
+    z: int
+    angle: float  # TiltAngle, degrees
+    exposure: float | None  # ExposureDose, e/Å²
+    prior: float | None  # PriorRecordDose: the dose of the series' earlier images, e/Å²
+    time: datetime.datetime | None  # DateTime
+    record: MdocSectionData  # the mdoc's section as read, written back renumbered
+
+
+@dataclass(frozen=True)
+class TiltSeries:
+    """An mdoc read and checked: its tilts in ZValue order (``tilts[z].z == z``)."""
+
+    path: Path
+    titles: list[str]
+    header: MdocGlobalData
+    tilts: list[Tilt]
+    pixel_size: float | None  # PixelSpacing, Å
+    image_file: str | None  # the name of the stack it describes (ImageFile, without SerialEM's folder)
+    image_size: tuple[int, int] | None  # ImageSize: width, height
+
+    def where(self, z: int) -> str:
+        """How a message names tilt ``z``: the file and its section."""
+        return f"{self.path}: [ZValue = {z}]"
+
+
+# -- reading ------------------------------------------------------------------------------------------------
+
+
+def read(path: Path) -> TiltSeries:
+    """The tilt series ``path`` describes; FileFormatError naming the section (its ZValue) and field of anything
+    that is not a tilt series of images: no TiltAngle, a ZValue repeated or missing, pixel sizes that differ, a
+    montage's or a frame set's mdoc."""
+    size = path.stat().st_size
+    if size > MAX_MDOC_BYTES:
+        raise FileFormatError(f"{path}: {size} bytes: larger than any mdoc ({MAX_MDOC_BYTES >> 20} MiB at most)")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileFormatError(f"{path}: byte {exc.start}: not text; SerialEM's mdoc is text") from None
+    lines = [line.strip() for line in text.splitlines()]
+    starts = find_section_entries(lines)
+    head = lines[:starts[0]] if starts else lines
+    try:
+        header = MdocGlobalData.from_lines(head)
+    except ValueError as exc:  # pydantic's ValidationError, or a line that is not 'Name = value'
+        raise FileFormatError(f"{path}: header: {_why(exc)}") from None
+    if header.Montage:
+        raise FileFormatError(f"{path}: Montage = 1: a montage's mdoc (the pieces of one image), not a tilt series")
+    records = []
+    for start, end in zip(starts, [*starts[1:], len(lines)]):
+        try:
+            records.append(MdocSectionData.from_lines(lines[start:end]))
+        except ValueError as exc:
+            raise FileFormatError(f"{path}: {lines[start]}: {_why(exc)}") from None
+    for record, start in zip(records, starts):
+        if record.ZValue is None:
+            kind = "a frame set's mdoc (the frames of one exposure)" if record.FrameSet is not None else \
+                "a montage's mdoc (the pieces of one image)"
+            raise FileFormatError(f"{path}: {lines[start]}: {kind}, not a tilt series")
+    if not records:
+        raise FileFormatError(f"{path}: no [ZValue = k] section: not the mdoc of a tilt series")
+    by_z: dict[int, MdocSectionData] = {}
+    for record in records:
+        z = int(record.ZValue)
+        if z in by_z:
+            raise FileFormatError(f"{path}: [ZValue = {z}]: twice; each section of the stack is described once")
+        by_z[z] = record
+    missing = sorted(set(range(len(by_z))) - set(by_z))
+    if missing:
+        raise FileFormatError(f"{path}: [ZValue = {missing[0]}]: missing; the sections are numbered from 0 to "
+                              f"{len(by_z) - 1}, and {max(by_z)} is there")
+    tilts = [_tilt(path, by_z[z]) for z in range(len(by_z))]
+    image_file = PureWindowsPath(str(header.ImageFile)).name if header.ImageFile is not None else None
+    return TiltSeries(path, [head[i] for i in find_title_entries(head)], header, tilts,
+                      _pixel_size(path, header, tilts), image_file, header.ImageSize)
+
+
+def _why(exc: ValueError) -> str:
+    if isinstance(exc, pydantic.ValidationError):
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"][:1])
+        return f"{field}: {error['input']!r} is not valid ({error['msg']})"
+    return "a line that is not 'Name = value'"
+
+
+def _tilt(path: Path, record: MdocSectionData) -> Tilt:
+    z = int(record.ZValue)
+    angle = record.TiltAngle
+    if angle is None:
+        raise FileFormatError(f"{path}: [ZValue = {z}]: no TiltAngle")
+    if not -90.0 <= angle <= 90.0:  # NaN included
+        raise FileFormatError(f"{path}: [ZValue = {z}]: TiltAngle {angle}: not a stage tilt (-90 to 90 degrees)")
+    return Tilt(z, float(angle), record.ExposureDose, record.PriorRecordDose, _time(record.DateTime), record)
+
+
+def _time(text: str | None) -> datetime.datetime | None:
+    if text is None:
+        return None
+    for form in _DATE_FORMATS:
+        try:
+            return datetime.datetime.strptime(" ".join(text.split()), form)
+        except ValueError:
+            continue
+    return None
+
+
+def _pixel_size(path: Path, header: MdocGlobalData, tilts: list[Tilt]) -> float | None:
+    """The one pixel size of the series: every section's PixelSpacing and the header's agree (to 0.01%)."""
+    given = [(f"[ZValue = {t.z}]", t.record.PixelSpacing) for t in tilts if t.record.PixelSpacing]
+    if header.PixelSpacing:
+        given.insert(0, ("the header", header.PixelSpacing))
+    if not given:
+        return None
+    (first_where, first), *others = given
+    for where, value in others:
+        if not math.isclose(value, first, rel_tol=1e-4):
+            raise FileFormatError(f"{path}: {where}: PixelSpacing {value:g} Å, and {first:g} Å in {first_where}: "
+                                  "the images of a tilt series share one pixel size")
+    return float(first)
+
+
+# -- what the tilts are ---------------------------------------------------------------------------------------
+
+
+def acquisition_order(series: TiltSeries) -> tuple[list[int], str]:
+    """The tilts (their ZValues) in the order they were taken, and what told it: DateTime where every section has
+    one (ties in ZValue order), else ZValue."""
+    tilts = series.tilts
+    if all(t.time is not None for t in tilts):
+        return sorted(range(len(tilts)), key=lambda z: (tilts[z].time, z)), "DateTime"
+    return list(range(len(tilts))), "ZValue"
+
+
+def pre_exposure(series: TiltSeries, dose_per_tilt: float | None) -> tuple[np.ndarray, str | None]:
+    """The dose (e/Å²) each tilt had received before its exposure, by ZValue, and where it comes from (None: the
+    mdoc says nothing, zeros): ``dose_per_tilt`` times the tilts taken before it when given; else the mdoc's
+    PriorRecordDose; else its ExposureDose summed over the tilts taken before it."""
+    tilts = series.tilts
+    order, told_by = acquisition_order(series)
+    doses = np.zeros(len(tilts))
+    if dose_per_tilt is not None:
+        doses[order] = dose_per_tilt * np.arange(len(tilts))
+        return doses, f"{dose_per_tilt:g} e/Å² per tilt, in acquisition order ({told_by})"
+    if all(t.prior is not None for t in tilts):
+        return np.array([t.prior for t in tilts], np.float64), "PriorRecordDose"
+    exposures = [tilts[z].exposure for z in order]
+    if all(e is not None for e in exposures) and any(exposures):
+        taken = np.array(exposures, np.float64)
+        doses[order] = np.concatenate(([0.0], np.cumsum(taken)[:-1]))
+        return doses, f"ExposureDose summed in acquisition order ({told_by})"
+    return doses, None
+
+
+def tilt_axis(series: TiltSeries) -> tuple[float, str] | None:
+    """The tilt axis angle (degrees) and where it comes from: the title SerialEM writes ('Tilt axis angle = 85.3'),
+    else the sections' RotationAngle less 90 (SerialEM's relation between them); None: neither is there."""
+    for title in series.titles:
+        found = _TILT_AXIS_TITLE.search(title)
+        if found:
+            return float(found.group(1)), "the mdoc's 'Tilt axis angle'"
+    rotation = series.tilts[0].record.RotationAngle
+    if rotation is None:
+        return None
+    return (rotation - 90.0 + 180.0) % 360.0 - 180.0, "the mdoc's RotationAngle - 90"
+
+
+def excluded(series: TiltSeries, views: Sequence[int], max_angle: float | None, dark: float | None,
+             means: Sequence[float] | None) -> dict[int, str]:
+    """The tilts left out (ZValue -> why, the first reason that applies): ``views`` (ZValues), angles beyond
+    ``max_angle`` degrees either way, tilts whose mean is below ``dark`` times the median of every tilt's mean
+    (``means``, by ZValue)."""
+    out: dict[int, str] = {}
+    for z in views:
+        out.setdefault(z, f"view {z + 1} excluded")
+    for t in series.tilts:
+        if max_angle is not None and abs(t.angle) > max_angle:
+            out.setdefault(t.z, f"{t.angle:g}° is beyond {max_angle:g}°")
+    if dark is not None and means is not None:
+        median = float(np.median(means))
+        for z, mean in enumerate(means):
+            if mean < dark * median:
+                out.setdefault(z, f"mean {mean:.4g} below {dark:g} x the median {median:.4g} (dark)")
+    return out
+
+
+def stack_order(series: TiltSeries, kept: Sequence[int], order: str) -> list[int]:
+    """The tilts ``kept`` (ZValues) in the output stack's order: by angle, or as acquired; FileFormatError where
+    two of them have one angle."""
+    angle = [t.angle for t in series.tilts]
+    by_angle = sorted(kept, key=lambda z: (angle[z], z))
+    for a, b in itertools.pairwise(by_angle):
+        if angle[b] - angle[a] < SAME_ANGLE:
+            raise FileFormatError(f"{series.where(b)}: TiltAngle {angle[b]:g}, and {angle[a]:g} at [ZValue = {a}]: "
+                                  f"one angle taken twice; {param('exclude')} one of them (view {b + 1} or {a + 1})")
+    if order == "angle":
+        return by_angle
+    chosen = set(kept)
+    return [z for z in acquisition_order(series)[0] if z in chosen]
+
+
+# -- the files beside the stack -------------------------------------------------------------------------------
+
+
+def angles_text(series: TiltSeries, order: Sequence[int]) -> str:
+    """IMOD's ``.rawtlt`` (and ``.tlt`` before alignment): one angle a line, in stack order, as the mdoc wrote it."""
+    return "".join(f"{series.tilts[z].angle!r}\n" for z in order)
+
+
+def mdoc_text(series: TiltSeries, order: Sequence[int], image_file: str, axis: float) -> str:
+    """The mdoc of the stack ``image_file`` holding the tilts ``order``: each section renumbered as the stack's,
+    every field kept; the tilt-axis title says ``axis``."""
+    records = [series.tilts[z].record.model_copy(update={"ZValue": i}) for i, z in enumerate(order)]
+    titles = [_TILT_AXIS_TITLE.sub(f"Tilt axis angle = {axis:g}", title) for title in series.titles]
+    header = series.header.model_copy(update={"ImageFile": Path(image_file)})
+    return Mdoc(titles=titles, global_data=header, section_data=records).to_string() + "\n"
+
+
+def relion_star(series: TiltSeries, order: Sequence[int], images: Sequence[str], axis: float, doses: np.ndarray,
+                name: str) -> list[bytes | np.ndarray]:
+    """RELION 5's tilt-series STAR (its block named after the tilt series' file ``name``): a row per tilt in stack
+    order, ``images`` naming each (``N@stack``), its nominal stage tilt, the tilt axis, its pre-exposure (``doses``
+    by ZValue) and, where the mdoc has it, the target defocus."""
+    tilts = [series.tilts[z] for z in order]
+    columns: dict[str, np.ndarray] = {
+        "rlnMicrographName": np.array([name.encode() for name in images], "S"),
+        "rlnTomoNominalStageTiltAngle": np.array([t.angle for t in tilts], np.float64),
+        "rlnTomoNominalTiltAxisAngle": np.full(len(tilts), axis, np.float64),
+        "rlnMicrographPreExposure": np.array([doses[t.z] for t in tilts], np.float64)}
+    if all(t.record.TargetDefocus is not None for t in tilts):
+        columns["rlnTomoNominalDefocus"] = np.array([t.record.TargetDefocus for t in tilts], np.float64)
+    return star.loop_text(block_name(name), columns)
+
+
+def block_name(name: str) -> str:
+    """RELION's name of a tilt series (its STAR block): the file name without extensions, blanks made '_'."""
+    return "_".join(name.split(".")[0].split()) or "tilt_series"
