@@ -223,8 +223,14 @@ def names_store(path: str | os.PathLike) -> bool:
     return Path(path).name.lower().endswith(tuple(e for fmt in STORES for e in fmt.output_extensions))
 
 
+MDOC_SUFFIX = ".mdoc"
+
+
 def strip_image_suffix(name: str) -> str:
-    """``name`` without its image extension and compression suffix ('a.mrc.gz' -> 'a', 'b.ome.tif' -> 'b.ome')."""
+    """``name`` without its image extension and compression suffix ('a.mrc.gz' -> 'a', 'b.ome.tif' -> 'b.ome'), and
+    without the ``.mdoc`` of SerialEM's metadata, named after its image ('TS_01.mrc.mdoc' -> 'TS_01')."""
+    if name.lower().endswith(MDOC_SUFFIX) and len(name) > len(MDOC_SUFFIX):
+        name = name[:-len(MDOC_SUFFIX)]
     lowered = name.lower()
     for fmt in STORES:
         for ext in fmt.extensions:

@@ -120,6 +120,8 @@ def test_output_format_and_suffixes_come_from_the_registry(fmt):
     for ext in fmt.extensions:
         assert formats.strip_image_suffix(f"b.c{ext}") == "b.c"
     assert formats.strip_image_suffix("a.mrc.gz") == "a" and formats.strip_image_suffix("b.ome.tif") == "b.ome"
+    # SerialEM's metadata is named after its image
+    assert formats.strip_image_suffix("TS_01.mrc.mdoc") == "TS_01" and formats.strip_image_suffix("TS.MDOC") == "TS"
 
 
 def test_unknown_names_and_extensions_are_refused():

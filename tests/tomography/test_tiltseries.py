@@ -193,6 +193,11 @@ def test_the_cli_builds_a_sorted_excluded_stack_and_consistent_files(tmp_path, s
     assert set(relion["rlnTomoNominalTiltAxisAngle"]) == {85.3}
     np.testing.assert_allclose(relion["rlnMicrographPreExposure"], 2.5 * order)  # ZValue order: as taken
     np.testing.assert_array_equal(relion["rlnTomoNominalDefocus"], table["TargetDefocus"][order])
+    # with --out-dir, the outputs are named after the tilt series (TS_01.mrc.mdoc -> TS_01.st)
+    each = noa("tiltseries", "TS_01.mrc.mdoc", "--out-dir", "each", cwd=tmp_path)
+    assert each.returncode == 0, each.stderr
+    assert sorted(p.name for p in (tmp_path / "each").iterdir()) == [
+        "TS_01.rawtlt", "TS_01.st", "TS_01.st.mdoc", "TS_01.star", "TS_01.tlt"]
     for view, z in ((1, 0), (2, 1), (41, 40)):
         assert f"[ZValue = {z}] (view {view}, {table['TiltAngle'][z]:g}°) left out: view {view} excluded" in \
             done.stderr
