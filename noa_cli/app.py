@@ -136,6 +136,11 @@ def serve(
     state_dir: Annotated[
         Path | None, typer.Option("--state-dir", help="Where job state is kept (default DATA_ROOT/.noa-jobs).")
     ] = None,
+    database: Annotated[
+        str | None, typer.Option("--database", help="Keep jobs in this PostgreSQL database, shared by several "
+                                 "hosts: postgresql://user@host:port/db (env NOA_DATABASE; default: SQLite, "
+                                 "STATE_DIR/jobs.sqlite).")
+    ] = None,
     api_key: Annotated[
         str | None, typer.Option("--api-key", help="Require this X-API-Key on /v1 (env NOA_API_KEY).")
     ] = None,
@@ -180,9 +185,9 @@ def serve(
     from noa_server.settings import Settings
 
     try:
-        settings = Settings.from_env(data_root=data_root, state_dir=state_dir, api_key=api_key, workers=workers,
-                                     processes=processes, max_body_bytes=max_body_bytes, max_voxels=max_voxels,
-                                     cors_origins=cors_origin, tmp_dir=tmp_dir, job_ttl=job_ttl,
+        settings = Settings.from_env(data_root=data_root, state_dir=state_dir, database=database, api_key=api_key,
+                                     workers=workers, processes=processes, max_body_bytes=max_body_bytes,
+                                     max_voxels=max_voxels, cors_origins=cors_origin, tmp_dir=tmp_dir, job_ttl=job_ttl,
                                      max_expressions=max_expressions, warmup=warmup)
         serve_until_stopped, port = prepare(settings, host, port, log_level, lambda: listening(port))
     except ValueError as exc:  # a bad setting (e.g. NOA_WORKERS=abc, a missing data root): usage, not a crash

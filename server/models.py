@@ -297,6 +297,17 @@ def job_status_model(operations: tuple[Operation, ...]) -> type[BaseModel]:
     )
 
 
+
+@functools.cache
+def job_list_model(operations: tuple[Operation, ...]) -> type[BaseModel]:
+    """``GET /v1/jobs``: a page of jobs and the cursor of the next."""
+    return create_model(
+        "JobList",
+        jobs=(list[job_status_model(operations)], Field(  # type: ignore[misc]
+            description="Newest first (by creation time, then id).")),
+        next=(str | None, Field(description="The `cursor` of the next page; null on the last.")),
+    )
+
 class Health(BaseModel):
     status: str
     checks: dict[str, str] = {}

@@ -57,7 +57,8 @@ class Service:
             raise ValueError(f"data root {root} is not a folder")
         self.sandbox = None if root is None else Sandbox(root, settings.jobs_dir, settings.tmp_dir)
         jobs_dir = settings.jobs_dir  # set whenever the data root is
-        self.jobs = None if root is None or jobs_dir is None else JobStore(jobs_dir, settings.job_ttl)
+        self.jobs = (None if root is None or jobs_dir is None
+                     else JobStore(jobs_dir, settings.job_ttl, database=settings.database))
         self._pool = ThreadPoolExecutor(settings.workers, "noa-worker", initializer=_pin_kernel_threads,
                                         initargs=(settings.kernel_threads,))
         self._warmup: Future | None = None

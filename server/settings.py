@@ -24,6 +24,8 @@ class Settings:
 
     ``data_root`` None disables server-side paths and jobs (uploads still work).
     ``state_dir`` None means ``<data_root>/.noa-jobs``. ``tmp_dir`` None means the system's.
+    ``database``: where jobs are kept, an SQLAlchemy URL (``postgresql://user@host:port/db`` for several
+    hosts); None means SQLite, ``<state_dir>/jobs.sqlite``.
     ``job_ttl`` is how many seconds a finished job's record is kept (0: forever); the files a job
     wrote are the client's and are never removed.
     ``max_expressions``: a process that has compiled this many distinct client expressions is
@@ -32,11 +34,12 @@ class Settings:
     that finds them cached, or another process compiling them, does nothing).
     ``processes`` server processes (uvicorn workers) each run ``workers`` operations at once. Several
     processes, not more threads, because request handling is Python code that one process runs on
-    one core at a time (the GIL); jobs are shared through the state directory.
+    one core at a time (the GIL); jobs are shared through the database.
     """
 
     data_root: Path | None = None
     state_dir: Path | None = None
+    database: str | None = None
     api_key: str | None = None
     max_body_bytes: int = 1 << 30
     max_voxels: int = 1 << 31
@@ -62,8 +65,9 @@ class Settings:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, Path(value).expanduser().resolve())
-        if self.api_key == "":
-            object.__setattr__(self, "api_key", None)
+        for name in ("api_key", "database"):
+            if getattr(self, name) == "":
+                object.__setattr__(self, name, None)
 
     @property
     def jobs_dir(self) -> Path | None:
@@ -110,7 +114,7 @@ def _parse(name: str, text: str) -> Any:
             raise ValueError(f"{ENV_PREFIX}{name.upper()}={text!r} is not an integer") from None
     if name == "cors_origins":
         return tuple(part.strip() for part in text.split(",") if part.strip())
-    if name == "api_key":
+    if name in ("api_key", "database"):
         return text
     if name == "warmup":
         if text.lower() not in ("0", "1", "true", "false", "yes", "no"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import threading
 import time
 import warnings
 from pathlib import Path, PurePosixPath
@@ -18,7 +17,7 @@ import numpy as np
 import pytest
 import tifffile
 
-from helpers import REPO, assert_problem, wait_job, write_mrc
+from helpers import assert_problem, wait_job, write_mrc
 
 warnings.filterwarnings("ignore", message=".*httpx.*")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -29,7 +28,6 @@ from noa_core.io import beneath  # noqa: E402
 from noa_core.limits import check_voxels  # noqa: E402
 from noa_server import execution  # noqa: E402
 from noa_server.app import create_app  # noqa: E402
-from noa_server.jobs import JobStore  # noqa: E402
 from noa_server.problems import MEDIA_TYPE, ProblemError, classify  # noqa: E402
 from noa_server.sandbox import Sandbox  # noqa: E402
 from noa_server.settings import Settings  # noqa: E402
@@ -392,234 +390,7 @@ def test_openapi_documents_every_response(client):
     assert "image/tiff" in schema["paths"]["/v1/upload/copy"]["post"]["responses"]["200"]["content"]
 
 
-# -- jobs, with stand-in work (the store knows nothing of ops) --------------------------------------
-
-
-def _start(fn):
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = ThreadPoolExecutor(1)
-    future = pool.submit(fn)
-    pool.shutdown(wait=False)
-    return future
-
-
-def _wait(store: JobStore, job_id: str, statuses=("succeeded", "failed", "cancelled"), timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if store.snapshot(job_id)["status"] in statuses:
-            return store.get(job_id)
-        time.sleep(0.01)
-    raise AssertionError(f"job {job_id} still {store.get(job_id).status}")
-
-
-def test_job_runs_and_survives_restart(tmp_path):
-    store = JobStore(tmp_path)
-
-    def work(progress):
-        for i in range(1, 4):
-            progress(i, 3)
-        return {"output": "o.mrc", "notices": []}
-
-    job = store.submit("permute", {"src": "a"}, work, _start)
-    done = _wait(store, job.id)
-    assert done.status == "succeeded" and done.public()["progress"] == {"done": 3, "total": 3}
-    again = JobStore(tmp_path).get(job.id)
-    assert again.status == "succeeded" and again.result == {"output": "o.mrc", "notices": []}
-
-
-def test_finished_jobs_expire_after_their_time_to_live(tmp_path):
-    store = JobStore(tmp_path, ttl_seconds=1)
-    old = store.submit("permute", {"src": "a"}, lambda progress: {"output": "o.mrc"}, _start)
-    _wait(store, old.id)
-    time.sleep(1.2)
-    running = threading.Event()
-    fresh = store.submit("permute", {"src": "b"}, lambda progress: running.wait(10), _start)  # expires `old`
-    with pytest.raises(ProblemError) as info:
-        store.get(old.id)
-    assert info.value.status == 404
-    assert not (tmp_path / f"{old.id}.json").exists()
-    assert (tmp_path / f"{fresh.id}.json").exists()
-    time.sleep(1.2)
-    store.submit("permute", {"src": "c"}, lambda progress: None, _start)
-    assert store.get(fresh.id).status == "running"  # only finished jobs expire
-    running.set()
-    _wait(store, fresh.id)
-    time.sleep(1.2)
-    assert JobStore(tmp_path, ttl_seconds=0).get(fresh.id).status == "succeeded"  # 0 keeps records forever
-    with pytest.raises(ProblemError):
-        JobStore(tmp_path, ttl_seconds=1).get(fresh.id)  # expired at start-up
-    assert not (tmp_path / f"{fresh.id}.json").exists()
-
-
-def test_job_failure_is_a_problem(tmp_path):
-    store = JobStore(tmp_path)
-
-    def work(progress):
-        raise errors.BroadcastError("shapes (1,1,2,2) and (1,1,3,3) cannot be broadcast")
-
-    job = _wait(store, store.submit("broadcast", {}, work, _start).id)
-    assert job.status == "failed"
-    assert job.error["status"] == 422 and "cannot be broadcast" in job.error["detail"]
-    assert job.error["instance"] == f"/v1/jobs/{job.id}"
-
-
-def test_job_cancel_stops_between_blocks(tmp_path):
-    store = JobStore(tmp_path)
-    started, blocks = threading.Event(), []
-
-    def work(progress):
-        for i in range(1, 1000):
-            started.set()
-            time.sleep(0.005)
-            progress(i, 1000)
-            blocks.append(i)
-        return {}
-
-    job = store.submit("copy", {}, work, _start)
-    assert started.wait(5)
-    assert store.cancel(job.id)["cancel_requested"]
-    with pytest.raises(ProblemError):  # deleted at once
-        store.get(job.id)
-    deadline = time.monotonic() + 10
-    while job.status != "cancelled":  # the worker stops at its next block
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    assert len(blocks) < 999
-    assert not (tmp_path / f"{job.id}.json").exists()  # the winding-down job wrote no record back
-    finished = store.submit("copy", {}, lambda progress: {}, _start)
-    assert _wait(store, finished.id).status == "succeeded"
-    assert store.cancel(finished.id) is None  # a finished job is simply deleted
-    with pytest.raises(ProblemError):
-        store.get(finished.id)
-    assert not (tmp_path / f"{job.id}.json").exists()
-
-
-@pytest.mark.parametrize("kind", ["plan", "plans"])
-def test_a_job_deleted_after_its_last_tile_commits_nothing(tmp_path, kind):
-    """Issue 32 item 5: a job deleted while running still committed its output when the delete arrived after
-    its last tile (the commit never looked at the cancel flag again). The drivers ask once more just before
-    the output takes its name."""
-    from noa_core import operations as registry
-    from noa_core.run import local
-
-    store = JobStore(tmp_path / "jobs")
-    write_mrc(tmp_path / "in.mrcs", np.zeros((4, 8, 8), np.float32), stack=True)
-    out = tmp_path / ("out.mrcs" if kind == "plan" else "parts")
-    submitted, deleted = threading.Event(), []
-
-    def work(progress):
-        assert submitted.wait(10)
-
-        def on_progress(done, total):
-            if done == total and not deleted:  # the DELETE lands right after the last tile (or output)
-                deleted.append(store.cancel(job.id))
-            progress(done, total)
-
-        if kind == "plan":
-            return local.write(registry.get("copy").task(), tmp_path / "in.mrcs", out, progress=on_progress)
-        return local.write_several(registry.get("split").task(), tmp_path / "in.mrcs", out, progress=on_progress)
-
-    job = store.submit("copy", {}, work, _start)
-    submitted.set()
-    deadline = time.monotonic() + 30
-    while job.status != "cancelled":
-        assert job.status in ("queued", "running") and time.monotonic() < deadline, job.status
-        time.sleep(0.01)
-    assert deleted and not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["in.mrcs", "jobs"]
-
-
-# A server process with one job that counts blocks for up to 60 s (progress every 10 ms); it prints
-# the job id, then waits for the job (or for a signal).
-_OTHER_PROCESS = """
-import sys, time
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from noa_server.jobs import JobStore
-
-store = JobStore(Path(sys.argv[1]))
-
-def work(progress):
-    for i in range(1, 6001):
-        time.sleep(0.01)
-        progress(i, 6000)
-    return {}
-
-job = store.submit("copy", {"src": "a"}, work, ThreadPoolExecutor(1).submit)
-print(job.id, flush=True)
-job.future.result()
-print(job.status, flush=True)
-"""
-
-
-def _other_process(directory: Path):
-    import subprocess
-    import sys
-
-    proc = subprocess.Popen([sys.executable, "-c", _OTHER_PROCESS, str(directory)], stdout=subprocess.PIPE, text=True,
-                            cwd=REPO)
-    return proc, proc.stdout.readline().strip()
-
-
-def test_jobs_are_shared_by_server_processes(tmp_path):
-    """Another process runs the job; this one sees its progress and cancels it through the shared records."""
-    proc, job_id = _other_process(tmp_path)
-    try:
-        store = JobStore(tmp_path)
-        deadline = time.monotonic() + 20
-        while store.snapshot(job_id)["progress"]["done"] == 0:  # progress reaches the record
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        state = store.snapshot(job_id)
-        assert state["status"] == "running" and state["progress"]["total"] == 6000
-        assert store.cancel(job_id)["cancel_requested"]
-        with pytest.raises(ProblemError):
-            store.get(job_id)
-        assert proc.stdout.readline().strip() == "cancelled"  # the owner stopped at its next block
-        assert proc.wait(20) == 0
-        assert not (tmp_path / f"{job_id}.json").exists()  # and wrote no record back
-    finally:
-        proc.kill()
-
-
-def test_running_jobs_become_interrupted_when_their_process_dies(tmp_path):
-    import signal
-
-    proc, job_id = _other_process(tmp_path)
-    store = JobStore(tmp_path)
-    assert _wait(store, job_id, ("running",)).status == "running"  # its owner is alive
-    proc.send_signal(signal.SIGKILL)  # a crash: the record still says running
-    proc.wait(20)
-    for reader in (store, JobStore(tmp_path)):  # a process already running, and one starting
-        job = reader.get(job_id)
-        assert job.status == "failed" and job.error["type"].endswith("interrupted")
-    assert json.loads((tmp_path / f"{job_id}.json").read_text())["status"] == "failed"
-
-
-def test_stopping_records_running_jobs_as_interrupted(tmp_path):
-    store = JobStore(tmp_path)
-    release = threading.Event()
-
-    def slow(progress):
-        release.wait(5)
-        progress(1, 2)
-        return {}
-
-    job = store.submit("copy", {}, slow, _start)
-    _wait(store, job.id, ("running",))
-    store.stop()
-    release.set()
-    store.wait_idle(5)
-    assert JobStore(tmp_path).get(job.id).status == "failed"
-    assert json.loads((tmp_path / f"{job.id}.json").read_text())["error"]["detail"].startswith("interrupted")
-
-
-def test_unreadable_state_files_are_skipped(tmp_path):
-    (tmp_path / ("0" * 32 + ".json")).write_text("{not json")
-    store = JobStore(tmp_path)
-    with pytest.raises(ProblemError) as caught:
-        store.get("0" * 32)
-    assert caught.value.status == 404
+# -- jobs over HTTP (the store: test_jobs.py) -------------------------------------------------------
 
 
 def test_job_routes_over_http(client, root):
@@ -634,7 +405,7 @@ def test_job_routes_over_http(client, root):
     assert_problem(client.get(location, headers=AUTH), 404, "job-not-found")
     assert_problem(client.get("/v1/jobs/" + "0" * 32, headers=AUTH), 404, "job-not-found")
     assert_problem(client.get("/v1/jobs/not-an-id", headers=AUTH), 400, "invalid-parameters")
-    assert os.listdir(root / ".noa-jobs") == [".lock"]  # no record left
+    assert client.get("/v1/jobs", headers=AUTH).json() == {"jobs": [], "next": None}  # no record left
 
 
 def test_missing_data_root_stops_the_server(tmp_path):
