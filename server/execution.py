@@ -84,11 +84,12 @@ def _naming(name: str) -> Iterator[None]:
 
 def _run(params: OpParams, inputs: Sequence[Path], output: Path | None, max_voxels: int, *, overwrite: bool,
          progress: Progress, dry_run: bool = False, stem: str | None = None,
-         projects: SandboxProjects | None = None) -> dict[str, Any]:
+         projects: SandboxProjects | None = None, resume: bool = False) -> dict[str, Any]:
     """Run ``params``' operation on files of this machine within the voxel limit (:func:`noa_core.run.execute`);
     ``projects``: how paths named inside the inputs (a particle file's stacks) are opened (beneath the root)."""
     return execute(params.declaration, inputs, output, params.values(), limits=Limits(max_voxels=max_voxels),
-                   progress=progress, overwrite=overwrite, dry_run=dry_run, stem=stem, projects=projects)
+                   progress=progress, overwrite=overwrite, dry_run=dry_run, stem=stem, projects=projects,
+                   resume=resume)
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,8 @@ def _run_on_paths(planned: Planned, inputs: list[Path], output: Path | None, max
     request = request.model_copy(update=files)  # the opened files, not the client's paths
     overwrite = getattr(request, "overwrite", False)  # reports write nothing
     result = _run(request, inputs, output, max_voxels, overwrite=overwrite, progress=progress,
-                  dry_run=getattr(request, "dry_run", False), projects=SandboxProjects(planned.sandbox, names))
+                  dry_run=getattr(request, "dry_run", False), projects=SandboxProjects(planned.sandbox, names),
+                  resume=getattr(request, "resume", False))  # data sets alone take it
     # outputs named as the client names them; a report or an edit names its input as the client did
     return for_client(result if request.declaration.writes else {**result, "path": request.input_paths()[0]}, names)
 

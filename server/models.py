@@ -30,6 +30,7 @@ from noa_core.operations import (
     Reals,
     Reports,
     Text,
+    WritesDataSet,
 )
 from noa_core.operations.spec import SERVER_PATHS, InputFile
 
@@ -213,10 +214,15 @@ def _paths_base(operation: Operation) -> tuple[type[PathRequest], dict[str, Any]
         return _Edits, {}
     if operation.writes == "folder":
         return _WritesFolder, {}
+    # a data set keeps the parts it finished should it stop, and a rerun (a job resumed) keeps them: the CLI's --resume
+    resume = {"resume": (bool, Field(False, description="Keep the parts of the data set finished should the call stop "
+                                                        "(each micrograph's stacks), and keep those found instead of "
+                                                        "writing them again."))} \
+        if isinstance(operation, WritesDataSet) else {}
     if operation.max_inputs == 1:
-        return (_WritesOne if operation.writes == "file" else _OneInput), {}
+        return (_WritesOne if operation.writes == "file" else _OneInput), resume
     srcs = Field(min_length=1, max_length=operation.max_inputs, description="Inputs, named a, b, c, ... in order.")
-    return (_WritesSeveral if operation.writes == "file" else _ReadsSeveral), {"srcs": (list[RelPath], srcs)}
+    return (_WritesSeveral if operation.writes == "file" else _ReadsSeveral), {"srcs": (list[RelPath], srcs), **resume}
 
 
 @functools.cache

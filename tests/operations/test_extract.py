@@ -360,3 +360,32 @@ def test_paths_mode_finds_each_micrographs_coordinates_beneath_the_data_root(tmp
                                                      "coord_suffix": "_pick.star", "box": 8})
     assert refused.status_code == 403, refused.text
     assert "Mics/b_pick.star" in refused.json()["detail"] and not (root / "again.star").exists()
+
+
+def test_paths_mode_resumes_what_a_stopped_extraction_finished(tmp_path, mics, monkeypatch, make_client):
+    """``resume`` over HTTP (a job resumed carries it): the stacks a stopped run placed are kept, the rest extracted;
+    only data-set operations take it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(extract_impl.limits, "available_cores", lambda: 1)
+
+    def stop_after_one(done, total):
+        if done == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        execute(operations.get("extract"), ["Mics/a.mrc", "Mics/b.mrc"], "parts.star",
+                {"coord_suffix": "_pick.star", "box": 8}, progress=stop_after_one, resume=True)
+    assert (tmp_path / "Particles/Mics/a.mrcs").is_file() and not (tmp_path / "parts.star").exists()
+    client = make_client(data_root=tmp_path)
+    response = client.post("/v1/paths/extract", json={"srcs": ["Mics/a.mrc", "Mics/b.mrc"], "dst": "parts.star",
+                                                      "coord_suffix": "_pick.star", "box": 8, "resume": True})
+    assert response.status_code == 201, response.text
+    assert any("1 micrograph(s) extracted before" in notice and "resume" in notice
+               for notice in response.json()["notices"])
+    assert len(starfile.read(tmp_path / "parts.star")["particles"]) == 5
+    np.testing.assert_array_equal(load(tmp_path / "Particles/Mics/b.mrcs")[1], box_of(mics["b"], 5, 35, 8))
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    assert "resume" in schemas["ExtractRequest"]["properties"]
+    assert "resume" not in schemas["CopyRequest"]["properties"]
+    refused = client.post("/v1/paths/copy", json={"src": "Mics/a.mrc", "dst": "c.mrc", "resume": True})
+    assert refused.status_code in (400, 422) and not (tmp_path / "c.mrc").exists()
