@@ -44,8 +44,9 @@ OPERATION = WritesDataSet(
               "noa extract mics.star --coords picks.cs --box 320 --scale 80 --norm --bg-radius 30 -o bin4.star",
               "noa extract mics.star --coords run_data.star --recentre --box 256 -o reextracted.star"),
     params=(Param("box", Integer(2, 16384), "Box size in pixels (RELION's --extract_size).", default=REQUIRED),
-            Param("coords", InputFile(), "The coordinates: a RELION coordinate or particles STAR, a cryoSPARC .cs, an "
-                  "EMAN .box or x y text. Over HTTP: a path under the data root."),
+            Param("coords", InputFile(), "The coordinates: a RELION coordinate or particles STAR, RELION's list of "
+                  "coordinate files (autopick.star), a cryoSPARC .cs, an EMAN .box or x y text. Over HTTP: a path "
+                  "under the data root (and so is every file a list names)."),
             Param("coord_suffix", Text(1, 255), "Per-micrograph coordinate files beside each micrograph: its name "
                   "without extension plus this suffix (RELION's --coord_suffix, e.g. _autopick.star)."),
             Param("edge", Choice(("repeat", "drop", "zero", "mean")), "Pixels beyond the micrograph: repeat its edge "

@@ -7,7 +7,9 @@ particles and the rows they were read from.
 - cryoSPARC ``.cs`` (``location/center_x_frac`` times the width, ``center_y_frac`` times the height of
   ``location/micrograph_shape`` (H, W), rows counted from the first stored, as pyem's csparc2star reads them);
 - EMAN ``.box`` (lower-left corner and box size: the centre is corner + size // 2, RELION's integer reading);
-- plain text (``x y`` per line, further columns ignored, ``#`` comments).
+- plain text (``x y`` per line, further columns ignored, ``#`` comments);
+- RELION's list of coordinate files (autopick.star: rlnMicrographName, rlnMicrographCoordinates), each file one of
+  the above (:func:`listed_files`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from noa_core.io import star
 
 COORDINATE_X, COORDINATE_Y = "rlnCoordinateX", "rlnCoordinateY"
 MICROGRAPH_NAME = "rlnMicrographName"
+MICROGRAPH_COORDINATES = "rlnMicrographCoordinates"
 ORIGINS = ("rlnOriginXAngst", "rlnOriginYAngst")
 
 
@@ -164,13 +167,42 @@ def _read_text(path: Path, box: bool) -> Picks:
 
 
 def matches(picks: Picks, micrograph: str) -> bool:
-    """Whether ``picks`` name ``micrograph`` (as the micrographs' list names it): the same path, or the same
-    name without its folder and extension (cryoSPARC and re-extracted STARs name micrographs of other jobs)."""
-    if picks.micrograph is None:
-        return False
-    if PurePosixPath(picks.micrograph) == PurePosixPath(micrograph):
-        return True
-    return _stem(picks.micrograph) == _stem(micrograph)
+    """Whether ``picks`` name ``micrograph`` (as the micrographs' list names it)."""
+    return picks.micrograph is not None and same_micrograph(picks.micrograph, micrograph)
+
+
+def same_micrograph(named: str, micrograph: str) -> bool:
+    """Whether a file's ``named`` micrograph is ``micrograph`` (as the micrographs' list names it): the same path,
+    or the same name without its folder and extension (cryoSPARC and re-extracted STARs name micrographs of other
+    jobs)."""
+    return PurePosixPath(named) == PurePosixPath(micrograph) or _stem(named) == _stem(micrograph)
+
+
+@dataclass(frozen=True)
+class ListedFile:
+    """A row of RELION's list of coordinate files (``data_coordinate_files`` of autopick.star, manualpick.star):
+    the micrograph, the coordinate file of its picks (project-relative) and where the row is."""
+
+    micrograph: str
+    coordinates: str
+    where: str
+
+
+def listed_files(path: str | Path) -> list[ListedFile] | None:
+    """The rows of ``path`` when it is RELION's list of coordinate files (a loop with rlnMicrographName and
+    rlnMicrographCoordinates, as relion_autopick and relion_manualpick write it), else None."""
+    path = Path(path)
+    if path.suffix.lower() != ".star":
+        return None
+    text = star.read(path)
+    blocks = [b for b in text if b.loop and MICROGRAPH_NAME in b.labels and MICROGRAPH_COORDINATES in b.labels]
+    if not blocks:
+        return None
+    block = blocks[0]
+    names = text.values(block, MICROGRAPH_NAME).tolist()
+    files = text.values(block, MICROGRAPH_COORDINATES).tolist()
+    return [ListedFile(name.decode(), coordinates.decode(), f"{path}: data_{block.name}, row {row + 1}")
+            for row, (name, coordinates) in enumerate(zip(names, files))]
 
 
 def _stem(name: str) -> str:

@@ -389,3 +389,36 @@ def test_paths_mode_resumes_what_a_stopped_extraction_finished(tmp_path, mics, m
     assert "resume" not in schemas["CopyRequest"]["properties"]
     refused = client.post("/v1/paths/copy", json={"src": "Mics/a.mrc", "dst": "c.mrc", "resume": True})
     assert refused.status_code in (400, 422) and not (tmp_path / "c.mrc").exists()
+
+
+AUTOPICK = ("\n# version 30001\n\ndata_coordinate_files\n\nloop_\n_rlnMicrographName #1\n_rlnMicrographCoordinates #2\n"
+            "{rows}\n")
+
+
+def test_relions_list_of_coordinate_files_gives_what_the_suffix_gives(tmp_path, mics):
+    """RELION 4's autopick.star (data_coordinate_files: rlnMicrographName, rlnMicrographCoordinates) names each
+    micrograph's file: the same stacks as finding them by suffix (RELION 3.1.3's way, its own oracle in
+    tests/images/test_extraction.py); a micrograph it does not list is skipped with a notice; a listed file that is
+    not there is one line naming the row."""
+    rows = "Mics/a.mrc Mics/a_pick.star\nMics/b.mrc Mics/b_pick.star"
+    (tmp_path / "autopick.star").write_text(AUTOPICK.format(rows=rows))
+    (tmp_path / "l").mkdir()
+    (tmp_path / "s").mkdir()
+    listed = noa("extract", "Mics/a.mrc", "Mics/b.mrc", "--coords", "autopick.star", "--box", 8, "-o", "l/p.star",
+                 cwd=tmp_path)
+    by_suffix = noa("extract", "Mics/a.mrc", "Mics/b.mrc", "--coord-suffix", "_pick.star", "--box", 8, "-o",
+                    "s/p.star", cwd=tmp_path)
+    assert listed.returncode == 0 and by_suffix.returncode == 0, (listed.stderr, by_suffix.stderr)
+    for name in ("a", "b"):
+        np.testing.assert_array_equal(load(tmp_path / f"l/Particles/Mics/{name}.mrcs"),
+                                      load(tmp_path / f"s/Particles/Mics/{name}.mrcs"))
+    (tmp_path / "only_a.star").write_text(AUTOPICK.format(rows="Mics/a.mrc Mics/a_pick.star"))
+    done = noa("extract", "Mics/a.mrc", "Mics/b.mrc", "--coords", "only_a.star", "--box", 8, "-o", "a.star",
+               cwd=tmp_path)
+    assert done.returncode == 0 and "Mics/b.mrc: not in only_a.star; skipped" in done.stderr
+    assert len(starfile.read(tmp_path / "a.star")["particles"]) == 3
+    (tmp_path / "gone.star").write_text(AUTOPICK.format(rows="Mics/a.mrc Mics/gone.star"))
+    before = listing(tmp_path)
+    assert_user_error(noa("extract", "Mics/a.mrc", "--coords", "gone.star", "--box", 8, "-o", "g.star", cwd=tmp_path),
+                      "gone.star: data_coordinate_files, row 1", "Mics/gone.star: no such file")
+    assert listing(tmp_path) == before

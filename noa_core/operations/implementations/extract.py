@@ -254,7 +254,20 @@ def _star_micrographs(path: Path, project, opened: contextlib.ExitStack) -> tupl
 
 def _match(micrographs: list[Micrograph], options: Options, project: Project, opened: contextlib.ExitStack,
            notices: list[str]) -> None:
-    """Each micrograph's picks: from the one coordinate file (matched by name), or its own file by suffix."""
+    """Each micrograph's picks: from the one coordinate file (matched by name), the files a list of coordinate files
+    names, or its own file by suffix."""
+    listed = coordinates.listed_files(options.coords) if options.coords is not None else None
+    if listed is not None:
+        for mic in micrographs:
+            entry = next((row for row in listed if coordinates.same_micrograph(row.micrograph, mic.name)), None)
+            if entry is None:
+                notices.append(f"{mic.name}: not in {options.coords}; skipped (as RELION skips it)")
+                continue
+            try:
+                mic.picks = _open_picks(project, entry.coordinates, entry.where, opened)
+            except FileNotFoundError:
+                raise FileFormatError(f"{entry.where}: {entry.coordinates}: no such file") from None
+        return
     if options.coords is not None:
         found = coordinates.read(options.coords)
         if all(p.micrograph is None for p in found):
@@ -275,17 +288,25 @@ def _match(micrographs: list[Micrograph], options: Options, project: Project, op
     for mic in micrographs:
         named = PurePosixPath(mic.name)
         candidate = str(named.parent / (named.name.split(".", 1)[0] + options.coord_suffix))
-        try:  # beside the micrograph in the project folder (over HTTP: beneath the data root, no link followed)
-            fd = project.open(candidate)
+        try:
+            mic.picks = _open_picks(project, candidate, mic.where, opened)
         except FileNotFoundError:
             notices.append(f"{mic.name}: no coordinate file {candidate}; skipped (as RELION skips it)")
-            continue
-        except NoaError as exc:  # a refusal (PathRefusedError is also an OSError) stays one
-            raise type(exc)(f"{mic.where}: {exc}") from None
-        except OSError as exc:
-            raise FileFormatError(f"{mic.where}: {candidate}: {exc.strerror or exc}") from None
-        opened.callback(os.close, fd)
-        mic.picks = coordinates.read(f"/proc/self/fd/{fd}", candidate)[0]
+
+
+def _open_picks(project: Project, name: str, where: str, opened: contextlib.ExitStack) -> coordinates.Picks:
+    """The picks of the coordinate file ``name``, opened in the project folder (over HTTP: beneath the data root, no
+    link followed); FileNotFoundError when it is not there, other errors naming ``where`` it was named."""
+    try:
+        fd = project.open(name)
+    except FileNotFoundError:
+        raise
+    except NoaError as exc:  # a refusal (PathRefusedError is also an OSError) stays one
+        raise type(exc)(f"{where}: {exc}") from None
+    except OSError as exc:
+        raise FileFormatError(f"{where}: {name}: {exc.strerror or exc}") from None
+    opened.callback(os.close, fd)
+    return coordinates.read(f"/proc/self/fd/{fd}", name)[0]
 
 
 def _check_picks(mic: Micrograph, inputs: Inputs, options: Options, notices: list[str]) -> None:
