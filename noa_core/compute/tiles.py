@@ -198,11 +198,18 @@ def plan_tiles(writer: TiledOutput, sources: Sequence[Array], block_bytes: int =
     tile = plan_tile(writer.shape, [(s.strides, s.itemsize) for s in srcs], budget, whole,
                      output=(out_strides, writer.dtype.itemsize))
     if writer.chunks is not None:
-        tile = chunk_aligned(tile, writer.chunks, writer.shape)
+        tile = chunk_aligned(tile, writer.chunks, writer.shape, budget // writer.dtype.itemsize, out_strides, whole)
     return list(tiles(writer.shape, tile, out_strides))
 
 
-def chunk_aligned(tile: Sequence[int], chunks: Sequence[int], shape: Sequence[int]) -> Shape4:
+def chunk_aligned(tile: Sequence[int], chunks: Sequence[int], shape: Sequence[int], elements: int,
+                  strides: Sequence[int], whole: Sequence[int] = ()) -> Shape4:
     """``tile`` grown to whole chunks along every axis (at most the whole axis): tiles then never share a
-    chunk, so each can be written by a different process without reading a chunk back."""
-    return layout.as_shape4(tuple(min(n, -(-t // c) * c) for t, c, n in zip(tile, chunks, shape)))
+    chunk, so each can be written by a different process without reading a chunk back. Where growing one
+    axis took the tile past ``elements`` (and one chunk), the outer axes (largest ``strides`` first; never one in
+    ``whole``) are cut back, in whole chunks: a pyramid's 16 sections are taken in bands of rows."""
+    aligned = [min(n, -(-t // c) * c) for t, c, n in zip(tile, chunks, shape)]
+    for axis in sorted((i for i in range(4) if i not in whole), key=lambda i: -strides[i]):
+        while math.prod(aligned) > max(elements, math.prod(chunks)) and aligned[axis] > chunks[axis]:
+            aligned[axis] = -(-aligned[axis] // chunks[axis] // 2) * chunks[axis]
+    return layout.as_shape4(tuple(aligned))

@@ -15,7 +15,10 @@ A store is a directory, not a file, so this format differs from MRC and TIFF in 
   uncompressed and the chunks number at most :data:`MAX_CHUNKS`; the tiles an operation computes are
   written straight into it as chunks (:class:`StoreTiles`), the planner aligning tiles to the chunk
   grid, so Dask tasks each write their own chunks; :class:`~noa_core.io.atomic.TemporaryOutput` then
-  renames the directory into place. A reader never sees a partial store.
+  renames the directory into place. A reader never sees a partial store. A pyramid (write options
+  'levels' or 'pyramid', and 'downsample') is written from the same tiles: each is halved level after
+  level (:func:`halve`) and written into every level's array, the tiles aligned so that each covers
+  whole chunks of every level (:func:`store_layout`): one read of the input, memory bounded by the tiles.
 
 Axes map to BDHW as TIFF axes do (:func:`noa_core.io.tiff.map_axes`): time is the batch, z/y/x are
 D/H/W, a channel axis is the batch when nothing else is (otherwise ``channel=`` picks one). Pixel
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import dataclasses
 import errno
 import functools
 import itertools
@@ -47,12 +51,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from noa_core import kernels  # a lazy face: numba loads with a pyramid's first mean
 from noa_core.array import asarray, layout
 from noa_core.array.layout import Shape4
 from noa_core.errors import (
     CorruptFileError,
     FileFormatError,
     HeaderError,
+    LayoutError,
     NoSpaceError,
     ParameterError,
     SizeError,
@@ -74,6 +80,8 @@ _NODE_FILES = ("zarr.json", ".zgroup", ".zattrs", ".zarray")
 NGFF_VERSIONS: dict[str, Literal[2, 3]] = {"0.4": 2, "0.5": 3}  # the NGFF versions noa writes, with their zarr format
 DEFAULT_NGFF = "0.4"  # zarr v2: what most viewers (napari, Fiji's MoBIE/n5-viewer, neuroglancer) read
 CHUNK_BYTES = 16 << 20  # the largest chunk noa writes by default
+DOWNSAMPLING = ("mean", "nearest")  # how a pyramid's level is made from the one above; the first is the default
+PYRAMID_SIZE = 256  # the pyramid write option halves until a level's height and width are both at most this
 BLOCK_BYTES = 64 << 20  # what one conversion step (decode or encode) holds in memory
 _UNIT_NAMES = {"Å": "angstrom"}  # noa's units -> NGFF's (UDUNITS-2 names)
 MAX_CHUNKS = 1_000_000  # the most chunk files noa writes into one store (each costs an inode and a block)
@@ -823,28 +831,105 @@ def default_chunks(stored: Sequence[int], itemsize: int, budget: int = CHUNK_BYT
     return tuple(chunks)
 
 
-def _write_options(spec: OutputSpec) -> tuple[str, tuple[int, ...]]:
-    """The NGFF version and chunk shape asked for (``write_options`` 'ngff' and 'chunks'), checked."""
+def pyramid_chunks(stored: Sequence[int], halved: Sequence[bool], itemsize: int, step: int) -> tuple[int, ...]:
+    """The default chunks of a pyramid's level 0 that halves the stored axes ``halved`` ``step`` times over
+    (``step`` = 2^(levels - 1)): :func:`default_chunks` within :data:`CHUNK_BYTES` with ``step`` sections of a
+    volume per chunk, each chunk cut by the halved axes in multiples of ``step`` (or whole), so a tile of whole
+    chunks maps to whole blocks of every level."""
+    depth = min(stored[-3], step) if len(stored) > 2 and halved[-3] else 1
+    chunks = list(default_chunks(stored, itemsize, max(itemsize, CHUNK_BYTES // depth)))
+    for i, (n, c) in enumerate(zip(stored, chunks)):
+        if halved[i] and c < n:
+            chunks[i] = min(n, max(step, c // step * step))
+    return tuple(chunks)
+
+
+def halved_axes(shape: Shape4) -> tuple[int, ...]:
+    """The BDHW axes a pyramid halves: H and W, and D of one volume; never the batch, and never the sections of
+    a stack or tilt series (B > 1), which every level keeps."""
+    return (1, 2, 3) if shape[0] == 1 and shape[1] > 1 else (2, 3)
+
+
+def halved_shape(shape: Sequence[int], halved: Sequence[int]) -> tuple[int, ...]:
+    """The shape one level down: ``ceil(n / 2)`` along the ``halved`` axes (OME-Zarr's convention)."""
+    return tuple(-(-n // 2) if i in halved else n for i, n in enumerate(shape))
+
+
+def _level_count(spec: OutputSpec) -> int:
+    """How many levels the output holds (write options 'levels' or 'pyramid'; 1 when neither), checked against
+    its shape: no level past the one where every halved axis is down to one pixel."""
+    levels, pyramid = spec.write_options.get("levels"), bool(spec.write_options.get("pyramid"))
+    if levels is not None and pyramid:
+        raise ParameterError(f"{spec.path}: give {levels} levels or the pyramid down to {PYRAMID_SIZE} pixels, not "
+                             "both", "levels")
+    if pyramid:
+        largest = max(spec.shape[2:])
+        return 1 + (-(-largest // PYRAMID_SIZE) - 1).bit_length()
+    if levels is None:
+        return 1
+    most = (max(spec.shape[i] for i in halved_axes(spec.shape)) - 1).bit_length() + 1
+    if not 1 <= int(levels) <= most:
+        raise ParameterError(f"{spec.path}: {levels} levels of the shape {tuple(spec.shape)}: halving it leaves one "
+                             f"pixel after {most} levels; choose 1 to {most}", "levels")
+    return int(levels)
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreLayout:
+    """What an OME-Zarr output holds: its NGFF version, stored axis names, each level's stored shape and chunks,
+    the downsampling between levels, and ``grid``: the BDHW grid tiles align to, so that each tile covers whole
+    chunks of every level (level 0's chunks, grown along the halved axes to multiples of 2^(levels - 1))."""
+
+    version: str
+    names: str
+    shapes: list[tuple[int, ...]]
+    chunks: list[tuple[int, ...]]
+    halved: tuple[bool, ...]  # per stored axis
+    downsample: str
+    grid: Shape4
+
+
+def store_layout(spec: OutputSpec) -> StoreLayout:
+    """The layout of the output ``spec`` from its write options ('ngff', 'chunks', 'levels', 'pyramid',
+    'downsample'), checked."""
     version = str(spec.write_options.get("ngff") or DEFAULT_NGFF)
     if version not in NGFF_VERSIONS:
         raise FileFormatError(f"{spec.path}: ngff: {version!r} is not one noa writes ({', '.join(NGFF_VERSIONS)})")
+    downsample = str(spec.write_options.get("downsample") or DOWNSAMPLING[0])
+    if downsample not in DOWNSAMPLING:
+        raise ParameterError(f"{spec.path}: {downsample!r} is not one of {', '.join(DOWNSAMPLING)}", "downsample")
+    count = _level_count(spec)
+    step = 1 << (count - 1)
     stored, names = stored_axes(spec.shape)
+    kept = [i for i, n in enumerate(spec.shape) if i >= 2 or n > 1]  # the BDHW axis of each stored one
+    halved = tuple(count > 1 and i in halved_axes(spec.shape) for i in kept)
     chunks = spec.write_options.get("chunks")
     if chunks is None:
-        return version, default_chunks(stored, spec.dtype.itemsize)
-    try:
-        values = tuple(int(c) for c in (chunks.split(",") if isinstance(chunks, str) else chunks))
-    except (TypeError, ValueError):
-        raise FileFormatError(f"{spec.path}: chunks: {chunks!r} is not a list of integers") from None
-    if len(values) != len(stored) or any(c < 1 for c in values):
-        raise FileFormatError(f"{spec.path}: chunks: {values} must be {len(stored)} positive sizes, one per stored "
-                              f"axis {tuple(names)} of shape {stored}")
-    return version, tuple(min(c, n) for c, n in zip(values, stored))
+        first = pyramid_chunks(stored, halved, spec.dtype.itemsize, step) if count > 1 else \
+            default_chunks(stored, spec.dtype.itemsize)
+    else:
+        try:
+            values = tuple(int(c) for c in (chunks.split(",") if isinstance(chunks, str) else chunks))
+        except (TypeError, ValueError):
+            raise FileFormatError(f"{spec.path}: chunks: {chunks!r} is not a list of integers") from None
+        if len(values) != len(stored) or any(c < 1 for c in values):
+            raise FileFormatError(f"{spec.path}: chunks: {values} must be {len(stored)} positive sizes, one per "
+                                  f"stored axis {tuple(names)} of shape {stored}")
+        first = tuple(min(c, n) for c, n in zip(values, stored))
+    grid = tuple(min(n, math.lcm(c, step)) if h else c for n, c, h in zip(stored, first, halved))
+    shapes, levels = [stored], [first]
+    for k in range(1, count):
+        shape = halved_shape(shapes[-1], [i for i, h in enumerate(halved) if h])
+        # a level's chunks divide the grid's share of it: each tile then writes whole chunks of the level
+        levels.append(tuple(min(m, c if g >= n else math.gcd(c, g >> k)) if h else c
+                            for m, n, c, g, h in zip(shape, stored, first, grid, halved)))
+        shapes.append(shape)
+    return StoreLayout(version, names, shapes, levels, halved, downsample, bdhw_chunks(grid, spec.shape))
 
 
-def _transforms_for(metadata: Metadata | None, names: str, notices: list[str],
-                    path: Path) -> tuple[list[dict], list[dict]]:
-    """The NGFF axes and the level's coordinateTransformations for ``metadata``."""
+def _axes_and_transforms(metadata: Metadata | None, names: str, notices: list[str],
+                         path: Path) -> tuple[list[dict], list[float], list[float]]:
+    """The NGFF axes, and level 0's scale and translation, for ``metadata``."""
     if metadata is not None:
         pixel, origin, notice = metadata.in_angstrom()
         if notice:
@@ -866,10 +951,20 @@ def _transforms_for(metadata: Metadata | None, names: str, notices: list[str],
         axes.append(axis)
         scale.append(size if size > 0 else 1.0)
         translation.append(float(origin[by_name[name]]) if size > 0 else 0.0)
-    transforms = [{"type": "scale", "scale": scale}]
-    if any(translation):
-        transforms.append({"type": "translation", "translation": translation})
-    return axes, transforms
+    return axes, scale, translation
+
+
+def level_transforms(scale: Sequence[float], translation: Sequence[float], halved: Sequence[bool],
+                     level: int) -> list[dict]:
+    """The coordinateTransformations of ``level`` from level 0's ``scale`` and ``translation``: the pixel
+    2^level times larger along the halved axes, and its centre moved by half the pixels it covers less one,
+    ``(2^level - 1) / 2`` level-0 pixels (a translation only where one is not zero)."""
+    factors = [float(1 << level) if h else 1.0 for h in halved]
+    moved = [t + (f - 1) / 2 * s for s, t, f in zip(scale, translation, factors)]
+    transforms: list[dict] = [{"type": "scale", "scale": [s * f for s, f in zip(scale, factors)]}]
+    if any(moved):
+        transforms.append({"type": "translation", "translation": moved})
+    return transforms
 
 
 def stored_key(key: Sequence[slice], shape: Shape4) -> tuple[slice, ...]:
@@ -883,19 +978,26 @@ def bdhw_chunks(chunks: Sequence[int], shape: Shape4) -> Shape4:
     return layout.as_shape4(tuple(next(it) if i >= 2 or n > 1 else 1 for i, n in enumerate(shape)))
 
 
-def check_room(store: Path, spec: OutputSpec, stored: Sequence[int], chunks: Sequence[int]) -> None:
+def check_room(store: Path, spec: OutputSpec, levels: StoreLayout) -> None:
     """Refuse a store of more than :data:`MAX_CHUNKS` chunk files, or one the file system of ``store``
-    has not the room for with every chunk stored uncompressed (what the data need at most: blosc adds
-    16 bytes to a chunk it cannot compress, and each file takes whole blocks), before anything is written."""
-    count = math.prod(-(-n // c) for n, c in zip(stored, chunks))
+    has not the room for with every chunk of every level stored uncompressed (what the data need at most: blosc
+    adds 16 bytes to a chunk it cannot compress, and each file takes whole blocks), before anything is written."""
     room = os.statvfs(store)
     block = room.f_frsize or 4096
-    need = count * -(-(math.prod(chunks) * spec.dtype.itemsize + 16) // block) * block + (64 << 10)
+    count = need = 0
+    for stored, chunks in zip(levels.shapes, levels.chunks):
+        files = math.prod(-(-n // c) for n, c in zip(stored, chunks))
+        count += files
+        need += files * -(-(math.prod(chunks) * spec.dtype.itemsize + 16) // block) * block
+    need += 64 << 10
+    stored, chunks = levels.shapes[0], levels.chunks[0]
     free = room.f_bavail * room.f_frsize
     if need > free:
-        raise NoSpaceError(f"{spec.path}: shape: the store of {tuple(stored)} {spec.dtype} may need {need} bytes "
-                           f"({count} chunks of {tuple(chunks)}, uncompressed), and its file system has {free} "
-                           "bytes free")
+        pyramid = len(levels.shapes) > 1
+        what = f"{len(levels.shapes)} levels of {tuple(stored)}" if pyramid else f"{tuple(stored)}"
+        raise NoSpaceError(f"{spec.path}: shape: the store of {what} {spec.dtype} may need {need} bytes "
+                           f"({count} chunks of {tuple(chunks)}{' or less' if pyramid else ''}, uncompressed), and "
+                           f"its file system has {free} bytes free")
     if count > MAX_CHUNKS:
         raise ParameterError(f"{spec.path}: chunks of {tuple(chunks)} cut the stored shape {tuple(stored)} into "
                              f"{count} chunk files, more than the {MAX_CHUNKS} noa writes; choose larger chunks",
@@ -903,16 +1005,16 @@ def check_room(store: Path, spec: OutputSpec, stored: Sequence[int], chunks: Seq
 
 
 def create_store(store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:
-    """Create the OME-Zarr image of ``spec`` in the empty directory ``store``: group, metadata and an
-    array with no chunk written yet (:func:`check_room` first). Returns the chunk shape (BDHW) and notices."""
+    """Create the OME-Zarr image of ``spec`` in the empty directory ``store``: group, metadata and an array
+    per level with no chunk written yet (:func:`check_room` first). Returns the grid tiles align to (BDHW:
+    :attr:`StoreLayout.grid`) and notices."""
     import numcodecs
     import zarr
 
     notices: list[str] = []
-    version, chunks = _write_options(spec)
-    stored, names = stored_axes(spec.shape)
-    check_room(store, spec, stored, chunks)
-    zarr_format = NGFF_VERSIONS[version]
+    levels = store_layout(spec)
+    check_room(store, spec, levels)
+    zarr_format = NGFF_VERSIONS[levels.version]
     # lz4 with byte shuffle: fast enough to keep up with the disk; image data barely shrink with more work
     if zarr_format == 2:
         compressors = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.SHUFFLE)
@@ -921,33 +1023,69 @@ def create_store(store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:
 
         compressors = BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
     group = zarr.open_group(store=str(store), mode="w-", zarr_format=zarr_format)
-    group.create_array("0", shape=stored, chunks=chunks, dtype=spec.dtype, compressors=compressors,
-                       fill_value=0, dimension_names=tuple(names) if zarr_format == 3 else None)
-    axes, transforms = _transforms_for(spec.metadata, names, notices, spec.path)
-    image = {"name": spec.path.name, "axes": axes,
-             "datasets": [{"path": "0", "coordinateTransformations": transforms}]}
+    for level, (stored, chunks) in enumerate(zip(levels.shapes, levels.chunks)):
+        group.create_array(str(level), shape=stored, chunks=chunks, dtype=spec.dtype, compressors=compressors,
+                           fill_value=0, dimension_names=tuple(levels.names) if zarr_format == 3 else None)
+    axes, scale, translation = _axes_and_transforms(spec.metadata, levels.names, notices, spec.path)
+    image: dict[str, Any] = {"name": spec.path.name, "axes": axes, "datasets": [
+        {"path": str(level), "coordinateTransformations": level_transforms(scale, translation, levels.halved, level)}
+        for level in range(len(levels.shapes))]}
+    if len(levels.shapes) > 1:
+        image["type"] = levels.downsample  # NGFF: the downsampling's name (what StoreTiles reads back)
     labels = list(spec.metadata.labels) if spec.metadata is not None else []
     if spec.label:
         labels.append(spec.label)
     attributes: dict[str, Any] = {}
     if zarr_format == 2:
-        attributes["multiscales"] = [{"version": version, **image}]
+        attributes["multiscales"] = [{"version": levels.version, **image}]
     else:
-        attributes["ome"] = {"version": version, "multiscales": [image]}
+        attributes["ome"] = {"version": levels.version, "multiscales": [image]}
     if labels:
         attributes["noa"] = {"labels": labels}
     group.attrs.update(attributes)
-    return bdhw_chunks(chunks, spec.shape), notices
+    return levels.grid, notices
+
+
+def halve(block: np.ndarray, halved: Sequence[int], downsample: str) -> np.ndarray:
+    """``block`` (BDHW) one level down along the ``halved`` axes: each 2x2(x2) box's mean, or its first
+    (top-left) value with ``downsample`` 'nearest'. An odd size's last box is the mean of the values it has
+    (one or two along that axis, not padded). The mean is that of ``noa bin`` (the same kernel): summed in
+    float64, integers rounded half to even."""
+    if downsample == "nearest":
+        return np.ascontiguousarray(block[tuple(slice(None, None, 2) if i in halved else slice(None)
+                                                for i in range(4))])
+    out = np.empty(halved_shape(block.shape, halved), block.dtype)
+    # bin's rule for float16: summed from float32 copies, the mean stored through float32
+    source = block.astype(np.float32) if block.dtype == np.float16 else block
+    target = np.empty(out.shape, np.float32) if block.dtype == np.float16 else out
+    # whole 2x2(x2) boxes, then the partial boxes of odd sizes (factor 1 along those axes)
+    pieces = [[(slice(0, n // 2), slice(0, n // 2 * 2), 2)] + ([(slice(n // 2, n // 2 + 1), slice(n - 1, n), 1)]
+                                                                if n % 2 else [])
+              if i in halved else [(slice(None), slice(None), 1)] for i, n in enumerate(block.shape)]
+    for piece in itertools.product(*pieces):
+        into, taken, factors = zip(*piece)
+        if all(s.start != s.stop for s in into if s != slice(None)):
+            kernels.binning.bin_kernel(source[taken], target[into], *factors[1:], np.empty(0, np.float64))
+    if target is not out:
+        np.copyto(out, target, casting="unsafe")
+    return out
+
+
+def _multiscale(attrs: Mapping[str, Any]) -> dict:
+    """The first multiscale image of a group's attributes, in NGFF 0.4 (top level) or 0.5 ('ome')."""
+    ome = attrs["ome"] if isinstance(attrs.get("ome"), dict) else attrs
+    return ome["multiscales"][0]
 
 
 class StoreTiles:
     """Output tiles written as chunks of the store a :class:`~noa_core.io.stream.Region` names: the
     tile target of an OME-Zarr output (:class:`~noa_core.io.stream.TileFile`'s twin for stores).
 
-    A tile that covers whole chunks (the planner aligns tiles to the chunk grid) is encoded and written
+    A tile that covers whole chunks (the planner aligns tiles to the store's grid) is encoded and written
     without reading anything back, so processes writing different tiles never touch the same chunk
     file. A tile that cuts chunks (:meth:`~noa_core.io.stream.Writer.write_block`) is merged into them
-    by zarr, which is right within one process only.
+    by zarr, which is right within one process only. In a pyramid, each tile is halved (:func:`halve`)
+    level after level and written into each: every level from the one read of the input that made the tile.
     """
 
     def __init__(self, region) -> None:
@@ -957,7 +1095,13 @@ class StoreTiles:
         # Tiles are written from one thread per core: encoding is most of a chunk's cost, and whole-chunk
         # tiles are independent (pwrite into a file is cheap enough for one thread).
         self.writers = max(1, min(4, mapped.io_threads()))
-        self.array: Any = zarr.open_array(store=str(region.path), path="0", mode="r+")  # None once closed
+        group = zarr.open_group(store=str(region.path), mode="r+")
+        image = _multiscale(group.attrs.asdict())
+        # the levels' arrays (None once closed)
+        self.levels: list[Any] | None = [group[d["path"]] for d in image["datasets"]]
+        self.downsample = str(image.get("type") or DOWNSAMPLING[0])
+        self.halved = halved_axes(region.shape)
+        self.step = 1 << (len(image["datasets"]) - 1)
 
     def buffer(self, key: Sequence[slice], slot: int) -> np.ndarray:
         """A C-ordered BDHW buffer for tile ``key``, reused from tile to tile (``slot``)."""
@@ -966,9 +1110,23 @@ class StoreTiles:
             .reshape(extents)
 
     def write(self, key: Sequence[slice], buffer: np.ndarray) -> None:
+        assert self.levels is not None, "written after close"
+        if self.step > 1 and not all(key[i].start % self.step == 0 and (key[i].stop % self.step == 0 or
+                                                                        key[i].stop == self.region.shape[i])
+                                     for i in self.halved):
+            raise LayoutError(f"{self.region.path}: the tile {tuple((k.start, k.stop) for k in key)} cuts the "
+                              f"pyramid's blocks of {self.step} pixels along {layout.AXIS_NAMES[self.halved[0]]}; "
+                              f"write whole blocks (runs of {self.step} sections of a volume)")
+        self._store(self.levels[0], key, buffer)
+        for array in self.levels[1:]:
+            key = tuple(slice(k.start // 2, -(-k.stop // 2)) if i in self.halved else k for i, k in enumerate(key))
+            buffer = halve(buffer, self.halved, self.downsample)
+            self._store(array, key, buffer)
+
+    def _store(self, array, key: Sequence[slice], buffer: np.ndarray) -> None:
         selection = stored_key(key, self.region.shape)
         try:
-            self.array[selection] = buffer.reshape([s.stop - s.start for s in selection])
+            array[selection] = buffer.reshape([s.stop - s.start for s in selection])
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise NoSpaceError(f"{self.region.path}: no space left on device for its chunks") from None
@@ -978,7 +1136,7 @@ class StoreTiles:
         """Nothing to do: zarr closes each chunk file it writes, and the commit syncs the whole store."""
 
     def close(self) -> None:
-        self.array = None
+        self.levels = None
 
 
 class OmeZarrFormat:

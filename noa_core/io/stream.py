@@ -49,6 +49,10 @@ if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
 SPLIT_BYTES = 16 << 20  # what splitting a filled data file into several holds at a time
+# The write options of stores alone (OME-Zarr's chunks and pyramid levels), refused for a file when given
+STORE_WRITE_OPTIONS: dict[str, Callable[[Any], bool]] = {
+    "chunks": lambda value: value is not None, "levels": lambda value: value is not None,
+    "pyramid": bool, "downsample": lambda value: value is not None}
 
 # ---------------------------------------------------------------------------------------------
 # Writer
@@ -210,9 +214,12 @@ class Writer:
         self._mmap: mmap_module.mmap | None = None
         self._array: Array | None = None
         self.is_store = self.format.store  # a directory of chunks, not a file
-        if not self.is_store and (write_options or {}).get("chunks") is not None:
-            raise FileFormatError(f"{self.path}: chunks: {self.format.title} files are not chunked; {param('chunks')} "
-                                  "is for OME-Zarr outputs (.ome.zarr)")
+        if not self.is_store:
+            for name, given in STORE_WRITE_OPTIONS.items():
+                if given((write_options or {}).get(name)):
+                    what = "are not chunked" if name == "chunks" else "hold one level, no pyramid"
+                    raise FileFormatError(f"{self.path}: {name}: {self.format.title} files {what}; {param(name)} is "
+                                          "for OME-Zarr outputs (.ome.zarr)")
         if not self.format.indexed and (write_options or {}).get("stack_per_input"):
             raise FileFormatError(f"{self.path}: {param('stack_per_input')} is for particle outputs (.star, .cs); "
                                   f"{self.format.title} outputs are one file")
@@ -228,7 +235,8 @@ class Writer:
                     atomic.check_output(data_file, overwrite)
                 else:  # a folder made when the files are placed: where it goes must exist
                     atomic.check_output(data_file.parent, False, directory=True)
-        self.chunks: Shape4 | None = None  # a store's chunk shape (BDHW): tiles are aligned to it
+        # a store's chunk grid (BDHW): tiles align to it (a pyramid's: whole chunks of every level)
+        self.chunks: Shape4 | None = None
 
     # -- life cycle ------------------------------------------------------------------------------
 

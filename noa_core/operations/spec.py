@@ -416,7 +416,17 @@ PIXEL_SIZES = Reals(1, 3, SMALLEST_PIXEL_SIZE, LARGEST_PIXEL_SIZE)  # one for ev
 # without one converted to MRC); an operation that resamples declares its own (rescale's target).
 OUTPUT_PIXEL_SIZE = Param("pixel_size", PIXEL_SIZES,
                           "Pixel size of the output in Å, replacing the input's: one value for every axis, or D,H,W.")
-STORE_OUTPUT = (CHUNKS, NGFF)
+LEVELS = Param("levels", Integer(1, 64),
+               "OME-Zarr outputs: levels of the multiscale pyramid in all, full resolution included, each halving "
+               "height and width (and the depth of a volume; never the sections of a stack or tilt series) from "
+               "the one above (default 1).")
+PYRAMID = Param("pyramid", Flag(), "OME-Zarr outputs: as many levels as it takes for the smallest level's height "
+                "and width to be at most 256.", default=False)
+# How a pyramid's levels are made (noa_core.io.omezarr.DOWNSAMPLING, which loads NumPy; a test keeps them equal)
+DOWNSAMPLE = Param("downsample", Choice(("mean", "nearest")),
+                   "OME-Zarr pyramids: a level's pixel from the 2x2(x2) box above: mean (images; the default) or "
+                   "nearest (its first value: labels and masks).")
+STORE_OUTPUT = (CHUNKS, NGFF, LEVELS, PYRAMID, DOWNSAMPLE)
 # How a particle output (.star, .cs) stores its images (noa_core.io.particles); refused for any other output.
 STACK_PER_INPUT = Param("stack_per_input", Flag(),
                         "Particle outputs (.star, .cs): one stack per source stack instead of one beside the output "
@@ -428,7 +438,7 @@ STACK_PER_INPUT = Param("stack_per_input", Flag(),
 # what every writing operation takes besides its own parameters
 OUTPUT = (OUTPUT_PIXEL_SIZE, *STORE_OUTPUT, STACK_PER_INPUT)
 # what the output format, not the operation, decides with
-WRITE_OPTIONS = ("uint8_mode", "chunks", "ngff", "stack_per_input")
+WRITE_OPTIONS = ("uint8_mode", "chunks", "ngff", "levels", "pyramid", "downsample", "stack_per_input")
 
 
 class Options(Mapping[str, Any]):

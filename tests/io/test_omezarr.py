@@ -838,3 +838,206 @@ def test_a_zstd_chunk_that_declares_no_size_reads_within_its_bound(tmp_path):
     expected = data.copy()
     expected[:, :512] = 0
     np.testing.assert_array_equal(io.read(store)[0].numpy()[0, 0], expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pyramids (issue 46, item 1): every level from one read of the input
+# ---------------------------------------------------------------------------------------------
+
+
+def _halved_oracle(above: np.ndarray, axes: tuple[int, ...], downsample: str) -> np.ndarray:
+    """A level from the one above, by NumPy: the mean of each 2x2(x2) box of ``axes`` (an odd size's last box
+    the mean of the values it has), rounded half to even for integers, or the box's first value (nearest)."""
+    if downsample == "nearest":
+        return above[tuple(slice(None, None, 2) if i in axes else slice(None) for i in range(above.ndim))]
+    sums, counts = above.astype(np.float64), np.ones(above.shape)
+    for axis in axes:
+        starts = np.arange(0, above.shape[axis], 2)
+        sums, counts = np.add.reduceat(sums, starts, axis), np.add.reduceat(counts, starts, axis)
+    mean = sums / counts
+    return (np.rint(mean) if above.dtype.kind in "iu" else mean).astype(above.dtype)
+
+
+def _levels_by_readers(path: Path) -> tuple[list[np.ndarray], list[np.ndarray], dict]:
+    """Every level as ome-zarr-py's Reader and as zarr read it, and the multiscale image's metadata."""
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Reader
+
+    node = next(iter(Reader(parse_url(str(path)))()))
+    group = zarr.open_group(str(path), mode="r")
+    attrs = group.attrs.asdict()
+    image = (attrs["ome"]["multiscales"] if "ome" in attrs else attrs["multiscales"])[0]
+    by_zarr = [group[d["path"]][...] for d in image["datasets"]]
+    return [np.asarray(level) for level in node.data], by_zarr, image
+
+
+class TestPyramids:
+    @pytest.mark.parametrize("version", ["0.4", "0.5"])
+    @pytest.mark.parametrize("shape, dtype, downsample, halved", [
+        ((1, 20, 24, 32), "float32", "mean", (0, 1, 2)),     # a volume: z, y and x halved
+        ((1, 9, 13, 11), "uint16", "mean", (0, 1, 2)),       # odd sizes: partial edge boxes, integers rounded
+        ((4, 1, 15, 18), "int8", "mean", (1, 2)),            # a stack: every section at every level
+        ((2, 3, 10, 9), "float64", "mean", (2, 3)),          # volumes in a batch (tilt series): t and z kept
+        ((1, 7, 13, 10), "uint8", "nearest", (0, 1, 2)),     # labels: the top-left value
+        ((1, 1, 17, 40), "float16", "mean", (0, 1)),         # one image
+    ])
+    def test_every_level_read_by_ome_zarr_py_and_zarr_is_the_numpy_mean_of_the_one_above(
+            self, tmp_path, version, shape, dtype, downsample, halved):
+        rng = np.random.default_rng(3)
+        data = (rng.random(shape) * (100 if dtype.startswith(("u", "i")) else 1) - (50 if dtype == "int8" else 0)
+                ).astype(dtype)
+        with io.create(tmp_path / "p.ome.zarr", shape, dtype, None, write_options={
+                "ngff": version, "levels": 3, "downsample": downsample, "chunks": None}) as out:
+            io.copy_into(data, out)
+        by_ome_zarr_py, by_zarr, _ = _levels_by_readers(tmp_path / "p.ome.zarr")
+        stored = data.reshape(omezarr.stored_axes(shape)[0])
+        expected = [stored]
+        for _ in range(2):
+            expected.append(_halved_oracle(expected[-1], halved, downsample))
+        assert len(by_ome_zarr_py) == len(by_zarr) == 3
+        for level, want in enumerate(expected):
+            assert by_zarr[level].dtype == np.dtype(dtype)
+            np.testing.assert_array_equal(by_ome_zarr_py[level], by_zarr[level])
+            if dtype.startswith("float"):
+                np.testing.assert_allclose(by_zarr[level], want, rtol=1e-3 if dtype == "float16" else 1e-6)
+            else:
+                np.testing.assert_array_equal(by_zarr[level], want)
+        # reading level 2 gives level 2, in BDHW
+        level2, _ = io.read(tmp_path / "p.ome.zarr", level=2)
+        np.testing.assert_array_equal(level2.numpy().reshape(by_zarr[2].shape), by_zarr[2])
+
+    def test_tiles_smaller_than_the_volume_write_each_level_once(self, tmp_path):
+        """Many tiles (a small tile budget, user chunks not a power of two): the same levels as one tile."""
+        data = np.random.default_rng(5).random((1, 70, 45, 37)).astype(np.float32)
+        with io.create(tmp_path / "p.ome.zarr", data.shape, "float32", None,
+                       write_options={"levels": 4, "chunks": "6,20,37"}) as out:
+            assert out.chunks == (1, 24, 40, 37)  # lcm(6, 8) sections, lcm(20, 8) rows, whole rows
+            io.copy_into(data, out, block_bytes=16 << 10)
+        group = zarr.open_group(str(tmp_path / "p.ome.zarr"), mode="r")
+        assert [group[str(k)].chunks for k in range(4)] == [(6, 20, 37), (6, 20, 19), (6, 10, 10), (3, 5, 5)]
+        want = data[0]
+        for level in range(4):
+            np.testing.assert_allclose(group[str(level)][...], want, rtol=1e-6)
+            want = _halved_oracle(want, (0, 1, 2), "mean")
+
+    def test_a_volume_of_large_sections_is_tiled_in_bands_of_its_chunks(self, tmp_path):
+        """16 sections of 4 MiB per chunk row band: tiles of one 16 MiB chunk, never 16 whole sections (64 MiB)."""
+        from noa_core import operations
+
+        write_mrc(tmp_path / "v.mrc", np.zeros((32, 1024, 1024), np.float32))
+        plan = operations.get("copy").task({"levels": 5}).plan(tmp_path / "v.mrc")
+        with plan.create(tmp_path / "v.ome.zarr", overwrite=False) as writer:
+            keys = plan.keys(writer, 8 << 20)
+            assert writer.chunks == (1, 16, 256, 1024)
+            assert {tuple(k.stop - k.start for k in key) for key in keys} == {(1, 16, 256, 1024)}
+            assert len(keys) == 8
+
+    @pytest.mark.parametrize("version", ["0.4", "0.5"])
+    def test_transforms_scale_by_two_and_move_by_half_a_pixel_in_angstrom(self, tmp_path, version):
+        meta = Metadata(format="mrc", shape=(1, 8, 8, 8), dtype="float32", pixel_size=(3.0, 2.0, 1.0),
+                        origin=(10.0, 20.0, 30.0))
+        with io.create(tmp_path / "p.ome.zarr", (1, 8, 8, 8), "float32", meta,
+                       write_options={"ngff": version, "levels": 3}) as out:
+            io.copy_into(np.zeros((1, 8, 8, 8), np.float32), out)
+        _, _, image = _levels_by_readers(tmp_path / "p.ome.zarr")
+        assert [a.get("unit") for a in image["axes"]] == ["angstrom"] * 3 and image["type"] == "mean"
+        for level, dataset in enumerate(image["datasets"]):
+            factor = 2 ** level
+            scale, translation = dataset["coordinateTransformations"]
+            assert scale == {"type": "scale", "scale": [3.0 * factor, 2.0 * factor, 1.0 * factor]}
+            assert translation == {"type": "translation", "translation": [
+                o + (factor - 1) / 2 * p for o, p in zip((10.0, 20.0, 30.0), (3.0, 2.0, 1.0))]}
+        models = pytest.importorskip(f"ome_zarr_models.v0{version[-1]}")
+        models.Image.from_zarr(zarr.open_group(str(tmp_path / "p.ome.zarr"), mode="r"))
+        read = io.read(tmp_path / "p.ome.zarr", level=1)[1]
+        assert (read.pixel_size, read.origin) == ((6.0, 4.0, 2.0), (11.5, 21.0, 30.5))
+
+    @pytest.mark.parametrize("shape, levels", [((1, 1, 256, 256), 1), ((1, 1, 257, 100), 2), ((1, 1, 100, 1025), 4),
+                                               ((3, 1, 600, 512), 3), ((1, 300, 200, 200), 1)])
+    def test_pyramid_halves_until_height_and_width_fit_256(self, tmp_path, shape, levels):
+        from noa_core.io.protocol import OutputSpec
+
+        spec = OutputSpec(tmp_path / "p.ome.zarr", shape, np.dtype("uint8"), "C", None, None, {"pyramid": True})
+        layout = omezarr.store_layout(spec)
+        assert len(layout.shapes) == levels
+        assert max(layout.shapes[-1][-2:]) <= 256 and (levels == 1 or max(layout.shapes[-2][-2:]) > 256)
+
+    def test_levels_past_one_pixel_or_with_pyramid_are_refused(self, tmp_path):
+        from noa_core.operations import spec
+
+        assert spec.DOWNSAMPLE.type.values == omezarr.DOWNSAMPLING  # the doors offer what the store writes
+        with (pytest.raises(ParameterError, match=r"levels: .*halving it leaves one pixel after 3 levels"),
+              io.create(tmp_path / "p.ome.zarr", (4, 3), "float32", None, write_options={"levels": 4})):
+            pass
+        with (pytest.raises(ParameterError, match=r"levels: .* not both"),
+              io.create(tmp_path / "p.ome.zarr", (4, 3), "float32", write_options={"levels": 2, "pyramid": True})):
+            pass
+        assert not (tmp_path / "p.ome.zarr").exists()
+
+    def test_cli_copy_writes_levels_and_mrc_outputs_refuse_them(self, tmp_path):
+        data = write_mrc(tmp_path / "v.mrc", np.random.default_rng(2).random((12, 20, 18), dtype=np.float32),
+                         voxel_size=(1.0, 2.0, 4.0))  # x, y, z
+        done = noa("copy", tmp_path / "v.mrc", tmp_path / "v.ome.zarr", "--levels", "3")
+        assert done.returncode == 0, done.stderr
+        by_ome_zarr_py, by_zarr, _ = _levels_by_readers(tmp_path / "v.ome.zarr")
+        assert [a.shape for a in by_ome_zarr_py] == [(12, 20, 18), (6, 10, 9), (3, 5, 5)]
+        np.testing.assert_allclose(by_zarr[2], _halved_oracle(_halved_oracle(data, (0, 1, 2), "mean"),
+                                                              (0, 1, 2), "mean"), rtol=1e-6)
+        # level 2 read by noa, and level 0 back to MRC with the voxel size and origin it had
+        info = noa("info", tmp_path / "v.ome.zarr", "--level", "2")
+        assert info.returncode == 0, info.stderr
+        assert "1, 3, 5, 5" in info.stdout and "16, 8, 4 Å" in info.stdout and "6, 3, 1.5" in info.stdout, info.stdout
+        assert noa("copy", tmp_path / "v.ome.zarr", tmp_path / "back.mrc").returncode == 0
+        with mrcfile.open(tmp_path / "back.mrc") as back:
+            np.testing.assert_array_equal(back.data, data)
+            assert back.voxel_size.item() == (1.0, 2.0, 4.0)
+        for option in (["--levels", "2"], ["--pyramid"], ["--downsample", "nearest"]):
+            assert_user_error(noa("copy", tmp_path / "v.mrc", tmp_path / "c.mrc", *option),
+                              f"{option[0][2:]}: MRC files hold one level, no pyramid; {option[0]} is for OME-Zarr")
+        assert not (tmp_path / "c.mrc").exists()
+
+    def test_http_paths_mode_writes_a_pyramid(self, tmp_path):
+        from fastapi.testclient import TestClient
+
+        from noa_server.app import create_app
+        from noa_server.settings import Settings
+
+        root = tmp_path / "root"
+        root.mkdir()
+        data = write_mrc(root / "in.mrc", np.arange(4 * 9 * 10, dtype=np.float32).reshape(4, 9, 10), stack=True)
+        with TestClient(create_app(Settings(warmup=False, data_root=root))) as client:
+            written = client.post("/v1/paths/copy", json={"src": "in.mrc", "dst": "out.ome.zarr", "levels": 2,
+                                                          "downsample": "nearest", "ngff": "0.5"})
+            assert written.status_code == 201, written.text
+            refused = client.post("/v1/paths/copy", json={"src": "in.mrc", "dst": "out.mrc", "pyramid": True})
+            assert "out.mrc: pyramid: MRC files hold one level" in assert_problem(refused, 422)["detail"]
+        by_ome_zarr_py, _, image = _levels_by_readers(root / "out.ome.zarr")
+        assert image["type"] == "nearest"
+        np.testing.assert_array_equal(by_ome_zarr_py[1], data[:, ::2, ::2])
+        assert not (root / "out.mrc").exists()
+
+    def test_dask_tasks_each_write_their_tiles_of_every_level(self, tmp_path):
+        pytest.importorskip("distributed")
+        from distributed import get_task_stream
+
+        from noa_core import operations
+        from noa_core.run import cluster
+
+        data = np.random.default_rng(6).integers(0, 60000, (40, 384, 320)).astype(np.uint16)  # 9.4 MiB
+        write_mrc(tmp_path / "in.mrc", data)
+        task = operations.get("copy").task({"levels": 3, "chunks": (4, 384, 320)})
+        with cluster.connect("local", workers=2) as client, get_task_stream(client) as stream:
+            cluster.write_split(task, tmp_path / "in.mrc", tmp_path / "out.ome.zarr", client,
+                                block_bytes=cluster.MIN_BLOCK_BYTES)
+        assert sum(t["key"].startswith("noa-copy-") for t in stream.data) >= 2
+        _, by_zarr, _ = _levels_by_readers(tmp_path / "out.ome.zarr")
+        want = data
+        for level in by_zarr:
+            np.testing.assert_array_equal(level, want)
+            want = _halved_oracle(want, (0, 1, 2), "mean")
+
+    def test_sections_written_across_a_pyramid_block_are_refused(self, tmp_path):
+        with (pytest.raises(LayoutError, match="cuts the pyramid's blocks of 2 pixels along depth"),
+              io.create(tmp_path / "p.ome.zarr", (1, 4, 3, 3), "float32", None, write_options={"levels": 2}) as out):
+            out.write_block(0, np.zeros((3, 3, 3), np.float32))
+        assert not (tmp_path / "p.ome.zarr").exists()

@@ -216,3 +216,27 @@ def test_a_compressed_mrc_is_decompressed_into_an_unlinked_file(tmp_path, monkey
     assert np.array_equal(array.numpy().reshape(data.shape), data)
     assert seen and all(names == [] for names in seen), seen
     assert list(spill.iterdir()) == []
+
+
+# -- issue 46, item 1: an OME-Zarr pyramid from one read ------------------------------------------------------
+
+
+def test_a_pyramid_of_a_volume_larger_than_its_tiles_holds_a_few_tiles(tmp_path):
+    """A 128 MiB volume to a 4-level pyramid: every level is made from the tile just read (8 MiB chunks), so
+    the process holds a few tiles and their halves, never a level or the volume (before: --levels unknown)."""
+    volume = np.lib.format.open_memmap(tmp_path / "v.npy", "w+", np.float32, (128, 512, 512))
+    for z in range(0, 128, 16):
+        volume[z:z + 16] = np.random.default_rng(z).random((16, 512, 512), dtype=np.float32)
+    write_mrc(tmp_path / "v.mrc", volume)
+    write_mrc(tmp_path / "small.mrc", volume[:8, :64, :64])
+    base = _peak_rss("copy", tmp_path / "small.mrc", tmp_path / "small.ome.zarr", "--levels", "4")
+    peak = _peak_rss("copy", tmp_path / "v.mrc", tmp_path / "v.ome.zarr", "--levels", "4")
+    levels = zarr.open_group(str(tmp_path / "v.ome.zarr"), mode="r")
+    assert [levels[str(k)].shape for k in range(4)] == [(128, 512, 512), (64, 256, 256), (32, 128, 128),
+                                                        (16, 64, 64)]
+    np.testing.assert_allclose(levels["3"][5], volume[40:48, :8 * 64, :8 * 64].reshape(8, 64, 8, 64, 8)
+                               .mean(axis=(0, 2, 4)), rtol=1e-5)
+    one_level = _peak_rss("copy", tmp_path / "v.mrc", tmp_path / "one.ome.zarr")
+    # measured: 56 MiB over a small file's pyramid, and no more than the one-level copy (whose chunks are larger)
+    assert (peak - base) < 80 * MIB, ((peak - base) / MIB, base / MIB)
+    assert peak < one_level + 16 * MIB, (peak / MIB, one_level / MIB)
