@@ -16,20 +16,15 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import mrcfile
 import numpy as np
+from processes import run
 
 NOA = str(Path(sys.executable).parent / "noa")
-# Each command runs in a fresh Python that reports its child's peak RSS (ru_maxrss of RUSAGE_CHILDREN, KiB).
-MEASURE = ("import resource, subprocess, sys; subprocess.run(sys.argv[2:], cwd=sys.argv[1], check=True, "
-           "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
-           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
 
 
 def make_project(folder: Path, mics: int, size: int, picks: int, box: int) -> None:
@@ -49,13 +44,6 @@ def make_project(folder: Path, mics: int, size: int, picks: int, box: int) -> No
         "data_optics\nloop_\n_rlnOpticsGroupName\n_rlnOpticsGroup\n_rlnMicrographPixelSize\n_rlnVoltage\n"
         "_rlnSphericalAberration\n_rlnAmplitudeContrast\nopticsGroup1 1 1.0 300 2.7 0.1\n\n"
         "data_micrographs\nloop_\n_rlnMicrographName\n_rlnOpticsGroup\n" + "".join(f"{n} 1\n" for n in names))
-
-
-def timed(folder: Path, command: list[str]) -> tuple[float, int]:
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", MEASURE, str(folder), *command], capture_output=True, text=True,
-                          check=True)
-    return time.perf_counter() - start, int(done.stdout.split()[-1])
 
 
 def main() -> None:
@@ -94,14 +82,14 @@ def main() -> None:
         rss: dict[str, int] = {name: 0 for name in tools}
         for _ in range(args.rounds):
             for name, command in tools.items():  # in turns: each round runs every tool once
-                seconds, peak = timed(folder, command)
+                seconds, peak = run(command, cwd=folder)
                 times[name].append(seconds)
                 rss[name] = max(rss[name], peak)
         print(f"{args.mics} micrographs {args.size}² float32, {args.picks} particles each, box {args.box}; "
               f"median of {args.rounds} rounds")
         medians = {name: statistics.median(values) for name, values in times.items()}
         for name, median in medians.items():
-            print(f"  {name:9s} {median:8.3f} s   peak RSS {rss[name] / 1024:8.1f} MiB")
+            print(f"  {name:9s} {median:8.3f} s   peak RSS {rss[name]:8.1f} MiB")
         work = medians["noa"] - medians["noa start"]
         for other in ("relion", "dd"):
             if other in medians:

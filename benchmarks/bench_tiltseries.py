@@ -16,20 +16,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import mrcfile
 import numpy as np
+from processes import run
 
 NOA = str(Path(sys.executable).parent / "noa")
-# Each command runs in a fresh Python that reports its child's peak RSS (ru_maxrss of RUSAGE_CHILDREN, KiB).
-MEASURE = ("import resource, subprocess, sys; subprocess.run(sys.argv[2:], cwd=sys.argv[1], check=True, "
-           "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
-           "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
 
 
 def dose_symmetric(tilts: int, step: float = 3.0) -> list[float]:
@@ -58,13 +53,6 @@ def make_series(folder: Path, name: str, tilts: int, size: int) -> None:
         "[T = SerialEM: bench]\n\n[T =     Tilt axis angle = 85.3, binning = 1  spot = 8  camera = 1]\n\n" + sections)
 
 
-def timed(folder: Path, command: list[str]) -> tuple[float, int]:
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", MEASURE, str(folder), *command], capture_output=True, text=True,
-                          check=True)
-    return time.perf_counter() - start, int(done.stdout.split()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=4096)
@@ -84,14 +72,14 @@ def main() -> None:
         rss: dict[str, int] = {name: 0 for name in tools}
         for _ in range(args.rounds):
             for name, command in tools.items():  # in turns: each round runs every tool once
-                seconds, peak = timed(folder, command)
+                seconds, peak = run(command, cwd=folder)
                 times[name].append(seconds)
                 rss[name] = max(rss[name], peak)
         gib = args.tilts * args.size * args.size * 4 / (1 << 30)
         print(f"{args.tilts} tilts {args.size}² float32 ({gib:.2f} GiB); median of {args.rounds} rounds")
         medians = {name: statistics.median(values) for name, values in times.items()}
         for name, median in medians.items():
-            print(f"  {name:9s} {median:8.3f} s   peak RSS {rss[name] / 1024:8.1f} MiB")
+            print(f"  {name:9s} {median:8.3f} s   peak RSS {rss[name]:8.1f} MiB")
         work = medians["noa"] - medians["noa start"]
         print(f"  dd / noa (speed of noa relative to dd): {medians['dd'] / medians['noa']:.2f}x   "
               f"(without its start-up: {medians['dd'] / work:.2f}x)")

@@ -32,9 +32,9 @@ with mrcfile.new_mmap(sys.argv[1], shape, mrc_mode=2, overwrite=True) as f:
 """
 
 
-def run(command: list[str] | str, outputs: Sequence[Path] = ()) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one command, which must succeed; ``outputs`` are removed first
-    (untimed), so that every command writes to a path that does not exist."""
+def run(command: list[str] | str, outputs: Sequence[Path] = (), cwd: Path | None = None) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of one command run in ``cwd``, which must succeed; ``outputs`` are removed
+    first (untimed), so that every command writes to a path that does not exist."""
     for path in outputs:
         if path.is_dir():  # an OME-Zarr store
             shutil.rmtree(path)
@@ -42,7 +42,7 @@ def run(command: list[str] | str, outputs: Sequence[Path] = ()) -> tuple[float, 
             path.unlink(missing_ok=True)
     start = time.perf_counter()
     proc = subprocess.Popen(command, shell=isinstance(command, str), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, cwd=cwd)
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
     errors = proc.stderr.read().decode()
