@@ -15,7 +15,7 @@ underscore (``rlnImageName``); rows are counted from 1 in messages, as the user 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -216,15 +216,26 @@ def read(path: str | os.PathLike) -> Star:
 def write(path: str | os.PathLike, pieces: Sequence[bytes | np.ndarray], *, overwrite: bool = False) -> None:
     """Write the text ``pieces`` (from :meth:`Star.edited` or :func:`loop_text`) to ``path`` atomically."""
     path = atomic.check_output(path, overwrite)
+    temp = prepared(path, pieces, overwrite)
+    try:
+        temp.commit()
+    except BaseException:
+        temp.abort()
+        raise
+
+
+def prepared(path: Path, pieces: Iterable[bytes | np.ndarray], overwrite: bool) -> atomic.TemporaryOutput:
+    """The text ``pieces`` (a STAR's, or any text as bytes and ``S`` arrays) written to a temporary file beside
+    ``path``, to place with others (:func:`noa_core.io.atomic.commit_together`) or alone (its ``commit``)."""
     temp = atomic.TemporaryOutput(path, overwrite)
     try:
         with open(temp.temp, "wb") as out:
             for piece in pieces:
                 out.write(piece if isinstance(piece, bytes) else piece.data)
-        temp.commit()
     except BaseException:
         temp.abort()
         raise
+    return temp
 
 
 def loop_text(name: str, columns: Mapping[str, np.ndarray | Sequence], *,

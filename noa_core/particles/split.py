@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from noa_core.errors import ParameterError
-from noa_core.io import atomic
-from noa_core.particles.table import Particles, check_output, prepared
+from noa_core.io import atomic, star
+from noa_core.particles.table import Particles, check_output
 
 _UNSAFE = re.compile(rb"[^A-Za-z0-9._-]+")  # what a value may not bring into a file name
 
@@ -82,7 +82,7 @@ def split(src: str | os.PathLike, out: str | os.PathLike | None = None, *, by: s
     outputs: list[atomic.TemporaryOutput] = []
     try:
         for path, (_, _, rows) in zip(paths, planned):  # one output's text in memory at a time
-            outputs.append(prepared(path, particles.pieces(rows), overwrite))
+            outputs.append(star.prepared(path, particles.pieces(rows), overwrite))
     except BaseException:
         for output in outputs:
             output.abort()

@@ -87,19 +87,6 @@ def check_output(path: str | os.PathLike, inputs: Sequence[Path], overwrite: boo
     return path
 
 
-def prepared(path: Path, pieces: Sequence[bytes | np.ndarray], overwrite: bool) -> atomic.TemporaryOutput:
-    """``pieces`` written to a temporary file beside ``path``, for :func:`noa_core.io.atomic.commit_together`."""
-    temp = atomic.TemporaryOutput(path, overwrite)
-    try:
-        with open(temp.temp, "wb") as out:
-            for piece in pieces:
-                out.write(piece if isinstance(piece, bytes) else piece.data)
-    except BaseException:
-        temp.abort()
-        raise
-    return temp
-
-
 def star_table(path: str | os.PathLike) -> StarTable:
     """A RELION particle STAR; a ParticleError where ``path`` is a ``.cs`` file."""
     table = open_table(path)

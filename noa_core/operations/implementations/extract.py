@@ -162,11 +162,8 @@ def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progr
             for data_set in data_sets:
                 for mic, stack in zip(micrographs, data_set.stacks):  # resumed, each was finished with its micrograph
                     _finish(data_set, stack, mic, options)
-                star_temp = atomic.TemporaryOutput(data_set.star, overwrite)
-                temps.append(star_temp)
-                with open(star_temp.temp, "wb") as out:
-                    for piece in _star_text(micrographs, optics, data_set, options, project):
-                        out.write(piece if isinstance(piece, bytes) else piece.data)
+                temps.append(star.prepared(data_set.star, _star_text(micrographs, optics, data_set, options, project),
+                                           overwrite))
             # the STARs, with the stacks unless they were placed as they were written (resumed)
             atomic.commit_together(temps[-len(data_sets):] if resume else temps)
         except BaseException:

@@ -19,7 +19,7 @@ from noa_core.array import layout
 from noa_core.compute.moments import RunningStatistics
 from noa_core.errors import FileFormatError, NoaError, ParameterError, ShapeError, param
 from noa_core.images import stacks, statistics
-from noa_core.io import atomic, formats, mapped, mrc, stream
+from noa_core.io import atomic, formats, mapped, mrc, star, stream
 from noa_core.io.metadata import Metadata
 from noa_core.io.particles import Project, folder_projects
 from noa_core.io.protocol import OutputSpec
@@ -83,10 +83,10 @@ def _build(series: TiltSeries, stack: Path, stack_name: str, project: Project, o
             outputs["tlt"]: tiltseries.angles_text(series, order),
             outputs["mdoc"]: tiltseries.mdoc_text(series, order, output.name, axis)}
         for path, text in texts.items():
-            temps.append(_text_output(path, overwrite, [text.encode()]))
+            temps.append(star.prepared(path, [text.encode()], overwrite))
         images = [f"{i + 1:06d}@{stack_named}" for i in range(len(order))]
         star_text = tiltseries.relion_star(series, order, images, axis, doses, output.name)
-        temps.append(_text_output(outputs["star"], overwrite, star_text))
+        temps.append(star.prepared(outputs["star"], star_text, overwrite))
         atomic.commit_together(temps)
     except BaseException:
         for temp in temps:
@@ -176,18 +176,6 @@ def _check_outputs(outputs: list[Path], read: list[Path], overwrite: bool) -> No
         if any(path.exists() and os.path.samefile(path, source) for source in read):
             raise FileFormatError(f"{path}: is an input of this tilt series; name the output otherwise")
         atomic.check_output(path, overwrite)
-
-
-def _text_output(path: Path, overwrite: bool, pieces: list) -> atomic.TemporaryOutput:
-    temp = atomic.TemporaryOutput(path, overwrite)
-    try:
-        with open(temp.temp, "wb") as out:
-            for piece in pieces:
-                out.write(piece if isinstance(piece, bytes) else piece.data)
-    except BaseException:
-        temp.abort()
-        raise
-    return temp
 
 
 def _copy_sections(array, order: list[int], series: TiltSeries, axis: float, temp: atomic.TemporaryOutput,
