@@ -141,6 +141,11 @@ def serve(
                                  "hosts: postgresql://user@host:port/db (env NOA_DATABASE; default: SQLite, "
                                  "STATE_DIR/jobs.sqlite).")
     ] = None,
+    scheduler: Annotated[
+        str | None, typer.Option("--scheduler", help="Run jobs on Dask (the dask extra): local[:N] starts N worker "
+                                 "processes here, tcp://HOST:PORT uses a running scheduler whose workers see the data "
+                                 "root at the same path (env NOA_SCHEDULER; default: the worker pool).")
+    ] = None,
     api_key: Annotated[
         str | None, typer.Option("--api-key", help="Require this X-API-Key on /v1 (env NOA_API_KEY).")
     ] = None,
@@ -174,6 +179,11 @@ def serve(
                                      "background at start, once per installation (default; env NOA_WARMUP). "
                                      "Requests are answered meanwhile.")
     ] = None,
+    watch: Annotated[
+        Path | None, typer.Option("--watch", help="Watched folders: a JSON or TOML file of watches (as POST "
+                                  "/v1/watches takes them), created at start unless one of the name exists "
+                                  "(env NOA_WATCH_CONFIG).")
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn log level.")] = "info",
 ) -> None:
     """Start the HTTP service (uvicorn); options override NOA_* environment variables.
@@ -186,9 +196,10 @@ def serve(
 
     try:
         settings = Settings.from_env(data_root=data_root, state_dir=state_dir, database=database, api_key=api_key,
-                                     workers=workers, processes=processes, max_body_bytes=max_body_bytes,
+                                     scheduler=scheduler, workers=workers, processes=processes,
+                                     max_body_bytes=max_body_bytes,
                                      max_voxels=max_voxels, cors_origins=cors_origin, tmp_dir=tmp_dir, job_ttl=job_ttl,
-                                     max_expressions=max_expressions, warmup=warmup)
+                                     max_expressions=max_expressions, warmup=warmup, watch_config=watch)
         serve_until_stopped, port = prepare(settings, host, port, log_level, lambda: listening(port))
     except ValueError as exc:  # a bad setting (e.g. NOA_WORKERS=abc, a missing data root): usage, not a crash
         raise report.UsageError(str(exc)) from None

@@ -19,7 +19,7 @@ from noa_core import SUMMARY, __version__, operations
 from noa_server import problems
 from noa_server.auth import HEADER, ApiKeyMiddleware, declare_key
 from noa_server.limits import BodyLimitMiddleware
-from noa_server.routes import health, jobs, paths, queries, uploads, view
+from noa_server.routes import health, jobs, paths, queries, uploads, view, watches
 from noa_server.service import Service
 from noa_server.settings import Settings
 
@@ -32,7 +32,7 @@ can be downloaded from `/v1/files/...`). Errors are `application/problem+json` (
 
 
 # route modules under /v1 (behind the API key), built from the registry
-VERSIONED = (uploads, paths, jobs, view, queries)
+VERSIONED = (uploads, paths, jobs, watches, view, queries)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

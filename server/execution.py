@@ -1,7 +1,8 @@
 """What runs in a worker thread: plan the operation from the headers, check the voxel limit, run it.
 
 Both doors end here: :func:`run_on_paths` for files under the data root (path routes and jobs),
-:func:`run_on_uploads` for files the client sent. Neither touches array data itself.
+:func:`run_on_uploads` for files the client sent. Neither touches array data itself. With a Dask
+scheduler, jobs run on its workers instead (:func:`run_on_cluster`).
 """
 
 from __future__ import annotations
@@ -15,18 +16,23 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
+from noa_core import operations
 from noa_core.errors import MissingFileError, NoaError, PathRefusedError, UnknownFormatError, spelt
 from noa_core.io import formats
 from noa_core.io.atomic import scratch_outputs
-from noa_core.operations import Writes
-from noa_core.run import Limits, Progress, execute
-from noa_server.models import OpParams, PathRequest
+from noa_core.operations import FileTask, Writes, WritesDataSet
+from noa_core.run import Limits, Progress, cluster, execute
+from noa_core.run.execution import checked_plan
+from noa_server.jobs import Cancelled
+from noa_server.models import OpParams, PathRequest, job_model
 from noa_server.problems import ProblemError, classify
 from noa_server.sandbox import Sandbox
 
@@ -133,6 +139,131 @@ def run_on_paths(planned: Planned, max_voxels: int, progress: Progress) -> Any:
         files = _open_input_files(planned, opened, names)
         with names.in_errors():
             return _run_on_paths(planned, inputs, output, max_voxels, progress, names, files)
+
+
+# -- jobs on a Dask cluster --------------------------------------------------------------------------
+
+CANCEL_CHECK_S = 0.25  # how often a job waiting on the cluster, and the worker running it, look for a cancellation
+CANCEL_GRACE_S = 30.0  # how long a cancelled job waits for its worker to stop before the task is just released
+
+
+def run_on_cluster(planned: Planned, max_voxels: int, progress: Progress, client: Any) -> Any:
+    """Run a planned request on the Dask cluster of ``client`` (a ``distributed.Client``), answered as
+    :func:`run_on_paths` answers it.
+
+    One file larger than a task's share is written by tasks over its tiles (:func:`noa_core.run.cluster.write_split`;
+    the workers open the paths checked now, beneath the root, by name); any other request is one task that runs it
+    on a worker as this process would, opened beneath the root there (:func:`_run_on_worker`). ``progress`` raises
+    to cancel: the tasks are cancelled, and no output is committed.
+    """
+    split = _split(planned, max_voxels)
+    if split is None:
+        return _on_one_worker(planned, max_voxels, progress, client)
+    task, src, dst, names = split
+    with names.in_errors():
+        notices = cluster.write_split(task, src, dst, client, overwrite=getattr(planned.request, "overwrite", False),
+                                      progress=progress)
+    return for_client({"output": str(dst), "notices": notices}, names)
+
+
+def _split(planned: Planned, max_voxels: int) -> tuple[FileTask, Path, Path, ClientNames] | None:
+    """The task, input and output of a request that writes one file too large for one task
+    (:data:`noa_core.run.cluster.BLOCK_BYTES`, write_split's share), checked against the voxel limit; None for
+    any other request (a data set writes its own files)."""
+    request, sandbox, operation = planned.request, planned.sandbox, planned.request.declaration
+    if not isinstance(operation, Writes) or isinstance(operation, WritesDataSet) or planned.output is None:
+        return None
+    assert isinstance(request, OpParams)
+    names = ClientNames({f"{sandbox.root}/": ""})
+    files = {name: str(sandbox.resolve(relative)) for name, relative in _input_files(request).items()}
+    with names.in_errors():
+        task = operation.task(operation.options(request.model_copy(update=files).values()),
+                              shared=planned.inputs[1:], projects=WorkerProjects(sandbox.root, sandbox.hidden, names))
+        plan_ = checked_plan(task, planned.inputs[0], Limits(max_voxels=max_voxels))
+    if math.prod(plan_.shape) * plan_.dtype.itemsize <= cluster.BLOCK_BYTES:
+        return None
+    return task, planned.inputs[0], planned.output, names
+
+
+@dataclass(frozen=True)
+class WorkerProjects:
+    """:class:`SandboxProjects` that travel to a Dask worker: the sandbox is opened where they are used (a
+    descriptor does not travel)."""
+
+    root: Path
+    hidden: Path | None
+    names: ClientNames
+
+    def __call__(self, project_dir: str | None) -> SandboxProject:
+        return SandboxProjects(Sandbox(self.root, self.hidden), self.names)(project_dir)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A problem met on a worker, sent back as a value (a ProblemError does not survive pickling)."""
+
+    status: int
+    slug: str
+    title: str
+    detail: str
+
+
+def _on_one_worker(planned: Planned, max_voxels: int, progress: Progress, client: Any) -> Any:
+    """The request as one task (:func:`_run_on_worker`); once ``progress`` raises, the worker is told to stop at its
+    next block (a Dask event), and the task is released."""
+    import distributed  # the dask extra: loaded by a service with a scheduler alone
+
+    request = planned.request
+    cancel = distributed.Event(f"noa-cancel-{uuid.uuid4().hex}", client=client)
+    future = client.submit(_run_on_worker, request.declaration.name, request.model_dump_json(exclude_none=True),
+                           planned.sandbox.root, planned.sandbox.hidden, max_voxels, cancel.name, pure=False)
+    try:
+        while not future.done():
+            progress(0, 1)
+            try:
+                distributed.wait(future, timeout=CANCEL_CHECK_S)
+            except TimeoutError:
+                pass
+        result = future.result()
+    except Cancelled:
+        cancel.set()
+        try:  # until the worker stopped: nothing is committed after the job says cancelled
+            distributed.wait(future, timeout=CANCEL_GRACE_S)
+        except TimeoutError:
+            future.cancel()
+        raise
+    finally:
+        future.release()
+        cancel.clear()
+    if isinstance(result, _Refused):
+        raise ProblemError(result.status, result.slug, result.title, result.detail)
+    progress(1, 1)
+    return result
+
+
+def _run_on_worker(operation: str, request: str, root: Path, hidden: Path | None, max_voxels: int,
+                   cancel: str) -> Any:
+    """A Dask task: one job's request (JSON), planned and run on this worker as the service runs it (opened beneath
+    the data root, no symlink followed); it stops at its next block once the Dask event ``cancel`` is set."""
+    import distributed
+
+    cancelled = distributed.Event(cancel)
+    checked = -math.inf
+
+    def progress(done: int, total: int) -> None:
+        nonlocal checked
+        if time.monotonic() - checked >= CANCEL_CHECK_S:
+            checked = time.monotonic()
+            if cancelled.is_set():
+                raise Cancelled
+
+    try:
+        progress(0, 1)  # cancelled while it waited for a worker
+        parsed = job_model(operations.get(operation)).model_validate_json(request)
+        assert isinstance(parsed, PathRequest)  # a job's model is a path request's
+        return run_on_paths(plan(parsed, Sandbox(root, hidden)), max_voxels, progress)
+    except ProblemError as problem:
+        return _Refused(problem.status, problem.slug, problem.title, problem.detail)
 
 
 def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None, ClientNames]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -167,6 +168,59 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
     return created, job_id
 
 
+# -- following a job (Server-Sent Events) ----------------------------------------------------------
+
+EVENT_ID = re.compile(r"^(queued|running|succeeded|failed|cancelled)\.(\d+)(\.end)?$")
+Event = tuple[str, str, Any]  # (event name, id, data)
+
+
+@dataclass
+class Follower:
+    """What one follower of a job was sent, and the events that bring it up to a newer state of the job.
+
+    Each event's id says where the follower then is, ``STATUS.DONE``, and ``STATUS.DONE.end`` once the last was
+    sent; a reconnection names it (``Last-Event-ID``) and resumes without repeating, with nothing kept between
+    connections. A state change is a ``state`` event (the job's public state), a change of progress alone a
+    ``progress`` event; the end is ``result`` (succeeded) or ``error`` (failed); a cancelled job ends with its
+    ``state``.
+    """
+
+    status: str | None = None
+    done: int | None = None
+    ended: bool = False
+    last: dict[str, Any] | None = None
+
+    @classmethod
+    def resuming(cls, last_event_id: str | None) -> Follower:
+        """Where the event ``last_event_id`` left a follower (anything else: at the start)."""
+        match = EVENT_ID.match(last_event_id or "")
+        return cls() if match is None else cls(match[1], int(match[2]), match[3] is not None)
+
+    def events(self, job: dict[str, Any] | None) -> list[Event]:
+        """The events from what was sent to ``job`` (None: the job was deleted, which cancels an active one)."""
+        if job is None:
+            assert self.last is not None  # a follower starts from a job that exists
+            job = {**self.last, "status": "cancelled", "cancel_requested": False}
+        self.last = job
+        status, done = job["status"], job["progress"]["done"]
+        events: list[Event] = []
+        if status != self.status:
+            self.status, self.done = status, done
+            events.append(("state", self._id(ends=status == "cancelled"), job))
+        elif done != self.done:
+            self.done = done
+            events.append(("progress", self._id(), job["progress"]))
+        if status == "succeeded":
+            events.append(("result", self._id(ends=True), job["result"]))
+        elif status == "failed":
+            events.append(("error", self._id(ends=True), job["error"]))
+        self.ended = status not in ACTIVE
+        return events
+
+    def _id(self, *, ends: bool = False) -> str:
+        return f"{self.status}.{self.done}{'.end' if ends else ''}"
+
+
 class JobStore:
     """Jobs in a database (``database``: an SQLAlchemy URL; None: SQLite in ``directory``), shared with the
     other stores that open it; ``submit`` hands the work to a worker pool of this process, which then owns
@@ -297,12 +351,13 @@ class JobStore:
         return job
 
     def resumable(self, job_id: str) -> dict[str, Any]:
-        """The request of an interrupted job, to plan it again; 404 or 409 (naming its state) otherwise."""
+        """The request of an interrupted job, to plan it again (the fields it left out, recorded as null, left out
+        again: the request models refuse a null); 404 or 409 (naming its state) otherwise."""
         job = self._get(job_id)
         if not job.interrupted:
             raise ProblemError(409, "job-not-interrupted", "Job cannot be resumed",
                                f"job {job_id} is {job.status}; only an interrupted job is resumed (submit it again)")
-        return {**job.request, "operation": job.operation}
+        return {**{k: v for k, v in job.request.items() if v is not None}, "operation": job.operation}
 
     def resume(self, job_id: str, work: Callable[[Callable[[int, int], None]], Any],
                start: Callable[[Callable[[], None]], Future]) -> Job:

@@ -9,6 +9,7 @@ the event loop never computes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -20,12 +21,16 @@ from fastapi import Request
 
 from noa_core.compute import expr
 from noa_core.kernels import runtime
+from noa_core.run import Progress, cluster
 from noa_core.run.warmup import warmup_once
+from noa_server import execution
 from noa_server.execution import remove_abandoned_uploads
 from noa_server.jobs import JobStore
+from noa_server.models import PathRequest
 from noa_server.problems import ProblemError
 from noa_server.sandbox import Sandbox
 from noa_server.settings import Settings
+from noa_server.watches import open_watches
 
 T = TypeVar("T")
 # Set when this process retired itself (retire_if_spent); how its server stops is installed by
@@ -39,6 +44,7 @@ def on_retire(stop_server: Callable[[], None]) -> None:
     _STOP_SERVER[:] = [stop_server]
 log = logging.getLogger("noa.server")
 SHUTDOWN_GRACE_S = 10.0
+CLUSTER_JOBS = 32  # jobs a process keeps on a Dask cluster at once (each waited on by a thread); more wait queued
 
 
 def _pin_kernel_threads(count: int) -> None:
@@ -61,8 +67,16 @@ class Service:
                      else JobStore(jobs_dir, settings.job_ttl, database=settings.database))
         self._pool = ThreadPoolExecutor(settings.workers, "noa-worker", initializer=_pin_kernel_threads,
                                         initargs=(settings.kernel_threads,))
+        # With a Dask scheduler, jobs run on its workers; a thread each waits on them, outside the worker pool.
+        # The client is made (and closed) by a thread of its own: a sync Dask client is not made in the event loop.
+        on_cluster = settings.dask is not None and self.jobs is not None  # no data root: no jobs, no cluster
+        self._dask = ThreadPoolExecutor(1, "noa-dask-client") if on_cluster else None
+        self._cluster_jobs = ThreadPoolExecutor(CLUSTER_JOBS, "noa-cluster-job") if on_cluster else None
+        self._client: Future | None = None
+        self._client_closing = contextlib.ExitStack()
         self._warmup: Future | None = None
         self._stopping = threading.Event()
+        self.watches = open_watches(settings.watch_config, self.jobs, self.sandbox, self.start_job, self.job_work)
 
     def start(self) -> None:
         """Remove what killed server processes left in the upload folder; compile the kernels in a
@@ -74,6 +88,11 @@ class Service:
         # Clients' expressions are compiled once per process and kept in memory, not cached on
         # disk: every distinct one would stay in the cache directory for good.
         runtime.CACHE_EXPRESSIONS = False
+        if self._dask is not None:
+            self._client = self._dask.submit(self._connect)
+            self._client.add_done_callback(_log_connected)
+        if self.watches is not None:
+            self.watches.start()
         if self.settings.warmup:
             self._warmup = self._pool.submit(warmup_once, self._stopping)
             self._warmup.add_done_callback(_log_warmup)
@@ -94,11 +113,17 @@ class Service:
 
     def stop(self) -> None:
         self._stopping.set()  # the warm-up ends after its current case: no kernel runs while Python exits
+        if self.watches is not None:  # first: no job is submitted while the jobs stop
+            self.watches.stop()
         if self.jobs is not None:
             self.jobs.stop()
             self.jobs.wait_idle(SHUTDOWN_GRACE_S)
         if self._warmup is not None:
             futures.wait([self._warmup], timeout=SHUTDOWN_GRACE_S)
+        if self._dask is not None and self._cluster_jobs is not None:
+            self._cluster_jobs.shutdown(wait=False, cancel_futures=True)
+            futures.wait([self._dask.submit(self._client_closing.close)], timeout=SHUTDOWN_GRACE_S)
+            self._dask.shutdown(wait=False)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     @property
@@ -115,6 +140,32 @@ class Service:
         future.add_done_callback(lambda _: self.retire_if_spent())
         return future
 
+    def start_job(self, fn: Callable[[], None]) -> Future[None]:
+        """Start a job's ``fn``: in the worker pool, or with a Dask scheduler in a thread that waits on the cluster
+        (the pool stays free for requests)."""
+        if self._cluster_jobs is None:
+            return self.submit(fn)
+        return self._cluster_jobs.submit(fn)
+
+    def job_work(self, request: PathRequest) -> Callable[[Progress], Any]:
+        """A job's work, ``work(progress)``, on this service's workers or its cluster's; its paths checked now
+        (a ProblemError), so that a refused path is never recorded as a job."""
+        planned = execution.plan(request, self.paths())
+        limit = self.settings.max_voxels
+        if self.settings.dask is not None:  # on the cluster's workers (see start_job)
+            return lambda progress: execution.run_on_cluster(planned, limit, progress, self.dask_client())
+        return lambda progress: execution.run_on_paths(planned, limit, progress)
+
+    def _connect(self) -> Any:
+        assert self.settings.dask is not None
+        address, workers = self.settings.dask
+        return self._client_closing.enter_context(cluster.connect(address, workers=workers))
+
+    def dask_client(self) -> Any:
+        """The Dask client of ``settings.scheduler`` (a ``distributed.Client``), once connected (waits for it)."""
+        assert self._client is not None, "the service was started without a scheduler, or not started"
+        return self._client.result()
+
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread; the event loop only waits."""
         return await asyncio.wrap_future(self.submit(fn, *args))
@@ -129,6 +180,13 @@ class Service:
         self.paths()
         assert self.jobs is not None
         return self.jobs
+
+
+def _log_connected(future: Future) -> None:
+    if future.exception() is not None:
+        log.error("cannot reach the Dask scheduler; jobs fail until the service is restarted: %s", future.exception())
+    else:
+        log.info("jobs run on the Dask cluster %s", future.result().scheduler.address)
 
 
 def _log_warmup(future: Future) -> None:

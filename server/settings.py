@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +27,14 @@ class Settings:
     ``state_dir`` None means ``<data_root>/.noa-jobs``. ``tmp_dir`` None means the system's.
     ``database``: where jobs are kept, an SQLAlchemy URL (``postgresql://user@host:port/db`` for several
     hosts); None means SQLite, ``<state_dir>/jobs.sqlite``.
+    ``scheduler``: run jobs on a Dask cluster: ``local`` or ``local:N`` (a cluster of N worker processes on this
+    host, started by each server process), or a running scheduler's address, ``tcp://host:8786``; None: in the
+    worker pool.
     ``job_ttl`` is how many seconds a finished job's record is kept (0: forever); the files a job
     wrote are the client's and are never removed.
     ``max_expressions``: a process that has compiled this many distinct client expressions is
     replaced by a fresh one once idle (numba never gives compiled code back; each costs ~5 MB; 0: never).
+    ``watch_config``: a JSON or TOML file of watched folders, created at start-up unless there (by name).
     ``warmup``: compile the kernels into the shared cache at start, once per installation (a process
     that finds them cached, or another process compiling them, does nothing).
     ``processes`` server processes (uvicorn workers) each run ``workers`` operations at once. Several
@@ -40,6 +45,7 @@ class Settings:
     data_root: Path | None = None
     state_dir: Path | None = None
     database: str | None = None
+    scheduler: str | None = None
     api_key: str | None = None
     max_body_bytes: int = 1 << 30
     max_voxels: int = 1 << 31
@@ -50,6 +56,7 @@ class Settings:
     job_ttl: int = 7 * 24 * 3600
     max_expressions: int = 200
     warmup: bool = True
+    watch_config: Path | None = None
 
     def __post_init__(self) -> None:
         if self.workers < 1 or self.processes < 1:
@@ -60,12 +67,15 @@ class Settings:
             raise ValueError(f"max_expressions must be 0 (never replace) or a count, got {self.max_expressions}")
         if self.job_ttl < 0:
             raise ValueError(f"job_ttl must be 0 (keep forever) or a number of seconds, got {self.job_ttl}")
+        if self.scheduler and not re.fullmatch(r"local(:[1-9][0-9]*)?|[a-z]+://\S+", self.scheduler):
+            raise ValueError(f"scheduler {self.scheduler!r} is not local, local:N (worker processes) or a Dask "
+                             "scheduler's address such as tcp://host:8786")
         # Resolve once so that every later containment check compares canonical paths.
-        for name in ("data_root", "state_dir", "tmp_dir"):
+        for name in ("data_root", "state_dir", "tmp_dir", "watch_config"):
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, Path(value).expanduser().resolve())
-        for name in ("api_key", "database"):
+        for name in ("api_key", "database", "scheduler"):
             if getattr(self, name) == "":
                 object.__setattr__(self, name, None)
 
@@ -74,6 +84,15 @@ class Settings:
         if self.state_dir is not None:
             return self.state_dir
         return None if self.data_root is None else self.data_root / ".noa-jobs"
+
+    @property
+    def dask(self) -> tuple[str, int | None] | None:
+        """``scheduler`` as (``local`` or the address, the local cluster's worker processes), None without one."""
+        if self.scheduler is None:
+            return None
+        address, _, workers = self.scheduler.partition(":") if self.scheduler.startswith("local") else (
+            self.scheduler, "", "")
+        return address, int(workers) if workers else None
 
     @property
     def kernel_threads(self) -> int:
@@ -114,7 +133,7 @@ def _parse(name: str, text: str) -> Any:
             raise ValueError(f"{ENV_PREFIX}{name.upper()}={text!r} is not an integer") from None
     if name == "cors_origins":
         return tuple(part.strip() for part in text.split(",") if part.strip())
-    if name in ("api_key", "database"):
+    if name in ("api_key", "database", "scheduler"):
         return text
     if name == "warmup":
         if text.lower() not in ("0", "1", "true", "false", "yes", "no"):

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from noa_core.errors import NoaError, ParameterError
 from noa_core.limits import check_voxels, output_voxel_limit
@@ -36,6 +36,9 @@ from noa_core.operations import (
 )
 from noa_core.run.batch import FileResult, PathLike, Progress
 from noa_core.run.local import write_plan, write_several
+
+if TYPE_CHECKING:
+    from noa_core.operations.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -66,10 +69,26 @@ class Call:
     resume: bool
 
     def probe_inputs(self) -> None:
-        """Refuse inputs over the voxel limit from their headers, before planning decompresses or maps anything."""
-        if self.limits.max_voxels is not None and self.operation.reads_data:
-            reading = Inputs(self.inputs, self.options, self.projects)
-            check_voxels([reading.probe(path).shape for path in self.inputs], self.limits.max_voxels)
+        _probe_inputs(self.operation, self.inputs, self.options, self.projects, self.limits)
+
+
+def _probe_inputs(operation: Operation, inputs: Sequence[Path], options: Options, projects: Any,
+                  limits: Limits) -> None:
+    """Refuse inputs over the voxel limit from their headers, before planning decompresses or maps anything."""
+    if limits.max_voxels is not None and operation.reads_data:
+        reading = Inputs(list(inputs), options, projects)
+        check_voxels([reading.probe(path).shape for path in inputs], limits.max_voxels)
+
+
+def checked_plan(task: FileTask, src: PathLike, limits: Limits = NO_LIMITS) -> Plan:
+    """What ``task`` writes for the pair whose input is ``src``, refused over ``limits`` from the headers: the inputs
+    before planning reads them, the output while planning, before anything is built in proportion to it."""
+    _probe_inputs(task.operation, task.inputs(src), task.options, task.projects, limits)
+    with output_voxel_limit(limits.max_voxels):
+        plan = task.plan(src)
+    if limits.max_voxels is not None:
+        check_voxels([*plan.input_shapes, plan.shape], limits.max_voxels)
+    return plan
 
 
 def execute(operation: Operation, inputs: Sequence[PathLike], output: PathLike | None = None,
@@ -111,12 +130,8 @@ def _writes(call: Call) -> dict[str, Any]:
     assert isinstance(operation, Writes)
     if call.output is None:
         raise ParameterError(f"{operation.name}: writes a file; give the output", "output")
-    call.probe_inputs()
     task = operation.task(call.options, shared=call.inputs[1:], projects=call.projects)
-    with output_voxel_limit(call.limits.max_voxels):  # refused while planning, before lists sized by the output
-        plan = task.plan(call.inputs[0])
-    if call.limits.max_voxels is not None:
-        check_voxels([*plan.input_shapes, plan.shape], call.limits.max_voxels)
+    plan = checked_plan(task, call.inputs[0], call.limits)
     notices = write_plan(plan, call.output, overwrite=call.overwrite, device=task.device, progress=call.progress)
     return {"output": str(call.output), "notices": notices}
 

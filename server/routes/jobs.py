@@ -1,22 +1,33 @@
-"""Jobs: submit a path operation, poll its status and progress, fetch its result, cancel it, list them,
-resume an interrupted one."""
+"""Jobs: submit a path operation, poll or follow (Server-Sent Events) its status and progress, fetch its result,
+cancel it, list them, resume an interrupted one."""
 
 from __future__ import annotations
 
 import inspect
+import json
 import re
-from collections.abc import Callable
+import time
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Annotated, Any, Union
 
 import anyio
-from fastapi import APIRouter, Depends, Path, Query
-from fastapi.responses import JSONResponse, Response
+from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BeforeValidator, TypeAdapter, ValidationError
 
 from noa_core.operations import Operation
-from noa_server import execution
-from noa_server.jobs import CURSOR_PATTERN, ID_PATTERN, Job, JobState, decode_cursor, encode_cursor, since_stamp
+from noa_server.jobs import (
+    CURSOR_PATTERN,
+    ID_PATTERN,
+    Follower,
+    Job,
+    JobState,
+    JobStore,
+    decode_cursor,
+    encode_cursor,
+    since_stamp,
+)
 from noa_server.models import job_list_model, job_request, job_status_model, result_model
 from noa_server.problems import ProblemError, documented
 from noa_server.service import Service, service
@@ -24,6 +35,14 @@ from noa_server.service import Service, service
 Svc = Annotated[Service, Depends(service)]
 JobId = Annotated[str, Path(pattern=ID_PATTERN, description="The job id from POST /v1/jobs.")]
 PAGE_LIMIT = 1000
+EVENTS_POLL_S = 0.25  # how often a follower reads the job: its progress events come at most this often
+KEEPALIVE_S = 15.0  # a comment after this long without an event, so that proxies keep the stream open
+EVENT_STREAM = "text/event-stream"
+EVENT_SCHEMA = {  # one event of the stream (as OpenAPI 3.2's itemSchema describes them)
+    "type": "object", "required": ["event", "id", "data"],
+    "properties": {"event": {"type": "string", "enum": ["state", "progress", "result", "error"]},
+                   "id": {"type": "string", "description": "STATUS.DONE, or STATUS.DONE.end for the last event."},
+                   "data": {"type": "string", "contentMediaType": "application/json"}}}
 
 
 def _date_and_time(value: Any) -> Any:
@@ -44,9 +63,7 @@ async def _work(svc: Service, request: Any) -> Callable[[Callable[[int, int], No
     """The job's work, ``work(progress)``. Paths are checked now, so a traversal attempt is refused here rather
     than recorded as a job. (In anyio's thread pool: the checks touch the disk, and the workers may all be busy
     with jobs.)"""
-    planned = await anyio.to_thread.run_sync(execution.plan, request, svc.paths())
-    limit = svc.settings.max_voxels
-    return lambda progress: execution.run_on_paths(planned, limit, progress)
+    return await anyio.to_thread.run_sync(svc.job_work, request)
 
 
 def _accepted(job: Job) -> JSONResponse:
@@ -56,7 +73,7 @@ def _accepted(job: Job) -> JSONResponse:
 async def _submit(svc: Service, request: Any) -> JSONResponse:
     store = svc.job_store()
     work = await _work(svc, request)
-    return _accepted(store.submit(request.operation, request.model_dump(mode="json"), work, svc.submit))
+    return _accepted(store.submit(request.operation, request.model_dump(mode="json"), work, svc.start_job))
 
 
 async def status(svc: Svc, job_id: JobId):
@@ -87,6 +104,49 @@ async def listing(
     return JSONResponse({"jobs": jobs, "next": None if last is None else encode_cursor(*last)})
 
 
+def _current(store: JobStore, job_id: str) -> dict[str, Any] | None:
+    """The job's public state, None once it is deleted."""
+    try:
+        return store.snapshot(job_id)
+    except ProblemError as problem:
+        if problem.status == 404:
+            return None
+        raise
+
+
+def _event(name: str, event_id: str, data: Any) -> str:
+    return f"event: {name}\nid: {event_id}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+async def _stream(store: JobStore, job_id: str, follower: Follower, job: dict[str, Any] | None) -> AsyncIterator[str]:
+    """The job's events until it ends. It is read from the database (another process, or host, may run it) every
+    EVENTS_POLL_S, in anyio's thread pool: the event loop never waits on the database."""
+    quiet_since = time.monotonic()
+    while True:
+        for event in follower.events(job):
+            yield _event(*event)
+            quiet_since = time.monotonic()
+        if follower.ended:
+            return
+        if time.monotonic() - quiet_since >= KEEPALIVE_S:
+            yield ": keep-alive\n\n"
+            quiet_since = time.monotonic()
+        await anyio.sleep(EVENTS_POLL_S)
+        job = await anyio.to_thread.run_sync(_current, store, job_id)
+
+
+async def events(svc: Svc, job_id: JobId,
+                 last_event_id: Annotated[str | None, Header(description="The id of the last event received, to "
+                                                                        "resume after it.")] = None) -> Response:
+    store = svc.job_store()
+    follower = Follower.resuming(last_event_id)
+    if follower.ended:  # everything was sent: 204 tells an EventSource to stop reconnecting
+        return Response(status_code=204)
+    job = await anyio.to_thread.run_sync(store.snapshot, job_id)  # an unknown job: 404, before the stream starts
+    return StreamingResponse(_stream(store, job_id, follower, job), media_type=EVENT_STREAM,
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
 async def cancel(svc: Svc, job_id: JobId) -> Any:
     job = svc.job_store().cancel(job_id)
     if job is None:
@@ -113,7 +173,7 @@ def router(operations_: list[Operation]) -> APIRouter:
             raise ProblemError(409, "job-not-resumable", "Job cannot be resumed",
                                f"job {job_id}'s request is not one this server takes: {exc.errors()[0]['msg']}; "
                                "submit it again") from None
-        return _accepted(store.resume(job_id, await _work(svc, request), svc.submit))
+        return _accepted(store.resume(job_id, await _work(svc, request), svc.start_job))
 
     submit.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
         inspect.Parameter("svc", inspect.Parameter.KEYWORD_ONLY, annotation=Svc),
@@ -140,6 +200,19 @@ def router(operations_: list[Operation]) -> APIRouter:
                                     **documented(400, 403, 404, 409, 503)})
     routes.add_api_route("/{job_id}", status, methods=["GET"], response_model=job_status,
                          responses=documented(400, 403, 404), summary="Status and progress of a job")
+    routes.add_api_route("/{job_id}/events", events, methods=["GET"], response_class=StreamingResponse,
+                         summary="Follow a job: its state, progress and end as Server-Sent Events",
+                         description="`text/event-stream` until the job ends: `state` (data: the job's status, as "
+                                     "`GET /v1/jobs/{id}`) at each change of state, `progress` (data: `{done, "
+                                     "total}`) as it advances, at most every 0.25 s, then `result` (data: the "
+                                     "result) or `error` (data: the problem); a cancelled job ends with its `state`. "
+                                     "Each event's id says where the stream is: reconnecting with it as "
+                                     "`Last-Event-ID` resumes without repeating (204 once all was sent). A comment "
+                                     "comes every 15 s without events.",
+                         responses={200: {"description": "The job's events.",
+                                          "content": {EVENT_STREAM: {"schema": EVENT_SCHEMA}}},
+                                    204: {"description": "`Last-Event-ID` names the last event: nothing more."},
+                                    **documented(400, 403, 404)})
     routes.add_api_route("/{job_id}/result", result, methods=["GET"], response_model=Union[results],  # noqa: UP007 (types listed at run time)
                          responses=documented(400, 403, 404, 409), summary="The result of a succeeded job")
     routes.add_api_route("/{job_id}", cancel, methods=["DELETE"], status_code=202, response_model=None,

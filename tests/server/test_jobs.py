@@ -457,7 +457,9 @@ def test_an_interrupted_job_resumes_over_http(tmp_path, make_client):
     client = make_client(data_root=root, api_key=KEY)
     store = client.app.state.service.jobs
     job_id, older = uuid.uuid4().hex, uuid.uuid4().hex  # permutes whose process died before they wrote their output
-    request = {"operation": "permute", "src": "emd.map", "dst": "p.mrc", "axes": [0, 3, 2, 1]}
+    # as the service records a request: every field, those not given as null
+    request = {"operation": "permute", "src": "emd.map", "dst": "p.mrc", "axes": [0, 3, 2, 1], "pixel_size": None,
+               "chunks": None}
     with store.db.write() as conn:
         for key, recorded in ((job_id, request), (older, {**request, "dst": "q.mrc", "gone": 1})):
             conn.execute(sa.insert(jobs).values(

@@ -1,0 +1,162 @@
+"""Jobs on a Dask cluster: `noa serve --scheduler local:2` on a loopback port, its jobs run by the cluster's worker
+processes (a large file split into tile tasks, anything else one task), compared with the CLI's outputs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from helpers import (
+    EXAMPLE_MAP,
+    assert_same_data,
+    assert_same_file,
+    assert_user_error,
+    noa,
+    start_server,
+    stop_server,
+    wait_job,
+)
+from noa_server import execution
+
+pytest.importorskip("distributed", reason="the dask extra of noa is not installed")
+
+KEY = "dask-test-key"
+AUTH = {"X-API-Key": KEY}
+BIG = [8000, 20, 20, 20]  # 256 MB: over a task's share (128 MiB), so written by tile tasks (write_split)
+RESPONSIVE_S = 5.0  # a generous bound for a request answered while the cluster is busy
+
+
+@dataclass
+class Service:
+    root: Path
+    url: str
+    proc: subprocess.Popen
+
+    def workers(self) -> list[psutil.Process]:
+        """The local cluster's worker processes: children of the service, spawned by multiprocessing."""
+        return [child for child in psutil.Process(self.proc.pid).children()
+                if "spawn_main" in " ".join(child.cmdline())]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory) -> Iterator[Service]:
+    base = tmp_path_factory.mktemp("dask")
+    root = base / "root"
+    root.mkdir()
+    shutil.copy(EXAMPLE_MAP, root / "emd.map")
+    # One worker thread: were jobs run in the pool, a request would wait behind them.
+    args = ("--data-root", str(root), "--api-key", KEY, "--scheduler", "local:2", "--workers", "1", "--processes", "1",
+            "--no-warmup", "--log-level", "warning")
+    proc, url = start_server(None, base / "server.log", args=args)
+    try:
+        service = Service(root, url, proc)
+        deadline = time.monotonic() + 60
+        while len(service.workers()) < 2:  # the cluster starts beside the service
+            assert time.monotonic() < deadline, (base / "server.log").read_text()
+            time.sleep(0.1)
+        yield service
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture
+def api(service) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=service.url, headers=AUTH, timeout=60) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def _stopped(processes: list[psutil.Process]) -> Iterator[None]:
+    """The processes held still (SIGSTOP) within the block: a cluster whose workers are all busy."""
+    for process in processes:
+        process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGCONT)
+
+
+def _submit(api: httpx.Client, **job) -> str:
+    response = api.post("/v1/jobs", json=job)
+    assert response.status_code == 202, response.text
+    return response.headers["location"]
+
+
+def _running(api: httpx.Client, location: str) -> dict:
+    deadline = time.monotonic() + 30
+    while (state := api.get(location).json())["status"] == "queued":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert state["status"] == "running", state
+    return state
+
+
+def test_jobs_run_on_the_cluster_workers_and_write_what_the_cli_writes(service, api, tmp_path):
+    workers = service.workers()
+    assert len(workers) == 2 and service.proc.pid not in [w.pid for w in workers]
+    with _stopped(workers):  # nothing moves while the workers are held: the service does not do the work itself
+        big = _submit(api, operation="broadcast", src="emd.map", dst="big.mrc", shape=BIG)
+        small = _submit(api, operation="permute", src="emd.map", dst="p.mrc", axes=[0, 3, 2, 1])
+        report = _submit(api, operation="stats", path="emd.map")
+        for location in (big, small, report):
+            _running(api, location)
+        time.sleep(1.0)
+        assert [api.get(loc).json()["progress"]["done"] for loc in (big, small, report)] == [0, 0, 0]
+        assert not (service.root / "big.mrc").exists() and not (service.root / "p.mrc").exists()
+        # Answered while every job waits on the cluster (the worker pool is free): a generous bound, not a speed test.
+        started = time.monotonic()
+        assert api.get("/v1/view/info", params={"file": "emd.map"}).status_code == 200
+        assert api.post("/v1/paths/info", json={"path": "emd.map"}).status_code == 200
+        assert time.monotonic() - started < RESPONSIVE_S
+    states = {location: wait_job(api, location) for location in (big, small, report)}
+    assert [s["status"] for s in states.values()] == ["succeeded"] * 3, states
+    assert states[big]["progress"] == {"done": 2, "total": 2}  # two tile tasks of 128 MiB
+    assert states[small]["progress"] == {"done": 1, "total": 1}
+    for args, name in ((["broadcast", "--shape", ",".join(map(str, BIG))], "big.mrc"),
+                       (["permute", "--axes", "0,3,2,1"], "p.mrc")):
+        cli = noa(args[0], str(service.root / "emd.map"), str(tmp_path / name), *args[1:])
+        assert cli.returncode == 0, cli.stderr
+        assert_same_data(service.root / name, tmp_path / name)
+        assert_same_file(service.root / name, tmp_path / name)
+    cli = noa("stats", str(service.root / "emd.map"), "--json")
+    assert cli.returncode == 0, cli.stderr
+    assert api.get(f"{report}/result").json() == {**json.loads(cli.stdout), "path": "emd.map"}
+
+
+def test_a_cancelled_job_on_the_cluster_commits_nothing(service, api):
+    """Deleted while its tasks wait for the (held) workers: a split file's tasks are cancelled, a one-task job's
+    worker stops before it writes, and the cluster runs the next job."""
+    with _stopped(service.workers()):
+        big = _submit(api, operation="broadcast", src="emd.map", dst="cancelled_big.mrc", shape=BIG)
+        small = _submit(api, operation="permute", src="emd.map", dst="cancelled_p.mrc", axes=[0, 3, 2, 1])
+        for location in (big, small):
+            _running(api, location)
+            deleted = api.delete(location)
+            assert deleted.status_code == 202 and deleted.json()["cancel_requested"]
+        time.sleep(4 * execution.CANCEL_CHECK_S)  # the service tells the cluster within CANCEL_CHECK_S
+    deadline = time.monotonic() + 60
+    while any(p.name.startswith(".cancelled") for p in service.root.iterdir()):  # the temporary output is removed
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    after = _submit(api, operation="permute", src="emd.map", dst="after.mrc", axes=[0, 1, 3, 2])
+    assert wait_job(api, after)["status"] == "succeeded"
+    assert not (service.root / "cancelled_big.mrc").exists() and not (service.root / "cancelled_p.mrc").exists()
+    for location in (big, small):
+        assert api.get(location).status_code == 404
+
+
+def test_noa_serve_refuses_a_scheduler_it_cannot_read(tmp_path):
+    assert_user_error(noa("serve", "--data-root", str(tmp_path), "--scheduler", "locl:2"), "scheduler 'locl:2'",
+                      "tcp://host:8786")
