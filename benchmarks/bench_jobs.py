@@ -24,26 +24,20 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
-import pwd
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import sqlalchemy as sa
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from helpers import fresh_database, postgres_server
 from noa_server.jobs import JobStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,65 +57,6 @@ def json_store_module(folder: Path) -> ModuleType:
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
-
-
-def _postgres_bin() -> Path | None:
-    """The folder of Debian's initdb and pg_ctl (on the PATH, or in /usr/lib/postgresql/<version>/bin)."""
-    found = shutil.which("initdb")
-    candidates = [Path(found)] if found else sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), reverse=True)
-    return candidates[0].resolve().parent if candidates else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextmanager
-def postgres() -> Iterator[tuple[str | None, str | None]]:
-    """A PostgreSQL server of its own (trust authentication, loopback only): its URL (without a database) and
-    None, or None and why there is none."""
-    bin_dir = _postgres_bin()
-    if bin_dir is None:
-        yield None, "initdb not found (apt-get install postgresql)"
-        return
-    base = Path(tempfile.mkdtemp(prefix="bench-jobs-postgres-"))
-    run_as: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses root: the cluster belongs to nobody
-        nobody = pwd.getpwnam("nobody")
-        os.chown(base, nobody.pw_uid, nobody.pw_gid)
-        run_as = ["runuser", "-u", "nobody", "--"]
-    port = _free_port()
-    data, log = base / "data", base / "log"
-    start = [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "30",
-             "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1", "start"]
-    try:
-        subprocess.run([*run_as, str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "noa", "--no-sync"],
-                       check=True, capture_output=True, timeout=120)
-        subprocess.run(start, check=True, capture_output=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as exc:
-        shutil.rmtree(base, ignore_errors=True)
-        why = getattr(exc, "stderr", b"") or str(exc).encode()
-        yield None, f"it could not start: {why.decode(errors='replace').strip()[-300:]}"
-        return
-    try:
-        yield f"postgresql://noa@127.0.0.1:{port}", None
-    finally:
-        subprocess.run([*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True, timeout=60)
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def fresh_database(server: str) -> str:
-    """A new database on ``server``: its URL."""
-    name = f"bench_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(f"{server}/postgres".replace("postgresql:", "postgresql+psycopg:"),
-                             isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    admin.dispose()
-    return f"{server}/{name}"
 
 
 def percentile_90(values: list[float]) -> float:
@@ -188,7 +123,7 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=2000, help="status reads of a finished job")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-jobs-") as scratch, postgres() as (server, why):
+    with tempfile.TemporaryDirectory(prefix="bench-jobs-") as scratch, postgres_server(fsync=True) as (server, why):
         folder = Path(scratch)
         json_jobs = json_store_module(folder)
         stores: dict[str, Callable[[Path], Any]] = {

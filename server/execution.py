@@ -324,13 +324,7 @@ def _open_input_files(planned: Planned, opened: ExitStack, names: ClientNames) -
 def _open_output_folder(sandbox: Sandbox, dst: str, opened: ExitStack, names: dict[str, str]) -> Path:
     """The folder ``dst`` names, made when missing and opened beneath the root, as ``/proc/self/fd/N``
     (an output folder left empty by a failure stays)."""
-    parent, path = sandbox.open_folder(dst)
-    try:
-        os.mkdir(path.name, dir_fd=parent)
-    except FileExistsError:
-        pass
-    finally:
-        os.close(parent)
+    sandbox.make_folder(dst)
     fd, _ = sandbox.open(dst, os.O_RDONLY | os.O_DIRECTORY)
     opened.callback(os.close, fd)
     folder = PurePosixPath(dst).as_posix().rstrip("/")

@@ -115,6 +115,16 @@ class Sandbox:
             folder = PurePosixPath(relative).parent.as_posix()
             raise _opening_failed(relative, exc, f"the folder {folder} does not exist") from None
 
+    def make_folder(self, relative: str) -> None:
+        """The folder ``relative`` made beneath the root when missing (its parent must exist)."""
+        parent, path = self.open_folder(relative)
+        try:
+            os.mkdir(path.name, dir_fd=parent)
+        except FileExistsError:
+            pass
+        finally:
+            os.close(parent)
+
     def relative(self, path: Path) -> str:
         """How a client names ``path`` (never the server's absolute layout)."""
         return path.relative_to(self.root).as_posix()

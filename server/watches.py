@@ -395,13 +395,7 @@ class Watches:
 
 def _make_folder(sandbox: Sandbox, relative: str) -> None:
     """The folder ``relative`` made when missing, beneath the root (its parent must exist)."""
-    parent, path = sandbox.open_folder(relative)
-    try:
-        os.mkdir(path.name, dir_fd=parent)
-    except FileExistsError:
-        pass
-    finally:
-        os.close(parent)
+    sandbox.make_folder(relative)
     if not sandbox.resolve(relative).is_dir():
         raise _invalid("output", f"{relative} is a file, not a folder")
 

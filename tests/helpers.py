@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import re
+import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import mrcfile
@@ -165,6 +169,62 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def postgres_bin() -> Path | None:
+    """The folder of Debian's initdb and pg_ctl (on the PATH, or in /usr/lib/postgresql/<version>/bin)."""
+    found = shutil.which("initdb")
+    candidates = [Path(found)] if found else sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), reverse=True)
+    return candidates[0].resolve().parent if candidates else None
+
+
+@contextlib.contextmanager
+def postgres_server(fsync: bool = False) -> Iterator[tuple[str | None, str | None]]:
+    """A PostgreSQL server of its own in a temporary folder (trust authentication, loopback only; ``fsync`` off
+    unless asked): ``(its URL without a database, None)``, or ``(None, why there is none)``."""
+    bin_dir = postgres_bin()
+    if bin_dir is None:
+        yield None, "PostgreSQL is not installed (scripts/test installs Debian's postgresql)"
+        return
+    base = Path(tempfile.mkdtemp(prefix="noa-postgres-"))
+    run_as: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses root: the cluster belongs to nobody
+        nobody = pwd.getpwnam("nobody")
+        os.chown(base, nobody.pw_uid, nobody.pw_gid)
+        run_as = ["runuser", "-u", "nobody", "--"]
+    port = free_port()
+    data, log = base / "data", base / "log"
+    settings = f"-p {port} -k {base} -c listen_addresses=127.0.0.1" + ("" if fsync else " -c fsync=off")
+    start = [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "30", "-o", settings,
+             "start"]
+    try:
+        subprocess.run([*run_as, str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "noa", "--no-sync"],
+                       check=True, capture_output=True, timeout=120)
+        subprocess.run(start, check=True, capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        shutil.rmtree(base, ignore_errors=True)
+        why = getattr(exc, "stderr", b"") or str(exc).encode()
+        yield None, f"PostgreSQL could not start: {why.decode(errors='replace').strip()[-300:]}"
+        return
+    try:
+        yield f"postgresql://noa@127.0.0.1:{port}", None
+    finally:
+        subprocess.run([*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True, timeout=60)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def fresh_database(server: str) -> str:
+    """A new database on the PostgreSQL ``server`` (a URL without a database): its URL."""
+    import sqlalchemy as sa
+
+    name = f"noa_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(f"{server}/postgres".replace("postgresql:", "postgresql+psycopg:"),
+                             isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    admin.dispose()
+    return f"{server}/{name}"
 
 
 def wait_for(url: str, path: str, timeout: float, proc: subprocess.Popen) -> None:

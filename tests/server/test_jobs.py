@@ -9,16 +9,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pwd
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -492,57 +489,6 @@ def test_noa_serve_refuses_a_database_it_cannot_use_clearly(tmp_path, database, 
 
 
 # -- PostgreSQL: several hosts on one database ---------------------------------------------------------
-
-
-def _postgres_bin() -> Path | None:
-    """The folder of Debian's initdb and pg_ctl (on the PATH, or in /usr/lib/postgresql/<version>/bin)."""
-    found = shutil.which("initdb")
-    candidates = [Path(found)] if found else sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), reverse=True)
-    return candidates[0].resolve().parent if candidates else None
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[str]:
-    """A PostgreSQL server of its own (trust authentication, loopback only, no fsync): its URL, without a database."""
-    bin_dir = _postgres_bin()
-    if bin_dir is None:
-        pytest.skip("PostgreSQL is not installed (scripts/test installs Debian's postgresql)")
-    base = Path(tempfile.mkdtemp(prefix="noa-postgres-"))
-    run_as: list[str] = []
-    if os.geteuid() == 0:  # initdb refuses root: the cluster belongs to nobody
-        nobody = pwd.getpwnam("nobody")
-        os.chown(base, nobody.pw_uid, nobody.pw_gid)
-        run_as = ["runuser", "-u", "nobody", "--"]
-    port = free_port()
-    data, log = base / "data", base / "log"
-    start = [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "30",
-             "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off", "start"]
-    try:
-        subprocess.run([*run_as, str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "noa", "--no-sync"],
-                       check=True, capture_output=True, timeout=120)
-        subprocess.run(start, check=True, capture_output=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as exc:
-        shutil.rmtree(base, ignore_errors=True)
-        why = getattr(exc, "stderr", b"") or str(exc).encode()
-        pytest.skip(f"PostgreSQL could not start: {why.decode(errors='replace').strip()[-300:]}")
-    try:
-        yield f"postgresql://noa@127.0.0.1:{port}"
-    finally:
-        subprocess.run([*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True, timeout=60)
-        shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture
-def pg_database(postgres) -> str:
-    """A fresh database on the test server: its URL."""
-    name = f"noa_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(f"{postgres}/postgres".replace("postgresql:", "postgresql+psycopg:"),
-                             isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-    admin.dispose()
-    return f"{postgres}/{name}"
 
 
 def test_postgres_store_runs_lists_and_interrupts(tmp_path, pg_database):

@@ -20,7 +20,6 @@ import mrcfile
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from test_jobs import pg_database, postgres  # noqa: F401 - fixtures: PostgreSQL started for the test session
 
 from helpers import EXAMPLE_MAP, REPO, assert_problem, assert_user_error, noa, start_server, stop_server, wait_job
 from noa_server.job_db import Database, jobs, sqlite_url
