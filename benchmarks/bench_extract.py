@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import mrcfile
 import numpy as np
-from processes import run
+from processes import in_turns
 
 NOA = str(Path(sys.executable).parent / "noa")
 
@@ -78,18 +77,9 @@ def main() -> None:
         if shutil.which("relion_preprocess") is None:
             del tools["relion"]
             print("relion_preprocess not found: RELION left out")
-        times: dict[str, list[float]] = {name: [] for name in tools}
-        rss: dict[str, int] = {name: 0 for name in tools}
-        for _ in range(args.rounds):
-            for name, command in tools.items():  # in turns: each round runs every tool once
-                seconds, peak = run(command, cwd=folder)
-                times[name].append(seconds)
-                rss[name] = max(rss[name], peak)
         print(f"{args.mics} micrographs {args.size}² float32, {args.picks} particles each, box {args.box}; "
               f"median of {args.rounds} rounds")
-        medians = {name: statistics.median(values) for name, values in times.items()}
-        for name, median in medians.items():
-            print(f"  {name:9s} {median:8.3f} s   peak RSS {rss[name]:8.1f} MiB")
+        medians, _ = in_turns(tools, args.rounds, folder)
         work = medians["noa"] - medians["noa start"]
         for other in ("relion", "dd"):
             if other in medians:

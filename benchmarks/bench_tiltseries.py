@@ -15,14 +15,13 @@ each child (RUSAGE_CHILDREN, taken from a fresh process per run).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 import mrcfile
 import numpy as np
-from processes import run
+from processes import in_turns
 
 NOA = str(Path(sys.executable).parent / "noa")
 
@@ -68,18 +67,9 @@ def main() -> None:
             "dd": ["dd", "if=TS.mrc", "of=dd.st", "bs=4M", "conv=fsync", "status=none"],
             "noa start": [NOA, "tiltseries", "tiny.mrc.mdoc", "--force", "-o", "tiny_out.st", "--quiet"],
         }
-        times: dict[str, list[float]] = {name: [] for name in tools}
-        rss: dict[str, int] = {name: 0 for name in tools}
-        for _ in range(args.rounds):
-            for name, command in tools.items():  # in turns: each round runs every tool once
-                seconds, peak = run(command, cwd=folder)
-                times[name].append(seconds)
-                rss[name] = max(rss[name], peak)
         gib = args.tilts * args.size * args.size * 4 / (1 << 30)
         print(f"{args.tilts} tilts {args.size}² float32 ({gib:.2f} GiB); median of {args.rounds} rounds")
-        medians = {name: statistics.median(values) for name, values in times.items()}
-        for name, median in medians.items():
-            print(f"  {name:9s} {median:8.3f} s   peak RSS {rss[name]:8.1f} MiB")
+        medians, _ = in_turns(tools, args.rounds, folder)
         work = medians["noa"] - medians["noa start"]
         print(f"  dd / noa (speed of noa relative to dd): {medians['dd'] / medians['noa']:.2f}x   "
               f"(without its start-up: {medians['dd'] / work:.2f}x)")
