@@ -281,6 +281,10 @@ class Watches:
             self._wake.clear()
 
     def _renew_and_take(self) -> None:
+        if not self._scanners:  # nothing held: a write (SQLite's lock) only when there is a watch to take
+            with self.db.read() as conn:
+                if conn.execute(sa.select(watches.c.id).limit(1)).first() is None:
+                    return
         now = time.time()
         with self.db.write() as conn:
             conn.execute(sa.update(watches).where(watches.c.holder == self.token).values(heartbeat=now))
