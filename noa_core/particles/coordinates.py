@@ -9,7 +9,7 @@ particles and the rows they were read from.
 - EMAN ``.box`` (lower-left corner and box size: the centre is corner + size // 2, RELION's integer reading);
 - plain text (``x y`` per line, further columns ignored, ``#`` comments);
 - RELION's list of coordinate files (autopick.star: rlnMicrographName, rlnMicrographCoordinates), each file one of
-  the above (:func:`listed_files`).
+  the above (:func:`read_or_list`).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def read(path: str | Path, name: str | None = None) -> list[Picks]:
     suffix = shown.suffix.lower()
     try:
         if suffix == ".star":
-            picks = _read_star(path)
+            picks = _star_picks(star.read(path), path)
         elif suffix == ".cs":
             picks = _read_cs(path)
         else:
@@ -82,8 +82,7 @@ def read(path: str | Path, name: str | None = None) -> list[Picks]:
     return picks
 
 
-def _read_star(path: Path) -> list[Picks]:
-    text = star.read(path)
+def _star_picks(text: star.Star, path: Path) -> list[Picks]:
     loops = [b for b in text if b.loop and COORDINATE_X in b.labels and COORDINATE_Y in b.labels]
     if not loops:
         raise CoordinateError(f"{path}: no loop has {COORDINATE_X} and {COORDINATE_Y} columns: not a coordinate file")
@@ -188,13 +187,19 @@ class ListedFile:
     where: str
 
 
-def listed_files(path: str | Path) -> list[ListedFile] | None:
-    """The rows of ``path`` when it is RELION's list of coordinate files (a loop with rlnMicrographName and
-    rlnMicrographCoordinates, as relion_autopick and relion_manualpick write it), else None."""
+def read_or_list(path: str | Path) -> tuple[list[Picks], None] | tuple[None, list[ListedFile]]:
+    """``(the coordinates in path, None)`` (:func:`read`), or ``(None, its rows)`` when it is RELION's list of
+    coordinate files (a loop with rlnMicrographName and rlnMicrographCoordinates, as relion_autopick and
+    relion_manualpick write it); a STAR is read once either way."""
     path = Path(path)
     if path.suffix.lower() != ".star":
-        return None
+        return read(path), None
     text = star.read(path)
+    listed = _listed(text, path)
+    return (_star_picks(text, path), None) if listed is None else (None, listed)
+
+
+def _listed(text: star.Star, path: Path) -> list[ListedFile] | None:
     blocks = [b for b in text if b.loop and MICROGRAPH_NAME in b.labels and MICROGRAPH_COORDINATES in b.labels]
     if not blocks:
         return None

@@ -253,7 +253,7 @@ def _match(micrographs: list[Micrograph], options: Options, project: Project, op
            notices: list[str]) -> None:
     """Each micrograph's picks: from the one coordinate file (matched by name), the files a list of coordinate files
     names, or its own file by suffix."""
-    listed = coordinates.listed_files(options.coords) if options.coords is not None else None
+    found, listed = coordinates.read_or_list(options.coords) if options.coords is not None else (None, None)
     if listed is not None:
         for mic in micrographs:
             entry = next((row for row in listed if coordinates.same_micrograph(row.micrograph, mic.name)), None)
@@ -265,8 +265,7 @@ def _match(micrographs: list[Micrograph], options: Options, project: Project, op
             except FileNotFoundError:
                 raise FileFormatError(f"{entry.where}: {entry.coordinates}: no such file") from None
         return
-    if options.coords is not None:
-        found = coordinates.read(options.coords)
+    if found is not None:
         if all(p.micrograph is None for p in found):
             if len(micrographs) != 1:
                 raise ParameterError(f"{options.coords}: the coordinates of one micrograph, and {len(micrographs)} "
