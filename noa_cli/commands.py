@@ -100,6 +100,9 @@ def flags_in_errors(operation: Operation) -> Iterator[None]:
     try:
         yield
     except ParameterError as exc:
+        if exc.among:
+            flags = {p.name: p.cli_flags[0] for p in operation.params}
+            raise ParameterError(exc.problem, among=tuple(flags.get(name, name) for name in exc.among)) from None
         param = next((p for p in operation.params if p.name == exc.param), None)
         if param is None or param.argument:
             raise

@@ -160,12 +160,16 @@ class ParameterError(NoaError, ValueError):
     """An operation's parameter is missing, unknown, of the wrong type or out of range.
 
     ``param`` is the parameter's name (None when the call itself is wrong) and ``problem`` what is
-    wrong with it, so that a door can name the parameter its own way (``--axes``, ``axes``).
+    wrong with it, so that a door can name the parameter its own way (``--axes``, ``axes``); ``among``: the
+    parameters of which one must be given, when none was.
     """
 
-    def __init__(self, problem: str, param: str | None = None):
-        super().__init__(problem if param is None else f"{param}: {problem}")
-        self.param, self.problem = param, problem
+    def __init__(self, problem: str, param: str | None = None, *, among: tuple[str, ...] = ()):
+        message = problem if param is None else f"{param}: {problem}"
+        if among:
+            message += ": give " + (f"{', '.join(among[:-1])} or {among[-1]}" if len(among) > 1 else among[0])
+        super().__init__(message)
+        self.param, self.problem, self.among = param, problem, among
 
 
 class LimitError(NoaError, ValueError):

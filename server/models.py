@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import functools
 import types
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Self, Union
 
 from annotated_types import Interval
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, GetJsonSchemaHandler, create_model, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
+from noa_core.errors import ParameterError
 from noa_core.io import formats
 from noa_core.operations import (
     Choice,
@@ -26,6 +29,7 @@ from noa_core.operations import (
     Name,
     Operation,
     Param,
+    PerAxis,
     Real,
     Reals,
     Reports,
@@ -66,6 +70,15 @@ def _real(low: float | None, high: float | None) -> Any:
     return Annotated[float, Interval(ge=low, le=high), Field(allow_inf_nan=False)]
 
 
+class NeverTwo:
+    """The schema of a :class:`PerAxis` value: one or three, never two (the declaration refuses two)."""
+
+    def __get_pydantic_json_schema__(self, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        schema = handler(core_schema)
+        schema["not"] = {"minItems": 2, "maxItems": 2}
+        return schema
+
+
 def value_type(param: Param) -> Any:
     """The type (with its bounds, lengths or words) of one declared parameter's value on the wire."""
     kind = param.type
@@ -81,6 +94,8 @@ def value_type(param: Param) -> Any:
     elif isinstance(kind, Reals):
         annotation = Annotated[list[_real(kind.low, kind.high)], Field(  # type: ignore[misc]
             min_length=kind.min_length, max_length=kind.max_length)]
+        if isinstance(kind, PerAxis):
+            annotation = Annotated[annotation, NeverTwo()]
     elif isinstance(kind, Choice):
         annotation = Literal[kind.values]
     elif isinstance(kind, Text):
@@ -109,6 +124,23 @@ class OpParams(BaseModel):
     """An operation's HTTP parameters; ``declaration`` is the operation."""
 
     declaration: ClassVar[Operation]
+
+    @model_validator(mode="after")
+    def _one_given(self) -> Self:
+        try:
+            self.declaration.check_one_given(self.values())
+        except ParameterError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        # The schema says what the validator checks, so that a client (or a fuzzer) can tell a valid request.
+        schema = handler.resolve_ref_schema(handler(core_schema))
+        names = getattr(cls, "declaration", None) and cls.declaration.needs_one_of
+        if names:
+            schema["anyOf"] = [{"required": [name]} for name in names if name in schema.get("properties", {})]
+        return schema
 
     def values(self) -> dict[str, Any]:
         """The parameter values given (or defaulted) for :meth:`Operation.options`."""

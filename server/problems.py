@@ -211,7 +211,8 @@ def finish_openapi(schema: dict[str, Any]) -> dict[str, Any]:
 def _closed_forms(schema: dict[str, Any]) -> None:
     """Upload forms as one closed object. FastAPI writes a form as ``allOf`` the parameters' model plus the file
     fields, with no word on other fields; the routes refuse unknown fields (a misspelt ``bfactr``), so the
-    schema says so: the parameters' fields merged in, ``additionalProperties: false``."""
+    schema says so: the parameters' fields merged in (and which of them one must give), ``additionalProperties:
+    false``."""
     components = schema.get("components", {}).get("schemas", {})
     for path in schema.get("paths", {}).values():
         for operation in path.values():
@@ -223,5 +224,7 @@ def _closed_forms(schema: dict[str, Any]) -> None:
             params = components[body["allOf"][0]["$ref"].rsplit("/", 1)[-1]]
             body["properties"] = {**params.get("properties", {}), **body.get("properties", {})}
             body["required"] = [*params.get("required", ()), *body.get("required", ())]
+            if "anyOf" in params:
+                body["anyOf"] = params["anyOf"]
             body["additionalProperties"] = False
             del body["allOf"]

@@ -41,6 +41,7 @@ from noa_core.operations.spec import (
     Operation,
     Options,
     Param,
+    PerAxis,
     Real,
     Reals,
     Reports,
@@ -51,7 +52,7 @@ from noa_core.operations.spec import (
 )
 
 __all__ = ["BUILTIN", "REQUIRED", "Choice", "Edits", "FileTask", "Flag", "Implementation", "Inputs", "Integer",
-           "Integers", "Name", "Operation", "Options", "Param", "Real", "Reals", "Reports", "Text", "Writes",
+           "Integers", "Name", "Operation", "Options", "Param", "PerAxis", "Real", "Reals", "Reports", "Text", "Writes",
            "WritesDataSet", "WritesSeveral", "find", "get", "markdown_table", "names", "operations", "register",
            "unregister"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from typing_extensions import TypedDict
 
-from noa_core.operations.spec import PIXEL_SIZES, Edits, Flag, Param, Reals, Text, implemented
+from noa_core.operations.spec import PIXEL_SIZES, Edits, Flag, Param, PerAxis, Text, implemented
 
 
 class Change(TypedDict):
@@ -60,10 +60,11 @@ OPERATION = Edits(
               "noa header tomo.rec --pixel-size 13.6,13.6,13.6 --origin 0,0,0 --dry-run",
               "noa header class_averages.mrc --as-stack --label 'classes from run 12'"),
     params=(Param("pixel_size", PIXEL_SIZES, "Pixel size in Å: one value for every axis, or D,H,W."),
-            Param("origin", Reals(1, 3), "Origin in Å: one value for every axis, or D,H,W."),
+            Param("origin", PerAxis(), "Origin in Å: one value for every axis, or D,H,W."),
             Param("as_stack", Flag(), "Mark the file as an image stack (ispg 0) or as a volume (ispg 1).",
                   flags=("--as-stack/--as-volume",)),
             Param("label", Text(1, 80), "Append this label (printable ASCII, at most 80 characters).")),
+    needs_one_of=("pixel_size", "origin", "as_stack", "label"),
     edit=implemented("header", "edit"),
     text=as_text,
     result=HeaderResult,

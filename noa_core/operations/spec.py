@@ -190,6 +190,19 @@ class Reals:
         return _parse_list(name, text, float, "numbers")
 
 
+@dataclass(frozen=True)
+class PerAxis(Reals):
+    """One number for every axis, or one for each of D,H,W: one or three, never two."""
+
+    max_length: int | None = 3
+
+    def check(self, name: str, value: Any) -> tuple[float, ...]:
+        values = super().check(name, value)
+        if len(values) == 2:
+            raise ParameterError("2 values given; give one for every axis, or three (D,H,W)", name)
+        return values
+
+
 def _parse_list(name: str, text: str, convert: Callable[[str], Any], words: str) -> tuple:
     """A comma-separated list typed on the CLI ('0,1,3,2', spaces allowed), each part ``convert``ed."""
     try:
@@ -410,7 +423,7 @@ NGFF = Param("ngff", Choice(("0.4", "0.5")),
 SMALLEST_PIXEL_SIZE = 1e-6  # (1e-45 would be a float32 denormal)
 LARGEST_PIXEL_SIZE = 1e9
 PIXEL_SIZE = Real(SMALLEST_PIXEL_SIZE, LARGEST_PIXEL_SIZE)
-PIXEL_SIZES = Reals(1, 3, SMALLEST_PIXEL_SIZE, LARGEST_PIXEL_SIZE)  # one for every axis, or D,H,W
+PIXEL_SIZES = PerAxis(low=SMALLEST_PIXEL_SIZE, high=LARGEST_PIXEL_SIZE)
 
 # The output's pixel size, as relion_image_handler --angpix and e2proc2d --apix set it on the way (a TIFF
 # without one converted to MRC); an operation that resamples declares its own (rescale's target).
@@ -596,6 +609,7 @@ class Operation:
             header-only operations.
         warmup: the kernel variants to compile ahead of time (``noa warmup``): option sets to run
             on small inputs of each file element type.
+        needs_one_of: parameters of which at least one must be given (an edit with nothing to change is refused).
     """
 
     # What the kind does with files, for the doors' surfaces: writes one output "file", a "folder" of outputs, or
@@ -611,10 +625,14 @@ class Operation:
     max_inputs: int = 1
     reads_data: bool = True
     warmup: WarmupCases | None = None
+    needs_one_of: tuple[str, ...] = ()
     _by_name: dict[str, Param] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {p.name: p for p in self.params})
+        unknown = set(self.needs_one_of) - set(self._by_name)
+        if unknown:
+            raise ValueError(f"operation {self.name!r}: needs_one_of names no parameter {sorted(unknown)}")
 
     def _with_output_params(self) -> None:
         """The options of image outputs (:data:`OUTPUT`: pixel size, OME-Zarr chunks and version, particle
@@ -649,11 +667,17 @@ class Operation:
                 raise ParameterError("is required", name)
             else:
                 values[name] = param.default
+        self.check_one_given(values)
         command = " ".join(["noa", self.name, *(
             param.words(values[param.name]) for param in self.params
             if param not in READING and param is not DEVICE and values[param.name] is not None
             and (param.required or values[param.name] != param.default))])
         return Options(values, command)
+
+    def check_one_given(self, values: Mapping[str, Any]) -> None:
+        """ParameterError unless one of :attr:`needs_one_of` has a value."""
+        if self.needs_one_of and all(values.get(name) is None for name in self.needs_one_of):
+            raise ParameterError(f"nothing to {'change' if self.changes_input else 'do'}", among=self.needs_one_of)
 
     def check_inputs(self, count: int) -> None:
         if count > self.max_inputs:
@@ -845,8 +869,5 @@ class FileTask:
         the shared one (:data:`OUTPUT_PIXEL_SIZE`)."""
         given = self.options.get("pixel_size")
         if given is not None and self.operation._by_name.get("pixel_size") is OUTPUT_PIXEL_SIZE:
-            words = ",".join(f"{v:g}" for v in given)
-            if len(given) not in (1, 3):
-                raise ParameterError(f"{words}: give one pixel size for every axis, or three (D,H,W)", "pixel_size")
             plan.meta = plan.meta.with_pixel_size(given)
         return plan

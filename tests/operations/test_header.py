@@ -160,7 +160,8 @@ def test_refusals_name_the_problem_and_change_nothing(tmp_path):
     assert_user_error(noa("header", path, "--origin", "0,1e-45,0"), "--origin", "float32")
     assert_user_error(noa("header", path, "--pixel-size", "1e-45"), "--pixel-size", "between")
     assert_user_error(noa("header", path, "--label", "caf\u00e9"), "--label", "ASCII")
-    assert_user_error(noa("header", path), "nothing to change")
+    assert_user_error(noa("header", path),
+                      "nothing to change: give --pixel-size, --origin, --as-stack/--as-volume or --label")
     assert path.read_bytes() == original
     tiff = need_shared("zyx_uint16.tiff")[0]
     assert_user_error(noa("header", tiff, "--pixel-size", "1"), "only MRC headers", "TIFF", "noa copy")

@@ -130,3 +130,44 @@ def test_the_new_kinds_are_routes_and_jobs(kinds, tmp_path):
         assert job.status_code == 202, job.text
         state = wait_job(client, job.headers["location"], 30)
         assert state["result"]["outputs"] == ["job/in_x1.mrc", "job/in_x2.mrc"], state
+
+
+def test_an_operation_needing_one_of_its_parameters_says_so_at_every_door(tmp_path, capsys):
+    """An edit with nothing to change is refused by the declaration (one rule): the CLI names its flags, the HTTP
+    schema says it (anyOf required, so a client or a fuzzer can tell a valid request) and the model refuses it."""
+    from fastapi.testclient import TestClient
+
+    from noa_cli import main
+    from noa_server.app import create_app
+    from noa_server.settings import Settings
+
+    params = (operations.Param("note", Text(1, 20), "The note."), operations.Param("mark", Integer(0, 9), "A mark."))
+    with pytest.raises(ValueError, match="needs_one_of names no parameter"):
+        operations.Edits(name="mark", summary="x", examples=("noa mark",), params=params, edit=edit_touch,
+                         text=str, needs_one_of=("note", "colour"))
+    marks = operations.Edits(name="mark", summary="Mark a file.", examples=("noa mark in.mrc --note hi",),
+                             params=params, edit=edit_touch, text=str, needs_one_of=("note", "mark"))
+    with pytest.raises(operations.ParameterError, match="nothing to change: give note or mark"):
+        marks.options({})
+    assert marks.options(mark=3).mark == 3
+    (tmp_path / "notes.txt").write_text("start;")
+    operations.register(marks)
+    try:
+        with pytest.raises(SystemExit) as refused:
+            main.run(["mark", str(tmp_path / "notes.txt")])
+        assert refused.value.code == 2 and "nothing to change: give --note or --mark" in capsys.readouterr().err
+        with TestClient(create_app(Settings(warmup=False, data_root=tmp_path))) as client:
+            schemas = client.get("/openapi.json").json()["components"]["schemas"]
+            assert schemas["MarkRequest"]["anyOf"] == [{"required": ["note"]}, {"required": ["mark"]}]
+            assert schemas["Body_mark_v1_upload_mark_post"]["anyOf"] == schemas["MarkRequest"]["anyOf"]
+            # a value per axis is one or three, never two: said in the schema, refused by the declaration
+            assert schemas["HeaderRequest"]["properties"]["origin"]["not"] == {"minItems": 2, "maxItems": 2}
+            refused = client.post("/v1/paths/header", json={"path": "notes.txt", "origin": [1, 2]})
+            assert refused.status_code == 400 and "origin: 2 values given" in refused.json()["detail"]
+            sent = client.post("/v1/upload/mark", files={"file": ("n.txt", b"mine;")})
+            assert sent.status_code == 400 and "nothing to change: give note or mark" in sent.json()["detail"]
+            answer = client.post("/v1/paths/mark", json={"path": "notes.txt"})
+            assert answer.status_code == 400 and "nothing to change: give note or mark" in answer.json()["detail"]
+    finally:
+        operations.unregister("mark")
+    assert (tmp_path / "notes.txt").read_text() == "start;"

@@ -100,6 +100,7 @@ def test_header_paths_mode_edits_the_server_file_and_upload_returns_a_copy(live)
     assert sent.status_code == 200, sent.text
     assert json.loads(sent.headers["noa-changes"])["changes"]["kind"] == {"old": "volume", "new": "image stack"}
     assert hashlib.sha256(sent.content[1024:]).hexdigest() == data_hash
-    assert_problem(client.post("/v1/paths/header", json={"path": "edit.map"}), 400, "invalid-parameter")
+    nothing = assert_problem(client.post("/v1/paths/header", json={"path": "edit.map"}), 400, "invalid-parameters")
+    assert "nothing to change: give pixel_size, origin, as_stack or label" in nothing["detail"]
     assert_problem(client.post("/v1/upload/header", data={"pixel_size": ["1"]},
                                files={"file": ("x.tif", b"II*\0" + b"\0" * 100)}), 422)

@@ -23,26 +23,22 @@ from noa_core.io.mrc import _labels, check_field
 from noa_core.operations.spec import Options
 
 
-def _triple(values: tuple[float, ...] | None, name: str) -> tuple[float, float, float] | None:
-    """One value for every axis, or one per D, H, W axis."""
+def _triple(values: tuple[float, ...] | None) -> tuple[float, float, float] | None:
+    """One value for every axis, or one per D, H, W axis (:class:`PerAxis`: never two)."""
     if values is None:
         return None
-    if len(values) == 2:
-        raise ParameterError("2 values given; give one for every axis, or three (D,H,W)", name)
     return (values[0],) * 3 if len(values) == 1 else tuple(values)  # type: ignore[return-value]
 
 
 def _check(options: Options) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
-    pixel = _triple(options.pixel_size, "pixel_size")
-    origin = _triple(options.origin, "origin")
+    pixel = _triple(options.pixel_size)
+    origin = _triple(options.origin)
     if origin is not None:
         check_field(origin, "origin")
     if options.label is not None:
         text = options.label
         if not all(32 <= ord(c) < 127 for c in text):
             raise ParameterError("only printable ASCII characters fit an MRC label", "label")
-    if pixel is None and origin is None and options.as_stack is None and options.label is None:
-        raise ParameterError("nothing to change: give --pixel-size, --origin, --as-stack/--as-volume or --label")
     return pixel, origin
 
 
