@@ -493,11 +493,16 @@ def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, valu
     statistics.
 
     Sources are read into memory with ``pread`` (:func:`noa_core.io.mapped.read_view`), each tile is
-    computed into one of two reused buffers, and a writer thread writes one tile while the next is
-    read and computed (pread, pwrite and the kernels release the GIL).
+    computed into one of two reused buffers, and a writer thread takes a tile's statistics and writes it while
+    the next is read and computed (pread, pwrite and the kernels release the GIL).
     """
-    stats: list[RunningStatistics] = []
-    writing: list = []
+
+    def measured_and_written(key: Key, buffer: np.ndarray) -> RunningStatistics:
+        stats = RunningStatistics.of(buffer)
+        target.write(key, buffer)
+        return stats
+
+    writing: list = []  # each tile's future, in order: its statistics once written
     in_flight = target.writers + 1  # output buffers: one being computed, the others being written
     with contextlib.ExitStack() as stack:
         if len(keys) > 1:
@@ -509,8 +514,8 @@ def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, valu
         stack.enter_context(mapped.scratch_buffers())
         for done, key in enumerate(keys, 1):
             slot = -1 - done % in_flight  # the output buffers' slots; sources use 0, 1, ...
-            if len(writing) == in_flight:
-                writing.pop(0).result()  # the write from this buffer is done
+            if len(writing) >= in_flight:
+                writing[-in_flight].result()  # the write from this buffer is done
             views, compute = reads(key)
             buffer = target.buffer(key, slot)
             # Read with pread, not through the input mappings: a file truncated meanwhile is an error, not SIGBUS.
@@ -522,23 +527,20 @@ def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, valu
             else:
                 blocks = [asarray(mapped.read_view(view.numpy(), i)) for i, view in enumerate(views)]
                 storing(values_dtype, compute)(blocks, asarray(buffer))
-            stats.append(RunningStatistics.of(buffer))
-            writing.append(submit(target.write, key, buffer))
+            writing.append(submit(measured_and_written, key, buffer))
             if progress is not None:
                 progress(done, len(keys))
-        for pending in writing:
-            pending.result()
-    return stats
+        return [pending.result() for pending in writing]
 
 
 class _WrittenNow:
     """A tile written at once, in this thread; like the Future of a write, it has a result."""
 
-    def __init__(self, write: Callable[..., None], *args: Any) -> None:
-        write(*args)
+    def __init__(self, write: Callable[..., RunningStatistics], *args: Any) -> None:
+        self.stats = write(*args)
 
-    def result(self) -> None:
-        return None
+    def result(self) -> RunningStatistics:
+        return self.stats
 
 
 def fill(writer: Writer, sources: Sequence[Array], compute: Compute | None, *, block_bytes: int = TILE_BYTES,
