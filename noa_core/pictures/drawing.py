@@ -193,7 +193,7 @@ def _read_binned(plane: np.ndarray, step: int) -> np.ndarray:
     def average(first: int) -> None:
         block = _read(plane[first:first + band])
         with np.errstate(over="ignore"):  # float64 values past float32's range are drawn as infinities
-            out[first // step:(first + block.shape[0] + step - 1) // step] = _block_mean(block, step)
+            out[first // step:(first + block.shape[0] + step - 1) // step] = block_mean(block, step)
 
     threads = min(len(firsts), limits.available_cores())
     if threads < 2:
@@ -205,7 +205,7 @@ def _read_binned(plane: np.ndarray, step: int) -> np.ndarray:
     return out
 
 
-def _block_mean(values: np.ndarray, step: int) -> np.ndarray:
+def block_mean(values: np.ndarray, step: int) -> np.ndarray:
     """Means of ``step`` x ``step`` blocks of 2-d ``values``, summed in float64 (partial blocks at the ends:
     the mean of their own pixels)."""
     if step == 1:
@@ -239,7 +239,7 @@ def _projection(volume: np.ndarray, axis: str, region: tuple[int, int, int, int]
     for first in range(y0, y1, band):
         last = min(first + band, y1)
         top = (first - y0) // step
-        out[top:top + -(-(last - first) // step)] = _block_mean(_projected_band(volume, axis, (first, last, x0, x1)),
+        out[top:top + -(-(last - first) // step)] = block_mean(_projected_band(volume, axis, (first, last, x0, x1)),
                                                                 step)
     return out
 
@@ -362,7 +362,7 @@ def downsample(values, size: int) -> np.ndarray:
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ParameterError(f"{size!r} is not a size in pixels from 1 up", "size")
     step = max(1, -(-max(values.shape) // size))
-    return _block_mean(_values(values), step).astype(np.float32)
+    return block_mean(_values(values), step).astype(np.float32)
 
 
 def log_spectrum(values) -> np.ndarray:
@@ -714,7 +714,7 @@ def _panel_values(data: np.ndarray, panel: Panel, step: int, spectrum: bool) -> 
     if spectrum:
         plane = plane_of(data, section=panel.section, axis=panel.axis, index=panel.index,
                          projection=panel.projection)
-        return _block_mean(log_spectrum(plane), step).astype(np.float32)
+        return block_mean(log_spectrum(plane), step).astype(np.float32)
     return plane_of(data, section=panel.section, axis=panel.axis, index=panel.index, projection=panel.projection,
                     step=step)
 

@@ -25,15 +25,16 @@ import os
 import stat
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from noa_core import io
 from noa_core.array import dtypes
-from noa_core.errors import ParameterError
-from noa_core.io import particle_files, particles
+from noa_core.errors import NoaError, ParameterError
+from noa_core.io import omezarr, particle_files, particles
 from noa_core.limits import check_voxels, check_working_memory
 from noa_core.pictures import drawing
 
@@ -212,6 +213,11 @@ class Overviews:
         self._held: OrderedDict[tuple[str, Plane], Overview] = OrderedDict()
         self._lock = threading.Lock()
 
+    def holds(self, file_identity: str, plane: Plane) -> bool:
+        """Whether the overview of ``plane`` of the file whose :func:`identity` is ``file_identity`` is kept."""
+        with self._lock:
+            return (file_identity, plane) in self._held
+
     def get(self, path: str | os.PathLike, file_identity: str, plane: Plane, *,
             max_voxels: int | None = None) -> Overview:
         """The overview of ``plane`` of the file at ``path`` whose :func:`identity` is ``file_identity``: the
@@ -259,14 +265,61 @@ def image(path: str | os.PathLike, plane: Plane, display: Display, size: int, *,
 
 def tile(path: str | os.PathLike, plane: Plane, display: Display, level: int, x: int, y: int, *,
          file_identity: str, overviews: Overviews, max_voxels: int | None = None) -> bytes:
-    """Tile (``x``, ``y``) of ``level`` (:func:`tile_region`); only its region is read. Contrast limits come
-    from the plane's overview in ``overviews`` unless given as range:A,B."""
+    """Tile (``x``, ``y``) of ``level`` (:func:`tile_region`). Contrast limits come from the plane's overview in
+    ``overviews`` unless given as range:A,B. A level as coarse as the overview is drawn from it (no read); a finer
+    one reads its region only: from an OME-Zarr input's own pyramid level where it has one (:func:`pyramid_level`),
+    else block-meaned from full resolution."""
     rows, cols = plane.shape(path)
     region = tile_region(rows, cols, level, x, y)
     given = drawing.parse_contrast(display.contrast)[0] == "range"
-    overview = () if given else overviews.get(path, file_identity, plane, max_voxels=max_voxels).values
-    lo, hi = drawing.contrast_limits(overview, display.contrast)
-    return picture(read(path, plane, region=region, step=1 << level, max_voxels=max_voxels), display, lo, hi)
+    overview = None if given and not overviews.holds(file_identity, plane) else \
+        overviews.get(path, file_identity, plane, max_voxels=max_voxels)
+    lo, hi = drawing.contrast_limits(() if overview is None else overview.values, display.contrast)
+    if overview is not None and (1 << level) % overview.step == 0:
+        top, bottom, left, right = (-(-edge // overview.step) for edge in region)
+        values = drawing.block_mean(overview.values[top:bottom, left:right], (1 << level) // overview.step)
+        return picture(values.astype(np.float32), display, lo, hi)
+    stored = pyramid_level(path, plane, level)
+    if stored:
+        plane, region = _at_stored_level(path, plane, region, stored)
+    return picture(read(path, plane, region=region, step=1 << (level - stored), max_voxels=max_voxels),
+                   display, lo, hi)
+
+
+def pyramid_level(path: str | os.PathLike, plane: Plane, level: int) -> int:
+    """The level of an OME-Zarr input's own multiscale pyramid that a tile of the viewer's ``level`` reads: the
+    coarsest at most ``level`` whose sections are the viewer's level's (height and width halved, rounded up, at
+    each level, as noa writes pyramids and as :func:`level_shape` counts), with the same sections (a stack's) or
+    half the depth (a volume's); 0 (full resolution) for other inputs and for planes across sections (x, y
+    slices, projections), which a pyramid's halved depth does not keep."""
+    if level == 0 or plane.axis != "z" or plane.projection or not omezarr.is_store(Path(path)):
+        return 0
+    reading = {**dict(plane.reading), "level": None}
+    batch, depth, rows, cols = io.probe(path, projects=plane.projects, **reading).shape
+    found = 0
+    for stored in range(1, level + 1):
+        try:
+            shape = io.probe(path, projects=plane.projects, **{**reading, "level": stored}).shape
+        except NoaError:  # no such level, or one noa cannot read: the finer one serves
+            break
+        halved_depth = -(-depth // (1 << stored))
+        if (shape[0], shape[2:]) != (batch, level_shape(rows, cols, stored)) or shape[1] not in (depth, halved_depth):
+            break
+        found = stored
+    return found
+
+
+def _at_stored_level(path: str | os.PathLike, plane: Plane, region: Region, stored: int) -> tuple[Plane, Region]:
+    """The plane and region of the pyramid's level ``stored`` that show ``region`` of ``plane`` (a volume's
+    slice index halved with its depth: that level's slice is the mean of the 2^stored slices it covers)."""
+    reading = dict(plane.reading)
+    depth = io.probe(path, projects=plane.projects, **reading).shape[1]
+    at_level = replace(plane, reading=tuple({**reading, "level": stored}.items()))
+    if io.probe(path, projects=plane.projects, **dict(at_level.reading)).shape[1] < depth:  # a volume's
+        at_level = replace(at_level, index=(depth // 2 if plane.index is None else plane.index) >> stored)
+    k = 1 << stored
+    top, bottom, left, right = region
+    return at_level, (top // k, -(-bottom // k), left // k, -(-right // k))
 
 
 def histogram(path: str | os.PathLike, plane: Plane, *, file_identity: str, overviews: Overviews, bins: int = 256,

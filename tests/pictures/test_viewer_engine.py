@@ -14,7 +14,7 @@ import pytest
 import zarr
 from PIL import Image
 
-from helpers import write_mrc
+from helpers import noa, write_mrc
 from noa_core import io as noa_io
 from noa_core import limits
 from noa_core.errors import LimitError, MemoryLimitError, ParameterError
@@ -88,6 +88,54 @@ def test_a_tile_is_the_block_means_of_its_region(tmp_path):
         top, bottom, left, right = viewer.tile_region(300, 600, level, x, y)
         want = gray(block_mean(data[top:bottom, left:right].astype(np.float64), 1 << level), -800, 900)
         np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(got))), want)
+
+
+def test_coarse_tiles_are_drawn_from_the_overview_without_reading(tmp_path, monkeypatch):
+    """Issue 46 item 2: a level as coarse as the overview (2048 px: overview step 2) is drawn from it: the same
+    block means, and the file is not read again."""
+    data = write_mrc(tmp_path / "big.mrc", integers((2048, 2048), seed=8))
+    path, overviews, display = tmp_path / "big.mrc", Overviews(), Display("range:-800,900")
+    assert overviews.get(path, identity_of(path), Plane()).step == 2
+
+    def unread(*args, **kwargs):
+        raise AssertionError("read again")
+
+    monkeypatch.setattr(viewer, "read", unread)
+    for level, x, y in [(1, 3, 2), (2, 1, 1), (3, 0, 0)]:
+        got = viewer.tile(path, Plane(), display, level, x, y, file_identity=identity_of(path), overviews=overviews)
+        top, bottom, left, right = viewer.tile_region(2048, 2048, level, x, y)
+        want = gray(block_mean(data[top:bottom, left:right].astype(np.float64), 1 << level), -800, 900)
+        np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(got))), want)
+    with pytest.raises(AssertionError, match="read again"):  # level 0 is finer than the overview: read
+        viewer.tile(path, Plane(), display, 0, 0, 0, file_identity=identity_of(path), overviews=overviews)
+
+
+def test_tiles_of_an_ome_zarr_pyramid_are_read_from_its_levels(tmp_path):
+    """Issue 46 item 2: a tile of level L of an OME-Zarr input with a pyramid reads the store's level L (zarr's
+    own read of that level the oracle); with level 0's chunks gone, coarse tiles still draw, level 0 cannot."""
+    volume = integers((8, 600, 700), seed=9)
+    write_mrc(tmp_path / "vol.mrc", volume)
+    store = tmp_path / "vol.ome.zarr"
+    made = noa("copy", tmp_path / "vol.mrc", store, "--levels", "3")
+    assert made.returncode == 0, made.stderr
+    group = zarr.open_group(store, mode="r")
+    paths = [d["path"] for d in group.attrs.asdict()["multiscales"][0]["datasets"]]
+    display = Display("range:-800,900")
+    assert [viewer.pyramid_level(store, Plane(), level) for level in range(3)] == [0, 1, 2]
+    assert viewer.pyramid_level(store, Plane(axis="y"), 2) == 0  # across sections: full resolution
+    for chunk in (store / paths[0]).rglob("*"):  # level 0's chunks (not its metadata): zarr reads its fill, 0
+        if chunk.is_file() and chunk.name not in (".zarray", ".zattrs", "zarr.json"):
+            chunk.unlink()
+    for level, x, y in [(1, 1, 0), (2, 0, 0)]:
+        stored = np.asarray(group[paths[level]][4 >> level], np.float64)  # the central slice 4, halved with depth
+        got = viewer.tile(store, Plane(), display, level, x, y, file_identity="kept", overviews=Overviews())
+        top, bottom, left, right = viewer.tile_region(600, 700, level, x, y)
+        k = 1 << level
+        want = gray(stored[top // k:-(-bottom // k), left // k:-(-right // k)], -800, 900)
+        np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(got))), want)
+        assert want.std() > 0
+    finest = viewer.tile(store, Plane(), display, 0, 0, 0, file_identity="kept", overviews=Overviews())
+    np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(finest))), gray(np.zeros((256, 256)), -800, 900))
 
 
 # -- the overview cache -----------------------------------------------------------------------------------------
