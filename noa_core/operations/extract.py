@@ -75,4 +75,5 @@ OPERATION = WritesDataSet(
     max_inputs=1_000_000,
     text_output=star_output,
     write=implemented("extract", "write"),
+    in_parts=True,  # a cluster extracts the micrographs in parallel tasks (noa_core.run.cluster)
 )

@@ -9,13 +9,14 @@ surface from it: the CLI command (:mod:`noa_cli.commands`), the HTTP routes and 
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import math
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from noa_core import compute, io  # lazy faces: their modules load on first use
 from noa_core.errors import DTypeError, ParameterError
@@ -753,11 +754,28 @@ class WritesDataSet(Writes):
     particle file naming them): ``write(inputs, output, options, overwrite, progress, resume)`` writes every file
     or none (with ``resume``: keeps the parts it finished should it stop, and keeps those it finds) and returns
     ``{"output", "notices"}``. Its doors are a writing operation's (``noa NAME INPUTS... -o OUT``, ``--out-dir``:
-    one output per input; over HTTP ``srcs`` and ``dst``); no tile plan: it writes its own files."""
+    one output per input; over HTTP ``srcs`` and ``dst``); no tile plan: it writes its own files. ``in_parts``: its
+    write runs its independent parts (extract: micrographs) through :data:`PARTS` when a driver sets it, so a cluster
+    calls it in the caller's process and runs the parts as its tasks."""
 
     write: DataSetFunction
     plan: PlanFunction | None = None  # type: ignore[assignment]  # it writes its own files, tile by tile plans none
     image_output: bool = False
+    in_parts: bool = False
+
+
+class PartsRunner(Protocol):
+    """How a data set's independent parts run elsewhere (:data:`PARTS`): ``runner(fn, calls, done)`` runs
+    ``fn(*call)`` for each call, ``threads`` at a time, and calls ``done(index, result)`` in this thread as each
+    ends; at the first failure (or one raised by ``done``) it cancels the calls not ended and raises it."""
+
+    threads: int
+
+    def __call__(self, fn: Callable[..., Any], calls: Sequence[tuple], done: Callable[[int, Any], None]) -> None: ...
+
+
+# Set by a driver running a WritesDataSet's parts as its tasks (noa_core.run.cluster); None: in this process.
+PARTS: contextvars.ContextVar[PartsRunner | None] = contextvars.ContextVar("noa_parts", default=None)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

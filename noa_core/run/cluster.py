@@ -21,6 +21,9 @@ install is reported on first use as a :class:`~noa_core.errors.SchedulerError`.
   An OME-Zarr output is a temporary store instead, whose chunks the tasks write (tiles are whole
   chunks, so no two tasks write one); an OME-Zarr input is first decoded by tasks over blocks of its
   chunks into a temporary file beside the output, which the tile tasks then read as a mapped input.
+- A data set (:class:`~noa_core.operations.WritesDataSet`) is one task, unless it is written in parts
+  (``in_parts``: extract, a task per share of its micrographs): then its write runs in the caller's process, which
+  checks, creates the temporary files and places them, and runs the parts as tasks (:class:`TaskParts`).
 
 Compiled kernels: LocalCluster workers get the client's numba cache directory (``NUMBA_CACHE_DIR``,
 see :mod:`noa_core.kernels.runtime`), and the first task of a batch or split runs alone, so the kernels it
@@ -53,6 +56,7 @@ from noa_core.io.read_options import OmeZarrReadOptions
 from noa_core.io.stream import Region
 from noa_core.limits import available_cores, replanning
 from noa_core.operations import FileTask, WritesDataSet
+from noa_core.operations.spec import PARTS
 from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
 from noa_core.run.execution import write_pair
 
@@ -386,8 +390,15 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
         raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES}: tasks that small cost more to "
                           "schedule than they write")
     task = _here(task)
-    if isinstance(task.operation, WritesDataSet):  # it writes its own files (no tiles to share): one task
-        whole = client.submit(write_pair, task, Path(src), Path(dst), overwrite, None, resume, pure=False).result()
+    if isinstance(task.operation, WritesDataSet):  # it writes its own files (no tiles to share)
+        if task.operation.in_parts:  # written from here, its parts as tasks
+            token = PARTS.set(TaskParts(client, task))
+            try:
+                whole = write_pair(task, Path(src), Path(dst), overwrite, progress, resume)
+            finally:
+                PARTS.reset(token)
+        else:  # one task
+            whole = client.submit(write_pair, task, Path(src), Path(dst), overwrite, None, resume, pure=False).result()
         if whole.error is not None:
             raise whole.error
         return list(whole.notices)
@@ -401,6 +412,32 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
                 raise result.error
             return list(result.notices)
         return _write_tiles(task, src, dst, client, plan, decoded, overwrite, block_bytes, progress)
+
+
+class TaskParts:
+    """A data set's parts (:data:`noa_core.operations.spec.PARTS`) run as tasks of ``client``, the first alone (the
+    kernels it compiles are cached for the others); as each ends, ``done`` is called here."""
+
+    def __init__(self, client: distributed.Client, task: FileTask) -> None:
+        self.client = client
+        self.task = task
+        self.threads = sum(client.nthreads().values()) or 1
+
+    def __call__(self, fn: Callable[..., Any], calls: Sequence[tuple], done: Callable[[int, Any], None]) -> None:
+        distributed = _distributed()
+        run = uuid.uuid4().hex[:8]
+        keys = [_key(self.task, i, run) for i in range(len(calls))]
+        futures = [self.client.submit(fn, *calls[0], key=keys[0], pure=False)]
+        try:
+            done(0, futures[0].result())  # should it fail (or done raise), nothing else is submitted
+            futures.extend(self.client.submit(fn, *call, key=key, pure=False) for call, key in zip(calls[1:], keys[1:]))
+            index = {key: i for i, key in enumerate(keys)}
+            for future in distributed.as_completed(futures[1:]):
+                done(index[future.key], future.result())
+                future.release()
+        except BaseException:
+            self.client.cancel(futures)  # a failure, or a cancel: nothing more is written
+            raise
 
 
 def _write_tiles(task: FileTask, src: PathLike, dst: PathLike, client: distributed.Client, plan, decoded: dict,

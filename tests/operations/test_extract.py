@@ -6,6 +6,8 @@ under the data root."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shutil
 from pathlib import Path
 
@@ -13,13 +15,15 @@ import mrcfile
 import numpy as np
 import pytest
 import starfile
+import tifffile
 
 from helpers import assert_user_error, load, noa, write_mrc
 from noa_core import operations
 from noa_core.fourier.resampling import fourier_resize
 from noa_core.images import extraction
 from noa_core.operations.implementations import extract as extract_impl
-from noa_core.run import execute
+from noa_core.run import cluster, execute
+from tests.particles.tables import micrographs_star
 
 HEIGHT, WIDTH = 40, 50
 
@@ -422,3 +426,142 @@ def test_relions_list_of_coordinate_files_gives_what_the_suffix_gives(tmp_path, 
     assert_user_error(noa("extract", "Mics/a.mrc", "--coords", "gone.star", "--box", 8, "-o", "g.star", cwd=tmp_path),
                       "gone.star: data_coordinate_files, row 1", "Mics/gone.star: no such file")
     assert listing(tmp_path) == before
+
+
+# -- on a Dask cluster: a task per share of the micrographs (issue 43 item 5) --------------------------------------
+
+DASK_VALUES = {"coord_suffix": "_pick.star", "box": 8, "also_scale": (4,)}
+
+
+@pytest.fixture(scope="module")
+def dask_client():
+    """A LocalCluster of 2 worker processes, in a folder of their own (not the tests')."""
+    pytest.importorskip("distributed")
+    with cluster.connect("local", workers=2) as client:
+        yield client
+
+
+def four_micrographs(folder: Path, mics: dict[str, np.ndarray]) -> None:
+    """``mics`` (a, b) and c, d in folder/Mics, with their coordinates, named by folder/mics.star."""
+    rng = np.random.default_rng(7)
+    for name in ("c", "d"):
+        write_mrc(folder / f"Mics/{name}.mrc", rng.normal(size=(HEIGHT, WIDTH)).astype(np.float32), voxel_size=1.25)
+        (folder / f"Mics/{name}_pick.star").write_text("data_\nloop_\n_rlnCoordinateX\n_rlnCoordinateY\n12 14\n30 25\n")
+    (folder / "mics.star").write_text(micrographs_star([f"Mics/{name}.mrc" for name in "abcd"], 1.25))
+
+
+def extract_task():
+    return operations.get("extract").task(DASK_VALUES)
+
+
+def dask_keys(stream) -> set[str]:
+    return {str(event["key"]) for event in stream.data if str(event["key"]).startswith("noa-extract-")}
+
+
+def test_a_dask_cluster_extracts_the_micrographs_in_tasks_as_this_process_does(tmp_path, mics, monkeypatch,
+                                                                                dask_client):
+    """Several tasks, each a share of the micrographs a micrographs STAR names (a worker opens them again by name),
+    progress counted per micrograph: the stacks are this process's to the byte, the STARs the same; a cancelled run
+    (progress raising) leaves nothing."""
+    from distributed import get_task_stream
+
+    four_micrographs(tmp_path, mics)
+    here, there = tmp_path / "here", tmp_path / "there"
+    for folder in (here, there):
+        shutil.copytree(tmp_path / "Mics", folder / "Mics")
+        shutil.copy(tmp_path / "mics.star", folder)
+    monkeypatch.chdir(here)
+    execute(operations.get("extract"), ["mics.star"], "p.star", DASK_VALUES)
+    monkeypatch.chdir(there)
+    before = listing(there)
+
+    def cancelled(done, total):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cluster.write_split(extract_task(), "mics.star", "p.star", dask_client, progress=cancelled)
+    assert listing(there) == before
+    counted: list[tuple[int, int]] = []
+    with get_task_stream(dask_client) as stream:
+        notices = cluster.write_split(extract_task(), "mics.star", "p.star", dask_client,
+                                      progress=lambda done, total: counted.append((done, total)))
+    assert len(dask_keys(stream)) > 1
+    assert counted == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert any("9 particles from 4 micrograph(s)" in notice for notice in notices)
+    stacks = sorted(p.relative_to(here) for p in here.rglob("*.mrcs"))
+    assert len(stacks) == 8 and stacks == sorted(p.relative_to(there) for p in there.rglob("*.mrcs"))
+    for stack in stacks:
+        assert (there / stack).read_bytes() == (here / stack).read_bytes()
+        with mrcfile.open(here / stack) as local, mrcfile.open(there / stack) as remote:
+            np.testing.assert_array_equal(remote.data, local.data)
+    np.testing.assert_array_equal(load(there / "Particles/Mics/c.mrcs")[1],  # NumPy's box of the micrograph
+                                  box_of(mrcfile.read(there / "Mics/c.mrc"), 30, 25, 8))
+    for name in ("p.star", "p_4px.star"):
+        local, remote = starfile.read(here / name), starfile.read(there / name)
+        for block in ("optics", "particles"):
+            assert remote[block].equals(local[block])
+    assert not [name for name in listing(there) if name.endswith(".noa-tmp")]
+    one_stack = extract_task().operation.options({**DASK_VALUES, "one_stack": True})  # one task: one stack
+    cluster.write_split(dataclasses.replace(extract_task(), options=one_stack), "mics.star", "one.star", dask_client)
+    monkeypatch.chdir(here)
+    execute(operations.get("extract"), ["mics.star"], "one.star", one_stack)
+    for name in ("one.mrcs", "one_4px.mrcs", "one.star", "one_4px.star"):
+        assert (there / name).read_bytes() == (here / name).read_bytes()
+
+
+def test_a_micrograph_failing_in_a_dask_task_fails_the_run_naming_it_and_leaves_nothing(tmp_path, mics):
+    """A micrograph whose header is sound and data corrupt (a TIFF of bad deflate data) fails in its task: the CLI
+    says one line naming it as the micrographs STAR does (not the descriptor it was opened as), exit 2, and neither
+    the STAR nor any stack of the other micrographs is left."""
+    four_micrographs(tmp_path, mics)
+    tifffile.imwrite(tmp_path / "Mics/c.tif", np.ones((HEIGHT, WIDTH), np.float32), compression="zlib")
+    with tifffile.TiffFile(tmp_path / "Mics/c.tif") as tif:
+        start, count = tif.pages[0].dataoffsets[0], tif.pages[0].databytecounts[0]
+    data = bytearray((tmp_path / "Mics/c.tif").read_bytes())
+    data[start + 2:start + count] = bytes(count - 2)  # the zlib stream's body zeroed: not deflate data
+    (tmp_path / "Mics/c.tif").write_bytes(bytes(data))
+    (tmp_path / "mics.star").write_text(micrographs_star(["Mics/a.mrc", "Mics/b.mrc", "Mics/c.tif", "Mics/d.mrc"],
+                                                         1.25))
+    before = listing(tmp_path)
+    done = noa("extract", "mics.star", "--coord-suffix", "_pick.star", "--box", 8, "-o", "p.star", "--scheduler",
+               "local", "--workers", 2, cwd=tmp_path)
+    assert_user_error(done, "mics.star: data_micrographs, row 3", "Mics/c.tif")
+    assert "/proc/self/fd" not in done.stderr
+    assert listing(tmp_path) == before
+
+
+def test_a_resumed_extraction_on_dask_keeps_the_stacks_finished_before(tmp_path, mics, monkeypatch, dask_client):
+    """A run stopped after its first micrograph left its stacks; resumed on the cluster, the others are extracted
+    in tasks and those stacks are kept as they are (same inode, same mtime); the result is an uninterrupted run's."""
+    from distributed import get_task_stream
+
+    four_micrographs(tmp_path, mics)
+    fresh = tmp_path / "fresh"
+    shutil.copytree(tmp_path / "Mics", fresh / "Mics")
+    shutil.copy(tmp_path / "mics.star", fresh)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(extract_impl.limits, "available_cores", lambda: 1)  # one micrograph after the other
+
+    def stop_after_one(done, total):
+        if done == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        execute(operations.get("extract"), ["mics.star"], "p.star", DASK_VALUES, progress=stop_after_one, resume=True)
+    kept = {name: os.stat(name) for name in ("Particles/Mics/a.mrcs", "Particles_4px/Mics/a.mrcs")}
+    assert not (tmp_path / "Particles/Mics/b.mrcs").exists()
+    counted: list[tuple[int, int]] = []
+    with get_task_stream(dask_client) as stream:
+        notices = cluster.write_split(extract_task(), "mics.star", "p.star", dask_client, resume=True,
+                                      progress=lambda done, total: counted.append((done, total)))
+    assert len(dask_keys(stream)) > 1 and counted == [(2, 4), (3, 4), (4, 4)]
+    assert any("1 micrograph(s) extracted before" in notice for notice in notices)
+    for name, stat in kept.items():
+        now = os.stat(name)
+        assert (now.st_ino, now.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
+    monkeypatch.chdir(fresh)
+    execute(operations.get("extract"), ["mics.star"], "p.star", DASK_VALUES)
+    for stack in sorted(p.relative_to(fresh) for p in fresh.rglob("*.mrcs")):
+        assert (tmp_path / stack).read_bytes() == (fresh / stack).read_bytes()
+    for name in ("p.star", "p_4px.star"):
+        assert (tmp_path / name).read_bytes() == (fresh / name).read_bytes()

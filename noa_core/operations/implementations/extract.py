@@ -9,20 +9,25 @@ group, the box within them), every coordinate (a number, within its micrograph) 
 
 Resumed (``resume``, RELION's --only_do_unfinished), each micrograph's stacks take their names as soon as they are
 written, so that a run that stops (cancelled, killed) leaves the micrographs it finished; a rerun keeps the stacks it
-finds (when their shape is the one this extraction writes) and extracts the others. The STARs come last, together."""
+finds (when their shape is the one this extraction writes) and extracts the others. The STARs come last, together.
+
+On a cluster (the driver sets ``PARTS``), this process checks, creates the temporary stacks, writes the STARs and
+places everything as here; the micrographs are extracted by its tasks, a share of them each, into those temporary
+stacks (``extract_share``), their statistics sent back."""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -36,7 +41,7 @@ from noa_core.io import atomic, mrc, star
 from noa_core.io.metadata import Metadata
 from noa_core.io.particles import Project, folder_projects
 from noa_core.io.protocol import OutputSpec, ReadRequest
-from noa_core.operations.spec import Inputs, Options
+from noa_core.operations.spec import PARTS, Inputs, Options
 from noa_core.particles import coordinates
 from noa_core.particles.coordinates import Picks
 
@@ -62,6 +67,7 @@ class Micrograph:
     pixel_size: float
     where: str  # the file and row that gave it, for messages
     columns: dict[str, bytes] = field(default_factory=dict)  # its CTF columns, copied onto its particles
+    by_name: bool = False  # opened through the project by its name (a STAR's row): another process opens it so again
     picks: Picks | None = None
     positions: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
     kept: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # the picks' indices extracted
@@ -242,7 +248,7 @@ def _star_micrographs(path: Path, project, opened: contextlib.ExitStack) -> tupl
         opened.callback(os.close, fd)
         at = groups.index(group)
         micrographs.append(Micrograph(name.decode(), Path(f"/proc/self/fd/{fd}"), at, float(pixels[at]), where,
-                                      {label: values[row] for label, values in ctf.items()}))
+                                      {label: values[row] for label, values in ctf.items()}, by_name=True))
     return micrographs, optics
 
 
@@ -404,6 +410,24 @@ def _make_folders(stacks: dict[Path, int]) -> list[Path]:
     return made
 
 
+@dataclass(frozen=True)
+class _Sections:
+    """Where boxes go in one stack's temporary file: all that a process writing them there needs."""
+
+    file: Path  # absolute: a worker runs in a folder of its own
+    offset: int  # of the first section
+    section: int  # bytes of one box
+    dtype: np.dtype
+
+    def write(self, out: BinaryIO, first: int, images: np.ndarray) -> RunningStatistics:
+        """``images`` stored from section ``first`` on through ``out`` (:attr:`file`, opened by the caller); the
+        statistics of the values stored."""
+        values = np.ascontiguousarray(images, self.dtype)
+        out.seek(self.offset + first * self.section)
+        out.write(values.data)
+        return RunningStatistics.of(values)
+
+
 class _StackWriter:
     """One MRC stack filled section by section in its temporary file, its header finished with the statistics."""
 
@@ -416,21 +440,13 @@ class _StackWriter:
         self.temp = atomic.TemporaryOutput(path, overwrite)
         temps.append(self.temp)
         created = mrc.FORMAT.create(self.temp.temp, self._spec())
-        self.offset = created.offset
-        self.section = box * box * self.dtype.itemsize
+        self.sections = _Sections(self.temp.temp.absolute(), created.offset, box * box * self.dtype.itemsize,
+                                  self.dtype)
         self.stats = RunningStatistics()
         self.finished = False
 
     def _spec(self) -> OutputSpec:
         return OutputSpec(self.path, self.shape, self.dtype, "C", self.meta, self.label, {})
-
-    def write(self, out: BinaryIO, first: int, images: np.ndarray) -> RunningStatistics:
-        """``images`` stored from section ``first`` on through ``out`` (this stack's temporary, opened by the
-        caller); the statistics of the values stored."""
-        values = np.ascontiguousarray(images, self.dtype)
-        out.seek(self.offset + first * self.section)
-        out.write(values.data)
-        return RunningStatistics.of(values)
 
     def finish(self, pixel_size: float) -> None:
         self.meta.pixel_size = (pixel_size, pixel_size, pixel_size)
@@ -440,36 +456,96 @@ class _StackWriter:
 
 def _extract_all(micrographs: list[Micrograph], todo: list[int], inputs: Inputs, options: Options,
                  data_sets: list[DataSet], progress, placing: bool) -> None:
-    """The particles of the micrographs ``todo`` (indices) into their stacks of each data set, several micrographs
-    at once (reading, NumPy and writing release the GIL): as many as the cores allow and WORKERS_MEMORY holds;
-    statistics merged in micrograph order. ``placing``: each micrograph's stacks finished and given their names as
-    soon as it is done. Progress counts every micrograph, those done before included."""
+    """The particles of the micrographs ``todo`` (indices) into their stacks of each data set: by this process
+    (:func:`_extract_here`) or a cluster's tasks (``PARTS``: :func:`extract_share`), their statistics merged here as
+    each micrograph ends. ``placing``: each micrograph's stacks finished and given their names as soon as it is done.
+    Progress counts every micrograph, those done before included."""
     if not todo:
         return
+    writers = {i: [data_set.writers[data_set.stacks[i]] for data_set in data_sets] for i in todo}
+    sections = {i: [writer.sections for writer in mine] for i, mine in writers.items()}
+    done = len(micrographs) - len(todo)
+
+    def extracted(i: int, statistics: list[RunningStatistics]) -> None:
+        nonlocal done
+        for writer, stored in zip(writers[i], statistics):
+            # where micrographs share a stack (one stack), they end in their order: the statistics are the same bits
+            writer.stats.merge(stored)
+        if placing:
+            for data_set, writer in zip(data_sets, writers[i]):
+                _finish(data_set, writer.path, micrographs[i], options)
+                writer.temp.commit()
+        done += 1
+        if progress is not None:
+            progress(done, len(micrographs))
+
+    runner = PARTS.get()
+    if runner is None:
+        _extract_here(micrographs, todo, inputs, options, data_sets, sections, extracted)
+        return
+    shares = _shares(todo, runner.threads, options.one_stack)
+    shipped = [dataclasses.replace(data_set, stacks=[], writers={}) for data_set in data_sets]
+
+    def share_done(k: int, statistics: list[list[RunningStatistics]]) -> None:
+        for i, stored in zip(shares[k], statistics):
+            extracted(i, stored)
+
+    runner(extract_share, [([_shipped(micrographs[i]) for i in share], options, inputs.projects, shipped,
+                            [sections[i] for i in share]) for share in shares], share_done)
+
+
+def _extract_here(micrographs: list[Micrograph], todo: list[int], inputs: Inputs, options: Options,
+                  data_sets: list[DataSet], sections: dict[int, list[_Sections]],
+                  extracted: Callable[[int, list[RunningStatistics]], None]) -> None:
+    """The micrographs ``todo`` extracted by this process, several at once (reading, NumPy and writing release the
+    GIL): as many as the cores allow and WORKERS_MEMORY holds; ``extracted`` called in micrograph order."""
     each = max(micrographs[i].nbytes for i in todo) + CHUNK_WORKING * CHUNK_BYTES
     workers = max(1, min(limits.available_cores(), len(todo), WORKERS_MEMORY // each))
     opening = threading.Lock()  # inputs.open adds to the inputs' notices
-    # each micrograph's writer in each data set
-    writers = [[data_set.writers[data_set.stacks[i]] for data_set in data_sets] for i in todo]
-    before = len(micrographs) - len(todo)
     with ThreadPoolExecutor(workers) as pool:
         # each task in a copy of this context: the worker threads would not see its variables
         futures = [pool.submit(contextvars.copy_context().run, _extract, micrographs[i], inputs, options, data_sets,
-                               mine, opening) for i, mine in zip(todo, writers)]
+                               sections[i], opening) for i in todo]
         try:
-            for done, (i, mine, future) in enumerate(zip(todo, writers, futures)):
-                for writer, statistics in zip(mine, future.result()):
-                    writer.stats.merge(statistics)
-                if placing:
-                    for data_set, writer in zip(data_sets, mine):
-                        _finish(data_set, writer.path, micrographs[i], options)
-                        writer.temp.commit()
-                if progress is not None:
-                    progress(before + done + 1, len(micrographs))
+            for i, future in zip(todo, futures):
+                extracted(i, future.result())
         except BaseException:
             for future in futures:
                 future.cancel()
             raise
+
+
+def _shares(todo: list[int], threads: int, one_stack: bool) -> list[list[int]]:
+    """The micrographs ``todo`` as a cluster's tasks of consecutive ones: the first alone (it warms the kernel cache:
+    noa_core.run.cluster), then about 4 tasks a thread, so that the workers stay evenly busy. One stack for all is
+    one task: its micrographs written in order by one process, as here."""
+    if one_stack:
+        return [todo]
+    first, rest = todo[:1], todo[1:]
+    per = max(1, len(rest) // (4 * threads))
+    return [first] + [rest[k:k + per] for k in range(0, len(rest), per)]
+
+
+def _shipped(mic: Micrograph) -> Micrograph:
+    """What a task needs of ``mic`` (its picks' other columns stay here), its file named for any process."""
+    return dataclasses.replace(mic, picks=None, columns={}, path=mic.path if mic.by_name else mic.path.absolute())
+
+
+def extract_share(share: list[Micrograph], options: Options, projects: Any, data_sets: list[DataSet],
+                  sections: list[list[_Sections]]) -> list[list[RunningStatistics]]:
+    """A cluster's task: the micrographs of ``share`` extracted one after the other into the temporary stacks the
+    caller made (``sections``: each micrograph's in each data set); the statistics of what each stored."""
+    inputs = Inputs([], options, projects)
+    project = (projects or folder_projects)(options.project_dir)
+    statistics = []
+    for mic, mine in zip(share, sections):
+        with contextlib.ExitStack() as opened:
+            if mic.by_name:  # the caller's descriptor is not this process's
+                fd = project.open(mic.name)
+                opened.callback(os.close, fd)
+                mic.path = Path(f"/proc/self/fd/{fd}")
+            statistics.append(_extract(mic, inputs, options, data_sets, mine, contextlib.nullcontext()))
+    return statistics
 
 
 def _finish(data_set: DataSet, stack: Path, mic: Micrograph, options: Options) -> None:
@@ -480,12 +556,17 @@ def _finish(data_set: DataSet, stack: Path, mic: Micrograph, options: Options) -
 
 
 def _extract(mic: Micrograph, inputs: Inputs, options: Options, data_sets: list[DataSet],
-             writers: list[_StackWriter], opening: threading.Lock) -> list[RunningStatistics]:
+             sections: list[_Sections], opening: contextlib.AbstractContextManager) -> list[RunningStatistics]:
     """The micrograph's particles, a chunk at a time: boxed once, then for each data set rescaled, normalised,
     inverted (RELION's order) and stored; the statistics of the values stored in each."""
-    with opening:
-        array, _ = inputs.open(mic.path)
-    values = array.numpy()[0, 0]
+    try:
+        with opening:
+            array, _ = inputs.open(mic.path)
+        values = array.numpy()[0, 0]
+    except NoaError as exc:  # said of the micrograph as the user named it, not of the descriptor it was opened as
+        if not mic.by_name:
+            raise
+        raise type(exc)(f"{mic.where}: {str(exc).replace(str(mic.path), mic.name)}") from None
     mean = float(values.mean(dtype=np.float64)) if options.edge == "mean" else 0.0
     chunk = max(1, CHUNK_BYTES // (8 * max(options.box, *(data_set.size for data_set in data_sets)) ** 2))
     statistics = [RunningStatistics() for _ in data_sets]
@@ -493,13 +574,13 @@ def _extract(mic: Micrograph, inputs: Inputs, options: Options, data_sets: list[
     kept = values.dtype if values.dtype.kind == "f" else np.dtype(np.float32)
     buffer = np.empty((min(chunk, len(mic.positions)), options.box, options.box), kept)
     with contextlib.ExitStack() as files:
-        outs = [files.enter_context(open(writer.temp.temp, "r+b")) for writer in writers]
+        outs = [files.enter_context(open(stack.file, "r+b")) for stack in sections]
         for start in range(0, len(mic.positions), chunk):
             positions = mic.positions[start:start + chunk]
             boxes = extraction.boxes(values, positions, options.box, options.edge, mean, buffer[:len(positions)])
-            for k, (data_set, writer, out, stored) in enumerate(zip(data_sets, writers, outs, statistics)):
+            for k, (data_set, stack, out, stored) in enumerate(zip(data_sets, sections, outs, statistics)):
                 images = _finished(boxes, data_set, options, mic.first + start, last=k == len(data_sets) - 1)
-                stored.merge(writer.write(out, mic.first + start, images))
+                stored.merge(stack.write(out, mic.first + start, images))
         if atomic.durable() and not options.one_stack:
             # the stacks are this micrograph's alone: their bytes reach the disk now, beside the other micrographs'
             # work, instead of stack after stack when all are placed (only their headers are left to sync then)
