@@ -1,8 +1,9 @@
 """Limits on outputs, checked from the parameters before anything is built in proportion to an output.
 
 A plan calls :func:`check_output_size` as soon as its output's shape is known, before it lists sections or
-allocates anything sized by it; a service sets its voxel limit around planning with
-:func:`output_voxel_limit`. :data:`MAX_OUTPUT_BYTES` bounds every output, whatever the door.
+allocates anything sized by it; a data set (extraction, a tilt series) calls :func:`check_input_size` for each
+image it opens, named in its files; a service sets its voxel limit around planning and data sets with
+:func:`voxel_limit`. :data:`MAX_OUTPUT_BYTES` bounds every output, whatever the door.
 """
 
 from __future__ import annotations
@@ -18,32 +19,42 @@ from noa_core.errors import LimitError, MemoryLimitError
 MAX_OUTPUT_BYTES = 1 << 48  # 256 TiB: the most one output may hold (as MRC reading allows)
 
 _CHECK_MEMORY: contextvars.ContextVar[bool] = contextvars.ContextVar("noa_check_memory", default=True)
-# The most voxels an output planned in this context may have (None: no limit beyond what a file can hold).
-_OUTPUT_VOXELS: contextvars.ContextVar[int | None] = contextvars.ContextVar("noa_output_voxels", default=None)
+# The most voxels an output planned, or an image a data set opens, in this context may have (None: no limit beyond
+# what a file can hold).
+_VOXELS: contextvars.ContextVar[int | None] = contextvars.ContextVar("noa_output_voxels", default=None)
 
 
 @contextlib.contextmanager
-def output_voxel_limit(limit: int | None) -> Iterator[None]:
+def voxel_limit(limit: int | None) -> Iterator[None]:
     """Within this block (this thread or task), plans refuse outputs of more than ``limit`` voxels, before
-    they build anything in proportion to the output (a service's ``--max-voxels``)."""
-    token = _OUTPUT_VOXELS.set(limit)
+    they build anything in proportion to the output, and data sets refuse such images (a service's
+    ``--max-voxels``)."""
+    token = _VOXELS.set(limit)
     try:
         yield
     finally:
-        _OUTPUT_VOXELS.reset(token)
+        _VOXELS.reset(token)
 
 
 def check_output_size(shape: Sequence[int], itemsize: int = 1, what: str = "") -> None:
     """LimitError when an output of ``shape`` exceeds this context's voxel limit, or (``itemsize`` bytes an
     element) :data:`MAX_OUTPUT_BYTES`; ``what`` (a file) begins the message."""
     voxels = math.prod(shape)
-    limit = _OUTPUT_VOXELS.get()
+    limit = _VOXELS.get()
     where = f"{what}: " if what else ""
     if limit is not None and voxels > limit:
         raise LimitError(f"{where}the output of shape {tuple(shape)} would have {voxels} voxels; the limit is {limit}")
     if voxels * itemsize > MAX_OUTPUT_BYTES:
         raise LimitError(f"{where}the output of shape {tuple(shape)} would be {voxels * itemsize:.4g} bytes, more "
                          f"than the {MAX_OUTPUT_BYTES >> 40} TiB noa writes")
+
+
+def check_input_size(shape: Sequence[int], what: str) -> None:
+    """LimitError when an image of ``shape`` that a data set opens (``what``: its file) exceeds this context's voxel
+    limit (:func:`voxel_limit`)."""
+    voxels, limit = math.prod(shape), _VOXELS.get()
+    if limit is not None and voxels > limit:
+        raise LimitError(f"{what}: shape {tuple(shape)} has {voxels} voxels; the limit is {limit}")
 
 
 def check_voxels(shapes: Sequence[Sequence[int]], limit: int) -> None:

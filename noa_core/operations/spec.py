@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
-from noa_core import compute, io  # lazy faces: their modules load on first use
+from noa_core import compute, io, limits  # compute, io: lazy faces, their modules load on first use
 from noa_core.errors import DTypeError, ParameterError
 from noa_core.io import read_options
 
@@ -538,6 +538,7 @@ class Inputs(Sequence[Path]):
         """``path`` read lazily, header first; ``tiles``: a plan's source, read only tile by tile
         (:func:`noa_core.io.read`)."""
         array, meta = io.read(path, tiles=tiles, projects=self.projects, **self.reading)
+        limits.check_input_size(array.shape, str(path))  # the limit of a data set's images (voxel_limit)
         self.notices.extend(n for n in meta.notices if n not in self.notices)
         return array, meta
 
@@ -550,7 +551,9 @@ class Inputs(Sequence[Path]):
 
     def probe(self, path: str | Path) -> Probe:
         """What :meth:`open` would give, from the header alone (no data read or decompressed)."""
-        return io.probe(path, projects=self.projects, **self.reading)
+        probe = io.probe(path, projects=self.projects, **self.reading)
+        limits.check_input_size(probe.shape, str(path))
+        return probe
 
 
 def _told(plan: Plan, notices: list[str]) -> Plan:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from noa_core.errors import NoaError, ParameterError
-from noa_core.limits import check_voxels, output_voxel_limit
+from noa_core.limits import check_voxels, voxel_limit
 from noa_core.operations import (
     Edits,
     FileTask,
@@ -84,7 +84,7 @@ def checked_plan(task: FileTask, src: PathLike, limits: Limits = NO_LIMITS) -> P
     """What ``task`` writes for the pair whose input is ``src``, refused over ``limits`` from the headers: the inputs
     before planning reads them, the output while planning, before anything is built in proportion to it."""
     _probe_inputs(task.operation, task.inputs(src), task.options, task.projects, limits)
-    with output_voxel_limit(limits.max_voxels):
+    with voxel_limit(limits.max_voxels):
         plan = task.plan(src)
     if limits.max_voxels is not None:
         check_voxels([*plan.input_shapes, plan.shape], limits.max_voxels)
@@ -143,7 +143,7 @@ def _writes_several(call: Call) -> dict[str, Any]:
         raise ParameterError(f"{operation.name}: writes several files; give their folder", "output")
     call.probe_inputs()
     task = operation.task(call.options, projects=call.projects)
-    with output_voxel_limit(call.limits.max_voxels):
+    with voxel_limit(call.limits.max_voxels):
         planned = task.plans(call.inputs[0])
     if call.limits.max_voxels is not None:
         check_voxels([*planned[0][1].input_shapes, *(plan.shape for _, plan in planned)], call.limits.max_voxels)
@@ -158,8 +158,9 @@ def _writes_data_set(call: Call) -> dict[str, Any]:
     if call.output is None:
         raise ParameterError(f"{operation.name}: writes a particle file and its stacks; give the output", "output")
     operation.check_inputs(len(call.inputs))
-    return operation.write(Inputs(call.inputs, call.options, call.projects), call.output, call.options,
-                           call.overwrite, call.progress, call.resume)
+    with voxel_limit(call.limits.max_voxels):  # every image it opens, and every stack it writes
+        return operation.write(Inputs(call.inputs, call.options, call.projects), call.output, call.options,
+                               call.overwrite, call.progress, call.resume)
 
 
 def _reports(call: Call) -> dict[str, Any]:

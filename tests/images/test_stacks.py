@@ -37,11 +37,11 @@ def test_a_selection_indexes_as_the_list_it_stands_for(ranges, start, stop):
 
 def test_a_huge_range_list_is_checked_against_the_output_limit_before_anything_is_listed():
     from noa_core.errors import LimitError
-    from noa_core.limits import output_voxel_limit
+    from noa_core.limits import voxel_limit
 
     text = ",".join(["0-99999"] * 1250)  # 125 million sections, 10 KB of text
     assert len(stacks.parse_ranges(text, 100_000, "keep", (100_000, 1, 2, 2))) == 125_000_000
-    with output_voxel_limit(1_000_000), pytest.raises(LimitError, match="500000000 voxels; the limit is 1000000"):
+    with voxel_limit(1_000_000), pytest.raises(LimitError, match="500000000 voxels; the limit is 1000000"):
         stacks.parse_ranges(text, 100_000, "keep", (100_000, 1, 2, 2))
 
 

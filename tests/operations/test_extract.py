@@ -565,3 +565,25 @@ def test_a_resumed_extraction_on_dask_keeps_the_stacks_finished_before(tmp_path,
         assert (tmp_path / stack).read_bytes() == (fresh / stack).read_bytes()
     for name in ("p.star", "p_4px.star"):
         assert (tmp_path / name).read_bytes() == (fresh / name).read_bytes()
+
+
+def test_a_services_voxel_limit_holds_for_each_micrograph_and_each_stack(tmp_path, make_client):
+    """A data set's images and outputs obey the service's --max-voxels as a file's do: a micrograph over the limit,
+    or a stack of its particles over it, is a 422 naming that file, with nothing written."""
+    (tmp_path / "Mics").mkdir()
+    (tmp_path / "out").mkdir()
+    write_mrc(tmp_path / "Mics/big.mrc", np.random.default_rng(2).normal(size=(200, 200)).astype(np.float32),
+              voxel_size=1.0)
+    (tmp_path / "Mics/big_pick.star").write_text(  # ten picks whose 64-pixel boxes lie inside the micrograph
+        "data_\nloop_\n_rlnCoordinateX\n_rlnCoordinateY\n" + "".join(f"{40 + 12 * i} 100\n" for i in range(10)))
+    body = {"srcs": ["Mics/big.mrc"], "dst": "out/p.star", "coords": "Mics/big_pick.star", "box": 64}
+    stack = make_client(data_root=tmp_path, max_voxels=40_000).post("/v1/paths/extract", json=body)
+    assert stack.status_code == 422 and stack.json()["type"].endswith("too-many-voxels"), stack.text
+    assert "Particles/Mics/big.mrcs" in stack.json()["detail"] and "40960 voxels" in stack.json()["detail"]
+    micrograph = make_client(data_root=tmp_path, max_voxels=39_999).post("/v1/paths/extract", json=body)
+    assert micrograph.status_code == 422 and "Mics/big.mrc: shape (1, 1, 200, 200)" in micrograph.json()["detail"]
+    assert listing(tmp_path / "out") == []
+    fits = make_client(data_root=tmp_path, max_voxels=40_960).post("/v1/paths/extract", json=body)
+    assert fits.status_code == 201, fits.text
+    np.testing.assert_array_equal(load(tmp_path / "out/Particles/Mics/big.mrcs")[3],
+                                  box_of(load(tmp_path / "Mics/big.mrc"), 76, 100, 64))

@@ -435,6 +435,7 @@ class _StackWriter:
                  temps: list[atomic.TemporaryOutput]) -> None:
         self.dtype = np.dtype(np.float16 if options.float16 else np.float32)
         shape = layout.as_shape4((count, 1, box, box))
+        limits.check_output_size(shape, self.dtype.itemsize, str(path))
         self.meta = Metadata(format="mrc", shape=shape, dtype=str(self.dtype))
         self.path, self.shape, self.label = path, shape, options.output_label()
         self.temp = atomic.TemporaryOutput(path, overwrite)
