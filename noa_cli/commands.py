@@ -249,7 +249,7 @@ def _show(operation: Writes, given: dict[str, Any]) -> None:
             report.notices(notices, given["quiet"])
 
 
-def _reporter(operation: Reports) -> tuple[Callable[..., None], list[CliParam]]:
+def _reporter(operation: Reports) -> tuple[Callable[..., int | None], list[CliParam]]:
     """The command function of a reporting operation, and its parameters: a report on each file, or one report
     on all of them where it reads several inputs."""
     several = operation.max_inputs > 1
@@ -257,7 +257,7 @@ def _reporter(operation: Reports) -> tuple[Callable[..., None], list[CliParam]]:
                      help="Input files, in order." if several else "MRC or TIFF files.")
     params = [_cli_param(p) for p in operation.params_for("cli")]
 
-    def command(**given: Any) -> None:
+    def command(**given: Any) -> int | None:
         with flags_in_errors(operation):
             options = operation.options(option_values(operation, given))
         assert operation.text is not None
@@ -265,7 +265,7 @@ def _reporter(operation: Reports) -> tuple[Callable[..., None], list[CliParam]]:
             with flags_in_errors(operation):  # the report may find an option wrong for its inputs
                 results = [run.execute(operation, given["files"], None, options)]
             report.echo(_json(results[0]) if given["as_json"] else report.in_words(operation.text(results[0])))
-            return
+            return _differs(operation, results)
         paths = given["files"]
         results, failed = [], 0
         for path in paths:  # every file reported, a bad one in one line: `noa info *.mrc` gives the overview
@@ -286,8 +286,15 @@ def _reporter(operation: Reports) -> tuple[Callable[..., None], list[CliParam]]:
             report.echo(_json(results if len(results) > 1 else results[0]))
         if failed:
             raise report.BatchFailed(f"{failed} of {len(paths)} inputs failed")
+        return _differs(operation, results)
 
     return command, [files, *params, AS_JSON]
+
+
+def _differs(operation: Reports, results: list[dict]) -> int | None:
+    """Exit 1 where a check found an input inconsistent (as diff); None: the command succeeded."""
+    found = operation.differs is not None and any(operation.differs(r) for r in results if "error" not in r)
+    return report.EXIT_DIFFERENT if found else None
 
 
 def _json(value: Any) -> str:
@@ -370,11 +377,11 @@ def _editor(operation: Edits) -> tuple[Callable[..., None], list[CliParam]]:
 
 
 # The command of each kind of operation: IN OUT (or --out-dir), INPUTS... --out-dir, FILES..., FILES... --dry-run.
-BUILDERS: dict[type[Operation], Callable[[Any], tuple[Callable[..., None], list[CliParam]]]] = {
+BUILDERS: dict[type[Operation], Callable[[Any], tuple[Callable[..., int | None], list[CliParam]]]] = {
     Writes: _writer, WritesSeveral: _several_writer, Reports: _reporter, Edits: _editor}
 
 
-def describe(operation: Operation) -> tuple[Callable[..., None], list[CliParam]]:
+def describe(operation: Operation) -> tuple[Callable[..., int | None], list[CliParam]]:
     """The command function of ``operation`` and its parameters (what Typer builds ``noa NAME`` from, and what
     :func:`noa_cli.parse.read` reads a plain command line with)."""
     kind = next(kind for kind in BUILDERS if isinstance(operation, kind))

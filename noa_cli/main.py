@@ -29,7 +29,7 @@ def _call(args: list[str]) -> object:
     return app(args=args, prog_name="noa", standalone_mode=False)
 
 
-def _plain(args: list[str]) -> Callable[[], None] | None:
+def _plain(args: list[str]) -> Callable[[], int | None] | None:
     """The operation's command with its values, where ``args`` is a plain line of one operation; else None."""
     if not args or args[0].startswith("-") or "_NOA_COMPLETE" in os.environ:
         return None

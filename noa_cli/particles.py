@@ -192,6 +192,6 @@ def check(
     for line in problems:
         report.echo(line)
     if problems:
-        return report.EXIT_INTERNAL  # problems found: 1, as a test that fails (bad input is 2)
+        return report.EXIT_DIFFERENT  # problems found: 1, as diff (bad input is 2)
     report.done(f"{file}: no problems", quiet)
     return report.EXIT_OK

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from noa_core.run import FileResult
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
+EXIT_DIFFERENT = 1  # a check found its input inconsistent (as diff)
 EXIT_INTERRUPTED, EXIT_TERMINATED = 128 + signal.SIGINT, 128 + signal.SIGTERM
 
 

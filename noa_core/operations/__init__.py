@@ -59,7 +59,7 @@ __all__ = ["BUILTIN", "REQUIRED", "Choice", "Edits", "FileTask", "Flag", "Implem
 BUILTIN = ("info", "preview", "stats", "permute", "broadcast", "copy", "ewise", "split", "join", "scale", "normalize",
            "header",
            "resize", "bin", "flip", "rotx", "sections", "average", "rescale", "filter", "powerspectrum", "fsc", "mask",
-           "transform", "symmetrize", "extract", "tiltseries")  # modules of this package, in CLI order
+           "transform", "symmetrize", "extract", "tiltseries", "tiltcheck")  # modules of this package, in CLI order
 PLUGINS_VARIABLE = "NOA_OPERATIONS"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _registry: dict[str, Operation] = {}

@@ -784,11 +784,13 @@ PARTS: contextvars.ContextVar[PartsRunner | None] = contextvars.ContextVar("noa_
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Reports(Operation):
     """Reports on its input (the list of its inputs when ``max_inputs > 1``): ``report(input, options)`` gives a
-    JSON-ready dict, shown by ``text`` on the CLI and described by the ``result`` TypedDict over HTTP."""
+    JSON-ready dict, shown by ``text`` on the CLI and described by the ``result`` TypedDict over HTTP. ``differs``:
+    a check's, whether a result found its input inconsistent; the CLI then exits 1, as diff does."""
 
     report: ReportFunction
     text: Callable[[dict], str]
     result: type | None = None
+    differs: Callable[[dict], bool] | None = None
 
     def describe(self, path: str | Path | Sequence[str | Path], values: Mapping[str, Any] | None = None,
                  **more: Any) -> dict:

@@ -73,10 +73,25 @@ def read(path: Path) -> TiltSeries:
     that is not a tilt series of images: no TiltAngle, a ZValue repeated or missing, pixel sizes that differ, a
     montage's or a frame set's mdoc."""
     size = path.stat().st_size
+    check_size(path, size)
+    series = parse(path, path.read_bytes())
+    differing = pixel_size_disagreement(series)
+    if differing is not None:
+        raise FileFormatError(f"{series.path}: {differing[1]}")
+    return series
+
+
+def check_size(path: Path, size: int) -> None:
+    """FileFormatError where ``size`` (bytes) is more than any mdoc's: it is never read whole."""
     if size > MAX_MDOC_BYTES:
         raise FileFormatError(f"{path}: {size} bytes: larger than any mdoc ({MAX_MDOC_BYTES >> 20} MiB at most)")
+
+
+def parse(path: Path, data: bytes) -> TiltSeries:
+    """The tilt series of the mdoc ``data`` (named ``path`` in messages), as :func:`read`, its sections' pixel sizes
+    not compared (:func:`pixel_size_disagreement`): the first given is the series'."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise FileFormatError(f"{path}: byte {exc.start}: not text; SerialEM's mdoc is text") from None
     lines = [line.strip() for line in text.splitlines()]
@@ -114,7 +129,7 @@ def read(path: Path) -> TiltSeries:
     tilts = [_tilt(path, by_z[z]) for z in range(len(by_z))]
     image_file = PureWindowsPath(str(header.ImageFile)).name if header.ImageFile is not None else None
     return TiltSeries(path, [head[i] for i in find_title_entries(head)], header, tilts,
-                      _pixel_size(path, header, tilts), image_file, header.ImageSize)
+                      _pixel_size(header, tilts), image_file, header.ImageSize)
 
 
 def _why(exc: ValueError) -> str:
@@ -146,19 +161,33 @@ def _time(text: str | None) -> datetime.datetime | None:
     return None
 
 
-def _pixel_size(path: Path, header: MdocGlobalData, tilts: list[Tilt]) -> float | None:
-    """The one pixel size of the series: every section's PixelSpacing and the header's agree (to 0.01%)."""
-    given = [(f"[ZValue = {t.z}]", t.record.PixelSpacing) for t in tilts if t.record.PixelSpacing]
-    if header.PixelSpacing:
-        given.insert(0, ("the header", header.PixelSpacing))
+def _pixel_sizes(header: MdocGlobalData, tilts: list[Tilt]) -> list[tuple[int | None, float]]:
+    """Every PixelSpacing the mdoc gives, by the ZValue of its section: its header's (None) first."""
+    given: list[tuple[int | None, float]] = [(t.z, float(t.record.PixelSpacing)) for t in tilts
+                                             if t.record.PixelSpacing]
+    return [(None, float(header.PixelSpacing)), *given] if header.PixelSpacing else given
+
+
+def _pixel_size(header: MdocGlobalData, tilts: list[Tilt]) -> float | None:
+    """The pixel size of the series: the first PixelSpacing given (:func:`pixel_size_disagreement` says whether the
+    others agree)."""
+    given = _pixel_sizes(header, tilts)
+    return given[0][1] if given else None
+
+
+def pixel_size_disagreement(series: TiltSeries) -> tuple[int | None, str] | None:
+    """The first section (its ZValue; None: the header) whose PixelSpacing differs from the first given (to 0.01%),
+    and that in words naming both; None: they agree, as the images of a tilt series do."""
+    given = _pixel_sizes(series.header, series.tilts)
     if not given:
         return None
-    (first_where, first), *others = given
-    for where, value in others:
+    named = lambda z: "the header" if z is None else f"[ZValue = {z}]"  # noqa: E731
+    (first_z, first), *others = given
+    for z, value in others:
         if not math.isclose(value, first, rel_tol=1e-4):
-            raise FileFormatError(f"{path}: {where}: PixelSpacing {value:g} Å, and {first:g} Å in {first_where}: "
-                                  "the images of a tilt series share one pixel size")
-    return float(first)
+            return z, (f"{named(z)}: PixelSpacing {value:g} Å, and {first:g} Å in {named(first_z)}: the images of a "
+                       "tilt series share one pixel size")
+    return None
 
 
 # -- what the tilts are ---------------------------------------------------------------------------------------
@@ -193,13 +222,20 @@ def pre_exposure(series: TiltSeries, dose_per_tilt: float | None) -> tuple[np.nd
     return doses, None
 
 
+def axis_in(text: str) -> float | None:
+    """The tilt axis angle a title or an MRC label gives ('Tilt axis angle = 85.3', as SerialEM, IMOD and noa write
+    it), or None."""
+    found = _TILT_AXIS_TITLE.search(text)
+    return float(found.group(1)) if found else None
+
+
 def tilt_axis(series: TiltSeries) -> tuple[float, str] | None:
     """The tilt axis angle (degrees) and where it comes from: the title SerialEM writes ('Tilt axis angle = 85.3'),
     else the sections' RotationAngle less 90 (SerialEM's relation between them); None: neither is there."""
     for title in series.titles:
-        found = _TILT_AXIS_TITLE.search(title)
-        if found:
-            return float(found.group(1)), "the mdoc's 'Tilt axis angle'"
+        axis = axis_in(title)
+        if axis is not None:
+            return axis, "the mdoc's 'Tilt axis angle'"
     rotation = series.tilts[0].record.RotationAngle
     if rotation is None:
         return None
