@@ -1,11 +1,15 @@
 """A tilt series as SerialEM's ``.mdoc`` describes it: one tilt per ``[ZValue = k]`` section (its angle, dose and
-acquisition time, section k of the stack the mdoc describes), their order (by angle, or as acquired), which are
+acquisition time, section k of the stack the mdoc describes, or the sum of the frames its SubFramePath names), their
+order (by angle, or as acquired), which are
 left out and why, the dose each had received before its exposure, the tilt axis and the pixel size; and the files
 written beside a stack: IMOD's ``.rawtlt``/``.tlt``, an mdoc whose sections follow the stack, RELION 5's tilt-series
 STAR.
 
 The mdoc is read with mdocfile's models (teamtomo), a section at a time, so that a value it cannot read is named
-with its section; everything it does not model is kept and written back."""
+with its section; everything it does not model is kept and written back. Its dialects: sections in any order
+(PACEtomo sorts them; the ZValue says which tilt each is), a frame tilt series' ``[FrameSet = k]`` sections (they
+describe frames files, not the stack's sections: left aside, not written back), SerialEM's fields of any version
+(those mdocfile does not model are kept as text); a montage's (``Montage = 1``, ``[MontSection = k]``) is refused."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import itertools
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 
@@ -34,6 +38,7 @@ SAME_ANGLE = 0.01  # degrees: two tilts closer than this are one angle taken twi
 ORDERS = ("angle", "acquisition")
 _TILT_AXIS_TITLE = re.compile(r"Tilt axis angle\s*=\s*([-+]?[0-9.]+(?:[eE][-+]?\d+)?)")
 _DATE_FORMATS = ("%d-%b-%y %H:%M:%S", "%d-%b-%Y %H:%M:%S")  # SerialEM's '30-Nov-15  15:21:38'
+_MONTAGE = "a montage's mdoc (the pieces of one image): a montage is not a tilt series"
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,17 @@ class TiltSeries:
     def where(self, z: int) -> str:
         """How a message names tilt ``z``: the file and its section."""
         return f"{self.path}: [ZValue = {z}]"
+
+    def frames_stem(self, z: int) -> str:
+        """The name of tilt ``z``'s frames file without its extension (SubFramePath, a path of SerialEM's Windows
+        machine: the name after its last '\\' or '/'), after which MotionCor2, RELION and Warp name the frames'
+        sum; FileFormatError where the section names no frames."""
+        frames = self.tilts[z].record.SubFramePath
+        if frames is None or not PureWindowsPath(str(frames)).name:
+            raise FileFormatError(f"{self.where(z)}: no SubFramePath: the mdoc names no frames to find this tilt's "
+                                  "sum by")
+        name = PureWindowsPath(str(frames)).name
+        return name.rsplit(".", 1)[0] if "." in name else name
 
 
 # -- reading ------------------------------------------------------------------------------------------------
@@ -102,18 +118,20 @@ def parse(path: Path, data: bytes) -> TiltSeries:
     except ValueError as exc:  # pydantic's ValidationError, or a line that is not 'Name = value'
         raise FileFormatError(f"{path}: header: {_why(exc)}") from None
     if header.Montage:
-        raise FileFormatError(f"{path}: Montage = 1: a montage's mdoc (the pieces of one image), not a tilt series")
+        raise FileFormatError(f"{path}: Montage = 1: {_MONTAGE}")
     records = []
     for start, end in zip(starts, [*starts[1:], len(lines)]):
+        if lines[start].startswith("[MontSection ="):
+            raise FileFormatError(f"{path}: {lines[start]}: {_MONTAGE}")
+        if lines[start].startswith("[FrameSet ="):  # a frames file's record, not a section of the stack
+            continue
         try:
             records.append(MdocSectionData.from_lines(lines[start:end]))
         except ValueError as exc:
             raise FileFormatError(f"{path}: {lines[start]}: {_why(exc)}") from None
-    for record, start in zip(records, starts):
-        if record.ZValue is None:
-            kind = "a frame set's mdoc (the frames of one exposure)" if record.FrameSet is not None else \
-                "a montage's mdoc (the pieces of one image)"
-            raise FileFormatError(f"{path}: {lines[start]}: {kind}, not a tilt series")
+    if not records and starts:
+        raise FileFormatError(f"{path}: {lines[starts[0]]}: a frame set's mdoc (the frames of one exposure), not a "
+                              "tilt series")
     if not records:
         raise FileFormatError(f"{path}: no [ZValue = k] section: not the mdoc of a tilt series")
     by_z: dict[int, MdocSectionData] = {}
@@ -243,19 +261,19 @@ def tilt_axis(series: TiltSeries) -> tuple[float, str] | None:
 
 
 def excluded(series: TiltSeries, views: Sequence[int], max_angle: float | None, dark: float | None,
-             means: Sequence[float] | None) -> dict[int, str]:
+             means: Mapping[int, float] | None) -> dict[int, str]:
     """The tilts left out (ZValue -> why, the first reason that applies): ``views`` (ZValues), angles beyond
-    ``max_angle`` degrees either way, tilts whose mean is below ``dark`` times the median of every tilt's mean
-    (``means``, by ZValue)."""
+    ``max_angle`` degrees either way, tilts whose mean is below ``dark`` times the median of the ``means`` given
+    (ZValue -> the tilt's mean: those not left out otherwise)."""
     out: dict[int, str] = {}
     for z in views:
         out.setdefault(z, f"view {z + 1} excluded")
     for t in series.tilts:
         if max_angle is not None and abs(t.angle) > max_angle:
             out.setdefault(t.z, f"{t.angle:g}° is beyond {max_angle:g}°")
-    if dark is not None and means is not None:
-        median = float(np.median(means))
-        for z, mean in enumerate(means):
+    if dark is not None and means:
+        median = float(np.median(list(means.values())))
+        for z, mean in means.items():
             if mean < dark * median:
                 out.setdefault(z, f"mean {mean:.4g} below {dark:g} x the median {median:.4g} (dark)")
     return out

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import starfile
+import tifffile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mdocfile.data_models import MdocGlobalData, MdocSectionData
@@ -86,16 +87,77 @@ def test_a_real_mdoc_reads_as_mdocfile_reads_it():
     assert axis == pytest.approx(table["RotationAngle"][0] - 90)
 
 
-@pytest.mark.parametrize(("name", "words"), [
-    ("frame_set_single.mdoc", "[FrameSet = 0]: a frame set's mdoc (the frames of one exposure), not a tilt series"),
-    ("frame_set_multiple.mdoc", "[FrameSet = 0]: a frame set's mdoc"),
-    ("montage_section.mdoc", "Montage = 1: a montage's mdoc"),
+@pytest.mark.parametrize(("name", "edit", "words"), [
+    ("frame_set_single.mdoc", None, "[FrameSet = 0]: a frame set's mdoc (the frames of one exposure), not a tilt "
+     "series"),
+    ("montage_section.mdoc", None, "Montage = 1: a montage's mdoc (the pieces of one image): a montage is not a tilt "
+     "series"),
+    # a montage's overview section alone tells it, whatever the header says
+    ("montage_section.mdoc", ("Montage = 1\n", ""), "[MontSection = 0]: a montage's mdoc (the pieces of one image): "
+     "a montage is not a tilt series"),
 ])
-def test_other_dialects_are_named_not_misread(name, words):
+def test_other_dialects_are_named_not_misread(tmp_path, name, edit, words):
     """mdocfile reads these real mdocs too (a frame set, a montage): they are not tilt series of images."""
-    assert len(mdocfile.read(MDOCS / name)) > 0
-    with pytest.raises(FileFormatError, match=re.escape(words)):
-        tiltseries.read(MDOCS / name)
+    path = tmp_path / name
+    text = (MDOCS / name).read_text()
+    path.write_text(text if edit is None else text.replace(*edit))
+    assert len(mdocfile.read(path)) > 0
+    with pytest.raises(FileFormatError, match=re.escape(f"{path}: {words}")):
+        tiltseries.read(path)
+
+
+def test_a_frame_tilt_series_reads_its_zvalue_sections_and_leaves_its_frame_sets_aside(tmp_path):
+    """SerialEM's frame tilt series (real, mdocfile's test data): [FrameSet = k] sections describe the frames files,
+    [ZValue = k] sections the tilts; its tilts are mdocfile's ZValue rows, its dose their PriorRecordDose. All at
+    33°, they make no tilt series: one line says so, nothing written."""
+    path = MDOCS / "frame_set_multiple.mdoc"
+    table = mdocfile.read(path)
+    tilts = table[table["ZValue"].notna()].sort_values("ZValue")
+    read = tiltseries.read(path)
+    assert [t.z for t in read.tilts] == tilts["ZValue"].astype(int).tolist() == list(range(20))
+    assert [t.angle for t in read.tilts] == tilts["TiltAngle"].tolist()
+    doses, source = tiltseries.pre_exposure(read, None)
+    np.testing.assert_array_equal(doses, tilts["PriorRecordDose"].to_numpy())
+    assert source == "PriorRecordDose"
+    shutil.copy(path, tmp_path / "FTS.mrc.mdoc")
+    write_mrc(tmp_path / "FTS.mrc", np.zeros((20, HEIGHT, WIDTH), np.float32), stack=True, voxel_size=1.2827)
+    before = listing(tmp_path)
+    assert_user_error(noa("tiltseries", "FTS.mrc.mdoc", "--tilt-axis", "0", "-o", "TS.st", cwd=tmp_path),
+                      "FTS.mrc.mdoc: [ZValue = 1]: TiltAngle 33, and 33 at [ZValue = 0]: one angle taken twice")
+    assert listing(tmp_path) == before
+
+
+def test_pacetomos_sorted_sections_and_newer_fields_build_what_the_mdoc_in_zvalue_order_builds(tmp_path, series):
+    """PACEtomo writes the sections sorted by angle, each keeping its ZValue (the stack's section): the same tilt
+    series as the real mdoc's ZValue order. Fields of later SerialEM versions that mdocfile does not model (here
+    those of mdocfile's real 2021 frame-set mdoc) are kept with their tilt in the mdoc written."""
+    text = (tmp_path / "TS_01.mrc.mdoc").read_text()
+    newer = {"OperatingMode": "1", "CountsPerElectron": "1", "UncroppedSize": "-2880 -2046",
+             "GainReference": "SuperRef_s_mmm_00000_-15.0_Oct08_01.59.24.dm4"}
+    for z in range(TILTS):
+        for field, value in newer.items():
+            text = edit_section(text, z, field, value if field != "CountsPerElectron" else str(z + 1))
+    head, *sections = re.split(r"\n(?=\[ZValue = )", text.rstrip("\n"))
+    angles = [float(re.search(r"TiltAngle = (\S+)", section).group(1)) for section in sections]
+    by_angle = [sections[i] for i in np.argsort(angles)]
+    sorted_mdoc = tmp_path / "sorted" / "TS_01.mrc.mdoc"
+    sorted_mdoc.parent.mkdir()
+    sorted_mdoc.write_text("\n".join([head, *by_angle]) + "\n")
+    shutil.copy(tmp_path / "TS_01.mrc", tmp_path / "sorted" / "TS_01.mrc")
+    assert mdocfile.read(sorted_mdoc)["ZValue"].tolist() == np.argsort(angles).tolist()  # not in ZValue order
+    (tmp_path / "TS_01.mrc.mdoc").write_text(text)
+    for folder in (tmp_path, tmp_path / "sorted"):
+        done = noa("tiltseries", "TS_01.mrc.mdoc", "-o", "TS.st", cwd=folder)
+        assert done.returncode == 0, done.stderr
+    for name in ("TS.st", "TS.rawtlt", "TS.star", "TS.st.mdoc"):
+        assert (tmp_path / name).read_bytes() == (tmp_path / "sorted" / name).read_bytes(), name
+    order = np.argsort(angles)
+    np.testing.assert_array_equal(mrcfile.read(tmp_path / "sorted" / "TS.st"), series[order])
+    written = mdocfile.read(tmp_path / "sorted" / "TS.st.mdoc")
+    assert written["CountsPerElectron"].astype(int).tolist() == (order + 1).tolist()
+    for field, value in newer.items():
+        if field != "CountsPerElectron":
+            assert set(written[field]) == {value}, field
 
 
 def test_pre_exposure_from_exposure_dose_in_datetime_order_and_from_prior_record_dose(tmp_path):
@@ -283,3 +345,162 @@ def test_paths_mode_builds_under_the_data_root_and_refuses_a_stack_outside(tmp_p
     assert refused.status_code in (400, 403), refused.text
     assert "ts/TS_01.mrc.mdoc: ImageFile: the stack TS_01.mrc" in refused.json()["detail"]
     assert not any(p.name.startswith("again") for p in (root / "out").iterdir())
+
+
+# -- per-tilt images: the sums of each tilt's frames -----------------------------------------------------------
+
+
+def frames_stems(mdoc: Path) -> list[str]:
+    """Each tilt's frames file (SubFramePath, a Windows path), by ZValue, without its folder and extension."""
+    return [Path(str(p).replace("\\", "/")).stem for p in mdoc_table(mdoc)["SubFramePath"]]
+
+
+@pytest.fixture()
+def sums(tmp_path) -> np.ndarray:
+    """tmp_path/TS_01.mdoc (the real mdoc; no stack) and MotionCorr/, the sum of each tilt's frames named after them
+    (TS_01_000_0.0.mrc ...): float32, even ZValues MRC (mrcfile, 5.4 Å), odd ones TIFF (tifffile); returns them by
+    ZValue."""
+    mdoc = real_mdoc(tmp_path).rename(tmp_path / "TS_01.mdoc")
+    (tmp_path / "MotionCorr").mkdir()
+    data = np.random.default_rng(7).normal(100, 10, (TILTS, HEIGHT, WIDTH)).astype(np.float32)
+    for z, stem in enumerate(frames_stems(mdoc)):
+        if z % 2:
+            tifffile.imwrite(tmp_path / "MotionCorr" / f"{stem}.tif", data[z])
+        else:
+            write_mrc(tmp_path / "MotionCorr" / f"{stem}.mrc", data[z], voxel_size=5.4)
+    return data
+
+
+def read_sum(path: Path) -> np.ndarray:
+    return mrcfile.read(path) if path.suffix == ".mrc" else tifffile.imread(path)
+
+
+def test_the_sums_of_each_tilts_frames_make_the_stack_in_angle_order(tmp_path, sums):
+    """Each section of the stack is its tilt's sum as mrcfile/tifffile read it, in angle order; a tilt excluded
+    needs no sum; the files beside it follow (mdocfile, starfile, NumPy)."""
+    stems = frames_stems(tmp_path / "TS_01.mdoc")
+    (tmp_path / "MotionCorr" / f"{stems[2]}.mrc").unlink()  # view 3, excluded
+    done = noa("tiltseries", "TS_01.mdoc", "--images", "MotionCorr", "--exclude", "3", "-o", "TS.st", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    table = mdoc_table(tmp_path / "TS_01.mdoc")
+    order = table.drop(index=2).sort_values("TiltAngle")["ZValue"].to_numpy()
+    files = sorted((tmp_path / "MotionCorr").iterdir())
+    by_stem = {path.stem: read_sum(path) for path in files}
+    with mrcfile.open(tmp_path / "TS.st") as out:
+        np.testing.assert_array_equal(out.data, np.stack([by_stem[stems[z]] for z in order]))
+        assert out.voxel_size.x == pytest.approx(5.4)
+    np.testing.assert_array_equal(np.loadtxt(tmp_path / "TS.rawtlt"), table["TiltAngle"].to_numpy()[order])
+    written = mdocfile.read(tmp_path / "TS.st.mdoc")
+    assert [str(p) for p in written["SubFramePath"]] == [str(p) for p in table["SubFramePath"][order]]
+    assert starfile.read(tmp_path / "TS.star")["rlnMicrographName"].tolist()[-1] == f"{len(order):06d}@TS.st"
+    assert listing(tmp_path / "MotionCorr") == [p.name for p in files]  # the sums untouched
+
+
+def replace_sum(z: int, data: np.ndarray, *, voxel_size: float | None = 5.4, suffix: str = ".mrc"):
+    def spoil(folder: Path) -> None:
+        stem = frames_stems(folder / "TS_01.mdoc")[z]
+        for old in (folder / "MotionCorr").glob(f"{stem}.*"):
+            old.unlink()
+        if suffix == ".mrc":
+            write_mrc(folder / "MotionCorr" / f"{stem}.mrc", data, voxel_size=voxel_size)
+        else:
+            tifffile.imwrite(folder / "MotionCorr" / f"{stem}{suffix}", data)
+    return spoil
+
+
+def no_sum(folder: Path) -> None:
+    (folder / "MotionCorr" / f"{frames_stems(folder / 'TS_01.mdoc')[4]}.mrc").unlink()
+
+
+@pytest.mark.parametrize(("spoil", "fragments"), [
+    (no_sum, ["TS_01.mdoc: [ZValue = 4]: no sum of its frames TS_01_004_6.0 in MotionCorr (MotionCorr/"
+              "TS_01_004_6.0.mrc, MotionCorr/TS_01_004_6.0.tif, MotionCorr/TS_01_004_6.0.tiff)"]),
+    (replace_sum(6, np.zeros((HEIGHT, WIDTH + 2), np.float32)),
+     ["TS_01.mdoc: [ZValue = 6]: the sum MotionCorr/TS_01_006_", "26 x 20, and the mdoc's ImageSize is 24 x 20"]),
+    (replace_sum(8, np.zeros((HEIGHT, WIDTH), np.float32), voxel_size=2.7),
+     ["TS_01.mdoc: [ZValue = 8]: the sum MotionCorr/TS_01_008_", "pixel size 2.7 Å, and 5.4 Å in the mdoc's "
+      "PixelSpacing"]),
+    (replace_sum(10, np.zeros((3, HEIGHT, WIDTH), np.float32)),
+     ["TS_01.mdoc: [ZValue = 10]: the sum MotionCorr/TS_01_010_", "3 images (1 x 3), a stack; a tilt's sum is one "
+      "2-d image"]),
+    (replace_sum(3, np.zeros((2, HEIGHT, WIDTH), np.float32), suffix=".tif"),
+     ["TS_01.mdoc: [ZValue = 3]: the sum MotionCorr/TS_01_003_", ".tif: 2 images", "a stack"]),
+    (replace_sum(5, np.zeros((HEIGHT, WIDTH), np.complex64), suffix=".tiff"),
+     ["TS_01.mdoc: [ZValue = 5]: the sum MotionCorr/TS_01_005_", ".tiff: complex values"]),
+    (edited("SubFramePath", 7, None), ["TS_01.mdoc: [ZValue = 7]: no SubFramePath"]),
+])
+def test_bad_sums_are_one_line_naming_the_section_and_the_file_and_nothing_is_written(tmp_path, spoil, fragments,
+                                                                                      sums):
+    (tmp_path / "TS_01.mrc.mdoc").unlink(missing_ok=True)
+    if spoil.__name__ == "edit":  # edited() edits TS_01.mrc.mdoc
+        (tmp_path / "TS_01.mdoc").rename(tmp_path / "TS_01.mrc.mdoc")
+        spoil(tmp_path)
+        (tmp_path / "TS_01.mrc.mdoc").rename(tmp_path / "TS_01.mdoc")
+    else:
+        spoil(tmp_path)
+    before = listing(tmp_path)
+    assert_user_error(noa("tiltseries", "TS_01.mdoc", "--images", "MotionCorr", "-o", "TS.st", cwd=tmp_path),
+                      *fragments)
+    assert listing(tmp_path) == before
+
+
+def test_sums_of_two_sizes_are_refused_without_an_image_size(tmp_path, sums):
+    """Where the mdoc gives no ImageSize and no PixelSpacing, the sums are held to the first one's."""
+    path = tmp_path / "TS_01.mdoc"
+    path.write_text("\n".join(line for line in path.read_text().split("\n")
+                              if not line.startswith(("ImageSize", "PixelSpacing"))))
+    replace_sum(12, np.zeros((HEIGHT + 1, WIDTH), np.float32))(tmp_path)
+    assert_user_error(noa("tiltseries", "TS_01.mdoc", "--images", "MotionCorr", "-o", "TS.st", cwd=tmp_path),
+                      "TS_01.mdoc: [ZValue = 12]: the sum MotionCorr/TS_01_012_",
+                      "24 x 21, and 24 x 20 in MotionCorr/TS_01_000_0.0.mrc ([ZValue = 0])")
+    replace_sum(12, np.zeros((HEIGHT, WIDTH), np.float32), voxel_size=1.0)(tmp_path)
+    assert_user_error(noa("tiltseries", "TS_01.mdoc", "--images", "MotionCorr", "-o", "TS.st", cwd=tmp_path),
+                      "pixel size 1 Å, and 5.4 Å in MotionCorr/TS_01_000_0.0.mrc ([ZValue = 0])")
+    assert not (tmp_path / "TS.st").exists()
+
+
+def test_paths_mode_opens_each_sum_beneath_the_data_root_within_the_voxel_limit(tmp_path, make_client):
+    root = tmp_path / "root"
+    (root / "ts" / "MotionCorr").mkdir(parents=True)
+    (root / "out").mkdir()
+    mdoc = real_mdoc(root / "ts").rename(root / "ts" / "TS_01.mdoc")
+    stems = frames_stems(mdoc)
+    data = np.arange(TILTS * HEIGHT * WIDTH, dtype=np.float32).reshape(TILTS, HEIGHT, WIDTH)
+    for z, stem in enumerate(stems):
+        write_mrc(root / "ts" / "MotionCorr" / f"{stem}.mrc", data[z], voxel_size=5.4)
+    body = {"srcs": ["ts/TS_01.mdoc"], "dst": "out/TS.st", "images": "ts/MotionCorr"}
+    response = make_client(data_root=root).post("/v1/paths/tiltseries", json=body)
+    assert response.status_code == 201, response.text
+    order = mdoc_table(mdoc).sort_values("TiltAngle")["ZValue"].to_numpy()
+    np.testing.assert_array_equal(mrcfile.read(root / "out" / "TS.st"), data[order])
+    # a sum over the service's voxel limit: refused naming it
+    limited = make_client(data_root=root, max_voxels=HEIGHT * WIDTH - 1).post(
+        "/v1/paths/tiltseries", json={**body, "dst": "out/limited.st"})
+    assert limited.status_code == 422, limited.text
+    assert f"ts/MotionCorr/{stems[0]}.mrc: shape (1, 1, {HEIGHT}, {WIDTH})" in limited.json()["detail"]
+    # a sum that is a link to a file outside the data root: refused, naming its section and the sum
+    outside = root / "ts" / "MotionCorr" / f"{stems[9]}.mrc"
+    shutil.move(outside, tmp_path / "outside.mrc")
+    outside.symlink_to(tmp_path / "outside.mrc")
+    refused = make_client(data_root=root).post("/v1/paths/tiltseries", json={**body, "dst": "out/again.st"})
+    assert refused.status_code in (400, 403), refused.text
+    assert f"ts/TS_01.mdoc: [ZValue = 9]: the sum ts/MotionCorr/{stems[9]}.mrc" in refused.json()["detail"]
+    assert sorted(p.name for p in (root / "out").iterdir()) == ["TS.rawtlt", "TS.st", "TS.st.mdoc", "TS.star",
+                                                                "TS.tlt"]
+
+
+def test_a_dark_sum_is_left_out_against_the_median_of_the_sums_kept_by_angle(tmp_path, sums):
+    stems = frames_stems(tmp_path / "TS_01.mdoc")
+    dark = sums[11] / 10
+    tifffile.imwrite(tmp_path / "MotionCorr" / f"{stems[11]}.tif", dark)  # a shuttered tilt (ZValue 11 is odd: TIFF)
+    done = noa("tiltseries", "TS_01.mdoc", "--images", "MotionCorr", "--max-angle", "50", "--exclude-dark", "0.3",
+               "-o", "TS.st", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    table = mdoc_table(tmp_path / "TS_01.mdoc")
+    by_angle = table[table["TiltAngle"].abs() <= 50]["ZValue"].to_numpy()
+    means = {z: float(read_sum(next((tmp_path / "MotionCorr").glob(f"{stems[z]}.*"))).mean()) for z in by_angle}
+    median = np.median(list(means.values()))
+    assert [z for z, mean in means.items() if mean < 0.3 * median] == [11]
+    kept = table[table["ZValue"].isin(by_angle) & (table["ZValue"] != 11)].sort_values("TiltAngle")["ZValue"]
+    np.testing.assert_array_equal(mrcfile.read(tmp_path / "TS.st"), sums[kept.to_numpy()])
+    assert "[ZValue = 11] (view 12, " in done.stderr and "(dark)" in done.stderr

@@ -1,24 +1,30 @@
-"""noa tiltseries: the mdoc read and checked (noa_core.tomography.tiltseries), the stack it describes opened where
-the mdoc lies (through the project, so that over HTTP it is opened beneath the data root), the tilts excluded and
-ordered, then the stack copied section by section into its output in that order and the files beside it written;
-every file placed together, or none.
+"""noa tiltseries: the mdoc read and checked (noa_core.tomography.tiltseries), the tilts' images opened through the
+project (so that over HTTP they are opened beneath the data root): the stack the mdoc describes, where the mdoc lies,
+or each tilt's motion-corrected sum, found in a folder by its frames' name; the tilts excluded and ordered, then the
+images copied section by section into the output in that order and the files beside it written; every file placed
+together, or none.
 
-Everything is checked before anything is written: the mdoc, the stack (enough sections, the mdoc's image size and
-pixel size), the exclusions and the output names (none of them an input)."""
+Everything is checked before anything is written: the mdoc, the images (the stack's sections, or each sum one 2-d
+image within the voxel limit; the mdoc's image size and pixel size), the exclusions and the output names (none of
+them an input)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import posixpath
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from noa_core import limits
 from noa_core.array import layout
 from noa_core.compute.moments import RunningStatistics
-from noa_core.errors import FileFormatError, NoaError, ParameterError, ShapeError, param
-from noa_core.images import stacks, statistics
+from noa_core.errors import FileFormatError, MissingFileError, NoaError, ParameterError, ShapeError, param
+from noa_core.images import stacks
 from noa_core.io import atomic, formats, mapped, mrc, star, stream
 from noa_core.io.metadata import Metadata
 from noa_core.io.particles import Project, folder_projects
@@ -27,6 +33,7 @@ from noa_core.operations.spec import Inputs, Options
 from noa_core.tomography import tiltseries
 from noa_core.tomography.tiltseries import TiltSeries
 
+SUM_SUFFIXES = (".mrc", ".tif", ".tiff")  # a tilt's sum, named after its frames: MotionCor2's and RELION's .mrc
 STACK_NAMES = (".mrc", ".st")  # the stack beside TS.mdoc when the mdoc names none there: TS.mrc, TS.st
 AXIS_LABEL = "Tilt axis angle"  # the MRC label IMOD and SerialEM read the tilt axis from
 
@@ -39,53 +46,56 @@ def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progr
         raise FileFormatError(f"{output}: a tilt series is an MRC stack ({', '.join(mrc.EXTENSIONS)}, e.g. .st)")
     series = tiltseries.read(inputs[0])
     project = (inputs.projects or folder_projects)(options.project_dir)
-    notices: list[str] = []
-    fd, stack_name = _open_stack(series, project)
-    try:
-        return _build(series, Path(f"/proc/self/fd/{fd}"), stack_name, project, output, options, overwrite,
-                      progress, notices)
-    finally:
-        os.close(fd)
-
-
-def _build(series: TiltSeries, stack: Path, stack_name: str, project: Project, output: Path, options: Options,
-           overwrite: bool, progress, notices: list[str]) -> dict:
-    array = _stack_array(series, stack, stack_name)
     count = len(series.tilts)
-    if array.shape[0] > count:
-        notices.append(f"{stack_name}: {array.shape[0]} sections, the mdoc describes {count}: the others are left out")
+    views = [] if options.exclude is None else list(stacks.parse_ranges(options.exclude, count, "exclude", first=1))
+    by_view_or_angle = tiltseries.excluded(series, views, options.max_angle, None, None)
+    with contextlib.ExitStack() as opened:
+        if options.images is None:
+            fd, stack_name = _open_stack(series, project)
+            opened.callback(os.close, fd)
+            images = _stack_images(series, Path(f"/proc/self/fd/{fd}"), stack_name)
+        else:  # only the sums of tilts not left out by view or angle need be there
+            images = _sum_images(series, project, options.images,
+                                 [z for z in range(count) if z not in by_view_or_angle], opened)
+        return _build(series, images, project, output, options, overwrite, progress, views, by_view_or_angle)
+
+
+def _build(series: TiltSeries, images: Images, project: Project, output: Path, options: Options, overwrite: bool,
+           progress, views: list[int], by_view_or_angle: dict[int, str]) -> dict:
+    notices = list(images.notices)
+    count = len(series.tilts)
     axis = _tilt_axis(series, options, notices)
     doses, dose_source = tiltseries.pre_exposure(series, options.dose_per_tilt)
     notices.append(f"pre-exposure from {dose_source}" if dose_source is not None else
                    f"{series.path}: no dose in the mdoc (ExposureDose 0 or missing, no PriorRecordDose): every "
                    f"pre-exposure is 0; give {param('dose_per_tilt')}")
-    views = [] if options.exclude is None else list(stacks.parse_ranges(options.exclude, count, "exclude", first=1))
     means = None
-    if options.exclude_dark is not None:
-        sections = array[:count]
-        means = [stats.result().mean or 0.0 for stats in statistics.section_statistics(sections)]
+    if options.exclude_dark is not None:  # the median of the tilts not left out by view or angle
+        with mapped.scratch_buffers():
+            means = {z: RunningStatistics.of(mapped.read_view(images.section(z))).result().mean or 0.0
+                     for z in range(count) if z not in by_view_or_angle}
     left_out = tiltseries.excluded(series, views, options.max_angle, options.exclude_dark, means)
     notices.extend(f"{series.where(z)} (view {z + 1}, {series.tilts[z].angle:g}°) left out: {why}"
                    for z, why in sorted(left_out.items()))
     kept = [z for z in range(count) if z not in left_out]
     if not kept:
-        raise FileFormatError(f"{series.path}: all {count} tilts are excluded; nothing would be left to write")
+        raise _all_excluded(series)
     order = tiltseries.stack_order(series, kept, options.order)
     outputs = _outputs(output)
-    _check_outputs([output, *outputs.values()], [series.path, stack], overwrite)
+    _check_outputs([output, *outputs.values()], [series.path, *images.files], overwrite)
     stack_named = project.name_of(output)  # how the STAR names it (refused outside the project folder)
     temps: list[atomic.TemporaryOutput] = []
     try:
         temps.append(atomic.TemporaryOutput(output, overwrite))
-        _copy_sections(array, order, series, axis, temps[0], options, progress)
+        _copy_sections(images, order, axis, temps[0], options, progress)
         texts = {
             outputs["rawtlt"]: tiltseries.angles_text(series, order),
             outputs["tlt"]: tiltseries.angles_text(series, order),
             outputs["mdoc"]: tiltseries.mdoc_text(series, order, output.name, axis)}
         for path, text in texts.items():
             temps.append(star.prepared(path, [text.encode()], overwrite))
-        images = [f"{i + 1:06d}@{stack_named}" for i in range(len(order))]
-        star_text = tiltseries.relion_star(series, order, images, axis, doses, output.name)
+        names = [f"{i + 1:06d}@{stack_named}" for i in range(len(order))]
+        star_text = tiltseries.relion_star(series, order, names, axis, doses, output.name)
         temps.append(star.prepared(outputs["star"], star_text, overwrite))
         atomic.commit_together(temps)
     except BaseException:
@@ -95,6 +105,28 @@ def _build(series: TiltSeries, stack: Path, stack_name: str, project: Project, o
     notices.append(f"{len(order)} of {count} tilts, {options.order} order, tilt axis {axis:g}°; beside {output.name}: "
                    f"{', '.join(path.name for path in outputs.values())}")
     return {"output": str(output), "notices": notices}
+
+
+def _all_excluded(series: TiltSeries) -> FileFormatError:
+    return FileFormatError(f"{series.path}: all {len(series.tilts)} tilts are excluded; nothing would be left to write")
+
+
+# -- the tilts' images ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Images:
+    """The tilts' images, checked against the mdoc: ``section(z)``, tilt z's image (1, 1, height, width) read
+    lazily (a mapped file's view, or one image decoded: one in memory at a time); their size, element type and
+    pixel size; the files opened (no output may be one) and what was said of them."""
+
+    section: Callable[[int], np.ndarray]
+    height: int
+    width: int
+    dtype: np.dtype
+    pixel_size: float | None
+    files: list[Path]
+    notices: list[str]
 
 
 # -- the stack the mdoc describes --------------------------------------------------------------------------
@@ -125,7 +157,7 @@ def _open_stack(series: TiltSeries, project: Project) -> tuple[int, str]:
                           "of the tilts it describes")
 
 
-def _stack_array(series: TiltSeries, stack: Path, stack_name: str):
+def _stack_images(series: TiltSeries, stack: Path, stack_name: str) -> Images:
     """The stack read lazily as sections, checked against the mdoc: a section for every ZValue, its image size and
     pixel size; errors name the stack as the mdoc does, not by its descriptor."""
     try:
@@ -146,7 +178,79 @@ def _stack_array(series: TiltSeries, stack: Path, stack_name: str):
     if series.pixel_size is not None and header_pixel and not np.isclose(header_pixel, series.pixel_size, rtol=1e-3):
         raise FileFormatError(f"{series.path}: PixelSpacing {series.pixel_size:g} Å, and {header_pixel:g} Å in the "
                               f"header of {stack_name}: the mdoc does not describe it")
-    return array
+    notices = []
+    if b > len(series.tilts):
+        notices.append(f"{stack_name}: {b} sections, the mdoc describes {len(series.tilts)}: the others are left out")
+    sections = array.numpy()
+    return Images(lambda z: sections[z:z + 1, :1], height, width, np.dtype(array.dtype),
+                  series.pixel_size or header_pixel, [stack], notices)
+
+
+def _sum_images(series: TiltSeries, project: Project, folder: str, wanted: list[int],
+                opened: contextlib.ExitStack) -> Images:
+    """The sums of the frames of the tilts ``wanted`` (ZValues), each found in ``folder`` (of the project: over HTTP,
+    beneath the data root) by the stem of its SubFramePath, as MRC or TIFF; each opened (its descriptor closed by
+    ``opened``) and checked from its header: one 2-d image, real, within the voxel limit, of one size and pixel size
+    with the others and the mdoc. Errors name the tilt's section and the sum."""
+    paths: dict[int, Path] = {}
+    dtypes = []
+    size: tuple[int, int, str] | None = None  # the first sum's height and width, and how a message names it
+    pixel_told: tuple[float, str] | None = None  # the pixel size of the series, and what gives it
+    if series.pixel_size is not None:
+        pixel_told = series.pixel_size, "the mdoc's PixelSpacing"
+    for z in wanted:
+        stem = series.frames_stem(z)
+        fd, name = _open_sum(series, project, folder, z, stem)
+        opened.callback(os.close, fd)
+        path = Path(f"/proc/self/fd/{fd}")
+        where = f"{series.where(z)}: the sum {name}"
+        try:
+            probe = formats.probe(path)
+        except NoaError as exc:
+            raise type(exc)(f"{where}: {str(exc).replace(str(path), name)}") from None
+        limits.check_input_size(probe.shape, name)  # the limit of a data set's images, as Inputs.open checks
+        b, d, height, width = probe.shape
+        if b * d != 1:
+            raise ShapeError(f"{where}: {b * d} images ({b} x {d}), a stack; a tilt's sum is one 2-d image")
+        if probe.dtype.kind == "c":
+            raise FileFormatError(f"{where}: complex values ({probe.dtype}); a tilt series holds real images")
+        if series.image_size is not None and tuple(series.image_size) != (width, height):
+            w, h = series.image_size
+            raise ShapeError(f"{where}: {width} x {height}, and the mdoc's ImageSize is {w} x {h}: the images of a "
+                             "tilt series share one size")
+        if size is None:
+            size = height, width, f"{name} ([ZValue = {z}])"
+        elif size[:2] != (height, width):
+            raise ShapeError(f"{where}: {width} x {height}, and {size[1]} x {size[0]} in {size[2]}: the images of a "
+                             "tilt series share one size")
+        pixel = probe.metadata.width_pixel_size()
+        if pixel and pixel_told is None:
+            pixel_told = pixel, f"{name} ([ZValue = {z}])"
+        elif pixel and pixel_told is not None and not np.isclose(pixel, pixel_told[0], rtol=1e-3):
+            raise FileFormatError(f"{where}: pixel size {pixel:g} Å, and {pixel_told[0]:g} Å in {pixel_told[1]}: "
+                                  "the images of a tilt series share one pixel size")
+        paths[z] = path
+        dtypes.append(probe.dtype)
+    if size is None:  # the caller leaves at least one tilt; else every one is excluded
+        raise _all_excluded(series)
+    return Images(lambda z: formats.read(paths[z])[0].numpy()[:1, :1], size[0], size[1], np.result_type(*dtypes),
+                  None if pixel_told is None else pixel_told[0], list(paths.values()), [])
+
+
+def _open_sum(series: TiltSeries, project: Project, folder: str, z: int, stem: str) -> tuple[int, str]:
+    """A descriptor of tilt ``z``'s sum, opened through the project, and its name: ``stem`` with the first of
+    :data:`SUM_SUFFIXES` there, in ``folder``."""
+    names = [posixpath.join(folder, stem + suffix) for suffix in SUM_SUFFIXES]
+    for name in names:
+        try:
+            return project.open(name), name
+        except FileNotFoundError:
+            continue
+        except NoaError as exc:  # refused: outside the data root, a link
+            raise type(exc)(f"{series.where(z)}: the sum {name}: {exc}") from None
+        except OSError as exc:
+            raise FileFormatError(f"{series.where(z)}: the sum {name}: {exc.strerror}") from None
+    raise MissingFileError(f"{series.where(z)}: no sum of its frames {stem} in {folder} ({', '.join(names)})")
 
 
 def _tilt_axis(series: TiltSeries, options: Options, notices: list[str]) -> float:
@@ -178,16 +282,16 @@ def _check_outputs(outputs: list[Path], read: list[Path], overwrite: bool) -> No
         atomic.check_output(path, overwrite)
 
 
-def _copy_sections(array, order: list[int], series: TiltSeries, axis: float, temp: atomic.TemporaryOutput,
-                   options: Options, progress) -> None:
-    """The stack's sections ``order`` copied one at a time into the output's temporary file by noa's tile writer
+def _copy_sections(images: Images, order: list[int], axis: float, temp: atomic.TemporaryOutput, options: Options,
+                   progress) -> None:
+    """The tilts' images ``order`` copied one at a time into the output's temporary file by noa's tile writer
     (:class:`noa_core.io.stream.Region`: pwrite, its writeback started at once), each read with pread straight
     into the buffer it is written from, so never more than a section in memory; the header's statistics
     accumulated as they pass."""
-    _, _, height, width = array.shape
+    height, width = images.height, images.width
     shape = layout.as_shape4((len(order), 1, height, width))
-    dtype = np.dtype(array.dtype).newbyteorder("=")
-    pixel = series.pixel_size or 0.0
+    dtype = images.dtype.newbyteorder("=")
+    pixel = images.pixel_size or 0.0
     labels = [f"{AXIS_LABEL} = {axis:g}"]
     meta = Metadata(format="mrc", shape=shape, dtype=str(dtype), pixel_size=(pixel, pixel, pixel), labels=labels)
     spec = OutputSpec(temp.path, shape, dtype, "C", meta, options.output_label(), {})
@@ -198,14 +302,14 @@ def _copy_sections(array, order: list[int], series: TiltSeries, axis: float, tem
     with open(temp.temp, "r+b") as f:  # a full disk is an error now, before any section is copied
         atomic.reserve(f.fileno(), size, f"{temp.path}: no space left on device for its {size} bytes")
     stats = RunningStatistics()
-    sections = array.numpy()
     target = stream.Region(temp.temp, created.offset, stored, shape, "C").target()
     try:
         with mapped.scratch_buffers():
             for i, z in enumerate(order):
                 key = (slice(i, i + 1), slice(0, 1), slice(0, height), slice(0, width))
                 buffer = target.buffer(key, 0)
-                values = mapped.read_view(sections[z:z + 1, :1], into=buffer if sections.dtype == stored else None)
+                section = images.section(z)
+                values = mapped.read_view(section, into=buffer if section.dtype == stored else None)
                 if not np.may_share_memory(values, buffer):  # stored otherwise (byte order, widened), or decompressed
                     buffer[...] = values
                 target.write(key, buffer)
