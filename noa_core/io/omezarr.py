@@ -14,7 +14,8 @@ A store is a directory, not a file, so this format differs from MRC and TIFF in 
   destination when the output opens, once the destination's file system has room for every chunk
   uncompressed and the chunks number at most :data:`MAX_CHUNKS`; the tiles an operation computes are
   written straight into it as chunks (:class:`StoreTiles`), the planner aligning tiles to the chunk
-  grid, so Dask tasks each write their own chunks; :class:`~noa_core.io.atomic.TemporaryOutput` then
+  grid, so Dask tasks each write their own chunks (their own shards: an NGFF 0.5 store with 'shards' keeps the
+  chunks of a shard in one file, written whole); :class:`~noa_core.io.atomic.TemporaryOutput` then
   renames the directory into place. A reader never sees a partial store. A pyramid (write options
   'levels' or 'pyramid', and 'downsample') is written from the same tiles: each is halved level after
   level (:func:`halve`) and written into every level's array, the tiles aligned so that each covers
@@ -64,6 +65,7 @@ from noa_core.errors import (
     SizeError,
     TruncatedFileError,
     WriteDTypeError,
+    param,
 )
 from noa_core.io import atomic, beneath, mapped, tiff
 from noa_core.io.metadata import ANGSTROM, HeaderStatistics, Metadata, angstroms_per_unit
@@ -80,6 +82,11 @@ _NODE_FILES = ("zarr.json", ".zgroup", ".zattrs", ".zarray")
 NGFF_VERSIONS: dict[str, Literal[2, 3]] = {"0.4": 2, "0.5": 3}  # the NGFF versions noa writes, with their zarr format
 DEFAULT_NGFF = "0.4"  # zarr v2: what most viewers (napari, Fiji's MoBIE/n5-viewer, neuroglancer) read
 CHUNK_BYTES = 16 << 20  # the largest chunk noa writes by default
+SHARD_CHUNK_BYTES = 1 << 20  # the largest chunk noa writes by default inside a shard (what a viewer fetches)
+# The most a tile of whole shards of every level may hold, as a default chunk: each writer thread holds one, halved
+# and encoded (measured: 128 x 512^2 float32 to 4 levels in shards of 16 MiB peaked at 380 MiB, 92 MiB above the
+# unsharded store); larger shards are refused.
+MAX_SHARD_BYTES = CHUNK_BYTES
 DOWNSAMPLING = ("mean", "nearest")  # how a pyramid's level is made from the one above; the first is the default
 PYRAMID_SIZE = 256  # the pyramid write option halves until a level's height and width are both at most this
 BLOCK_BYTES = 64 << 20  # what one conversion step (decode or encode) holds in memory
@@ -876,21 +883,59 @@ def _level_count(spec: OutputSpec) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class StoreLayout:
-    """What an OME-Zarr output holds: its NGFF version, stored axis names, each level's stored shape and chunks,
-    the downsampling between levels, and ``grid``: the BDHW grid tiles align to, so that each tile covers whole
-    chunks of every level (level 0's chunks, grown along the halved axes to multiples of 2^(levels - 1))."""
+    """What an OME-Zarr output holds: its NGFF version, stored axis names, each level's stored shape, chunks and
+    shards (None: unsharded), the downsampling between levels, and ``grid``: the BDHW grid tiles align to, so
+    that each tile covers whole chunks (whole shards, when sharded) of every level (level 0's, grown along the
+    halved axes to multiples of 2^(levels - 1))."""
 
     version: str
     names: str
     shapes: list[tuple[int, ...]]
     chunks: list[tuple[int, ...]]
+    shards: list[tuple[int, ...]] | None
     halved: tuple[bool, ...]  # per stored axis
     downsample: str
     grid: Shape4
 
 
+def _given_sizes(spec: OutputSpec, name: str, stored: tuple[int, ...], names: str) -> tuple[int, ...] | None:
+    """The sizes per stored axis the write option ``name`` ('chunks', 'shards') gives, checked; None if not given."""
+    sizes = spec.write_options.get(name)
+    if sizes is None:
+        return None
+    try:
+        values = tuple(int(c) for c in (sizes.split(",") if isinstance(sizes, str) else sizes))
+    except (TypeError, ValueError):
+        raise FileFormatError(f"{spec.path}: {name}: {sizes!r} is not a list of integers") from None
+    if len(values) != len(stored) or any(c < 1 for c in values):
+        raise FileFormatError(f"{spec.path}: {name}: {values} must be {len(stored)} positive sizes, one per "
+                              f"stored axis {tuple(names)} of shape {stored}")
+    return values
+
+
+def _sharded(spec: OutputSpec, version: str, chunks: tuple[int, ...] | None, shards: tuple[int, ...],
+             stored: tuple[int, ...], names: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Level 0's chunks and shards for the given ``shards`` and ``chunks`` (None: whole rows of the shard within
+    :data:`SHARD_CHUNK_BYTES`, each size a divisor of the shard's), checked: zarr v3 only, and every shard whole
+    chunks. A shard is at most the whole chunks that fit in its axis: never larger than the array it covers."""
+    if NGFF_VERSIONS[version] == 2:
+        raise ParameterError(f"{spec.path}: NGFF {version} (zarr v2) has no shards; write {param('ngff', '0.5')} "
+                             "(zarr v3) to store chunks in shards", "shards")
+    if chunks is None:
+        wanted = default_chunks([min(s, n) for s, n in zip(shards, stored)], spec.dtype.itemsize, SHARD_CHUNK_BYTES)
+        chunks = tuple(w if s >= n else next(d for d in range(w, 0, -1) if s % d == 0)
+                       for w, s, n in zip(wanted, shards, stored))
+    else:
+        for name, s, c in zip(names, shards, chunks):
+            if s % c:
+                raise ParameterError(f"{spec.path}: {shards} are not whole chunks of {chunks}: {s} along {name} is not "
+                                     f"a multiple of {c}", "shards")
+    first = tuple(min(c, n) for c, n in zip(chunks, stored))
+    return first, tuple(min(s, n // c * c) for s, n, c in zip(shards, stored, first))
+
+
 def store_layout(spec: OutputSpec) -> StoreLayout:
-    """The layout of the output ``spec`` from its write options ('ngff', 'chunks', 'levels', 'pyramid',
+    """The layout of the output ``spec`` from its write options ('ngff', 'chunks', 'shards', 'levels', 'pyramid',
     'downsample'), checked."""
     version = str(spec.write_options.get("ngff") or DEFAULT_NGFF)
     if version not in NGFF_VERSIONS:
@@ -903,28 +948,33 @@ def store_layout(spec: OutputSpec) -> StoreLayout:
     stored, names = stored_axes(spec.shape)
     kept = [i for i, n in enumerate(spec.shape) if i >= 2 or n > 1]  # the BDHW axis of each stored one
     halved = tuple(count > 1 and i in halved_axes(spec.shape) for i in kept)
-    chunks = spec.write_options.get("chunks")
-    if chunks is None:
-        first = pyramid_chunks(stored, halved, spec.dtype.itemsize, step) if count > 1 else \
-            default_chunks(stored, spec.dtype.itemsize)
+    chunks, shards = _given_sizes(spec, "chunks", stored, names), _given_sizes(spec, "shards", stored, names)
+    if shards is not None:
+        first, outer = _sharded(spec, version, chunks, shards, stored, names)
     else:
-        try:
-            values = tuple(int(c) for c in (chunks.split(",") if isinstance(chunks, str) else chunks))
-        except (TypeError, ValueError):
-            raise FileFormatError(f"{spec.path}: chunks: {chunks!r} is not a list of integers") from None
-        if len(values) != len(stored) or any(c < 1 for c in values):
-            raise FileFormatError(f"{spec.path}: chunks: {values} must be {len(stored)} positive sizes, one per "
-                                  f"stored axis {tuple(names)} of shape {stored}")
-        first = tuple(min(c, n) for c, n in zip(values, stored))
-    grid = tuple(min(n, math.lcm(c, step)) if h else c for n, c, h in zip(stored, first, halved))
-    shapes, levels = [stored], [first]
+        first = outer = tuple(min(c, n) for c, n in zip(chunks, stored)) if chunks is not None else \
+            pyramid_chunks(stored, halved, spec.dtype.itemsize, step) if count > 1 else \
+            default_chunks(stored, spec.dtype.itemsize)
+    grid = tuple(min(n, math.lcm(o, step) if h else o) for n, o, h in zip(stored, outer, halved))
+    if shards is not None and math.prod(grid) * spec.dtype.itemsize > MAX_SHARD_BYTES:
+        raise ParameterError(f"{spec.path}: shards of {outer}: a tile of whole shards of every level, {grid}, would "
+                             f"hold {math.prod(grid) * spec.dtype.itemsize} bytes, more than the {MAX_SHARD_BYTES} a "
+                             "tile may; choose smaller shards", "shards")
+
+    def share(sizes: tuple[int, ...], k: int) -> list[int]:
+        """Level ``k``'s part of level 0's ``sizes``: a divisor of the grid's share of the level, so that each tile
+        writes whole chunks (and shards) of every level."""
+        return [s if not h or g >= n else math.gcd(s, g >> k) for s, n, g, h in zip(sizes, stored, grid, halved)]
+
+    shapes, levels, level_shards = [stored], [first], [outer]
     for k in range(1, count):
         shape = halved_shape(shapes[-1], [i for i, h in enumerate(halved) if h])
-        # a level's chunks divide the grid's share of it: each tile then writes whole chunks of the level
-        levels.append(tuple(min(m, c if g >= n else math.gcd(c, g >> k)) if h else c
-                            for m, n, c, g, h in zip(shape, stored, first, grid, halved)))
+        levels.append(tuple(min(m, c) for m, c in zip(shape, share(first, k))))
+        # a shard is whole chunks, at most those that fit in the level's axis (as level 0's)
+        level_shards.append(tuple(min(s, m // c * c) for m, s, c in zip(shape, share(outer, k), levels[-1])))
         shapes.append(shape)
-    return StoreLayout(version, names, shapes, levels, halved, downsample, bdhw_chunks(grid, spec.shape))
+    return StoreLayout(version, names, shapes, levels, level_shards if shards is not None else None, halved,
+                       downsample, bdhw_chunks(grid, spec.shape))
 
 
 def _axes_and_transforms(metadata: Metadata | None, names: str, notices: list[str],
@@ -979,29 +1029,34 @@ def bdhw_chunks(chunks: Sequence[int], shape: Shape4) -> Shape4:
 
 
 def check_room(store: Path, spec: OutputSpec, levels: StoreLayout) -> None:
-    """Refuse a store of more than :data:`MAX_CHUNKS` chunk files, or one the file system of ``store``
+    """Refuse a store of more than :data:`MAX_CHUNKS` chunk (or shard) files, or one the file system of ``store``
     has not the room for with every chunk of every level stored uncompressed (what the data need at most: blosc
-    adds 16 bytes to a chunk it cannot compress, and each file takes whole blocks), before anything is written."""
+    adds 16 bytes to a chunk it cannot compress, a shard 16 bytes per chunk and 4 to its index, and each file
+    takes whole blocks), before anything is written."""
     room = os.statvfs(store)
     block = room.f_frsize or 4096
     count = need = 0
-    for stored, chunks in zip(levels.shapes, levels.chunks):
-        files = math.prod(-(-n // c) for n, c in zip(stored, chunks))
+    outers = levels.shards or levels.chunks  # what each file holds
+    for stored, chunks, outer in zip(levels.shapes, levels.chunks, outers):
+        files = math.prod(-(-n // o) for n, o in zip(stored, outer))
+        inner = math.prod(outer) // math.prod(chunks)
         count += files
-        need += files * -(-(math.prod(chunks) * spec.dtype.itemsize + 16) // block) * block
+        nbytes = inner * (math.prod(chunks) * spec.dtype.itemsize + 16) + (16 * inner + 4 if levels.shards else 0)
+        need += files * -(-nbytes // block) * block
     need += 64 << 10
-    stored, chunks = levels.shapes[0], levels.chunks[0]
+    stored, outer = levels.shapes[0], outers[0]
+    kind = "shards" if levels.shards else "chunks"
     free = room.f_bavail * room.f_frsize
     if need > free:
         pyramid = len(levels.shapes) > 1
         what = f"{len(levels.shapes)} levels of {tuple(stored)}" if pyramid else f"{tuple(stored)}"
         raise NoSpaceError(f"{spec.path}: shape: the store of {what} {spec.dtype} may need {need} bytes "
-                           f"({count} chunks of {tuple(chunks)}{' or less' if pyramid else ''}, uncompressed), and "
+                           f"({count} {kind} of {tuple(outer)}{' or less' if pyramid else ''}, uncompressed), and "
                            f"its file system has {free} bytes free")
     if count > MAX_CHUNKS:
-        raise ParameterError(f"{spec.path}: chunks of {tuple(chunks)} cut the stored shape {tuple(stored)} into "
-                             f"{count} chunk files, more than the {MAX_CHUNKS} noa writes; choose larger chunks",
-                             "chunks")
+        raise ParameterError(f"{spec.path}: {kind} of {tuple(outer)} cut the stored shape {tuple(stored)} into "
+                             f"{count} {kind[:-1]} files, more than the {MAX_CHUNKS} noa writes; choose larger {kind}",
+                             kind)
 
 
 def create_store(store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:
@@ -1025,7 +1080,8 @@ def create_store(store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:
     group = zarr.open_group(store=str(store), mode="w-", zarr_format=zarr_format)
     for level, (stored, chunks) in enumerate(zip(levels.shapes, levels.chunks)):
         group.create_array(str(level), shape=stored, chunks=chunks, dtype=spec.dtype, compressors=compressors,
-                           fill_value=0, dimension_names=tuple(levels.names) if zarr_format == 3 else None)
+                           shards=levels.shards[level] if levels.shards else None, fill_value=0,
+                           dimension_names=tuple(levels.names) if zarr_format == 3 else None)
     axes, scale, translation = _axes_and_transforms(spec.metadata, levels.names, notices, spec.path)
     image: dict[str, Any] = {"name": spec.path.name, "axes": axes, "datasets": [
         {"path": str(level), "coordinateTransformations": level_transforms(scale, translation, levels.halved, level)}

@@ -51,7 +51,8 @@ if TYPE_CHECKING:
 SPLIT_BYTES = 16 << 20  # what splitting a filled data file into several holds at a time
 # The write options of stores alone (OME-Zarr's chunks and pyramid levels), refused for a file when given
 STORE_WRITE_OPTIONS: dict[str, Callable[[Any], bool]] = {
-    "chunks": lambda value: value is not None, "levels": lambda value: value is not None,
+    "chunks": lambda value: value is not None, "shards": lambda value: value is not None,
+    "levels": lambda value: value is not None,
     "pyramid": bool, "downsample": lambda value: value is not None}
 
 # ---------------------------------------------------------------------------------------------
@@ -217,7 +218,7 @@ class Writer:
         if not self.is_store:
             for name, given in STORE_WRITE_OPTIONS.items():
                 if given((write_options or {}).get(name)):
-                    what = "are not chunked" if name == "chunks" else "hold one level, no pyramid"
+                    what = "are not chunked" if name in ("chunks", "shards") else "hold one level, no pyramid"
                     raise FileFormatError(f"{self.path}: {name}: {self.format.title} files {what}; {param(name)} is "
                                           "for OME-Zarr outputs (.ome.zarr)")
         if not self.format.indexed and (write_options or {}).get("stack_per_input"):

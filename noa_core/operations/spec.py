@@ -416,6 +416,11 @@ UINT8_MODE = Param("uint8_mode", Choice(("widen", "imod")),
 CHUNKS = Param("chunks", Integers(2, 4, 1, 1 << 30),
                "OME-Zarr outputs: the chunk shape, one size per stored axis (t, z, y, x; t and z only when larger "
                "than 1), e.g. 8,512,512 (default: whole sections, several up to 16 MiB a chunk).")
+SHARDS = Param("shards", Integers(2, 4, 1, 1 << 30),
+               "OME-Zarr 0.5 outputs: the shard shape, one size per stored axis as for chunks, each a multiple of "
+               "the chunk size along its axis: the chunks of a shard are stored in one file (zarr v3 sharding; "
+               "default: none, a file per chunk; with shards, chunks default to whole rows of the shard up to 1 MiB). "
+               "A tile holds whole shards of every level: at most 16 MiB.")
 NGFF = Param("ngff", Choice(("0.4", "0.5")),
              "OME-Zarr outputs: the NGFF version: 0.4 (zarr v2, what most viewers read) or 0.5 (zarr v3).",
              default="0.4")
@@ -440,7 +445,7 @@ PYRAMID = Param("pyramid", Flag(), "OME-Zarr outputs: as many levels as it takes
 DOWNSAMPLE = Param("downsample", Choice(("mean", "nearest")),
                    "OME-Zarr pyramids: a level's pixel from the 2x2(x2) box above: mean (images; the default) or "
                    "nearest (its first value: labels and masks).")
-STORE_OUTPUT = (CHUNKS, NGFF, LEVELS, PYRAMID, DOWNSAMPLE)
+STORE_OUTPUT = (CHUNKS, SHARDS, NGFF, LEVELS, PYRAMID, DOWNSAMPLE)
 # How a particle output (.star, .cs) stores its images (noa_core.io.particles); refused for any other output.
 STACK_PER_INPUT = Param("stack_per_input", Flag(),
                         "Particle outputs (.star, .cs): one stack per source stack instead of one beside the output "
@@ -452,7 +457,7 @@ STACK_PER_INPUT = Param("stack_per_input", Flag(),
 # what every writing operation takes besides its own parameters
 OUTPUT = (OUTPUT_PIXEL_SIZE, *STORE_OUTPUT, STACK_PER_INPUT)
 # what the output format, not the operation, decides with
-WRITE_OPTIONS = ("uint8_mode", "chunks", "ngff", "levels", "pyramid", "downsample", "stack_per_input")
+WRITE_OPTIONS = ("uint8_mode", "chunks", "shards", "ngff", "levels", "pyramid", "downsample", "stack_per_input")
 
 
 class Options(Mapping[str, Any]):

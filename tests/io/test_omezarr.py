@@ -1041,3 +1041,157 @@ class TestPyramids:
               io.create(tmp_path / "p.ome.zarr", (1, 4, 3, 3), "float32", None, write_options={"levels": 2}) as out):
             out.write_block(0, np.zeros((3, 3, 3), np.float32))
         assert not (tmp_path / "p.ome.zarr").exists()
+
+
+# -- shards: OME-Zarr 0.5 chunks stored in shard files (zarr v3 sharding) ----------------------------------------------
+
+
+def _sharding(array: zarr.Array) -> dict:
+    """The sharding codec's configuration in the array's zarr.json, as zarr reads it."""
+    codecs = array.metadata.to_dict()["codecs"]
+    assert [c["name"] for c in codecs] == ["sharding_indexed"], codecs
+    return codecs[0]["configuration"]
+
+
+class TestShards:
+    @pytest.mark.parametrize("levels", [1, 3])
+    def test_shards_hold_the_chunks_and_every_reader_reads_the_values(self, tmp_path, levels):
+        data = write_mrc(tmp_path / "v.mrc", np.random.default_rng(8).random((20, 30, 37), dtype=np.float32),
+                         voxel_size=(1.0, 2.0, 4.0))
+        done = noa("copy", tmp_path / "v.mrc", tmp_path / "v.ome.zarr", "--ngff", "0.5", "--shards", "4,16,16",
+                   "--chunks", "2,8,8", "--levels", levels)
+        assert done.returncode == 0, done.stderr
+        group = zarr.open_group(str(tmp_path / "v.ome.zarr"), mode="r")
+        # level k's shards and chunks are level 0's halved along z, y, x (chunks no smaller than the tiles need)
+        want_shards = [(4, 16, 16), (2, 8, 8), (1, 4, 4)][:levels]
+        want_chunks = [(2, 8, 8), (2, 8, 8), (1, 4, 4)][:levels]
+        for level, (shards, chunks) in enumerate(zip(want_shards, want_chunks)):
+            array = zarr.open_array(str(tmp_path / "v.ome.zarr" / str(level)), mode="r")
+            assert (array.shards, array.chunks) == (shards, chunks)
+            assert tuple(_sharding(array)["chunk_shape"]) == chunks
+            assert array.metadata.chunk_grid.chunk_shape == shards  # the files: one per shard
+        files = [p for p in (tmp_path / "v.ome.zarr" / "0" / "c").rglob("*") if p.is_file()]
+        assert len(files) == 5 * 2 * 3  # ceil(20/4) x ceil(30/16) x ceil(37/16) shards
+        by_ome_zarr_py, by_zarr, _ = _levels_by_readers(tmp_path / "v.ome.zarr")
+        want = data
+        for level in range(levels):
+            np.testing.assert_array_equal(by_ome_zarr_py[level], by_zarr[level])
+            np.testing.assert_allclose(by_zarr[level], want, rtol=1e-6)
+            want = _halved_oracle(want, (0, 1, 2), "mean")
+        assert len(by_zarr) == len(group) == levels
+        assert noa("copy", tmp_path / "v.ome.zarr", tmp_path / "back.mrc").returncode == 0
+        with mrcfile.open(tmp_path / "back.mrc") as back:
+            np.testing.assert_array_equal(back.data, data)
+            assert back.voxel_size.item() == (1.0, 2.0, 4.0)
+
+    def test_default_chunks_divide_the_shards_and_tiles_are_whole_shards_of_every_level(self, tmp_path):
+        from noa_core import operations
+        from noa_core.io.protocol import OutputSpec
+
+        def layout(shape, shards, **options):
+            return omezarr.store_layout(OutputSpec(tmp_path / "p.ome.zarr", shape, np.dtype("float32"), "C", None,
+                                                   None, {"ngff": "0.5", "shards": shards, **options}))
+
+        # whole rows up to 1 MiB: 262 rows of 4000 bytes, cut to 250 to divide the shard's 1000
+        assert layout((1, 4, 2000, 2000), (2, 1000, 1000)).chunks == [(1, 250, 1000)]
+        # a shard past its axis is cut to the whole chunks that fit in it: 3 x 262 of 900 rows
+        assert layout((1, 4, 900, 2000), (2, 1000, 1000)).shards == [(2, 786, 1000)]
+        pyramid = layout((1, 64, 128, 96), (16, 64, 32), levels=3)
+        assert pyramid.shards == [(16, 64, 32), (8, 32, 16), (4, 16, 8)]
+        assert pyramid.grid == (1, 16, 64, 32)
+        write_mrc(tmp_path / "v.mrc", np.zeros((30, 70, 90), np.float32))
+        plan = operations.get("permute").task({"axes": (0, 1, 3, 2), "ngff": "0.5", "chunks": (2, 6, 10),
+                                               "shards": (4, 24, 20), "levels": 2}).plan(tmp_path / "v.mrc")
+        with plan.create(tmp_path / "v.ome.zarr", overwrite=True) as writer:
+            keys = plan.keys(writer, 64 << 10)
+            assert writer.chunks == (1, 4, 24, 20)
+            covered = np.zeros(writer.shape, np.int8)
+            for key in keys:
+                covered[key] += 1
+                for k, s, n in zip(key[1:], (4, 24, 20), writer.shape[1:]):
+                    assert k.start % s == 0 and (k.stop % s == 0 or k.stop == n), key
+            assert (covered == 1).all() and len(keys) > 1
+
+    def test_dask_tasks_write_the_same_shards_as_one_process(self, tmp_path):
+        pytest.importorskip("distributed")
+        from distributed import get_task_stream
+
+        from noa_core import operations
+        from noa_core.run import cluster, local
+
+        data = np.random.default_rng(9).integers(0, 60000, (40, 384, 320)).astype(np.uint16)  # 9.4 MiB
+        write_mrc(tmp_path / "in.mrc", data)
+        task = operations.get("copy").task({"levels": 3, "ngff": "0.5", "shards": (8, 128, 320),
+                                            "chunks": (4, 64, 160)})
+        with cluster.connect("local", workers=2) as client, get_task_stream(client) as stream:
+            cluster.write_split(task, tmp_path / "in.mrc", tmp_path / "out.ome.zarr", client,
+                                block_bytes=cluster.MIN_BLOCK_BYTES)
+        assert sum(t["key"].startswith("noa-copy-") for t in stream.data) >= 2
+        local.write(task, tmp_path / "in.mrc", tmp_path / "ref.ome.zarr", overwrite=False)
+
+        def files(root: Path) -> dict[str, bytes]:
+            """Every level's files (its zarr.json and shards); the group's names the store and the command."""
+            return {str(p.relative_to(root)): p.read_bytes() for p in root.glob("*/**/*") if p.is_file()}
+
+        written = files(tmp_path / "out.ome.zarr")
+        assert written == files(tmp_path / "ref.ome.zarr")
+        assert sum(name.startswith("0/c/") for name in written) == 5 * 3 * 1  # shard files of level 0
+        assert {"0/zarr.json", "1/zarr.json", "2/zarr.json"} <= written.keys()
+        _, by_zarr, _ = _levels_by_readers(tmp_path / "out.ome.zarr")
+        want = data
+        for level in by_zarr:
+            np.testing.assert_array_equal(level, want)
+            want = _halved_oracle(want, (0, 1, 2), "mean")
+
+    @pytest.mark.parametrize("command, fragments", [
+        (["copy", "s.ome.zarr", "--ngff", "0.5", "--shards", "4,16,12", "--chunks", "2,8,8"],
+         ["--shards: ", "s.ome.zarr: (4, 16, 12) are not whole chunks of (2, 8, 8): 12 along x is not a multiple "
+                        "of 8"]),
+        (["copy", "s.ome.zarr", "--shards", "4,16,16"],
+         ["--shards: ", "s.ome.zarr: NGFF 0.4 (zarr v2) has no shards; write --ngff 0.5 (zarr v3)"]),
+        (["copy", "s.ome.zarr", "--ngff", "0.4", "--shards", "4,16,16", "--chunks", "2,8,8", "--levels", "2"],
+         ["--shards: ", "NGFF 0.4 (zarr v2) has no shards"]),
+        (["copy", "s.mrc", "--shards", "4,16,16"],
+         ["s.mrc: shards: MRC files are not chunked; --shards is for OME-Zarr outputs (.ome.zarr)"]),
+        (["resize", "s.ome.zarr", "--shape", "64,1024,1024", "--fill", "zero", "--ngff", "0.5", "--levels", "2",
+          "--shards", "64,256,1024"],  # 64 MiB shards of a 256 MiB output
+         ["--shards: ", "a tile of whole shards of every level, (64, 256, 1024), would hold 67108864 bytes, "
+                        "more than the 16777216"]),
+    ])
+    def test_bad_shards_are_one_line_and_write_nothing(self, tmp_path, command, fragments):
+        write_mrc(tmp_path / "v.mrc", np.zeros((20, 30, 37), np.float32))
+        operation, output, *options = command
+        assert_user_error(noa(operation, tmp_path / "v.mrc", tmp_path / output, *options), *fragments)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["v.mrc"]
+
+    def test_http_paths_mode_writes_shards_and_refuses_them_for_ngff_0_4(self, tmp_path):
+        from fastapi.testclient import TestClient
+
+        from noa_server.app import create_app
+        from noa_server.settings import Settings
+
+        root = tmp_path / "root"
+        root.mkdir()
+        data = write_mrc(root / "in.mrc", np.arange(6 * 9 * 10, dtype=np.float32).reshape(6, 9, 10))
+        with TestClient(create_app(Settings(warmup=False, data_root=root))) as client:
+            written = client.post("/v1/paths/copy", json={"src": "in.mrc", "dst": "out.ome.zarr", "ngff": "0.5",
+                                                          "chunks": [2, 3, 5], "shards": [4, 6, 10]})
+            assert written.status_code == 201, written.text
+            refused = client.post("/v1/paths/copy", json={"src": "in.mrc", "dst": "no.ome.zarr", "shards": [4, 6, 10]})
+            assert assert_problem(refused, 400)["detail"] == ("shards: no.ome.zarr: NGFF 0.4 (zarr v2) has no shards; "
+                                                              "write ngff=0.5 (zarr v3) to store chunks in shards")
+        array = zarr.open_array(str(root / "out.ome.zarr" / "0"), mode="r")
+        assert (array.shards, array.chunks) == ((4, 6, 10), (2, 3, 5))
+        np.testing.assert_array_equal(array[...], data)
+        assert not (root / "no.ome.zarr").exists()
+
+    def test_the_doors_describe_the_limits_the_store_keeps(self):
+        from noa_core.io.protocol import OutputSpec
+        from noa_core.operations import spec
+
+        assert f"up to {omezarr.SHARD_CHUNK_BYTES >> 20} MiB" in spec.SHARDS.help
+        assert f"at most {omezarr.MAX_SHARD_BYTES >> 20} MiB" in spec.SHARDS.help
+        with pytest.raises(ParameterError) as caught:
+            omezarr.store_layout(OutputSpec(Path("p.ome.zarr"), (1, 1, 8, 8), np.dtype("uint8"), "C", None, None,
+                                            {"ngff": "0.4", "shards": (8, 8)}))
+        assert caught.value.param == "shards"
