@@ -338,13 +338,17 @@ def test_paths_mode_builds_under_the_data_root_and_refuses_a_stack_outside(tmp_p
     order = mdoc_table(root / "ts" / "TS_01.mrc.mdoc").sort_values("TiltAngle")["ZValue"].to_numpy()
     np.testing.assert_array_equal(mrcfile.read(root / "out" / "TS.st"), data[order])
     assert starfile.read(root / "out" / "TS.star")["rlnMicrographName"].tolist()[0] == "000001@out/TS.st"
+    # a stack over the service's voxel limit: a 422 naming it, nothing written
+    limited = make_client(data_root=root, max_voxels=TILTS * HEIGHT * WIDTH - 1).post(
+        "/v1/paths/tiltseries", json={"srcs": ["ts/TS_01.mrc.mdoc"], "dst": "out/limited.st"})
+    assert limited.status_code == 422 and "ts/TS_01.mrc: shape" in limited.json()["detail"], limited.text
     # the stack a link to a file outside the data root: refused, nothing written
     shutil.move(root / "ts" / "TS_01.mrc", tmp_path / "TS_01.mrc")
     (root / "ts" / "TS_01.mrc").symlink_to(tmp_path / "TS_01.mrc")
     refused = client.post("/v1/paths/tiltseries", json={"srcs": ["ts/TS_01.mrc.mdoc"], "dst": "out/again.st"})
     assert refused.status_code in (400, 403), refused.text
     assert "ts/TS_01.mrc.mdoc: ImageFile: the stack TS_01.mrc" in refused.json()["detail"]
-    assert not any(p.name.startswith("again") for p in (root / "out").iterdir())
+    assert not any(p.name.startswith(("again", "limited")) for p in (root / "out").iterdir())
 
 
 # -- per-tilt images: the sums of each tilt's frames -----------------------------------------------------------

@@ -164,6 +164,7 @@ def _stack_images(series: TiltSeries, stack: Path, stack_name: str) -> Images:
         array, meta = formats.read(stack, as_stack=True)
     except FileFormatError as exc:
         raise type(exc)(str(exc).replace(str(stack), stack_name)) from None
+    limits.check_input_size(array.shape, stack_name)  # the limit of a data set's images, as Inputs.open checks
     b, _, height, width = array.shape
     if array.dtype.kind == "c":
         raise FileFormatError(f"{stack_name}: complex values ({array.dtype}); a tilt series holds real images")
