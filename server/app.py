@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
-from fastapi import APIRouter, FastAPI, Security
+from fastapi import FastAPI, Security
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.routing import APIRoute
 
@@ -33,6 +33,7 @@ can be downloaded from `/v1/files/...`). Errors are `application/problem+json` (
 
 # route modules under /v1 (behind the API key), built from the registry
 VERSIONED = (uploads, paths, jobs, watches, view, queries)
+VERSION = "/v1"  # the prefix of the VERSIONED routes
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -50,14 +51,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.service = svc
     problems.install(app)
 
-    v1 = APIRouter(prefix="/v1")
     versioned = [module.router(operations.operations()) for module in VERSIONED]
-    for routes in versioned:
-        v1.include_router(routes)
     # For the Allow header of a 405, which must name the methods of every route at that path.
     app.state.route_methods = [
         (re.compile("^" + re.escape(prefix) + route.path_regex.pattern.removeprefix("^")), route.methods)
-        for prefix, routers in (("", [health.router, view.page]), (v1.prefix, versioned))
+        for prefix, routers in (("", [health.router, view.page]), (VERSION, versioned))
         for routes in routers
         for route in cast(list[APIRoute], routes.routes)  # the routers' own routes: every one an APIRoute
     ]
@@ -66,7 +64,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         guarded = {"dependencies": [Security(declare_key)], "responses": problems.documented(401)}
     app.include_router(health.router)
     app.include_router(view.page)  # the viewer's page: no data in it, so not behind the key
-    app.include_router(v1, **guarded)
+    # Each router straight under the app, not beneath a /v1 router: a request is matched against half the routes
+    # (FastAPI matches a nested router's routes once to choose it, then again to pick the route).
+    for routes in versioned:
+        app.include_router(routes, prefix=VERSION, **guarded)
 
     # Added last = outermost. The key is checked before the body is counted, and CORS headers reach
     # even these early refusals.
