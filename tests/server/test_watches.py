@@ -312,6 +312,17 @@ def _check_each_file_once(root: Path, count: int, database: str) -> set[int]:
     return {j.owner_pid for j in job_rows}
 
 
+def _succeeded_by(database: str, pid: int) -> bool:
+    """Whether the process ``pid`` has run a job of the watch to success."""
+    db = Database(database)
+    try:
+        with db.read() as conn:
+            return conn.execute(sa.select(jobs.c.id).where(jobs.c.owner_pid == pid, jobs.c.status == "succeeded")
+                                .limit(1)).first() is not None
+    finally:
+        db.close()
+
+
 def _wait_for_jobs(url: str, count: int, timeout: float = 90) -> None:
     with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
         watch = client.get("/v1/watches").json()["watches"][0]["id"]
@@ -368,6 +379,8 @@ def test_two_services_share_a_watch(tmp_path, backend, request):
         procs.append(second)
         acquisition.start()
         _wait_until(lambda: acquisition.written >= 50, 60, "50 files written")
+        # under load the first may not have finished a job yet: then the second would run them all
+        _wait_until(lambda: _succeeded_by(database or sqlite_url(states[0]), first.pid), 60, "the first runs a job")
         stop_server(first)
         acquisition.join(60)
         assert acquisition.error is None and acquisition.written == 100
