@@ -338,3 +338,68 @@ def test_the_view_is_in_the_url_and_a_link_opens_it_again(server, browser, page)
         assert parse_qs(urlsplit(tile_requests(other)[-1]).query)["index"] == ["6"]
     finally:
         other.close()
+
+
+def sparse_volume(path: Path, shape: tuple[int, int, int], pattern: np.ndarray) -> None:
+    """A float32 MRC volume of ``shape`` (4 GiB here) holding zeros, written sparse (nothing stored for them), with
+    ``pattern`` at the centre of its central slice."""
+    depth, rows, cols = shape
+    with mrcfile.new(path, overwrite=True) as f:
+        f.set_data(np.zeros((2, 2, 2), np.float32))
+        f.header.nx, f.header.ny, f.header.nz = cols, rows, depth
+        f.header.mx, f.header.my, f.header.mz = cols, rows, depth
+        f.header.cella = (cols * 1.0, rows * 1.0, depth * 1.0)
+        header = f.header.tobytes()
+    with open(path, "r+b") as f:
+        f.write(header)
+        f.truncate(1024 + depth * rows * cols * 4)
+        top, left = (rows - pattern.shape[0]) // 2, (cols - pattern.shape[1]) // 2
+        for i, row in enumerate(pattern.astype(np.float32)):
+            f.seek(1024 + ((depth // 2 * rows) + top + i) * cols * 4 + left * 4)
+            f.write(row.tobytes())
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_4_gib_volume_is_zoomed_through_three_levels_in_bounded_memory(tmp_path, page):
+    """Issue 46 item 2: a 4 GiB volume (16384² slices) opened at the level that fits the canvas, then zoomed in three
+    times: coarse levels are drawn from the overview, finer ones read only their tiles' regions; each canvas shows the
+    tiles served, and the service's peak resident memory does not grow while zooming."""
+    root = tmp_path / "root"
+    root.mkdir()
+    yy, xx = np.mgrid[0:2048, 0:2048]
+    pattern = np.where((yy // 128 + xx // 128) % 2 == 0, 100.0, -100.0) + yy / 64.0
+    sparse_volume(root / "big.mrc", (4, 16384, 16384), pattern)
+    proc, url = start_server(root, tmp_path / "server.log", {"NOA_API_KEY": KEY})
+    try:
+        open_viewer(page, url)
+        open_file(page, "big.mrc")
+        opened = peak_rss_mib(proc.pid)
+        levels = []
+        for _ in range(3):
+            renders = int(page.evaluate("document.body.dataset.renders"))
+            page.evaluate("document.getElementById('zoom-in').click()")
+            wait_render(page, renders)
+            pixels, (zoom, ox, oy) = canvas_image(page)
+            level = -zoom
+            levels.append(level)
+            drawn = [(int(q["x"][0]), int(q["y"][0]), u) for u in tile_requests(page)
+                     if (q := parse_qs(urlsplit(u).query))["level"] == [str(level)]]
+            assert drawn
+            for x, y, tile_url in drawn:  # each tile drawn where it belongs, cut by the canvas's edges
+                tile = served(tile_url)
+                top, left = oy + y * 256, ox + x * 256
+                if top >= pixels.shape[0] or left >= pixels.shape[1] or top + 256 <= 0 or left + 256 <= 0:
+                    continue
+                shown = pixels[max(0, top):top + tile.shape[0], max(0, left):left + tile.shape[1], 0]
+                np.testing.assert_array_equal(
+                    shown, tile[max(0, -top):, max(0, -left):][:shown.shape[0], :shown.shape[1]])
+        assert levels == [levels[0], levels[0] - 1, levels[0] - 2] and levels[-1] >= 2
+        assert peak_rss_mib(proc.pid) - opened < 64, (opened, peak_rss_mib(proc.pid))
+    finally:
+        stop_server(proc)
