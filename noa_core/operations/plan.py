@@ -33,6 +33,7 @@ from noa_core.errors import OutputIsInputError, ValueRangeError
 
 if TYPE_CHECKING:
     from noa_core.io import Metadata, Writer
+    from noa_core.tomography.sidefiles import SideFiles
 
 PathLike = str | Path
 
@@ -53,7 +54,10 @@ class Plan:
     and how its tiles are computed: either ``compute`` from the same tile of every one of ``sources``
     (viewed onto its shape), or ``reads`` (output tile key -> source views and their compute), each tile
     reading ``read_factor`` source bytes per byte it writes. Every tile spans the dimensions in
-    ``whole_axes`` entirely (a compute that reverses an axis needs all of it). Made by
+    ``whole_axes`` entirely (a compute that reverses an axis needs all of it). ``side_files``: the text files
+    written beside it, given its path (:data:`~noa_core.tomography.sidefiles.SideFiles`: a tilt series' angle,
+    mdoc and STAR files), which a driver places with it, all or none
+    (:func:`noa_core.run.local.placed_with_side_files`). Made by
     :func:`tiled_plan`, :func:`region_plan` or :func:`whole_image_plan`."""
 
     inputs: list[Path]
@@ -70,6 +74,7 @@ class Plan:
     whole_axes: tuple[int, ...] = ()
     read_factor: float = 1.0
     notices: list[str] = field(default_factory=list)  # the operation's own, for the user (a cropped remainder)
+    side_files: SideFiles | None = None  # text files placed with the output (a tilt series' angles, mdoc, STAR)
 
     def tile_reads(self, device: str = "cpu") -> TileReads:
         """What each output tile is computed from, and how, running on ``device`` (tiles are moved
@@ -100,27 +105,30 @@ class Plan:
 
 def tiled_plan(options: Options, *, inputs: Sequence[PathLike], read: Sequence[Array], meta: Metadata,
                compute: Compute, sources: Sequence[Array] | None = None, dtype=None, order: str = "C",
-               whole_axes: tuple[int, ...] = (), detail: str = "", notices: Sequence[str] = ()) -> Plan:
+               whole_axes: tuple[int, ...] = (), detail: str = "", notices: Sequence[str] = (),
+               side_files: SideFiles | None = None) -> Plan:
     """An output whose every tile is ``compute``d from the same tile of each of ``sources``: the arrays
     ``read`` from ``inputs``, viewed onto the output's shape (permuted, broadcast; default ``read``
     itself). The output's type is ``dtype``, else the first source's; its label is the command given
-    (``options``) and ``detail``; ``notices`` are what the user should know of it."""
+    (``options``) and ``detail``; ``notices`` are what the user should know of it; ``side_files`` are written
+    beside it."""
     sources = list(read if sources is None else sources)
     out_dtype = dtypes.element_dtype(dtype) if dtype is not None else sources[0].dtype
     return _plan(options, inputs, read, meta, out_dtype, sources[0].shape, detail, notices, sources=sources,
-                 compute=compute, order=order, whole_axes=whole_axes)
+                 compute=compute, order=order, whole_axes=whole_axes, side_files=side_files)
 
 
 def region_plan(options: Options, *, inputs: Sequence[PathLike], read: Sequence[Array], meta: Metadata,
                 shape: Sequence[int], reads: TileReads, dtype=None, read_factor: float = 1.0,
-                whole_axes: tuple[int, ...] = (), detail: str = "", notices: Sequence[str] = ()) -> Plan:
+                whole_axes: tuple[int, ...] = (), detail: str = "", notices: Sequence[str] = (),
+                side_files: SideFiles | None = None) -> Plan:
     """An output of ``shape`` whose tile ``key`` is ``compute(blocks, out)`` for ``views, compute =
     reads(key)``: regions of the arrays ``read`` from ``inputs`` (a crop, a binning, a choice of
     sections). ``read_factor`` is the source bytes a tile reads per byte it writes (for tile sizes).
-    The output's type is ``dtype``, else the first array's; label and notices as :func:`tiled_plan`."""
+    The output's type is ``dtype``, else the first array's; label, notices and side files as :func:`tiled_plan`."""
     out_dtype = dtypes.element_dtype(dtype) if dtype is not None else read[0].dtype
     return _plan(options, inputs, read, meta, out_dtype, layout.as_shape4(tuple(shape)), detail, notices,
-                 reads=reads, read_factor=read_factor, whole_axes=whole_axes)
+                 reads=reads, read_factor=read_factor, whole_axes=whole_axes, side_files=side_files)
 
 
 def _plan(options: Options, inputs: Sequence[PathLike], read: Sequence[Array], meta: Metadata, dtype: np.dtype,
@@ -146,7 +154,7 @@ def image_memory(in_bytes: int, out_bytes: int, working: float) -> int:
 def whole_image_plan(options: Options, *, inputs: Sequence[PathLike], array: Array, shape: Sequence[int],
                      meta: Metadata, images: Callable | None = None, fill: Callable | None = None,
                      working: float = 1.0, dtype=FLOAT_OUTPUT, computed_voxels: int | None = None,
-                     detail: str = "", notices: Sequence[str] = ()) -> Plan:
+                     detail: str = "", notices: Sequence[str] = (), side_files: SideFiles | None = None) -> Plan:
     """An output of ``shape`` whose tile over batch entries ``key[0]`` is ``images(block, key)`` (a NumPy
     array of the output tile's shape) for ``block`` the input's same batch entries, whole; or
     ``fill(block, key, out)`` fills the output tile ``out`` itself (on the device the task runs on). The
@@ -195,7 +203,8 @@ def whole_image_plan(options: Options, *, inputs: Sequence[PathLike], array: Arr
 
     read_factor = in_bytes / max(1, out_bytes)
     return region_plan(options, inputs=inputs, read=[array], meta=meta, shape=shape, reads=reads, dtype=out_dtype,
-                       read_factor=read_factor + working, whole_axes=WHOLE, detail=detail, notices=notices)
+                       read_factor=read_factor + working, whole_axes=WHOLE, detail=detail, notices=notices,
+                       side_files=side_files)
 
 
 def converter(mode: str) -> Compute:

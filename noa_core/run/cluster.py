@@ -17,7 +17,8 @@ install is reported on first use as a :class:`~noa_core.errors.SchedulerError`.
   temporary output (header and full size, sparse), each task maps it by path and fills its tiles (the
   tiles, and their order, of the single-process writer), the client merges the per-tile statistics
   in tile order, writes the header and renames the file. The result is byte for byte the
-  single-process one, and no process maps more than a tile of the input and of the output at a time.
+  single-process one, and no process maps more than a tile of the input and of the output at a time. Text files
+  beside the output (a tilt series') are written by the client and placed with it (as the single-process writer).
   An OME-Zarr output is a temporary store instead, whose chunks the tasks write (tiles are whole
   chunks, so no two tasks write one); an OME-Zarr input is first decoded by tasks over blocks of its
   chunks into a temporary file beside the output, which the tile tasks then read as a mapped input.
@@ -59,6 +60,7 @@ from noa_core.operations import FileTask, WritesDataSet
 from noa_core.operations.spec import PARTS
 from noa_core.run.batch import FileResult, PathLike, Progress, split_complete
 from noa_core.run.execution import write_pair
+from noa_core.run.local import placed_with_side_files
 
 if TYPE_CHECKING:
     import distributed
@@ -442,9 +444,11 @@ class TaskParts:
 
 def _write_tiles(task: FileTask, src: PathLike, dst: PathLike, client: distributed.Client, plan, decoded: dict,
                  overwrite: bool, block_bytes: int, progress: Progress | None) -> list[str]:
-    """The split of :func:`write_split`: the output created here, its tiles filled by tasks."""
+    """The split of :func:`write_split`: the output created here, its tiles filled by tasks; its side files written
+    and placed with it here."""
     distributed = _distributed()
-    with plan.create(dst, overwrite=overwrite) as writer:
+    with placed_with_side_files(plan, dst, overwrite) as placing, \
+            plan.create(placing.target, overwrite=overwrite) as writer:
         keys = plan.keys(writer, min(block_bytes, TILE_BYTES))
         runs = _task_runs(keys, plan.dtype.itemsize, block_bytes)
         run = uuid.uuid4().hex[:8]
@@ -466,7 +470,7 @@ def _write_tiles(task: FileTask, src: PathLike, dst: PathLike, client: distribut
         for stats in itertools.chain.from_iterable(run_stats):  # tile order, as the single-process writer
             merged.merge(stats)                                  # merges: the same bits
         writer.complete(merged)
-    return [*plan.notices, *writer.notices]
+    return placing.told([*plan.notices, *writer.notices])
 
 
 class DaskDriver:

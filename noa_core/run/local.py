@@ -1,5 +1,6 @@
 """Outputs written in this process, tile by tile, so memory stays bounded: one output (:func:`write_plan`,
-:func:`write`), or several from one input, all or none (:func:`write_several`)."""
+:func:`write`) with the text files placed beside it, or several from one input, all or none
+(:func:`write_several`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import contextlib
 import math
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from noa_core import io  # a face: a report (noa info) loads no writer
@@ -22,18 +24,90 @@ from noa_core.run.batch import PathLike, Progress
 
 def write_plan(plan: Plan, dst: PathLike, *, overwrite: bool = False, device: str = "cpu",
                progress: Progress | None = None) -> list[str]:
-    """Create ``dst`` (never one of the plan's inputs) and fill it tile by tile as ``plan`` says; return notices.
-    Small work (inputs and output) is computed with NumPy, the rest with the kernels
-    (:mod:`noa_core.compute.compute_path`)."""
+    """Create ``dst`` (never one of the plan's inputs) and fill it tile by tile as ``plan`` says, its side files
+    placed with it (:func:`placed_with_side_files`); return notices. Small work (inputs and output) is computed with
+    NumPy, the rest with the kernels (:mod:`noa_core.compute.compute_path`)."""
     inputs = io.formats.input_bytes(plan.inputs)
     work = None if inputs is None else max(inputs, math.prod(plan.shape) * plan.dtype.itemsize)
-    with compute_path.for_size(work if device == "cpu" else None, "writing"), \
-            plan.create(dst, overwrite=overwrite) as writer:
+    with placed_with_side_files(plan, dst, overwrite) as placing, \
+            compute_path.for_size(work if device == "cpu" else None, "writing"), \
+            plan.create(placing.target, overwrite=overwrite) as writer:
         keys = plan.keys(writer, TILE_BYTES)
         io.fill(writer, plan.sources, None, progress=progress, reads=plan.tile_reads(device), keys=keys)
         if progress is not None:  # a last word before the commit: a job cancelled after its last tile stops here
             progress(len(keys), len(keys))
-    return [*plan.notices, *writer.notices]
+    return placing.told([*plan.notices, *writer.notices])
+
+
+@dataclass
+class Placing:
+    """Where an output is written (``target``): its own name ``dst``, or that name in a hidden folder beside it
+    when files are placed with it; :meth:`told` gives the notices of the output and of those files."""
+
+    dst: Path
+    target: Path
+    side_notices: list[str]
+
+    def told(self, notices: list[str]) -> list[str]:
+        """``notices`` of the output written at :attr:`target`, naming it ``dst``, then those of its side files."""
+        if self.target != self.dst:
+            notices = [n.replace(str(self.target), str(self.dst)) for n in notices]
+        return [*notices, *self.side_notices]
+
+
+@contextlib.contextmanager
+def placed_with_side_files(plan: Plan, dst: PathLike, overwrite: bool) -> Iterator[Placing]:
+    """Where to write the output of ``plan`` named ``dst``: ``dst`` itself, or where the plan has side files
+    (:attr:`Plan.side_files`: a tilt series' angle, mdoc and STAR files), ``dst``'s name in a hidden folder beside
+    it, into which they are written on a clean exit; then all of them take their names together, or none does
+    (:func:`placed_together`). Each is refused before anything is written where it exists (without ``overwrite``)
+    or is one of the plan's inputs."""
+    dst = Path(dst)
+    files, notices = ({}, []) if plan.side_files is None else plan.side_files(dst)
+    if not files:
+        yield Placing(dst, dst, notices)
+        return
+    for path in (dst, *files):
+        io.atomic.check_output(path, overwrite)
+        check_distinct(path, plan.inputs)
+    with placed_together([dst, *files], overwrite) as staging:
+        yield Placing(dst, staging / dst.name, notices)
+        for path, data in files.items():
+            (staging / path.name).write_bytes(data)
+
+
+@contextlib.contextmanager
+def placed_together(outputs: Sequence[Path], overwrite: bool) -> Iterator[Path]:
+    """A hidden folder ``.noa-several-*`` beside ``outputs`` (one folder, one file system), in which the caller
+    writes each of them under its name; on a clean exit they are made durable, then renamed into place, one
+    ``rename`` each (:class:`~noa_core.io.atomic.Placement`): all of them or none.
+
+    On any failure or interruption (SIGTERM, Ctrl-C) before or during the renames, the outputs already renamed are
+    taken back and those they replaced restored, so nothing else changed. A process killed outright (SIGKILL)
+    before the renames leaves only the hidden folder; during them (a few milliseconds), the outputs renamed so far
+    have their names and the rest, with the outputs they were to replace, wait in the hidden folder (remove
+    ``.noa-several-*`` folders no process is using)."""
+    folder = outputs[0].parent
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=folder))
+    placement = None
+    try:
+        must_sync = io.atomic.durable()
+        with io.atomic.scratch_outputs():  # synced together below: one fsync per file, not two, and no waits between
+            yield staging
+        if must_sync:  # every output durable before any takes its name
+            for out in outputs:
+                io.atomic.fsync_output(staging / out.name)
+        placement = io.atomic.Placement([(staging / out.name, out) for out in outputs], overwrite)
+        placement.place()
+        if must_sync:
+            io.atomic.fsync_folder(folder)
+    except BaseException:
+        if placement is not None:
+            placement.undo()
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    io.atomic.PLACED.extend(outputs)
+    shutil.rmtree(staging)  # empty, or holding the outputs that were replaced
 
 
 def write(task: FileTask, src: PathLike, dst: PathLike, *, overwrite: bool = False,
@@ -60,12 +134,7 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
 
     Every output is first written (each atomically, tile by tile) into a hidden folder
     ``out_dir/.noa-several-*`` on the same file system; only when all are complete are they renamed
-    into place, one ``rename`` each (:class:`~noa_core.io.atomic.Placement`). On any failure or
-    interruption (SIGTERM, Ctrl-C) before or during the renames, the outputs already renamed are
-    taken back and those they replaced restored, so nothing else changed. A process killed outright
-    (SIGKILL) before the renames leaves only the hidden folder; during them (a few milliseconds), the
-    outputs renamed so far have their names and the rest, with the outputs they were to replace, wait
-    in the hidden folder (remove ``.noa-several-*`` folders no process is using).
+    into place together (:func:`placed_together`).
     ``out_dir`` is created when missing (and removed again on failure). ``planned``: ``task.plans(src)``
     when already made; ``stem``: the outputs' names begin with it instead of ``src``'s stem.
     """
@@ -86,34 +155,19 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
     created = not out_dir.exists()
     if created:
         out_dir.mkdir()
-    staging = placement = None
     notices: list[str] = []
     try:
-        staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out_dir))
-        must_sync = io.atomic.durable()
-        with io.atomic.scratch_outputs():  # synced together below: one fsync per file, not two, and no waits between
+        with placed_together(outputs, overwrite) as staging:
             for done, (out, (_, plan)) in enumerate(zip(outputs, planned, strict=True), 1):
                 written = write_plan(plan, staging / out.name, device=task.device)
                 notices.extend(n.replace(str(staging / out.name), str(out)) for n in written)
                 if progress is not None:
                     progress(done, len(outputs))
-        if must_sync:  # every output durable before any takes its name
-            for out in outputs:
-                io.atomic.fsync_output(staging / out.name)
-        if progress is not None:  # a last word before the outputs take their names: a cancelled job stops here
-            progress(len(outputs), len(outputs))
-        placement = io.atomic.Placement([(staging / out.name, out) for out in outputs], overwrite)
-        placement.place()
-        if must_sync:
-            io.atomic.fsync_folder(out_dir)
+            if progress is not None:  # a last word before the outputs take their names: a cancelled job stops here
+                progress(len(outputs), len(outputs))
     except BaseException:
-        if placement is not None:
-            placement.undo()
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
         if created:
             with contextlib.suppress(OSError):  # only when empty: nothing of anyone else's goes
                 out_dir.rmdir()
         raise
-    shutil.rmtree(staging)  # empty, or holding the outputs that were replaced
     return outputs, notices

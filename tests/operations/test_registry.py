@@ -91,7 +91,8 @@ def test_options_fill_defaults_and_name_the_bad_parameter():
     assert copy.options() == {"order": "C", "dtype": None, "clamp": False, "flip_y": False, "uint8_mode": "widen",
                               **reading, "device": "cpu", "pixel_size": None, "chunks": None, "shards": None,
                               "ngff": "0.4", "levels": None, "pyramid": False, "downsample": None,
-                              "stack_per_input": False}  # every writing operation takes the output's options
+                              "stack_per_input": False,
+                              "side_files": True}  # every writing operation takes the output's options
     assert operations.get("info").options() == reading
     assert copy.options(order="F", dtype="int16").order == "F"
     for values, param, fragment in (({"order": "X"}, "order", "not one of C, F, K"),

@@ -14,6 +14,7 @@ import tifffile
 
 from helpers import write_mrc
 from noa_core import operations
+from noa_core.errors import OutputExistsError
 from noa_core.run import local
 
 SHAPE = (24, 96, 80)  # D, H, W: 720 KiB of float32, cut into tiles of 64 KiB below
@@ -135,3 +136,36 @@ def test_every_stored_type_is_written_where_numpy_puts_it(tmp_path, small_tiles,
     local.write(operations.get("permute").task(axes=(0, 1, 3, 2)), tmp_path / "in.mrc", tmp_path / "out.mrc")
     with mrcfile.open(tmp_path / "out.mrc") as f:
         np.testing.assert_array_equal(f.data, data.transpose(0, 2, 1))
+
+
+def test_side_files_are_placed_with_the_output_all_or_none(volume, tmp_path, small_tiles):
+    """A plan's side files (text beside the output, as a tilt series' angles) are written and placed with the output;
+    one that exists is refused before anything is written; a tile that fails leaves neither, and what they were to
+    replace stays as it was."""
+    src, data = volume
+    out = tmp_path / "out.mrc"
+
+    def planned(fail: bool = False):
+        plan = operations.get("copy").task().plan(src)
+        plan.side_files = lambda dst: ({dst.with_suffix(".txt"): b"beside\n"}, ["one file beside"])
+        if fail:
+            def failing(blocks, tile):
+                raise OSError("a tile failed")
+
+            assert plan.compute is not None  # a copy: the same tile of its input
+            plan.compute = failing
+        return plan
+
+    assert "one file beside" in local.write_plan(planned(), out)
+    with mrcfile.open(out) as written:
+        np.testing.assert_array_equal(written.data, data)
+    assert (tmp_path / "out.txt").read_bytes() == b"beside\n"
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    (tmp_path / "new.txt").write_text("mine")
+    with pytest.raises(OutputExistsError, match=r"new\.txt"):
+        local.write_plan(planned(), tmp_path / "new.mrc")
+    assert not (tmp_path / "new.mrc").exists() and (tmp_path / "new.txt").read_text() == "mine"
+    (tmp_path / "new.txt").unlink()
+    with pytest.raises(OSError, match="a tile failed"):
+        local.write_plan(planned(fail=True), out, overwrite=True)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no staging folder left either

@@ -1,11 +1,12 @@
 """noa copy: the same values in another memory order, element type (checked or clamped) or format, rows reversed
-on request."""
+on request; a tilt series' angle, mdoc and STAR files follow as they are."""
 
 from __future__ import annotations
 
 from noa_core.array import dtypes, resolve_copy_order
 from noa_core.operations.plan import converter, reversing, tiled_plan
 from noa_core.operations.spec import Inputs, Options
+from noa_core.tomography import sidefiles
 
 HEIGHT = 2  # the BDHW axis of rows (Y)
 
@@ -17,5 +18,7 @@ def plan(inputs: Inputs, options: Options):
     compute = converter("clamp" if options.clamp else "checked")
     if options.flip_y:  # a reversed read of whole columns: noa has no negative strides
         compute = reversing(compute, (HEIGHT,))
+    side_files, notices = sidefiles.unchanged(inputs, options, array.shape)
     return tiled_plan(options, inputs=inputs, read=[array], compute=compute, meta=meta, dtype=out_dtype,
-                      order=out_order, whole_axes=(HEIGHT,) if options.flip_y else ())
+                      order=out_order, whole_axes=(HEIGHT,) if options.flip_y else (), notices=notices,
+                      side_files=side_files)

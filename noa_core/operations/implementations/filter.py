@@ -1,5 +1,5 @@
 """noa filter: each image (volume) multiplied in Fourier space by RELION's band-pass and B-factor weights; the
-output is float32 of the input's shape and header."""
+output is float32 of the input's shape and header; a tilt series' angle, mdoc and STAR files follow as they are."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from noa_core.errors import ParameterError
 from noa_core.fourier import spectral
 from noa_core.operations.plan import whole_image_plan
 from noa_core.operations.spec import Inputs, Options
+from noa_core.tomography import sidefiles
 
 
 def plan(inputs: Inputs, options: Options):
@@ -38,5 +39,6 @@ def plan(inputs: Inputs, options: Options):
         axes = (2, 3) if ndim == 2 else (1, 2, 3)
         return spectral.multiply_spectrum(block, axes, weights).numpy()
 
+    side_files, notices = sidefiles.unchanged(inputs, options, array.shape)
     return whole_image_plan(options, inputs=inputs, array=array, shape=array.shape, meta=meta, images=images,
-                            working=3.0)
+                            working=3.0, notices=notices, side_files=side_files)

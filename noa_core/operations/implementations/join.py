@@ -1,4 +1,5 @@
-"""noa join: stacks joined in order along the batch axis; each output tile copies the inputs' parts it covers."""
+"""noa join: stacks joined in order along the batch axis; each output tile copies the inputs' parts it covers. A tilt
+series' angle, mdoc and STAR files beside the first input are not written beside it (a notice says so)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from noa_core.images import stacks
 from noa_core.io import Metadata
 from noa_core.operations.plan import region_plan
 from noa_core.operations.spec import Inputs, Options
+from noa_core.tomography import sidefiles
 
 
 def plan(inputs: Inputs, options: Options):
@@ -30,8 +32,10 @@ def plan(inputs: Inputs, options: Options):
                 places.append(slice(lo - first, hi - first))
         return views, _placer(places)
 
+    _, notices = sidefiles.in_step(inputs, options, arrays[0].shape, None,
+                                   why_not=f"joined with {len(inputs) - 1} other input(s)")
     return region_plan(options, inputs=inputs, read=arrays, meta=meta, shape=shape, reads=reads,
-                       detail=f"{len(inputs)} inputs, {shape[0]} entries")
+                       detail=f"{len(inputs)} inputs, {shape[0]} entries", notices=notices)
 
 
 def _placer(places: list[slice]):

@@ -1,5 +1,6 @@
 """noa normalize: values shifted and scaled to a mean and standard deviation measured over the file or per
-section, or each particle image from its own background as relion_preprocess --norm does."""
+section, or each particle image from its own background as relion_preprocess --norm does; a tilt series' angle, mdoc
+and STAR files follow as they are."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from noa_core.errors import ShapeError, ValueRangeError
 from noa_core.images import intensity, statistics
 from noa_core.operations.plan import region_plan, whole_image_plan
 from noa_core.operations.spec import Inputs, Options
+from noa_core.tomography import sidefiles
 
 
 def plan(inputs: Inputs, options: Options):
@@ -23,8 +25,9 @@ def plan(inputs: Inputs, options: Options):
     intensity.check_background_options(options.bg_radius, options.ramp, options.white_dust, options.black_dust)
     if array.size == 0:
         raise ShapeError(f"{inputs[0]}: the array of shape {array.shape} is empty")
+    side_files, notices = sidefiles.unchanged(inputs, options, array.shape)
     if options.bg_radius is not None:
-        return background_plan(inputs, options, array, meta)
+        return background_plan(inputs, options, array, meta, notices, side_files)
     b, d, _h, _w = array.shape
 
     def measure() -> list[tuple[float, float]]:
@@ -54,10 +57,10 @@ def plan(inputs: Inputs, options: Options):
         return [array[key]], compute
 
     return region_plan(options, inputs=inputs, read=[array], meta=meta, shape=array.shape, reads=reads,
-                       dtype=out_dtype, read_factor=3.0)
+                       dtype=out_dtype, read_factor=3.0, notices=notices, side_files=side_files)
 
 
-def background_plan(inputs: Inputs, options: Options, array, meta):
+def background_plan(inputs: Inputs, options: Options, array, meta, notices: list[str], side_files):
     """RELION's particle normalisation: whole images (volumes) per tile, each from its own background."""
     images = intensity.particle_images(array.shape, options.per_section)
     bg = intensity.background(images[1:], options.bg_radius, options.ramp)
@@ -73,4 +76,5 @@ def background_plan(inputs: Inputs, options: Options, array, meta):
         return t.reshape(values.shape)
 
     return whole_image_plan(options, inputs=inputs, array=array, shape=array.shape, meta=meta, images=normalised,
-                            working=2.0, dtype=intensity.real_output_dtype(array.dtype))
+                            working=2.0, dtype=intensity.real_output_dtype(array.dtype), notices=notices,
+                            side_files=side_files)

@@ -1,5 +1,7 @@
 """noa rescale: each image (volume) Fourier-rescaled to an even box, noa's way or RELION's, then optionally
 windowed about the centre; the header gets the pixel size that results, and the origin keeps the content in place.
+A tilt series' angle, mdoc and STAR files follow, with that pixel size (none for a volume, whose sections are
+resampled too).
 
 That header rule (:func:`header`) serves Python too: ``noa_core.rescale`` and ``noa_core.fourier_resize`` are
 :mod:`noa_core.fourier.resampling`'s functions made to take an ``(array, metadata)`` pair and return an
@@ -19,6 +21,7 @@ from noa_core.io.metadata import Metadata
 from noa_core.operations.plan import whole_image_plan
 from noa_core.operations.rescale import MAX_FACTOR
 from noa_core.operations.spec import Inputs, Options
+from noa_core.tomography import sidefiles
 
 
 def plan(inputs: Inputs, options: Options):
@@ -56,14 +59,18 @@ def plan(inputs: Inputs, options: Options):
 
     out_meta = header(meta, array.shape, box, shape, options.get("angpix"))
 
-    notices: tuple[str, ...] = ()
+    notices: list[str] = []
     asked = [array.shape[a] * factor for a in axes]
     if any(abs(n - a) > 1e-6 * a for n, a in zip(box.sizes, asked)):  # the even box rounds the scale
         got = out_meta.pixel_size[3 - ndim:]
         pixel_words = (f", so the pixel size is {', '.join(f'{p:g}' for p in got)} {out_meta.unit or ''}".rstrip()
                        if all(got) else "")
-        notices = (f"rescale {words}: {' x '.join(map(str, (array.shape[a] for a in axes)))} pixels became "
-                   f"{' x '.join(map(str, box.sizes))} (even, as RELION rounds){pixel_words}",)
+        notices.append(f"rescale {words}: {' x '.join(map(str, (array.shape[a] for a in axes)))} pixels became "
+                   f"{' x '.join(map(str, box.sizes))} (even, as RELION rounds){pixel_words}")
+    side_files, told = sidefiles.in_step(inputs, options, array.shape, range(array.shape[0]) if ndim == 2 else None,
+                                         image_size=(shape[3], shape[2]), pixel_scale=box.spacing[-1],
+                                         why_not="a volume's sections are resampled too")
+    notices.extend(told)
 
     def images(block, key):
         out = resampling.rescale(block, factor, ndim=ndim, like=like)
@@ -77,7 +84,7 @@ def plan(inputs: Inputs, options: Options):
     square = resampling.rescaled_sizes([side], factor)[0] ** ndim if like == "relion" else 0
     computed = max(math.prod(rescaled[1:]), square)
     return whole_image_plan(options, inputs=inputs, array=array, shape=shape, meta=out_meta, images=images,
-                            working=2.0, computed_voxels=computed, notices=notices)
+                            working=2.0, computed_voxels=computed, notices=notices, side_files=side_files)
 
 
 def header(meta: Metadata, shape: Sequence[int], box: resampling.Rescaling, target: Sequence[int],

@@ -4,15 +4,13 @@ noa_core.tomography.check."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from noa_core.errors import FileFormatError, NoaError
 from noa_core.io import formats
-from noa_core.io.particles import Project, folder_projects
+from noa_core.io.particles import folder_projects
 from noa_core.operations.spec import Inputs, Options
 from noa_core.tomography import check as consistency
-from noa_core.tomography import tiltseries
+from noa_core.tomography import sidefiles, tiltseries
 
 
 def report(inputs: Inputs, options: Options) -> dict:
@@ -24,13 +22,7 @@ def report(inputs: Inputs, options: Options) -> dict:
     axes = [axis for axis in map(tiltseries.axis_in, meta.labels) if axis is not None]
     stack = consistency.Stack(stack_name, probe.shape[0], probe.shape[3], probe.shape[2], meta.width_pixel_size(),
                               axes[-1] if axes else None)  # the newest label: what the last program said
-    found: dict[str, tuple[str, bytes]] = {}  # by kind: the name and bytes of the first there
-    for kind, candidates in consistency.side_names(stack_name).items():
-        for candidate in candidates:
-            data = _side_file(project, candidate, consistency.size_limit(kind))
-            if data is not None:
-                found[kind] = candidate, data
-                break
+    found = {kind: (file.name, file.data) for kind, file in sidefiles.files_beside(project, stack_name).items()}
     angles = {kind: consistency.read_angles(*found[kind]) for kind in ("rawtlt", "tlt") if kind in found}
     names = {kind: found[kind][0] if kind in found else None for kind in consistency.SIDE_FILES}
     side = consistency.SideFiles(
@@ -45,24 +37,3 @@ def report(inputs: Inputs, options: Options) -> dict:
             "consistent": not findings,
             "findings": [{"file": f.file, "section": f.section, "problem": f.problem} for f in findings]}
 
-
-def _side_file(project: Project, name: str, limit: int) -> bytes | None:
-    """The bytes of the file ``name`` beside the stack, opened through the project (over HTTP: beneath the data
-    root); None where there is none. A file larger than ``limit`` is none of the files a tilt series has."""
-    try:
-        fd = project.open(name)
-    except FileNotFoundError:
-        return None
-    except NoaError as exc:  # refused: outside the data root, a link
-        raise type(exc)(f"{name}: {exc}") from None
-    except OSError as exc:
-        raise FileFormatError(f"{name}: {exc.strerror or exc}") from None
-    try:
-        size = os.fstat(fd).st_size
-        if size > limit:
-            raise FileFormatError(f"{name}: {size} bytes: larger than any such file beside a tilt series "
-                                  f"({limit >> 20} MiB at most)")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(limit)
-    finally:
-        os.close(fd)

@@ -1,0 +1,292 @@
+"""The files beside a tilt-series stack (IMOD's ``.rawtlt`` and ``.tlt``, its mdoc, RELION 5's tilt-series STAR)
+kept in step with an operation's output: the rows of the sections the output keeps, in its order, named after the
+output (out.st -> out.rawtlt, out.tlt, out.st.mdoc or out.mdoc as the input's, out.star), the mdoc's sections
+renumbered, the pixel size changed where a file states one (the mdoc's PixelSpacing, the STAR's
+rlnTomoTiltSeriesPixelSize) and the mdoc's ImageSize made the output's.
+
+They are found by the stack's stem and read through the project (:func:`files_beside`), as noa tiltcheck reads
+them: over HTTP every one is opened beneath the data root. A stack with none of them, or only files that are not a
+tilt series' (a frame set's mdoc beside a movie), has none to keep. Where one cannot be read, disagrees with the
+stack (its count), or the output does not keep the sections one to one, none is written and a notice says why:
+the operation itself never fails for them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import posixpath
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from noa_core.errors import FileFormatError, NoaError
+from noa_core.images.stacks import section_axis
+from noa_core.io import star
+from noa_core.io.particles import Project, Projects, folder_projects
+from noa_core.tomography import check, tiltseries
+from noa_core.tomography.tiltseries import TiltSeries
+
+PIXEL_SIZE_LABEL = "rlnTomoTiltSeriesPixelSize"  # RELION 5's pixel size of a tilt series (Å)
+_IMAGE_NAME = re.compile(rb"^0*(\d+)@(.+)$")  # RELION's 'N@stack', as noa tiltseries writes it
+_WORDS = {"rawtlt": "angles", "tlt": "angles", "mdoc": "[ZValue] sections", "star": "rows"}
+
+# The files to write beside an output (a plan's side files), given its path: each file's path (in its folder) and
+# content, and what the user should know of them.
+SideFiles = Callable[[Path], tuple[dict[Path, bytes], list[str]]]
+
+
+@dataclass(frozen=True)
+class SideFile:
+    """A file found beside a stack: its name (as the project names it), its bytes and its identity (device, inode),
+    which an output never replaces."""
+
+    name: str
+    data: bytes
+    identity: tuple[int, int]
+
+
+def files_beside(project: Project, stack_name: str) -> dict[str, SideFile]:
+    """The files beside the stack ``stack_name`` (:func:`~noa_core.tomography.check.side_names`), by kind, each the
+    first of its names there, opened through ``project`` (over HTTP: beneath the data root) and read within its
+    size limit; a NoaError naming the one refused (a link out of the data root) or larger than any such file."""
+    found: dict[str, SideFile] = {}
+    for kind, candidates in check.side_names(stack_name).items():
+        for candidate in candidates:
+            read = _side_file(project, candidate, check.size_limit(kind))
+            if read is not None:
+                found[kind] = read
+                break
+    return found
+
+
+def _side_file(project: Project, name: str, limit: int) -> SideFile | None:
+    """The file ``name`` beside the stack, opened through the project; None where there is none. A file larger than
+    ``limit`` is none of the files a tilt series has."""
+    try:
+        fd = project.open(name)
+    except FileNotFoundError:
+        return None
+    except NoaError as exc:  # refused: outside the data root, a link
+        raise type(exc)(f"{name}: {exc}") from None
+    except OSError as exc:
+        raise FileFormatError(f"{name}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if info.st_size > limit:
+            raise FileFormatError(f"{name}: {info.st_size} bytes: larger than any such file beside a tilt series "
+                                  f"({limit >> 20} MiB at most)")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return SideFile(name, f.read(limit), (info.st_dev, info.st_ino))
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class _Read:
+    """The side files of a tilt series, read: each kind's file and what it holds."""
+
+    stack_name: str
+    files: dict[str, SideFile]
+    angles: dict[str, np.ndarray]
+    mdoc: TiltSeries | None
+    star: check.StarTable | None
+
+    def counts(self) -> dict[str, int]:
+        counts = {kind: len(values) for kind, values in self.angles.items()}
+        if self.mdoc is not None:
+            counts["mdoc"] = len(self.mdoc.tilts)
+        if self.star is not None:
+            counts["star"] = self.star.rows
+        return counts
+
+
+class Inputs(Protocol):
+    """The inputs of an operation (:class:`noa_core.operations.spec.Inputs`): the files, and how the files a file
+    names are opened (None: this machine's folders)."""
+
+    projects: Projects | None
+
+    def __getitem__(self, index: int) -> Path: ...
+
+
+def in_step(inputs: Inputs, options: Mapping[str, Any], shape: Sequence[int], kept: Sequence[int] | None, *,
+            image_size: tuple[int, int] | None = None, pixel_scale: float = 1.0,
+            why_not: str = "") -> tuple[SideFiles | None, list[str]]:
+    """The files to write beside the output of an operation on the stack ``inputs[0]`` (of ``shape``, BDHW) whose
+    section ``i`` is the input's ``kept[i]`` (None: the output does not keep sections one to one, ``why_not`` says
+    why), its images ``image_size`` (width, height; default the input's) of pixels ``pixel_scale`` times the
+    input's: None where there are none to write (or the ``side_files`` option says not to), and the notices of the
+    plan (why none are written)."""
+    stack = inputs[0]
+    if not options.get("side_files") or not isinstance(stack, Path):  # (a URL: remote storage has no folders)
+        return None, []
+    project = (inputs.projects or folder_projects)(None)  # over HTTP: the data root, beneath which each is opened
+    try:
+        stack_name = project.name_of(stack)
+        read = _read(project, stack_name)
+    except NoaError as exc:
+        return None, [f"{exc}: no tilt-series files written beside the output"]
+    if read is None:
+        return None, []
+    listed = ", ".join(f.name for f in read.files.values())
+    if kept is None:
+        return None, [f"{stack_name}: {why_not}: its {listed} are not written beside the output"]
+    sections = shape[section_axis(shape)]
+    for kind, count in read.counts().items():
+        if count != sections:
+            return None, [f"{read.files[kind].name}: {count} {_WORDS[kind]}, and the stack {stack_name} has "
+                          f"{sections} sections: {listed} not written beside the output"]
+    size = image_size if image_size is not None else (int(shape[3]), int(shape[2]))
+    return _writer(read, project, list(kept), sections, size, pixel_scale), []
+
+
+def unchanged(inputs: Inputs, options: Mapping[str, Any], shape: Sequence[int]) -> tuple[SideFiles | None, list[str]]:
+    """:func:`in_step` for an output of the input's sections, in their order, and of its images' size and pixel size
+    (a filter, a copy)."""
+    return in_step(inputs, options, shape, range(shape[section_axis(shape)]))
+
+
+def _read(project: Project, stack_name: str) -> _Read | None:
+    """The tilt-series files beside the stack, read and checked; None where there are none (the files found are not
+    a tilt series': a frame set's mdoc beside a movie, a STAR of something else). FileFormatError naming the file
+    that cannot be read, where others are a tilt series'."""
+    files = files_beside(project, stack_name)
+    angles: dict[str, np.ndarray] = {}
+    mdoc = table = None
+    unreadable: list[FileFormatError] = []
+    for kind, file in files.items():
+        try:
+            if kind in ("rawtlt", "tlt"):
+                angles[kind] = check.read_angles(file.name, file.data)
+            elif kind == "mdoc":
+                mdoc = tiltseries.parse(Path(file.name), file.data)
+            else:
+                found = check.read_star(file.name, file.data, stack_name)
+                if any(label in found.columns for label in check.STAR_NUMBERS):  # else not a tilt series' STAR
+                    table = found
+        except FileFormatError as exc:
+            unreadable.append(exc)
+    if not angles and mdoc is None and table is None:
+        return None
+    if unreadable:
+        raise unreadable[0]
+    kinds = [*angles, *(["mdoc"] if mdoc is not None else []), *(["star"] if table is not None else [])]
+    return _Read(stack_name, {kind: files[kind] for kind in kinds}, angles, mdoc, table)
+
+
+def _writer(read: _Read, project: Project, kept: list[int], sections: int, image_size: tuple[int, int],
+            pixel_scale: float) -> SideFiles:
+    """The files of the output: the rows ``kept``, in that order."""
+    def written(output: Path) -> tuple[dict[Path, bytes], list[str]]:
+        named = check.side_names(output.name)
+        files: dict[Path, bytes] = {}
+        for kind, file in read.files.items():
+            path = output.parent / named[kind][check.side_names(read.stack_name)[kind].index(file.name)]
+            if path == output or _identity(path) in {f.identity for f in read.files.values()}:
+                return {}, [f"{path}: would replace {'the output' if path == output else 'a file beside the input'}: "
+                            f"{', '.join(f.name for f in read.files.values())} not written beside the output"]
+            if kind in read.angles:
+                files[path] = _angles(file.data, kept, sections)
+            elif kind == "mdoc":
+                assert read.mdoc is not None
+                files[path] = _mdoc(read.mdoc, kept, output.name, image_size, pixel_scale)
+            else:
+                files[path] = _star(file, read.stack_name, kept, _name_of(project, output), pixel_scale)
+        return files, [f"beside {output}: {', '.join(path.name for path in files)}, the rows of its {len(kept)} "
+                       f"sections (of the {sections} of {read.stack_name}) in its order"]
+
+    return written
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _name_of(project: Project, output: Path) -> str:
+    """How the STAR names the output stack: as the project names it (as noa tiltseries writes it), else by its name
+    alone."""
+    try:
+        return project.name_of(output)
+    except NoaError:
+        return output.name
+
+
+def _angles(data: bytes, kept: list[int], sections: int) -> bytes:
+    """An angle file's lines of the sections ``kept``: the file as it is where every section is kept in order."""
+    if kept == list(range(sections)):
+        return data
+    lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.split()]
+    return "".join(f"{lines[z].strip()}\n" for z in kept).encode()
+
+
+def _mdoc(series: TiltSeries, kept: list[int], image_file: str, image_size: tuple[int, int],
+          pixel_scale: float) -> bytes:
+    """The mdoc of the output: its sections ``kept``, renumbered; ImageFile and ImageSize the output's, PixelSpacing
+    ``pixel_scale`` times the input's."""
+    def scaled(spacing: float | None) -> float | None:
+        return None if spacing is None else spacing * pixel_scale
+
+    header = series.header.model_copy(update={"PixelSpacing": scaled(series.header.PixelSpacing),
+                                              **({"ImageSize": image_size} if series.header.ImageSize else {})})
+    tilts = [dataclasses.replace(t, record=t.record.model_copy(update={"PixelSpacing": scaled(t.record.PixelSpacing)}))
+             for t in series.tilts]
+    axis = next((a for a in map(tiltseries.axis_in, series.titles) if a is not None), 0.0)  # kept as it is
+    return tiltseries.mdoc_text(dataclasses.replace(series, header=header, tilts=tilts), kept, image_file,
+                                axis).encode()
+
+
+def _star(file: SideFile, stack_name: str, kept: list[int], output_name: str, pixel_scale: float) -> bytes:
+    """The STAR of the output: the tilt series' loop with the rows ``kept``, each naming its section of the output
+    (``N@output``) where it named the input's, the loop named after the output where it was after the input;
+    rlnTomoTiltSeriesPixelSize ``pixel_scale`` times the input's; every other block, column and byte as it was."""
+    table = star.Star(Path(file.name), file.data)
+    tilt_block = check.read_star(file.name, file.data, stack_name).name
+    input_stack = posixpath.basename(stack_name)
+    pieces: list[bytes | np.ndarray] = []
+    for block in table:
+        if block.name == tilt_block and block.loop:
+            replace = {}
+            if "rlnMicrographName" in block.labels:
+                names = table.values(block, "rlnMicrographName", np.array(kept, np.int64)).tolist()
+                replace["rlnMicrographName"] = np.array(
+                    [_image_name(name, z, i, input_stack, output_name) for i, (z, name) in enumerate(zip(kept, names))],
+                    "S")
+            if PIXEL_SIZE_LABEL in block.labels and pixel_scale != 1.0:
+                sizes = table.numbers(block, PIXEL_SIZE_LABEL, rows=np.array(kept, np.int64))
+                replace[PIXEL_SIZE_LABEL] = sizes * pixel_scale
+            edit = star.LoopEdit(rows=np.array(kept, np.int64), replace=replace)
+            edited = table.edited(loops={block.name: edit}, blocks=[block.name])
+            if block.name == tiltseries.block_name(input_stack):  # RELION's name of the tilt series: the output's now
+                output_block = tiltseries.block_name(posixpath.basename(output_name))
+                edited[0] = _renamed(bytes(edited[0]), block.name, output_block)
+            pieces.extend(edited)
+        elif PIXEL_SIZE_LABEL in block.pairs and pixel_scale != 1.0:
+            size = float(block.pairs[PIXEL_SIZE_LABEL]) * pixel_scale
+            pieces.extend(table.edited(pairs={block.name: {PIXEL_SIZE_LABEL: repr(size)}}, blocks=[block.name]))
+        else:
+            pieces.extend(table.edited(blocks=[block.name]))
+    return b"".join(piece if isinstance(piece, bytes) else piece.tobytes() for piece in pieces)
+
+
+def _image_name(value: bytes, z: int, i: int, input_stack: str, output_name: str) -> bytes:
+    """The name of the output's section ``i`` where ``value`` named the input's section ``z`` (``N@stack``), else
+    ``value`` as it is (a tilt's own micrograph)."""
+    parsed = _IMAGE_NAME.match(value)
+    if parsed is None or int(parsed.group(1)) != z + 1 or \
+            posixpath.basename(parsed.group(2).decode(errors="replace")) != input_stack:
+        return value
+    return f"{i + 1:06d}@{output_name}".encode()
+
+
+def _renamed(head: bytes, old: str, new: str) -> bytes:
+    """A block's text with its ``data_old`` line made ``data_new``."""
+    line = re.compile(rb"(?m)^(\s*)data_" + re.escape(old.encode()) + rb"(?=\s|$)")
+    return line.sub(lambda m: m.group(1) + b"data_" + new.encode(), head, count=1)
