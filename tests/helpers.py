@@ -352,3 +352,60 @@ def euler_matrix(alpha: float, beta: float, gamma: float) -> np.ndarray:
     return np.array([[cg * cc - sg * sa, cg * cs + sg * ca, -cg * sb],
                      [-sg * cc - cg * sa, -sg * cs + cg * ca, sg * sb],
                      [sc, ss, cb]])
+
+
+class ObjectStore:
+    """An S3 server on loopback (moto in server mode) that counts the body bytes it sends per object key: what a
+    remote read fetched. ``endpoint`` is its URL, ``client`` a boto3 client on it (any key and secret sign for
+    moto), ``sent`` bytes of GET bodies per ``bucket/key`` since the last :meth:`reset`."""
+
+    def __init__(self) -> None:
+        import threading
+
+        import boto3
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+        from werkzeug.serving import make_server
+
+        class Quiet(MotoRequestHandler):
+            def log_request(self, *args) -> None:
+                """Requests go unlogged: the tests count what they fetch instead."""
+
+        self.sent: dict[str, int] = {}
+        moto = DomainDispatcherApplication(create_backend_app)
+
+        def counting(environ, start_response):
+            key = environ.get("PATH_INFO", "").lstrip("/")
+            chunks = moto(environ, start_response)
+            if environ.get("REQUEST_METHOD") == "GET":
+                chunks = list(chunks)
+                self.sent[key] = self.sent.get(key, 0) + sum(len(c) for c in chunks)
+            return chunks
+
+        self.server = make_server("127.0.0.1", free_port(), counting, threaded=True, request_handler=Quiet)
+        self.endpoint = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.client = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                                   aws_access_key_id="testing", aws_secret_access_key="testing")
+
+    def env(self) -> dict[str, str]:
+        """The environment of a process reading from this server: its endpoint and credentials moto takes."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def reset(self) -> None:
+        self.sent.clear()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.thread.join()
+
+
+@contextlib.contextmanager
+def object_store() -> Iterator[ObjectStore]:
+    """An :class:`ObjectStore` for the block, shut down after it."""
+    store = ObjectStore()
+    try:
+        yield store
+    finally:
+        store.close()

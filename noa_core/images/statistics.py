@@ -24,7 +24,7 @@ from noa_core.array import Array, layout
 from noa_core.compute.moments import RunningStatistics
 from noa_core.compute.tiles import plan_tile, tiles
 from noa_core.errors import DTypeError, ShapeError, ValueRangeError
-from noa_core.io import mapped
+from noa_core.io import mapped, remote
 from noa_core.io.stream import batch_statistics
 
 HISTOGRAM_BINS = 1 << 20
@@ -154,6 +154,8 @@ def remembered(path, what: tuple, compute):
     """``compute()``, remembered per file (device, inode, size, modification time) and ``what``."""
     import os
 
+    if remote.is_remote(path):  # no inode to know it by: computed each time
+        return compute()
     st = os.stat(path)
     key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, what)
     if key not in _REMEMBERED:

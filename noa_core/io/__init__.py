@@ -24,6 +24,6 @@ import lazy_loader
 __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     ["atomic", "beneath", "compression", "eer", "formats", "libc", "mapped", "metadata", "mrc", "omezarr",
-     "protocol", "read_options", "stream", "tiff"],
+     "protocol", "read_options", "remote", "stream", "tiff"],
     {"formats": ["read", "probe"], "protocol": ["Probe"], "metadata": ["Metadata", "HeaderStatistics"],
      "stream": ["Writer", "copy_into", "create", "fill", "write"]})

@@ -25,8 +25,8 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from noa_core.errors import MissingFileError, NoSpaceError, NotAFileError, OutputExistsError, param
-from noa_core.io import libc
+from noa_core.errors import FileFormatError, MissingFileError, NoSpaceError, NotAFileError, OutputExistsError, param
+from noa_core.io import libc, remote
 
 try:
     import fcntl
@@ -67,6 +67,9 @@ def check_output(path: str | os.PathLike, overwrite: bool, directory: bool = Fal
     ``directory``: the output is a store (a directory); an existing one is replaced only when it is a
     zarr store itself, never any other folder.
     """
+    url = remote.remote_path(path)
+    if url is not None:
+        raise FileFormatError(f"{url}: outputs on remote storage are not written yet; write it here, then upload it")
     p = Path(path)
     if p.is_dir() and not directory:
         raise NotAFileError(f"{p}: is a directory; give a file name")

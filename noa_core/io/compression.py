@@ -26,6 +26,7 @@ from noa_core.errors import (
     SizeError,
     TruncatedFileError,
 )
+from noa_core.io import remote
 
 EXTENSIONS = {".gz": "gzip", ".bz2": "bzip2"}
 CHUNK_BYTES = 1 << 20  # compressed bytes read at a time
@@ -46,12 +47,16 @@ def compression_of(head: bytes) -> str | None:
 
 
 def open_input(path: Path) -> io.BufferedReader:
-    """``path`` opened for reading, refused unless it is a non-empty regular file.
+    """``path`` opened for reading, refused unless it is a non-empty regular file (a remote input: a file
+    reading byte ranges of a non-empty object, :func:`noa_core.io.remote.open_input`).
 
     The open does not block (O_NONBLOCK, cleared afterwards), so a FIFO or device put in place of a
     checked file cannot hang it; the opened descriptor, not the path, is then checked, so a swap
     after any earlier check cannot slip through.
     """
+    url = remote.remote_path(path)
+    if url is not None:
+        return remote.open_input(url)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -65,6 +70,12 @@ def open_input(path: Path) -> io.BufferedReader:
         os.close(fd)
         raise
     return os.fdopen(fd, "rb")
+
+
+def size_of(file: BinaryIO) -> int:
+    """The size in bytes of a file :func:`open_input` opened."""
+    size = getattr(file, "size", None)  # a remote object's, known from its listing
+    return size if isinstance(size, int) else os.fstat(file.fileno()).st_size
 
 
 def check_descriptor(path: Path, fd: int) -> None:

@@ -59,10 +59,11 @@ from noa_core.errors import (
     ParameterError,
     SizeError,
     TruncatedFileError,
+    UnknownFormatError,
     WriteDTypeError,
     param,
 )
-from noa_core.io import atomic, formats, libc, mapped, tiff
+from noa_core.io import atomic, formats, libc, mapped, remote, tiff
 from noa_core.io.compression import open_input
 from noa_core.io.metadata import HeaderStatistics, Metadata
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
@@ -804,6 +805,10 @@ class EerFormat:
                                   "series": "an EER movie has one series of frames"}
 
     def detect(self, head: bytes, path: Path) -> bool:
+        if head[:4] in _SIGNATURES and path.suffix.lower() in EXTENSIONS and remote.is_remote(path):
+            # its frames are found and decoded by pread on a descriptor, which a remote object has not
+            raise UnknownFormatError(f"{path}: EER movies are read from files of this machine only; copy it here "
+                                     "first")
         return first_compression(path, head) in COMPRESSIONS
 
     def claim_by_extension(self, head: bytes, path: Path) -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from noa_core.errors import EmptyFileError, FileFormatError, NotAFileError, UnknownFormatError
-from noa_core.io import compression, mrc, read_options
+from noa_core.io import compression, mrc, read_options, remote
 from noa_core.io.protocol import ImageFormat, Probe, ReadRequest
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def input_bytes(paths: Sequence[str | os.PathLike]) -> int | None:
     data in other files (a particle file) or cannot be read."""
     total = 0
     for path in paths:
-        if Path(path).suffix.lower() in DATASET_EXTENSIONS:
+        if Path(path).suffix.lower() in DATASET_EXTENSIONS or remote.is_remote(path):
             return None
         try:
             info = os.stat(path)
@@ -112,9 +112,10 @@ def input_bytes(paths: Sequence[str | os.PathLike]) -> int | None:
 
 def check_input(path: str | os.PathLike) -> Path:
     """The path of a readable, non-empty regular file, or a specific error (checked on the opened file,
-    which a FIFO cannot block: see :func:`noa_core.io.compression.open_input`)."""
-    p = Path(path)
-    if p.is_dir():
+    which a FIFO cannot block: see :func:`noa_core.io.compression.open_input`). A URL (``s3://``, ``https://``)
+    gives a :class:`~noa_core.io.remote.RemotePath`, read by byte ranges."""
+    p = remote.remote_path(path) or Path(path)
+    if _is_folder(p):
         if any(fmt.detect(b"", p) for fmt in STORES):
             return p
         stores = ", ".join(f"{fmt.title} ({'/'.join(fmt.extensions)})" for fmt in STORES)
@@ -122,6 +123,12 @@ def check_input(path: str | os.PathLike) -> Path:
                             "no zarr.json, .zgroup or .zattrs in it)")
     with compression.open_input(p):
         return p
+
+
+def _is_folder(path: Path) -> bool:
+    """Whether an input names a folder (a store's): a directory here, a prefix of objects on remote storage."""
+    url = remote.remote_path(path)
+    return path.is_dir() if url is None else remote.is_folder(url)
 
 
 def _image_extension(path: Path) -> str:
@@ -153,7 +160,8 @@ def detect(path: Path) -> tuple[ImageFormat, str | None]:
     A format whose signature the (decompressed) first bytes carry wins; failing that, one whose
     extension the path has may claim it (MRC files before MRC2014 have no signature).
     """
-    if path.is_dir():
+    url = remote.remote_path(path)
+    if _is_folder(path):
         for fmt in STORES:
             if fmt.detect(b"", path):
                 return fmt, None
@@ -161,6 +169,9 @@ def detect(path: Path) -> tuple[ImageFormat, str | None]:
     with compression.open_input(path) as f:
         head = f.read(HEAD_BYTES)
         kind = compression.compression_of(head)
+        if kind is not None and url is not None:  # decompressed from its start on every read: fetched whole
+            raise UnknownFormatError(f"{path}: compression: {kind}-compressed files are not read from remote "
+                                     "storage (they would be fetched whole); decompress it there, or copy it here")
         if kind is not None:
             f.seek(0)
             head = compression.Decompressed(path, kind, f).read(HEAD_BYTES)

@@ -30,6 +30,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from noa_core.compute.tiles import RUN_BYTES
 from noa_core.errors import NoSpaceError, SizeError, TruncatedFileError
+from noa_core.io import atomic, remote
 from noa_core.io.compression import open_input
 
 if TYPE_CHECKING:
@@ -118,6 +119,38 @@ def map_gathered(path: Path, dtype: np.dtype, count: int, gather: Gather) -> np.
     with tempfile.TemporaryFile(prefix="noa-", suffix=".gathered") as placeholder:
         os.ftruncate(placeholder.fileno(), max(count * np.dtype(dtype).itemsize, 1))
         return map_input(path, 0, dtype, count, private=True, fd=placeholder.fileno(), gather=gather)
+
+
+def gathered(path: Path, dtype: np.dtype, count: int, gather: Gather, tiles: bool) -> np.ndarray:
+    """A read-only 1-d array of ``count`` items of ``dtype`` whose bytes ``gather`` reads from elsewhere (the
+    stacks a particle file names, a remote object): with ``tiles``, read as the tile engine asks
+    (:func:`map_gathered`); else read whole now, into an unlinked temporary file mapped privately (memory stays
+    bounded however large). ``path`` names it in messages."""
+    if tiles:
+        return map_gathered(path, dtype, count, gather)
+    nbytes = count * np.dtype(dtype).itemsize
+    folder = spill_folder(path, nbytes, "data", "gathering")
+    with tempfile.TemporaryFile(prefix="noa-", suffix=".gathered", dir=folder) as temp:
+        atomic.reserve(temp.fileno(), nbytes, f"{path}: gathering the {nbytes} bytes of data: no space left in "
+                       f"{folder}")
+        buffer = scratch(min(nbytes, PARALLEL_BYTES), 0)
+        try:
+            for start in range(0, nbytes, len(buffer)):
+                piece = buffer.data[:min(len(buffer), nbytes - start)]
+                if not gather.read_into(piece, start):
+                    raise TruncatedFileError(f"{path}: a file it names changed size while being read")
+                pwrite_all(temp.fileno(), piece, start, path)
+        finally:
+            gather.close()
+        return map_input(path, 0, dtype, count, private=True, fd=temp.fileno())
+
+
+def map_file(path: Path, offset: int, dtype: np.dtype, count: int, tiles: bool) -> np.ndarray:
+    """``count`` items of ``dtype`` at byte ``offset`` of an input: a local file's mapped (:func:`map_input`), a
+    remote object's fetched by byte ranges as the tiles ask when ``tiles``, else whole (:func:`gathered`)."""
+    if isinstance(path, remote.RemotePath):
+        return gathered(path, dtype, count, remote.Ranges(path, offset), tiles)
+    return map_input(path, offset, dtype, count)
 
 
 _SCRATCH = threading.local()

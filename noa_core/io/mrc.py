@@ -20,7 +20,6 @@ import dataclasses
 import datetime
 import io
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +45,7 @@ from noa_core.errors import (
     param,
 )
 from noa_core.io import mapped
-from noa_core.io.compression import CHUNK_BYTES, Decompressed, open_input
+from noa_core.io.compression import CHUNK_BYTES, Decompressed, open_input, size_of
 from noa_core.io.metadata import ANGSTROM, HeaderStatistics, Metadata, Triple, permute_per_axis
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import MrcReadOptions
@@ -462,7 +461,7 @@ def _read_header(path: Path, source, file: BinaryIO, compressed: bool) -> tuple[
     if compressed:
         source.check_size(total, "nsymbt/nx/ny/nz/mode")
     else:
-        size = os.fstat(file.fileno()).st_size
+        size = size_of(file)
         if size < total:
             raise TruncatedFileError(f"{path}: nx/ny/nz/mode: the header promises {total} bytes "
                                      f"(extended header {nsymbt}), the file holds {size}")
@@ -509,7 +508,7 @@ def _read_data(path: Path, header: np.record, source, file: io.BufferedReader,
         return flat
     offset = HEADER_BYTES + int(header["nsymbt"])
     if request.mmap and file_dtype.isnative and int(header["mode"]) not in (3, 101):
-        return mapped.map_input(path, offset, file_dtype, count)
+        return mapped.map_file(path, offset, file_dtype, count, request.tiles)
     file.seek(offset)
     flat = np.empty(count, file_dtype)
     if file.readinto(flat.view(np.uint8).data) != nbytes:

@@ -67,7 +67,7 @@ from noa_core.errors import (
     WriteDTypeError,
     param,
 )
-from noa_core.io import atomic, beneath, mapped, tiff
+from noa_core.io import atomic, beneath, mapped, remote, tiff
 from noa_core.io.metadata import ANGSTROM, HeaderStatistics, Metadata, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import OmeZarrReadOptions
@@ -101,7 +101,11 @@ _METADATA_NAMES = ("zarr.json", ".zarray", ".zgroup", ".zattrs", ".zmetadata")
 
 
 def is_store(path: Path) -> bool:
-    """Whether ``path`` is a directory holding a zarr group or array (v2 or v3)."""
+    """Whether ``path`` is a directory holding a zarr group or array (v2 or v3), or a remote folder (a prefix of
+    objects) holding one."""
+    url = remote.remote_path(path)
+    if url is not None:
+        return remote.is_folder(url) and any(remote.holds(url, name) for name in _NODE_FILES)
     return path.is_dir() and any((path / name).is_file() for name in _NODE_FILES)
 
 
@@ -447,7 +451,9 @@ def _why(store, exc: BaseException) -> str:
 def _open_node(path: Path):
     import zarr  # here: the first store read pays for it, no other command does
 
-    store = _beneath_store_class()(path)
+    url = remote.remote_path(path)
+    # a remote store's chunks are fetched as they are decoded; a local one's files are opened beneath its folder
+    store = _beneath_store_class()(path) if url is None else zarr.storage.FsspecStore.from_url(url.url, read_only=True)
     try:
         return zarr.open(store=store, mode="r")
     except Exception as exc:  # zarr raises many types on damaged metadata; each becomes one line

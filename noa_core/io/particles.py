@@ -23,7 +23,6 @@ import errno
 import functools
 import os
 import stat
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -44,7 +43,7 @@ from noa_core.errors import (
     UnknownFormatError,
     param,
 )
-from noa_core.io import atomic, mapped, mrc, particle_files
+from noa_core.io import mapped, mrc, particle_files, remote
 from noa_core.io.metadata import HeaderStatistics, Metadata, Picks
 from noa_core.io.particle_files import NewImages, ParticleError, Table
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
@@ -95,6 +94,8 @@ class FolderProject:
         return fd
 
     def name_of(self, path: Path) -> str:
+        if remote.is_remote(path):  # named by its URL, relative to no folder
+            return str(path)
         absolute, base = Path(os.path.abspath(path)), self._base()
         return str(absolute.relative_to(base)) if absolute.is_relative_to(base) else str(absolute)
 
@@ -464,30 +465,9 @@ def _read(path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
     table, images, project, probe = _probe_rows(path, request)
     b, _, h, w = probe.shape
     gather = Gather(images, probe.dtype, project, table.where)
-    count = b * h * w
-    if request.tiles:  # the tile engine reads it: each tile's particles read as it asks
-        flat = mapped.map_gathered(path, probe.dtype, count, gather)
-    else:  # read whole now, into a temporary file (bounded memory however many particles)
-        flat = _gathered_whole(path, probe.dtype, count, gather)
+    # with tiles, each tile's particles are read as it asks; else all now, into a temporary file
+    flat = mapped.gathered(path, probe.dtype, b * h * w, gather, request.tiles)
     return asarray(flat.reshape(b, 1, h, w)), probe.metadata
-
-
-def _gathered_whole(path: Path, dtype: np.dtype, count: int, gather: Gather) -> np.ndarray:
-    nbytes = count * dtype.itemsize
-    folder = mapped.spill_folder(path, nbytes, "images", "gathering")
-    with tempfile.TemporaryFile(prefix="noa-", suffix=".particles", dir=folder) as temp:
-        atomic.reserve(temp.fileno(), nbytes, f"{path}: gathering the {nbytes} bytes of images: no space left in "
-                       f"{folder}")
-        buffer = mapped.scratch(min(nbytes, mapped.PARALLEL_BYTES), 0)
-        try:
-            for start in range(0, nbytes, len(buffer)):
-                piece = buffer.data[:min(len(buffer), nbytes - start)]
-                if not gather.read_into(piece, start):
-                    raise ParticleError(f"{path}: a stack it names changed size while being read")
-                mapped.pwrite_all(temp.fileno(), piece, start, path)
-        finally:
-            gather.close()
-        return mapped.map_input(path, 0, dtype, count, private=True, fd=temp.fileno())
 
 
 class ParticlesFormat:

@@ -50,8 +50,8 @@ from noa_core.errors import (
     WriteDTypeError,
     param,
 )
-from noa_core.io import mapped
-from noa_core.io.compression import open_input
+from noa_core.io import mapped, remote
+from noa_core.io.compression import open_input, size_of
 from noa_core.io.metadata import HeaderStatistics, Metadata, Triple, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import TiffReadOptions
@@ -329,9 +329,17 @@ def _check_segments(path: Path, file: BinaryIO, series, file_size: int) -> None:
             if offset + count > file_size:
                 raise TruncatedFileError(f"{path}: StripOffsets/StripByteCounts (page {number}): a segment of {count} "
                                          f"bytes at offset {offset} ends past the {file_size}-byte file")
-            if decoder is not None and _expands_past(decoder, os.pread(file.fileno(), count, offset), limit):
+            if decoder is not None and _expands_past(decoder, _read_at(file, count, offset), limit):
                 raise SizeError(f"{path}: StripByteCounts (page {number}): the {count}-byte segment at offset "
                                 f"{offset} decodes to more than the {limit} bytes a segment of the page holds")
+
+
+def _read_at(file: BinaryIO, count: int, offset: int) -> bytes:
+    """``count`` bytes at ``offset`` (fewer at the end); a remote file has no descriptor to ``pread``."""
+    if isinstance(file, remote.RemoteFile):
+        file.seek(offset)
+        return file.read(count)
+    return os.pread(file.fileno(), count, offset)
 
 
 def _expands_past(make_decoder, data: bytes, limit: int) -> bool:
@@ -352,14 +360,16 @@ def _stored_bits(series) -> int:
     return int(series.keyframe.bitspersample)
 
 
-def _load(path: Path, tif: tifffile.TiffFile, file: BinaryIO, series, file_size: int, mmap: bool) -> np.ndarray:
-    """The series data in its own axes order; memory-mapped read-only when it is stored plainly."""
+def _load(path: Path, tif: tifffile.TiffFile, file: BinaryIO, series, file_size: int,
+          request: ReadRequest[TiffReadOptions]) -> np.ndarray:
+    """The series data in its own axes order; memory-mapped read-only when it is stored plainly (remote: fetched
+    as the tiles ask, or whole to a temporary file)."""
     dtype = np.dtype(series.dtype).newbyteorder(tif.byteorder)
     nbytes = int(np.prod(series.shape, dtype=object)) * dtype.itemsize
     offset = series.dataoffset
     unpacked = _stored_bits(series) == dtype.itemsize * 8
-    if mmap and offset is not None and unpacked and dtype.isnative and offset + nbytes <= file_size:
-        flat = mapped.map_input(path, offset, dtype, nbytes // dtype.itemsize)
+    if request.mmap and offset is not None and unpacked and dtype.isnative and offset + nbytes <= file_size:
+        flat = mapped.map_file(path, offset, dtype, nbytes // dtype.itemsize, request.tiles)
         return flat.reshape(series.shape)
     _check_segments(path, file, series, file_size)
     data = series.asarray()
@@ -390,7 +400,7 @@ def _parsed(path: Path, request: ReadRequest[TiffReadOptions], take: Take) -> tu
     try:
         with _library_messages(path, notices), open_input(path) as file, \
                 tifffile.TiffFile(file, name=path.name) as tif:
-            file_size = os.fstat(file.fileno()).st_size
+            file_size = size_of(file)
             if tif.is_ome:
                 _check_ome_sizes(path, tif, file_size)
             index, series = _choose_series(path, tif, request.options.series, notices)
@@ -502,7 +512,7 @@ def _in_words(exc: BaseException) -> str:
 def _read(path: Path, request: ReadRequest[TiffReadOptions]):
     """Read one series of a TIFF file: ``(Array, Metadata)``."""
     bdhw, metadata = _parsed(path, request, lambda tif, file, series, size: _load(
-        path, tif, file, series, size, request.mmap))
+        path, tif, file, series, size, request))
     return asarray(bdhw), metadata
 
 

@@ -534,7 +534,7 @@ class Inputs(Sequence[Path]):
     (frames an EER grouping dropped, the TIFF series chosen) for the caller to hand on with the output."""
 
     def __init__(self, paths: Sequence[str | Path], options: Options, projects: Any = None) -> None:
-        self.paths = [Path(p) for p in paths]
+        self.paths = [io.remote.remote_path(p) or Path(p) for p in paths]  # a URL stays one (s3://, https://)
         self.reading = options.reading()
         self.projects = projects
         self.notices: list[str] = []

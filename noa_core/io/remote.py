@@ -1,0 +1,259 @@
+"""Inputs on object storage and web servers (``s3://bucket/key``, ``gs://bucket/key``, ``http(s)://host/path``),
+read through fsspec by byte ranges: a header, then the bytes the tiles of a plan ask for (a read that needs the
+whole array fetches the data once, into a temporary file).
+
+A remote input goes the way a local one goes: :func:`noa_core.io.formats.check_input` turns its URL into a
+:class:`RemotePath`, and the formats read it through :func:`noa_core.io.compression.open_input` (a seekable
+file) and :func:`noa_core.io.mapped.map_file` (the data, fetched by :class:`Ranges` as
+:func:`noa_core.io.mapped.read_view` asks), so it becomes the same Array and metadata. Credentials and endpoints
+come from where fsspec and its back ends look for them (``AWS_ACCESS_KEY_ID``/``AWS_PROFILE``/``~/.aws``,
+``AWS_ENDPOINT_URL`` or ``FSSPEC_S3_ENDPOINT_URL``); a URL is shown without its query (a presigned URL's
+signature) or user and password.
+
+URLs travel as :class:`pathlib.Path` through the drivers, which collapses ``s3://b/k`` to ``s3:/b/k``: both
+spellings name the URL here (a local folder called ``s3:`` cannot be read by a relative path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path, PurePath
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from noa_core.errors import EmptyFileError, FileFormatError, MissingFileError, NotAFileError, TruncatedFileError
+
+# scheme -> fsspec protocol (gs needs the gcsfs package, s3 s3fs, http(s) aiohttp)
+PROTOCOLS = {"s3": "s3", "gs": "gcs", "http": "http", "https": "http"}
+_URL = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*):/+(?=[^/])")
+# What a header read fetches past what it asks for: TIFF's directories lie near their pages, MRC's extended
+# header right after the header; small beside a section, so a header and one section fetch about that.
+HEADER_BLOCK_BYTES = 16 << 10
+# The environment variables a file system reads its credentials, endpoint and region from (boto's, fsspec's,
+# Google's)
+_SETTINGS = ("AWS_", "FSSPEC_", "GOOGLE_", "GCE_")
+
+
+class RemotePath(type(Path())):  # type: ignore[misc]  # PosixPath (or WindowsPath) under the drivers' Path
+    """A URL where a path of this machine is expected: its name and suffixes are the URL's, and it prints as the
+    URL without query or credentials. Never opened as a local file: every reader asks :func:`remote_path`."""
+
+    @property
+    def url(self) -> str:
+        """The URL read (query included)."""
+        scheme, *rest = self.parts
+        return f"{scheme}//{'/'.join(rest)}"
+
+    @property
+    def name(self) -> str:
+        """The last part of the URL's path (its query left out), which suffix and stem come from."""
+        return super().name.split("?", 1)[0]
+
+    def __str__(self) -> str:
+        parts = urlsplit(self.url)
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+    def __fspath__(self) -> str:
+        # What only a local file can do (a header edited in place) is refused in one line; Path's is_file() and
+        # exists() say False (a ValueError)
+        raise FileFormatError(f"{self}: on remote storage, and this needs a file of this machine; copy it here "
+                              "first")
+
+
+def remote_path(path: str | os.PathLike) -> RemotePath | None:
+    """``path`` as a :class:`RemotePath` when it names a URL of a scheme noa reads (``s3://``, ``gs://``,
+    ``http(s)://``, or the same collapsed to one slash by :class:`pathlib.Path`); else None."""
+    if isinstance(path, RemotePath):
+        return path
+    text = str(path) if isinstance(path, (str, PurePath)) else os.fspath(path)
+    match = _URL.match(text) if isinstance(text, str) else None
+    if match is None or match["scheme"].lower() not in PROTOCOLS:
+        return None
+    return RemotePath(f"{match['scheme'].lower()}:/{text[match.end():]}")
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    """Whether ``path`` names a remote input (see :func:`remote_path`)."""
+    return remote_path(path) is not None
+
+
+def _filesystem(path: RemotePath) -> Any:
+    """The fsspec file system of ``path``'s scheme under the settings in the environment now (credentials,
+    endpoint, region): one per settings, so a process whose settings change (a test, a service) never reads
+    with old ones, and one made (its client, 0.1-0.5 s) serves every read under the same ones."""
+    scheme = path.parts[0].rstrip(":")
+    settings = tuple(sorted((name, value) for name, value in os.environ.items() if name.startswith(_SETTINGS)))
+    try:
+        return _made(PROTOCOLS[scheme], settings)
+    except ImportError:
+        if scheme == "gs":  # not in noa's extra: most labs' object storage speaks S3
+            raise FileFormatError(f"{path}: reading gs:// URLs needs gcsfs, which is not installed (pip install "
+                                  "gcsfs)") from None
+        package = "s3fs" if scheme == "s3" else "aiohttp"
+        raise FileFormatError(f"{path}: reading {scheme}:// URLs needs {package}, which is not installed: install "
+                              "noa[remote] (in noa's checkout: pip install -e '.[remote]', or pip install "
+                              "'.[remote]')") from None
+
+
+@functools.lru_cache(maxsize=8)
+def _made(protocol: str, settings: tuple[tuple[str, str], ...]) -> Any:
+    """A new file system of ``protocol`` (``settings``: the environment it reads, as the cache's key only). Its
+    listings are not kept: an object written or removed since is seen as it is."""
+    import fsspec  # here: a local call never loads it
+
+    return fsspec.filesystem(protocol, skip_instance_cache=True, use_listings_cache=False)
+
+
+def _reason(path: RemotePath, exc: BaseException) -> str:
+    """The back end's words for a failure, without the URL's query (a signature) or user and password."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text.replace(path.url, str(path))
+
+
+@contextlib.contextmanager
+def errors(path: RemotePath) -> Iterator[None]:
+    """Failures of the storage as one line naming ``path``: no such object or bucket, access refused, the host
+    not reached."""
+    try:
+        yield
+    except FileFormatError:
+        raise
+    except FileNotFoundError as exc:
+        cause = exc.__cause__  # fsspec's HTTP file system says "not found" for any failure of its look
+        if cause is not None and (getattr(cause, "status", None) not in (None, 404) or isinstance(cause, OSError)):
+            raise _refused(path, cause) from None
+        bucket = "bucket" in str(exc).lower() and "does not exist" in str(exc).lower()
+        raise MissingFileError(f"{path}: no such {'bucket' if bucket else 'object'}") from None
+    except PermissionError as exc:
+        raise FileFormatError(f"{path}: access refused ({_reason(path, exc)}); check the credentials "
+                              "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws)") from None
+    except Exception as exc:  # the back ends' own types (aiohttp, botocore): the host not reached, a refusal
+        if getattr(exc, "status", None) == 404:
+            raise MissingFileError(f"{path}: no such object") from None
+        raise _refused(path, exc) from None
+
+
+def _refused(path: RemotePath, exc: BaseException) -> FileFormatError:
+    """A failure that is not a missing object, in one line: access refused (HTTP 401, 403), else the server not
+    reached or refusing."""
+    status = getattr(exc, "status", None)
+    if status in (401, 403):
+        return FileFormatError(f"{path}: access refused (HTTP {status})")
+    return FileFormatError(f"{path}: cannot be read from its server ({_reason(path, exc)})")
+
+
+def _info(path: RemotePath, fs: Any) -> dict:
+    with errors(path):
+        return fs.info(path.url)
+
+
+def is_folder(path: RemotePath) -> bool:
+    """Whether ``path`` names a prefix holding objects (a store's folder) rather than one object."""
+    fs = _filesystem(path)
+    return _info(path, fs).get("type") == "directory"
+
+
+def holds(path: RemotePath, name: str) -> bool:
+    """Whether the folder ``path`` holds an object ``name``."""
+    fs = _filesystem(path)
+    with errors(path):
+        return bool(fs.exists(f"{path.url.rstrip('/')}/{name}"))
+
+
+def size_of(path: RemotePath, info: dict) -> int:
+    """The object's size in bytes, which reading by ranges needs."""
+    size = info.get("size")
+    if not isinstance(size, int):
+        raise FileFormatError(f"{path}: size unknown (the server gave no length); noa reads remote files by "
+                              "byte ranges")
+    return size
+
+
+def open_input(path: RemotePath) -> Any:
+    """``path`` opened for reading by ranges (a seekable binary file whose ``size`` is the object's), refused
+    unless it is a non-empty object; its reads fetch at most :data:`HEADER_BLOCK_BYTES` beyond what they ask."""
+    fs = _filesystem(path)
+    info = _info(path, fs)
+    if info.get("type") == "directory":
+        raise NotAFileError(f"{path}: is a folder (a prefix of objects), not a file")
+    if size_of(path, info) == 0:
+        raise EmptyFileError(f"{path}: size: the file is empty (0 bytes)")
+    with errors(path):
+        file = fs.open(path.url, "rb", block_size=HEADER_BLOCK_BYTES, cache_type="readahead", size=info["size"])
+    return RemoteFile(path, file)
+
+
+class RemoteFile:
+    """A remote file whose failures are one line naming it (:func:`errors`)."""
+
+    def __init__(self, path: RemotePath, file: Any) -> None:
+        self.path, self.file = path, file
+        self.size: int = file.size
+
+    def read(self, size: int = -1) -> bytes:
+        with errors(self.path):
+            return self.file.read(size)
+
+    def readinto(self, buffer: Any) -> int:
+        with errors(self.path):
+            return self.file.readinto(buffer)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.file.tell()
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation(f"{self.path}: a remote file has no descriptor")
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.file.close()
+
+    @property
+    def closed(self) -> bool:
+        return self.file.closed
+
+    def __enter__(self) -> RemoteFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Ranges:
+    """Reads byte ranges of one object from ``start`` on: what :func:`noa_core.io.mapped.read_view` calls for each
+    run a tile reads (one request a run; requests are independent, so the tile engine's threads may share it)."""
+
+    def __init__(self, path: RemotePath, start: int) -> None:
+        self.path, self.start = path, start
+        self.fs = _filesystem(path)
+
+    def read_into(self, buffer: memoryview, offset: int) -> bool:
+        first = self.start + offset
+        with errors(self.path):
+            data = self.fs.cat_file(self.path.url, start=first, end=first + len(buffer))
+        if len(data) != len(buffer):
+            why = ("the server ignored the byte range asked" if len(data) > len(buffer)
+                   else "the object changed size while being read")
+            raise TruncatedFileError(f"{self.path}: data: {why} (asked {len(buffer)} bytes at {first}, got "
+                                     f"{len(data)})")
+        buffer[:] = data
+        return True
+
+    def close(self) -> None:
+        """Nothing is kept open between requests."""
+

@@ -1,0 +1,370 @@
+"""Inputs on object storage (``s3://``) and web servers (``http://``) read by byte ranges (issue 46 items 3-4).
+
+An S3 server (moto in server mode) and a web server that serves byte ranges run on loopback ports for the
+module; both count the bytes of the bodies they send, so a read that needs a header and one section is seen to
+fetch about that, not the object. Values are checked against mrcfile, tifffile and NumPy on the local copy."""
+
+from __future__ import annotations
+
+import http.server
+import re
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+import pytest
+import tifffile
+
+from helpers import ObjectStore, assert_user_error, free_port, noa, object_store, write_mrc
+from noa_core import io
+from noa_core.errors import FileFormatError, MissingFileError, UnknownFormatError
+from noa_core.io import mapped, remote
+
+BUCKET = "maps"
+SHAPE = (32, 96, 128)  # sections of 48 KiB (float32): the whole map is 32 of them
+SECTION_BYTES = SHAPE[1] * SHAPE[2] * 4
+# What a read may fetch beyond the data it needs: headers read ahead by at most one block, a few times over.
+HEADER_ALLOWANCE = 4 * (1024 + remote.HEADER_BLOCK_BYTES)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    """A float32 volume as MRC and as TIFF, and a gzip-compressed MRC, in a local folder."""
+    folder = tmp_path_factory.mktemp("remote")
+    data = np.random.default_rng(46).normal(size=SHAPE).astype(np.float32)
+    write_mrc(folder / "map.mrc", data, voxel_size=1.5)
+    tifffile.imwrite(folder / "map.tif", data, imagej=True, resolution=(1 / 1.5, 1 / 1.5),
+                     metadata={"axes": "ZYX", "spacing": 1.5, "unit": "angstrom"})
+    import gzip
+
+    (folder / "map.mrc.gz").write_bytes(gzip.compress((folder / "map.mrc").read_bytes()))
+    return {p.name: p for p in folder.iterdir()}
+
+
+@pytest.fixture(scope="module")
+def s3(files) -> Iterator[ObjectStore]:
+    """The S3 server with the files in the bucket ``maps``."""
+    with object_store() as store:
+        store.client.create_bucket(Bucket=BUCKET)
+        for name, path in files.items():
+            store.client.upload_file(str(path), BUCKET, name)
+        yield store
+
+
+@pytest.fixture
+def s3_env(s3, monkeypatch) -> ObjectStore:
+    """The S3 server's endpoint and credentials in this process's environment, its counts reset."""
+    for name, value in s3.env().items():
+        monkeypatch.setenv(name, value)
+    s3.reset()
+    return s3
+
+
+class _RangeHandler(http.server.BaseHTTPRequestHandler):
+    """Serves the files of ``folder`` with byte ranges (``Range: bytes=a-b``), counting the body bytes sent."""
+
+    folder: Path
+    sent: dict[str, int]
+    ranges = True
+
+    def do_HEAD(self) -> None:
+        self._serve(body=False)
+
+    def do_GET(self) -> None:
+        self._serve(body=True)
+
+    def _serve(self, body: bool) -> None:
+        path = self.folder / self.path.lstrip("/")
+        if not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        asked = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        if asked and self.ranges:
+            first, last = int(asked[1]), int(asked[2] or len(data) - 1)
+            data = data[first:last + 1]
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {first}-{first + len(data) - 1}/{path.stat().st_size}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Accept-Ranges", "bytes" if self.ranges else "none")
+        self.end_headers()
+        if body:  # counted first: the reader may look before this thread goes on
+            self.sent[path.name] = self.sent.get(path.name, 0) + len(data)
+            self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        """Requests go unlogged: the tests count what they fetch instead."""
+
+
+@pytest.fixture(scope="module")
+def web(files) -> Iterator[tuple[str, dict[str, int]]]:
+    """``(base URL, bytes sent per name)`` of a web server on loopback serving ``files`` by byte ranges."""
+    sent: dict[str, int] = {}
+    handler = type("Handler", (_RangeHandler,), {"folder": next(iter(files.values())).parent, "sent": sent})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", sent
+    server.shutdown()
+    thread.join()
+
+
+def _oracle(path: Path) -> np.ndarray:
+    with mrcfile.open(path, permissive=False) as f:
+        return np.asarray(f.data)
+
+
+# -- URLs -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("s3://maps/a/b.mrc", "s3://maps/a/b.mrc"),
+    (Path("s3://maps/a/b.mrc"), "s3://maps/a/b.mrc"),  # as the drivers hand it on: one slash
+    ("https://user:secret@host:8080/x.mrc?X-Amz-Signature=abc", "https://host:8080/x.mrc"),
+    ("HTTP://host/x.tif", "http://host/x.tif"),
+])
+def test_a_url_is_a_remote_path_shown_without_credentials(given, expected):
+    path = remote.remote_path(given)
+    assert path is not None and str(path) == expected
+    assert path.name == expected.rsplit("/", 1)[1]
+    assert remote.remote_path(Path(path)) == path  # a Path made of it still names it
+
+
+@pytest.mark.parametrize("given", ["map.mrc", "/data/s3/map.mrc", "ftp://host/map.mrc", "s3:", "c:/x.mrc"])
+def test_a_local_path_is_not_remote(given):
+    assert remote.remote_path(given) is None
+
+
+def test_a_remote_path_is_never_opened_as_a_local_file():
+    path = remote.remote_path("s3://maps/map.mrc")
+    with pytest.raises(FileFormatError, match=r"^s3://maps/map.mrc: on remote storage, and this needs a file of "):
+        open(path, "rb")  # noqa: SIM115  # the refusal is what is tested
+    assert not path.exists() and not path.is_file()
+
+
+def test_a_missing_back_end_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "s3fs", None)  # import s3fs: ImportError
+    with pytest.raises(FileFormatError) as caught:
+        io.probe("s3://maps/map.mrc")
+    assert str(caught.value).startswith("s3://maps/map.mrc: reading s3:// URLs needs s3fs")
+    assert "pip install -e '.[remote]'" in str(caught.value)
+
+
+# -- reading from S3 ---------------------------------------------------------------------------------
+
+
+def test_probe_reads_the_header_alone(s3_env, files):
+    probe = io.probe("s3://maps/map.mrc")
+    assert probe.shape == (1, *SHAPE)
+    assert probe.metadata.pixel_size == pytest.approx((1.5, 1.5, 1.5))
+    assert probe.metadata.path == "s3://maps/map.mrc"
+    assert 1024 <= s3_env.sent["maps/map.mrc"] <= HEADER_ALLOWANCE
+
+
+def test_one_section_fetches_the_header_and_that_section(s3_env, files):
+    array, _ = io.read("s3://maps/map.mrc", tiles=True)
+    section = mapped.read_view(array.numpy()[0, 7])
+    np.testing.assert_array_equal(section, _oracle(files["map.mrc"])[7])
+    fetched = s3_env.sent["maps/map.mrc"]
+    whole = files["map.mrc"].stat().st_size
+    assert SECTION_BYTES <= fetched <= SECTION_BYTES + HEADER_ALLOWANCE < whole / 4, (fetched, whole)
+
+
+def test_a_whole_read_gives_the_values_and_metadata_of_the_local_file(s3_env, files):
+    array, meta = io.read("s3://maps/map.mrc")
+    local_meta = io.probe(files["map.mrc"]).metadata
+    np.testing.assert_array_equal(array.numpy()[0], _oracle(files["map.mrc"]))
+    assert (meta.shape, meta.pixel_size, meta.origin, meta.labels) == \
+        (local_meta.shape, local_meta.pixel_size, local_meta.origin, local_meta.labels)
+
+
+def test_tiff_sections_are_read_by_ranges(s3_env, files):
+    array, meta = io.read("s3://maps/map.tif", tiles=True)
+    assert meta.format == "tiff" and meta.pixel_size == pytest.approx((1.5, 1.5, 1.5))
+    np.testing.assert_array_equal(mapped.read_view(array.numpy()[0, 30]), tifffile.imread(files["map.tif"])[30])
+    assert s3_env.sent["maps/map.tif"] <= SECTION_BYTES + HEADER_ALLOWANCE
+
+
+def test_a_compressed_remote_file_is_refused_not_fetched_whole(s3_env, files):
+    with pytest.raises(UnknownFormatError, match=r"^s3://maps/map.mrc.gz: compression: gzip-compressed .* remote"):
+        io.probe("s3://maps/map.mrc.gz")
+    assert s3_env.sent["maps/map.mrc.gz"] < HEADER_ALLOWANCE
+
+
+def test_a_remote_eer_movie_is_refused_in_one_line(s3_env, files):
+    s3_env.client.upload_file(str(files["map.tif"]), BUCKET, "movie.eer")  # a TIFF named as a movie is enough
+    with pytest.raises(UnknownFormatError, match=r"^s3://maps/movie.eer: EER movies are read from files of this "):
+        io.probe("s3://maps/movie.eer")
+
+
+@pytest.mark.parametrize("url, message", [
+    ("s3://maps/absent.mrc", "s3://maps/absent.mrc: no such object"),
+    ("s3://no-such-bucket/map.mrc", "s3://no-such-bucket/map.mrc: no such bucket"),
+])
+def test_a_missing_object_or_bucket_is_one_line(s3_env, url, message):
+    with pytest.raises(MissingFileError) as caught:
+        io.probe(url)
+    assert str(caught.value) == message
+
+
+def test_an_unreachable_host_is_one_line(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # no one listens there
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    with pytest.raises(FileFormatError, match=r"^s3://maps/map.mrc: cannot be read from its server \(.*\)$") as caught:
+        io.probe("s3://maps/map.mrc")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.fixture
+def enforced_auth(s3_env) -> Iterator[dict[str, str]]:
+    """Credentials moto knows of a user allowed nothing, with moto checking every request's credentials for the
+    test (``/moto-api/reset-auth``), and no longer after it."""
+    import boto3
+
+    iam = boto3.client("iam", endpoint_url=s3_env.endpoint, region_name="us-east-1",
+                       aws_access_key_id="testing", aws_secret_access_key="testing")
+    iam.create_user(UserName="stranger")
+    key = iam.create_access_key(UserName="stranger")["AccessKey"]
+
+    def auth_after(count: str) -> None:
+        urllib.request.urlopen(urllib.request.Request(f"{s3_env.endpoint}/moto-api/reset-auth", count.encode(),
+                                                      {"Content-Type": "text/plain"}, method="POST")).read()
+
+    auth_after("0")
+    try:
+        yield {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+    finally:
+        auth_after("inf")
+        iam.delete_access_key(UserName="stranger", AccessKeyId=key["AccessKeyId"])
+        iam.delete_user(UserName="stranger")
+
+
+def test_a_forbidden_bucket_and_unknown_credentials_are_one_line_without_the_secret(enforced_auth, monkeypatch):
+    for name, value in enforced_auth.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(FileFormatError, match=r"^s3://maps/map.mrc: access refused \(.*\); check the credentials"):
+        io.probe("s3://maps/map.mrc")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIANOSUCHKEY0000000")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "no-such-secret-key")
+    with pytest.raises(FileFormatError, match=r"^s3://maps/map.mrc: access refused") as caught:
+        io.probe("s3://maps/map.mrc")
+    assert "no-such-secret-key" not in str(caught.value) and enforced_auth["AWS_SECRET_ACCESS_KEY"] not in \
+        str(caught.value)
+
+
+def test_an_ome_zarr_store_on_s3_reads_as_the_local_one(s3_env, files, tmp_path):
+    store = tmp_path / "map.ome.zarr"
+    io.write(store, *io.read(files["map.mrc"]))
+    for part in store.rglob("*"):
+        if part.is_file():
+            s3_env.client.upload_file(str(part), BUCKET, f"map.ome.zarr/{part.relative_to(store).as_posix()}")
+    array, meta = io.read("s3://maps/map.ome.zarr")
+    assert meta.format == "omezarr" and meta.path == "s3://maps/map.ome.zarr"
+    np.testing.assert_array_equal(array.numpy()[0], _oracle(files["map.mrc"]))
+    assert meta.pixel_size == pytest.approx((1.5, 1.5, 1.5))
+
+
+# -- reading over HTTP --------------------------------------------------------------------------------
+
+
+def test_http_sections_are_read_by_ranges(web, files):
+    base, sent = web
+    sent.clear()
+    array, meta = io.read(f"{base}/map.mrc", tiles=True)
+    np.testing.assert_array_equal(mapped.read_view(array.numpy()[0, 3]), _oracle(files["map.mrc"])[3])
+    assert meta.path == f"{base}/map.mrc"
+    assert SECTION_BYTES <= sent["map.mrc"] <= SECTION_BYTES + HEADER_ALLOWANCE
+
+
+def test_http_missing_file_is_one_line(web):
+    with pytest.raises(MissingFileError, match=r"^http://127.0.0.1:\d+/absent.mrc: no such object$"):
+        io.probe(f"{web[0]}/absent.mrc")
+
+
+def test_http_unreachable_host_is_one_line():
+    url = f"http://127.0.0.1:{free_port()}/map.mrc"  # no one listens there
+    with pytest.raises(FileFormatError, match=r"^http://127.0.0.1:\d+/map.mrc: cannot be read from its server \("):
+        io.probe(url)
+
+
+def test_a_server_without_ranges_is_refused(web, files, monkeypatch):
+    monkeypatch.setattr(_RangeHandler, "ranges", False)
+    with pytest.raises(FileFormatError, match=r"^http://127.0.0.1:\d+/map.mrc: .*range"):
+        array, _ = io.read(f"{web[0]}/map.mrc", tiles=True)
+        mapped.read_view(array.numpy()[0, 3])
+
+
+# -- the command line -----------------------------------------------------------------------------------
+
+
+def test_cli_info_copy_and_stats_of_an_s3_map(s3, files, tmp_path):
+    env = s3.env()
+    info = noa("info", "s3://maps/map.mrc", env=env)
+    assert info.returncode == 0, info.stderr
+    assert "s3://maps/map.mrc" in info.stdout and "1, 32, 96, 128" in info.stdout
+    copied = noa("copy", "s3://maps/map.mrc", str(tmp_path / "out.mrc"), env=env)
+    assert copied.returncode == 0, copied.stderr
+    np.testing.assert_array_equal(_oracle(tmp_path / "out.mrc"), _oracle(files["map.mrc"]))
+    stats = noa("stats", "s3://maps/map.mrc", "--json", env=env)
+    assert stats.returncode == 0, stats.stderr
+    data = _oracle(files["map.mrc"]).astype(np.float64)
+    assert f"{data.max():.6g}"[:6] in stats.stdout
+
+
+def test_cli_one_section_of_an_s3_map_fetches_about_that(s3, files, tmp_path):
+    s3.reset()
+    result = noa("sections", "s3://maps/map.mrc", str(tmp_path / "one.mrc"), "--keep", "7", env=s3.env())
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_array_equal(_oracle(tmp_path / "one.mrc"), _oracle(files["map.mrc"])[7])
+    assert SECTION_BYTES <= s3.sent["maps/map.mrc"] <= SECTION_BYTES + HEADER_ALLOWANCE
+
+
+def test_cli_preview_and_out_dir_of_remote_inputs(s3, web, files, tmp_path):
+    preview = noa("preview", f"{web[0]}/map.tif", str(tmp_path / "map.png"), env=s3.env())
+    assert preview.returncode == 0, preview.stderr
+    local = noa("preview", str(files["map.tif"]), str(tmp_path / "local.png"))
+    assert local.returncode == 0, local.stderr
+    assert (tmp_path / "map.png").read_bytes() == (tmp_path / "local.png").read_bytes()
+    batch = noa("copy", "s3://maps/map.mrc", f"{web[0]}/map.tif", "--out-dir", str(tmp_path / "out"), env=s3.env())
+    assert batch.returncode == 0, batch.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["map.mrc", "map.tif"]
+    np.testing.assert_array_equal(tifffile.imread(tmp_path / "out" / "map.tif"), tifffile.imread(files["map.tif"]))
+
+
+def test_cli_normalize_of_a_remote_map_is_that_of_the_local_one(s3, files, tmp_path):
+    remote_run = noa("normalize", "s3://maps/map.mrc", str(tmp_path / "remote.mrc"), env=s3.env())
+    assert remote_run.returncode == 0, remote_run.stderr
+    local_run = noa("normalize", str(files["map.mrc"]), str(tmp_path / "local.mrc"))
+    assert local_run.returncode == 0, local_run.stderr
+    np.testing.assert_array_equal(_oracle(tmp_path / "remote.mrc"), _oracle(tmp_path / "local.mrc"))
+
+
+def test_cli_tiltcheck_names_a_remote_stack_by_its_url(s3):
+    result = noa("tiltcheck", "s3://maps/map.mrc", "--json", env=s3.env())
+    assert result.returncode == 0, result.stderr
+    assert "s3://maps/map.mrc" in result.stdout
+
+
+def test_cli_header_edit_in_place_of_a_remote_file_is_one_line(s3):
+    result = noa("header", "s3://maps/map.mrc", "--pixel-size", "2", env=s3.env())
+    assert_user_error(result, "s3://maps/map.mrc: on remote storage, and this needs a file of this machine")
+
+
+def test_cli_remote_output_is_refused_in_one_line(s3, files, tmp_path):
+    result = noa("copy", str(files["map.mrc"]), "s3://maps/out.mrc", env=s3.env())
+    assert_user_error(result, "s3://maps/out.mrc: outputs on remote storage are not written yet")
+    assert "out.mrc" not in [o["Key"] for o in s3.client.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+
+
+def test_cli_missing_object_is_one_line_exit_2(s3, tmp_path):
+    result = noa("copy", "s3://maps/absent.mrc", str(tmp_path / "out.mrc"), env=s3.env())
+    assert_user_error(result, "s3://maps/absent.mrc: no such object")
+    assert not (tmp_path / "out.mrc").exists()
