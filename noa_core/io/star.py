@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from noa_core import kernels  # a face: the STAR kernels (numba) load when a STAR is first parsed
 from noa_core.errors import FileFormatError, MissingFileError
 from noa_core.io import atomic
-from noa_core.kernels import star as kernels
 
 SUFFIX = ".star"
 
@@ -115,7 +115,7 @@ class Star:
 
     def spans(self, block: Block, label: str) -> tuple[np.ndarray, np.ndarray]:
         """Where the value of ``label`` lies in each row of ``block``'s loop: byte starts and stops."""
-        return kernels.column_spans(self.text, block.offsets, self._column(block, label))
+        return kernels.star.column_spans(self.text, block.offsets, self._column(block, label))
 
     def values(self, block: Block, label: str, rows: np.ndarray | None = None) -> np.ndarray:
         """The values of ``label`` in each row of ``block``'s loop (or in ``rows``), as bytes (a NumPy ``S``
@@ -124,7 +124,7 @@ class Star:
         if rows is not None:
             starts, stops = starts[rows], stops[rows]
         width = int((stops - starts).max()) if starts.size else 1
-        return kernels.gather_values(self.text, starts, stops, max(width, 1)).view(f"S{max(width, 1)}").ravel()
+        return kernels.star.gather_values(self.text, starts, stops, max(width, 1)).view(f"S{max(width, 1)}").ravel()
 
     def numbers(self, block: Block, label: str, dtype: type = np.float64, rows: np.ndarray | None = None) -> np.ndarray:
         """The values of ``label`` as numbers; a StarError naming the row of the first that is not one."""
@@ -188,7 +188,7 @@ class Star:
             starts[j], stops[j] = s[rows], e[rows]
         values, value_offsets = _packed([star_values(edit.replace[label]) for label in replaced], rows.size)
         added, added_offsets = _packed([star_values(v) for v in edit.add.values()], rows.size)
-        return kernels.assemble_rows(self.text, block.offsets, rows, starts, stops, values, value_offsets,
+        return kernels.star.assemble_rows(self.text, block.offsets, rows, starts, stops, values, value_offsets,
                                      added, added_offsets)
 
     def _edited_pairs(self, block: Block, changes: Mapping[str, str]) -> bytes:
@@ -247,7 +247,7 @@ def loop_text(name: str, columns: Mapping[str, np.ndarray | Sequence], *,
     count = len(next(iter(columns.values()))) if columns else 0
     added, offsets = _packed([star_values(v) for v in columns.values()], count)
     empty = np.zeros(count + 1, np.int64)
-    body = kernels.assemble_rows(np.zeros(0, np.uint8), empty, np.zeros(count, np.int64),
+    body = kernels.star.assemble_rows(np.zeros(0, np.uint8), empty, np.zeros(count, np.int64),
                                  np.zeros((0, count), np.int64), np.zeros((0, count), np.int64),
                                  np.zeros(0, np.uint8), np.zeros((0, count + 1), np.int64), added, offsets)
     return [head.encode(), body, b"\n"]
@@ -310,7 +310,7 @@ class _Lines:
 
     def __init__(self, data: bytes, text: np.ndarray) -> None:
         self.data = data
-        self.starts = kernels.line_starts(text)
+        self.starts = kernels.star.line_starts(text)
         self.count = len(self.starts) - 1
 
     def __getitem__(self, line: int) -> bytes:
@@ -396,8 +396,8 @@ def _loop(path: Path, lines: _Lines, text: np.ndarray, name: str, start: int, nu
         labels_stop = int(lines.starts[number])
     if not labels:
         raise StarError(f"{path}: data_{name}: loop_ with no labels")
-    stop = int(kernels.rows_stop(text, lines.starts, first)) if first < lines.count else first
-    counts = kernels.count_values(text, lines.starts, first, stop)
+    stop = int(kernels.star.rows_stop(text, lines.starts, first)) if first < lines.count else first
+    counts = kernels.star.count_values(text, lines.starts, first, stop)
     bad = np.flatnonzero(counts != len(labels))
     if bad.size:
         row = int(bad[0])
