@@ -111,10 +111,15 @@ def _made(protocol: str, settings: tuple[tuple[str, str], ...]) -> Any:
     return fsspec.filesystem(protocol, skip_instance_cache=True, use_listings_cache=False)
 
 
+# A URL's user and password, and its query (a signature), in whatever spelling a back end prints the URL
+_USER = re.compile(r"(?<=://)[^/\s'\"@]*@")
+_QUERY = re.compile(r"(://[^\s'\"?]*)\?[^\s'\"]*")
+
+
 def _reason(path: RemotePath, exc: BaseException) -> str:
-    """The back end's words for a failure, without the URL's query (a signature) or user and password."""
+    """The back end's words for a failure, without any URL's query (a signature) or user and password."""
     text = " ".join(str(exc).split()) or type(exc).__name__
-    return text.replace(path.url, str(path))
+    return _QUERY.sub(r"\1", _USER.sub("", text.replace(path.url, str(path))))
 
 
 @contextlib.contextmanager

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Param, Writes, implemented
+from noa_core.operations.spec import READING, REQUIRED, SIDE_FILES, Flag, Integer, Param, Writes, implemented
 
 OPERATION = Writes(
     name="average",
@@ -12,6 +12,6 @@ OPERATION = Writes(
             "left out (with a notice); each group keeps the extended-header record of its first section.",
     params=(Param("group", Integer(1, 1 << 20), "Sections per group (N).", default=REQUIRED),
             Param("sum", Flag(), "Sum the groups instead of averaging them.", default=False),
-            *READING),
+            *READING, SIDE_FILES),
     plan=implemented("average", "plan"),
 )

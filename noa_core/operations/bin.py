@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from noa_core.operations.spec import READING, REQUIRED, Flag, Integer, Param, Writes, implemented
+from noa_core.operations.spec import READING, REQUIRED, SIDE_FILES, Flag, Integer, Param, Writes, implemented
 
 
 def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
@@ -16,7 +16,7 @@ OPERATION = Writes(
     details="The element type is kept (integers rounded to nearest); sums are taken in float64.",
     params=(Param("factor", Integer(1, 1 << 20), "Binning factor K.", default=REQUIRED),
             Param("depth", Flag(), "Also bin the depth of volumes (3-d binning).", default=False),
-            *READING),
+            *READING, SIDE_FILES),
     plan=implemented("bin", "plan"),
     warmup=warmup,
 )

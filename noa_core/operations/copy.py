@@ -6,6 +6,7 @@ from noa_core.operations.spec import (
     DEVICE,
     ELEMENT_TYPES,
     READING,
+    SIDE_FILES,
     UINT8_MODE,
     Choice,
     Flag,
@@ -38,7 +39,7 @@ OPERATION = Writes(
             Param("flip_y", Flag(), "Reverse the rows (Y). MRC's first row is the bottom of the image, TIFF's the "
                   "top: IMOD, EMAN2, SerialEM and MotionCor2 flip Y whenever they read or write TIFF; RELION and "
                   "tifffile do not, and noa keeps rows as stored unless asked.", default=False),
-            UINT8_MODE, *READING, DEVICE),
+            UINT8_MODE, *READING, SIDE_FILES, DEVICE),
     plan=implemented("copy", "plan"),
     chooses_format=True,
     warmup=warmup,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Integer, Param, Real, Writes, implemented
+from noa_core.operations.spec import PIXEL_SIZE, READING, SIDE_FILES, Integer, Param, Real, Writes, implemented
 
 OPERATION = Writes(
     name="filter",
@@ -28,6 +28,6 @@ OPERATION = Writes(
                   "B-factor in Å² applied as exp(-B/4 s²) up to Nyquist, zero beyond (RELION's --bfactor); negative "
                   "sharpens."),
             Param("angpix", PIXEL_SIZE, "Pixel size of the input in Å, when the header's is unknown or wrong."),
-            *READING),
+            *READING, SIDE_FILES),
     plan=implemented("filter", "plan"),
 )

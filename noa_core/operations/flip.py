@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from noa_core.operations.spec import READING, REQUIRED, Choice, Param, Writes, implemented
+from noa_core.operations.spec import READING, REQUIRED, SIDE_FILES, Choice, Param, Writes, implemented
 
 OPERATION = Writes(
     name="flip",
@@ -24,6 +24,6 @@ OPERATION = Writes(
             Param("about", Choice(("box", "centre"), lambda word: {"center": "centre"}.get(word.lower(), word.lower())),
                   "box: reverse the axis (RELION's --flipX/Y/Z); centre: mirror about the voxel N//2, which stays "
                   "in place (hand inversion; RELION's --invert_hand for an even N).", default="box"),
-            *READING),
+            *READING, SIDE_FILES),
     plan=implemented("flip", "plan"),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from noa_core.operations.spec import DEVICE, READING, Writes, implemented
+from noa_core.operations.spec import DEVICE, READING, SIDE_FILES, Writes, implemented
 
 MAX_INPUTS = 1000  # the most files a multipart upload may hold (Starlette's max_files): every door takes as many
 
@@ -20,7 +20,7 @@ OPERATION = Writes(
             "when every input has them of one type (else dropped, with a notice). Convert inputs of another "
             "element type first (noa copy --dtype).",
     examples=("noa join a.mrcs b.mrcs c.mrcs -o abc.mrcs",),
-    params=(*READING, DEVICE),
+    params=(*READING, SIDE_FILES, DEVICE),
     max_inputs=MAX_INPUTS,
     plan=implemented("join", "plan"),
     warmup=warmup,

@@ -4,7 +4,7 @@ background as relion_preprocess --norm does (dust, ramp, then the background's m
 
 from __future__ import annotations
 
-from noa_core.operations.spec import READING, Flag, Param, Real, Writes, implemented
+from noa_core.operations.spec import READING, SIDE_FILES, Flag, Param, Real, Writes, implemented
 
 
 def warmup(dtype: str, shape: tuple[int, ...]) -> list[tuple[str, dict]]:
@@ -46,7 +46,7 @@ OPERATION = Writes(
                   "sd above the background mean by noise, as RELION's --white_dust."),
             Param("black_dust", Real(0, None), "With --bg-radius: replace pixels more than this many background "
                   "sd below the background mean by noise, as RELION's --black_dust."),
-            *READING),
+            *READING, SIDE_FILES),
     plan=implemented("normalize", "plan"),
     chooses_format=True,
     warmup=warmup,

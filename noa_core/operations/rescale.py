@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from noa_core.operations.spec import PIXEL_SIZE, READING, Choice, Integer, Param, Real, Writes, implemented
+from noa_core.operations.spec import PIXEL_SIZE, READING, SIDE_FILES, Choice, Integer, Param, Real, Writes, implemented
 
 MAX_FACTOR = 64.0  # the most an axis may grow: 64 x 64 the pixels of an image
 
@@ -41,6 +41,6 @@ OPERATION = Writes(
             Param("new_box", Integer(1, 2**31 - 1),
                   "After rescaling, crop or zero-pad each image (volume) to N x N (x N) about the centre N//2, "
                   "as RELION's --new_box."),
-            *READING),
+            *READING, SIDE_FILES),
     plan=implemented("rescale", "plan"),
 )

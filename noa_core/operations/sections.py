@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from noa_core.operations.spec import READING, Param, Text, Writes, implemented
+from noa_core.operations.spec import READING, SIDE_FILES, Param, Text, Writes, implemented
 
 OPERATION = Writes(
     name="sections",
@@ -12,6 +12,6 @@ OPERATION = Writes(
             "allowed); --drop writes the others in their order.",
     params=(Param("keep", Text(1, 10_000), "Sections to keep, in this order, e.g. 0-9,12."),
             Param("drop", Text(1, 10_000), "Sections to leave out, e.g. 3,7."),
-            *READING),
+            *READING, SIDE_FILES),
     plan=implemented("sections", "plan"),
 )

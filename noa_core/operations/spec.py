@@ -454,14 +454,15 @@ STACK_PER_INPUT = Param("stack_per_input", Flag(),
                         "(Particles/mic001.mrcs -> b/mic001.mrcs); sources of one name in different folders become "
                         "NAME-2.mrcs, NAME-3.mrcs, ... in the order the output's rows first name them. Each row names "
                         "its image's section in its own stack, the rows in the output's order.", default=False)
-# The files beside a tilt series (noa_core.tomography.sidefiles), kept in step with the output's sections.
+# The files beside a tilt series (noa_core.tomography.sidefiles), kept in step with the output's sections: a
+# parameter of the operations that keep them (sections, bin, flip, ...), not of every writing one.
 SIDE_FILES = Param("side_files", Flag(),
                    "Tilt series: write the files beside the input (TS.rawtlt, TS.tlt, TS.st.mdoc or TS.mdoc, TS.star) "
                    "beside the output too, named after it, with the rows of the sections it keeps in its order (and "
                    "its pixel size); none where they disagree with the stack or the output does not keep sections "
                    "one to one (a notice says why).", default=True, flags=("--side-files/--no-side-files",))
 # what every writing operation takes besides its own parameters
-OUTPUT = (OUTPUT_PIXEL_SIZE, *STORE_OUTPUT, STACK_PER_INPUT, SIDE_FILES)
+OUTPUT = (OUTPUT_PIXEL_SIZE, *STORE_OUTPUT, STACK_PER_INPUT)
 # what the output format, not the operation, decides with
 WRITE_OPTIONS = ("uint8_mode", "chunks", "shards", "ngff", "levels", "pyramid", "downsample", "stack_per_input")
 

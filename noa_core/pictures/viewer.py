@@ -281,7 +281,7 @@ def tile(path: str | os.PathLike, plane: Plane, display: Display, level: int, x:
         return picture(values.astype(np.float32), display, lo, hi)
     stored = pyramid_level(path, plane, level)
     if stored:
-        plane, region = _at_stored_level(path, plane, region, stored)
+        plane, region = _at_stored_level(plane, region, stored)
     return picture(read(path, plane, region=region, step=1 << (level - stored), max_voxels=max_voxels),
                    display, lo, hi)
 
@@ -289,9 +289,10 @@ def tile(path: str | os.PathLike, plane: Plane, display: Display, level: int, x:
 def pyramid_level(path: str | os.PathLike, plane: Plane, level: int) -> int:
     """The level of an OME-Zarr input's own multiscale pyramid that a tile of the viewer's ``level`` reads: the
     coarsest at most ``level`` whose sections are the viewer's level's (height and width halved, rounded up, at
-    each level, as noa writes pyramids and as :func:`level_shape` counts), with the same sections (a stack's) or
-    half the depth (a volume's); 0 (full resolution) for other inputs and for planes across sections (x, y
-    slices, projections), which a pyramid's halved depth does not keep."""
+    each level, as noa writes pyramids and as :func:`level_shape` counts), with the same sections (a stack's, a
+    tilt series'); 0 (full resolution) for other inputs, for planes across sections (x, y slices, projections),
+    and for a volume, whose pyramid halves its depth too: its slice there would be the mean of several, not the
+    slice shown at the other levels."""
     if level == 0 or plane.axis != "z" or plane.projection or not omezarr.is_store(Path(path)):
         return 0
     reading = {**dict(plane.reading), "level": None}
@@ -302,24 +303,18 @@ def pyramid_level(path: str | os.PathLike, plane: Plane, level: int) -> int:
             shape = io.probe(path, projects=plane.projects, **{**reading, "level": stored}).shape
         except NoaError:  # no such level, or one noa cannot read: the finer one serves
             break
-        halved_depth = -(-depth // (1 << stored))
-        if (shape[0], shape[2:]) != (batch, level_shape(rows, cols, stored)) or shape[1] not in (depth, halved_depth):
+        if tuple(shape) != (batch, depth, *level_shape(rows, cols, stored)):
             break
         found = stored
     return found
 
 
-def _at_stored_level(path: str | os.PathLike, plane: Plane, region: Region, stored: int) -> tuple[Plane, Region]:
-    """The plane and region of the pyramid's level ``stored`` that show ``region`` of ``plane`` (a volume's
-    slice index halved with its depth: that level's slice is the mean of the 2^stored slices it covers)."""
-    reading = dict(plane.reading)
-    depth = io.probe(path, projects=plane.projects, **reading).shape[1]
-    at_level = replace(plane, reading=tuple({**reading, "level": stored}.items()))
-    if io.probe(path, projects=plane.projects, **dict(at_level.reading)).shape[1] < depth:  # a volume's
-        at_level = replace(at_level, index=(depth // 2 if plane.index is None else plane.index) >> stored)
+def _at_stored_level(plane: Plane, region: Region, stored: int) -> tuple[Plane, Region]:
+    """The plane and region of the pyramid's level ``stored`` that show ``region`` of ``plane``."""
     k = 1 << stored
     top, bottom, left, right = region
-    return at_level, (top // k, -(-bottom // k), left // k, -(-right // k))
+    return replace(plane, reading=tuple({**dict(plane.reading), "level": stored}.items())), \
+        (top // k, -(-bottom // k), left // k, -(-right // k))
 
 
 def histogram(path: str | os.PathLike, plane: Plane, *, file_identity: str, overviews: Overviews, bins: int = 256,

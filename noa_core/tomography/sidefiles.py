@@ -25,7 +25,7 @@ import numpy as np
 
 from noa_core.errors import FileFormatError, NoaError
 from noa_core.images.stacks import section_axis
-from noa_core.io import star
+from noa_core.io import formats, remote, star
 from noa_core.io.particles import Project, Projects, folder_projects
 from noa_core.tomography import check, tiltseries
 from noa_core.tomography.tiltseries import TiltSeries
@@ -37,6 +37,8 @@ _WORDS = {"rawtlt": "angles", "tlt": "angles", "mdoc": "[ZValue] sections", "sta
 # The files to write beside an output (a plan's side files), given its path: each file's path (in its folder) and
 # content, and what the user should know of them.
 SideFiles = Callable[[Path], tuple[dict[Path, bytes], list[str]]]
+# why an output of mirrored images gets none: their tilt axis is no longer the one the files give
+MIRRORED = "its images are mirrored, which turns their tilt axis"
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def in_step(inputs: Inputs, options: Mapping[str, Any], shape: Sequence[int], ke
     input's: None where there are none to write (or the ``side_files`` option says not to), and the notices of the
     plan (why none are written)."""
     stack = inputs[0]
-    if not options.get("side_files") or not isinstance(stack, Path):  # (a URL: remote storage has no folders)
+    if not options.get("side_files") or remote.remote_path(stack) is not None:  # a URL: no files beside it are read
         return None, []
     project = (inputs.projects or folder_projects)(None)  # over HTTP: the data root, beneath which each is opened
     try:
@@ -182,6 +184,9 @@ def _writer(read: _Read, project: Project, kept: list[int], sections: int, image
             pixel_scale: float) -> SideFiles:
     """The files of the output: the rows ``kept``, in that order."""
     def written(output: Path) -> tuple[dict[Path, bytes], list[str]]:
+        if formats.output_format(output).name != "mrc":  # a STAR names N@stack: RELION and IMOD read MRC stacks
+            return {}, [f"{output}: not an MRC stack: {', '.join(f.name for f in read.files.values())} not written "
+                        "beside it"]
         named = check.side_names(output.name)
         files: dict[Path, bytes] = {}
         for kind, file in read.files.items():

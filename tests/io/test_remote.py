@@ -136,6 +136,17 @@ def test_a_url_is_a_remote_path_shown_without_credentials(given, expected):
     assert remote.remote_path(Path(path)) == path  # a Path made of it still names it
 
 
+def test_a_back_ends_message_loses_every_urls_password_and_query():
+    """aiohttp prints the URL its own way (user and password dropped or not, %2F decoded), so no spelling of it is
+    replaced exactly: every URL in the message loses its password and its query (a presigned URL's signature)."""
+    path = remote.remote_path("https://user:pw@host/a%2Fb.mrc?X-Amz-Signature=SECRET")
+    assert path is not None
+    said = remote._reason(path, OSError("500, message='Internal Server Error', url='https://user:pw@host/a/b.mrc"
+                                        "?X-Amz-Signature=SECRET' (from http://other/x?token=T2)"))
+    assert "SECRET" not in said and "pw" not in said and "T2" not in said
+    assert "url='https://host/a/b.mrc'" in said and "(from http://other/x" in said
+
+
 @pytest.mark.parametrize("given", ["map.mrc", "/data/s3/map.mrc", "ftp://host/map.mrc", "s3:", "c:/x.mrc"])
 def test_a_local_path_is_not_remote(given):
     assert remote.remote_path(given) is None

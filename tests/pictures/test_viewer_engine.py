@@ -111,30 +111,34 @@ def test_coarse_tiles_are_drawn_from_the_overview_without_reading(tmp_path, monk
 
 
 def test_tiles_of_an_ome_zarr_pyramid_are_read_from_its_levels(tmp_path):
-    """Issue 46 item 2: a tile of level L of an OME-Zarr input with a pyramid reads the store's level L (zarr's
-    own read of that level the oracle); with level 0's chunks gone, coarse tiles still draw, level 0 cannot."""
-    volume = integers((8, 600, 700), seed=9)
-    write_mrc(tmp_path / "vol.mrc", volume)
-    store = tmp_path / "vol.ome.zarr"
-    made = noa("copy", tmp_path / "vol.mrc", store, "--levels", "3")
+    """Issue 46 item 2: a tile of level L of a stack's OME-Zarr pyramid reads the store's level L (zarr's own read
+    of that level the oracle); with level 0's chunks gone, coarse tiles still draw, level 0 cannot. A volume's
+    pyramid halves its depth too (a slab, not the slice): its tiles read full resolution."""
+    stack = integers((3, 600, 700), seed=9)
+    write_mrc(tmp_path / "stack.mrcs", stack, stack=True)
+    store = tmp_path / "stack.ome.zarr"
+    made = noa("copy", tmp_path / "stack.mrcs", store, "--levels", "3")
     assert made.returncode == 0, made.stderr
+    write_mrc(tmp_path / "vol.mrc", stack)
+    volume = tmp_path / "vol.ome.zarr"
+    assert noa("copy", tmp_path / "vol.mrc", volume, "--levels", "3").returncode == 0
+    assert [viewer.pyramid_level(store, Plane(section=1), level) for level in range(3)] == [0, 1, 2]
+    assert viewer.pyramid_level(volume, Plane(), 2) == 0
     group = zarr.open_group(store, mode="r")
     paths = [d["path"] for d in group.attrs.asdict()["multiscales"][0]["datasets"]]
     display = Display("range:-800,900")
-    assert [viewer.pyramid_level(store, Plane(), level) for level in range(3)] == [0, 1, 2]
-    assert viewer.pyramid_level(store, Plane(axis="y"), 2) == 0  # across sections: full resolution
     for chunk in (store / paths[0]).rglob("*"):  # level 0's chunks (not its metadata): zarr reads its fill, 0
         if chunk.is_file() and chunk.name not in (".zarray", ".zattrs", "zarr.json"):
             chunk.unlink()
     for level, x, y in [(1, 1, 0), (2, 0, 0)]:
-        stored = np.asarray(group[paths[level]][4 >> level], np.float64)  # the central slice 4, halved with depth
-        got = viewer.tile(store, Plane(), display, level, x, y, file_identity="kept", overviews=Overviews())
+        stored = np.asarray(group[paths[level]][1], np.float64)  # section 1 at that level
+        got = viewer.tile(store, Plane(section=1), display, level, x, y, file_identity="kept", overviews=Overviews())
         top, bottom, left, right = viewer.tile_region(600, 700, level, x, y)
         k = 1 << level
         want = gray(stored[top // k:-(-bottom // k), left // k:-(-right // k)], -800, 900)
         np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(got))), want)
         assert want.std() > 0
-    finest = viewer.tile(store, Plane(), display, 0, 0, 0, file_identity="kept", overviews=Overviews())
+    finest = viewer.tile(store, Plane(section=1), display, 0, 0, 0, file_identity="kept", overviews=Overviews())
     np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(finest))), gray(np.zeros((256, 256)), -800, 900))
 
 

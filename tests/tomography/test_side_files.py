@@ -92,13 +92,23 @@ def test_bin_and_rescale_keep_every_row_and_scale_the_pixel_size(built):
         assert float(out.voxel_size.x) == pytest.approx(10.8)
 
 
-@pytest.mark.parametrize("args", [("filter", "--lowpass", "20"), ("flip", "--axis", "x"), ("normalize",),
+@pytest.mark.parametrize("args", [("filter", "--lowpass", "20"), ("normalize",),
                                   ("copy", "--dtype", "float32"), ("permute", "--axes", "1,0,2,3")])
 def test_operations_on_each_section_keep_the_files_as_they_are(built, args):
     run(built, args[0], "TS.st", "o.mrc", *args[1:])
     for kind in ("rawtlt", "tlt"):
         assert (built / f"o.{kind}").read_bytes() == (built / f"TS.{kind}").read_bytes()
     assert_rows_kept(built, "o.mrc", list(range(41)))
+
+
+@pytest.mark.parametrize("output", ["o.ome.zarr", "o.tif"])
+def test_an_output_that_is_not_an_mrc_stack_gets_none(built, output):
+    """A STAR names its images N@stack and IMOD's angle files go with an MRC stack: beside an OME-Zarr store or a
+    TIFF none are written (a notice says so), and a second write over the first works."""
+    for _ in range(2):
+        notes = run(built, "copy", "TS.st", output, "-f")
+        assert f"{output}: not an MRC stack: TS.rawtlt, TS.tlt" in notes
+    assert sorted(p.name for p in built.glob("o.*")) == [output]
 
 
 def test_a_z_mirror_of_a_volume_reverses_the_rows(built):
@@ -118,7 +128,10 @@ def test_files_that_disagree_with_the_stack_are_not_written_and_a_notice_says_wh
     (("bin", "TS.st", "o.mrc", "--factor", "2", "--depth", "--as-volume"), "binning the depth too joins its sections"),
     (("permute", "TS.st", "o.mrc", "--axes", "0,1,3,2"), "the permutation moves its sections or turns their images"),
     (("average", "TS.st", "o.mrc", "--group", "2"), "averaging joins its sections"),
-    (("join", "TS.st", "TS.st", "-o", "o.mrc"), "joined with 1 other input(s)")])
+    (("join", "TS.st", "TS.st", "-o", "o.mrc"), "joined with 1 other input(s)"),
+    # a mirror turns the images about their tilt axis: the files' axis (85.3 here) no longer says theirs
+    (("flip", "TS.st", "o.mrc", "--axis", "x"), "its images are mirrored, which turns their tilt axis"),
+    (("copy", "TS.st", "o.mrc", "--flip-y"), "its images are mirrored, which turns their tilt axis")])
 def test_an_output_that_does_not_keep_sections_one_to_one_gets_none(built, args, why):
     notes = run(built, *args)
     assert f"TS.st: {why}: its TS.rawtlt, TS.tlt, TS.st.mdoc, TS.star are not written beside the output" in notes

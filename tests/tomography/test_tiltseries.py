@@ -347,7 +347,7 @@ def test_paths_mode_builds_under_the_data_root_and_refuses_a_stack_outside(tmp_p
     (root / "ts" / "TS_01.mrc").symlink_to(tmp_path / "TS_01.mrc")
     refused = client.post("/v1/paths/tiltseries", json={"srcs": ["ts/TS_01.mrc.mdoc"], "dst": "out/again.st"})
     assert refused.status_code in (400, 403), refused.text
-    assert "ts/TS_01.mrc.mdoc: ImageFile: the stack TS_01.mrc" in refused.json()["detail"]
+    assert "ts/TS_01.mrc.mdoc: ImageFile: the stack ts/TS_01.mrc" in refused.json()["detail"]
     assert not any(p.name.startswith(("again", "limited")) for p in (root / "out").iterdir())
 
 
@@ -432,6 +432,9 @@ def no_sum(folder: Path) -> None:
     (replace_sum(5, np.zeros((HEIGHT, WIDTH), np.complex64), suffix=".tiff"),
      ["TS_01.mdoc: [ZValue = 5]: the sum MotionCorr/TS_01_005_", ".tiff: complex values"]),
     (edited("SubFramePath", 7, None), ["TS_01.mdoc: [ZValue = 7]: no SubFramePath"]),
+    (replace_sum(9, np.zeros((HEIGHT, WIDTH), np.int16), suffix=".tif"),
+     ["TS_01.mdoc: [ZValue = 9]: the sum MotionCorr/TS_01_009_", "int16 values, and float32 in MotionCorr/TS_01_000_",
+      "share one element type"]),
 ])
 def test_bad_sums_are_one_line_naming_the_section_and_the_file_and_nothing_is_written(tmp_path, spoil, fragments,
                                                                                       sums):
@@ -482,6 +485,11 @@ def test_paths_mode_opens_each_sum_beneath_the_data_root_within_the_voxel_limit(
         "/v1/paths/tiltseries", json={**body, "dst": "out/limited.st"})
     assert limited.status_code == 422, limited.text
     assert f"ts/MotionCorr/{stems[0]}.mrc: shape (1, 1, {HEIGHT}, {WIDTH})" in limited.json()["detail"]
+    # each sum within the limit, their stack over it: refused naming the output
+    stacked = make_client(data_root=root, max_voxels=HEIGHT * WIDTH * 2).post(
+        "/v1/paths/tiltseries", json={**body, "dst": "out/stacked.st"})
+    assert stacked.status_code == 422 and "out/stacked.st: the output of shape" in stacked.json()["detail"], \
+        stacked.text
     # a sum that is a link to a file outside the data root: refused, naming its section and the sum
     outside = root / "ts" / "MotionCorr" / f"{stems[9]}.mrc"
     shutil.move(outside, tmp_path / "outside.mrc")

@@ -1,5 +1,5 @@
 """noa copy: the same values in another memory order, element type (checked or clamped) or format, rows reversed
-on request; a tilt series' angle, mdoc and STAR files follow as they are."""
+on request; a tilt series' angle, mdoc and STAR files follow as they are (not when rows are reversed)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ def plan(inputs: Inputs, options: Options):
     compute = converter("clamp" if options.clamp else "checked")
     if options.flip_y:  # a reversed read of whole columns: noa has no negative strides
         compute = reversing(compute, (HEIGHT,))
-    side_files, notices = sidefiles.unchanged(inputs, options, array.shape)
+    side_files, notices = sidefiles.in_step(inputs, options, array.shape, None, why_not=sidefiles.MIRRORED) \
+        if options.flip_y else sidefiles.unchanged(inputs, options, array.shape)
     return tiled_plan(options, inputs=inputs, read=[array], compute=compute, meta=meta, dtype=out_dtype,
                       order=out_order, whole_axes=(HEIGHT,) if options.flip_y else (), notices=notices,
                       side_files=side_files)

@@ -1,5 +1,5 @@
 """noa flip: one axis mirrored, reversed or about the voxel N//2; the box stays in place, and MRC section records
-follow a z mirror, as a tilt series' angle, mdoc and STAR files do."""
+follow a z mirror, as a tilt series' angle, mdoc and STAR files do (a y or x mirror writes none of them)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ def plan(inputs: Inputs, options: Options):
     if axis == stacks.section_axis(array.shape):  # a volume's z mirror: its sections in the mirrored order
         last = boxes.mirror_sum(count, options.about)
         kept = [(last - z) % count for z in range(count)]
-    else:
-        kept = list(range(count))
-    side_files, notices = sidefiles.in_step(inputs, options, array.shape, kept)
+        side_files, notices = sidefiles.in_step(inputs, options, array.shape, kept)
+    else:  # mirrored images turn the other way about their tilt axis: the files' axis no longer says theirs
+        side_files, notices = sidefiles.in_step(inputs, options, array.shape, None, why_not=sidefiles.MIRRORED)
     return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=array.shape,
                        reads=boxes.flip_reads(array, axis, options.about), notices=notices, side_files=side_files)

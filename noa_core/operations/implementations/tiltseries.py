@@ -81,6 +81,8 @@ def _build(series: TiltSeries, images: Images, project: Project, output: Path, o
     if not kept:
         raise _all_excluded(series)
     order = tiltseries.stack_order(series, kept, options.order)
+    # the stack of the sums kept (each within the voxel limit, their stack maybe not)
+    limits.check_output_size((len(order), 1, images.height, images.width), images.dtype.itemsize, str(output))
     outputs = _outputs(output)
     _check_outputs([output, *outputs.values()], [series.path, *images.files], overwrite)
     stack_named = project.name_of(output)  # how the STAR names it (refused outside the project folder)
@@ -143,18 +145,28 @@ def _open_stack(series: TiltSeries, project: Project) -> tuple[int, str]:
         candidates.append(series.image_file)
     candidates.extend(f"{stem}{suffix}" for suffix in STACK_NAMES)
     candidates = list(dict.fromkeys(candidates))
-    for candidate in candidates:
-        named = posixpath.join(folder, candidate)
+    named = [posixpath.join(folder, candidate) for candidate in candidates]
+    found = _open_first(project, named, f"{series.path}: ImageFile: the stack")
+    if found is not None:
+        return found
+    raise FileFormatError(f"{series.path}: ImageFile: no stack beside the mdoc ({', '.join(candidates)}): the images "
+                          "of the tilts it describes")
+
+
+def _open_first(project: Project, names: list[str], what: str) -> tuple[int, str] | None:
+    """A descriptor of the first of ``names`` there, opened through the project (over HTTP: beneath the data root),
+    and its name; None where none is. A refusal (outside the data root, a link) or another failure to open one is
+    one line beginning with ``what`` and its name."""
+    for name in names:
         try:
-            return project.open(named), named
+            return project.open(name), name
         except FileNotFoundError:
             continue
         except NoaError as exc:  # refused: outside the data root, a link
-            raise type(exc)(f"{series.path}: ImageFile: the stack {candidate}: {exc}") from None
+            raise type(exc)(f"{what} {name}: {exc}") from None
         except OSError as exc:
-            raise FileFormatError(f"{series.path}: ImageFile: the stack {named}: {exc.strerror}") from None
-    raise FileFormatError(f"{series.path}: ImageFile: no stack beside the mdoc ({', '.join(candidates)}): the images "
-                          "of the tilts it describes")
+            raise FileFormatError(f"{what} {name}: {exc.strerror}") from None
+    return None
 
 
 def _stack_images(series: TiltSeries, stack: Path, stack_name: str) -> Images:
@@ -194,7 +206,7 @@ def _sum_images(series: TiltSeries, project: Project, folder: str, wanted: list[
     ``opened``) and checked from its header: one 2-d image, real, within the voxel limit, of one size and pixel size
     with the others and the mdoc. Errors name the tilt's section and the sum."""
     paths: dict[int, Path] = {}
-    dtypes = []
+    dtypes: list[tuple[np.dtype, str]] = []  # each sum's element type, and how a message names it
     size: tuple[int, int, str] | None = None  # the first sum's height and width, and how a message names it
     pixel_told: tuple[float, str] | None = None  # the pixel size of the series, and what gives it
     if series.pixel_size is not None:
@@ -219,6 +231,9 @@ def _sum_images(series: TiltSeries, project: Project, folder: str, wanted: list[
             w, h = series.image_size
             raise ShapeError(f"{where}: {width} x {height}, and the mdoc's ImageSize is {w} x {h}: the images of a "
                              "tilt series share one size")
+        if dtypes and probe.dtype != dtypes[0][0]:
+            raise FileFormatError(f"{where}: {probe.dtype} values, and {dtypes[0][0]} in {dtypes[0][1]}: the images of "
+                                  "a tilt series share one element type")
         if size is None:
             size = height, width, f"{name} ([ZValue = {z}])"
         elif size[:2] != (height, width):
@@ -231,10 +246,10 @@ def _sum_images(series: TiltSeries, project: Project, folder: str, wanted: list[
             raise FileFormatError(f"{where}: pixel size {pixel:g} Å, and {pixel_told[0]:g} Å in {pixel_told[1]}: "
                                   "the images of a tilt series share one pixel size")
         paths[z] = path
-        dtypes.append(probe.dtype)
+        dtypes.append((probe.dtype, f"{name} ([ZValue = {z}])"))
     if size is None:  # the caller leaves at least one tilt; else every one is excluded
         raise _all_excluded(series)
-    return Images(lambda z: formats.read(paths[z])[0].numpy()[:1, :1], size[0], size[1], np.result_type(*dtypes),
+    return Images(lambda z: formats.read(paths[z])[0].numpy()[:1, :1], size[0], size[1], dtypes[0][0],
                   None if pixel_told is None else pixel_told[0], list(paths.values()), [])
 
 
@@ -242,15 +257,9 @@ def _open_sum(series: TiltSeries, project: Project, folder: str, z: int, stem: s
     """A descriptor of tilt ``z``'s sum, opened through the project, and its name: ``stem`` with the first of
     :data:`SUM_SUFFIXES` there, in ``folder``."""
     names = [posixpath.join(folder, stem + suffix) for suffix in SUM_SUFFIXES]
-    for name in names:
-        try:
-            return project.open(name), name
-        except FileNotFoundError:
-            continue
-        except NoaError as exc:  # refused: outside the data root, a link
-            raise type(exc)(f"{series.where(z)}: the sum {name}: {exc}") from None
-        except OSError as exc:
-            raise FileFormatError(f"{series.where(z)}: the sum {name}: {exc.strerror}") from None
+    found = _open_first(project, names, f"{series.where(z)}: the sum")
+    if found is not None:
+        return found
     raise MissingFileError(f"{series.where(z)}: no sum of its frames {stem} in {folder} ({', '.join(names)})")
 
 
