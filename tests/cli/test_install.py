@@ -102,6 +102,17 @@ def test_a_wheel_of_the_checkout_installs_into_a_fresh_venv(tmp_path):
     assert extras.returncode == 0, extras.stderr
 
 
+def test_every_package_of_the_checkout_is_installed():
+    """A package folder missing from [tool.setuptools] packages is left out of the wheel and the container image
+    (noa_core.tomography was, so `noa tiltseries` failed there with ModuleNotFoundError while every checkout test
+    passed): every folder holding an __init__.py is listed."""
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    folders = {"noa_core": REPO / "noa_core", "noa_cli": REPO / "noa_cli", "noa_server": REPO / "server"}
+    found = {".".join([name, *init.parent.relative_to(root).parts])
+             for name, root in folders.items() for init in root.rglob("__init__.py")}
+    assert found - listed == set(), f"packages not in pyproject.toml's [tool.setuptools] packages: {found - listed}"
+
+
 def test_scripts_demo_installs_what_the_readme_shows():
     demo = (REPO / "scripts" / "demo").read_text(encoding="utf-8")
     installs = re.findall(r"pip install (?:--quiet )?-e '\.\[([\w,]+)\]'", demo)
