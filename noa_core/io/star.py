@@ -266,8 +266,7 @@ def star_values(values: np.ndarray | Sequence) -> np.ndarray:
         array = array.astype(np.int64).astype("S21")
     elif array.dtype.kind != "S":
         array = array.astype("S")
-    needs = (np.strings.str_len(array) == 0) | (np.strings.find(array, b" ") >= 0) | \
-        (np.strings.find(array, b"\t") >= 0)
+    needs = _needs_quotes(array)
     if needs.any():
         array = array.astype(f"S{array.dtype.itemsize + 2}")
         array[needs] = np.strings.add(np.strings.add(b'"', array[needs]), b'"')
@@ -289,8 +288,24 @@ def _packed(columns: Sequence[np.ndarray], count: int) -> tuple[np.ndarray, np.n
     return (np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)), offsets
 
 
+# A value read back as something else unless quoted: empty, holding a blank, or beginning as a label, a comment or
+# a keyword does at the start of a line (a row whose first value is _0 would be read as the label _0)
+_BLANKS = (b" ", b"\t")
+_STARTS = (b"_", b"#", b"data_", b"loop_")
+
+
+def _needs_quotes(array: np.ndarray) -> np.ndarray:
+    """Which of the ``S`` values of ``array`` must be written quoted."""
+    needs = np.strings.str_len(array) == 0
+    for blank in _BLANKS:
+        needs |= np.strings.find(array, blank) >= 0
+    for start in _STARTS:
+        needs |= np.strings.startswith(array, start)
+    return needs
+
+
 def _quoted(value: str) -> str:
-    return f'"{value}"' if not value or any(c in value for c in " \t") else value
+    return f'"{value}"' if _needs_quotes(np.array([value.encode()], "S"))[0] else value
 
 
 def _first_not_number(values: np.ndarray, dtype: type) -> int:

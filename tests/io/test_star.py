@@ -105,6 +105,18 @@ def tables(draw):
     return columns
 
 
+def test_values_that_begin_as_labels_comments_or_keywords_are_quoted(tmp_path):
+    """A row whose first value is _0 was written bare and read back as the label _0 (hypothesis found it): such
+    values, and those beginning as a comment or a keyword, are quoted, and noa and starfile read them back."""
+    path = tmp_path / "q.star"
+    words = np.array(["_0", "#x", "data_y", "loop_", "plain"], "U")
+    star.write(path, star.loop_text("particles", {"rlnA": words, "rlnB": np.arange(5)}), overwrite=True)
+    text = star.read(path)
+    block = text.block("particles")
+    assert block.rows == 5 and [v.decode() for v in text.values(block, "rlnA").tolist()] == words.tolist()
+    assert starfile.read(path, always_dict=True)["particles"]["rlnA"].tolist() == words.tolist()
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(columns=tables(), data=st.data())
 def test_written_tables_read_back_and_as_starfile_reads_them(tmp_path, columns, data):
