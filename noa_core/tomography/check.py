@@ -17,14 +17,16 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 import numpy as np
 
+from noa_core import tomography  # a face: the mdoc reader (mdocfile, pandas) loads when a file is read
 from noa_core.errors import FileFormatError
 from noa_core.io import star
-from noa_core.tomography import tiltseries
-from noa_core.tomography.tiltseries import TiltSeries
+
+if TYPE_CHECKING:
+    from noa_core.tomography.tiltseries import TiltSeries
 
 MAX_ANGLES_BYTES = 1 << 20  # a .tlt of 61 angles is 600 bytes
 MAX_STAR_BYTES = 64 << 20
@@ -72,7 +74,7 @@ def side_names(stack_name: str) -> dict[str, list[str]]:
 
 def size_limit(kind: str) -> int:
     """The most bytes a side file of ``kind`` is read with: beyond it, it is none of these files."""
-    return {"rawtlt": MAX_ANGLES_BYTES, "tlt": MAX_ANGLES_BYTES, "mdoc": tiltseries.MAX_MDOC_BYTES,
+    return {"rawtlt": MAX_ANGLES_BYTES, "tlt": MAX_ANGLES_BYTES, "mdoc": tomography.tiltseries.MAX_MDOC_BYTES,
             "star": MAX_STAR_BYTES}[kind]
 
 
@@ -113,7 +115,7 @@ def read_star(name: str, data: bytes, stack_name: str) -> StarTable:
     """The loop of the tilt series ``stack_name`` in a RELION 5 tilt-series STAR: the block named after it (as
     RELION names it), else the file's only loop."""
     read = star.Star(Path(name), data)
-    wanted = tiltseries.block_name(posixpath.basename(stack_name))
+    wanted = tomography.tiltseries.block_name(posixpath.basename(stack_name))
     loops = [block for block in read if block.loop]
     named = [block for block in loops if block.name == wanted]
     if not named and len(loops) != 1:
@@ -227,21 +229,21 @@ def _check_mdoc(stack: Stack, series: TiltSeries, add: Add) -> None:
         w, h = series.image_size
         add("mdoc", None, f"ImageSize {w} x {h}, and the stack {stack.name} holds {stack.width} x {stack.height} "
                           "images")
-    differing = tiltseries.pixel_size_disagreement(series)
+    differing = tomography.tiltseries.pixel_size_disagreement(series)
     if differing is not None:
         add("mdoc", differing[0], differing[1])
     elif series.pixel_size is not None and stack.pixel_size and not math.isclose(
             series.pixel_size, stack.pixel_size, rel_tol=PIXEL_RTOL):
         add("mdoc", None, f"PixelSpacing {series.pixel_size:g} Å, and {stack.pixel_size:g} Å in the header of the "
                           f"stack {stack.name}")
-    doses, source = tiltseries.pre_exposure(series, None)
+    doses, source = tomography.tiltseries.pre_exposure(series, None)
     if source is not None:
-        order, told_by = tiltseries.acquisition_order(series)
+        order, told_by = tomography.tiltseries.acquisition_order(series)
         for before, z in itertools.pairwise(order):
             if doses[z] < doses[before] - DOSE_ATOL:
                 add("mdoc", z, f"[ZValue = {z}]: pre-exposure {doses[z]:g} e/Å² ({source}), less than the "
                                f"{doses[before]:g} of [ZValue = {before}], taken before it ({told_by})")
-    found = tiltseries.tilt_axis(series)
+    found = tomography.tiltseries.tilt_axis(series)
     if found is not None and stack.axis is not None and not _same_axis(found[0], stack.axis):
         add("mdoc", None, f"tilt axis {found[0]:g}° ({found[1]}), and {stack.axis:g}° in the labels of the stack "
                           f"{stack.name}")
@@ -263,7 +265,7 @@ def tomo5_axis(series: TiltSeries) -> tuple[float, float] | None:
     (-axis - 90, as Scipion converts a Tomo5 mdoc's); None: a SerialEM mdoc, or no tilt axis title."""
     if any(_SERIALEM_TITLE.search(title) for title in series.titles):
         return None
-    axis = next((a for a in map(tiltseries.axis_in, series.titles) if a is not None), None)
+    axis = next((a for a in map(tomography.tiltseries.axis_in, series.titles) if a is not None), None)
     if axis is None:
         return None
     return axis, (-axis - 90.0 + 180.0) % 360.0 - 180.0
@@ -292,7 +294,7 @@ def _check_star(stack: Stack, side: SideFiles, reference, add: Add) -> None:
             add("star", int(row), f"row {row + 1} (section {row}): rlnTomoNominalStageTiltAngle {angles[row]:g}°, "
                                   f"and {expected[row]:g}° in {where(row)}")
     axes = table.columns.get("rlnTomoNominalTiltAxisAngle")
-    found = None if side.mdoc is None else tiltseries.tilt_axis(side.mdoc)
+    found = None if side.mdoc is None else tomography.tiltseries.tilt_axis(side.mdoc)
     if axes is not None and found is not None:
         for z in (z for z, axis in enumerate(axes) if not _same_axis(axis, found[0])):
             add("star", z, f"row {z + 1} (section {z}): rlnTomoNominalTiltAxisAngle {axes[z]:g}°, and "
@@ -300,7 +302,7 @@ def _check_star(stack: Stack, side: SideFiles, reference, add: Add) -> None:
             break  # one axis for the series: said once
     doses = table.columns.get("rlnMicrographPreExposure")
     if doses is not None and _describes(side.mdoc, stack):
-        order, told_by = tiltseries.acquisition_order(side.mdoc)
+        order, told_by = tomography.tiltseries.acquisition_order(side.mdoc)
         for before, z in itertools.pairwise(order):
             if doses[z] < doses[before] - DOSE_ATOL:
                 add("star", z, f"row {z + 1} (section {z}): rlnMicrographPreExposure {doses[z]:g} e/Å², less than "

@@ -19,16 +19,19 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from noa_core import tomography  # a face: the mdoc reader (mdocfile, pandas) loads when a file is read
 from noa_core.errors import FileFormatError, NoaError
 from noa_core.images.stacks import section_axis
 from noa_core.io import formats, remote, star
 from noa_core.io.particles import Project, Projects, folder_projects
-from noa_core.tomography import check, tiltseries
-from noa_core.tomography.tiltseries import TiltSeries
+from noa_core.tomography import check
+
+if TYPE_CHECKING:
+    from noa_core.tomography.tiltseries import TiltSeries
 
 PIXEL_SIZE_LABEL = "rlnTomoTiltSeriesPixelSize"  # RELION 5's pixel size of a tilt series (Å)
 _IMAGE_NAME = re.compile(rb"^0*(\d+)@(.+)$")  # RELION's 'N@stack', as noa tiltseries writes it
@@ -58,16 +61,16 @@ def files_beside(project: Project, stack_name: str) -> dict[str, SideFile]:
     found: dict[str, SideFile] = {}
     for kind, candidates in check.side_names(stack_name).items():
         for candidate in candidates:
-            read = _side_file(project, candidate, check.size_limit(kind))
+            read = _side_file(project, candidate, kind)
             if read is not None:
                 found[kind] = read
                 break
     return found
 
 
-def _side_file(project: Project, name: str, limit: int) -> SideFile | None:
+def _side_file(project: Project, name: str, kind: str) -> SideFile | None:
     """The file ``name`` beside the stack, opened through the project; None where there is none. A file larger than
-    ``limit`` is none of the files a tilt series has."""
+    the limit of its ``kind`` is none of the files a tilt series has."""
     try:
         fd = project.open(name)
     except FileNotFoundError:
@@ -78,6 +81,7 @@ def _side_file(project: Project, name: str, limit: int) -> SideFile | None:
         raise FileFormatError(f"{name}: {exc.strerror or exc}") from None
     try:
         info = os.fstat(fd)
+        limit = check.size_limit(kind)
         if info.st_size > limit:
             raise FileFormatError(f"{name}: {info.st_size} bytes: larger than any such file beside a tilt series "
                                   f"({limit >> 20} MiB at most)")
@@ -165,7 +169,7 @@ def _read(project: Project, stack_name: str) -> _Read | None:
             if kind in ("rawtlt", "tlt"):
                 angles[kind] = check.read_angles(file.name, file.data)
             elif kind == "mdoc":
-                mdoc = tiltseries.parse(Path(file.name), file.data)
+                mdoc = tomography.tiltseries.parse(Path(file.name), file.data)
             else:
                 found = check.read_star(file.name, file.data, stack_name)
                 if any(label in found.columns for label in check.STAR_NUMBERS):  # else not a tilt series' STAR
@@ -243,8 +247,8 @@ def _mdoc(series: TiltSeries, kept: list[int], image_file: str, image_size: tupl
                                               **({"ImageSize": image_size} if series.header.ImageSize else {})})
     tilts = [dataclasses.replace(t, record=t.record.model_copy(update={"PixelSpacing": scaled(t.record.PixelSpacing)}))
              for t in series.tilts]
-    axis = next((a for a in map(tiltseries.axis_in, series.titles) if a is not None), 0.0)  # kept as it is
-    return tiltseries.mdoc_text(dataclasses.replace(series, header=header, tilts=tilts), kept, image_file,
+    axis = next((a for a in map(tomography.tiltseries.axis_in, series.titles) if a is not None), 0.0)  # kept as it is
+    return tomography.tiltseries.mdoc_text(dataclasses.replace(series, header=header, tilts=tilts), kept, image_file,
                                 axis).encode()
 
 
@@ -269,8 +273,9 @@ def _star(file: SideFile, stack_name: str, kept: list[int], output_name: str, pi
                 replace[PIXEL_SIZE_LABEL] = sizes * pixel_scale
             edit = star.LoopEdit(rows=np.array(kept, np.int64), replace=replace)
             edited = table.edited(loops={block.name: edit}, blocks=[block.name])
-            if block.name == tiltseries.block_name(input_stack):  # RELION's name of the tilt series: the output's now
-                output_block = tiltseries.block_name(posixpath.basename(output_name))
+            # RELION's name of the tilt series: the output's now
+            if block.name == tomography.tiltseries.block_name(input_stack):
+                output_block = tomography.tiltseries.block_name(posixpath.basename(output_name))
                 edited[0] = _renamed(bytes(edited[0]), block.name, output_block)
             pieces.extend(edited)
         elif PIXEL_SIZE_LABEL in block.pairs and pixel_scale != 1.0:
