@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 
-from noa_core.compute import expr
+from noa_core.compute import compute_path, expr
 from noa_core.kernels import runtime
 from noa_core.run import Progress, cluster
-from noa_core.run.warmup import warmup_once
+from noa_core.run.warmup import warmed_lately, warmup_once
 from noa_server import execution
 from noa_server.execution import remove_abandoned_uploads
 from noa_server.jobs import JobStore
@@ -94,7 +94,11 @@ class Service:
         if self.watches is not None:
             self.watches.start()
         if self.settings.warmup:
+            # Until the cache holds the kernels, small files are NumPy's: a first request must not wait while
+            # a kernel compiles (2 s for the statistics).
             self._warmup = self._pool.submit(warmup_once, self._stopping)
+            warmup = self._warmup
+            compute_path.kernels_ready_when(warmed_lately() if runtime.cache_folder() is not None else warmup.done)
             self._warmup.add_done_callback(_log_warmup)
 
     def retire_if_spent(self) -> None:
@@ -113,6 +117,7 @@ class Service:
 
     def stop(self) -> None:
         self._stopping.set()  # the warm-up ends after its current case: no kernel runs while Python exits
+        compute_path.kernels_ready_when(None)
         if self.watches is not None:  # first: no job is submitted while the jobs stop
             self.watches.stop()
         if self.jobs is not None:

@@ -32,7 +32,7 @@ def make_client(tmp_path: Path) -> Iterator[Callable]:
             made += 1
             tmp = tmp_path / ("tmp" if made == 1 else f"tmp-{made}")
             tmp.mkdir()
-            app = create_app(Settings(warmup=False, **{"tmp_dir": tmp, **settings}))
+            app = create_app(Settings(**{"warmup": False, "tmp_dir": tmp, **settings}))
             return clients.enter_context(TestClient(app, raise_server_exceptions=False))
 
         yield make

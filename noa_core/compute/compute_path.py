@@ -20,7 +20,7 @@ import contextlib
 import contextvars
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 # Measured with benchmarks/bench_cli.py --crossover on 2 cores (3 rounds paired): whole `noa copy` and
 # `noa stats` processes on the NumPy path took 0.26-0.45x the numba path's time up to 32 MiB, 0.72-0.87x at
@@ -31,6 +31,16 @@ ENVIRONMENT = "NOA_COMPUTE"
 
 _current: contextvars.ContextVar[str] = contextvars.ContextVar("noa_compute_path", default="numba")
 _pinned: contextvars.ContextVar[str | None] = contextvars.ContextVar("noa_compute_path_pinned", default=None)
+# Whether numba's kernels run without compiling first (None: taken as yes). A service sets it while its warm-up
+# fills an empty cache: until then small work takes NumPy's path instead of waiting seconds for a kernel.
+_kernels_ready: Callable[[], bool] | None = None
+
+
+def kernels_ready_when(ready: Callable[[], bool] | None) -> None:
+    """Make :func:`choose` take numba's path for small work in a process that loaded numba only once ``ready()``
+    (None: at once)."""
+    global _kernels_ready
+    _kernels_ready = ready
 
 
 def forced() -> str:
@@ -41,13 +51,14 @@ def forced() -> str:
 
 def choose(nbytes: int | None) -> str:
     """'numpy' for work of ``nbytes`` below :data:`SMALL_BYTES` (None: unknown, so not small) in a process
-    that has not loaded numba yet, else 'numba'; ``NOA_COMPUTE`` overrides. Once numba is loaded (the
-    service, a Dask worker, a batch past its first large file), its kernels win at every size: 6x NumPy's
-    time at 0.25 MiB, 24x at 64 MiB (a clamped conversion and the header statistics, in one process)."""
+    that has not loaded numba yet (or whose kernels are not ready: :func:`kernels_ready_when`), else 'numba';
+    ``NOA_COMPUTE`` overrides. Once numba is loaded (the service, a Dask worker, a batch past its first large
+    file), its kernels win at every size: 6x NumPy's time at 0.25 MiB, 24x at 64 MiB (a clamped conversion and
+    the header statistics, in one process)."""
     wanted = forced()
     if wanted != "auto":
         return wanted
-    if "numba" in sys.modules:
+    if "numba" in sys.modules and (_kernels_ready is None or _kernels_ready()):
         return "numba"
     return "numpy" if nbytes is not None and nbytes < SMALL_BYTES else "numba"
 
@@ -85,6 +96,8 @@ def for_size(nbytes: int | None, what: str = "") -> Iterator[str]:
             why = f"{ENVIRONMENT}={forced()}"
         elif path == "numba" and "numba" in sys.modules and nbytes is not None and nbytes < SMALL_BYTES:
             why = f"{size}, but numba is loaded already"
+        elif path == "numpy" and "numba" in sys.modules:
+            why = f"{size} < the threshold {SMALL_BYTES >> 20} MiB, and the kernels are still compiling"
         else:
             why = f"{size} {'<' if path == 'numpy' else '>='} the threshold {SMALL_BYTES >> 20} MiB"
         log.debug("compute path %s%s: %s", path, f" for {what}" if what else "", why)

@@ -123,6 +123,23 @@ def warmed() -> bool:
     return folder is not None and _mark(folder).exists()
 
 
+def warmed_lately(interval_s: float = 1.0) -> Callable[[], bool]:
+    """:func:`warmed`, looked up at most once per ``interval_s`` and true for good once true: what a service asks
+    for each file it computes (:func:`noa_core.compute.compute_path.kernels_ready_when`) while a warm-up, its own
+    or another process's, fills the cache."""
+    found = False
+    looked = -math.inf
+
+    def ready() -> bool:
+        nonlocal found, looked
+        if not found and time.monotonic() - looked >= interval_s:
+            looked = time.monotonic()
+            found = warmed()
+        return found
+
+    return ready
+
+
 # What warmup_once found or did.
 WarmupState = Literal["cached", "compiled", "compiling elsewhere", "stopped"]
 

@@ -11,10 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tifffile
+from fastapi.testclient import TestClient
 
 from helpers import NOA, write_mrc
+from noa_core.compute import compute_path
 from noa_core.run import warmup as warmup_module
 from noa_core.run.warmup import FILE_DTYPES, STAR, Unit, split, units
+from noa_server import service as service_module
+from noa_server.app import create_app
+from noa_server.settings import Settings
 
 STEP = re.compile(r"^\[(\d+)/(\d+)\] (.+) (\S+)$")
 
@@ -156,3 +161,60 @@ def test_parallel_warmup_leaves_a_complete_cache(warmed, tmp_path):
         assert "data loaded" in run.stdout, run.stdout
         saved = [line for line in run.stdout.splitlines() if "data saved" in line or "index saved" in line]
         assert not saved, (args, saved)
+
+
+def test_small_work_takes_numpys_path_until_the_cache_is_warm(monkeypatch, tmp_path):
+    """A service on an empty cache loads numba at once, but its small files must not wait for a kernel to compile
+    (2 s for the statistics): until the warm-up's mark is in the cache folder, they are NumPy's."""
+    monkeypatch.delenv(compute_path.ENVIRONMENT, raising=False)
+    monkeypatch.setattr(warmup_module.runtime, "cache_folder", lambda: tmp_path)
+    monkeypatch.setattr(warmup_module, "installation_key", lambda: "these-sources")
+    clock = [100.0]
+    monkeypatch.setattr(warmup_module.time, "monotonic", lambda: clock[0])
+    ready = warmup_module.warmed_lately(interval_s=1.0)
+    compute_path.kernels_ready_when(ready)
+    try:
+        assert "numba" in sys.modules  # as in a service: numba is loaded
+        assert compute_path.choose(1) == "numpy" and compute_path.choose(compute_path.SMALL_BYTES) == "numba"
+        (tmp_path / "noa-warmup-these-sources.done").write_text("noa\n")
+        assert compute_path.choose(1) == "numpy"  # looked up at most once a second
+        clock[0] += 1.0
+        assert compute_path.choose(1) == "numba"
+        (tmp_path / "noa-warmup-these-sources.done").unlink()
+        clock[0] += 5.0
+        assert compute_path.choose(1) == "numba"  # once warm, for good
+    finally:
+        compute_path.kernels_ready_when(None)
+    assert compute_path.choose(1) == "numba"
+
+
+def test_a_service_warming_up_answers_small_files_without_compiling(monkeypatch, tmp_path):
+    """While the service's warm-up runs (held here), a small file's statistics over HTTP are computed by NumPy,
+    right (against NumPy), and the choice ends with the service."""
+    monkeypatch.delenv(compute_path.ENVIRONMENT, raising=False)
+    monkeypatch.setattr(warmup_module.runtime, "cache_folder", lambda: tmp_path / "cache")
+    release = threading.Event()
+    monkeypatch.setattr(service_module, "warmup_once", lambda stop: release.wait(30) and "compiled")
+    paths = []
+    real_for_size = compute_path.for_size
+
+    def spy(nbytes, what=""):
+        paths.append(compute_path.choose(nbytes))
+        return real_for_size(nbytes, what)
+
+    monkeypatch.setattr(compute_path, "for_size", spy)
+    root = tmp_path / "root"
+    root.mkdir()
+    data = np.random.default_rng(3).normal(size=(3, 16, 16)).astype(np.float32)
+    write_mrc(root / "small.mrc", data)
+    (tmp_path / "tmp").mkdir()
+    try:
+        with TestClient(create_app(Settings(data_root=root, tmp_dir=tmp_path / "tmp", warmup=True))) as client:
+            answer = client.post("/v1/paths/stats", json={"path": "small.mrc"})
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["mean"] == pytest.approx(float(data.mean(dtype=np.float64)), rel=1e-6)
+            assert paths and set(paths) == {"numpy"}
+            release.set()
+    finally:
+        release.set()
+    assert compute_path.choose(1) == "numba"  # the service stopped: numba's path again
