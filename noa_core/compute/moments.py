@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -92,6 +92,14 @@ class RunningStatistics:
     def merge(self, other: RunningStatistics) -> None:
         """Add the values ``other`` accumulated."""
         self.moments = self.moments.merge(other.moments)
+
+    @classmethod
+    def merged(cls, parts: Iterable[RunningStatistics]) -> RunningStatistics:
+        """The statistics of ``parts`` together, merged in their order."""
+        total = cls()
+        for part in parts:
+            total.merge(part)
+        return total
 
     def result(self) -> HeaderStatistics:
 

@@ -21,14 +21,16 @@ from pathlib import Path
 import numpy as np
 
 from noa_core import limits
-from noa_core.array import layout
+from noa_core.array import Array, asarray, layout
 from noa_core.compute.moments import RunningStatistics
+from noa_core.compute.tiles import Compute, Key
 from noa_core.errors import FileFormatError, MissingFileError, NoaError, ParameterError, ShapeError, param
 from noa_core.images import stacks
 from noa_core.io import atomic, formats, mapped, mrc, star, stream
 from noa_core.io.metadata import Metadata
 from noa_core.io.particles import Project, folder_projects
 from noa_core.io.protocol import OutputSpec
+from noa_core.operations.plan import converter
 from noa_core.operations.spec import Inputs, Options
 from noa_core.tomography import tiltseries
 from noa_core.tomography.tiltseries import TiltSeries
@@ -294,10 +296,10 @@ def _check_outputs(outputs: list[Path], read: list[Path], overwrite: bool) -> No
 
 def _copy_sections(images: Images, order: list[int], axis: float, temp: atomic.TemporaryOutput, options: Options,
                    progress) -> None:
-    """The tilts' images ``order`` copied one at a time into the output's temporary file by noa's tile writer
-    (:class:`noa_core.io.stream.Region`: pwrite, its writeback started at once), each read with pread straight
-    into the buffer it is written from, so never more than a section in memory; the header's statistics
-    accumulated as they pass."""
+    """The tilts' images ``order`` copied one at a time into the output's temporary file by noa's tile engine
+    (:func:`noa_core.io.stream.stream_tiles`): each read with pread straight into the buffer it is written from,
+    while a writer thread takes the previous one's statistics and writes it, so never more than two sections in
+    memory."""
     height, width = images.height, images.width
     shape = layout.as_shape4((len(order), 1, height, width))
     dtype = images.dtype.newbyteorder("=")
@@ -311,21 +313,15 @@ def _copy_sections(images: Images, order: list[int], axis: float, temp: atomic.T
     size = created.offset + math.prod(shape) * stored.itemsize
     with open(temp.temp, "r+b") as f:  # a full disk is an error now, before any section is copied
         atomic.reserve(f.fileno(), size, f"{temp.path}: no space left on device for its {size} bytes")
-    stats = RunningStatistics()
+    copy = converter("checked")
+
+    def reads(key: Key) -> tuple[list[Array], Compute]:
+        return [asarray(images.section(order[key[0].start]))], copy
+
+    keys = [(slice(i, i + 1), slice(0, 1), slice(0, height), slice(0, width)) for i in range(len(order))]
     target = stream.Region(temp.temp, created.offset, stored, shape, "C").target()
     try:
-        with mapped.scratch_buffers():
-            for i, z in enumerate(order):
-                key = (slice(i, i + 1), slice(0, 1), slice(0, height), slice(0, width))
-                buffer = target.buffer(key, 0)
-                section = images.section(z)
-                values = mapped.read_view(section, into=buffer if section.dtype == stored else None)
-                if not np.may_share_memory(values, buffer):  # stored otherwise (byte order, widened), or decompressed
-                    buffer[...] = values
-                target.write(key, buffer)
-                stats.merge(RunningStatistics.of(buffer))
-                if progress is not None:
-                    progress(i + 1, len(order))
+        stats = RunningStatistics.merged(stream.stream_tiles(reads, keys, target, dtype, progress))
     finally:
         target.close()
     mrc.FORMAT.finish(temp.temp, spec, stats.result())
