@@ -13,7 +13,8 @@ Tile level L block-means 2^L x 2^L pixels of the plane; tile (x, y) of a level i
 plane's overview (the plane block-meaned to at most :data:`OVERVIEW` pixels a side), which :class:`Overviews`
 keeps by the file's :func:`identity` (a particle file's: with those of the stacks it names; :func:`particle_row`
 says what a section's row holds). :func:`montage` draws a page of a stack's sections in a grid, as ``noa preview
---montage`` draws them. Every read is checked first: the voxels it spans against a limit the
+--montage`` draws them; :func:`tilts` says each section's tilt angle and dose where the files beside a tilt series
+give them. Every read is checked first: the voxels it spans against a limit the
 caller gives (LimitError), the memory drawing them takes against what the machine has (MemoryLimitError).
 """
 
@@ -37,6 +38,7 @@ from noa_core.errors import NoaError, ParameterError
 from noa_core.io import omezarr, particle_files, particles
 from noa_core.limits import check_voxels, check_working_memory
 from noa_core.pictures import drawing
+from noa_core.tomography import sidefiles
 
 TILE = 256  # the side of a tile, in pixels of its level
 OVERVIEW = 1024  # the longest side of the picture histograms and the limits of tiles are computed over
@@ -399,3 +401,15 @@ def particle_row(path: str | os.PathLike, section: int) -> dict[str, Any]:
     if not 0 <= section < table.rows:
         raise ParameterError(f"{section}: the file has sections 0 to {table.rows - 1}", "section")
     return {"kind": table.kind, "row": section + 1, "columns": table.columns(section)}
+
+
+def tilts(path: str | os.PathLike, *, reading: tuple[tuple[str, Any], ...] = (),
+          projects: Any = None) -> tuple[int, sidefiles.SectionTilts]:
+    """The sections of the stack at ``path`` (from its header, read with ``reading``) and what the files beside it say
+    of them (:func:`noa_core.tomography.sidefiles.section_tilts`), opened through ``projects`` (the service keeps
+    them beneath its data root); ParameterError naming ``file`` for a volume (its slices are no tilt series')."""
+    batch, depth, _, _ = io.probe(path, projects=projects, **dict(reading)).shape
+    if depth > 1:
+        raise ParameterError(f"{path}: a volume of {depth} slices; a tilt series is a stack of sections", "file")
+    project = (projects or particles.folder_projects)(None)
+    return batch, sidefiles.section_tilts(project, project.name_of(Path(path)), batch)

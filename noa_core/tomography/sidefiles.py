@@ -8,7 +8,8 @@ They are found by the stack's stem and read through the project (:func:`files_be
 them: over HTTP every one is opened beneath the data root. A stack with none of them, or only files that are not a
 tilt series' (a frame set's mdoc beside a movie), has none to keep. Where one cannot be read, disagrees with the
 stack (its count), or the output does not keep the sections one to one, none is written and a notice says why:
-the operation itself never fails for them."""
+the operation itself never fails for them. :func:`section_tilts` reads them for the viewer: each section's tilt
+angle and dose."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import os
 import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 PIXEL_SIZE_LABEL = "rlnTomoTiltSeriesPixelSize"  # RELION 5's pixel size of a tilt series (Å)
 _IMAGE_NAME = re.compile(rb"^0*(\d+)@(.+)$")  # RELION's 'N@stack', as noa tiltseries writes it
 _WORDS = {"rawtlt": "angles", "tlt": "angles", "mdoc": "[ZValue] sections", "star": "rows"}
+_NO_TILTS = "the sections' tilts are not given"  # what a viewer is told where the files cannot say them
 
 # The files to write beside an output (a plan's side files), given its path: each file's path (in its folder) and
 # content, and what the user should know of them.
@@ -133,7 +135,7 @@ def in_step(inputs: Inputs, options: Mapping[str, Any], shape: Sequence[int], ke
     project = (inputs.projects or folder_projects)(None)  # over HTTP: the data root, beneath which each is opened
     try:
         stack_name = project.name_of(stack)
-        read = _read(project, stack_name)
+        read = _read(stack_name, files_beside(project, stack_name))
     except NoaError as exc:
         return None, [f"{exc}: no tilt-series files written beside the output"]
     if read is None:
@@ -142,10 +144,9 @@ def in_step(inputs: Inputs, options: Mapping[str, Any], shape: Sequence[int], ke
     if kept is None:
         return None, [f"{stack_name}: {why_not}: its {listed} are not written beside the output"]
     sections = shape[section_axis(shape)]
-    for kind, count in read.counts().items():
-        if count != sections:
-            return None, [f"{read.files[kind].name}: {count} {_WORDS[kind]}, and the stack {stack_name} has "
-                          f"{sections} sections: {listed} not written beside the output"]
+    wrong_count = _wrong_count(read, sections)
+    if wrong_count is not None:
+        return None, [f"{wrong_count}: {listed} not written beside the output"]
     size = image_size if image_size is not None else (int(shape[3]), int(shape[2]))
     return _writer(read, project, list(kept), sections, size, pixel_scale), []
 
@@ -156,11 +157,96 @@ def unchanged(inputs: Inputs, options: Mapping[str, Any], shape: Sequence[int]) 
     return in_step(inputs, options, shape, range(shape[section_axis(shape)]))
 
 
-def _read(project: Project, stack_name: str) -> _Read | None:
-    """The tilt-series files beside the stack, read and checked; None where there are none (the files found are not
-    a tilt series': a frame set's mdoc beside a movie, a STAR of something else). FileFormatError naming the file
-    that cannot be read, where others are a tilt series'."""
-    files = files_beside(project, stack_name)
+def _wrong_count(read: _Read, sections: int) -> str | None:
+    """The first file whose count is not the stack's ``sections``, in words; None: each has one row a section."""
+    for kind, count in read.counts().items():
+        if count != sections:
+            return (f"{read.files[kind].name}: {count} {_WORDS[kind]}, and the stack {read.stack_name} has "
+                    f"{sections} sections")
+    return None
+
+
+@dataclass(frozen=True)
+class SectionTilts:
+    """What the files beside a stack say of its sections, in stack order: each one's tilt angle (degrees) and, where
+    they give them, the dose it had received before its exposure (e/Å², as ``tiltseries.pre_exposure`` finds it;
+    ``pre_exposure_rule`` says how) and the dose of its exposure (e/Å²); ``sources``: the file each of ``angle``,
+    ``pre_exposure`` and ``dose`` comes from. ``files``: every file found beside the stack, read or not (what the
+    answer is made of); ``notice``: why no angles are given where files are there."""
+
+    files: dict[str, SideFile]
+    angles: np.ndarray | None = None
+    pre_exposure: np.ndarray | None = None
+    dose: np.ndarray | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+    pre_exposure_rule: str | None = None
+    notice: str | None = None
+
+
+def section_tilts(project: Project, stack_name: str, sections: int) -> SectionTilts:
+    """The tilt of each of the ``sections`` of the stack ``stack_name`` from the files beside it, opened through
+    ``project`` (over HTTP: beneath the data root): the angle the mdoc's TiltAngle gives, else the .rawtlt's, the
+    .tlt's, the STAR's rlnTomoNominalStageTiltAngle; the pre-exposure the mdoc gives, else the STAR's
+    rlnMicrographPreExposure; the dose of each tilt the mdoc's ExposureDose gives where it gives a pre-exposure.
+    None of them where there are none; none and a notice where one cannot be read or its count is not the stack's.
+    PathRefusedError naming a file the project refuses (a link out of the data root)."""
+    try:
+        files = files_beside(project, stack_name)
+    except FileFormatError as exc:  # larger than any such file, or unreadable
+        return SectionTilts({}, notice=f"{exc}: {_NO_TILTS}")
+    read, unreadable = _parsed(stack_name, files)
+    if unreadable:  # even where no other is a tilt series': a stack's own mdoc may be the one
+        return SectionTilts(files, notice=f"{unreadable[0]}: {_NO_TILTS}")
+    if read is None:
+        return SectionTilts(files)
+    wrong_count = _wrong_count(read, sections)
+    if wrong_count is not None:
+        return SectionTilts(files, notice=f"{wrong_count}: {_NO_TILTS}")
+    found = _angles_of(read)
+    if found is None:
+        listed = ", ".join(f.name for f in read.files.values())
+        return SectionTilts(files, notice=f"{listed}: no tilt angle in them: {_NO_TILTS}")
+    angles, sources = found[0], {"angle": found[1]}
+    pre_exposure = dose = rule = None
+    if read.mdoc is not None:
+        doses, rule = tomography.tiltseries.pre_exposure(read.mdoc, None)
+        if rule is not None:
+            pre_exposure, sources["pre_exposure"] = doses, read.files["mdoc"].name
+            exposures = [t.exposure for t in read.mdoc.tilts]
+            if all(e is not None for e in exposures):
+                dose, sources["dose"] = np.array(exposures, np.float64), read.files["mdoc"].name
+    if pre_exposure is None and read.star is not None and "rlnMicrographPreExposure" in read.star.columns:
+        pre_exposure, rule = read.star.columns["rlnMicrographPreExposure"], "rlnMicrographPreExposure"
+        sources["pre_exposure"] = read.files["star"].name
+    return SectionTilts(files, angles, pre_exposure, dose, sources, rule)
+
+
+def _angles_of(read: _Read) -> tuple[np.ndarray, str] | None:
+    """The sections' tilt angles and the file they come from: the mdoc's (as SerialEM took them), else the
+    .rawtlt's, the .tlt's (after alignment), the STAR's; None where none of them gives one."""
+    if read.mdoc is not None:
+        return np.array([t.angle for t in read.mdoc.tilts], np.float64), read.files["mdoc"].name
+    for kind in ("rawtlt", "tlt"):
+        if kind in read.angles:
+            return read.angles[kind], read.files[kind].name
+    if read.star is not None and "rlnTomoNominalStageTiltAngle" in read.star.columns:
+        return read.star.columns["rlnTomoNominalStageTiltAngle"], read.files["star"].name
+    return None
+
+
+def _read(stack_name: str, files: dict[str, SideFile]) -> _Read | None:
+    """The tilt-series files beside the stack (:func:`files_beside`), read and checked; None where there are none
+    (the files found are not a tilt series': a frame set's mdoc beside a movie, a STAR of something else).
+    FileFormatError naming the file that cannot be read, where others are a tilt series'."""
+    read, unreadable = _parsed(stack_name, files)
+    if read is not None and unreadable:
+        raise unreadable[0]
+    return read
+
+
+def _parsed(stack_name: str, files: dict[str, SideFile]) -> tuple[_Read | None, list[FileFormatError]]:
+    """The files of a tilt series among ``files``, read (None: none is), and why each of the others cannot be read
+    (a STAR of something else is not a tilt series' and is left out unsaid)."""
     angles: dict[str, np.ndarray] = {}
     mdoc = table = None
     unreadable: list[FileFormatError] = []
@@ -177,11 +263,9 @@ def _read(project: Project, stack_name: str) -> _Read | None:
         except FileFormatError as exc:
             unreadable.append(exc)
     if not angles and mdoc is None and table is None:
-        return None
-    if unreadable:
-        raise unreadable[0]
+        return None, unreadable
     kinds = [*angles, *(["mdoc"] if mdoc is not None else []), *(["star"] if table is not None else [])]
-    return _Read(stack_name, {kind: files[kind] for kind in kinds}, angles, mdoc, table)
+    return _Read(stack_name, {kind: files[kind] for kind in kinds}, angles, mdoc, table), unreadable
 
 
 def _writer(read: _Read, project: Project, kept: list[int], sections: int, image_size: tuple[int, int],

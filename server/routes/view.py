@@ -12,6 +12,8 @@ revalidates a picture with ``If-None-Match`` and gets a 304 without the file bei
 A particle file (RELION STAR, cryoSPARC .cs) is a stack of its particles, each section its row's image; the stacks
 it names are opened as paths mode opens them (:class:`execution.SandboxProjects`: beneath the data root, relative
 to it or to ``project_dir``), they are part of its identity, and ``/v1/view/row`` says what a section's row holds.
+A tilt series' ``/v1/view/tilts`` reads the files beside it (.rawtlt, .tlt, mdoc, RELION 5 STAR) the same way,
+beneath the root; they are part of its ETag.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import math
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -303,6 +306,36 @@ def particle_row(sandbox: Sandbox, relative: str, section: int, reading: Reading
         return _cached(file, if_none_match, ("row", relative, section, reading), compute)
 
 
+def tilts(sandbox: Sandbox, relative: str, reading: Reading, if_none_match: str | None) -> Answer:
+    """Each section's tilt angle and, where the files beside the stack give them, its pre-exposure and dose
+    (:func:`viewer.tilts`); the ETag is made of the stack's identity and of the files read beside it (their names and
+    bytes: they are read to be compared, a few KB), so a side file rewritten is a new answer."""
+    with opened(sandbox, relative, reading=reading) as file:
+        sections, found = viewer.tilts(file.path, reading=reading, projects=file.projects)
+        read = hashlib.sha256()
+        for side in found.files.values():
+            read.update(f"{side.name}:{len(side.data)}:".encode(errors="surrogateescape") + side.data)
+        tag = etag(file.identity, "tilts", relative, reading, read.hexdigest(), found.notice)
+        if matches(if_none_match, tag):
+            return Answer(tag, None)
+        rows = None
+        if found.angles is not None:
+            pre_exposure, dose = (_doses(values, sections) for values in (found.pre_exposure, found.dose))
+            rows = [{"angle": float(angle), "pre_exposure": before, "dose": own}
+                    for angle, before, own in zip(found.angles, pre_exposure, dose)]
+        answer = {"file": relative, "sections": sections, "tilts": rows, "from": found.sources,
+                  "pre_exposure_rule": found.pre_exposure_rule, "files": [f.name for f in found.files.values()],
+                  "notice": found.notice}
+        return Answer(tag, execution.for_client(answer, file.names))
+
+
+def _doses(values: Any, sections: int) -> list[float | None]:
+    """Doses as JSON has them: None where the files give none (not given, or nan)."""
+    if values is None:
+        return [None] * sections
+    return [float(v) if math.isfinite(v) else None for v in values]
+
+
 def header(sandbox: Sandbox, info: Reports, relative: str, reading: Reading, if_none_match: str | None) -> Answer:
     """What ``noa info`` says of the file (its header alone), read with ``reading`` (an EER movie's grouping)."""
 
@@ -446,6 +479,11 @@ def router(operations: list[Operation]) -> APIRouter:
                        = 0) -> Response:
         return _respond(await svc.run(particle_row, svc.paths(), file, section, reading,
                                       request.headers.get("if-none-match")))
+
+    @routes.get("/tilts", summary="A tilt series' sections: each one's tilt angle and dose, from the files beside "
+                                  "the stack (.rawtlt, .tlt, mdoc, RELION 5 STAR)", responses=JSON)
+    async def view_tilts(request: Request, svc: Svc, file: FileQ, reading: ReadingQ) -> Response:
+        return _respond(await svc.run(tilts, svc.paths(), file, reading, request.headers.get("if-none-match")))
 
     @routes.get("/info", summary="The header of a file, as noa info describes it", responses=JSON)
     async def view_info(request: Request, svc: Svc, file: Annotated[str, Query(min_length=1, max_length=1024)],

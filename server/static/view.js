@@ -19,6 +19,7 @@
   const view = {
     folder: "", file: null, info: null, geometry: null, frames: 0, // frames: an EER movie's (0: not a movie)
     projectDir: null, rows: new Map(), // a particle file's project folder (null: the data root), rows by section
+    tilts: null, // a tilt series' sections: each one's angle and dose, from the files beside it (null: none given)
     lo: 0, hi: 1, edges: null, counts: null, limits: null,
     zoom: 0, ox: 0, oy: 0, // display pixels per plane pixel = 2^zoom; (ox, oy): where plane pixel (0, 0) is drawn
     generation: 0, tiles: new Map(), spectrum: null,
@@ -165,19 +166,54 @@
   }
 
   function fillTable(table, rows) {
-    const body = table.tBodies[0];
-    body.replaceChildren();
-    for (const [name, text] of rows) {
-      const row = body.insertRow();
-      cell(row, name);
-      cell(row, text);
-    }
+    table.tBodies[0].replaceChildren();
+    for (const [name, text] of rows) addRow(table, name, text);
   }
 
-  function setRange(input, output, count, value) {
+  function addRow(table, name, text) {
+    const row = table.tBodies[0].insertRow();
+    cell(row, name);
+    cell(row, text);
+  }
+
+  function setRange(input, output, count, value, note = "") {
     input.max = String(Math.max(0, count - 1));
     input.value = String(value);
-    output.textContent = `${value} / ${count - 1}`;
+    output.textContent = `${value} / ${count - 1}${note}`;
+  }
+
+  // The section slider, labelled with the section's tilt where the files beside a tilt series give it.
+  function setSection(count, value) {
+    setRange($("section"), $("section-out"), count, value, tiltText(value));
+  }
+
+  // " · −21.0° · 35.2 e/Å²": a tilt series' section's angle and the dose it had received before it (where known).
+  function tiltText(section) {
+    const tilt = view.tilts && view.tilts[section];
+    if (!tilt) return "";
+    const angle = Math.abs(tilt.angle).toFixed(1);
+    const sign = tilt.angle < 0 && Number(angle) !== 0 ? "−" : "";
+    const dose = tilt.pre_exposure === null ? "" : ` · ${tilt.pre_exposure.toFixed(1)} e/Å²`;
+    return ` · ${sign}${angle}°${dose}`;
+  }
+
+  // What the files beside a stack say of its sections (fetched once a file; stacks only: a particle file's sections
+  // are its rows, an EER movie's are fractions of one exposure), and in the header where it comes from, or why not.
+  async function loadTilts(path, info) {
+    const [batch, depth] = info.shape;
+    if (batch < 2 || depth > 1 || info.format === "particles" || info.format === "eer") return;
+    let found;
+    try {
+      found = await (await api("tilts", { file: path })).json();
+    } catch (error) {
+      if (!(error instanceof KeyNeeded) && view.file === path) addRow($("header"), "tilts", error.message);
+      return;
+    }
+    if (view.file !== path) return; // another file was opened meanwhile
+    view.tilts = found.tilts;
+    if (found.tilts) addRow($("header"), "tilts", `from ${[...new Set(Object.values(found.from))].join(", ")}`);
+    else if (found.notice) addRow($("header"), "tilts", found.notice);
+    setSection(batch, Number($("section").value));
   }
 
   async function openFile(path, restore) {
@@ -204,7 +240,9 @@
     $("montage").checked = info.format === "particles"; // a particle file opens as a page of its particles
     showInfo(info);
     const [batch, depth] = info.shape;
-    setRange($("section"), $("section-out"), batch, 0);
+    view.tilts = null; // the last file's, until this one's come
+    setSection(batch, 0);
+    loadTilts(path, info).catch(report);
     const volume = depth > 1;
     $("axis-box").hidden = $("index-box").hidden = $("projection-box").hidden = !volume;
     $("axis").value = "z";
@@ -273,7 +311,7 @@
     const info = await (await api("info", { file: view.file, ...readingParams() })).json();
     showInfo(info);
     const batch = info.shape[0];
-    setRange($("section"), $("section-out"), batch, Math.min(Number($("section").value), batch - 1));
+    setSection(batch, Math.min(Number($("section").value), batch - 1));
     view.tiles.clear();
     await loadPlane(true);
   }
@@ -283,7 +321,7 @@
     const [batch, depth] = view.info.shape;
     const within = (value, count) => Number.isInteger(value) && value >= 0 && value < count;
     const section = Number(state.get("section"));
-    if (within(section, batch)) setRange($("section"), $("section-out"), batch, section);
+    if (within(section, batch)) setSection(batch, section);
     if (!$("montage-box").hidden && state.has("montage")) $("montage").checked = state.get("montage") === "1";
     const count = Number(state.get("count"));
     if (within(count - 1, Number($("montage-count").max))) $("montage-count").value = String(count);
@@ -627,7 +665,7 @@
   async function hoverPanel(section) {
     if (section === view.montage.hovered) return;
     view.montage.hovered = section;
-    $("readout").textContent = section === null ? "" : `section ${section}`;
+    $("readout").textContent = section === null ? "" : `section ${section}${tiltText(section)}`;
     if (section === null || view.info.format !== "particles") {
       showRow(null);
       return;
@@ -767,7 +805,7 @@
     if (section === null) return;
     $("montage").checked = false;
     showMode();
-    setRange($("section"), $("section-out"), view.info.shape[0], section);
+    setSection(view.info.shape[0], section);
     loadPlane(true).catch(report);
   });
   image.addEventListener("wheel", (event) => {
@@ -782,7 +820,7 @@
   // -- controls --------------------------------------------------------------------------------------
 
   $("section").addEventListener("input", () => {
-    setRange($("section"), $("section-out"), view.info.shape[0], Number($("section").value));
+    setSection(view.info.shape[0], Number($("section").value));
     loadPlane(false).catch(report);
   });
   $("index").addEventListener("input", () => {

@@ -12,15 +12,19 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
 from pathlib import Path
 
 import httpx
+import mdocfile
 import mrcfile
 import numpy as np
+import pandas as pd
 import pytest
+import starfile
 import tifffile
 import zarr
 from hypothesis import given, settings
@@ -458,6 +462,123 @@ def test_a_store_of_more_entries_than_are_statted_is_never_cached(client, root, 
                        headers={"If-None-Match": first.headers["etag"]})
     assert again.status_code == 200 and again.headers["etag"] != first.headers["etag"]
     np.testing.assert_array_equal(decoded(again), decoded(first))
+
+
+# -- a tilt series' tilts: the files beside the stack ----------------------------------------------------------
+
+REAL_MDOC = REPO / "tests" / "data" / "mdoc" / "tilt_series.mdoc"  # SerialEM's: 41 tilts, ExposureDose 0
+TILTS = 41
+
+
+def tilt_stack(folder: Path, name: str, sections: int = TILTS) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    write_mrc(folder / name, integers((sections, 8, 8)), stack=True)
+
+
+def dosed_mdoc(path: Path) -> None:
+    """The real mdoc with an ExposureDose of its own for each tilt (SerialEM wrote 0: no dose calibration)."""
+    sections = re.split(r"(?=\[ZValue = )", REAL_MDOC.read_text())
+    path.write_text(sections[0] + "".join(
+        re.sub(r"(?m)^ExposureDose = 0$", f"ExposureDose = {2.5 + 0.125 * (z % 7)}", section)
+        for z, section in enumerate(sections[1:])))
+
+
+def tilts_of(client: TestClient, name: str) -> dict:
+    answer = client.get("/v1/view/tilts", params={"file": name})
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_a_tilt_series_sections_angle_and_dose_from_its_mdoc(client, root):
+    folder = root / "tilts"
+    tilt_stack(folder, "TS_01.st")
+    dosed_mdoc(folder / "TS_01.st.mdoc")
+    np.savetxt(folder / "TS_01.rawtlt", np.linspace(-60, 60, TILTS), fmt="%.2f")  # the mdoc's angles come first
+    found = tilts_of(client, "tilts/TS_01.st")
+    # the oracle: mdocfile's reading; the dose before each tilt, the ExposureDose of those taken before it (DateTime)
+    table = mdocfile.read(folder / "TS_01.st.mdoc").sort_values("ZValue").reset_index(drop=True)
+    taken = pd.to_datetime(table["DateTime"], format="%d-%b-%y %H:%M:%S").sort_values(kind="stable").index
+    before = np.zeros(TILTS)
+    before[taken] = np.concatenate(([0.0], np.cumsum(table["ExposureDose"].to_numpy()[taken])[:-1]))
+    assert found["sections"] == TILTS and found["notice"] is None
+    np.testing.assert_array_equal([t["angle"] for t in found["tilts"]], table["TiltAngle"])
+    np.testing.assert_allclose([t["pre_exposure"] for t in found["tilts"]], before, rtol=1e-12)
+    np.testing.assert_array_equal([t["dose"] for t in found["tilts"]], table["ExposureDose"])
+    assert found["from"] == {"angle": "tilts/TS_01.st.mdoc", "pre_exposure": "tilts/TS_01.st.mdoc",
+                             "dose": "tilts/TS_01.st.mdoc"}
+    assert found["pre_exposure_rule"].startswith("ExposureDose summed in acquisition order (DateTime)")
+    assert found["files"] == ["tilts/TS_01.rawtlt", "tilts/TS_01.st.mdoc"]
+    # SerialEM's own mdoc (ExposureDose 0: no dose known) gives the angles alone
+    (folder / "TS_01.st.mdoc").write_text(REAL_MDOC.read_text())
+    undosed = tilts_of(client, "tilts/TS_01.st")["tilts"]
+    assert [t["angle"] for t in undosed] == table["TiltAngle"].tolist()
+    assert {(t["pre_exposure"], t["dose"]) for t in undosed} == {(None, None)}
+
+
+def test_angles_from_a_rawtlt_and_the_pre_exposure_from_a_relion_star(client, root):
+    folder = root / "tilts"
+    tilt_stack(folder, "plain.mrcs", 5)
+    np.savetxt(folder / "plain.rawtlt", [-6.5, -3.25, 0.0, 3.25, 6.5], fmt="%g")
+    found = tilts_of(client, "tilts/plain.mrcs")
+    np.testing.assert_array_equal([t["angle"] for t in found["tilts"]], np.loadtxt(folder / "plain.rawtlt"))
+    assert {(t["pre_exposure"], t["dose"]) for t in found["tilts"]} == {(None, None)}
+    assert found["from"] == {"angle": "tilts/plain.rawtlt"} and found["pre_exposure_rule"] is None
+    starfile.write({"plain": pd.DataFrame({
+        "rlnMicrographName": [f"{z + 1:06d}@plain.mrcs" for z in range(5)],
+        "rlnTomoNominalStageTiltAngle": [-6.5, -3.25, 0.0, 3.25, 6.5],
+        "rlnMicrographPreExposure": [12.0, 6.0, 0.0, 3.0, 9.0]})}, folder / "plain.star")
+    found = tilts_of(client, "tilts/plain.mrcs")
+    expected = starfile.read(folder / "plain.star")["rlnMicrographPreExposure"]
+    np.testing.assert_array_equal([t["pre_exposure"] for t in found["tilts"]], expected)
+    assert found["from"] == {"angle": "tilts/plain.rawtlt", "pre_exposure": "tilts/plain.star"}
+
+
+def test_a_stack_without_files_beside_it_has_no_tilts(client, root):
+    tilt_stack(root / "tilts", "alone.st", 3)
+    assert tilts_of(client, "tilts/alone.st") == {
+        "file": "tilts/alone.st", "sections": 3, "tilts": None, "from": {}, "pre_exposure_rule": None, "files": [],
+        "notice": None}
+
+
+def test_files_that_disagree_with_the_stack_or_cannot_be_read_give_no_tilts_and_say_why(client, root):
+    folder = root / "tilts"
+    tilt_stack(folder, "short.st", 4)
+    np.savetxt(folder / "short.rawtlt", [-3.0, 0.0, 3.0])
+    found = tilts_of(client, "tilts/short.st")
+    assert found["tilts"] is None
+    assert found["notice"].startswith("tilts/short.rawtlt: 3 angles, and the stack tilts/short.st has 4 sections")
+    tilt_stack(folder, "bad.st", TILTS)
+    (folder / "bad.st.mdoc").write_text(REAL_MDOC.read_text().replace("TiltAngle = 3.00113", "TiltAngle = 93"))
+    found = tilts_of(client, "tilts/bad.st")
+    assert found["tilts"] is None and found["files"] == ["tilts/bad.st.mdoc"]
+    assert found["notice"].startswith("tilts/bad.st.mdoc: [ZValue = 1]: TiltAngle 93.0: not a stage tilt")
+
+
+def test_a_side_file_linked_out_of_the_data_root_is_refused(client, root):
+    tilt_stack(root / "tilts", "linked.st", 3)
+    outside = root.parent / "outside.rawtlt"
+    np.savetxt(outside, [-3.0, 0.0, 3.0])
+    (root / "tilts" / "linked.rawtlt").symlink_to(outside)
+    body = assert_problem(client.get("/v1/view/tilts", params={"file": "tilts/linked.st"}), 403, "path-refused")
+    assert body["detail"].startswith("tilts/linked.rawtlt: ") and "outside the data root" in body["detail"], body
+
+
+def test_the_tilts_etag_is_the_stack_and_its_files_and_a_volume_is_refused(client, root):
+    folder = root / "tilts"
+    tilt_stack(folder, "tagged.st", 3)
+    np.savetxt(folder / "tagged.tlt", [-3.0, 0.0, 3.0])
+    first = client.get("/v1/view/tilts", params={"file": "tilts/tagged.st"})
+    tag = first.headers["etag"]
+    again = client.get("/v1/view/tilts", params={"file": "tilts/tagged.st"}, headers={"If-None-Match": tag})
+    assert again.status_code == 304 and again.headers["etag"] == tag
+    np.savetxt(folder / "tagged.tlt", [-3.5, 0.0, 3.5])  # the side file rewritten: a new answer
+    fresh = client.get("/v1/view/tilts", params={"file": "tilts/tagged.st"}, headers={"If-None-Match": tag})
+    assert fresh.status_code == 200 and fresh.headers["etag"] != tag
+    assert [t["angle"] for t in fresh.json()["tilts"]] == [-3.5, 0.0, 3.5]
+    write_mrc(folder / "volume.mrc", integers((3, 8, 8)))
+    body = assert_problem(client.get("/v1/view/tilts", params={"file": "tilts/volume.mrc"}), 400,
+                          "invalid-parameter")
+    assert body["detail"].startswith("file: tilts/volume.mrc: a volume of 3 slices"), body
 
 
 # -- refusals --------------------------------------------------------------------------------------------------

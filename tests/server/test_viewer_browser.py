@@ -4,7 +4,8 @@
 Checked: the page asks for the key and then works, the key never in a URL; the file list shows names as
 text; a file's header table and picture, whose canvas pixels equal the PNG the endpoint serves for the
 request the page made; the slider changes the slice; dragging a contrast limit re-requests with range:;
-the value under the cursor; a label or file name holding HTML does not run; no request leaves the server.
+the value under the cursor; a label or file name holding HTML does not run; no request leaves the server; a tilt
+series' section slider and montage say each section's angle and dose from the files beside it.
 A screenshot of the page is kept beside the test's files (viewer.png).
 """
 
@@ -21,7 +22,9 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import mrcfile
 import numpy as np
+import pandas as pd
 import pytest
+import starfile
 from browser import Browser, Page, chromium
 from PIL import Image
 
@@ -34,6 +37,8 @@ HOSTILE = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</scrip
 HOSTILE_NAME = "x<img src=x onerror=window.__pwned=3>.mrc"
 VOLUME = np.random.default_rng(1).integers(-500, 500, size=(9, 40, 48)).astype(np.float32)
 LARGE = np.random.default_rng(2).normal(size=(600, 700)).astype(np.float32)  # more than one tile at any zoom
+TILT_ANGLES = [-21.0, -10.5, 0.0, 10.5, 21.0]  # folder/TS.st's, in its .rawtlt
+PRE_EXPOSURE = [35.2, 17.6, 0.0, 8.8, 26.4]  # e/Å², in its RELION 5 STAR
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +53,11 @@ def server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     write_mrc(root / HOSTILE_NAME, VOLUME[1])
     write_mrc(root / "folder" / "inner.mrc", VOLUME[2])
     write_mrc(root / "large.mrc", LARGE)
+    write_mrc(root / "folder" / "TS.st", VOLUME[:5], stack=True)  # a tilt series, with its files beside it
+    np.savetxt(root / "folder" / "TS.rawtlt", TILT_ANGLES, fmt="%g")
+    starfile.write({"TS": pd.DataFrame({"rlnMicrographName": [f"{z + 1:06d}@TS.st" for z in range(5)],
+                                        "rlnTomoNominalStageTiltAngle": TILT_ANGLES,
+                                        "rlnMicrographPreExposure": PRE_EXPOSURE})}, root / "folder" / "TS.star")
     proc, url = start_server(root, base / "server.log", {"NOA_API_KEY": KEY})
     yield url, base
     stop_server(proc)
@@ -338,6 +348,41 @@ def test_the_view_is_in_the_url_and_a_link_opens_it_again(server, browser, page)
         assert parse_qs(urlsplit(tile_requests(other)[-1]).query)["index"] == ["6"]
     finally:
         other.close()
+
+
+def tilt_label(section: int) -> str:
+    """What the page says of a section of folder/TS.st, from the values its files were written with."""
+    angle, dose = TILT_ANGLES[section], PRE_EXPOSURE[section]
+    return f"{'−' if angle < 0 else ''}{abs(angle):.1f}° · {dose:.1f} e/Å²"
+
+
+def test_a_tilt_series_slider_and_montage_say_each_sections_angle_and_dose(server, page):
+    """Issue 45 item 5: a tilt series' section slider said only its number."""
+    url, _ = server
+    open_viewer(page, url)
+    page.evaluate("[...document.querySelectorAll('#files button')].find(b => b.textContent === 'folder/').click()")
+    page.wait("[...document.querySelectorAll('#files tr')].some(r => r.dataset.file === 'folder/TS.st')")
+    open_file(page, "TS.st")
+    expected = f"0 / 4 · {tilt_label(0)}"
+    page.wait(f"document.getElementById('section-out').textContent === {expected!r}")
+    assert expected == "0 / 4 · −21.0° · 35.2 e/Å²"
+    renders = int(page.evaluate("document.body.dataset.renders"))
+    page.evaluate("(() => { const s = document.getElementById('section'); s.value = '3'; "
+                  "s.dispatchEvent(new Event('input')); })()")
+    wait_render(page, renders)
+    assert page.evaluate("document.getElementById('section-out').textContent") == f"3 / 4 · {tilt_label(3)}"
+    # the montage: the panel under the cursor says its section's tilt
+    renders = int(page.evaluate("document.body.dataset.renders"))
+    page.evaluate("(() => { const m = document.getElementById('montage'); m.checked = true; "
+                  "m.dispatchEvent(new Event('change')); })()")
+    wait_render(page, renders)
+    _, drawn = canvas_image_any(page)
+    scale, ox, oy = (float(v) for v in drawn.split()[1:])
+    left, top = page.evaluate("(() => { const r = document.getElementById('image').getBoundingClientRect(); "
+                              "return [r.left, r.top]; })()")
+    page.mouse("mouseMoved", left + ox + 2 * scale, top + oy + 2 * scale, button="none")  # in panel 0
+    expected = f"section 0 · {tilt_label(0)}"
+    page.wait(f"document.getElementById('readout').textContent === {expected!r}")
 
 
 def sparse_volume(path: Path, shape: tuple[int, int, int], pattern: np.ndarray) -> None:
