@@ -128,8 +128,8 @@ def test_noa_core_has_no_import_cycles():
 # noa_core's folders from the bottom up: a module imports only modules of its own layer or of layers below it.
 # The foundation: errors, limits and the late-bound providers (noa_core/*.py). The package root is the face
 # users import, above everything: only its constants (__version__) may be imported from below.
-LAYERS = ("foundation", "array", "kernels", "compute", "io", "particles", "images", "fourier", "geometry", "pictures",
-          "tomography", "operations", "run")
+LAYERS = ("foundation", "array", "kernels", "compute", "io", "particles", "images", "fourier", "geometry", "tomography",
+          "pictures", "operations", "run")
 
 
 def layer_of(module: str) -> int:

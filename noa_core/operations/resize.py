@@ -3,7 +3,7 @@ moves so that the content stays where it was."""
 
 from __future__ import annotations
 
-from noa_core.operations.spec import READING, REQUIRED, Integers, Param, Text, Writes, implemented
+from noa_core.operations.spec import READING, REQUIRED, SIDE_FILES, Integers, Param, Text, Writes, implemented
 
 OPERATION = Writes(
     name="resize",
@@ -17,6 +17,6 @@ OPERATION = Writes(
     params=(Param("shape", Integers(2, 4, 1, 2**31 - 1), "New size: H,W or D,H,W or B,D,H,W.", default=REQUIRED),
             Param("fill", Text(1, 40), "Value of new voxels: mean (default), zero (as RELION pads) or a number.",
                   default="mean"),
-            *READING),
+            *READING, SIDE_FILES),
     plan=implemented("resize", "plan"),
 )

@@ -1,5 +1,5 @@
 """noa_core.tomography.sidefiles (issue 45 item 3, second half): `noa sections`, `bin`, `rescale`, `filter`, `flip`,
-`normalize` and `copy` on a tilt series `noa tiltseries` built keep its .rawtlt, .tlt, mdoc and RELION 5 STAR in
+`normalize`, `scale`, `resize` and `copy` on a tilt series `noa tiltseries` built keep its .rawtlt, .tlt, mdoc and RELION 5 STAR in
 step with the sections they keep, beside the output and named after it. The expected rows are taken from the input's
 files with NumPy, mdocfile and starfile; `noa tiltcheck` (the committed checker) passes on every output. Files that
 disagree with the stack, and outputs that do not keep sections one to one, get none and a notice; a failed write
@@ -93,7 +93,8 @@ def test_bin_and_rescale_keep_every_row_and_scale_the_pixel_size(built):
 
 
 @pytest.mark.parametrize("args", [("filter", "--lowpass", "20"), ("normalize",),
-                                  ("copy", "--dtype", "float32"), ("permute", "--axes", "1,0,2,3")])
+                                  ("copy", "--dtype", "float32"), ("permute", "--axes", "1,0,2,3"),
+                                  ("scale", "--to-range", "0,255", "--dtype", "uint8")])
 def test_operations_on_each_section_keep_the_files_as_they_are(built, args):
     run(built, args[0], "TS.st", "o.mrc", *args[1:])
     for kind in ("rawtlt", "tlt"):
@@ -109,6 +110,20 @@ def test_an_output_that_is_not_an_mrc_stack_gets_none(built, output):
         notes = run(built, "copy", "TS.st", output, "-f")
         assert f"{output}: not an MRC stack: TS.rawtlt, TS.tlt" in notes
     assert sorted(p.name for p in built.glob("o.*")) == [output]
+
+
+def test_a_resize_keeps_the_rows_with_the_new_image_size(built):
+    """A crop of each image keeps every section (the mdoc's ImageSize becomes the output's, which assert_rows_kept
+    checks against its header); one that crops the sections keeps none."""
+    with mrcfile.open(built / "TS.st", header_only=True) as stack:
+        height, width = int(stack.header.ny), int(stack.header.nx)
+    run(built, "resize", "TS.st", "c.st", "--shape", f"{height - 2},{width - 4}")
+    assert_rows_kept(built, "c.st", list(range(41)))
+    with mrcfile.open(built / "c.st", header_only=True) as out:
+        assert (int(out.header.nx), int(out.header.ny)) == (width - 4, height - 2)
+    notes = run(built, "resize", "TS.st", "o.mrc", "--shape", f"40,1,{height},{width}")
+    assert "TS.st: it crops or pads its sections: its TS.rawtlt" in notes
+    assert sorted(p.name for p in built.glob("o*")) == ["o.mrc"]
 
 
 def test_a_z_mirror_of_a_volume_reverses_the_rows(built):

@@ -1,5 +1,6 @@
 """noa resize: a crop or pad about the centre N//2; new voxels take the fill value (the input's mean by default),
-and the origin moves so that the content stays where it was."""
+and the origin moves so that the content stays where it was. A tilt series' angle, mdoc and STAR files follow with
+the new image size where its sections are kept."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import numpy as np
 
 from noa_core import limits
 from noa_core.compute.tiles import plan_tile, tiles
-from noa_core.images import boxes
+from noa_core.images import boxes, stacks
 from noa_core.io import mapped
 from noa_core.operations.plan import region_plan
 from noa_core.operations.spec import Inputs, Options
+from noa_core.tomography import sidefiles
 
 
 def plan(inputs: Inputs, options: Options):
@@ -24,8 +26,12 @@ def plan(inputs: Inputs, options: Options):
     if any(m > n for m, n in zip(target, array.shape)):  # it pads: the mean is read now, before any tile
         value = boxes.fill_value(options.fill, array.dtype, _input_mean(inputs[0], options, array))
     out_meta = boxes.resize_metadata(meta, array.shape, target)
+    same_sections = tuple(target[:2]) == tuple(array.shape[:2])
+    kept = range(array.shape[stacks.section_axis(array.shape)]) if same_sections else None
+    side_files, notices = sidefiles.in_step(inputs, options, array.shape, kept, image_size=(target[3], target[2]),
+                                            why_not="it crops or pads its sections")
     return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=target,
-                       reads=boxes.resize_reads(array, target, lambda: value))
+                       reads=boxes.resize_reads(array, target, lambda: value), notices=notices, side_files=side_files)
 
 
 _MEANS: dict[tuple, complex | float] = {}

@@ -1,5 +1,6 @@
 """noa scale: values mapped linearly from their minimum and maximum (or two percentiles, beyond which they are
-clamped) onto a target range, in the output's element type."""
+clamped) onto a target range, in the output's element type; a tilt series' angle, mdoc and STAR files follow as they
+are."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from noa_core.errors import ShapeError
 from noa_core.images import intensity, statistics
 from noa_core.operations.plan import tiled_plan
 from noa_core.operations.spec import Inputs, Options
+from noa_core.tomography import sidefiles
 
 
 def source_range(array, path: Path, percentiles) -> tuple[float, float]:
@@ -43,5 +45,7 @@ def plan(inputs: Inputs, options: Options):
     def compute(blocks, out) -> None:
         convert_into(asarray(intensity.scaled(blocks[0].numpy(), ends, target, integral)), out, mode="checked")
 
+    side_files, notices = sidefiles.unchanged(inputs, options, array.shape)
     return tiled_plan(options, inputs=inputs, read=[array], compute=compute, meta=meta, dtype=out_dtype,
-                      detail=f"{ends[0]:.6g}..{ends[1]:.6g} -> {target[0]:g}..{target[1]:g}")
+                      detail=f"{ends[0]:.6g}..{ends[1]:.6g} -> {target[0]:g}..{target[1]:g}", notices=notices,
+                      side_files=side_files)
