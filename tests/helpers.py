@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import mrcfile
@@ -357,7 +357,9 @@ def euler_matrix(alpha: float, beta: float, gamma: float) -> np.ndarray:
 class ObjectStore:
     """An S3 server on loopback (moto in server mode) that counts the body bytes it sends per object key: what a
     remote read fetched. ``endpoint`` is its URL, ``client`` a boto3 client on it (any key and secret sign for
-    moto), ``sent`` bytes of GET bodies per ``bucket/key`` since the last :meth:`reset`."""
+    moto), ``sent`` bytes of GET bodies per ``bucket/key`` since the last :meth:`reset`; ``failing``, when set,
+    is asked of every request (its WSGI environ), and those it says True of are answered 500 InternalError (a
+    store failing mid-upload)."""
 
     def __init__(self) -> None:
         import threading
@@ -371,10 +373,16 @@ class ObjectStore:
                 """Requests go unlogged: the tests count what they fetch instead."""
 
         self.sent: dict[str, int] = {}
+        self.failing: Callable[[dict], bool] | None = None
         moto = DomainDispatcherApplication(create_backend_app)
 
         def counting(environ, start_response):
             key = environ.get("PATH_INFO", "").lstrip("/")
+            if self.failing is not None and self.failing(environ):
+                environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+                start_response("500 Internal Server Error", [("Content-Type", "application/xml")])
+                return [b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>InternalError</Code>"
+                        b"<Message>We encountered an internal error.</Message></Error>"]
             chunks = moto(environ, start_response)
             if environ.get("REQUEST_METHOD") == "GET":
                 chunks = list(chunks)
@@ -395,6 +403,7 @@ class ObjectStore:
 
     def reset(self) -> None:
         self.sent.clear()
+        self.failing = None
 
     def close(self) -> None:
         self.server.shutdown()

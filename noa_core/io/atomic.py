@@ -5,7 +5,9 @@ destination (:meth:`TemporaryOutput.make_directory`), renamed into place the sam
 existing store swaps the two atomically (``renameat2`` RENAME_EXCHANGE where the system has it).
 
 A reader never sees a half-written output, an existing file is replaced only when asked, and a
-failure removes the temporary file, so nothing is left behind. A writer killed outright (SIGKILL,
+failure removes the temporary file, so nothing is left behind. An output on object storage
+(:class:`RemoteOutput`) is written the same way in this machine's temporary folder, then uploaded as one
+object (a store is written into the bucket itself: :mod:`noa_core.io.remote`). A writer killed outright (SIGKILL,
 a lost cluster node) cannot clean up: its temporary file holds no lock any more, and a later
 process writing the same output (a rerun with --resume, say) removes it.
 """
@@ -25,7 +27,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from noa_core.errors import FileFormatError, MissingFileError, NoSpaceError, NotAFileError, OutputExistsError, param
+from noa_core.errors import MissingFileError, NoSpaceError, NotAFileError, OutputExistsError, param
 from noa_core.io import libc, remote
 
 try:
@@ -69,7 +71,7 @@ def check_output(path: str | os.PathLike, overwrite: bool, directory: bool = Fal
     """
     url = remote.remote_path(path)
     if url is not None:
-        raise FileFormatError(f"{url}: outputs on remote storage are not written yet; write it here, then upload it")
+        return remote.check_output(url, overwrite, directory)
     p = Path(path)
     if p.is_dir() and not directory:
         raise NotAFileError(f"{p}: is a directory; give a file name")
@@ -193,8 +195,12 @@ def _remove_leftovers(path: Path) -> None:
 class TemporaryOutput:
     """A temporary file in the destination folder, renamed onto ``path`` by :meth:`commit`.
 
-    The file stays locked (flock) while it exists, which tells a live writer from a dead one.
+    The file stays locked (flock) while it exists, which tells a live writer from a dead one. An output on object
+    storage is a :class:`RemoteOutput` instead.
     """
+
+    def __new__(cls, path: Path, overwrite: bool) -> TemporaryOutput:
+        return super().__new__(RemoteOutput if cls is TemporaryOutput and remote.is_remote(path) else cls)
 
     def __init__(self, path: Path, overwrite: bool) -> None:
         self.path = path
@@ -327,6 +333,52 @@ class TemporaryOutput:
         if self._directory_fd is not None and self.directory is None:
             os.close(self._directory_fd)
             self._directory_fd = None
+
+
+class RemoteOutput(TemporaryOutput):
+    """An output on object storage (``path``, a URL), which has no rename: a file is written into a temporary file
+    of this machine's temporary folder (``TMPDIR``), which :meth:`commit` uploads as one object
+    (:func:`noa_core.io.remote.upload`) and removes; a store (:meth:`make_directory`) is written into the bucket
+    under its own name, the writer putting its group metadata last, and :meth:`abort` removes its objects."""
+
+    def __init__(self, path: Path, overwrite: bool) -> None:
+        url = remote.remote_path(path)
+        assert url is not None  # made by TemporaryOutput for URLs alone
+        self.path = self.url = url
+        self.overwrite = overwrite
+        fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=TEMP_SUFFIX)
+        self._lock_fd = fd
+        self.temp = Path(name)
+        self.directory = None
+        self._directory_fd = None
+        self._placing = None
+
+    def make_directory(self) -> Path:
+        """The store's URL, emptied first when it holds an old store being replaced (object storage cannot swap
+        two prefixes: the old store is gone once the new one is begun)."""
+        if self.directory is None:
+            if self.overwrite:
+                remote.remove_tree(self.url)
+            self.directory = self.path
+        return self.directory
+
+    def commit(self) -> None:
+        if self.directory is None:
+            remote.upload(self.temp, self.url, self.overwrite)
+        self.directory = None  # a store is complete once its metadata are written: nothing to remove now
+        self._remove_temporaries()
+        PLACED.append(Path(self.path))  # as the doors name it (a Path of the URL)
+
+    def abort(self) -> None:
+        self._remove_temporaries()
+
+    def _remove_temporaries(self) -> None:
+        if self.directory is not None:
+            remote.remove_tree(self.url)
+            self.directory = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.temp)
+        self._unlock()
 
 
 class Placement:

@@ -20,6 +20,9 @@ A store is a directory, not a file, so this format differs from MRC and TIFF in 
   'levels' or 'pyramid', and 'downsample') is written from the same tiles: each is halved level after
   level (:func:`halve`) and written into every level's array, the tiles aligned so that each covers
   whole chunks of every level (:func:`store_layout`): one read of the input, memory bounded by the tiles.
+  The multiscale image's metadata (the group's attributes) wait under :data:`WRITING` until every chunk is
+  written (:func:`complete_store`): a store on object storage (``s3://``), written straight into the bucket where
+  nothing can be renamed, is never taken for a complete image before it is one, and is removed on failure.
 
 Axes map to BDHW as TIFF axes do (:func:`noa_core.io.tiff.map_axes`): time is the batch, z/y/x are
 D/H/W, a channel axis is the batch when nothing else is (otherwise ``channel=`` picks one). Pixel
@@ -48,7 +51,7 @@ import weakref
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
@@ -448,12 +451,33 @@ def _why(store, exc: BaseException) -> str:
     return getattr(store, "refused", None) or _in_words(exc)
 
 
+def _writable_store(path: Path) -> Any:
+    """What zarr opens the store being written at ``path`` as: its folder, or its URL on object storage."""
+    url = remote.remote_path(path)
+    return str(path) if url is None else remote.zarr_store(url, read_only=False)
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Failures of the object storage a store is written to as one line naming it (none for a local store)."""
+    url = remote.remote_path(path)
+    if url is None:
+        yield
+        return
+    try:
+        with remote.errors(url, "written to"):
+            yield
+    except BaseException:
+        _settle()  # the call's other chunks land before a failed store's objects are removed
+        raise
+
+
 def _open_node(path: Path):
     import zarr  # here: the first store read pays for it, no other command does
 
     url = remote.remote_path(path)
     # a remote store's chunks are fetched as they are decoded; a local one's files are opened beneath its folder
-    store = _beneath_store_class()(path) if url is None else zarr.storage.FsspecStore.from_url(url.url, read_only=True)
+    store = _beneath_store_class()(path) if url is None else remote.zarr_store(url, read_only=True)
     try:
         return zarr.open(store=store, mode="r")
     except Exception as exc:  # zarr raises many types on damaged metadata; each becomes one line
@@ -1038,9 +1062,9 @@ def check_room(store: Path, spec: OutputSpec, levels: StoreLayout) -> None:
     """Refuse a store of more than :data:`MAX_CHUNKS` chunk (or shard) files, or one the file system of ``store``
     has not the room for with every chunk of every level stored uncompressed (what the data need at most: blosc
     adds 16 bytes to a chunk it cannot compress, a shard 16 bytes per chunk and 4 to its index, and each file
-    takes whole blocks), before anything is written."""
-    room = os.statvfs(store)
-    block = room.f_frsize or 4096
+    takes whole blocks), before anything is written. Object storage has no such limit to look up."""
+    room = None if remote.is_remote(store) else os.statvfs(store)
+    block = (room.f_frsize or 4096) if room is not None else 4096
     count = need = 0
     outers = levels.shards or levels.chunks  # what each file holds
     for stored, chunks, outer in zip(levels.shapes, levels.chunks, outers):
@@ -1052,7 +1076,7 @@ def check_room(store: Path, spec: OutputSpec, levels: StoreLayout) -> None:
     need += 64 << 10
     stored, outer = levels.shapes[0], outers[0]
     kind = "shards" if levels.shards else "chunks"
-    free = room.f_bavail * room.f_frsize
+    free = need if room is None else room.f_bavail * room.f_frsize
     if need > free:
         pyramid = len(levels.shapes) > 1
         what = f"{len(levels.shapes)} levels of {tuple(stored)}" if pyramid else f"{tuple(stored)}"
@@ -1065,10 +1089,19 @@ def check_room(store: Path, spec: OutputSpec, levels: StoreLayout) -> None:
                              kind)
 
 
+# The group attribute the image's own attributes wait under while its chunks are written (:func:`complete_store`)
+WRITING = "noa_writing"
+
+
 def create_store(store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:
-    """Create the OME-Zarr image of ``spec`` in the empty directory ``store``: group, metadata and an array
-    per level with no chunk written yet (:func:`check_room` first). Returns the grid tiles align to (BDHW:
-    :attr:`StoreLayout.grid`) and notices."""
+    """Create the OME-Zarr image of ``spec`` in the empty directory ``store`` (or under a URL of object storage):
+    group, an array per level with no chunk written yet, and the image's attributes under :data:`WRITING`
+    (:func:`check_room` first). Returns the grid tiles align to (BDHW: :attr:`StoreLayout.grid`) and notices."""
+    with _writing(store):
+        return _create_store(store, spec)
+
+
+def _create_store(store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:
     import numcodecs
     import zarr
 
@@ -1083,7 +1116,7 @@ def create_store(store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:
         from zarr.codecs import BloscCodec
 
         compressors = BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
-    group = zarr.open_group(store=str(store), mode="w-", zarr_format=zarr_format)
+    group = zarr.open_group(store=_writable_store(store), mode="w-", zarr_format=zarr_format)
     for level, (stored, chunks) in enumerate(zip(levels.shapes, levels.chunks)):
         group.create_array(str(level), shape=stored, chunks=chunks, dtype=spec.dtype, compressors=compressors,
                            shards=levels.shards[level] if levels.shards else None, fill_value=0,
@@ -1104,8 +1137,18 @@ def create_store(store: Path, spec: OutputSpec) -> tuple[Shape4, list[str]]:
         attributes["ome"] = {"version": levels.version, "multiscales": [image]}
     if labels:
         attributes["noa"] = {"labels": labels}
-    group.attrs.update(attributes)
+    group.attrs.update({WRITING: attributes})
     return levels.grid, notices
+
+
+def complete_store(store: Path) -> None:
+    """The image's attributes, waiting under :data:`WRITING` while the chunks were written, made the group's: the
+    last thing written, after which the store is an OME-Zarr image."""
+    import zarr
+
+    with _writing(store):
+        group = zarr.open_group(store=_writable_store(store), mode="r+")
+        group.attrs.put(cast(dict[str, Any], group.attrs[WRITING]))
 
 
 def halve(block: np.ndarray, halved: Sequence[int], downsample: str) -> np.ndarray:
@@ -1157,8 +1200,9 @@ class StoreTiles:
         # Tiles are written from one thread per core: encoding is most of a chunk's cost, and whole-chunk
         # tiles are independent (pwrite into a file is cheap enough for one thread).
         self.writers = max(1, min(4, mapped.io_threads()))
-        group = zarr.open_group(store=str(region.path), mode="r+")
-        image = _multiscale(group.attrs.asdict())
+        with _writing(region.path):
+            group = zarr.open_group(store=_writable_store(region.path), mode="r+")
+            image = _multiscale(cast(dict[str, Any], group.attrs[WRITING]))
         # the levels' arrays (None once closed)
         self.levels: list[Any] | None = [group[d["path"]] for d in image["datasets"]]
         self.downsample = str(image.get("type") or DOWNSAMPLING[0])
@@ -1188,7 +1232,8 @@ class StoreTiles:
     def _store(self, array, key: Sequence[slice], buffer: np.ndarray) -> None:
         selection = stored_key(key, self.region.shape)
         try:
-            array[selection] = buffer.reshape([s.stop - s.start for s in selection])
+            with _writing(self.region.path):
+                array[selection] = buffer.reshape([s.stop - s.start for s in selection])
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise NoSpaceError(f"{self.region.path}: no space left on device for its chunks") from None
@@ -1255,6 +1300,9 @@ class OmeZarrFormat:
         if spec.order == "F":
             notices.append(f"{spec.path}: order: OME-Zarr chunks are stored row-major; order F does not apply")
         return chunks, notices
+
+    def complete_store(self, store: Path) -> None:
+        complete_store(store)
 
     def tiles(self, region) -> StoreTiles:
         return StoreTiles(region)

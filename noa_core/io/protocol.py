@@ -194,6 +194,11 @@ class StoreFormat(ImageFormat, Protocol):
         """Lay out an output in the empty directory ``store`` (which the commit renames onto ``spec.path``):
         metadata and an empty array. Returns the chunk shape (BDHW), to which tiles are aligned, and notices."""
 
+    def complete_store(self, store: Path) -> None:
+        """Mark the store complete once every tile is written (the Writer calls it before the commit): what makes
+        it an image to readers is written last, so a store that cannot be renamed into place (object storage) is
+        never taken for a complete one."""
+
     def tiles(self, region: Any) -> Any:
         """The tile target of ``region`` (a :class:`noa_core.io.stream.Region` of a store): ``buffer(key, slot)``,
         ``write(key, buffer)``, ``sync()`` and ``close()``, as :class:`noa_core.io.stream.TileFile`."""

@@ -10,6 +10,12 @@ come from where fsspec and its back ends look for them (``AWS_ACCESS_KEY_ID``/``
 ``AWS_ENDPOINT_URL`` or ``FSSPEC_S3_ENDPOINT_URL``); a URL is shown without its query (a presigned URL's
 signature) or user and password.
 
+Outputs go to object storage (``s3://``, ``gs://``; a web server is only read): a file (MRC, TIFF, any operation's
+image) is written here as noa writes any file, then uploaded as one object by :func:`upload` (s3fs: one request, or
+a multipart upload of :data:`UPLOAD_PART_BYTES` parts that is aborted on failure), so the key holds the whole file
+or nothing; an OME-Zarr store is written straight into the bucket, chunk by chunk, its group metadata last, and its
+objects removed on failure (:func:`remove_tree`).
+
 URLs travel as :class:`pathlib.Path` through the drivers, which collapses ``s3://b/k`` to ``s3:/b/k``: both
 spellings name the URL here (a local folder called ``s3:`` cannot be read by a relative path).
 """
@@ -26,7 +32,15 @@ from pathlib import Path, PurePath
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from noa_core.errors import EmptyFileError, FileFormatError, MissingFileError, NotAFileError, TruncatedFileError
+from noa_core.errors import (
+    EmptyFileError,
+    FileFormatError,
+    MissingFileError,
+    NotAFileError,
+    OutputExistsError,
+    TruncatedFileError,
+    param,
+)
 
 # scheme -> fsspec protocol (gs needs the gcsfs package, s3 s3fs, http(s) aiohttp)
 PROTOCOLS = {"s3": "s3", "gs": "gcs", "http": "http", "https": "http"}
@@ -37,6 +51,11 @@ HEADER_BLOCK_BYTES = 16 << 10
 # The environment variables a file system reads its credentials, endpoint and region from (boto's, fsspec's,
 # Google's)
 _SETTINGS = ("AWS_", "FSSPEC_", "GOOGLE_", "GCE_")
+# The size of an upload's parts (s3fs uploads a file of more than two in parts, each retried alone): S3 takes
+# parts of 5 MiB to 5 GiB, and at most 10,000 of them (s3fs grows the parts of a larger file)
+UPLOAD_PART_BYTES = 64 << 20
+# The schemes outputs may name: object stores (a web server is read only)
+_WRITABLE = ("s3", "gs")
 
 
 class RemotePath(type(Path())):  # type: ignore[misc]  # PosixPath (or WindowsPath) under the drivers' Path
@@ -111,6 +130,18 @@ def _made(protocol: str, settings: tuple[tuple[str, str], ...]) -> Any:
     return fsspec.filesystem(protocol, skip_instance_cache=True, use_listings_cache=False)
 
 
+def zarr_store(path: RemotePath, read_only: bool) -> Any:
+    """The zarr store of the store at ``path`` (its chunks read and written as objects) through the file system
+    :func:`_filesystem` gives: zarr's calls run in threads on it, so its connections are closed with it (an
+    asynchronous one of zarr's own would leave them open at exit)."""
+    from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+    from zarr.storage import FsspecStore
+
+    fs = _filesystem(path)
+    return FsspecStore(AsyncFileSystemWrapper(fs, asynchronous=True), path=fs._strip_protocol(path.url),
+                       read_only=read_only)
+
+
 # A URL's user and password, and its query (a signature), in whatever spelling a back end prints the URL
 _USER = re.compile(r"(?<=://)[^/\s'\"@]*@")
 _QUERY = re.compile(r"(://[^\s'\"?]*)\?[^\s'\"]*")
@@ -123,13 +154,15 @@ def _reason(path: RemotePath, exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def errors(path: RemotePath) -> Iterator[None]:
-    """Failures of the storage as one line naming ``path``: no such object or bucket, access refused, the host
-    not reached."""
+def errors(path: RemotePath, doing: str = "read from") -> Iterator[None]:
+    """Failures of the storage as one line naming ``path``: no such object or bucket, access refused, no
+    credentials, the host not reached (``doing``: what failed, "read from" or "written to" its server)."""
     try:
         yield
     except FileFormatError:
         raise
+    except FileExistsError:  # a write that must not replace (s3fs's conditional put) found an object there
+        raise OutputExistsError(f"{path}: was created by someone else while writing") from None
     except FileNotFoundError as exc:
         cause = exc.__cause__  # fsspec's HTTP file system says "not found" for any failure of its look
         if cause is not None and (getattr(cause, "status", None) not in (None, 404) or isinstance(cause, OSError)):
@@ -142,16 +175,19 @@ def errors(path: RemotePath) -> Iterator[None]:
     except Exception as exc:  # the back ends' own types (aiohttp, botocore): the host not reached, a refusal
         if getattr(exc, "status", None) == 404:
             raise MissingFileError(f"{path}: no such object") from None
-        raise _refused(path, exc) from None
+        if type(exc).__name__ == "NoCredentialsError":  # botocore's, by name: a local read never imports it
+            raise FileFormatError(f"{path}: no credentials found; set AWS_ACCESS_KEY_ID and "
+                                  "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or write them in ~/.aws") from None
+        raise _refused(path, exc, doing) from None
 
 
-def _refused(path: RemotePath, exc: BaseException) -> FileFormatError:
+def _refused(path: RemotePath, exc: BaseException, doing: str = "read from") -> FileFormatError:
     """A failure that is not a missing object, in one line: access refused (HTTP 401, 403), else the server not
     reached or refusing."""
     status = getattr(exc, "status", None)
     if status in (401, 403):
         return FileFormatError(f"{path}: access refused (HTTP {status})")
-    return FileFormatError(f"{path}: cannot be read from its server ({_reason(path, exc)})")
+    return FileFormatError(f"{path}: cannot be {doing} its server ({_reason(path, exc)})")
 
 
 def _info(path: RemotePath, fs: Any) -> dict:
@@ -262,3 +298,56 @@ class Ranges:
     def close(self) -> None:
         """Nothing is kept open between requests."""
 
+
+
+# -- outputs ----------------------------------------------------------------------------------------------
+
+
+def check_output(path: RemotePath, overwrite: bool, directory: bool = False) -> RemotePath:
+    """The output ``path`` refused early, before any work: a scheme noa cannot write, a bucket missing or refused,
+    an object (or, for a store, ``directory``, a prefix of objects) there without ``overwrite``."""
+    scheme = path.parts[0].rstrip(":")
+    if scheme not in _WRITABLE:
+        raise FileFormatError(f"{path}: a web server is only read; outputs go to object storage (s3://, gs://) "
+                              "or to this machine's folders")
+    if len(path.parts) < 3:
+        raise FileFormatError(f"{path}: names a bucket; give the output's key (s3://bucket/name.mrc)")
+    fs = _filesystem(path)
+    writing = "written to"
+    with errors(path, writing):
+        exists = bool(fs.exists(path.url))
+    if exists:
+        with errors(path, writing):
+            folder = fs.info(path.url).get("type") == "directory"
+        if folder and not directory:
+            raise NotAFileError(f"{path}: is a folder (a prefix of objects); give a file name")
+        if not overwrite:
+            raise OutputExistsError(f"{path}: exists; give {param('overwrite')} to replace it")
+        return path
+    with errors(path, writing):  # the bucket (a missing object says nothing about it)
+        try:
+            fs.info(f"{path.parts[1]}")
+        except FileNotFoundError:
+            raise MissingFileError(f"{path}: no such bucket") from None
+    return path
+
+
+def upload(local: Path, path: RemotePath, overwrite: bool) -> None:
+    """The finished file ``local`` uploaded to ``path`` as one object: the key holds the whole file or nothing new
+    (a multipart upload that fails is aborted); without ``overwrite``, never over an object that appeared meanwhile
+    (a conditional write where the store has one)."""
+    fs = _filesystem(path)
+    options: dict[str, Any] = {"mode": "overwrite" if overwrite else "create"}
+    if path.parts[0] == "s3:":
+        options["chunksize"] = UPLOAD_PART_BYTES
+    with errors(path, "written to"):
+        fs.put_file(os.fspath(local), path.url, **options)
+
+
+def remove_tree(path: RemotePath) -> None:
+    """Every object under the prefix ``path`` removed (a store written there, or being replaced), as far as the
+    store lets it: a failure to remove is no second error on top of the one that made the removal needed."""
+    fs = _filesystem(path)
+    with contextlib.suppress(Exception):
+        if fs.exists(path.url):
+            fs.rm(path.url, recursive=True)

@@ -40,7 +40,7 @@ from noa_core.compute.tiles import (
     tiles,
 )
 from noa_core.errors import FileFormatError, LayoutError, ShapeError, param
-from noa_core.io import atomic, formats, libc, mapped
+from noa_core.io import atomic, formats, libc, mapped, remote
 from noa_core.io.metadata import Metadata
 from noa_core.io.protocol import IndexedFormat, OutputSpec, StoreFormat
 from noa_core.limits import check_output_size
@@ -221,6 +221,9 @@ class Writer:
                     what = "are not chunked" if name in ("chunks", "shards") else "hold one level, no pyramid"
                     raise FileFormatError(f"{self.path}: {name}: {self.format.title} files {what}; {param(name)} is "
                                           "for OME-Zarr outputs (.ome.zarr)")
+        if self.format.indexed and remote.is_remote(self.path):
+            raise FileFormatError(f"{self.path}: a {self.format.title} file and the stacks it names are written to "
+                                  "this machine's folders; write them here, then upload them")
         if not self.format.indexed and (write_options or {}).get("stack_per_input"):
             raise FileFormatError(f"{self.path}: {param('stack_per_input')} is for particle outputs (.star, .cs); "
                                   f"{self.format.title} outputs are one file")
@@ -300,7 +303,11 @@ class Writer:
         sections_written = self._written.all() if self._written is not None else math.prod(self.shape) == 0
         if self.format.header_statistics and not (self._complete or sections_written):
             self._scan_statistics()  # written directly through .array: read it back once
-        if not self.is_store:  # a store is complete once its chunks are written
+        if self.is_store:  # a store is complete once its chunks are written, then its metadata
+            directory = self._opened().directory
+            assert directory is not None  # made by _open for a store
+            cast(StoreFormat, self.format).complete_store(directory)
+        else:
             self.format.finish(self._opened().temp, self._spec, self._stats.result())
         # No msync: on Linux the fsync of the commit writes back the pages dirtied through the mapping
         # too (they are dirty in the page cache), and a second pass over them cost a quarter of a copy.

@@ -295,9 +295,10 @@ class RewrittenOutput:
             self._temp.abort()
             return False
         try:
-            # named as a temporary output, so that one a killed process leaves is found and removed as such
+            # named as a temporary output, so that one a killed process leaves is found and removed as such; beside
+            # the first (the output's folder, or this machine's temporary one for an output on object storage)
             fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=io.atomic.TEMP_SUFFIX,
-                                        dir=self.path.parent)
+                                        dir=self._temp.temp.parent)
             try:
                 with os.fdopen(fd, "wb") as out:
                     self._rewrite(self._temp.temp, out)

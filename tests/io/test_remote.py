@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import re
 import sys
+import tempfile
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ import tifffile
 
 from helpers import ObjectStore, assert_user_error, free_port, noa, object_store, write_mrc
 from noa_core import io
-from noa_core.errors import FileFormatError, MissingFileError, UnknownFormatError
+from noa_core.errors import FileFormatError, MissingFileError, OutputExistsError, UnknownFormatError
 from noa_core.io import mapped, remote
 
 BUCKET = "maps"
@@ -283,6 +284,175 @@ def test_an_ome_zarr_store_on_s3_reads_as_the_local_one(s3_env, files, tmp_path)
     assert meta.pixel_size == pytest.approx((1.5, 1.5, 1.5))
 
 
+# -- writing to S3 -----------------------------------------------------------------------------------
+
+
+def _keys(store: ObjectStore, prefix: str) -> list[str]:
+    """The objects under ``prefix`` in the bucket, and the multipart uploads begun there and neither completed nor
+    aborted."""
+    objects = store.client.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+    uploads = store.client.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix).get("Uploads", [])
+    return [o["Key"] for o in objects] + [f"upload of {u['Key']}" for u in uploads]
+
+
+def _downloaded(store: ObjectStore, key: str, folder: Path) -> Path:
+    path = folder / key.replace("/", "_")
+    store.client.download_file(BUCKET, key, str(path))
+    return path
+
+
+def _halved(data: np.ndarray) -> np.ndarray:
+    """The mean of each 2 x 2 x 2 box (even sizes): the next level of a pyramid of ``data``."""
+    d, h, w = data.shape
+    return data.astype(np.float64).reshape(d // 2, 2, h // 2, 2, w // 2, 2).mean(axis=(1, 3, 5))
+
+
+def _levels_read_back(store: ObjectStore, url: str) -> list[np.ndarray]:
+    """Every level of the OME-Zarr store at ``url`` as ome-zarr-py reads it, checked equal to zarr's reading (the
+    store's endpoint and credentials in the environment meanwhile)."""
+    import zarr
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Reader
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in store.env().items():
+            patch.setenv(name, value)
+        options = {"skip_instance_cache": True}
+        group = zarr.open_group(zarr.storage.FsspecStore.from_url(url, storage_options=options, read_only=True),
+                                mode="r")
+        attrs = group.attrs.asdict()
+        image = (attrs["ome"]["multiscales"] if "ome" in attrs else attrs["multiscales"])[0]
+        by_zarr = [np.asarray(group[d["path"]][...]) for d in image["datasets"]]
+        by_ome_zarr_py = [np.asarray(level) for level in next(iter(Reader(parse_url(url))())).data]
+    assert len(by_zarr) == len(by_ome_zarr_py)
+    for ours, theirs in zip(by_zarr, by_ome_zarr_py):
+        np.testing.assert_array_equal(ours, theirs)
+    return by_zarr
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch) -> Path:
+    """The temporary folder (TMPDIR) outputs on object storage are written in before their upload."""
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("name", ["map.mrc", "map.tif"])
+def test_an_output_is_written_here_then_uploaded_as_one_object(s3_env, files, scratch, tmp_path, name):
+    array, meta = io.read(files[name])
+    io.write(f"s3://maps/out/{name}", array, meta)
+    got = _downloaded(s3_env, f"out/{name}", tmp_path)
+    if name.endswith(".mrc"):
+        np.testing.assert_array_equal(_oracle(got), _oracle(files[name]))
+    else:
+        np.testing.assert_array_equal(tifffile.imread(got), tifffile.imread(files[name]))
+    assert list(scratch.iterdir()) == []  # the file written here is gone once uploaded
+    assert io.probe(f"s3://maps/out/{name}").metadata.pixel_size == pytest.approx((1.5, 1.5, 1.5))
+
+
+def test_a_large_output_is_uploaded_in_parts(s3_env, scratch, tmp_path, monkeypatch):
+    monkeypatch.setattr(remote, "UPLOAD_PART_BYTES", 5 << 20)  # S3's least: a 13 MiB file goes in 3 parts
+    data = np.random.default_rng(7).normal(size=(13, 512, 512)).astype(np.float32)
+    parts: list[str] = []
+    s3_env.failing = lambda environ: parts.append(environ.get("QUERY_STRING", "")) and False
+    io.write("s3://maps/large.mrc", data)
+    np.testing.assert_array_equal(_oracle(_downloaded(s3_env, "large.mrc", tmp_path)), data)
+    assert sum("partNumber=" in query for query in parts) == 3
+
+
+def test_an_upload_interrupted_midway_leaves_no_object_and_no_parts(s3_env, scratch, monkeypatch):
+    monkeypatch.setattr(remote, "UPLOAD_PART_BYTES", 5 << 20)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    s3_env.failing = lambda environ: "partNumber=2" in environ.get("QUERY_STRING", "")
+    data = np.zeros((13, 512, 512), np.float32)
+    with pytest.raises(FileFormatError) as caught:
+        io.write("s3://maps/cut.mrc", data)
+    assert str(caught.value).startswith("s3://maps/cut.mrc: cannot be written to its server (")
+    assert "\n" not in str(caught.value)
+    assert _keys(s3_env, "cut") == []
+    assert list(scratch.iterdir()) == []
+
+
+def test_an_output_that_exists_is_replaced_only_when_asked(s3_env, files, scratch, tmp_path):
+    s3_env.client.put_object(Bucket=BUCKET, Key="old.mrc", Body=b"old")
+    array, meta = io.read(files["map.mrc"])
+    with pytest.raises(OutputExistsError, match=r"^s3://maps/old.mrc: exists; give overwrite to replace it$"):
+        io.write("s3://maps/old.mrc", array, meta)
+    assert s3_env.client.get_object(Bucket=BUCKET, Key="old.mrc")["Body"].read() == b"old"
+    io.write("s3://maps/old.mrc", array, meta, overwrite=True)
+    np.testing.assert_array_equal(_oracle(_downloaded(s3_env, "old.mrc", tmp_path)), _oracle(files["map.mrc"]))
+
+
+@pytest.mark.parametrize("version", ["0.4", "0.5"])
+def test_an_ome_zarr_pyramid_is_written_into_the_bucket(s3_env, files, scratch, version):
+    source = _oracle(files["map.mrc"])
+    with io.create(f"s3://maps/pyramid{version}.ome.zarr", (1, *SHAPE), "float32",
+                   io.probe(files["map.mrc"]).metadata, write_options={"ngff": version, "levels": 3}) as out:
+        io.copy_into(source[None], out)
+    levels = _levels_read_back(s3_env, f"s3://maps/pyramid{version}.ome.zarr")
+    expected = [source, _halved(source), _halved(_halved(source))]
+    assert [level.shape for level in levels] == [level.shape for level in expected]
+    for level, want in zip(levels, expected):
+        np.testing.assert_allclose(level, want, rtol=1e-6, atol=1e-6)
+    array, meta = io.read(f"s3://maps/pyramid{version}.ome.zarr")  # and noa reads it back
+    np.testing.assert_array_equal(array.numpy()[0], source)
+    assert meta.pixel_size == pytest.approx((1.5, 1.5, 1.5))
+    assert list(scratch.iterdir()) == []
+
+
+def test_an_ome_zarr_store_failing_midway_leaves_nothing(s3_env, files, scratch, monkeypatch):
+    """The chunks written before the failure are removed; the group's image metadata, written last, never were."""
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    puts: list[str] = []
+
+    def third_chunk(environ) -> bool:
+        if environ["REQUEST_METHOD"] == "PUT" and "/c/" in environ["PATH_INFO"]:
+            puts.append(environ["PATH_INFO"])
+        return len(puts) == 3
+
+    s3_env.failing = third_chunk
+    with pytest.raises(FileFormatError, match=r"^s3://maps/broken.ome.zarr: cannot be written to its server \("), \
+            io.create("s3://maps/broken.ome.zarr", (1, *SHAPE), "float32", None,
+                      write_options={"ngff": "0.5", "levels": 2, "chunks": "8,32,32"}) as out:
+        io.copy_into(_oracle(files["map.mrc"])[None], out)
+    s3_env.failing = None
+    assert _keys(s3_env, "broken.ome.zarr") == []
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_missing_bucket_is_refused_before_anything_is_written(s3_env, files, scratch):
+    with pytest.raises(MissingFileError, match=r"^s3://no-such-bucket/out.mrc: no such bucket$"):
+        io.write("s3://no-such-bucket/out.mrc", *io.read(files["map.mrc"]))
+    assert list(scratch.iterdir()) == []
+
+
+def test_a_forbidden_bucket_is_refused_for_writing_without_the_secret(enforced_auth, files, scratch, monkeypatch):
+    for name, value in enforced_auth.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(FileFormatError, match=r"^s3://maps/denied.mrc: access refused \(.*\); check the credentials") \
+            as caught:
+        io.write("s3://maps/denied.mrc", np.zeros((4, 4), np.float32))
+    assert enforced_auth["AWS_SECRET_ACCESS_KEY"] not in str(caught.value)
+    assert list(scratch.iterdir()) == []
+
+
+def test_no_credentials_is_one_line(s3_env, tmp_path, monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no look for an instance's role: no network beyond
+    with pytest.raises(FileFormatError, match=r"^s3://maps/out.mrc: no credentials found; set AWS_ACCESS_KEY_ID "):
+        io.write("s3://maps/out.mrc", np.zeros((4, 4), np.float32))
+
+
+def test_a_web_server_is_not_written_to(files):
+    with pytest.raises(FileFormatError, match=r"^http://host/out.mrc: a web server is only read; outputs go to "):
+        io.write("http://host/out.mrc", np.zeros((4, 4), np.float32))
+
+
 # -- reading over HTTP --------------------------------------------------------------------------------
 
 
@@ -369,10 +539,39 @@ def test_cli_header_edit_in_place_of_a_remote_file_is_one_line(s3):
     assert_user_error(result, "s3://maps/map.mrc: on remote storage, and this needs a file of this machine")
 
 
-def test_cli_remote_output_is_refused_in_one_line(s3, files, tmp_path):
-    result = noa("copy", str(files["map.mrc"]), "s3://maps/out.mrc", env=s3.env())
-    assert_user_error(result, "s3://maps/out.mrc: outputs on remote storage are not written yet")
-    assert "out.mrc" not in [o["Key"] for o in s3.client.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+def test_cli_copy_to_s3_writes_an_mrc_object_and_an_ome_zarr_pyramid(s3, files, tmp_path):
+    before = files["map.mrc"].read_bytes()
+    copied = noa("copy", str(files["map.mrc"]), "s3://maps/cli/out.mrc", env=s3.env())
+    assert copied.returncode == 0, copied.stderr
+    assert _oracle(_downloaded(s3, "cli/out.mrc", tmp_path)).tobytes() == _oracle(files["map.mrc"]).tobytes()
+    pyramid = noa("copy", str(files["map.mrc"]), "s3://maps/cli/out.ome.zarr", "--levels", "2", env=s3.env())
+    assert pyramid.returncode == 0, pyramid.stderr
+    levels = _levels_read_back(s3, "s3://maps/cli/out.ome.zarr")
+    np.testing.assert_allclose(levels[1], _halved(_oracle(files["map.mrc"])), rtol=1e-6, atol=1e-6)
+    preview = noa("preview", str(files["map.mrc"]), "s3://maps/cli/map.png", env=s3.env())  # a picture, not an image
+    assert preview.returncode == 0, preview.stderr
+    local = noa("preview", str(files["map.mrc"]), str(tmp_path / "local.png"))
+    assert local.returncode == 0, local.stderr
+    assert _downloaded(s3, "cli/map.png", tmp_path).read_bytes() == (tmp_path / "local.png").read_bytes()
+    again = noa("copy", str(files["map.mrc"]), "s3://maps/cli/out.mrc", env=s3.env())
+    assert_user_error(again, "s3://maps/cli/out.mrc: exists; give --force to replace it")
+    assert files["map.mrc"].read_bytes() == before  # the input never changed
+
+
+@pytest.mark.parametrize("output, message", [
+    ("s3://no-such-bucket/out.mrc", "s3://no-such-bucket/out.mrc: no such bucket"),
+    ("s3://maps/failing.mrc", "s3://maps/failing.mrc: cannot be written to its server ("),
+    ("s3://maps/failing.ome.zarr", "s3://maps/failing.ome.zarr: cannot be written to its server ("),
+])
+def test_cli_a_failed_upload_is_one_line_exit_2_and_leaves_no_object(s3, files, output, message):
+    s3.reset()
+    s3.failing = lambda environ: environ["REQUEST_METHOD"] == "PUT" and "failing" in environ["PATH_INFO"]
+    try:
+        result = noa("copy", str(files["map.mrc"]), output, env={**s3.env(), "AWS_MAX_ATTEMPTS": "1"})
+    finally:
+        s3.reset()
+    assert_user_error(result, message)
+    assert _keys(s3, "failing") == []
 
 
 def test_cli_missing_object_is_one_line_exit_2(s3, tmp_path):
