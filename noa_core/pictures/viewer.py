@@ -213,6 +213,9 @@ class Overviews:
     def __init__(self, keep: int = 8):
         self.keep = keep
         self._held: OrderedDict[tuple[str, Plane], Overview] = OrderedDict()
+        # the pyramid level each viewer level of a plane reads (:func:`pyramid_level`), by file identity: found once,
+        # not by probing the store's levels for every tile
+        self._levels: OrderedDict[tuple[str, Plane, int], int] = OrderedDict()
         self._lock = threading.Lock()
 
     def holds(self, file_identity: str, plane: Plane) -> bool:
@@ -237,6 +240,21 @@ class Overviews:
             while len(self._held) > self.keep:
                 self._held.popitem(last=False)
         return held
+
+    def pyramid_level(self, path: str | os.PathLike, file_identity: str, plane: Plane, level: int) -> int:
+        """:func:`pyramid_level` of the file at ``path`` whose :func:`identity` is ``file_identity``: the one found
+        before, else found and kept (as many as ``keep`` planes' overviews hold levels)."""
+        key = (file_identity, plane, level)
+        with self._lock:
+            if key in self._levels:
+                self._levels.move_to_end(key)
+                return self._levels[key]
+        found = pyramid_level(path, plane, level)
+        with self._lock:
+            self._levels[key] = found
+            while len(self._levels) > self.keep * 16:
+                self._levels.popitem(last=False)
+        return found
 
 
 # -- answers ----------------------------------------------------------------------------------------------
@@ -281,7 +299,7 @@ def tile(path: str | os.PathLike, plane: Plane, display: Display, level: int, x:
         top, bottom, left, right = (-(-edge // overview.step) for edge in region)
         values = drawing.block_mean(overview.values[top:bottom, left:right], (1 << level) // overview.step)
         return picture(values.astype(np.float32), display, lo, hi)
-    stored = pyramid_level(path, plane, level)
+    stored = overviews.pyramid_level(path, file_identity, plane, level)
     if stored:
         plane, region = _at_stored_level(plane, region, stored)
     return picture(read(path, plane, region=region, step=1 << (level - stored), max_voxels=max_voxels),

@@ -110,7 +110,7 @@ def test_coarse_tiles_are_drawn_from_the_overview_without_reading(tmp_path, monk
         viewer.tile(path, Plane(), display, 0, 0, 0, file_identity=identity_of(path), overviews=overviews)
 
 
-def test_tiles_of_an_ome_zarr_pyramid_are_read_from_its_levels(tmp_path):
+def test_tiles_of_an_ome_zarr_pyramid_are_read_from_its_levels(tmp_path, monkeypatch):
     """Issue 46 item 2: a tile of level L of a stack's OME-Zarr pyramid reads the store's level L (zarr's own read
     of that level the oracle); with level 0's chunks gone, coarse tiles still draw, level 0 cannot. A volume's
     pyramid halves its depth too (a slab, not the slice): its tiles read full resolution."""
@@ -140,6 +140,16 @@ def test_tiles_of_an_ome_zarr_pyramid_are_read_from_its_levels(tmp_path):
         assert want.std() > 0
     finest = viewer.tile(store, Plane(section=1), display, 0, 0, 0, file_identity="kept", overviews=Overviews())
     np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(finest))), gray(np.zeros((256, 256)), -800, 900))
+    # the level a viewer level reads is found once per file identity and plane, not by probing the store every tile
+    overviews, probes = Overviews(), []
+    probe = viewer.io.probe
+    monkeypatch.setattr(viewer.io, "probe", lambda *args, **kwargs: probes.append(kwargs.get("level")) or
+                        probe(*args, **kwargs))
+    first = viewer.tile(store, Plane(section=1), display, 1, 1, 0, file_identity="kept", overviews=overviews)
+    looked = probes.count(1)
+    assert looked >= 1
+    again = viewer.tile(store, Plane(section=1), display, 1, 0, 0, file_identity="kept", overviews=overviews)
+    assert probes.count(1) == looked and first != again
 
 
 # -- the overview cache -----------------------------------------------------------------------------------------
