@@ -516,3 +516,24 @@ def test_a_dark_sum_is_left_out_against_the_median_of_the_sums_kept_by_angle(tmp
     kept = table[table["ZValue"].isin(by_angle) & (table["ZValue"] != 11)].sort_values("TiltAngle")["ZValue"]
     np.testing.assert_array_equal(mrcfile.read(tmp_path / "TS.st"), sums[kept.to_numpy()])
     assert "[ZValue = 11] (view 12, " in done.stderr and "(dark)" in done.stderr
+
+
+def test_a_stacks_serialem_records_follow_their_tilts(tmp_path, series):
+    """The stack's extended header of one SerialEM record per section (SERI: here each section's number and its
+    angle in hundredths, as SerialEM's tilt-angle flag stores them) goes into the output with the sections kept, in
+    the output's order (mrcfile reads both)."""
+    table = mdoc_table(tmp_path / "TS_01.mrc.mdoc")
+    records = np.stack([np.arange(TILTS), np.round(table["TiltAngle"].to_numpy() * 100)], axis=1).astype(np.int16)
+    with mrcfile.open(tmp_path / "TS_01.mrc", "r+") as stack:
+        stack.set_extended_header(records.reshape(-1).view(np.uint8))
+        stack.header.exttyp = b"SERI"
+        stack.header.nint, stack.header.nreal = 4, 1
+    done = noa("tiltseries", "TS_01.mrc.mdoc", "--exclude", "1-2", "-o", "TS.st", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    order = table[table["ZValue"] > 1].sort_values("TiltAngle")["ZValue"].to_numpy()
+    with mrcfile.open(tmp_path / "TS.st") as out:
+        np.testing.assert_array_equal(out.data, series[order])
+        assert bytes(out.header.exttyp) == b"SERI"
+        written = np.frombuffer(out.extended_header.tobytes(), np.int16).reshape(-1, 2)
+    np.testing.assert_array_equal(written, records[order])
+    np.testing.assert_array_equal(written[:, 1] / 100, np.round(table["TiltAngle"].to_numpy()[order], 2))

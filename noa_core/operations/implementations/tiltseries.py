@@ -91,7 +91,7 @@ def _build(series: TiltSeries, images: Images, project: Project, output: Path, o
     temps: list[atomic.TemporaryOutput] = []
     try:
         temps.append(atomic.TemporaryOutput(output, overwrite))
-        _copy_sections(images, order, axis, temps[0], options, progress)
+        notices += _copy_sections(images, order, axis, temps[0], options, progress)
         texts = {
             outputs["rawtlt"]: tiltseries.angles_text(series, order),
             outputs["tlt"]: tiltseries.angles_text(series, order),
@@ -131,6 +131,7 @@ class Images:
     pixel_size: float | None
     files: list[Path]
     notices: list[str]
+    metadata: Metadata | None = None  # a stack's: its per-section records (FEI, SerialEM's SERI) follow their tilts
 
 
 # -- the stack the mdoc describes --------------------------------------------------------------------------
@@ -198,7 +199,7 @@ def _stack_images(series: TiltSeries, stack: Path, stack_name: str) -> Images:
         notices.append(f"{stack_name}: {b} sections, the mdoc describes {len(series.tilts)}: the others are left out")
     sections = array.numpy()
     return Images(lambda z: sections[z:z + 1, :1], height, width, np.dtype(array.dtype),
-                  series.pixel_size or header_pixel, [stack], notices)
+                  series.pixel_size or header_pixel, [stack], notices, meta)
 
 
 def _sum_images(series: TiltSeries, project: Project, folder: str, wanted: list[int],
@@ -295,17 +296,22 @@ def _check_outputs(outputs: list[Path], read: list[Path], overwrite: bool) -> No
 
 
 def _copy_sections(images: Images, order: list[int], axis: float, temp: atomic.TemporaryOutput, options: Options,
-                   progress) -> None:
+                   progress) -> list[str]:
     """The tilts' images ``order`` copied one at a time into the output's temporary file by noa's tile engine
     (:func:`noa_core.io.stream.stream_tiles`): each read with pread straight into the buffer it is written from,
     while a writer thread takes the previous one's statistics and writes it, so never more than two sections in
-    memory."""
+    memory. A stack's per-section records (its extended header: FEI1/FEI2, SerialEM's SERI) follow their sections;
+    what the user should know of them is returned."""
     height, width = images.height, images.width
     shape = layout.as_shape4((len(order), 1, height, width))
     dtype = images.dtype.newbyteorder("=")
     pixel = images.pixel_size or 0.0
     labels = [f"{AXIS_LABEL} = {axis:g}"]
     meta = Metadata(format="mrc", shape=shape, dtype=str(dtype), pixel_size=(pixel, pixel, pixel), labels=labels)
+    if images.metadata is not None and images.metadata.mrc is not None:
+        source = images.metadata
+        meta.mrc = source.derived(shape).mrc
+        meta = meta.with_sections(source, order)  # the records of the sections kept, in their order
     spec = OutputSpec(temp.path, shape, dtype, "C", meta, options.output_label(), {})
     mrc.FORMAT.check_writable(dtype, shape, temp.path)
     created = mrc.FORMAT.create(temp.temp, spec)
@@ -325,3 +331,4 @@ def _copy_sections(images: Images, order: list[int], axis: float, temp: atomic.T
     finally:
         target.close()
     mrc.FORMAT.finish(temp.temp, spec, stats.result())
+    return meta.notices
