@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import math
 import mmap
 import os
@@ -48,6 +49,12 @@ _PRODUCERS: weakref.WeakKeyDictionary[mmap.mmap, Callable[[int, int], contextlib
 # input mapping -> what reads its bytes from elsewhere (map_gathered's ``gather``): the mapping itself is never read
 _GATHERS: weakref.WeakKeyDictionary[mmap.mmap, Gather] = weakref.WeakKeyDictionary()
 PARALLEL_BYTES = 4 << 20  # smaller views are read by one thread
+# A view whose values lie at least this many bytes apart (a volume's x slice: one value a row) is read with
+# scattered preadv (:func:`_read_spaced`): the bytes between them still come through, in file order (as a cold
+# page cache is best read), but into a small buffer that stays in cache, and the values land packed: a third
+# less time than reading the gaps into memory from 1 KiB apart (measured), more below.
+SPACED_BYTES = 1 << 10
+IOV_MAX = 1024  # buffers a preadv takes (Linux's UIO_MAXIOV, macOS's IOV_MAX)
 
 
 class Gather(Protocol):
@@ -212,6 +219,8 @@ def read_view(array: np.ndarray, slot: int = 0, into: np.ndarray | None = None) 
     start = array.ctypes.data - _SHARED[mm]  # file offset of the first element (mappings start at 0)
     dims = sorted((i for i in range(array.ndim) if array.strides[i] != 0 and array.shape[i] > 1),
                   key=lambda i: array.strides[i])
+    if reads_spaced(array) and mm not in _GATHERS:
+        return _read_spaced(array, dims, fd, path, start, slot, into, _PRODUCERS.get(mm))
     inner, span = 0, array.itemsize
     while inner < len(dims):
         wider = span + (array.shape[dims[inner]] - 1) * array.strides[dims[inner]]
@@ -256,6 +265,80 @@ def read_view(array: np.ndarray, slot: int = 0, into: np.ndarray | None = None) 
             complete = read_runs(0, runs) if batches == 1 else all(pool.map(read_runs, bounds[:-1], bounds[1:]))
     if not complete and gather is not None:
         raise TruncatedFileError(f"{path}: a file it names changed size while being read")
+    if not complete:
+        raise TruncatedFileError(f"{path}: data: the file changed size while being read (it holds "
+                                 f"{os.fstat(fd).st_size} bytes now)")
+    return as_strided(buffer.view(array.dtype), array.shape, tuple(strides), writeable=False)
+
+
+def reads_spaced(array: np.ndarray) -> bool:
+    """True when :func:`read_view` reads ``array`` value by value (:func:`_read_spaced`): its nearest values lie
+    :data:`SPACED_BYTES` or more apart, and it holds them packed, without the bytes between them."""
+    steps = [s for s, n in zip(array.strides, array.shape) if s != 0 and n > 1]
+    return bool(steps) and min(steps) >= SPACED_BYTES
+
+
+def _read_spaced(array: np.ndarray, dims: list[int], fd: int, path: Path, start: int, slot: int,
+                 into: np.ndarray | None, produce: Callable[[int, int], contextlib.AbstractContextManager] | None,
+                 ) -> np.ndarray:
+    """:func:`read_view` of a view whose nearest elements (along ``dims[0]``) lie :data:`SPACED_BYTES` or more
+    apart: each line along it (with the dimensions after it that continue its spacing) is read with preadv in
+    pieces of up to :data:`IOV_MAX` values, value k into byte k x itemsize of a small buffer followed by the gap
+    after it, which the next value overwrites; the values are then copied out packed, the line's dimension
+    innermost. Same file bytes as a run with its gaps, a fraction of the memory traffic."""
+    itemsize, spacing = array.itemsize, array.strides[dims[0]]
+    length, line = array.shape[dims[0]], 1
+    while line < len(dims) and array.strides[dims[line]] == length * spacing:  # the line goes on across it
+        length *= array.shape[dims[line]]
+        line += 1
+    outer = dims[line:][::-1]  # slowest first: a line per index of these
+    strides = list(array.strides)
+    step = itemsize
+    for i in dims[:line]:
+        strides[i] = step
+        step *= array.shape[i]
+    for i in reversed(outer):
+        strides[i] = step
+        step *= array.shape[i]
+    lines = math.prod(array.shape[i] for i in outer)
+    nbytes = lines * length * itemsize
+    buffer = _packed_bytes(into) if into is not None and _lands_in(into, array, nbytes, strides) \
+        else scratch(nbytes, slot)
+    offsets = [start + sum(k * array.strides[i] for k, i in zip(index, outer))
+               for index in np.ndindex(*(array.shape[i] for i in outer))]
+    calls = -(-length // IOV_MAX)  # a line's
+    out = buffer.data
+    total = lines * calls
+    taken = itertools.count()
+    taking = threading.Lock()
+
+    def read_calls() -> bool:
+        """Make the next calls (``calls`` a line, line by line) until none is left; False when one came back
+        short. Threads take them in turn, so that the file is read in its order, as one stream (two streams
+        far apart in one file defeat the kernel's readahead: a cold page cache read a seventh slower, measured)."""
+        landing = np.empty(IOV_MAX * itemsize + spacing, np.uint8).data
+        gaps = [landing[k * itemsize:k * itemsize + spacing] for k in range(IOV_MAX - 1)]
+        while True:
+            with taking:
+                call = next(taken)
+            if call >= total:
+                return True
+            n, k = divmod(call, calls)
+            k *= IOV_MAX
+            count = min(IOV_MAX, length - k)
+            pieces = [*gaps[:count - 1], landing[(count - 1) * itemsize:count * itemsize]]
+            if os.preadv(fd, pieces, offsets[n] + k * spacing) != (count - 1) * spacing + itemsize:
+                return False
+            at = (n * length + k) * itemsize
+            out[at:at + count * itemsize] = landing[:count * itemsize]
+
+    stop = start + sum((n - 1) * s for n, s in zip(array.shape, array.strides)) + itemsize
+    with contextlib.nullcontext() if produce is None else produce(start, stop):
+        if lines * length * spacing < PARALLEL_BYTES or total == 1:
+            complete = read_calls()
+        else:
+            pool, threads = _readers()
+            complete = all(pool.map(lambda _: read_calls(), range(min(total, threads))))
     if not complete:
         raise TruncatedFileError(f"{path}: data: the file changed size while being read (it holds "
                                  f"{os.fstat(fd).st_size} bytes now)")

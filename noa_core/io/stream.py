@@ -85,6 +85,7 @@ class Region:
     order: str
     values_dtype: np.dtype | None = None  # the type asked for, when the format stores a wider one
     store_format: str | None = None  # a store (a directory of chunks, ``path``) of this format, not a file
+    measured: bool = True  # False: an output without header statistics (a picture): its tiles are not measured
 
     def target(self) -> TileTarget:
         """Where tiles are written: this file with ``pwrite``, or the store's chunks."""
@@ -98,7 +99,7 @@ class Region:
         return the statistics of each tile."""
         target = self.target()
         try:
-            stats = stream_tiles(reads, keys, target, self.values_dtype or self.dtype)
+            stats = stream_tiles(reads, keys, target, self.values_dtype or self.dtype, measure=self.measured)
             target.sync()
         finally:
             target.close()
@@ -496,9 +497,10 @@ def create(path: str | os.PathLike, shape: int | Sequence[int], dtype: DTypeLike
 
 
 def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, values_dtype: np.dtype,
-                 progress: Callable[[int, int], None] | None = None) -> list[RunningStatistics]:
+                 progress: Callable[[int, int], None] | None = None, *,
+                 measure: bool = True) -> list[RunningStatistics]:
     """Compute the tiles ``keys`` as ``reads`` says and write them into ``target``; return each tile's
-    statistics.
+    statistics (empty ones without ``measure``).
 
     Sources are read into memory with ``pread`` (:func:`noa_core.io.mapped.read_view`), each tile is
     computed into one of two reused buffers, and a writer thread takes a tile's statistics and writes it while
@@ -506,7 +508,7 @@ def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, valu
     """
 
     def measured_and_written(key: Key, buffer: np.ndarray) -> RunningStatistics:
-        stats = RunningStatistics.of(buffer)
+        stats = RunningStatistics.of(buffer) if measure else RunningStatistics()
         target.write(key, buffer)
         return stats
 
@@ -582,15 +584,13 @@ def fill(writer: Writer, sources: Sequence[Array], compute: Compute | None, *, b
     if reads is None:
         assert compute is not None
         reads = same_tile(sources, writer.shape, compute)
-    target = writer.region().target()
+    region = writer.region()
+    target = region.target()
     try:
-        per_tile = stream_tiles(reads, keys, target, writer.values_dtype, progress)
+        per_tile = stream_tiles(reads, keys, target, writer.values_dtype, progress, measure=region.measured)
     finally:
         target.close()
-    stats = RunningStatistics()
-    for tile_stats in per_tile:
-        stats.merge(tile_stats)
-    writer.complete(stats)
+    writer.complete(RunningStatistics.merged(per_tile))
 
 
 def batch_statistics(source: Array, *, block_bytes: int = TILE_BYTES) -> list[RunningStatistics]:

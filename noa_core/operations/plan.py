@@ -313,8 +313,8 @@ class RewrittenOutput:
         return False
 
     def region(self):
-        """Where the values go: the temporary file, packed."""
-        return io.stream.Region(self._temp.temp, 0, self.dtype, self.shape, self.order)
+        """Where the values go: the temporary file, packed; unmeasured (the output has no header statistics)."""
+        return io.stream.Region(self._temp.temp, 0, self.dtype, self.shape, self.order, measured=False)
 
     def complete(self, stats) -> None:
         """Every tile written (the output has no header statistics)."""

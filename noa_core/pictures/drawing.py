@@ -45,7 +45,9 @@ CONTRASTS: dict[str, str] = {
     "minmax": "the smallest and largest value drawn",
     "range:A,B": "the values A and B, as given",
 }
-BAND_BYTES = 16 << 20  # the file bytes a plane is read in at a time (at least one row of it)
+# The bytes a plane is read in at a time (at least one row of it): a band and its float64 sums stay in a core's
+# cache (a 4096^2 micrograph binned by 4, a projection: a third less time than at 16 MiB, measured)
+BAND_BYTES = 2 << 20
 GAP = 4  # pixels of background between the panels of a picture (central slices, montage)
 MAX_PANELS = 10_000  # sections a montage draws (a 100 x 100 grid)
 MAX_PIXELS = 1 << 28  # pixels of a picture (16384 x 16384): 256 MiB of gray, three times that in colour
@@ -185,8 +187,10 @@ def _read_binned(plane: np.ndarray, step: int) -> np.ndarray:
 
     rows, cols = plane.shape
     out = np.empty((-(-rows // step), -(-cols // step)), np.float32)
-    # A band's bytes in the file: a row's stride covers the gaps of a strided plane (a volume's x slice).
-    row_bytes = max(abs(plane.strides[0]), cols * plane.itemsize, 1)
+    # A band's bytes in memory: a row's stride covers the gaps between rows read as one run (a crop of a section),
+    # but a plane read value by value (a volume's x slice, one value a row of the file) is held packed.
+    row_bytes = max(cols * plane.itemsize, 1) if mapped.reads_spaced(plane) else \
+        max(abs(plane.strides[0]), cols * plane.itemsize, 1)
     band = max(step, BAND_BYTES // row_bytes // step * step)
     firsts = range(0, rows, band)
 
@@ -195,7 +199,9 @@ def _read_binned(plane: np.ndarray, step: int) -> np.ndarray:
         with np.errstate(over="ignore"):  # float64 values past float32's range are drawn as infinities
             out[first // step:(first + block.shape[0] + step - 1) // step] = block_mean(block, step)
 
-    threads = min(len(firsts), limits.available_cores())
+    # A plane read value by value is read by read_view's threads in file order, band after band: bands side by
+    # side would be streams far apart in one file, which a cold page cache reads slower.
+    threads = 1 if mapped.reads_spaced(plane) else min(len(firsts), limits.available_cores())
     if threads < 2:
         for first in firsts:
             average(first)

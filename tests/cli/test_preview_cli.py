@@ -17,6 +17,7 @@ from PIL import Image
 
 from helpers import EXAMPLE_MAP, assert_problem, assert_user_error, noa, random_values, wait_job, write_mrc
 from noa_core import operations
+from noa_core.compute.moments import RunningStatistics
 from noa_core.operations import preview as declaration
 from noa_core.pictures import drawing
 from noa_core.run import local
@@ -327,6 +328,23 @@ def test_python_api_and_repr_png(tmp_path):
     write_mrc(tmp_path / "v.mrc", volume)
     local.write(task, tmp_path / "v.mrc", tmp_path / "v.png")
     np.testing.assert_array_equal(np.asarray(decoded(tmp_path / "v.png")), picture)
+
+
+def test_a_pictures_pixels_are_not_measured(tmp_path, monkeypatch):
+    """A picture has no header statistics: its pixels are written without the pass that an image's take (a third
+    of a thumbnail's time, measured), and drawn as before."""
+    volume = random_values((8, 12, 16), seed=5)
+    write_mrc(tmp_path / "v.mrc", volume)
+
+    def measured(block):
+        raise AssertionError("the picture's pixels were measured")
+
+    monkeypatch.setattr(RunningStatistics, "of", measured)
+    local.write(operations.get("preview").task(contrast="minmax", slice="z", index=2, bin=1), tmp_path / "v.mrc",
+                tmp_path / "v.png")
+    lo, hi = float(volume[2].min()), float(volume[2].max())
+    np.testing.assert_array_equal(np.asarray(decoded(tmp_path / "v.png")),
+                                  np.floor((volume[2].astype(np.float64) - lo) / ((hi - lo) / 255)))
 
 
 # -- HTTP -------------------------------------------------------------------------------------------

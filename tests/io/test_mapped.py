@@ -1,7 +1,8 @@
 """Memory-mapped I/O turns a shrinking input and a full disk into SIGBUS, which kills a process without a
 word and leaves its temporary file behind. noa reads tiles with pread and reserves its outputs before
 writing, so both are errors (exit 2, one line) and nothing is left. Each case runs in a subprocess, so
-that a regression shows as a signal instead of killing the test run."""
+that a regression shows as a signal instead of killing the test run. Views whose values lie far apart (a
+volume's x slice) are read value by value and held packed, against mrcfile's values."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import mrcfile
 import numpy as np
 import pytest
 
-from helpers import NOA, load, write_mrc
+from helpers import NOA, load, random_values, write_mrc
+from noa_core import io
+from noa_core.io import mapped
 
 
 def test_an_input_truncated_after_it_was_mapped_is_an_error(tmp_path):
@@ -78,3 +82,79 @@ def test_a_full_disk_is_found_before_writing_and_leaves_nothing(tmp_path):
     assert subprocess.run([*NOA, "copy", str(src), str(out)], capture_output=True, timeout=120).returncode == 0
     np.testing.assert_array_equal(load(out), data)
 
+
+
+# -- views read value by value ------------------------------------------------------------------------
+
+SPACED_DTYPES = ["<f4", ">f4", "<i2", ">i2", "int8", "<u2", "<f2", "<c8"]
+
+
+def _spaced_volume(tmp_path: Path, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(mapped D x H x W view, mrcfile's values) of a volume whose rows are just over SPACED_BYTES, odd sizes, and
+    whose x slice (H x D values) is a line longer than one preadv takes."""
+    dt = np.dtype(dtype)
+    width = mapped.SPACED_BYTES // dt.itemsize + 3
+    shape = (3, mapped.IOV_MAX // 2 + 5, width)  # 3 x 517 values a slice: one line of 1551, in two calls
+    write_mrc(tmp_path / "v.mrc", random_values(shape, dt.newbyteorder("=")).astype(dt))
+    with mrcfile.open(tmp_path / "v.mrc") as f:
+        assert f.data.dtype == dt  # the mode and byte order asked for
+        expected = np.array(f.data)
+    array, _ = io.read(tmp_path / "v.mrc")
+    return array.numpy()[0], expected
+
+
+@pytest.mark.parametrize("dtype", SPACED_DTYPES)
+def test_views_of_values_far_apart_are_read_packed_with_mrcfiles_values(tmp_path, dtype):
+    """x slices (whole, cropped, every 3rd row, every 2nd section, of a transposed view) have values a row apart:
+    read_view reads them value by value and holds them packed, no gap between them, with mrcfile's values (a
+    big-endian file is swapped into memory as it is opened: its views are given back as they are)."""
+    data, expected = _spaced_volume(tmp_path, dtype)
+    packed = np.dtype(dtype).isnative
+    width = data.shape[2]
+    views = {"x slice": np.s_[:, :, width // 2], "cropped": np.s_[1:, 3:-2, width - 1], "every 3rd row":
+             np.s_[:, ::3, 5], "every 2nd section": np.s_[::2, :, 0], "one column": np.s_[1, :, 7]}
+    for name, key in views.items():
+        view = data[key]
+        assert mapped.reads_spaced(view), name
+        got = mapped.read_view(view)
+        np.testing.assert_array_equal(got, expected[key], err_msg=name)
+        low, high = np.lib.array_utils.byte_bounds(got)
+        assert (high - low == got.nbytes) == packed, f"{name}: {high - low} bytes held for {got.nbytes} of values"
+    sideways = data.transpose(1, 0, 2)[:, :, 2]  # rows are sections: lines cross them
+    np.testing.assert_array_equal(mapped.read_view(sideways), expected.transpose(1, 0, 2)[:, :, 2])
+    assert not mapped.reads_spaced(data[:, :, 2:4]) and not mapped.reads_spaced(data[:, 4])  # runs of values
+
+
+def test_a_spaced_read_lands_in_the_buffer_given(tmp_path):
+    """With ``into`` laid out as the packed values, they are read straight into it."""
+    data, expected = _spaced_volume(tmp_path, "<f4")
+    into = np.empty((data.shape[0], data.shape[1]), np.float32)
+    got = mapped.read_view(data[:, :, 9], into=into)
+    assert np.shares_memory(got, into)
+    np.testing.assert_array_equal(into, expected[:, :, 9])
+
+
+def test_a_spaced_read_of_a_truncated_input_is_an_error(tmp_path):
+    """Read value by value with pread too: a file that shrank after it was mapped is an error naming it, not
+    SIGBUS (run in a subprocess, so that a regression shows as a signal)."""
+    src = tmp_path / "in.mrc"
+    write_mrc(src, np.ones((8, 300, 300), np.float32))
+    code = textwrap.dedent(f"""
+        import os
+        from noa_core import io
+        from noa_core.errors import TruncatedFileError
+        from noa_core.io import mapped
+
+        array, _ = io.read({str(src)!r})
+        view = array.numpy()[0, :, :, 150]
+        assert mapped.reads_spaced(view)
+        os.truncate({str(src)!r}, 1024 + 4 * 300 * 300 * 3)
+        try:
+            mapped.read_view(view)
+        except TruncatedFileError as exc:
+            print("refused:", exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.startswith("refused: ") and "in.mrc: data: the file changed size while being read" in \
+        done.stdout, done.stdout

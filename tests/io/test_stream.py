@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -134,6 +135,30 @@ def test_pwritten_tiles_land_where_numpy_puts_them(tmp_path):
                     target.close()
                 np.testing.assert_array_equal(out.array.numpy(), data, err_msg=f"{order} {tile}")
                 out.complete(RunningStatistics.of(data))
+
+
+def test_an_output_without_statistics_is_filled_unmeasured(tmp_path, monkeypatch):
+    """A region marked unmeasured (a picture's pixels, which have no header) is filled tile by tile without the
+    pass over each tile that statistics take: its tiles' statistics are empty, its values NumPy's."""
+    data = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    src = noa_core.asarray(data)
+
+    def measured(block):
+        raise AssertionError("a tile was measured")
+
+    def copied(blocks, out):
+        np.copyto(out.numpy(), blocks[0].numpy())
+
+    with io.create(tmp_path / "u.mrc", data.shape, "float32") as out:
+        region = dataclasses.replace(out.region(), measured=False)
+        keys = tiles.plan_tiles(out, [src], 4 * 4 * 5 * 4, ())
+        assert len(keys) > 1  # several tiles: measured, if at all, by the writer thread
+        with monkeypatch.context() as patched:
+            patched.setattr(RunningStatistics, "of", measured)
+            per_tile = region.fill(tiles.same_tile([src], out.shape, copied), keys)
+        assert [s.moments.count for s in per_tile] == [0] * len(keys)
+        out.complete(RunningStatistics.of(data))
+    np.testing.assert_array_equal(io.read(tmp_path / "u.mrc")[0].numpy(), data)
 
 
 _GENERATE = """

@@ -222,6 +222,50 @@ def test_only_what_is_drawn_is_read_from_a_large_volume(tmp_path, counted_reads)
     assert picture.shape == (256, 256) and counted_reads["bytes"] == plane
 
 
+@pytest.mark.parametrize("dtype", ["<f4", ">f4", "<i2", "int8", "<u2", "<f2", "<c8"])
+def test_x_slices_read_value_by_value_are_mrcfiles(tmp_path, dtype):
+    """A volume of odd sizes whose rows are over mapped.SPACED_BYTES (its x slices are read value by value): every
+    x slice tried, binned k x k in bands of one block row or of the whole plane, is NumPy's block means of
+    mrcfile's values (moduli of complex ones), in every mode and byte order; the central slices picture too."""
+    dt = np.dtype(dtype)
+    shape = (7, 45, mapped.SPACED_BYTES // dt.itemsize + 5)
+    write_mrc(tmp_path / "v.mrc", random_values(shape, dt.newbyteorder("=")).astype(dt))
+    with mrcfile.open(tmp_path / "v.mrc") as f:
+        assert f.data.dtype == dt
+        values = np.abs(np.array(f.data)) if dt.kind == "c" else np.array(f.data)
+    for bands in (small_bands(), contextlib.nullcontext()):
+        with bands:
+            for index, k in ((0, 1), (shape[2] // 2, 2), (shape[2] - 1, 3)):
+                got = drawing.read_plane(tmp_path / "v.mrc", axis="x", index=index, step=k)
+                np.testing.assert_allclose(got, block_means(values[:, :, index], k), rtol=1e-6, atol=1e-6,
+                                           err_msg=f"x={index} k={k}")
+    slices = [values[shape[0] // 2], values[:, shape[1] // 2], values[:, :, shape[2] // 2]]
+    lo, hi = drawing.contrast_limits(np.concatenate([v.astype(np.float32).reshape(-1) for v in slices]))
+    picture = drawing.preview(tmp_path / "v.mrc", size=4096, bin=1)
+    left = 2 * (shape[2] + drawing.GAP)  # after the XY and XZ panels
+    yz = picture[:shape[0], left:left + shape[1]]
+    np.testing.assert_array_equal(yz, drawing.to_gray(slices[2].astype(np.float32), lo, hi))
+
+
+def test_an_x_slice_holds_its_values_not_the_rows_they_are_in(tmp_path):
+    """The x slice of a 64 MiB volume (256 KiB of values, one a 4 KiB row) is read value by value: what is held
+    at once is its values and their float64 means, not the bands of rows they lie in (tracemalloc counts NumPy's
+    allocations)."""
+    shape = (64, 256, 1024)
+    with mrcfile.new_mmap(tmp_path / "v.mrc", shape, mrc_mode=2) as f:
+        for z in range(shape[0]):
+            f.data[z] = np.arange(shape[1] * shape[2], dtype=np.float32).reshape(shape[1:]) + z
+    tracemalloc.start()
+    try:
+        got = drawing.read_plane(tmp_path / "v.mrc", axis="x", index=700)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    expected = np.arange(shape[1], dtype=np.float32)[None, :] * shape[2] + 700 + np.arange(shape[0])[:, None]
+    np.testing.assert_array_equal(got, expected)
+    assert peak < 8 * got.nbytes + (1 << 20), f"{peak >> 10} KiB held for a {got.nbytes >> 10} KiB slice"
+
+
 # -- values to pixels ---------------------------------------------------------------------------------
 
 
