@@ -13,8 +13,9 @@ def plan(inputs: Inputs, options: Options):
     array, meta = inputs.open(inputs[0], tiles=True)  # read by region_plan alone
     axis = boxes.flip_axis(array.shape, options.axis)
     out_meta = boxes.flip_metadata(meta, array.shape, axis, options.about)
-    count = array.shape[stacks.section_axis(array.shape)]
-    if axis == stacks.section_axis(array.shape):  # a volume's z mirror: its sections in the mirrored order
+    sections = stacks.section_axis(array.shape)
+    if axis == sections:  # a volume's z mirror: its sections in the mirrored order
+        count = array.shape[sections]
         last = boxes.mirror_sum(count, options.about)
         kept = [(last - z) % count for z in range(count)]
         side_files, notices = sidefiles.in_step(inputs, options, array.shape, kept)
