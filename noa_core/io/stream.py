@@ -13,6 +13,7 @@ this path: page faults on a mapped output cost more than the copy itself.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import mmap as mmap_module
 import os
@@ -537,7 +538,8 @@ def stream_tiles(reads: TileReads, keys: Sequence[Key], target: TileTarget, valu
             else:
                 blocks = [asarray(mapped.read_view(view.numpy(), i)) for i, view in enumerate(views)]
                 storing(values_dtype, compute)(blocks, asarray(buffer))
-            writing.append(submit(measured_and_written, key, buffer))
+            # in this thread's context: the compute path the driver chose measures the tile there too
+            writing.append(submit(contextvars.copy_context().run, measured_and_written, key, buffer))
             if progress is not None:
                 progress(done, len(keys))
         return [pending.result() for pending in writing]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 
@@ -159,6 +160,36 @@ def test_an_output_without_statistics_is_filled_unmeasured(tmp_path, monkeypatch
         assert [s.moments.count for s in per_tile] == [0] * len(keys)
         out.complete(RunningStatistics.of(data))
     np.testing.assert_array_equal(io.read(tmp_path / "u.mrc")[0].numpy(), data)
+
+
+_SMALL_TILES = """
+import sys, numpy as np
+from noa_core import io
+import noa_core
+from noa_core.compute import compute_path, tiles
+
+def copied(blocks, out):
+    np.copyto(out.numpy(), blocks[0].numpy())
+
+data = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+with compute_path.for_size(data.nbytes):
+    with io.create(sys.argv[1], data.shape, "float32") as out:
+        src = noa_core.asarray(data)
+        keys = tiles.plan_tiles(out, [src], 4 * 4 * 5 * 4, ())
+        assert len(keys) > 1
+        stats = out.region().fill(tiles.same_tile([src], out.shape, copied), keys)
+        assert sum(s.moments.count for s in stats) == data.size
+        out.complete(stats[0])
+assert "numba" not in sys.modules, "numba imported"
+"""
+
+
+def test_small_work_is_measured_on_the_path_the_driver_chose_in_the_writer_thread_too(tmp_path):
+    """The writer thread takes each tile's statistics in the context of the thread that submitted it: small work
+    (the NumPy path) loads no numba there either (a thread starts with an empty context)."""
+    done = subprocess.run([sys.executable, "-c", _SMALL_TILES, str(tmp_path / "s.mrc")], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "NOA_COMPUTE": "auto"})
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 _GENERATE = """

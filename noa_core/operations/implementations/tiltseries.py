@@ -22,6 +22,7 @@ import numpy as np
 
 from noa_core import limits
 from noa_core.array import Array, asarray, layout
+from noa_core.compute import compute_path
 from noa_core.compute.moments import RunningStatistics
 from noa_core.compute.tiles import Compute, Key
 from noa_core.errors import FileFormatError, MissingFileError, NoaError, ParameterError, ShapeError, param
@@ -326,8 +327,9 @@ def _copy_sections(images: Images, order: list[int], axis: float, temp: atomic.T
 
     keys = [(slice(i, i + 1), slice(0, 1), slice(0, height), slice(0, width)) for i in range(len(order))]
     target = stream.Region(temp.temp, created.offset, stored, shape, "C").target()
-    try:
-        stats = RunningStatistics.merged(stream.stream_tiles(reads, keys, target, dtype, progress))
+    try:  # a small series' statistics by NumPy, as any small file's: no numba to load
+        with compute_path.for_size(2 * math.prod(shape) * stored.itemsize, "a tilt series' sections"):
+            stats = RunningStatistics.merged(stream.stream_tiles(reads, keys, target, dtype, progress))
     finally:
         target.close()
     mrc.FORMAT.finish(temp.temp, spec, stats.result())
