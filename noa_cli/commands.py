@@ -23,6 +23,7 @@ from noa_cli import report
 from noa_cli.parse import CliParam
 from noa_core import run
 from noa_core.errors import NoaError, ParameterError
+from noa_core.io.remote import as_path, is_remote
 from noa_core.operations import (
     Edits,
     FileTask,
@@ -136,7 +137,7 @@ def _output_folder(out_dir: Path | None) -> Iterator[None]:
     from noa_core.errors import NotAFileError
 
     made: list[Path] = []
-    if out_dir is not None and not out_dir.is_dir():
+    if out_dir is not None and not is_remote(out_dir) and not out_dir.is_dir():  # object storage has no folders
         for folder in (*reversed(out_dir.parents), out_dir):
             if folder.exists() and not folder.is_dir():
                 raise NotAFileError(f"{out_dir}: --out-dir names a file, not a folder" if folder == out_dir
@@ -327,7 +328,7 @@ def _several_writer(operation: WritesSeveral) -> tuple[Callable[..., None], list
                             flags_in_errors(operation):
                         written = run.execute(operation, [src], given["out_dir"], options, overwrite=given["force"],
                                           progress=progress)
-                    outputs, notices = [Path(p) for p in written["outputs"]], written["notices"]
+                    outputs, notices = [as_path(p) for p in written["outputs"]], written["notices"]
                 except Exception as exc:
                     if len(paths) == 1 or not isinstance(exc, (NoaError, OSError)):
                         raise
@@ -420,8 +421,9 @@ def _typer_annotation(param: CliParam) -> Any:
 
     kind: Any = list[param.value] if param.many else param.value  # type: ignore[name-defined]  # made at run time
     extra: dict[str, Any] = {"metavar": param.metavar} if param.metavar else {}
-    if param.value is Path:  # as the plain reader: an output replaced need not be readable (its folder writable)
-        extra["readable"] = False
+    if param.value is Path:  # as the plain reader: a URL kept as typed; nothing checked (an output need not exist)
+        extra["parser"] = as_path
+        extra.setdefault("metavar", "PATH")
     if not param.flags:
         return Annotated[kind, typer.Argument(help=param.help, show_default=False, **extra)]
     if param.low is not None:

@@ -12,7 +12,10 @@ generated command lines of every command.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from noa_core.io.remote import as_path
 
 HELP = ("-h", "--help")
 
@@ -25,7 +28,8 @@ class CliParam:
         name: the command function's keyword.
         flags: an option's spellings (``("--force", "-f")``; ``"--as-stack/--as-volume"`` a true/false pair);
             none for a positional argument.
-        value: what a word becomes: ``str``, ``Path``, ``int`` or ``bool`` (a switch, no word).
+        value: what a word becomes: ``str``, ``Path`` (:func:`noa_core.io.remote.as_path`'s: a URL kept as
+            typed), ``int`` or ``bool`` (a switch, no word).
         many: a list: an argument takes every word left, an option may repeat.
         default: the value when not given; ``...`` when it must be given.
         help: one sentence for ``--help``.
@@ -113,4 +117,6 @@ def _word(param: CliParam, text: str) -> Any:
         except ValueError:
             return None
         return None if param.low is not None and number < param.low else number
+    if param.value is Path:
+        return as_path(text)
     return param.value(text)

@@ -38,16 +38,18 @@ class Terminated(BaseException):
     so that no ``except Exception`` stops it and every writer's ``with`` block discards its temporary file."""
 
 
-# The outputs of the command running, with whether results are quiet: once every one is placed, the command
-# has succeeded, and a SIGTERM after that only cuts its tidying up short (see guarded).
-_EXPECTED: list[str] = []
+# The outputs of the command running (by _output_key, with the name a "wrote" line gives each), with whether
+# results are quiet: once every one is placed, the command has succeeded, and a SIGTERM after that only cuts its
+# tidying up short (see guarded).
+_EXPECTED: dict[str, str] = {}
 _QUIET = [False]
 _REPORTED: set[str] = set()  # outputs whose "wrote" line was printed
 
 
 def expect_outputs(paths: Sequence[Path], quiet: bool) -> None:
     """Say which outputs the running command places (a batch's, IN OUT's one)."""
-    _EXPECTED[:] = [os.path.abspath(p) for p in paths]
+    _EXPECTED.clear()
+    _EXPECTED.update((_output_key(p), str(p)) for p in paths)
     _QUIET[0] = quiet
 
 
@@ -57,7 +59,14 @@ def _all_placed() -> bool:
     atomic = sys.modules.get("noa_core.io.atomic")
     if not _EXPECTED or atomic is None:
         return False
-    return set(_EXPECTED) <= {os.path.abspath(p) for p in atomic.PLACED}
+    return _EXPECTED.keys() <= {_output_key(p) for p in atomic.PLACED}
+
+
+def _output_key(path: Path) -> str:
+    """An output as one string, whichever way it was spelt: a URL as given (a remote path has no local spelling:
+    :class:`noa_core.io.remote.RemotePath`), a local path made absolute."""
+    url = getattr(path, "url", None)
+    return url if isinstance(url, str) else os.path.abspath(path)
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
@@ -154,7 +163,7 @@ def result(outcome: FileResult, count: int, quiet: bool) -> None:
     if outcome.status == "written":
         notices(list(outcome.notices), quiet)
         done(f"wrote {outcome.dst}", quiet)
-        _REPORTED.add(os.path.abspath(outcome.dst))
+        _REPORTED.add(_output_key(outcome.dst))
     elif outcome.status == "skipped":
         done(f"skipped {outcome.dst}: the output exists (--resume)", quiet)
     elif count > 1:
@@ -231,9 +240,9 @@ def guarded(call: Callable[[], object], debug: bool) -> int:
         return _stopped("interrupted", EXIT_INTERRUPTED)
     except Terminated:
         if _all_placed():  # the signal cut short only what followed the last placement: a success
-            for path in _EXPECTED:
-                if path not in _REPORTED:
-                    done(f"wrote {os.path.relpath(path)}", _QUIET[0])
+            for key, name in _EXPECTED.items():
+                if key not in _REPORTED:
+                    done(f"wrote {name}", _QUIET[0])
             return EXIT_OK
         return _stopped("terminated", EXIT_TERMINATED)
     except Exception as exc:  # noqa: BLE001 - the last resort: never a bare traceback

@@ -367,7 +367,7 @@ class RemoteOutput(TemporaryOutput):
             remote.upload(self.temp, self.url, self.overwrite)
         self.directory = None  # a store is complete once its metadata are written: nothing to remove now
         self._remove_temporaries()
-        PLACED.append(Path(self.path))  # as the doors name it (a Path of the URL)
+        PLACED.append(self.path)
 
     def abort(self) -> None:
         self._remove_temporaries()

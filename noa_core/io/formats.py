@@ -114,7 +114,7 @@ def check_input(path: str | os.PathLike) -> Path:
     """The path of a readable, non-empty regular file, or a specific error (checked on the opened file,
     which a FIFO cannot block: see :func:`noa_core.io.compression.open_input`). A URL (``s3://``, ``https://``)
     gives a :class:`~noa_core.io.remote.RemotePath`, read by byte ranges."""
-    p = remote.remote_path(path) or Path(path)
+    p = remote.as_path(path)
     if _is_folder(p):
         if any(fmt.detect(b"", p) for fmt in STORES):
             return p

@@ -16,8 +16,10 @@ a multipart upload of :data:`UPLOAD_PART_BYTES` parts that is aborted on failure
 or nothing; an OME-Zarr store is written straight into the bucket, chunk by chunk, its group metadata last, and its
 objects removed on failure (:func:`remove_tree`).
 
-URLs travel as :class:`pathlib.Path` through the drivers, which collapses ``s3://b/k`` to ``s3:/b/k``: both
-spellings name the URL here (a local folder called ``s3:`` cannot be read by a relative path).
+A URL becomes a :class:`RemotePath` once, where a door takes it (:func:`as_path`: the command line's words, the
+Python calls' paths), and travels as that through the drivers, which make their paths with :func:`as_path` too: it
+keeps the URL as given (a key's ``//`` or ``/./``, a presigned URL's query), which :class:`pathlib.Path` would
+normalise.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from noa_core.errors import (
 
 # scheme -> fsspec protocol (gs needs the gcsfs package, s3 s3fs, http(s) aiohttp)
 PROTOCOLS = {"s3": "s3", "gs": "gcs", "http": "http", "https": "http"}
-_URL = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*):/+(?=[^/])")
+_URL = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?=[^/])")
 # What a header read fetches past what it asks for: TIFF's directories lie near their pages, MRC's extended
 # header right after the header; small beside a section, so a header and one section fetch about that.
 HEADER_BLOCK_BYTES = 16 << 10
@@ -58,20 +60,81 @@ UPLOAD_PART_BYTES = 64 << 20
 _WRITABLE = ("s3", "gs")
 
 
-class RemotePath(type(Path())):  # type: ignore[misc]  # PosixPath (or WindowsPath) under the drivers' Path
-    """A URL where a path of this machine is expected: its name and suffixes are the URL's, and it prints as the
-    URL without query or credentials. Never opened as a local file: every reader asks :func:`remote_path`."""
+class RemotePath(type(Path())):  # type: ignore[misc]  # PosixPath (or WindowsPath): where a Path is expected
+    """A URL where a path of this machine is expected: it keeps the URL as given (:attr:`url`), its name and
+    suffixes are those of the URL's path, and it prints as the URL without query or credentials. ``/``,
+    :attr:`parent`, :meth:`with_name` and :meth:`with_suffix` give URLs of the same server (without the query);
+    two are equal when their URLs are. Never opened as a local file: every reader asks :func:`remote_path`."""
+
+    url: str  # the URL read, exactly as given (query included), its scheme in lower case
+
+    def __new__(cls, url: str) -> RemotePath:
+        path = super().__new__(cls, url)
+        path.url = url
+        return path
+
+    def __reduce__(self) -> tuple:
+        return RemotePath, (self.url,)  # to Dask's workers as the URL, not as Path's normalised parts
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RemotePath):
+            return self.url == other.url
+        return False if isinstance(other, PurePath) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.url)
 
     @property
-    def url(self) -> str:
-        """The URL read (query included)."""
-        scheme, *rest = self.parts
-        return f"{scheme}//{'/'.join(rest)}"
+    def scheme(self) -> str:
+        """``s3``, ``gs``, ``http`` or ``https``."""
+        return self.url.split(":", 1)[0]
+
+    @property
+    def _address(self) -> str:
+        """The URL without its query (a presigned URL's may hold ``/``)."""
+        return self.url.split("?", 1)[0]
 
     @property
     def name(self) -> str:
-        """The last part of the URL's path (its query left out), which suffix and stem come from."""
-        return super().name.split("?", 1)[0]
+        """The last part of the URL's path, which suffix and stem come from."""
+        return self._address.rsplit("/", 1)[1]
+
+    @property
+    def parent(self) -> RemotePath:
+        """The folder the URL names its object in, as object storage has it: the prefix up to its last ``/``,
+        kept (``s3://b/a//k`` is in ``s3://b/a//``), so that ``parent / name`` is the URL; a bucket's is itself."""
+        address = self._address
+        head = address[:-1] if address.endswith("/") else address
+        folder = head[:head.rindex("/") + 1]
+        return self if folder.endswith("://") else RemotePath(folder)
+
+    @property
+    def parents(self) -> tuple[RemotePath, ...]:
+        """The folders above, nearest first, up to the bucket's (``s3://b/``)."""
+        folders: list[RemotePath] = []
+        path = self
+        while path.parent != path:
+            path = path.parent
+            folders.append(path)
+        return tuple(folders)
+
+    def __truediv__(self, name: str | PurePath) -> RemotePath:
+        """``name`` in this folder: one ``/`` between them unless the URL ends with one (``s3://b/out/``)."""
+        address = self._address
+        return RemotePath(f"{address}{'' if address.endswith('/') else '/'}{name}")
+
+    def joinpath(self, *names: str | PurePath) -> RemotePath:
+        return functools.reduce(RemotePath.__truediv__, names, self)
+
+    def with_name(self, name: str) -> RemotePath:
+        if not self.name or not name or "/" in name:
+            raise ValueError(f"{self}: cannot be named {name!r}")
+        return self.parent / name
+
+    def with_suffix(self, suffix: str) -> RemotePath:
+        if suffix and (not suffix.startswith(".") or suffix == "."):
+            raise ValueError(f"{self}: {suffix!r} is not a suffix")
+        return self.with_name(self.stem + suffix)
 
     def __str__(self) -> str:
         parts = urlsplit(self.url)
@@ -88,14 +151,20 @@ class RemotePath(type(Path())):  # type: ignore[misc]  # PosixPath (or WindowsPa
 
 def remote_path(path: str | os.PathLike) -> RemotePath | None:
     """``path`` as a :class:`RemotePath` when it names a URL of a scheme noa reads (``s3://``, ``gs://``,
-    ``http(s)://``, or the same collapsed to one slash by :class:`pathlib.Path`); else None."""
+    ``http(s)://``); else None. A :class:`pathlib.Path` is this machine's: one made of a URL has lost it."""
     if isinstance(path, RemotePath):
         return path
     text = str(path) if isinstance(path, (str, PurePath)) else os.fspath(path)
     match = _URL.match(text) if isinstance(text, str) else None
     if match is None or match["scheme"].lower() not in PROTOCOLS:
         return None
-    return RemotePath(f"{match['scheme'].lower()}:/{text[match.end():]}")
+    return RemotePath(match["scheme"].lower() + text[len(match["scheme"]):])
+
+
+def as_path(path: str | os.PathLike) -> Path:
+    """What noa takes for a path, the one way every door and driver makes it: a :class:`RemotePath` keeping a URL
+    as given, else a :class:`pathlib.Path`."""
+    return remote_path(path) or Path(path)
 
 
 def is_remote(path: str | os.PathLike) -> bool:
@@ -107,7 +176,7 @@ def _filesystem(path: RemotePath) -> Any:
     """The fsspec file system of ``path``'s scheme under the settings in the environment now (credentials,
     endpoint, region): one per settings, so a process whose settings change (a test, a service) never reads
     with old ones, and one made (its client, 0.1-0.5 s) serves every read under the same ones."""
-    scheme = path.parts[0].rstrip(":")
+    scheme = path.scheme
     settings = tuple(sorted((name, value) for name, value in os.environ.items() if name.startswith(_SETTINGS)))
     try:
         return _made(PROTOCOLS[scheme], settings)
@@ -306,11 +375,11 @@ class Ranges:
 def check_output(path: RemotePath, overwrite: bool, directory: bool = False) -> RemotePath:
     """The output ``path`` refused early, before any work: a scheme noa cannot write, a bucket missing or refused,
     an object (or, for a store, ``directory``, a prefix of objects) there without ``overwrite``."""
-    scheme = path.parts[0].rstrip(":")
-    if scheme not in _WRITABLE:
+    if path.scheme not in _WRITABLE:
         raise FileFormatError(f"{path}: a web server is only read; outputs go to object storage (s3://, gs://) "
                               "or to this machine's folders")
-    if len(path.parts) < 3:
+    bucket, _, key = path.url.split("://", 1)[1].partition("/")
+    if not key.strip("/"):
         raise FileFormatError(f"{path}: names a bucket; give the output's key (s3://bucket/name.mrc)")
     fs = _filesystem(path)
     writing = "written to"
@@ -326,7 +395,7 @@ def check_output(path: RemotePath, overwrite: bool, directory: bool = False) -> 
         return path
     with errors(path, writing):  # the bucket (a missing object says nothing about it)
         try:
-            fs.info(f"{path.parts[1]}")
+            fs.info(bucket)
         except FileNotFoundError:
             raise MissingFileError(f"{path}: no such bucket") from None
     return path
@@ -338,7 +407,7 @@ def upload(local: Path, path: RemotePath, overwrite: bool) -> None:
     (a conditional write where the store has one)."""
     fs = _filesystem(path)
     options: dict[str, Any] = {"mode": "overwrite" if overwrite else "create"}
-    if path.parts[0] == "s3:":
+    if path.scheme == "s3":
         options["chunksize"] = UPLOAD_PART_BYTES
     with errors(path, "written to"):
         fs.put_file(os.fspath(local), path.url, **options)

@@ -535,7 +535,7 @@ class Inputs(Sequence[Path]):
     (frames an EER grouping dropped, the TIFF series chosen) for the caller to hand on with the output."""
 
     def __init__(self, paths: Sequence[str | Path], options: Options, projects: Any = None) -> None:
-        self.paths = [io.remote.remote_path(p) or Path(p) for p in paths]  # a URL stays one (s3://, https://)
+        self.paths = [io.remote.as_path(p) for p in paths]
         self.reading = options.reading()
         self.projects = projects
         self.notices: list[str] = []
@@ -659,7 +659,7 @@ class Operation:
     def input_files(self, options: Mapping[str, Any]) -> list[Path]:
         """The files the :class:`InputFile` parameters given name (a gain, a mask, matrices): read beside the
         inputs, so, like them, never an output."""
-        return [Path(options[p.name]) for p in self.params
+        return [io.remote.as_path(options[p.name]) for p in self.params
                 if isinstance(p.type, InputFile) and options.get(p.name) is not None]
 
     def params_for(self, door: Door) -> tuple[Param, ...]:
@@ -739,7 +739,7 @@ class Writes(Operation):
         """A :class:`FileTask` of this operation with checked options; ``shared`` are the inputs b, c, ...;
         ``projects`` open the paths particle files name (:class:`Inputs`)."""
         self.check_inputs(len(shared) + 1)
-        return FileTask(self, self.options(values, **more), tuple(Path(p) for p in shared), projects)
+        return FileTask(self, self.options(values, **more), tuple(io.remote.as_path(p) for p in shared), projects)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -813,7 +813,8 @@ class Reports(Operation):
         """The report on ``path`` with checked ``options``, computed on the path its size calls for
         (:mod:`noa_core.compute.compute_path`); ``projects``: see :class:`Inputs`."""
         # several paths where max_inputs > 1, else one
-        paths = [Path(p) for p in path] if self.max_inputs > 1 else [Path(path)]  # type: ignore[arg-type,union-attr]
+        paths = ([io.remote.as_path(p) for p in path] if self.max_inputs > 1  # type: ignore[union-attr]
+                 else [io.remote.as_path(path)])  # type: ignore[arg-type]
         self.check_inputs(len(paths))
         with compute.compute_path.for_size(io.formats.input_bytes(paths), self.name):
             return self.report(Inputs(paths, options, projects), options)
@@ -839,7 +840,7 @@ class Edits(Operation):
     def apply(self, path: str | Path, values: Mapping[str, Any] | None = None, *, dry_run: bool = False,
               **more: Any) -> dict:
         """``path`` changed in place (with ``dry_run``, only what would change): the change as a JSON-ready dict."""
-        return self.edit(Path(path), self.options(values, **more), dry_run)
+        return self.edit(io.remote.as_path(path), self.options(values, **more), dry_run)
 
 
 @dataclass(frozen=True, eq=False)
@@ -869,7 +870,7 @@ class FileTask:
 
     def inputs(self, src: str | Path) -> list[Path]:
         """The input files (a, b, c, ...) of the pair whose input is ``src``."""
-        return [Path(src), *self.shared]
+        return [io.remote.as_path(src), *self.shared]
 
     def reads(self, src: str | Path) -> list[Path]:
         """Every file read for the pair whose input is ``src``: its inputs and the input-file parameters'."""

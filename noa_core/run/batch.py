@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from noa_core.io.remote import as_path
+
 if TYPE_CHECKING:
     from noa_core.operations import FileTask
 
@@ -48,7 +50,8 @@ def split_complete(pairs: Sequence[tuple[PathLike, PathLike]]) -> tuple[Pairs, P
     todo: list[tuple[Path, Path]] = []
     done: list[tuple[Path, Path]] = []
     for src, dst in pairs:
-        (done if Path(dst).exists() else todo).append((Path(src), Path(dst)))
+        pair = as_path(src), as_path(dst)
+        (done if pair[1].exists() else todo).append(pair)
     return todo, done
 
 

@@ -54,6 +54,7 @@ from noa_core.errors import LayoutError, NoaError, SchedulerError, param
 from noa_core.io import atomic, mapped, omezarr, particles
 from noa_core.io.formats import input_bytes
 from noa_core.io.read_options import OmeZarrReadOptions
+from noa_core.io.remote import as_path
 from noa_core.io.stream import Region
 from noa_core.limits import available_cores, replanning
 from noa_core.operations import FileTask, WritesDataSet
@@ -265,7 +266,7 @@ def run_batch(task: FileTask, pairs: Sequence[tuple[PathLike, PathLike]], client
     """
     distributed = _distributed()
     task = _here(task)
-    todo, complete = split_complete(pairs) if resume else ([(Path(s), Path(d)) for s, d in pairs], [])
+    todo, complete = split_complete(pairs) if resume else ([(as_path(s), as_path(d)) for s, d in pairs], [])
     results: dict[tuple[Path, Path], FileResult] = {}
 
     def record(result: FileResult) -> None:
@@ -301,7 +302,7 @@ def run_batch(task: FileTask, pairs: Sequence[tuple[PathLike, PathLike]], client
             done += len(finished)
             if progress is not None:
                 progress(done, len(todo))
-    return [results[(Path(s), Path(d))] for s, d in pairs]
+    return [results[(as_path(s), as_path(d))] for s, d in pairs]
 
 
 def _fill_tiles(task: FileTask, src: PathLike, region: Region, keys: list[tuple[slice, ...]],
@@ -339,7 +340,7 @@ def _decoded_stores(task: FileTask, src: PathLike, dst: PathLike, client: distri
             nbytes, blocks = omezarr.decoding(path, request, min(block_bytes, omezarr.BLOCK_BYTES))
             if nbytes <= block_bytes:
                 continue  # decoded by whichever process reads it, as any small input
-            temp = atomic.TemporaryOutput(Path(dst), overwrite=True)  # locked, so never taken for abandoned
+            temp = atomic.TemporaryOutput(as_path(dst), overwrite=True)  # locked, so never taken for abandoned
             temporaries.append(temp)
             with open(temp.temp, "r+b") as file:
                 omezarr.allocate(path, file.fileno(), nbytes, str(temp.temp.parent))
@@ -391,16 +392,16 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
     if block_bytes < MIN_BLOCK_BYTES:
         raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES}: tasks that small cost more to "
                           "schedule than they write")
-    task = _here(task)
+    task, src, dst = _here(task), as_path(src), as_path(dst)
     if isinstance(task.operation, WritesDataSet):  # it writes its own files (no tiles to share)
         if task.operation.in_parts:  # written from here, its parts as tasks
             token = PARTS.set(TaskParts(client, task))
             try:
-                whole = write_pair(task, Path(src), Path(dst), overwrite, progress, resume)
+                whole = write_pair(task, src, dst, overwrite, progress, resume)
             finally:
                 PARTS.reset(token)
         else:  # one task
-            whole = client.submit(write_pair, task, Path(src), Path(dst), overwrite, None, resume, pure=False).result()
+            whole = client.submit(write_pair, task, src, dst, overwrite, None, resume, pure=False).result()
         if whole.error is not None:
             raise whole.error
         return list(whole.notices)
@@ -409,7 +410,7 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
             plan = task.plan(src)
         small = math.prod(plan.shape) * plan.dtype.itemsize <= block_bytes
         if small or not all(mapped.is_mapped(s.numpy()) for s in plan.sources):  # an input in memory: one task
-            result = client.submit(_write_decoded, task, Path(src), Path(dst), overwrite, decoded, pure=False).result()
+            result = client.submit(_write_decoded, task, src, dst, overwrite, decoded, pure=False).result()
             if result.error is not None:
                 raise result.error
             return list(result.notices)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 
 from noa_core import run  # a face: the Dask driver's module loads only when asked for (the dask extra)
+from noa_core.io.remote import as_path
 from noa_core.operations import FileTask
 from noa_core.run.batch import Driver, FileResult, PathLike, Progress, split_complete
 from noa_core.run.execution import execute, write_pair
@@ -24,7 +24,7 @@ class LocalDriver:
     def run_batch(self, task: FileTask, pairs: Sequence[tuple[PathLike, PathLike]], *, overwrite: bool = False,
                   resume: bool = False, on_result: Callable[[FileResult], None] | None = None,
                   progress: Progress | None = None) -> list[FileResult]:
-        todo, complete = split_complete(pairs) if resume else ([(Path(s), Path(d)) for s, d in pairs], [])
+        todo, complete = split_complete(pairs) if resume else ([(as_path(s), as_path(d)) for s, d in pairs], [])
         results = {}
         for src, dst in complete:
             results[(src, dst)] = FileResult(src, dst, "skipped")
@@ -38,7 +38,7 @@ class LocalDriver:
                 on_result(result)
             if progress is not None and len(todo) > 1:
                 progress(done, len(todo))
-        return [results[(Path(s), Path(d))] for s, d in pairs]
+        return [results[(as_path(s), as_path(d))] for s, d in pairs]
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from noa_core.errors import NoaError, ParameterError
+from noa_core.io.remote import as_path
 from noa_core.limits import check_voxels, voxel_limit
 from noa_core.operations import (
     Edits,
@@ -119,7 +120,7 @@ def execute(operation: Operation, inputs: Sequence[PathLike], output: PathLike |
         ParameterError: a bad value, naming the parameter; other NoaErrors for the data and files.
     """
     options = operation.options(values)
-    call = Call(operation, options, [Path(p) for p in inputs], None if output is None else Path(output), limits,
+    call = Call(operation, options, [as_path(p) for p in inputs], None if output is None else as_path(output), limits,
                 progress, overwrite, dry_run, stem, projects, resume)
     run = _KINDS.get(type(operation)) or next(run for kind, run in _KINDS.items() if isinstance(operation, kind))
     return run(call)

@@ -17,6 +17,7 @@ from noa_core.compute import compute_path
 from noa_core.compute.tiles import TILE_BYTES
 from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError, param
 from noa_core.io.formats import strip_image_suffix
+from noa_core.io.remote import as_path
 from noa_core.operations import FileTask
 from noa_core.operations.plan import Plan, check_distinct
 from noa_core.run.batch import PathLike, Progress
@@ -62,7 +63,7 @@ def placed_with_side_files(plan: Plan, dst: PathLike, overwrite: bool) -> Iterat
     it, into which they are written on a clean exit; then all of them take their names together, or none does
     (:func:`placed_together`). Each is refused before anything is written where it exists (without ``overwrite``)
     or is one of the plan's inputs."""
-    dst = Path(dst)
+    dst = as_path(dst)
     files, notices = ({}, []) if plan.side_files is None else plan.side_files(dst)
     if not files:
         yield Placing(dst, dst, notices)
@@ -122,7 +123,7 @@ STAGING_PREFIX = ".noa-several-"  # the hidden folder outputs wait in until ever
 def output_names(src: PathLike, suffixes: Sequence[str], stem: str | None = None) -> list[str]:
     """The names of several outputs of ``src``: its stem (image extension and compression stripped), or
     ``stem``, followed by each suffix ('movie.mrcs.gz', '_000.mrcs' -> 'movie_000.mrcs')."""
-    stem = strip_image_suffix(Path(src).name) if stem is None else stem
+    stem = strip_image_suffix(as_path(src).name) if stem is None else stem
     return [stem + suffix for suffix in suffixes]
 
 
@@ -138,7 +139,7 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
     ``out_dir`` is created when missing (and removed again on failure). ``planned``: ``task.plans(src)``
     when already made; ``stem``: the outputs' names begin with it instead of ``src``'s stem.
     """
-    src, out_dir = Path(src), Path(out_dir)
+    src, out_dir = as_path(src), as_path(out_dir)
     if planned is None:
         planned = task.plans(src)  # headers read and checked before anything is created
     outputs = [out_dir / name for name in output_names(src, [suffix for suffix, _ in planned], stem)]

@@ -7,6 +7,7 @@ fetch about that, not the object. Values are checked against mrcfile, tifffile a
 from __future__ import annotations
 
 import http.server
+import pickle
 import re
 import sys
 import tempfile
@@ -66,10 +67,12 @@ def s3_env(s3, monkeypatch) -> ObjectStore:
 
 
 class _RangeHandler(http.server.BaseHTTPRequestHandler):
-    """Serves the files of ``folder`` with byte ranges (``Range: bytes=a-b``), counting the body bytes sent."""
+    """Serves the files of ``folder`` with byte ranges (``Range: bytes=a-b``), counting the body bytes sent and
+    keeping every query asked (as a presigned URL's, which names nothing served)."""
 
     folder: Path
     sent: dict[str, int]
+    queries: list[str]
     ranges = True
 
     def do_HEAD(self) -> None:
@@ -79,7 +82,10 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
         self._serve(body=True)
 
     def _serve(self, body: bool) -> None:
-        path = self.folder / self.path.lstrip("/")
+        target, _, query = self.path.partition("?")
+        if query:
+            self.queries.append(query)
+        path = self.folder / target.lstrip("/")
         if not path.is_file():
             self.send_error(404)
             return
@@ -104,14 +110,17 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def web(files) -> Iterator[tuple[str, dict[str, int]]]:
-    """``(base URL, bytes sent per name)`` of a web server on loopback serving ``files`` by byte ranges."""
+def web(files) -> Iterator[tuple[str, dict[str, int], list[str]]]:
+    """``(base URL, bytes sent per name, queries asked)`` of a web server on loopback serving ``files`` by byte
+    ranges."""
     sent: dict[str, int] = {}
-    handler = type("Handler", (_RangeHandler,), {"folder": next(iter(files.values())).parent, "sent": sent})
+    queries: list[str] = []
+    handler = type("Handler", (_RangeHandler,), {"folder": next(iter(files.values())).parent, "sent": sent,
+                                                 "queries": queries})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_port}", sent
+    yield f"http://127.0.0.1:{server.server_port}", sent, queries
     server.shutdown()
     thread.join()
 
@@ -126,7 +135,6 @@ def _oracle(path: Path) -> np.ndarray:
 
 @pytest.mark.parametrize("given, expected", [
     ("s3://maps/a/b.mrc", "s3://maps/a/b.mrc"),
-    (Path("s3://maps/a/b.mrc"), "s3://maps/a/b.mrc"),  # as the drivers hand it on: one slash
     ("https://user:secret@host:8080/x.mrc?X-Amz-Signature=abc", "https://host:8080/x.mrc"),
     ("HTTP://host/x.tif", "http://host/x.tif"),
 ])
@@ -134,7 +142,29 @@ def test_a_url_is_a_remote_path_shown_without_credentials(given, expected):
     path = remote.remote_path(given)
     assert path is not None and str(path) == expected
     assert path.name == expected.rsplit("/", 1)[1]
-    assert remote.remote_path(Path(path)) == path  # a Path made of it still names it
+    assert remote.as_path(path) is path
+
+
+# A presigned URL's query holds "/" (its credential's scope), and here also "//" and "/./", which Path would fold
+PRESIGNED_QUERY = "X-Amz-Credential=AKIA/20240101/us-east-1/s3/aws4_request&token=a//b/./c&X-Amz-Signature=0f3a"
+
+
+@pytest.mark.parametrize("url, name, shown", [
+    ("s3://maps/a//b.mrc", "b.mrc", "s3://maps/a//b.mrc"),
+    ("s3://maps/a/./b.mrc", "b.mrc", "s3://maps/a/./b.mrc"),
+    (f"https://host/d/x.tif?{PRESIGNED_QUERY}", "x.tif", "https://host/d/x.tif"),
+])
+def test_a_url_keeps_its_exact_text_through_the_drivers(url, name, shown):
+    """Made once at a door, a URL is kept as given by every path made of it on the way (a key's "//" and "/./", a
+    query's "/"), also when pickled for Dask's workers; Path's spelling of it is a local path, no longer a URL."""
+    path = remote.as_path(url)
+    assert isinstance(path, remote.RemotePath) and isinstance(path, Path)
+    assert path.url == url and str(path) == shown and path.name == name and path.suffix == name[1:][-4:]
+    assert remote.as_path(path) is path and pickle.loads(pickle.dumps(path)).url == url
+    assert path != remote.as_path(str(Path(url)).replace(":/", "://", 1))  # the folded spelling names another key
+    assert remote.remote_path(Path(url)) is None and type(remote.as_path(Path(url))) is type(Path())
+    assert (path.parent / path.name).url == url.split("?")[0]
+    assert path.with_suffix(".mrc").url == url.split("?")[0][:-4] + ".mrc"
 
 
 def test_a_back_ends_message_loses_every_urls_password_and_query():
@@ -457,7 +487,7 @@ def test_a_web_server_is_not_written_to(files):
 
 
 def test_http_sections_are_read_by_ranges(web, files):
-    base, sent = web
+    base, sent, _ = web
     sent.clear()
     array, meta = io.read(f"{base}/map.mrc", tiles=True)
     np.testing.assert_array_equal(mapped.read_view(array.numpy()[0, 3]), _oracle(files["map.mrc"])[3])
@@ -572,6 +602,39 @@ def test_cli_a_failed_upload_is_one_line_exit_2_and_leaves_no_object(s3, files, 
         s3.reset()
     assert_user_error(result, message)
     assert _keys(s3, "failing") == []
+
+
+def test_cli_reads_and_writes_a_key_with_a_double_slash_and_names_it_as_typed(s3, files, tmp_path):
+    """S3 keys are names, not paths: ``a//b.mrc`` is read at that key (no object is at ``a/b.mrc``), an output
+    ``w//./out.mrc`` is written at that key, and the lines name the URLs as typed."""
+    s3.client.upload_file(str(files["map.mrc"]), BUCKET, "a//b.mrc")
+    info = noa("info", "s3://maps/a//b.mrc", env=s3.env())
+    assert info.returncode == 0, info.stderr
+    assert "s3://maps/a//b.mrc" in info.stdout and "1, 32, 96, 128" in info.stdout
+    typer_read = noa("info", "--", "s3://maps/a//b.mrc", env=s3.env())  # a line the plain reader leaves to Typer
+    assert typer_read.returncode == 0, typer_read.stderr
+    assert typer_read.stdout == info.stdout
+    copied = noa("copy", "s3://maps/a//b.mrc", "s3://maps/w//./out.mrc", env=s3.env())
+    assert copied.returncode == 0, copied.stderr
+    assert copied.stderr.splitlines()[-1] == "wrote s3://maps/w//./out.mrc"
+    assert _keys(s3, "w") == ["w//./out.mrc"]
+    assert _oracle(_downloaded(s3, "w//./out.mrc", tmp_path)).tobytes() == _oracle(files["map.mrc"]).tobytes()
+    plain = noa("copy", str(files["map.mrc"]), "s3://maps/x/a.mrc", env=s3.env())
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stderr.splitlines()[-1] == "wrote s3://maps/x/a.mrc"
+
+
+def test_cli_a_presigned_url_is_read_with_its_query_and_named_by_its_path(web, files, tmp_path):
+    """A query holding "/" reaches the server as given, and the output of --out-dir takes the name of the URL's
+    path (map.tif), not of the query's last part."""
+    base, _, queries = web
+    queries.clear()
+    result = noa("copy", f"{base}/map.tif?{PRESIGNED_QUERY}", "--out-dir", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["map.tif"]
+    np.testing.assert_array_equal(tifffile.imread(tmp_path / "out" / "map.tif"), tifffile.imread(files["map.tif"]))
+    assert queries and set(queries) == {PRESIGNED_QUERY}
+    assert "Signature" not in result.stderr
 
 
 def test_cli_missing_object_is_one_line_exit_2(s3, tmp_path):

@@ -13,6 +13,7 @@ from noa_core import limits
 from noa_core.errors import NoaError, ParameterError, ShapeError
 from noa_core.fourier import resolution
 from noa_core.io import atomic
+from noa_core.io.remote import as_path
 from noa_core.operations.plan import check_distinct
 from noa_core.operations.spec import Inputs, Options
 from noa_core.pictures import plots
@@ -26,7 +27,7 @@ def report(inputs: Inputs, options: Options) -> dict:
         raise ParameterError(f"{inputs[0]}: the FSC compares two half maps; give HALF1 HALF2")
     if len(inputs) > 2 and options.mask is not None:
         raise ParameterError(f"{inputs[2]} and {options.mask}: give the mask once", "mask")
-    mask_path = inputs[2] if len(inputs) > 2 else (None if options.mask is None else Path(options.mask))
+    mask_path = inputs[2] if len(inputs) > 2 else (None if options.mask is None else as_path(options.mask))
     tables, plot = _outputs(options, [*inputs, *([] if mask_path is None else [mask_path])])
     (one, meta), (two, meta2) = (_open_map(path, inputs) for path in inputs[:2])
     if one.shape != two.shape:

@@ -11,6 +11,7 @@ import numpy as np
 
 from noa_core.errors import ParameterError
 from noa_core.fourier import spectral
+from noa_core.io.remote import as_path
 from noa_core.operations.plan import FLOAT_OUTPUT, Plan, RewrittenOutput, check_distinct, whole_image_plan
 from noa_core.operations.powerspectrum import TABLES
 from noa_core.operations.spec import Inputs, Options
@@ -85,7 +86,7 @@ class SpectrumPlan(Plan):
         if self.table is None:
             return super().create(dst, overwrite=overwrite)
         check_distinct(dst, self.inputs)
-        return table_file(Path(dst), self.shape, self.table, self.width, self.pixel_size, overwrite)
+        return table_file(as_path(dst), self.shape, self.table, self.width, self.pixel_size, overwrite)
 
 
 def plan(inputs: Inputs, options: Options):

@@ -12,6 +12,7 @@ import numpy as np
 
 from noa_core import limits
 from noa_core.errors import ParameterError
+from noa_core.io.remote import as_path
 from noa_core.operations.plan import WHOLE, Plan, RewrittenOutput, check_distinct, region_plan
 from noa_core.operations.preview import PICTURES
 from noa_core.operations.spec import Inputs, Options
@@ -94,7 +95,7 @@ class PicturePlan(Plan):
             raise ParameterError(f"{Path(dst).name} names a {named.upper()} file, but --format {self.fmt} was asked "
                                  f"for; name it {PICTURES[self.fmt][0]}", "format")
         check_distinct(dst, self.inputs)
-        return picture_file(Path(dst), self.shape, named, self.channels, self.quality, overwrite)
+        return picture_file(as_path(dst), self.shape, named, self.channels, self.quality, overwrite)
 
 
 def plan(inputs: Inputs, options: Options):
