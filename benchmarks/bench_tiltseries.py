@@ -15,6 +15,7 @@ each child (RUSAGE_CHILDREN, taken from a fresh process per run).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import tempfile
 from pathlib import Path
@@ -60,8 +61,14 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-tiltseries-", dir=".") as scratch:
         folder = Path(scratch).resolve()
-        make_series(folder, "TS", args.tilts, args.size)
-        make_series(folder, "tiny", 3, 16)
+        # written by a child: a process starts with its parent's peak RSS, which the tools' figures would then show
+        spawn = multiprocessing.get_context("spawn")
+        for name, tilts, size in (("TS", args.tilts, args.size), ("tiny", 3, 16)):
+            maker = spawn.Process(target=make_series, args=(folder, name, tilts, size))
+            maker.start()
+            maker.join()
+            if maker.exitcode != 0:
+                raise SystemExit(f"writing the {name} series failed")
         tools = {
             "noa": [NOA, "tiltseries", "TS.mrc.mdoc", "--force", "-o", "out.st", "--quiet"],
             "dd": ["dd", "if=TS.mrc", "of=dd.st", "bs=4M", "conv=fsync", "status=none"],
