@@ -228,6 +228,10 @@ class TemporaryOutput:
             _try_lock(self._directory_fd)
         return self.directory
 
+    def disown(self) -> None:
+        """Nothing to give up: the temporary directory is this writer's own (a store on object storage is written
+        at its name: :meth:`RemoteOutput.disown`)."""
+
     def commit(self) -> None:
         """Make the temporary file durable and give it the final name (refusing to clobber unless asked)."""
         self._placing = _identity(self.directory if self.directory is not None else self.temp)
@@ -361,6 +365,10 @@ class RemoteOutput(TemporaryOutput):
                 remote.remove_tree(self.url)
             self.directory = self.path
         return self.directory
+
+    def disown(self) -> None:
+        """The store at the URL is another writer's (it made it first): :meth:`abort` leaves its objects."""
+        self.directory = None
 
     def commit(self) -> None:
         if self.directory is None:

@@ -40,7 +40,7 @@ from noa_core.compute.tiles import (
     storing,
     tiles,
 )
-from noa_core.errors import FileFormatError, LayoutError, ShapeError, param
+from noa_core.errors import FileFormatError, LayoutError, OutputExistsError, ShapeError, param
 from noa_core.io import atomic, formats, libc, mapped, remote
 from noa_core.io.metadata import Metadata
 from noa_core.io.protocol import IndexedFormat, OutputSpec, StoreFormat
@@ -276,7 +276,12 @@ class Writer:
         if self.is_store:
             # Built in a temporary directory that the commit renames into place; tiles go straight to chunks.
             store = cast(StoreFormat, self.format)
-            self.chunks, notices = store.create_store(self._opened().make_directory(), self._spec)
+            opened = self._opened()
+            try:
+                self.chunks, notices = store.create_store(opened.make_directory(), self._spec)
+            except OutputExistsError:  # another writer's store took the name first: never ours to remove
+                opened.disown()
+                raise
             self.notices.extend(notices)
             self.order, self._offset = "C", 0  # chunks are row-major whatever was asked (the format says so)
             return

@@ -452,6 +452,21 @@ def test_an_ome_zarr_store_failing_midway_leaves_nothing(s3_env, files, scratch,
     assert list(scratch.iterdir()) == []
 
 
+def test_a_store_another_writer_made_first_is_left_as_it_is(s3_env, files, scratch, monkeypatch):
+    """Two writers racing for one name: the one whose store creation finds the other's there fails in one line and
+    removes nothing of it (the early check is passed here, as when the other store appears right after it)."""
+    theirs = {"race.ome.zarr/zarr.json": b'{"zarr_format":3,"node_type":"group","attributes":{}}',
+              "race.ome.zarr/0/c/0/0/0/0": b"x"}
+    for key, body in theirs.items():
+        s3_env.client.put_object(Bucket=BUCKET, Key=key, Body=body)
+    monkeypatch.setattr(remote, "check_output", lambda path, overwrite, directory=False: path)
+    with pytest.raises(OutputExistsError, match=r"^s3://maps/race.ome.zarr: was created by someone else"), \
+            io.create("s3://maps/race.ome.zarr", (1, 1, 8, 8), "float32", None) as out:
+        io.copy_into(np.zeros((1, 1, 8, 8), np.float32), out)
+    assert _keys(s3_env, "race.ome.zarr") == sorted(theirs)
+    assert list(scratch.iterdir()) == []
+
+
 def test_a_missing_bucket_is_refused_before_anything_is_written(s3_env, files, scratch):
     with pytest.raises(MissingFileError, match=r"^s3://no-such-bucket/out.mrc: no such bucket$"):
         io.write("s3://no-such-bucket/out.mrc", *io.read(files["map.mrc"]))
