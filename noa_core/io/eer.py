@@ -15,15 +15,20 @@ finer, with RELION's sub-pixel convention. Counts are uint16; with a gain they a
 multiplied by the gain as RELION's motion correction does, after :func:`load_gain` has turned the file
 into RELION's multiplicative gain. Rows are kept as stored (row 0 is the first the detector wrote).
 
-Decoding is imagecodecs' ``eer_decode`` (compression 65000: :mod:`noa_core.kernels.eer`, see
-:data:`FULL_CODES`) adding each frame's events into one uint16 accumulator per fraction, once a walk of
-the strip's codes has found that they reach its last pixel (a strip cut short is refused, not read as
-fewer events); fractions are decoded side by side in threads (the codecs release the GIL), so memory holds
-one fraction per thread (:data:`THREAD_BYTES` in all), never the movie; a gain multiplies it in cache-sized
-bands of rows, a frame-sized gain without an upsampled copy of itself. The fractions go to an unlinked
-temporary file mapped read-only (as OME-Zarr chunks do), so every operation reads them tile by tile; for a
-plan's source read only by tiles (``ReadRequest.tiles``: ``noa copy``) they are decoded as the tiles ask,
-a few fractions ahead, and dropped from the file once read, so that they never reach the disk. Pixel
+Decoding is one numba kernel (:func:`noa_core.kernels.eer.decode_codes`, held to imagecodecs' ``eer_decode``
+by the tests; compression 65000 as RELION reads it, see :data:`FULL_CODES`) adding each frame's events into one
+uint16 accumulator per fraction while it walks the strip's codes, which must reach its last pixel (a strip cut
+short is refused, not read as fewer events). A kernel of noa's, not imagecodecs' decoder, because a strip's codes
+had to be walked by noa anyway (imagecodecs reads a strip cut short as fewer events), and because imagecodecs
+places each event at upsampling 2 in about 200 ns, 4-10x the kernel's time: 72 of 95 s of a 400-frame 4K movie;
+fractions are decoded side by side in threads (the kernel releases
+the GIL), so memory holds one fraction per thread (:data:`THREAD_BYTES` in all), never the movie; a gain
+multiplies it in cache-sized bands of rows, a frame-sized gain without an upsampled copy of itself. A read that is
+not by tiles gets the fractions in an unlinked temporary file mapped read-only (as OME-Zarr chunks do). For a
+plan's source read only by tiles (``ReadRequest.tiles``: ``noa copy``, ``noa stats``) they are decoded as the
+tiles ask, a few fractions ahead, each tile's rows multiplied by the gain straight into the tile's buffer (a
+copy's output tile), so that they never reach a file; a tile spanning more fractions than that (an average of
+many) has every fraction left decoded into the temporary file instead. Pixel
 size is unknown: the acquisition XML gives the sensor's pixel, not the specimen's.
 
 :data:`FORMAT` is the EER :class:`~noa_core.io.protocol.ImageFormat`; writing EER is not offered.
@@ -39,10 +44,9 @@ import os
 import struct
 import tempfile
 import threading
-import weakref
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -63,7 +67,7 @@ from noa_core.errors import (
     WriteDTypeError,
     param,
 )
-from noa_core.io import atomic, formats, libc, mapped, remote, tiff
+from noa_core.io import atomic, formats, mapped, remote, tiff
 from noa_core.io.compression import open_input
 from noa_core.io.metadata import HeaderStatistics, Metadata
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
@@ -91,9 +95,6 @@ _SAME_TAGS = (256, 257, 259, 278, *_BIT_TAGS)  # what every frame of a movie rep
 _FRAME_TAGS = frozenset({273, 279, *_SAME_TAGS})
 _DIRECTORY_BYTES = 1024  # read at a directory's offset: a frame's directory (about 15 entries) in one call
 MAX_ENTRIES = 4096  # entries in one directory (as tifffile): a frame's has about 15
-# imagecodecs reads 16-bit words and no code ending on the data's last bit: zero bytes after a strip, never
-# reached by a whole stream (it stops at the strip's last pixel)
-_PADDING = (b"\0\0", b"\0\0\0")
 
 
 # -- the page table: each page's directory, the few tags a frame needs ------------------------------
@@ -407,7 +408,7 @@ def fractions(path: Path, movie: Movie, options: EerReadOptions) -> Fractions:
     rows = movie.rows_per_strip
     if level and (movie.width % (1 << horz) or rows % (1 << vert) or movie.height % rows % (1 << vert)):
         raise ParameterError(f"{path}: {upsampling} needs frames and strips whose width and height are multiples of "
-                             f"{1 << horz} and {1 << vert} (imagecodecs' decoder); this movie's frames are "
+                             f"{1 << horz} and {1 << vert} (as imagecodecs decodes them); this movie's frames are "
                              f"{movie.width} x {movie.height} in strips of {rows} rows", "eer_upsampling")
     if movie.height * movie.width * factor[0] * factor[1] > MAX_FRACTION_PIXELS:
         raise SizeError(f"{path}: ImageWidth/ImageLength: {movie.width} x {movie.height} at upsampling {upsampling} "
@@ -521,13 +522,9 @@ def _inverted(counts: np.ndarray) -> np.ndarray:
 
 
 def _decode_frames(path: Path, fd: int, movie: Movie, frames: range, out: np.ndarray, level: int) -> None:
-    """Add the events of ``frames`` into ``out`` (uint16, the fraction's grid), strip by strip: imagecodecs'
-    ``eer_decode``, after :func:`~noa_core.kernels.eer.stream_end` has found that the strip's codes reach its
-    last pixel (the codec stops silently where the data end: a strip cut short would read as fewer events);
-    compression 65000 by :func:`~noa_core.kernels.eer.decode_full_codes`, which imagecodecs reads in another
-    layout."""
-    import imagecodecs
-
+    """Add the events of ``frames`` into ``out`` (uint16, the fraction's grid), strip by strip
+    (:func:`~noa_core.kernels.eer.decode_codes`), each strip's codes checked to reach its last pixel (a strip cut
+    short is refused, not read as fewer events)."""
     skip, horz, vert = movie.bits
     full_codes = movie.compression in FULL_CODES
     fy = out.shape[0] // movie.height
@@ -538,21 +535,9 @@ def _decode_frames(path: Path, fd: int, movie: Movie, frames: range, out: np.nda
                 raise TruncatedFileError(f"{path}: data: the file changed size while being read (frame {frame})")
             rows = movie.strip_rows(number)
             first = number * movie.rows_per_strip
-            target = out[first * fy:(first + rows) * fy]
-            codes = np.frombuffer(data, np.uint8)
-            if full_codes:
-                reached = kernels.eer.decode_full_codes(codes, skip, horz, vert, target, level)
-            else:
-                reached = kernels.eer.stream_end(codes, skip, skip + horz + vert, rows * movie.width)
+            reached = kernels.eer.decode_codes(np.frombuffer(data, np.uint8), skip, horz, vert,
+                                               out[first * fy:(first + rows) * fy], level, full_codes)
             _check_end(path, movie, frame, number, reached)
-            if full_codes:
-                continue
-            try:
-                imagecodecs.eer_decode(data + _PADDING[count % 2], target.shape, skip, horz, vert, superres=level,
-                                       out=target)
-            except (RuntimeError, ValueError) as exc:
-                raise CorruptFileError(f"{path}: strip {number} of frame {frame}: imagecodecs refused its codes "
-                                       f"({str(exc).splitlines()[0] if str(exc) else 'no reason given'})") from None
 
 
 def _check_end(path: Path, movie: Movie, frame: int, number: int, reached: int) -> None:
@@ -576,10 +561,11 @@ def _threads(fraction_bytes: int, count: int) -> int:
 
 
 class _Decoder:
-    """Decodes fractions of ``plan``, each into the accumulator of the thread decoding it (reused), and hands
-    it to ``put(fraction, rows, first_row)``: uint16 counts, or float32 counts x gain in cache-sized bands of
-    rows. ``gain`` is on the grid, or on the frame (:func:`reading_gain`), each pixel then multiplying its
-    k x k grid pixels. ``fd``: the movie, open."""
+    """Decodes fractions of ``plan``: :meth:`counts` into an accumulator, :meth:`multiply` rows of those counts
+    by the gain, and :meth:`fraction` both, into the accumulator of the thread decoding it (reused), handing
+    the rows to ``put(fraction, rows, first_row)``: uint16 counts, or float32 counts x gain in cache-sized
+    bands of rows. ``gain`` is on the grid, or on the frame (:func:`reading_gain`), each pixel then
+    multiplying its k x k grid pixels. ``fd``: the movie, open."""
 
     def __init__(self, path: Path, fd: int, movie: Movie, plan: Fractions, gain: np.ndarray | None) -> None:
         self.path, self.fd, self.movie, self.plan, self.gain = path, fd, movie, plan, gain
@@ -594,29 +580,45 @@ class _Decoder:
         """What one decoding thread holds: its accumulator and its band of gained rows."""
         return math.prod(self.shape) * 2 + (self.rows * self.shape[1] * 4 if self.gain is not None else 0)
 
+    def counts(self, index: int, out: np.ndarray) -> None:
+        """The events of fraction ``index`` counted into ``out`` (uint16, the fraction's grid)."""
+        out.fill(0)
+        _decode_frames(self.path, self.fd, self.movie, self.plan.groups[index], out, self.level)
+
+    def multiply(self, counts: np.ndarray, first: int, out: np.ndarray) -> None:
+        """``out`` (float32, at most :attr:`rows` rows) = rows ``first ..`` of ``counts`` x the gain."""
+        gain, k, n = self.gain, self.k, len(out)
+        assert gain is not None  # a read with a gain
+        if k == 1:
+            np.multiply(counts[first:first + n], gain[first:first + n], out=out)
+            return
+        # grid pixel (y, x) takes the gain's (y // k, x // k): the gain rows widened once, then the grid rows
+        # of each y % k multiplied by them (rows may start and end anywhere in a gain row)
+        if not hasattr(self.local, "wide"):
+            self.local.wide = np.empty((self.rows // k + 1, self.shape[1]), np.float32)
+        top = first // k
+        wide = self.local.wide[:(first + n - 1) // k + 1 - top]
+        for j in range(k):
+            wide[:, j::k] = gain[top:top + len(wide)]
+        for i in range(k):
+            row = first + (i - first) % k  # the band's first row of this y % k
+            if row < first + n:
+                rows = counts[row:first + n:k]
+                np.multiply(rows, wide[row // k - top:row // k - top + len(rows)], out=out[row - first::k])
+
     def fraction(self, index: int, put: Callable[[int, np.ndarray, int], None]) -> None:
-        local, shape, rows, k, gain = self.local, self.shape, self.rows, self.k, self.gain
+        local, shape, rows = self.local, self.shape, self.rows
         if not hasattr(local, "counts"):
             local.counts = np.empty(shape, np.uint16)
-            local.band = np.empty((min(rows, shape[0]), shape[1]), np.float32) if gain is not None else None
-            local.wide = np.empty((min(rows, shape[0]) // k, shape[1]), np.float32) if k > 1 else None
+            local.band = np.empty((min(rows, shape[0]), shape[1]), np.float32) if self.gain is not None else None
         counts = local.counts
-        counts.fill(0)
-        _decode_frames(self.path, self.fd, self.movie, self.plan.groups[index], counts, self.level)
-        if gain is None:
+        self.counts(index, counts)
+        if self.gain is None:
             put(index, counts, 0)
             return
         for first in range(0, shape[0], rows):
             band = local.band[:min(rows, shape[0] - first)]
-            n = len(band)
-            if k == 1:
-                np.multiply(counts[first:first + n], gain[first:first + n], out=band)
-            else:  # grid pixel (y*k + i, x*k + j) takes the gain's (y, x): its rows widened once, then k products
-                wide = local.wide[:n // k]
-                for j in range(k):
-                    wide[:, j::k] = gain[first // k:(first + n) // k]
-                for i in range(k):
-                    np.multiply(counts[first + i:first + n:k], wide, out=band[i::k])
+            self.multiply(counts, first, band)
             put(index, band, first)
 
 
@@ -647,24 +649,31 @@ def decode(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray | None,
 
 
 class _OnDemand:
-    """Fractions decoded into the (unlinked, temporary) file ``temp`` as :func:`noa_core.io.mapped.read_view`
-    asks for byte ranges of it: the asked ones at once, the next ones ahead in the other threads; a fraction
-    no longer asked is removed from the file (a hole punched), so the file holds a few fractions at a time and
-    its pages are dropped before they are written to disk. A read spanning more fractions than that (an
-    F-ordered copy) decodes every fraction left and keeps them all. A fraction asked again is decoded again."""
+    """The fractions of an array read by tiles, decoded as :func:`noa_core.io.mapped.read_view` asks for byte
+    ranges of them (its mapping's ``produce`` and ``gather``). A read of a few fractions (a tile of a copy) finds
+    each one's counts decoded in memory, the next ones decoded ahead in the other threads, and has them
+    multiplied by the gain straight into its buffer (a plain copy's is the output tile's): no temporary file,
+    no copy of the fraction but the one the tile needs. A fraction no longer asked gives its accumulator back.
+    A read spanning more fractions than that (an F-ordered copy, an average of many fractions) decodes every
+    fraction left into the unlinked temporary file ``temp``, which holds them from then on. A fraction asked
+    again is decoded again."""
 
     def __init__(self, path: Path, movie: Movie, plan: Fractions, gain: np.ndarray | None, temp: int) -> None:
         self.file = open_input(path)  # open while the mapping lives
         self.decoder = _Decoder(path, self.file.fileno(), movie, plan, gain)
-        self.path, self.temp, self.count = path, temp, len(plan.groups)
-        self.fraction_bytes = math.prod(self.decoder.shape) * plan.dtype.itemsize
+        self.path, self.temp, self.count, self.dtype = path, temp, len(plan.groups), plan.dtype
+        self.pixels = math.prod(self.decoder.shape)
+        self.fraction_bytes = self.pixels * plan.dtype.itemsize
         self.write = functools.partial(_write_rows, temp, path, self.fraction_bytes)
         self.threads = _threads(self.decoder.thread_bytes, self.count)
-        self.capacity = 2 * self.threads + 1  # fractions in the file at once: those read, those ahead
+        self.capacity = 2 * self.threads + 1  # fractions held at once: those read, those ahead
         self.pool = ThreadPoolExecutor(self.threads, "noa-eer")
-        self.decoding: dict[int, Any] = {}  # fraction -> its Future (running or done), least recently asked first
+        # fraction -> its Future (running or done), least recently asked first: its counts, or None once in the file
+        self.decoding: dict[int, Future] = {}
+        self.in_file: set[int] = set()
+        self.spare: deque[np.ndarray] = deque()  # an accumulator given back (a deque: taken without the lock)
         self.keep_all = False
-        self.readers: Counter[int] = Counter()  # fraction -> reads under way (its pages stay)
+        self.readers: Counter[int] = Counter()  # fraction -> reads under way (it stays)
         self.lock = threading.Lock()
 
     def close(self) -> None:
@@ -672,25 +681,41 @@ class _OnDemand:
         self.file.close()
         os.close(self.temp)
 
+    def _counted(self, index: int) -> np.ndarray:
+        """Fraction ``index``'s counts, in an accumulator given back before or a new one."""
+        try:
+            counts = self.spare.pop()
+        except IndexError:
+            counts = np.empty(self.decoder.shape, np.uint16)
+        self.decoder.counts(index, counts)
+        return counts
+
+    def _give_back(self, future: Future) -> None:
+        # one spare at most: read in order, a fraction's accumulator goes to the one asked after it, and memory
+        # holds the fractions read and ahead, no more
+        if not future.cancelled() and future.exception() is None and not self.spare:
+            self.spare.append(future.result())
+
     @contextlib.contextmanager
     def __call__(self, first: int, stop: int) -> Iterator[None]:
-        """Bytes ``first .. stop-1`` in the file (decoded now, or ahead), kept there while the block reads them."""
+        """Bytes ``first .. stop-1`` decoded now (or ahead), kept while the block reads them."""
         asked = range(first // self.fraction_bytes, min(self.count, (stop - 1) // self.fraction_bytes + 1))
         with self.lock:
             if len(asked) + self.threads > self.capacity:
                 self.keep_all = True
             wanted = range(asked.start, self.count) if self.keep_all else \
                 range(asked.start, min(self.count, asked.stop + self.threads))
+            unused = [i for i in self.decoding if i not in wanted and not self.readers[i] and i not in self.in_file]
+            for index in unused:  # its accumulator comes back once its decoding ends, for the next one asked
+                self.decoding.pop(index).add_done_callback(self._give_back)
             for index in wanted:
                 if index in self.decoding:
                     self.decoding[index] = self.decoding.pop(index)  # asked again: most recent
-                else:
+                elif self.keep_all:
                     self.decoding[index] = self.pool.submit(self.decoder.fraction, index, self.write)
-            if not self.keep_all:
-                unused = [i for i in self.decoding if i not in wanted and not self.readers[i]]
-                for index in unused[:max(0, len(self.decoding) - self.capacity)]:
-                    self.decoding.pop(index).exception()  # finished (or failed, unasked) before its pages go
-                    _punch_hole(self.temp, index * self.fraction_bytes, self.fraction_bytes)
+                    self.in_file.add(index)
+                else:
+                    self.decoding[index] = self.pool.submit(self._counted, index)
             futures = [self.decoding[i] for i in asked]
             self.readers.update(asked)
         try:
@@ -701,22 +726,51 @@ class _OnDemand:
             with self.lock:
                 self.readers.subtract(asked)
 
+    def read_into(self, buffer: memoryview, offset: int) -> bool:
+        """Fill ``buffer`` with the bytes from ``offset`` on (of fractions the enclosing :meth:`__call__` asked)."""
+        out = np.frombuffer(buffer, self.dtype)
+        element, done = offset // self.dtype.itemsize, 0
+        while done < out.size:
+            index, at = divmod(element + done, self.pixels)
+            n = min(out.size - done, self.pixels - at)
+            with self.lock:
+                future = self.decoding[index]
+            counts = future.result()
+            if counts is None:
+                piece = buffer[done * self.dtype.itemsize:(done + n) * self.dtype.itemsize]
+                if os.preadv(self.temp, [piece], index * self.fraction_bytes + at * self.dtype.itemsize) != len(piece):
+                    return False
+            else:
+                self._put(counts, at, out[done:done + n])
+            done += n
+        return True
+
+    def _put(self, counts: np.ndarray, at: int, out: np.ndarray) -> None:
+        """``out`` = elements ``at ..`` of a fraction whose counts are ``counts`` (times the gain, if any): whole
+        rows in bands of :attr:`_Decoder.rows`, a part of a row through a row of its own."""
+        if self.decoder.gain is None:
+            out[:] = counts.reshape(-1)[at:at + len(out)]
+            return
+        width, done = self.decoder.shape[1], 0
+        while done < len(out):
+            row, column = divmod(at + done, width)
+            if column or len(out) - done < width:
+                n = min(width - column, len(out) - done)
+                line = np.empty((1, width), np.float32)
+                self.decoder.multiply(counts, row, line)
+                out[done:done + n] = line[0, column:column + n]
+            else:
+                rows = min(self.decoder.rows, (len(out) - done) // width)
+                n = rows * width
+                self.decoder.multiply(counts, row, out[done:done + n].reshape(rows, width))
+            done += n
+
 
 def _write_rows(fd: int, path: Path, fraction_bytes: int, index: int, rows: np.ndarray, first: int) -> None:
     """Rows ``first ..`` of fraction ``index`` into the temporary file ``fd``, which holds the fractions one
     after another (a :class:`_Decoder`'s ``put``)."""
     at = index * fraction_bytes + first * rows.shape[1] * rows.itemsize
     mapped.pwrite_all(fd, np.ascontiguousarray(rows).reshape(-1).view(np.uint8).data, at, path)
-
-
-def _punch_hole(fd: int, offset: int, length: int) -> None:
-    """Free ``length`` bytes of ``fd`` at ``offset`` (Linux's FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE): their
-    pages are dropped, dirty or not. Advice: where it fails, the bytes stay and only the disk does more."""
-    import ctypes
-
-    call = libc.function("fallocate", ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    if call is not None:
-        call(fd, 0x02 | 0x01, offset, length)
 
 
 def _read_fractions(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray | None, to_file: bool,
@@ -737,15 +791,14 @@ def _read_fractions(path: Path, movie: Movie, plan: Fractions, gain: np.ndarray 
         return data
     folder = mapped.spill_folder(path, nbytes, "frames", "decoding")
     with tempfile.TemporaryFile(prefix="noa-", suffix=".eer-decoded", dir=folder) as temp:
+        if tiles:  # read only through read_view, with pread where from the file: holes until written, no SIGBUS
+            os.ftruncate(temp.fileno(), nbytes)
+            on_demand = _OnDemand(path, movie, plan, gain, os.dup(temp.fileno()))
+            return mapped.map_input(path, 0, plan.dtype, math.prod(shape), private=True, fd=temp.fileno(),
+                                    produce=on_demand, gather=on_demand).reshape(shape)
         # its blocks now: a disk that fills while the mapping is read would be a SIGBUS
         atomic.reserve(temp.fileno(), nbytes, f"{path}: decoding the {nbytes} bytes of fractions: no space left in "
                        f"{folder}")
-        if tiles:
-            on_demand = _OnDemand(path, movie, plan, gain, os.dup(temp.fileno()))
-            data = mapped.map_input(path, 0, plan.dtype, math.prod(shape), private=True, fd=temp.fileno(),
-                                    produce=on_demand)
-            weakref.finalize(data, on_demand.close)
-            return data.reshape(shape)
         decode(path, movie, plan, gain, functools.partial(_write_rows, temp.fileno(), path, nbytes // shape[0]))
         return mapped.map_input(path, 0, plan.dtype, math.prod(shape), private=True, fd=temp.fileno()).reshape(shape)
 
@@ -784,7 +837,7 @@ def _opened(path: Path, options: EerReadOptions) -> tuple[Movie, Fractions]:
     movie = parse(path)
     plan = fractions(path, movie, options)
     if options.gain:
-        check_gain_header(Path(options.gain), path, movie, plan.factor, options.quarter_turns)
+        check_gain_header(remote.as_path(options.gain), path, movie, plan.factor, options.quarter_turns)
     return movie, plan
 
 
@@ -823,7 +876,7 @@ class EerFormat:
         metadata = _metadata(path, movie, plan, options)
         gain = None
         if options.gain:
-            gain = reading_gain(Path(options.gain), path, movie, plan.factor, bool(options.gain_flip_y),
+            gain = reading_gain(remote.as_path(options.gain), path, movie, plan.factor, bool(options.gain_flip_y),
                                 options.quarter_turns, metadata.notices)
         data = _read_fractions(path, movie, plan, gain, to_file=request.mmap, tiles=request.tiles)
         return asarray(data[:, None]), metadata

@@ -527,15 +527,12 @@ def test_a_stream_cut_anywhere_is_whole_or_refused(compression):
     for cut in range(len(stream) + 1):
         codes = np.frombuffer(stream[:cut], np.uint8)
         out = np.zeros((32, 32), np.uint16)
-        if compression in FULL_CODES:
-            reached = eer_kernels.decode_full_codes(codes, *bits, out, 0)
-        else:
-            reached = eer_kernels.stream_end(codes, bits[0], sum(bits), 1024)
-            imagecodecs.eer_decode(stream[:cut] + bytes(2 + cut % 2), (32, 32), *bits, out=out)
+        reached = eer_kernels.decode_codes(codes, *bits, out, 0, compression in FULL_CODES)
         assert reached < 1024 or (reached == 1024 and (out == truth).all()), cut
         whole.append(reached == 1024)
         if cut == len(stream) // 2 and compression not in FULL_CODES:  # what imagecodecs alone gives
-            assert 0 < out.sum() < truth.sum()
+            alone = imagecodecs.eer_decode(stream[:cut] + bytes(2 + cut % 2), (32, 32), *bits)
+            assert 0 < alone.sum() < truth.sum() and reached < 1024
     assert whole[-1] and whole.count(True) <= 4  # the codes of the last pixels, then padding
 
 
@@ -624,8 +621,9 @@ def test_fractions_made_on_demand_equal_those_decoded_first(tmp_path_factory, fr
 
 
 def test_on_demand_file_holds_a_few_fractions_and_a_damaged_one_fails_its_read(tmp_path):
-    """Read in order, the temporary file keeps only the fractions near the one read (the others' blocks are
-    freed); a damaged frame fails the read of its fraction, as a CorruptFileError, not zeros."""
+    """Read in order, the fractions are decoded in memory, a few at a time, and the temporary file stays empty
+    (a read spanning them all fills it); a damaged frame fails the read of its fraction, as a CorruptFileError,
+    not zeros."""
     from noa_core.io import mapped
 
     movie(tmp_path / "m.eer", 64, 64, 24, dose=0.3)
@@ -635,13 +633,18 @@ def test_on_demand_file_holds_a_few_fractions_and_a_damaged_one_fails_its_read(t
         np.testing.assert_array_equal(mapped.read_view(lazy[index:index + 1]), whole[index:index + 1])
     fd = mapped._INPUTS[mapped._mapping_of(lazy)][0]
     fraction_bytes = 64 * 64 * 2
-    assert os.fstat(fd).st_blocks * 512 <= 6 * fraction_bytes < 12 * fraction_bytes
-    # a fraction being read keeps its pages while reads of the others drop theirs
+    assert os.fstat(fd).st_blocks == 0  # a fraction at a time: decoded in memory, never through the file
+    # a fraction being read stays decoded while reads of the others give theirs back
     produce = mapped._PRODUCERS[mapped._mapping_of(lazy)]
     with produce(0, fraction_bytes):
         for index in range(1, 12):
             np.testing.assert_array_equal(mapped.read_view(lazy[index:index + 1]), whole[index:index + 1])
-        assert np.array_equal(np.frombuffer(os.pread(fd, fraction_bytes, 0), np.uint16), whole[0].reshape(-1))
+        first = bytearray(fraction_bytes)
+        assert produce.read_into(memoryview(first), 0)
+        assert np.array_equal(np.frombuffer(first, np.uint16), whole[0].reshape(-1))
+    # a read of more fractions than are held at once decodes the rest into the file, and reads them from it
+    np.testing.assert_array_equal(mapped.read_view(lazy[:, :, :3]), whole[:, :, :3])
+    assert 0 < os.fstat(fd).st_blocks * 512 <= 12 * fraction_bytes
 
     rng = np.random.default_rng(7)
     good = encode_frame(np.sort(rng.choice(24 * 32, 50, replace=False)), np.zeros(50, int), np.zeros(50, int),
@@ -653,6 +656,61 @@ def test_on_demand_file_holds_a_few_fractions_and_a_damaged_one_fails_its_read(t
     assert [int(mapped.read_view(lazy[i:i + 1]).sum()) for i in (0, 1)] == [50, 50]
     with pytest.raises(CorruptFileError, match="frame 2: its events run past the end"):
         mapped.read_view(lazy[2:3])
+
+
+@pytest.mark.parametrize("upsampling", [1, 2])
+@pytest.mark.parametrize("gain", [None, "frame", "grid"])
+def test_tiles_of_a_copy_are_decoded_straight_into_its_buffer(tmp_path, monkeypatch, upsampling, gain):
+    """A tile of a plain copy (read_view into the output's buffer, as stream_tiles reads it) gets its fraction's
+    counts, times the gain, straight from the decoding, no temporary file written: equal to tifffile's frames
+    (imagecodecs) summed in NumPy times RELION's gain, for fractions of an odd 3 frames and a last one of 2,
+    tiles starting and ending anywhere in a row or in a gain row, fractions asked again, bands of 1-2 rows."""
+    from noa_core.io import mapped
+
+    monkeypatch.setattr(eer, "_BAND_BYTES", 256)
+    path = tmp_path / "m.eer"
+    movie(path, 24, 32, 11, dose=0.3)
+    options: dict = dict(eer_group=3, eer_group_last="keep", eer_upsampling=upsampling)
+    expected = fractions_of(tifffile_frames(path, upsampling), 3, True)
+    height, width = expected.shape[1:]
+    if gain is not None:
+        values = np.random.default_rng(5).uniform(0.5, 2.0, (24, 32) if gain == "frame" else (height, width))
+        tifffile.imwrite(tmp_path / "g.gain", values.astype(np.float32))
+        options["gain"] = str(tmp_path / "g.gain")
+        expected = expected.astype(np.float32) * relion_gain(values, True, (height, width))
+    lazy = io.read(path, tiles=True, **options)[0].numpy()
+    flat = lazy.reshape(4, -1)
+    assert flat.dtype == (np.uint16 if gain is None else np.float32)
+    for index in (0, 1, 2, 3, 1):
+        for first, stop in ((0, height * width), (width, 3 * width), (3 * width + 7, 7 * width - 1), (5, 9)):
+            buffer = np.empty(stop - first, flat.dtype)
+            tile = mapped.read_view(flat[index, first:stop], 0, into=buffer)
+            assert np.shares_memory(tile, buffer)
+            np.testing.assert_array_equal(tile, expected[index].reshape(-1)[first:stop])
+    assert os.fstat(mapped._INPUTS[mapped._mapping_of(lazy)][0]).st_blocks == 0
+
+
+@pytest.mark.parametrize("bits", [(7, 2, 2), (7, 1, 1), (6, 2, 1), (10, 2, 2), (12, 1, 2)])
+@pytest.mark.parametrize("upsampling", [1, 2, 3])
+def test_kernel_decodes_as_imagecodecs(bits, upsampling):
+    """The decoding kernel adds a frame's events where imagecodecs' eer_decode puts them, at every sub-pixel
+    grid (superres), into an accumulator that already holds counts."""
+    from noa_core.kernels import eer as eer_kernels
+
+    level = upsampling - 1
+    if level > min(bits[1:]):
+        pytest.skip("fewer sub-pixel bits than the upsampling needs")
+    rng = np.random.default_rng(sum(bits) + level)
+    frames = [random_frame(rng, 24, 32, 0.3, bits) for _ in range(2)]
+    ours = np.zeros((24 << level, 32 << level), np.uint16)
+    theirs = np.zeros_like(ours)
+    for frame in frames:
+        stream = encode_frame(*frame, 24 * 32, bits)
+        reached = eer_kernels.decode_codes(np.frombuffer(stream, np.uint8), *bits, ours, level, False)
+        assert reached == 24 * 32
+        theirs += imagecodecs.eer_decode(stream + bytes(2), ours.shape, *bits, superres=level)
+    assert ours.sum() == sum(len(frame[0]) for frame in frames)
+    np.testing.assert_array_equal(ours, theirs)
 
 
 def test_stats_of_a_movie_read_on_demand_are_numpys(tmp_path):
