@@ -57,19 +57,14 @@ def section_statistics(array: Array, block_bytes: int = 128 << 20) -> list[Runni
     with mapped.scratch_buffers():
         for bi in range(b):
             for di in range(d):
-                stats = RunningStatistics()
-                for block in _blocks(array, (bi, di), block_bytes):
-                    stats.merge(RunningStatistics.of(block))
-                per_section.append(stats)
+                per_section.append(RunningStatistics.merged(map(RunningStatistics.of,
+                                                                _blocks(array, (bi, di), block_bytes))))
     return per_section
 
 
 def whole_statistics(array: Array) -> RunningStatistics:
     """The statistics of the whole array, in one streamed pass."""
-    total = RunningStatistics()
-    for stats in batch_statistics(array):
-        total.merge(stats)
-    return total
+    return RunningStatistics.merged(batch_statistics(array))
 
 
 def check_finite(stats: RunningStatistics, what: str) -> None:

@@ -244,7 +244,7 @@ class Overviews:
     def pyramid_level(self, path: str | os.PathLike, file_identity: str, plane: Plane, level: int) -> int:
         """:func:`pyramid_level` of the file at ``path`` whose :func:`identity` is ``file_identity``: the one found
         before, else found and kept (as many as ``keep`` planes' overviews hold levels)."""
-        key = (file_identity, plane, level)
+        key = (file_identity, replace(plane, section=None, index=None), level)  # the same for every section
         with self._lock:
             if key in self._levels:
                 self._levels.move_to_end(key)

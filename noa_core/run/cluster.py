@@ -467,10 +467,8 @@ def _write_tiles(task: FileTask, src: PathLike, dst: PathLike, client: distribut
         except BaseException:
             client.cancel(futures)  # stop writing into an output about to be discarded
             raise
-        merged = RunningStatistics()
-        for stats in itertools.chain.from_iterable(run_stats):  # tile order, as the single-process writer
-            merged.merge(stats)                                  # merges: the same bits
-        writer.complete(merged)
+        # in tile order, as the single-process writer merges them: the same bits
+        writer.complete(RunningStatistics.merged(itertools.chain.from_iterable(run_stats)))
     return placing.told([*plan.notices, *writer.notices])
 
 

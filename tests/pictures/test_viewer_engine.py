@@ -149,7 +149,8 @@ def test_tiles_of_an_ome_zarr_pyramid_are_read_from_its_levels(tmp_path, monkeyp
     looked = probes.count(1)
     assert looked >= 1
     again = viewer.tile(store, Plane(section=1), display, 1, 0, 0, file_identity="kept", overviews=overviews)
-    assert probes.count(1) == looked and first != again
+    other = viewer.tile(store, Plane(section=2), display, 1, 0, 0, file_identity="kept", overviews=overviews)
+    assert probes.count(1) == looked and first != again and other != again  # nor again for another section
 
 
 # -- the overview cache -----------------------------------------------------------------------------------------

@@ -114,7 +114,7 @@ def test_an_output_that_is_not_an_mrc_stack_gets_none(built, output):
 
 def test_a_resize_keeps_the_rows_with_the_new_image_size(built):
     """A crop of each image keeps every section (the mdoc's ImageSize becomes the output's, which assert_rows_kept
-    checks against its header); one that crops the sections keeps none."""
+    checks against its header); one that changes the number of sections keeps none."""
     with mrcfile.open(built / "TS.st", header_only=True) as stack:
         height, width = int(stack.header.ny), int(stack.header.nx)
     run(built, "resize", "TS.st", "c.st", "--shape", f"{height - 2},{width - 4}")
@@ -122,7 +122,7 @@ def test_a_resize_keeps_the_rows_with_the_new_image_size(built):
     with mrcfile.open(built / "c.st", header_only=True) as out:
         assert (int(out.header.nx), int(out.header.ny)) == (width - 4, height - 2)
     notes = run(built, "resize", "TS.st", "o.mrc", "--shape", f"40,1,{height},{width}")
-    assert "TS.st: it crops or pads its sections: its TS.rawtlt" in notes
+    assert "TS.st: it changes the number of sections: its TS.rawtlt" in notes
     assert sorted(p.name for p in built.glob("o*")) == ["o.mrc"]
 
 

@@ -29,7 +29,7 @@ def plan(inputs: Inputs, options: Options):
     same_sections = tuple(target[:2]) == tuple(array.shape[:2])
     kept = range(array.shape[stacks.section_axis(array.shape)]) if same_sections else None
     side_files, notices = sidefiles.in_step(inputs, options, array.shape, kept, image_size=(target[3], target[2]),
-                                            why_not="it crops or pads its sections")
+                                            why_not="it changes the number of sections")
     return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=target,
                        reads=boxes.resize_reads(array, target, lambda: value), notices=notices, side_files=side_files)
 

@@ -38,10 +38,7 @@ def _row(found) -> dict:
 
 def _on_cpu(array, device: str, per_batch: bool) -> tuple[dict, list[dict]]:
     batches = batch_statistics(array)
-    total = RunningStatistics()
-    for stats in batches:
-        total.merge(stats)
-    return _row(total.result()), [_row(stats.result()) for stats in batches]
+    return _row(RunningStatistics.merged(batches).result()), [_row(stats.result()) for stats in batches]
 
 
 def _on_device(array, device: str, per_batch: bool) -> tuple[dict, list[dict]]:
