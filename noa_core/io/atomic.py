@@ -438,7 +438,11 @@ def commit_together(outputs: Sequence[TemporaryOutput]) -> None:
     """Give the temporary files of ``outputs`` (one folder tree, one file system) their final names all together,
     or none of them (a particle file and its stack): each made durable first, then placed in order
     (:class:`Placement`); on any failure, SIGTERM's included, what was placed is taken back, what it replaced
-    restored, and the temporaries removed. The outputs replaced are gone once all are placed."""
+    restored, and the temporaries removed. The outputs replaced are gone once all are placed. Outputs on object
+    storage (:class:`RemoteOutput`, all of them) are uploaded in order instead (:func:`remote.upload_together`)."""
+    if any(isinstance(out, RemoteOutput) for out in outputs):
+        _upload_together(outputs)
+        return
     must_sync = durable()
     for out in outputs:
         os.chmod(out.temp, 0o666 & ~_UMASK)
@@ -462,6 +466,19 @@ def commit_together(outputs: Sequence[TemporaryOutput]) -> None:
     if must_sync:
         for folder in dict.fromkeys(out.path.parent for out in outputs):
             fsync_folder(folder)
+
+
+def _upload_together(outputs: Sequence[TemporaryOutput]) -> None:
+    """:func:`commit_together` of outputs on object storage: their temporary files uploaded, then removed."""
+    remote_outputs = [out for out in outputs if isinstance(out, RemoteOutput)]
+    assert len(remote_outputs) == len(outputs)  # one folder: all of them on object storage, or none
+    try:
+        remote.upload_together([(out.temp, out.url) for out in remote_outputs],
+                               all(out.overwrite for out in remote_outputs))
+    finally:
+        for out in remote_outputs:
+            out.abort()  # its temporary file, uploaded or not
+    PLACED.extend(out.path for out in remote_outputs)
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ import functools
 import io
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePath
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -411,6 +411,23 @@ def upload(local: Path, path: RemotePath, overwrite: bool) -> None:
         options["chunksize"] = UPLOAD_PART_BYTES
     with errors(path, "written to"):
         fs.put_file(os.fspath(local), path.url, **options)
+
+
+def upload_together(files: Sequence[tuple[Path, RemotePath]], overwrite: bool) -> None:
+    """Each finished file of ``files`` uploaded to its URL (:func:`upload`), in order: object storage cannot give
+    several objects their names at once, so where one fails the objects uploaded before it are removed again (as
+    far as the store lets them) and none of the new ones is left; the objects they replaced (``overwrite``) are
+    gone."""
+    uploaded: list[RemotePath] = []
+    try:
+        for local, path in files:
+            upload(local, path, overwrite)
+            uploaded.append(path)
+    except BaseException:
+        for path in uploaded:
+            with contextlib.suppress(Exception):  # a failure to remove is no second error on top of the first
+                _filesystem(path).rm_file(path.url)
+        raise
 
 
 def remove_tree(path: RemotePath) -> None:

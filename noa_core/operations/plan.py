@@ -30,6 +30,7 @@ from noa_core.compute import compute_path
 from noa_core.compute.conversion import convert_into
 from noa_core.compute.tiles import Compute, Key, TileReads, plan_tiles, same_tile
 from noa_core.errors import OutputIsInputError, ValueRangeError
+from noa_core.io.remote import remote_path
 
 if TYPE_CHECKING:
     from noa_core.io import Metadata, Writer
@@ -258,9 +259,16 @@ def on_device(compute: Compute, device: str) -> Compute:
 
 
 def check_distinct(dst: PathLike, srcs: Sequence[PathLike]) -> None:
-    """Refuse an output that is one of the inputs: inputs are never modified, even with overwrite."""
+    """Refuse an output that is one of the inputs: inputs are never modified, even with overwrite. A URL is the
+    same as another where their texts are (object storage has no links), and never a file of this machine."""
+    dst_url = remote_path(dst)
     for src in srcs:
-        if Path(dst).exists() and Path(src).exists() and Path(dst).samefile(src):
+        src_url = remote_path(src)
+        if dst_url is None and src_url is None:
+            same = Path(dst).exists() and Path(src).exists() and Path(dst).samefile(src)
+        else:
+            same = dst_url is not None and src_url is not None and dst_url.url == src_url.url
+        if same:
             raise OutputIsInputError(f"{dst}: the output is the input file {src}; write to a new file")
 
 

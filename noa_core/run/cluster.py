@@ -54,7 +54,7 @@ from noa_core.errors import LayoutError, NoaError, SchedulerError, param
 from noa_core.io import atomic, mapped, omezarr, particles
 from noa_core.io.formats import input_bytes
 from noa_core.io.read_options import OmeZarrReadOptions
-from noa_core.io.remote import as_path
+from noa_core.io.remote import as_path, is_remote
 from noa_core.io.stream import Region
 from noa_core.limits import available_cores, replanning
 from noa_core.operations import FileTask, WritesDataSet
@@ -386,16 +386,20 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
 
     Used when every input is memory-mapped (uncompressed, native byte order, stored plainly) or an
     OME-Zarr store, and the output is larger than ``block_bytes``; otherwise the pair is one task. The
-    output must be on a file system every worker sees at the same path. See the module documentation
-    for the protocol.
+    output must be on a file system every worker sees at the same path, or on object storage: then split only on
+    a LocalCluster, whose workers see this machine's temporary folder (else one task writes and uploads it). See
+    the module documentation for the protocol.
     """
     if block_bytes < MIN_BLOCK_BYTES:
         raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES}: tasks that small cost more to "
                           "schedule than they write")
     task, src, dst = _here(task), as_path(src), as_path(dst)
-    if isinstance(task.operation, WritesDataSet):  # it writes its own files (no tiles to share)
-        if task.operation.in_parts:  # written from here, its parts as tasks
-            token = PARTS.set(TaskParts(client, task))
+    # an output on object storage is written in the temporary folder of this process (the file uploaded, its side
+    # files, decoded stores): workers elsewhere do not see it, so one of them writes the output whole in its own
+    shared = not is_remote(dst) or _workers_here(client)
+    if isinstance(task.operation, WritesDataSet) or not shared:  # it writes its own files (no tiles to share)
+        if isinstance(task.operation, WritesDataSet) and task.operation.in_parts and shared:
+            token = PARTS.set(TaskParts(client, task))  # written from here, its parts as tasks
             try:
                 whole = write_pair(task, src, dst, overwrite, progress, resume)
             finally:
@@ -415,6 +419,12 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
                 raise result.error
             return list(result.notices)
         return _write_tiles(task, src, dst, client, plan, decoded, overwrite, block_bytes, progress)
+
+
+def _workers_here(client: distributed.Client) -> bool:
+    """Whether the workers of ``client`` run on this machine: a LocalCluster's (processes or threads), not those
+    of a scheduler reached by its address, which may be anywhere."""
+    return isinstance(client.cluster, _distributed().LocalCluster)
 
 
 class TaskParts:

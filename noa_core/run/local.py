@@ -17,7 +17,7 @@ from noa_core.compute import compute_path
 from noa_core.compute.tiles import TILE_BYTES
 from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError, param
 from noa_core.io.formats import strip_image_suffix
-from noa_core.io.remote import as_path
+from noa_core.io.remote import as_path, remote_path, upload_together
 from noa_core.operations import FileTask
 from noa_core.operations.plan import Plan, check_distinct
 from noa_core.run.batch import PathLike, Progress
@@ -81,7 +81,9 @@ def placed_with_side_files(plan: Plan, dst: PathLike, overwrite: bool) -> Iterat
 def placed_together(outputs: Sequence[Path], overwrite: bool) -> Iterator[Path]:
     """A hidden folder ``.noa-several-*`` beside ``outputs`` (one folder, one file system), in which the caller
     writes each of them under its name; on a clean exit they are made durable, then renamed into place, one
-    ``rename`` each (:class:`~noa_core.io.atomic.Placement`): all of them or none.
+    ``rename`` each (:class:`~noa_core.io.atomic.Placement`): all of them or none. Outputs on object storage are
+    written in a hidden folder of this machine's temporary folder instead, then uploaded one by one, the first
+    removed again where a later one fails (:func:`~noa_core.io.remote.upload_together`).
 
     On any failure or interruption (SIGTERM, Ctrl-C) before or during the renames, the outputs already renamed are
     taken back and those they replaced restored, so nothing else changed. A process killed outright (SIGKILL)
@@ -89,19 +91,23 @@ def placed_together(outputs: Sequence[Path], overwrite: bool) -> Iterator[Path]:
     have their names and the rest, with the outputs they were to replace, wait in the hidden folder (remove
     ``.noa-several-*`` folders no process is using)."""
     folder = outputs[0].parent
-    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=folder))
+    urls = [url for url in map(remote_path, outputs) if url is not None]  # all of them (one folder), or none
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=None if urls else folder))
     placement = None
     try:
-        must_sync = io.atomic.durable()
+        must_sync = io.atomic.durable() and not urls  # uploaded: nothing of this machine's is kept
         with io.atomic.scratch_outputs():  # synced together below: one fsync per file, not two, and no waits between
             yield staging
-        if must_sync:  # every output durable before any takes its name
-            for out in outputs:
-                io.atomic.fsync_output(staging / out.name)
-        placement = io.atomic.Placement([(staging / out.name, out) for out in outputs], overwrite)
-        placement.place()
-        if must_sync:
-            io.atomic.fsync_folder(folder)
+        if urls:
+            upload_together([(staging / url.name, url) for url in urls], overwrite)
+        else:
+            if must_sync:  # every output durable before any takes its name
+                for out in outputs:
+                    io.atomic.fsync_output(staging / out.name)
+            placement = io.atomic.Placement([(staging / out.name, out) for out in outputs], overwrite)
+            placement.place()
+            if must_sync:
+                io.atomic.fsync_folder(folder)
     except BaseException:
         if placement is not None:
             placement.undo()

@@ -296,6 +296,8 @@ def _writer(read: _Read, project: Project, kept: list[int], sections: int, image
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
+    if remote.is_remote(path):  # an object, never a file beside the input
+        return None
     try:
         info = os.stat(path)
     except OSError:

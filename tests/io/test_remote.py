@@ -656,3 +656,115 @@ def test_cli_missing_object_is_one_line_exit_2(s3, tmp_path):
     result = noa("copy", "s3://maps/absent.mrc", str(tmp_path / "out.mrc"), env=s3.env())
     assert_user_error(result, "s3://maps/absent.mrc: no such object")
     assert not (tmp_path / "out.mrc").exists()
+
+
+# -- outputs beside their inputs and side files; the Dask driver (issue 46 review) ------------------------------
+
+
+def test_cli_an_s3_output_that_is_its_own_input_is_refused_and_left_as_it_was(s3, files):
+    s3.client.upload_file(str(files["map.mrc"]), BUCKET, "same/a.mrc")
+    result = noa("copy", "s3://maps/same/a.mrc", "s3://maps/same/a.mrc", "--force", "--dtype", "int16", env=s3.env())
+    assert_user_error(result, "s3://maps/same/a.mrc: the output is the input file s3://maps/same/a.mrc")
+    assert s3.client.get_object(Bucket=BUCKET, Key="same/a.mrc")["Body"].read() == files["map.mrc"].read_bytes()
+    other = noa("copy", "s3://maps/same/a.mrc", "s3://maps/same//a.mrc", env=s3.env())  # another key: written
+    assert other.returncode == 0, other.stderr
+
+
+@pytest.fixture
+def stack(tmp_path) -> Path:
+    """A stack of 3 sections with its .rawtlt beside it, in a folder of its own."""
+    folder = tmp_path / "stack"
+    folder.mkdir()
+    write_mrc(folder / "ts.mrc", np.random.default_rng(3).normal(size=(3, 32, 32)).astype(np.float32), stack=True)
+    (folder / "ts.rawtlt").write_text("-3\n0\n3\n")
+    return folder / "ts.mrc"
+
+
+def test_cli_the_side_files_of_an_output_on_s3_are_uploaded_beside_it(s3, stack, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    remote_run = noa("sections", "--keep", "2,0", stack, "s3://maps/side/r.mrc", env={**s3.env(), "TMPDIR": scratch})
+    assert remote_run.returncode == 0, remote_run.stderr
+    local_run = noa("sections", "--keep", "2,0", stack, tmp_path / "r.mrc")
+    assert local_run.returncode == 0, local_run.stderr
+    assert sorted(_keys(s3, "side/")) == ["side/r.mrc", "side/r.rawtlt"]
+    np.testing.assert_array_equal(_oracle(_downloaded(s3, "side/r.mrc", tmp_path)), _oracle(tmp_path / "r.mrc"))
+    assert _downloaded(s3, "side/r.rawtlt", tmp_path).read_text() == (tmp_path / "r.rawtlt").read_text() == "3\n-3\n"
+    assert list(scratch.iterdir()) == []
+
+
+def test_cli_a_side_file_that_fails_to_upload_leaves_neither_it_nor_the_stack(s3, stack):
+    s3.reset()
+    s3.failing = lambda environ: environ["REQUEST_METHOD"] == "PUT" and environ["PATH_INFO"].endswith(".rawtlt")
+    try:
+        result = noa("copy", stack, "s3://maps/cut/ts.mrc", env={**s3.env(), "AWS_MAX_ATTEMPTS": "1"})
+    finally:
+        s3.reset()
+    assert_user_error(result, "s3://maps/cut/ts.rawtlt: cannot be written to its server (")
+    assert _keys(s3, "cut/") == []
+
+
+def test_cli_tiltseries_to_s3_uploads_the_stack_and_its_files_as_written_here(s3, tmp_path):
+    from tomography.test_tiltseries import HEIGHT, TILTS, WIDTH, real_mdoc
+
+    real_mdoc(tmp_path)
+    write_mrc(tmp_path / "TS_01.mrc", np.random.default_rng(45).integers(-500, 2000, (TILTS, HEIGHT, WIDTH))
+              .astype(np.int16), stack=True, voxel_size=5.4)
+    remote_run = noa("tiltseries", "TS_01.mrc.mdoc", "-o", "s3://maps/ts/TS.st", cwd=tmp_path, env=s3.env())
+    assert remote_run.returncode == 0, remote_run.stderr
+    local_run = noa("tiltseries", "TS_01.mrc.mdoc", "-o", "TS.st", cwd=tmp_path)
+    assert local_run.returncode == 0, local_run.stderr
+    names = ["TS.rawtlt", "TS.st", "TS.st.mdoc", "TS.star", "TS.tlt"]
+    assert sorted(_keys(s3, "ts/")) == [f"ts/{name}" for name in names]
+    fetched = tmp_path / "fetched"
+    fetched.mkdir()
+    for name in names:
+        got = _downloaded(s3, f"ts/{name}", fetched).read_bytes()
+        here = (tmp_path / name).read_bytes()
+        # the STAR names the stack as a particle file names an output: here relative to the project, there its URL
+        assert got == (here.replace(b"@TS.st", b"@s3://maps/ts/TS.st") if name == "TS.star" else here), name
+    assert b"000001@s3://maps/ts/TS.st" in (fetched / "ts_TS.star").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory) -> Path:
+    """A 12.5 MiB map: over the least task budget, so the Dask driver splits it into tile tasks."""
+    path = tmp_path_factory.mktemp("large") / "large.mrc"
+    write_mrc(path, np.random.default_rng(9).normal(size=(40, 256, 320)).astype(np.float32))
+    return path
+
+
+def test_dask_tile_tasks_write_a_file_and_a_store_on_s3(s3_env, large, scratch, tmp_path):
+    """On a LocalCluster of processes, tile tasks fill the file's temporary file (in this machine's temporary
+    folder, which they see), uploaded by the client; a store's chunks are put into the bucket by the tasks."""
+    pytest.importorskip("distributed")
+    from distributed import get_task_stream
+
+    from noa_core import operations
+    from noa_core.run import cluster
+
+    with cluster.connect("local", workers=2) as client, get_task_stream(client) as stream:
+        cluster.write_split(operations.get("copy").task(), large, "s3://maps/dask/large.mrc", client,
+                            block_bytes=cluster.MIN_BLOCK_BYTES)
+        cluster.write_split(operations.get("copy").task({"chunks": (5, 128, 160)}), large,
+                            "s3://maps/dask/large.ome.zarr", client, block_bytes=cluster.MIN_BLOCK_BYTES)
+    assert sum(t["key"].startswith("noa-copy-") for t in stream.data) >= 4  # each output by several tasks
+    data = _oracle(large)
+    np.testing.assert_array_equal(_oracle(_downloaded(s3_env, "dask/large.mrc", tmp_path)), data)
+    np.testing.assert_array_equal(_levels_read_back(s3_env, "s3://maps/dask/large.ome.zarr")[0], data)
+    assert [p.name for p in scratch.iterdir()] == ["dask-scratch-space"]  # Dask's own: nothing of noa's is left
+
+
+def test_dask_workers_elsewhere_write_an_output_on_s3_in_one_task(s3_env, large, tmp_path):
+    """A scheduler reached by its address may have its workers on other machines, which do not see this one's
+    temporary folder: one task writes the output in its own and uploads it."""
+    distributed = pytest.importorskip("distributed")
+    from noa_core import operations
+    from noa_core.run import cluster
+
+    copy = operations.get("copy").task()
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as here, \
+            distributed.Client(here.scheduler_address) as client, distributed.get_task_stream(client) as stream:
+        cluster.write_split(copy, large, "s3://maps/elsewhere/large.mrc", client, block_bytes=cluster.MIN_BLOCK_BYTES)
+    assert [t["key"].split("-")[0] for t in stream.data] == ["write_pair"]  # no tile task
+    np.testing.assert_array_equal(_oracle(_downloaded(s3_env, "elsewhere/large.mrc", tmp_path)), _oracle(large))

@@ -25,13 +25,21 @@ from noa_core.array import Array, asarray, layout
 from noa_core.compute import compute_path
 from noa_core.compute.moments import RunningStatistics
 from noa_core.compute.tiles import Compute, Key
-from noa_core.errors import FileFormatError, MissingFileError, NoaError, ParameterError, ShapeError, param
+from noa_core.errors import (
+    FileFormatError,
+    MissingFileError,
+    NoaError,
+    OutputIsInputError,
+    ParameterError,
+    ShapeError,
+    param,
+)
 from noa_core.images import stacks
 from noa_core.io import atomic, formats, mapped, mrc, star, stream
 from noa_core.io.metadata import Metadata
 from noa_core.io.particles import Project, folder_projects
 from noa_core.io.protocol import OutputSpec
-from noa_core.operations.plan import converter
+from noa_core.operations.plan import check_distinct, converter
 from noa_core.operations.spec import Inputs, Options
 from noa_core.tomography import tiltseries
 from noa_core.tomography.tiltseries import TiltSeries
@@ -291,8 +299,10 @@ def _outputs(output: Path) -> dict[str, Path]:
 def _check_outputs(outputs: list[Path], read: list[Path], overwrite: bool) -> None:
     """No output is a file read (the mdoc, the stack), and none is there unless ``overwrite``."""
     for path in outputs:
-        if any(path.exists() and os.path.samefile(path, source) for source in read):
-            raise FileFormatError(f"{path}: is an input of this tilt series; name the output otherwise")
+        try:
+            check_distinct(path, read)
+        except OutputIsInputError:  # named by the output alone: the stack is read by its descriptor (/proc/self/fd)
+            raise OutputIsInputError(f"{path}: is an input of this tilt series; name the output otherwise") from None
         atomic.check_output(path, overwrite)
 
 
