@@ -1,11 +1,11 @@
 """EER movie -> fractions of MRC with a gain: noa against a tifffile + imagecodecs + NumPy script doing the same.
 
     python benchmarks/bench_eer.py CACHE_DIR [--frames 1000] [--size 4096] [--group 40] [--dose 0.02]
-                                   [--pages 100000]
+                                   [--pages 100000] [--upsampling 1 2]
 
 A synthetic movie (``--frames`` frames of ``--size``^2 pixels at ``--dose`` events per pixel per frame; 50
 distinct frames repeated, which costs the decoders as much as distinct ones) and a .gain reference are
-cached in CACHE_DIR. Each run writes float32 fractions (counts x gain), at upsampling 1 and 2; the script
+cached in CACHE_DIR. Each run writes float32 fractions (counts x gain), at each ``--upsampling``; the script
 is what users write today: each page decoded by tifffile (imagecodecs' eer_decode), summed in NumPy,
 multiplied by the gain, written with mrcfile. Printed: median seconds of 3 paired rounds, the ratio noa /
 script (goal <= 0.5; the median of the rounds' ratios, each round's ratio below it: the spread) and peak RSS
@@ -78,6 +78,7 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=40)
     parser.add_argument("--dose", type=float, default=0.02)
     parser.add_argument("--pages", type=int, default=100_000)
+    parser.add_argument("--upsampling", type=int, nargs="+", choices=(1, 2), default=[1, 2])
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     movie, gain = make_movie(args.cache, args.frames, args.size, args.dose)
@@ -91,7 +92,7 @@ def main() -> None:
     theirs = args.cache / "script.mrc"
     print(f"{args.frames} frames of {args.size}^2 at {args.dose} e/px/frame, fractions of {args.group}, with gain")
     print(f"{'upsampling':<12}{'noa s':>8}{'script s':>10}{'ratio':>8}{'noa MiB':>10}{'script MiB':>11}")
-    for upsampling in (1, 2):
+    for upsampling in args.upsampling:
         result = paired([str(noa), "copy", str(movie), str(out), "--eer-group", str(args.group), "--eer-upsampling",
                          str(upsampling), "--gain", str(gain), "--force", "-q"],
                         [sys.executable, str(script), str(movie), str(gain), str(theirs), str(args.group),

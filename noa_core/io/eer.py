@@ -17,11 +17,11 @@ into RELION's multiplicative gain. Rows are kept as stored (row 0 is the first t
 
 Decoding is one numba kernel (:func:`noa_core.kernels.eer.decode_codes`, held to imagecodecs' ``eer_decode``
 by the tests; compression 65000 as RELION reads it, see :data:`FULL_CODES`) adding each frame's events into one
-uint16 accumulator per fraction while it walks the strip's codes, which must reach its last pixel (a strip cut
-short is refused, not read as fewer events). A kernel of noa's, not imagecodecs' decoder, because a strip's codes
-had to be walked by noa anyway (imagecodecs reads a strip cut short as fewer events), and because imagecodecs
-places each event at upsampling 2 in about 200 ns, 4-10x the kernel's time: 72 of 95 s of a 400-frame 4K movie;
-fractions are decoded side by side in threads (the kernel releases
+accumulator per fraction (uint8 up to 255 frames a fraction, :func:`accumulator_dtype`) while it walks the strip's
+codes, which must reach its last pixel (a strip cut short is refused, not read as fewer events). A kernel of
+noa's, not imagecodecs' decoder, because a strip's codes had to be walked by noa anyway (imagecodecs reads a strip
+cut short as fewer events), and because imagecodecs places each event at upsampling 2 in about 200 ns, 4-10x the
+kernel's time: 72 of 95 s of a 400-frame 4K movie; fractions are decoded side by side in threads (the kernel releases
 the GIL), so memory holds one fraction per thread (:data:`THREAD_BYTES` in all), never the movie; a gain
 multiplies it in cache-sized bands of rows, a frame-sized gain without an upsampled copy of itself. A read that is
 not by tiles gets the fractions in an unlinked temporary file mapped read-only (as OME-Zarr chunks do). For a
@@ -84,7 +84,7 @@ COMPRESSIONS = {65000: (8, 2, 2), 65001: (7, 2, 2), 65002: None}  # run, x and y
 # files", "bit waste on overflow code") read it. The others waste none (the EER specification's example).
 FULL_CODES = frozenset({65000})
 _BIT_TAGS = (65007, 65008, 65009)
-MAX_GROUP = 65535  # a uint16 accumulator holds at most one event per grid pixel and frame
+MAX_GROUP = 65535  # a uint16 accumulator holds at most one event per grid pixel and frame (accumulator_dtype)
 MAX_FRACTION_PIXELS = 1 << 28  # 16K x 16K: a 4K detector at --eer-upsampling 3
 MAX_STRIPS = 1 << 24  # strips in a movie: its table of offsets and byte counts stays under 256 MiB
 THREAD_BYTES = 320 << 20  # the accumulators of the fractions decoded at once (one per thread): at most this much
@@ -521,8 +521,16 @@ def _inverted(counts: np.ndarray) -> np.ndarray:
 # -- decoding -------------------------------------------------------------------------------------
 
 
+def accumulator_dtype(frames: int) -> np.dtype:
+    """The counts of a fraction summing at most ``frames`` frames: uint8 up to 255 frames, else uint16 (up to
+    :data:`MAX_GROUP`). A frame adds at most one event to a grid pixel at every upsampling
+    (:func:`~noa_core.kernels.eer.decode_codes`), so no count exceeds ``frames``; uint8 halves what the fractions
+    decoded at once hold (128 MiB less for three 8K fractions)."""
+    return np.dtype(np.uint8 if frames <= np.iinfo(np.uint8).max else np.uint16)
+
+
 def _decode_frames(path: Path, fd: int, movie: Movie, frames: range, out: np.ndarray, level: int) -> None:
-    """Add the events of ``frames`` into ``out`` (uint16, the fraction's grid), strip by strip
+    """Add the events of ``frames`` into ``out`` (:func:`accumulator_dtype`, the fraction's grid), strip by strip
     (:func:`~noa_core.kernels.eer.decode_codes`), each strip's codes checked to reach its last pixel (a strip cut
     short is refused, not read as fewer events)."""
     skip, horz, vert = movie.bits
@@ -561,34 +569,41 @@ def _threads(fraction_bytes: int, count: int) -> int:
 
 
 class _Decoder:
-    """Decodes fractions of ``plan``: :meth:`counts` into an accumulator, :meth:`multiply` rows of those counts
-    by the gain, and :meth:`fraction` both, into the accumulator of the thread decoding it (reused), handing
-    the rows to ``put(fraction, rows, first_row)``: uint16 counts, or float32 counts x gain in cache-sized
-    bands of rows. ``gain`` is on the grid, or on the frame (:func:`reading_gain`), each pixel then
-    multiplying its k x k grid pixels. ``fd``: the movie, open."""
+    """Decodes fractions of ``plan``: :meth:`counts` into an accumulator (of :attr:`accumulator` type),
+    :meth:`multiply` rows of those counts by the gain, and :meth:`fraction` both, into the accumulator of the
+    thread decoding it (reused), handing the rows to ``put(fraction, rows, first_row)``: the uint16 counts
+    themselves, or (uint8 counts, or a gain) ``plan.dtype`` rows in cache-sized bands. ``gain`` is on the grid,
+    or on the frame (:func:`reading_gain`), each pixel then multiplying its k x k grid pixels. ``fd``: the movie,
+    open."""
 
     def __init__(self, path: Path, fd: int, movie: Movie, plan: Fractions, gain: np.ndarray | None) -> None:
         self.path, self.fd, self.movie, self.plan, self.gain = path, fd, movie, plan, gain
         self.shape = tuple(plan.shape(movie)[2:])
         self.level = plan.factor[0].bit_length() - 1
+        self.accumulator = accumulator_dtype(max(len(group) for group in plan.groups))
+        self.banded = self.accumulator != plan.dtype  # counts handed on in bands of plan.dtype rows
         self.k = 1 if gain is None else self.shape[0] // gain.shape[0]
         self.rows = max(self.k, _BAND_BYTES // (self.shape[1] * 4) // self.k * self.k)  # whole gain rows a band
         self.local = threading.local()
 
     @property
     def thread_bytes(self) -> int:
-        """What one decoding thread holds: its accumulator and its band of gained rows."""
-        return math.prod(self.shape) * 2 + (self.rows * self.shape[1] * 4 if self.gain is not None else 0)
+        """What one decoding thread holds: its accumulator and its band of rows."""
+        band = self.rows * self.shape[1] * self.plan.dtype.itemsize if self.banded else 0
+        return math.prod(self.shape) * self.accumulator.itemsize + band
 
     def counts(self, index: int, out: np.ndarray) -> None:
-        """The events of fraction ``index`` counted into ``out`` (uint16, the fraction's grid)."""
+        """The events of fraction ``index`` counted into ``out`` (:attr:`accumulator`, the fraction's grid)."""
         out.fill(0)
         _decode_frames(self.path, self.fd, self.movie, self.plan.groups[index], out, self.level)
 
     def multiply(self, counts: np.ndarray, first: int, out: np.ndarray) -> None:
-        """``out`` (float32, at most :attr:`rows` rows) = rows ``first ..`` of ``counts`` x the gain."""
+        """``out`` (``plan.dtype``, at most :attr:`rows` rows) = rows ``first ..`` of ``counts`` x the gain (or
+        without a gain, the counts as they are)."""
         gain, k, n = self.gain, self.k, len(out)
-        assert gain is not None  # a read with a gain
+        if gain is None:
+            out[:] = counts[first:first + n]
+            return
         if k == 1:
             np.multiply(counts[first:first + n], gain[first:first + n], out=out)
             return
@@ -609,11 +624,11 @@ class _Decoder:
     def fraction(self, index: int, put: Callable[[int, np.ndarray, int], None]) -> None:
         local, shape, rows = self.local, self.shape, self.rows
         if not hasattr(local, "counts"):
-            local.counts = np.empty(shape, np.uint16)
-            local.band = np.empty((min(rows, shape[0]), shape[1]), np.float32) if self.gain is not None else None
+            local.counts = np.empty(shape, self.accumulator)
+            local.band = np.empty((min(rows, shape[0]), shape[1]), self.plan.dtype) if self.banded else None
         counts = local.counts
         self.counts(index, counts)
-        if self.gain is None:
+        if not self.banded:
             put(index, counts, 0)
             return
         for first in range(0, shape[0], rows):
@@ -686,7 +701,7 @@ class _OnDemand:
         try:
             counts = self.spare.pop()
         except IndexError:
-            counts = np.empty(self.decoder.shape, np.uint16)
+            counts = np.empty(self.decoder.shape, self.decoder.accumulator)
         self.decoder.counts(index, counts)
         return counts
 

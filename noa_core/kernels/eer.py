@@ -29,6 +29,9 @@ def decode_codes(data, skipbits, horzbits, vertbits, out, level, full_codes):
     65000, as RELION's ``EERRenderer::renderFrames`` and Thermo Fisher's reader of those files read it).
     Returns the pixel index the codes reach: the strip's pixel count for a whole stream, less when the data
     end first (a strip cut short), more when a run jumps past the end; events past the end are not added.
+    An event is placed in the pixel its run reaches, at one of that pixel's grid positions, and the walk then
+    moves past the pixel: a stream adds at most 1 to any grid pixel, at every ``level`` (the bound that sizes
+    the accumulators, :func:`noa_core.io.eer.accumulator_dtype`).
 
     A 64-bit buffer of bits (a code has at most 16), and the event's row and column followed as the runs add
     up, so that no event costs a division."""

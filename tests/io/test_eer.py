@@ -713,6 +713,45 @@ def test_kernel_decodes_as_imagecodecs(bits, upsampling):
     np.testing.assert_array_equal(ours, theirs)
 
 
+@pytest.mark.parametrize("upsampling", [1, 2])
+def test_counts_fill_the_accumulator_chosen_by_the_group(tmp_path, monkeypatch, upsampling):
+    """A frame adds at most one event to a grid pixel, so a fraction of up to 255 frames is counted in uint8 and
+    one of 256 or more in uint16: with an event in one pixel (at one sub-pixel) in each of 256 frames, fractions
+    of 255 and 256 frames (read whole, by tiles, with a gain) hold tifffile's frames summed in NumPy: 255 and 256
+    there, neither wrapped."""
+    from noa_core.io import mapped
+
+    assert [eer.accumulator_dtype(n) for n in (1, 255, 256, eer.MAX_GROUP)] == [np.uint8, np.uint8, np.uint16,
+                                                                               np.uint16]
+    rng = np.random.default_rng(3)
+    pages = []
+    for _ in range(256):
+        positions, subx, suby = random_frame(rng, 8, 8, 0.3, (7, 2, 2))
+        keep = positions != 9
+        positions, subx, suby = (np.r_[9, positions[keep]], np.r_[1, subx[keep]], np.r_[2, suby[keep]])
+        order = np.argsort(positions)
+        pages.append([encode_frame(positions[order], subx[order], suby[order], 64, (7, 2, 2))])
+    write_eer(tmp_path / "m.eer", pages, 8, 8)
+    tifffile.imwrite(tmp_path / "g.gain", np.random.default_rng(4).uniform(0.5, 2, (8, 8)).astype(np.float32))
+    frames = tifffile_frames(tmp_path / "m.eer", upsampling)
+    accumulators = []
+    decode_frames = eer._decode_frames
+    monkeypatch.setattr(eer, "_decode_frames", lambda *args: accumulators.append(args[4].dtype) or
+                        decode_frames(*args))
+    for group, accumulator in ((255, np.uint8), (256, np.uint16)):
+        expected = fractions_of(frames, group, True)
+        assert expected.max() == group
+        options = dict(eer_group=group, eer_group_last="keep", eer_upsampling=upsampling)
+        accumulators.clear()
+        np.testing.assert_array_equal(io.read(tmp_path / "m.eer", **options)[0].numpy()[:, 0], expected)
+        lazy = io.read(tmp_path / "m.eer", tiles=True, **options)[0].numpy()
+        np.testing.assert_array_equal(mapped.read_view(lazy)[:, 0], expected)
+        gained = io.read(tmp_path / "m.eer", tiles=True, gain=str(tmp_path / "g.gain"), **options)[0].numpy()
+        gain = relion_gain(tifffile.imread(tmp_path / "g.gain"), True, expected.shape[1:])
+        np.testing.assert_array_equal(mapped.read_view(gained)[:, 0], expected.astype(np.float32) * gain)
+        assert set(accumulators) == {np.dtype(accumulator)}
+
+
 def test_stats_of_a_movie_read_on_demand_are_numpys(tmp_path):
     """noa stats reads its input by tiles alone, so an EER movie's fractions are decoded as it goes: the
     per-fraction and whole statistics are NumPy's of tifffile's frames summed."""
