@@ -357,9 +357,10 @@ def euler_matrix(alpha: float, beta: float, gamma: float) -> np.ndarray:
 class ObjectStore:
     """An S3 server on loopback (moto in server mode) that counts the body bytes it sends per object key: what a
     remote read fetched. ``endpoint`` is its URL, ``client`` a boto3 client on it (any key and secret sign for
-    moto), ``sent`` bytes of GET bodies per ``bucket/key`` since the last :meth:`reset`; ``failing``, when set,
-    is asked of every request (its WSGI environ), and those it says True of are answered 500 InternalError (a
-    store failing mid-upload)."""
+    moto), ``sent`` bytes of GET bodies per ``bucket/key`` and ``requests`` the ``(method, bucket/key)`` of every
+    request since the last :meth:`reset`; ``failing``, when set, is asked of every request (its WSGI environ), and
+    those it says True of are answered 500 InternalError (a store failing mid-upload), or with the HTTP status it
+    gives instead of True (403: access refused)."""
 
     def __init__(self) -> None:
         import threading
@@ -373,13 +374,20 @@ class ObjectStore:
                 """Requests go unlogged: the tests count what they fetch instead."""
 
         self.sent: dict[str, int] = {}
-        self.failing: Callable[[dict], bool] | None = None
+        self.requests: list[tuple[str, str]] = []
+        self.failing: Callable[[dict], bool | int] | None = None
         moto = DomainDispatcherApplication(create_backend_app)
 
         def counting(environ, start_response):
             key = environ.get("PATH_INFO", "").lstrip("/")
-            if self.failing is not None and self.failing(environ):
+            self.requests.append((environ.get("REQUEST_METHOD", ""), key))
+            failure = self.failing is not None and self.failing(environ)
+            if failure:
                 environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+                if failure == 403:
+                    start_response("403 Forbidden", [("Content-Type", "application/xml")])
+                    return [b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>AccessDenied</Code>"
+                            b"<Message>Access Denied</Message></Error>"]
                 start_response("500 Internal Server Error", [("Content-Type", "application/xml")])
                 return [b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>InternalError</Code>"
                         b"<Message>We encountered an internal error.</Message></Error>"]
@@ -403,6 +411,7 @@ class ObjectStore:
 
     def reset(self) -> None:
         self.sent.clear()
+        self.requests.clear()
         self.failing = None
 
     def close(self) -> None:

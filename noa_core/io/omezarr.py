@@ -447,7 +447,11 @@ def _settle() -> None:
 
 def _why(store, exc: BaseException) -> str:
     """Why a zarr call failed, in words: the store's refusal of a file first (zarr reports some as
-    missing arrays), else what zarr said."""
+    missing arrays), else what zarr said. A failure of the remote storage under it is raised as the store said
+    it (:func:`noa_core.io.remote.zarr_store`): the server's, not the data's."""
+    failure = getattr(store, "failure", None)
+    if failure is not None:
+        raise failure from None
     return getattr(store, "refused", None) or _in_words(exc)
 
 

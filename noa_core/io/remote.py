@@ -67,10 +67,13 @@ class RemotePath(type(Path())):  # type: ignore[misc]  # PosixPath (or WindowsPa
     two are equal when their URLs are. Never opened as a local file: every reader asks :func:`remote_path`."""
 
     url: str  # the URL read, exactly as given (query included), its scheme in lower case
+    # What the server said of the URL at the first look (fsspec's info: type, size), kept so that a read (made of a
+    # URL at its door) asks once however many checks and opens it makes; a new RemotePath looks again.
+    looked_up: dict | None
 
     def __new__(cls, url: str) -> RemotePath:
         path = super().__new__(cls, url)
-        path.url = url
+        path.url, path.looked_up = url, None
         return path
 
     def __reduce__(self) -> tuple:
@@ -202,13 +205,53 @@ def _made(protocol: str, settings: tuple[tuple[str, str], ...]) -> Any:
 def zarr_store(path: RemotePath, read_only: bool) -> Any:
     """The zarr store of the store at ``path`` (its chunks read and written as objects) through the file system
     :func:`_filesystem` gives: zarr's calls run in threads on it, so its connections are closed with it (an
-    asynchronous one of zarr's own would leave them open at exit)."""
+    asynchronous one of zarr's own would leave them open at exit). A read the storage fails (the server gone,
+    access refused) is said as :func:`errors` says a file's, naming the object, and kept as the store's
+    ``failure`` (zarr's callers wrap what they catch); a missing object is zarr's fill value."""
     from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
-    from zarr.storage import FsspecStore
 
     fs = _filesystem(path)
-    return FsspecStore(AsyncFileSystemWrapper(fs, asynchronous=True), path=fs._strip_protocol(path.url),
-                       read_only=read_only)
+    store = _reading_store_class()(AsyncFileSystemWrapper(fs, asynchronous=True), path=fs._strip_protocol(path.url),
+                                   read_only=read_only)
+    store.url = path
+    return store
+
+
+@functools.cache
+def _reading_store_class() -> type[Any]:
+    """zarr's FsspecStore, its reads' failures in one line (built on first use: zarr is imported by the first store
+    read or written only)."""
+    from zarr.storage import FsspecStore
+
+    class ReadingStore(FsspecStore):
+        url: RemotePath
+        failure: FileFormatError | None = None  # the first read the storage failed
+
+        def with_read_only(self, read_only: bool = False) -> FsspecStore:
+            store = super().with_read_only(read_only)  # of this class, without the URL
+            store.url = self.url  # type: ignore[attr-defined]
+            return store
+
+        async def get(self, key: str, prototype: Any, byte_range: Any = None) -> Any:
+            with self._said(self.url / key):
+                return await super().get(key, prototype, byte_range)
+
+        async def get_partial_values(self, prototype: Any, key_ranges: Any) -> list[Any]:
+            key_ranges = list(key_ranges)
+            keys = {key for key, _ in key_ranges}
+            with self._said(self.url / keys.pop() if len(keys) == 1 else self.url):
+                return await super().get_partial_values(prototype, key_ranges)
+
+        @contextlib.contextmanager
+        def _said(self, path: RemotePath) -> Iterator[None]:
+            try:
+                with errors(path):
+                    yield
+            except FileFormatError as exc:
+                self.failure = self.failure or exc
+                raise
+
+    return ReadingStore
 
 
 # A URL's user and password, and its query (a signature), in whatever spelling a back end prints the URL
@@ -260,8 +303,11 @@ def _refused(path: RemotePath, exc: BaseException, doing: str = "read from") -> 
 
 
 def _info(path: RemotePath, fs: Any) -> dict:
-    with errors(path):
-        return fs.info(path.url)
+    """What the server says of ``path`` (one request the first time, none after: :attr:`RemotePath.looked_up`)."""
+    if path.looked_up is None:
+        with errors(path):
+            path.looked_up = fs.info(path.url)
+    return path.looked_up
 
 
 def is_folder(path: RemotePath) -> bool:
@@ -297,6 +343,7 @@ def open_input(path: RemotePath) -> Any:
         raise EmptyFileError(f"{path}: size: the file is empty (0 bytes)")
     with errors(path):
         file = fs.open(path.url, "rb", block_size=HEADER_BLOCK_BYTES, cache_type="readahead", size=info["size"])
+    file.details = info  # s3fs's file asks for them at its first read otherwise
     return RemoteFile(path, file)
 
 

@@ -23,7 +23,7 @@ import tifffile
 
 from helpers import ObjectStore, assert_user_error, free_port, noa, object_store, write_mrc
 from noa_core import io
-from noa_core.errors import FileFormatError, MissingFileError, OutputExistsError, UnknownFormatError
+from noa_core.errors import CorruptFileError, FileFormatError, MissingFileError, OutputExistsError, UnknownFormatError
 from noa_core.io import mapped, remote
 
 BUCKET = "maps"
@@ -218,6 +218,40 @@ def test_one_section_fetches_the_header_and_that_section(s3_env, files):
     assert SECTION_BYTES <= fetched <= SECTION_BYTES + HEADER_ALLOWANCE < whole / 4, (fetched, whole)
 
 
+def _methods(store: ObjectStore, key: str) -> dict[str, int]:
+    """How many requests of each method the server answered for ``bucket/key`` since its reset."""
+    counts: dict[str, int] = {}
+    for method, asked in store.requests:
+        if asked == key:
+            counts[method] = counts.get(method, 0) + 1
+    return counts
+
+
+@pytest.fixture
+def stack4(s3, tmp_path) -> np.ndarray:
+    """A stack of 4 sections as ``s3://maps/stack4.mrc`` (its data returned)."""
+    data = np.random.default_rng(4).normal(size=(4, 64, 80)).astype(np.float32)
+    write_mrc(tmp_path / "stack4.mrc", data, voxel_size=2.0)
+    s3.client.upload_file(str(tmp_path / "stack4.mrc"), BUCKET, "stack4.mrc")
+    s3.reset()
+    return data
+
+
+def test_one_section_of_a_stack_asks_what_the_object_is_once(s3_env, stack4):
+    """The existence, folder and size checks, detection and the format's own open share one look (HEAD) at the
+    object; the header is fetched for detection and for the format (GET), then the section (GET)."""
+    array, _ = io.read("s3://maps/stack4.mrc", tiles=True)
+    np.testing.assert_array_equal(mapped.read_view(array.numpy()[0, 2]), stack4[2])
+    assert _methods(s3_env, "maps/stack4.mrc") == {"HEAD": 1, "GET": 3}
+
+
+def test_cli_info_asks_what_the_object_is_once(s3, stack4):
+    result = noa("info", "s3://maps/stack4.mrc", env=s3.env())
+    assert result.returncode == 0, result.stderr
+    assert "1, 4, 64, 80" in result.stdout
+    assert _methods(s3, "maps/stack4.mrc") == {"HEAD": 1, "GET": 2}
+
+
 def test_a_whole_read_gives_the_values_and_metadata_of_the_local_file(s3_env, files):
     array, meta = io.read("s3://maps/map.mrc")
     local_meta = io.probe(files["map.mrc"]).metadata
@@ -312,6 +346,58 @@ def test_an_ome_zarr_store_on_s3_reads_as_the_local_one(s3_env, files, tmp_path)
     assert meta.format == "omezarr" and meta.path == "s3://maps/map.ome.zarr"
     np.testing.assert_array_equal(array.numpy()[0], _oracle(files["map.mrc"]))
     assert meta.pixel_size == pytest.approx((1.5, 1.5, 1.5))
+
+
+def _store_on_s3(store: ObjectStore, files: dict[str, Path], folder: Path, name: str) -> np.ndarray:
+    """The MRC map's data written as an OME-Zarr store of 4 chunks here and uploaded as ``s3://maps/NAME``; the
+    data returned."""
+    local = folder / name
+    data = _oracle(files["map.mrc"])
+    with io.create(local, (1, *SHAPE), data.dtype, write_options={"chunks": "8,96,128"}) as out:
+        io.copy_into(data, out)
+    for part in local.rglob("*"):
+        if part.is_file():
+            store.client.upload_file(str(part), BUCKET, f"{name}/{part.relative_to(local).as_posix()}")
+    return data
+
+
+# A chunk's key in a store (v2 "0/1.0.0", v3 "0/c/1/0/0"), not a metadata document's
+_CHUNK = re.compile(r"/0/(c/)?[0-9][0-9./]*$")
+
+
+@pytest.mark.parametrize("status, message", [
+    (True, r"cannot be read from its server \(.*internal error.*\)$"),
+    (403, r"access refused \(Access Denied\); check the credentials"),
+])
+def test_an_ome_zarr_chunk_the_server_fails_is_said_as_a_failure_of_the_storage(s3_env, files, tmp_path,
+                                                                                 monkeypatch, status, message):
+    """A chunk the server fails after the store opened is the storage's failure, named by its object's URL, not
+    corrupt data."""
+    _store_on_s3(s3_env, files, tmp_path, "chunk-refused.ome.zarr")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # the server's 500 is not retried for seconds
+    s3_env.failing = lambda environ: status if environ["REQUEST_METHOD"] == "GET" and "chunk-refused" in \
+        environ["PATH_INFO"] and _CHUNK.search(environ["PATH_INFO"]) else False
+    with pytest.raises(FileFormatError) as caught:
+        io.read("s3://maps/chunk-refused.ome.zarr")
+    assert not isinstance(caught.value, CorruptFileError)
+    said = str(caught.value)
+    assert re.match(r"^s3://maps/chunk-refused.ome.zarr/0/(c/)?[0-9][0-9./]*: " + message, said), said
+    assert "\n" not in said
+
+
+def test_an_ome_zarr_chunk_missing_on_s3_reads_as_the_fill_value(s3_env, files, tmp_path):
+    """OME-Zarr's rule: a chunk object that is not there holds the array's fill value."""
+    import zarr
+
+    data = _store_on_s3(s3_env, files, tmp_path, "sparse.ome.zarr")
+    keys = sorted(k for k in _keys(s3_env, "sparse.ome.zarr/0/") if _CHUNK.search("/" + k))
+    assert len(keys) == SHAPE[0] // 8
+    s3_env.client.delete_object(Bucket=BUCKET, Key=keys[1])  # sections 8..15
+    array, _ = io.read("s3://maps/sparse.ome.zarr")
+    fill = zarr.open_array(tmp_path / "sparse.ome.zarr" / "0", mode="r").fill_value
+    expected = data.copy()
+    expected[8:16] = fill
+    np.testing.assert_array_equal(array.numpy()[0], expected)
 
 
 # -- writing to S3 -----------------------------------------------------------------------------------
