@@ -1,10 +1,10 @@
 """noa_core.tomography.sidefiles (issue 45 item 3, second half): `noa sections`, `bin`, `rescale`, `filter`, `flip`,
-`normalize`, `scale`, `resize` and `copy` on a tilt series `noa tiltseries` built keep its .rawtlt, .tlt, mdoc and RELION 5 STAR in
-step with the sections they keep, beside the output and named after it. The expected rows are taken from the input's
-files with NumPy, mdocfile and starfile; `noa tiltcheck` (the committed checker) passes on every output. Files that
-disagree with the stack, and outputs that do not keep sections one to one, get none and a notice; a failed write
-leaves neither the stack nor any of them; Dask writes the same files; over HTTP they are written under the data
-root."""
+`normalize`, `scale`, `resize` and `copy` on a tilt series `noa tiltseries` built keep its .rawtlt, .tlt, mdoc and
+RELION 5 STAR in step with the sections they keep, beside the output and named after it. The expected rows are taken
+from the input's files with NumPy, mdocfile and starfile; `noa tiltcheck` (the committed checker) passes on every
+output. Files that disagree with the stack, and outputs that do not keep sections one to one, get none and a notice;
+a failed write leaves neither the stack nor any of them; Dask writes the same files; over HTTP they are written under
+the data root."""
 
 from __future__ import annotations
 
