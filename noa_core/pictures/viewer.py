@@ -296,14 +296,26 @@ def tile(path: str | os.PathLike, plane: Plane, display: Display, level: int, x:
         overviews.get(path, file_identity, plane, max_voxels=max_voxels)
     lo, hi = drawing.contrast_limits(() if overview is None else overview.values, display.contrast)
     if overview is not None and (1 << level) % overview.step == 0:
-        top, bottom, left, right = (-(-edge // overview.step) for edge in region)
-        values = drawing.block_mean(overview.values[top:bottom, left:right], (1 << level) // overview.step)
+        values = _from_overview(overview, region, (1 << level) // overview.step)
         return picture(values.astype(np.float32), display, lo, hi)
     stored = overviews.pyramid_level(path, file_identity, plane, level)
     if stored:
         plane, region = _at_stored_level(plane, region, stored)
     return picture(read(path, plane, region=region, step=1 << (level - stored), max_voxels=max_voxels),
                    display, lo, hi)
+
+
+def _from_overview(overview: Overview, region: Region, factor: int) -> np.ndarray:
+    """The block means of ``factor`` x ``factor`` of the overview's pixels over ``region`` of the plane, each pixel
+    weighted by the plane's pixels it is the mean of (a partial block at the plane's end has fewer): the plane's own
+    block means, at its edges too."""
+    top, bottom, left, right = (-(-edge // overview.step) for edge in region)
+    rows, cols = overview.shape
+    step = overview.step
+    weights = np.outer(np.minimum(step, rows - step * np.arange(top, bottom)),
+                       np.minimum(step, cols - step * np.arange(left, right))).astype(np.float64)
+    weighted = overview.values[top:bottom, left:right] * weights
+    return drawing.block_mean(weighted, factor) / drawing.block_mean(weights, factor)
 
 
 def pyramid_level(path: str | os.PathLike, plane: Plane, level: int) -> int:

@@ -110,6 +110,25 @@ def test_coarse_tiles_are_drawn_from_the_overview_without_reading(tmp_path, monk
         viewer.tile(path, Plane(), display, 0, 0, 0, file_identity=identity_of(path), overviews=overviews)
 
 
+def test_a_tile_drawn_from_the_overview_weighs_its_partial_edge_blocks(tmp_path, monkeypatch):
+    """A plane of odd size (1003 x 1301: overview step 2, its last row and column the means of one pixel each): a
+    level-2 tile at the edge is the plane's own 4 x 4 block means, the overview's full and partial pixels weighed by
+    the pixels they stand for, and it is drawn without reading the file again."""
+    data = write_mrc(tmp_path / "odd.mrc", integers((1003, 1301), seed=12))
+    path, overviews, display = tmp_path / "odd.mrc", Overviews(), Display("range:-800,900")
+    assert overviews.get(path, identity_of(path), Plane()).step == 2
+
+    def unread(*args, **kwargs):
+        raise AssertionError("read again")
+
+    monkeypatch.setattr(viewer, "read", unread)
+    for x in (0, 1):
+        got = viewer.tile(path, Plane(), display, 2, x, 0, file_identity=identity_of(path), overviews=overviews)
+        top, bottom, left, right = viewer.tile_region(1003, 1301, 2, x, 0)
+        want = gray(block_mean(data[top:bottom, left:right].astype(np.float64), 4), -800, 900)
+        np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(got))), want)
+
+
 def test_tiles_of_an_ome_zarr_pyramid_are_read_from_its_levels(tmp_path, monkeypatch):
     """Issue 46 item 2: a tile of level L of a stack's OME-Zarr pyramid reads the store's level L (zarr's own read
     of that level the oracle); with level 0's chunks gone, coarse tiles still draw, level 0 cannot. A volume's
