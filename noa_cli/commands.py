@@ -23,7 +23,7 @@ from noa_cli import report
 from noa_cli.parse import CliParam
 from noa_core import run
 from noa_core.errors import NoaError, ParameterError
-from noa_core.io.remote import as_path, is_remote
+from noa_core.io.remote import as_path, check_folder, exists, remote_path
 from noa_core.operations import (
     Edits,
     FileTask,
@@ -133,11 +133,15 @@ def _pairs(paths: list[Path], out_dir: Path | None, suffix: str | None = None) -
 @contextlib.contextmanager
 def _output_folder(out_dir: Path | None) -> Iterator[None]:
     """``--out-dir`` made with its missing parents, as ``mkdir -p`` (and RELION for its outputs); a run that
-    fails leaves none of the folders it made empty behind. One error for one cause, not one per input."""
+    fails leaves none of the folders it made empty behind. On object storage, its bucket checked instead. One error
+    for one cause, not one per input."""
     from noa_core.errors import NotAFileError
 
     made: list[Path] = []
-    if out_dir is not None and not is_remote(out_dir) and not out_dir.is_dir():  # object storage has no folders
+    url = None if out_dir is None else remote_path(out_dir)
+    if url is not None:  # a prefix of keys, nothing to make: its bucket checked once for every output
+        check_folder(url)
+    elif out_dir is not None and not out_dir.is_dir():
         for folder in (*reversed(out_dir.parents), out_dir):
             if folder.exists() and not folder.is_dir():
                 raise NotAFileError(f"{out_dir}: --out-dir names a file, not a folder" if folder == out_dir
@@ -163,7 +167,7 @@ def _execute(task: FileTask, pairs: list[tuple[Path, Path]], *, force: bool, res
         raise report.UsageError("--workers sizes the cluster of --scheduler local")
     where = "" if scheduler is None else f" on {scheduler}"
     if scheduler is None:  # placed by this process (Dask's workers place theirs)
-        report.expect_outputs([dst for _, dst in pairs if not (resume and dst.exists())], quiet)
+        report.expect_outputs([dst for _, dst in pairs if not (resume and exists(dst))], quiet)
     with (run.driver(scheduler, workers=workers) as driver,
           report.progress(f"noa {task.name}: {len(pairs)} file(s){where}", quiet) as progress):
         results = driver.run_batch(task, pairs, overwrite=force, resume=resume, progress=progress,

@@ -422,17 +422,12 @@ class Ranges:
 def check_output(path: RemotePath, overwrite: bool, directory: bool = False) -> RemotePath:
     """The output ``path`` refused early, before any work: a scheme noa cannot write, a bucket missing or refused,
     an object (or, for a store, ``directory``, a prefix of objects) there without ``overwrite``."""
-    if path.scheme not in _WRITABLE:
-        raise FileFormatError(f"{path}: a web server is only read; outputs go to object storage (s3://, gs://) "
-                              "or to this machine's folders")
-    bucket, _, key = path.url.split("://", 1)[1].partition("/")
-    if not key.strip("/"):
+    _check_writable(path)
+    if not _bucket_and_key(path)[1].strip("/"):
         raise FileFormatError(f"{path}: names a bucket; give the output's key (s3://bucket/name.mrc)")
     fs = _filesystem(path)
     writing = "written to"
-    with errors(path, writing):
-        exists = bool(fs.exists(path.url))
-    if exists:
+    if _exists(path, writing):
         with errors(path, writing):
             folder = fs.info(path.url).get("type") == "directory"
         if folder and not directory:
@@ -440,12 +435,59 @@ def check_output(path: RemotePath, overwrite: bool, directory: bool = False) -> 
         if not overwrite:
             raise OutputExistsError(f"{path}: exists; give {param('overwrite')} to replace it")
         return path
-    with errors(path, writing):  # the bucket (a missing object says nothing about it)
+    _check_bucket(path)  # a missing object says nothing about it
+    return path
+
+
+def check_folder(path: RemotePath) -> RemotePath:
+    """The folder ``path`` outputs are to be written into refused early, before any work: a scheme noa cannot
+    write, a bucket missing or refused, an object at its name. A folder of object storage is a prefix of keys:
+    there is nothing to create."""
+    _check_writable(path)
+    if _bucket_and_key(path)[1].strip("/"):
+        fs = _filesystem(path)
+        with errors(path, "written to"):
+            try:
+                kind = fs.info(path.url).get("type")
+            except FileNotFoundError:  # no object begins with it yet
+                kind = None
+        if kind == "file":
+            raise NotAFileError(f"{path}: names an object, not a folder")
+    _check_bucket(path)
+    return path
+
+
+def exists(path: Path) -> bool:
+    """Whether ``path`` names something: a file or folder of this machine, or on remote storage an object or a
+    prefix of objects (asked of its server)."""
+    url = remote_path(path)
+    return path.exists() if url is None else _exists(url)
+
+
+def _exists(path: RemotePath, doing: str = "read from") -> bool:
+    with errors(path, doing):
+        return bool(_filesystem(path).exists(path.url))
+
+
+def _bucket_and_key(path: RemotePath) -> tuple[str, str]:
+    """The URL's bucket, and the key after it."""
+    bucket, _, key = path.url.split("://", 1)[1].partition("/")
+    return bucket, key
+
+
+def _check_writable(path: RemotePath) -> None:
+    if path.scheme not in _WRITABLE:
+        raise FileFormatError(f"{path}: a web server is only read; outputs go to object storage (s3://, gs://) "
+                              "or to this machine's folders")
+
+
+def _check_bucket(path: RemotePath) -> None:
+    """Refuse ``path`` where its bucket is missing or refused."""
+    with errors(path, "written to"):
         try:
-            fs.info(bucket)
+            _filesystem(path).info(_bucket_and_key(path)[0])
         except FileNotFoundError:
             raise MissingFileError(f"{path}: no such bucket") from None
-    return path
 
 
 def upload(local: Path, path: RemotePath, overwrite: bool) -> None:

@@ -16,7 +16,8 @@ OPERATION = WritesSeveral(
     details=NAMING + " A stack (of images or volumes) splits along its batch; a single volume into its Z "
             "sections. Pixel size, origin and labels are kept; per-section extended header records (FEI, "
             "SerialEM) follow their sections. Every output is written to a hidden folder in OUT_DIR first and "
-            "renamed into place once all are complete.",
+            "renamed into place once all are complete (an OUT_DIR on object storage: written here, then all "
+            "uploaded, none left when one fails).",
     examples=("noa split tilt.mrcs --out-dir frames/",
               "noa split movie.mrcs --out-dir chunks/ --every 10"),
     params=(Param("every", Integer(1, None), "Sections (batch entries) per output file.", default=1),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from noa_core.io.remote import as_path
+from noa_core.io.remote import as_path, exists
 
 if TYPE_CHECKING:
     from noa_core.operations import FileTask
@@ -51,7 +51,7 @@ def split_complete(pairs: Sequence[tuple[PathLike, PathLike]]) -> tuple[Pairs, P
     done: list[tuple[Path, Path]] = []
     for src, dst in pairs:
         pair = as_path(src), as_path(dst)
-        (done if pair[1].exists() else todo).append(pair)
+        (done if exists(pair[1]) else todo).append(pair)
     return todo, done
 
 

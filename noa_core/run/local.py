@@ -17,7 +17,7 @@ from noa_core.compute import compute_path
 from noa_core.compute.tiles import TILE_BYTES
 from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError, param
 from noa_core.io.formats import strip_image_suffix
-from noa_core.io.remote import as_path, remote_path, upload_together
+from noa_core.io.remote import as_path, check_folder, exists, remote_path, upload_together
 from noa_core.operations import FileTask
 from noa_core.operations.plan import Plan, check_distinct
 from noa_core.run.batch import PathLike, Progress
@@ -141,25 +141,29 @@ def write_several(task: FileTask, src: PathLike, out_dir: PathLike, *, overwrite
 
     Every output is first written (each atomically, tile by tile) into a hidden folder
     ``out_dir/.noa-several-*`` on the same file system; only when all are complete are they renamed
-    into place together (:func:`placed_together`).
-    ``out_dir`` is created when missing (and removed again on failure). ``planned``: ``task.plans(src)``
-    when already made; ``stem``: the outputs' names begin with it instead of ``src``'s stem.
+    into place together (:func:`placed_together`); on object storage, uploaded together.
+    ``out_dir`` is created when missing (and removed again on failure); on object storage it is a prefix of keys,
+    whose bucket is checked. ``planned``: ``task.plans(src)`` when already made; ``stem``: the outputs' names
+    begin with it instead of ``src``'s stem.
     """
     src, out_dir = as_path(src), as_path(out_dir)
     if planned is None:
         planned = task.plans(src)  # headers read and checked before anything is created
     outputs = [out_dir / name for name in output_names(src, [suffix for suffix, _ in planned], stem)]
-    if out_dir.exists() and not out_dir.is_dir():
+    url = remote_path(out_dir)
+    if url is not None:  # a prefix of keys: nothing to create
+        check_folder(url)
+    elif out_dir.exists() and not out_dir.is_dir():
         raise NotAFileError(f"{out_dir}: the output folder is a file")
-    if not out_dir.parent.is_dir():
+    elif not out_dir.parent.is_dir():
         raise MissingFileError(f"{out_dir}: the folder {out_dir.parent} does not exist")
-    existing = [out for out in outputs if out.exists()]
+    existing = [out for out in outputs if exists(out)]
     if existing and not overwrite:
         more = f" (and {len(existing) - 1} more of the {len(outputs)} outputs)" if len(existing) > 1 else ""
         raise OutputExistsError(f"{existing[0]}: exists{more}; give {param('overwrite')} to replace them")
     for out in existing:
         check_distinct(out, task.reads(src))
-    created = not out_dir.exists()
+    created = url is None and not out_dir.exists()
     if created:
         out_dir.mkdir()
     notices: list[str] = []

@@ -812,6 +812,91 @@ def test_cli_tiltseries_to_s3_uploads_the_stack_and_its_files_as_written_here(s3
     assert b"000001@s3://maps/ts/TS.st" in (fetched / "ts_TS.star").read_bytes()
 
 
+# -- --out-dir on object storage (issue 46) ---------------------------------------------------------------------
+
+
+def test_cli_a_batch_into_an_s3_folder_writes_each_output_under_its_name_and_resumes(s3, files, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**s3.env(), "TMPDIR": scratch}
+    inputs = [files["map.mrc"], files["map.tif"]]
+    remote_run = noa("copy", *inputs, "--out-dir", "s3://maps/batch/", env=env)
+    assert remote_run.returncode == 0, remote_run.stderr
+    local_run = noa("copy", *inputs, "--out-dir", tmp_path / "batch")
+    assert local_run.returncode == 0, local_run.stderr
+    assert sorted(_keys(s3, "batch/")) == ["batch/map.mrc", "batch/map.tif"]
+    got = _oracle(_downloaded(s3, "batch/map.mrc", tmp_path))
+    np.testing.assert_array_equal(got, _oracle(tmp_path / "batch" / "map.mrc"))
+    np.testing.assert_array_equal(got, _oracle(files["map.mrc"]))
+    np.testing.assert_array_equal(tifffile.imread(_downloaded(s3, "batch/map.tif", tmp_path)),
+                                  tifffile.imread(tmp_path / "batch" / "map.tif"))
+    # an object store's outputs are found by --resume as a folder's are, and left as they are
+    before = s3.client.head_object(Bucket=BUCKET, Key="batch/map.mrc")["ETag"]
+    resumed = noa("copy", *inputs, "--out-dir", "s3://maps/batch/", "--resume", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "skipped s3://maps/batch/map.mrc: the output exists" in resumed.stderr
+    assert s3.client.head_object(Bucket=BUCKET, Key="batch/map.mrc")["ETag"] == before
+    preview = noa("preview", files["map.mrc"], "--out-dir", "s3://maps/pictures", env=env)
+    assert preview.returncode == 0, preview.stderr
+    local_preview = noa("preview", files["map.mrc"], "--out-dir", tmp_path / "pictures")
+    assert local_preview.returncode == 0, local_preview.stderr
+    assert _keys(s3, "pictures/") == ["pictures/map.png"]
+    assert (_downloaded(s3, "pictures/map.png", tmp_path).read_bytes()
+            == (tmp_path / "pictures" / "map.png").read_bytes())
+    assert list(scratch.iterdir()) == []
+
+
+def test_cli_split_into_an_s3_folder_uploads_every_part(s3, stack, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    remote_run = noa("split", stack, "--out-dir", "s3://maps/parts/", env={**s3.env(), "TMPDIR": scratch})
+    assert remote_run.returncode == 0, remote_run.stderr
+    local_run = noa("split", stack, "--out-dir", tmp_path / "parts")
+    assert local_run.returncode == 0, local_run.stderr
+    names = ["ts_000.mrc", "ts_001.mrc", "ts_002.mrc"]
+    assert sorted(_keys(s3, "parts/")) == [f"parts/{name}" for name in names]
+    sections = _oracle(stack)
+    for k, name in enumerate(names):
+        got = _oracle(_downloaded(s3, f"parts/{name}", tmp_path))
+        np.testing.assert_array_equal(got, _oracle(tmp_path / "parts" / name))
+        np.testing.assert_array_equal(got.reshape(sections[k].shape), sections[k])
+    assert list(scratch.iterdir()) == []
+    again = noa("split", stack, "--out-dir", "s3://maps/parts/", env=s3.env())
+    assert_user_error(again, "s3://maps/parts/ts_000.mrc: exists (and 2 more of the 3 outputs); give --force")
+    replaced = noa("split", stack, "--out-dir", "s3://maps/parts/", "--force", env=s3.env())
+    assert replaced.returncode == 0, replaced.stderr
+
+
+def test_cli_a_part_of_a_split_that_fails_to_upload_leaves_none_of_them(s3, stack):
+    s3.reset()
+    s3.failing = lambda environ: environ["REQUEST_METHOD"] == "PUT" and environ["PATH_INFO"].endswith("ts_001.mrc")
+    try:
+        result = noa("split", stack, "--out-dir", "s3://maps/cutparts/", env={**s3.env(), "AWS_MAX_ATTEMPTS": "1"})
+    finally:
+        s3.reset()
+    assert_user_error(result, "s3://maps/cutparts/ts_001.mrc: cannot be written to its server (")
+    assert _keys(s3, "cutparts/") == []
+
+
+@pytest.mark.parametrize("command", [
+    ("copy", "IN", "IN2", "--out-dir", "s3://no-such-bucket/out/"),
+    ("copy", "IN", "IN2", "--out-dir", "s3://no-such-bucket/out/", "--scheduler", "local"),
+    ("split", "IN", "--out-dir", "s3://no-such-bucket/out/"),
+], ids=["batch", "dask", "split"])
+def test_cli_an_out_dir_in_a_missing_bucket_is_one_line_exit_2(s3, stack, tmp_path, command):
+    other = tmp_path / "other.mrc"
+    other.write_bytes(stack.read_bytes())
+    result = noa(*[{"IN": stack, "IN2": other}.get(word, word) for word in command], env=s3.env())
+    assert_user_error(result, "s3://no-such-bucket/out/: no such bucket")
+
+
+def test_cli_an_out_dir_naming_an_object_or_a_web_server_is_one_line_exit_2(s3, files, web):
+    on_object = noa("copy", files["map.mrc"], "--out-dir", "s3://maps/map.mrc", env=s3.env())
+    assert_user_error(on_object, "s3://maps/map.mrc: names an object, not a folder")
+    on_web = noa("split", files["map.mrc"], "--out-dir", f"{web[0]}/out/", env=s3.env())
+    assert_user_error(on_web, f"{web[0]}/out/: a web server is only read")
+
+
 @pytest.fixture(scope="module")
 def large(tmp_path_factory) -> Path:
     """A 12.5 MiB map: over the least task budget, so the Dask driver splits it into tile tasks."""
