@@ -23,7 +23,7 @@ from noa_cli import report
 from noa_cli.parse import CliParam
 from noa_core import run
 from noa_core.errors import NoaError, ParameterError
-from noa_core.io.remote import as_path, check_folder, exists, remote_path
+from noa_core.io.remote import as_path, check_folder, complete, remote_path
 from noa_core.operations import (
     Edits,
     FileTask,
@@ -167,7 +167,7 @@ def _execute(task: FileTask, pairs: list[tuple[Path, Path]], *, force: bool, res
         raise report.UsageError("--workers sizes the cluster of --scheduler local")
     where = "" if scheduler is None else f" on {scheduler}"
     if scheduler is None:  # placed by this process (Dask's workers place theirs)
-        report.expect_outputs([dst for _, dst in pairs if not (resume and exists(dst))], quiet)
+        report.expect_outputs([dst for _, dst in pairs if not (resume and complete(dst))], quiet)
     with (run.driver(scheduler, workers=workers) as driver,
           report.progress(f"noa {task.name}: {len(pairs)} file(s){where}", quiet) as progress):
         results = driver.run_batch(task, pairs, overwrite=force, resume=resume, progress=progress,
@@ -417,6 +417,12 @@ def build(operation: Operation) -> typer.core.TyperCommand:
     return built
 
 
+def path(word: str) -> Path:
+    """A path word as noa takes it (:func:`~noa_core.io.remote.as_path`); Typer's help names its type by this
+    function's name: ``<path>``."""
+    return as_path(word)
+
+
 def _typer_annotation(param: CliParam) -> Any:
     """``Annotated[type, typer.Argument or typer.Option]`` of one parameter."""
     from typing import Annotated
@@ -426,7 +432,7 @@ def _typer_annotation(param: CliParam) -> Any:
     kind: Any = list[param.value] if param.many else param.value  # type: ignore[name-defined]  # made at run time
     extra: dict[str, Any] = {"metavar": param.metavar} if param.metavar else {}
     if param.value is Path:  # as the plain reader: a URL kept as typed; nothing checked (an output need not exist)
-        extra["parser"] = as_path
+        extra["parser"] = path
         extra.setdefault("metavar", "PATH")
     if not param.flags:
         return Annotated[kind, typer.Argument(help=param.help, show_default=False, **extra)]

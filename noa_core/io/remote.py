@@ -47,6 +47,7 @@ from noa_core.errors import (
 # scheme -> fsspec protocol (gs needs the gcsfs package, s3 s3fs, http(s) aiohttp)
 PROTOCOLS = {"s3": "s3", "gs": "gcs", "http": "http", "https": "http"}
 _URL = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?=[^/])")
+_SCHEME = re.compile(r"^(?:s3|gs|https?):", re.IGNORECASE)  # a word that means to be a URL of PROTOCOLS
 # What a header read fetches past what it asks for: TIFF's directories lie near their pages, MRC's extended
 # header right after the header; small beside a section, so a header and one section fetch about that.
 HEADER_BLOCK_BYTES = 16 << 10
@@ -56,6 +57,9 @@ _SETTINGS = ("AWS_", "FSSPEC_", "GOOGLE_", "GCE_")
 # The size of an upload's parts (s3fs uploads a file of more than two in parts, each retried alone): S3 takes
 # parts of 5 MiB to 5 GiB, and at most 10,000 of them (s3fs grows the parts of a larger file)
 UPLOAD_PART_BYTES = 64 << 20
+# A zarr store's metadata files (v3, v2), uploaded after its chunks; a group's say the store is whole
+STORE_METADATA = ("zarr.json", ".zgroup", ".zattrs", ".zarray", ".zmetadata")
+GROUP_METADATA = ("zarr.json", ".zgroup")
 # The schemes outputs may name: object stores (a web server is read only)
 _WRITABLE = ("s3", "gs")
 
@@ -126,6 +130,15 @@ class RemotePath(type(Path())):  # type: ignore[misc]  # PosixPath (or WindowsPa
         address = self._address
         return RemotePath(f"{address}{'' if address.endswith('/') else '/'}{name}")
 
+    def absolute(self) -> RemotePath:
+        return self  # a URL names its object wherever noa runs
+
+    def resolve(self, strict: bool = False) -> RemotePath:
+        return self
+
+    def relative_to(self, *other: Any, **options: Any) -> Path:
+        raise ValueError(f"{self}: a URL is relative to no folder of this machine")
+
     def joinpath(self, *names: str | PurePath) -> RemotePath:
         return functools.reduce(RemotePath.__truediv__, names, self)
 
@@ -166,8 +179,16 @@ def remote_path(path: str | os.PathLike) -> RemotePath | None:
 
 def as_path(path: str | os.PathLike) -> Path:
     """What noa takes for a path, the one way every door and driver makes it: a :class:`RemotePath` keeping a URL
-    as given, else a :class:`pathlib.Path`."""
-    return remote_path(path) or Path(path)
+    as given, else a :class:`pathlib.Path`. A word typed as a URL of a scheme noa reads that is not one (``s3:///k``,
+    ``gs://``) is refused in one line, not read as a local path spelled otherwise."""
+    url = remote_path(path)
+    if url is not None:
+        return url
+    if isinstance(path, str) and _SCHEME.match(path):
+        scheme = path.split(":", 1)[0].lower()
+        where = "host/path" if scheme.startswith("http") else "bucket/key"
+        raise FileFormatError(f"{path}: not a URL noa reads; write {scheme}://{where}")
+    return Path(path)
 
 
 def is_remote(path: str | os.PathLike) -> bool:
@@ -320,7 +341,7 @@ def holds(path: RemotePath, name: str) -> bool:
     """Whether the folder ``path`` holds an object ``name``."""
     fs = _filesystem(path)
     with errors(path):
-        return bool(fs.exists(f"{path.url.rstrip('/')}/{name}"))
+        return bool(fs.exists((path / name).url))
 
 
 def size_of(path: RemotePath, info: dict) -> int:
@@ -493,13 +514,41 @@ def _check_bucket(path: RemotePath) -> None:
 def upload(local: Path, path: RemotePath, overwrite: bool) -> None:
     """The finished file ``local`` uploaded to ``path`` as one object: the key holds the whole file or nothing new
     (a multipart upload that fails is aborted); without ``overwrite``, never over an object that appeared meanwhile
-    (a conditional write where the store has one)."""
+    (a conditional write where the store has one). A finished store (a folder: an OME-Zarr written here) goes up
+    file by file under the prefix, its metadata last, as a store written into the bucket is; where one fails, its
+    objects are removed."""
     fs = _filesystem(path)
     options: dict[str, Any] = {"mode": "overwrite" if overwrite else "create"}
     if path.scheme == "s3":
         options["chunksize"] = UPLOAD_PART_BYTES
+    if local.is_dir():
+        files = sorted((f for f in local.rglob("*") if f.is_file()), key=lambda f: (f.name in STORE_METADATA, str(f)))
+        try:
+            for file in files:
+                target = path.joinpath(*file.relative_to(local).parts)
+                with errors(target, "written to"):
+                    fs.put_file(os.fspath(file), target.url, **options)
+        except BaseException:
+            remove_tree(path)
+            raise
+        return
+    if not local.is_file():
+        raise FileFormatError(f"{path}: {local} is not a file to upload")
     with errors(path, "written to"):
         fs.put_file(os.fspath(local), path.url, **options)
+
+
+def complete(path: Path) -> bool:
+    """Whether ``path`` holds a finished output: a file or folder of this machine that is there; on object storage
+    an object, or a store whose group metadata are there (written last: a store a killed run left is chunks only)."""
+    url = remote_path(path)
+    if url is None:
+        return path.exists()
+    if not _exists(url):
+        return False
+    with errors(url):
+        kind = _filesystem(url).info(url.url).get("type")
+    return kind != "directory" or any(holds(url, name) for name in GROUP_METADATA)
 
 
 def upload_together(files: Sequence[tuple[Path, RemotePath]], overwrite: bool) -> None:

@@ -30,7 +30,7 @@ from noa_core.compute import compute_path
 from noa_core.compute.conversion import convert_into
 from noa_core.compute.tiles import Compute, Key, TileReads, plan_tiles, same_tile
 from noa_core.errors import OutputIsInputError, ValueRangeError
-from noa_core.io.remote import remote_path
+from noa_core.io.remote import as_path, remote_path
 
 if TYPE_CHECKING:
     from noa_core.io import Metadata, Writer
@@ -135,7 +135,7 @@ def region_plan(options: Options, *, inputs: Sequence[PathLike], read: Sequence[
 def _plan(options: Options, inputs: Sequence[PathLike], read: Sequence[Array], meta: Metadata, dtype: np.dtype,
           shape: layout.Shape4, detail: str, notices: Sequence[str], **how) -> Plan:
     limits.check_output_size(shape, dtype.itemsize, str(inputs[0]) if inputs else "")
-    return Plan(inputs=[Path(p) for p in inputs], meta=meta, label=options.output_label(detail), dtype=dtype,
+    return Plan(inputs=[as_path(p) for p in inputs], meta=meta, label=options.output_label(detail), dtype=dtype,
                 input_shapes=[a.shape for a in read], write_options=options.write_options(), shape=shape,
                 notices=list(notices), **how)
 

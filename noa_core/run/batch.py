@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from noa_core.io.remote import as_path, exists
+from noa_core.io.remote import as_path, complete
 
 if TYPE_CHECKING:
     from noa_core.operations import FileTask
@@ -44,14 +44,15 @@ class Driver(Protocol):
 def split_complete(pairs: Sequence[tuple[PathLike, PathLike]]) -> tuple[Pairs, Pairs]:
     """``(to_do, complete)``: pairs whose output does not exist yet, and those whose output does.
 
-    Outputs are written to a temporary file and renamed, so an existing output is a complete one:
-    resuming an interrupted batch skips those and redoes the others from scratch.
+    Outputs are written to a temporary file and renamed, so an existing output is a complete one (a store on object
+    storage, written in place, once its group metadata are there: :func:`noa_core.io.remote.complete`): resuming an
+    interrupted batch skips those and redoes the others from scratch.
     """
     todo: list[tuple[Path, Path]] = []
     done: list[tuple[Path, Path]] = []
     for src, dst in pairs:
         pair = as_path(src), as_path(dst)
-        (done if exists(pair[1]) else todo).append(pair)
+        (done if complete(pair[1]) else todo).append(pair)
     return todo, done
 
 

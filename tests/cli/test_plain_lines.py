@@ -4,6 +4,7 @@ every operation's own examples are read plainly, and such a call never imports T
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import typer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import EXAMPLE_MAP
+from helpers import EXAMPLE_MAP, NOA
 from noa_cli import commands, parse
 from noa_core import operations
 
@@ -117,12 +118,15 @@ def test_typer_checks_no_path_beyond_what_the_plain_reader_checks():
     a path of a word as remote.as_path does (issue 46: a URL kept as typed)."""
     from noa_cli import commands
     from noa_core import operations
-    from noa_core.io.remote import as_path
 
     made = []
     for operation in operations.operations():
         for param in commands.build(operation).params:
             assert not hasattr(param.type, "readable"), (operation.name, param.name)  # no click Path type: no check
-            if getattr(param.type, "func", None) is as_path:
+            if getattr(param.type, "func", None) is commands.path:
                 made.append((operation.name, param.name))
     assert len(made) > len(operations.names())
+    assert commands.path("s3://b/a//k.mrc").url == "s3://b/a//k.mrc"
+    shown = subprocess.run([*NOA, "copy", "--help"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "COLUMNS": "200"}).stdout
+    assert "<path>" in shown and "as_path" not in shown  # Typer names the type by the parser's name

@@ -939,3 +939,55 @@ def test_dask_workers_elsewhere_write_an_output_on_s3_in_one_task(s3_env, large,
         cluster.write_split(copy, large, "s3://maps/elsewhere/large.mrc", client, block_bytes=cluster.MIN_BLOCK_BYTES)
     assert [t["key"].split("-")[0] for t in stream.data] == ["write_pair"]  # no tile task
     np.testing.assert_array_equal(_oracle(_downloaded(s3_env, "elsewhere/large.mrc", tmp_path)), _oracle(large))
+
+
+def test_cli_a_split_of_stores_into_an_s3_folder_uploads_each_store_metadata_last(s3_env, stack, tmp_path):
+    """A split's outputs are stores where its input is one (a_000.ome.zarr, ...): each is uploaded under the prefix,
+    every object of it (not silently none), and zarr reads each part as the local split's."""
+    s3 = s3_env
+    made = noa("copy", stack, tmp_path / "a.ome.zarr")
+    assert made.returncode == 0, made.stderr
+    remote_run = noa("split", tmp_path / "a.ome.zarr", "--out-dir", "s3://maps/storeparts/", env=s3.env())
+    assert remote_run.returncode == 0, remote_run.stderr
+    local_run = noa("split", tmp_path / "a.ome.zarr", "--out-dir", tmp_path / "parts")
+    assert local_run.returncode == 0, local_run.stderr
+    puts = [key for method, key in s3.requests if method == "PUT" and "/storeparts/a_000.ome.zarr/" in f"/{key}"]
+    assert puts and puts[-1].endswith(("zarr.json", ".zattrs", ".zgroup"))  # the group's metadata last
+    for part in sorted(p.name for p in (tmp_path / "parts").iterdir()):
+        local = sorted(str(f.relative_to(tmp_path / "parts")) for f in (tmp_path / "parts" / part).rglob("*")
+                       if f.is_file())
+        assert sorted(k.removeprefix("storeparts/") for k in _keys(s3, f"storeparts/{part}/")) == local
+        np.testing.assert_array_equal(io.read(f"s3://maps/storeparts/{part}")[0].numpy(),
+                                      io.read(tmp_path / "parts" / part)[0].numpy())
+
+
+def test_cli_resume_does_not_skip_a_store_a_killed_run_left_without_its_metadata(s3_env, stack):
+    """A store on object storage is written in place, its group metadata last: one with chunks only is a killed
+    run's, which --resume does not skip as complete (it did) and --force writes again."""
+    s3 = s3_env
+    s3.client.put_object(Bucket=BUCKET, Key="killed/ts.ome.zarr/0/c/0/0/0/0", Body=b"xx")
+    resumed = noa("copy", stack, "--out-dir", "s3://maps/killed/", "--to", "ome.zarr", "--resume", env=s3.env())
+    assert "skipped" not in resumed.stderr  # not taken for complete: its objects are there, not yet replaced
+    assert_user_error(resumed, "s3://maps/killed/ts.ome.zarr: exists; give --force")
+    done = noa("copy", stack, "--out-dir", "s3://maps/killed/", "--to", "ome.zarr", "--force", env=s3.env())
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(io.read("s3://maps/killed/ts.ome.zarr")[0].numpy().reshape(-1),
+                                  _oracle(stack).reshape(-1))
+    again = noa("copy", stack, "--out-dir", "s3://maps/killed/", "--to", "ome.zarr", "--resume", env=s3.env())
+    assert again.returncode == 0 and "skipped" in again.stderr, again.stderr
+
+
+def test_a_url_misspelt_is_one_line_and_a_remote_path_stays_a_url():
+    """`s3:///k` or `gs://` is no URL noa reads: refused in one line as typed, not read as the local path s3:/k;
+    a RemotePath is absolute as it is, relative to no folder, and a folder's name joins its URL as typed."""
+    for word, told in (("s3:///maps/a.mrc", "s3://bucket/key"), ("gs://", "gs://bucket/key"),
+                       ("HTTPS:/x", "https://host/path")):
+        with pytest.raises(FileFormatError, match=rf"^{re.escape(word)}: not a URL noa reads; write {told}$"):
+            remote.as_path(word)
+        done = noa("info", word)
+        assert_user_error(done, f"{word}: not a URL noa reads")
+    url = remote.as_path("s3://b/a//k.ome.zarr")
+    assert url.absolute() is url and url.resolve() is url
+    with pytest.raises(ValueError, match="relative to no folder"):
+        url.relative_to("s3://b")
+    assert (url / "zarr.json").url == "s3://b/a//k.ome.zarr/zarr.json"
