@@ -1,6 +1,7 @@
 """The installed `noa` command, run as a subprocess on real files, checked with mrcfile/tifffile/NumPy."""
 
 import json
+import logging
 import re
 import shutil
 from pathlib import Path
@@ -258,6 +259,8 @@ def test_internal_errors_exit_1_with_a_hint(capsys):
 
     operations.register(operations.Reports(name="broken", summary="Fails.", examples=("noa broken x.mrc",),
                                            report=_broken, text=str))
+    logger = logging.getLogger("noa")  # --debug gives it a handler on this test's stderr, closed after it
+    handlers, level = list(logger.handlers), logger.level
     try:
         with pytest.raises(SystemExit) as exit_info:
             main.run(["broken", str(EXAMPLE_MAP)])
@@ -269,6 +272,8 @@ def test_internal_errors_exit_1_with_a_hint(capsys):
         assert exit_info.value.code == 1 and "Traceback" in capsys.readouterr().err
     finally:
         operations.unregister("broken")
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
 
 
 # -- issue 20, items 7-9: hostile expressions -----------------------------------------------------
