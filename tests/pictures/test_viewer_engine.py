@@ -90,43 +90,39 @@ def test_a_tile_is_the_block_means_of_its_region(tmp_path):
         np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(got))), want)
 
 
-def test_coarse_tiles_are_drawn_from_the_overview_without_reading(tmp_path, monkeypatch):
-    """Issue 46 item 2: a level as coarse as the overview (2048 px: overview step 2) is drawn from it: the same
-    block means, and the file is not read again."""
-    data = write_mrc(tmp_path / "big.mrc", integers((2048, 2048), seed=8))
-    path, overviews, display = tmp_path / "big.mrc", Overviews(), Display("range:-800,900")
+def overview_tiles(tmp_path, monkeypatch, shape: tuple[int, int], seed: int, tiles) -> tuple[Path, Overviews]:
+    """A plane of ``shape`` whose overview is made once (step 2), then the file made unreadable: each of ``tiles``
+    (level, x, y) drawn from the overview must be NumPy's block means of its region."""
+    data = write_mrc(tmp_path / "plane.mrc", integers(shape, seed=seed))
+    path, overviews, display = tmp_path / "plane.mrc", Overviews(), Display("range:-800,900")
     assert overviews.get(path, identity_of(path), Plane()).step == 2
 
     def unread(*args, **kwargs):
         raise AssertionError("read again")
 
     monkeypatch.setattr(viewer, "read", unread)
-    for level, x, y in [(1, 3, 2), (2, 1, 1), (3, 0, 0)]:
+    for level, x, y in tiles:
         got = viewer.tile(path, Plane(), display, level, x, y, file_identity=identity_of(path), overviews=overviews)
-        top, bottom, left, right = viewer.tile_region(2048, 2048, level, x, y)
+        top, bottom, left, right = viewer.tile_region(*shape, level, x, y)
         want = gray(block_mean(data[top:bottom, left:right].astype(np.float64), 1 << level), -800, 900)
         np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(got))), want)
+    return path, overviews
+
+
+def test_coarse_tiles_are_drawn_from_the_overview_without_reading(tmp_path, monkeypatch):
+    """Issue 46 item 2: a level as coarse as the overview (2048 px: overview step 2) is drawn from it: the same
+    block means, and the file is not read again."""
+    path, overviews = overview_tiles(tmp_path, monkeypatch, (2048, 2048), 8, [(1, 3, 2), (2, 1, 1), (3, 0, 0)])
     with pytest.raises(AssertionError, match="read again"):  # level 0 is finer than the overview: read
-        viewer.tile(path, Plane(), display, 0, 0, 0, file_identity=identity_of(path), overviews=overviews)
+        viewer.tile(path, Plane(), Display("range:-800,900"), 0, 0, 0, file_identity=identity_of(path),
+                    overviews=overviews)
 
 
 def test_a_tile_drawn_from_the_overview_weighs_its_partial_edge_blocks(tmp_path, monkeypatch):
     """A plane of odd size (1003 x 1301: overview step 2, its last row and column the means of one pixel each): a
     level-2 tile at the edge is the plane's own 4 x 4 block means, the overview's full and partial pixels weighed by
     the pixels they stand for, and it is drawn without reading the file again."""
-    data = write_mrc(tmp_path / "odd.mrc", integers((1003, 1301), seed=12))
-    path, overviews, display = tmp_path / "odd.mrc", Overviews(), Display("range:-800,900")
-    assert overviews.get(path, identity_of(path), Plane()).step == 2
-
-    def unread(*args, **kwargs):
-        raise AssertionError("read again")
-
-    monkeypatch.setattr(viewer, "read", unread)
-    for x in (0, 1):
-        got = viewer.tile(path, Plane(), display, 2, x, 0, file_identity=identity_of(path), overviews=overviews)
-        top, bottom, left, right = viewer.tile_region(1003, 1301, 2, x, 0)
-        want = gray(block_mean(data[top:bottom, left:right].astype(np.float64), 4), -800, 900)
-        np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(got))), want)
+    overview_tiles(tmp_path, monkeypatch, (1003, 1301), 12, [(2, 0, 0), (2, 1, 0)])
 
 
 def test_tiles_of_an_ome_zarr_pyramid_are_read_from_its_levels(tmp_path, monkeypatch):
