@@ -544,10 +544,11 @@ def complete(path: Path) -> bool:
     url = remote_path(path)
     if url is None:
         return path.exists()
-    if not _exists(url):
-        return False
     with errors(url):
-        kind = _filesystem(url).info(url.url).get("type")
+        try:
+            kind = _filesystem(url).info(url.url).get("type")
+        except FileNotFoundError:
+            return False
     return kind != "directory" or any(holds(url, name) for name in GROUP_METADATA)
 
 
