@@ -34,7 +34,7 @@ from noa_core.io.remote import as_path, remote_path
 
 if TYPE_CHECKING:
     from noa_core.io import Metadata, Writer
-    from noa_core.tomography.sidefiles import SideFiles
+    from noa_core.tomography.beside import SideFiles
 
 PathLike = str | Path
 
@@ -56,7 +56,7 @@ class Plan:
     (viewed onto its shape), or ``reads`` (output tile key -> source views and their compute), each tile
     reading ``read_factor`` source bytes per byte it writes. Every tile spans the dimensions in
     ``whole_axes`` entirely (a compute that reverses an axis needs all of it). ``side_files``: the text files
-    written beside it, given its path (:data:`~noa_core.tomography.sidefiles.SideFiles`: a tilt series' angle,
+    written beside it, given its path (:data:`~noa_core.tomography.beside.SideFiles`: a tilt series' angle,
     mdoc and STAR files), which a driver places with it, all or none
     (:func:`noa_core.run.local.placed_with_side_files`). Made by
     :func:`tiled_plan`, :func:`region_plan` or :func:`whole_image_plan`."""

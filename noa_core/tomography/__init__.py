@@ -4,4 +4,4 @@ describes), their order, exclusion and accumulated dose, and the files IMOD and 
 
 import lazy_loader
 
-__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, ["tiltseries"])
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, ["sidefiles", "tiltseries"])

@@ -4,9 +4,9 @@ section (its line, ZValue or row): counts, angles and their order, pre-exposure 
 order, pixel sizes, image sizes, tilt axes, and the tilt axis of an mdoc not written by SerialEM (Thermo Fisher's
 Tomography 5 gives it in a convention of its own).
 
-The files are found by the stack's stem (TS.st: TS.rawtlt, TS.tlt, TS.st.mdoc or TS.mdoc, TS.star) and read by
-the caller (:func:`side_names`), so that over HTTP every one is opened beneath the data root; one that is not there
-is said, not a fault."""
+The files are found by the stack's stem (TS.st: TS.rawtlt, TS.tlt, TS.st.mdoc or TS.mdoc, TS.star:
+:func:`~noa_core.tomography.beside.side_names`) and read by the caller, so that over HTTP every one is opened
+beneath the data root; one that is not there is said, not a fault."""
 
 from __future__ import annotations
 
@@ -60,16 +60,6 @@ class Finding:
     file: str
     section: int | None
     problem: str
-
-
-def side_names(stack_name: str) -> dict[str, list[str]]:
-    """The names the files beside the stack ``stack_name`` may have, by kind, first found first: TS.st -> TS.rawtlt,
-    TS.tlt, TS.st.mdoc (SerialEM's and noa's) or TS.mdoc, TS.star."""
-    folder, name = posixpath.split(stack_name)
-    stem = name.rsplit(".", 1)[0] if "." in name.lstrip(".") else name
-    names = {"rawtlt": [f"{stem}.rawtlt"], "tlt": [f"{stem}.tlt"], "mdoc": [f"{name}.mdoc", f"{stem}.mdoc"],
-             "star": [f"{stem}.star"]}
-    return {kind: [posixpath.join(folder, n) for n in found] for kind, found in names.items()}
 
 
 def size_limit(kind: str) -> int:

@@ -17,10 +17,10 @@ import dataclasses
 import os
 import posixpath
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,8 +28,9 @@ from noa_core import tomography  # a face: the mdoc reader (mdocfile, pandas) lo
 from noa_core.errors import FileFormatError, NoaError
 from noa_core.images.stacks import section_axis
 from noa_core.io import formats, remote, star
-from noa_core.io.particles import Project, Projects, folder_projects
+from noa_core.io.particles import Project, folder_projects
 from noa_core.tomography import check
+from noa_core.tomography.beside import Inputs, SideFiles, side_names
 
 if TYPE_CHECKING:
     from noa_core.tomography.tiltseries import TiltSeries
@@ -39,11 +40,6 @@ _IMAGE_NAME = re.compile(rb"^0*(\d+)@(.+)$")  # RELION's 'N@stack', as noa tilts
 _WORDS = {"rawtlt": "angles", "tlt": "angles", "mdoc": "[ZValue] sections", "star": "rows"}
 _NO_TILTS = "the sections' tilts are not given"  # what a viewer is told where the files cannot say them
 
-# The files to write beside an output (a plan's side files), given its path: each file's path (in its folder) and
-# content, and what the user should know of them.
-SideFiles = Callable[[Path], tuple[dict[Path, bytes], list[str]]]
-# why an output of mirrored images gets none: their tilt axis is no longer the one the files give
-MIRRORED = "its images are mirrored, which turns their tilt axis"
 
 
 @dataclass(frozen=True)
@@ -57,11 +53,11 @@ class SideFile:
 
 
 def files_beside(project: Project, stack_name: str) -> dict[str, SideFile]:
-    """The files beside the stack ``stack_name`` (:func:`~noa_core.tomography.check.side_names`), by kind, each the
+    """The files beside the stack ``stack_name`` (:func:`~noa_core.tomography.beside.side_names`), by kind, each the
     first of its names there, opened through ``project`` (over HTTP: beneath the data root) and read within its
     size limit; a NoaError naming the one refused (a link out of the data root) or larger than any such file."""
     found: dict[str, SideFile] = {}
-    for kind, candidates in check.side_names(stack_name).items():
+    for kind, candidates in side_names(stack_name).items():
         for candidate in candidates:
             read = _side_file(project, candidate, kind)
             if read is not None:
@@ -112,29 +108,14 @@ class _Read:
         return counts
 
 
-class Inputs(Protocol):
-    """The inputs of an operation (:class:`noa_core.operations.spec.Inputs`): the files, and how the files a file
-    names are opened (None: this machine's folders)."""
-
-    projects: Projects | None
-
-    def __getitem__(self, index: int) -> Path: ...
-
-
-def in_step(inputs: Inputs, options: Mapping[str, Any], shape: Sequence[int], kept: Sequence[int] | None, *,
+def in_step(inputs: Inputs, shape: Sequence[int], kept: Sequence[int] | None, *,
             image_size: tuple[int, int] | None = None, pixel_scale: float = 1.0,
             why_not: str = "") -> tuple[SideFiles | None, list[str]]:
-    """The files to write beside the output of an operation on the stack ``inputs[0]`` (of ``shape``, BDHW) whose
-    section ``i`` is the input's ``kept[i]`` (None: the output does not keep sections one to one, ``why_not`` says
-    why), its images ``image_size`` (width, height; default the input's) of pixels ``pixel_scale`` times the
-    input's: None where there are none to write (or the ``side_files`` option says not to), and the notices of the
-    plan (why none are written)."""
-    stack = inputs[0]
-    if not options.get("side_files") or remote.remote_path(stack) is not None:  # a URL: no files beside it are read
-        return None, []
+    """:func:`noa_core.tomography.beside.in_step` where a file may be beside the stack: the files to write beside
+    the output and the plan's notices."""
     project = (inputs.projects or folder_projects)(None)  # over HTTP: the data root, beneath which each is opened
     try:
-        stack_name = project.name_of(stack)
+        stack_name = project.name_of(inputs[0])
         read = _read(stack_name, files_beside(project, stack_name))
     except NoaError as exc:
         return None, [f"{exc}: no tilt-series files written beside the output"]
@@ -149,12 +130,6 @@ def in_step(inputs: Inputs, options: Mapping[str, Any], shape: Sequence[int], ke
         return None, [f"{wrong_count}: {listed} not written beside the output"]
     size = image_size if image_size is not None else (int(shape[3]), int(shape[2]))
     return _writer(read, project, list(kept), sections, size, pixel_scale), []
-
-
-def unchanged(inputs: Inputs, options: Mapping[str, Any], shape: Sequence[int]) -> tuple[SideFiles | None, list[str]]:
-    """:func:`in_step` for an output of the input's sections, in their order, and of its images' size and pixel size
-    (a filter, a copy)."""
-    return in_step(inputs, options, shape, range(shape[section_axis(shape)]))
 
 
 def _wrong_count(read: _Read, sections: int) -> str | None:
@@ -275,10 +250,10 @@ def _writer(read: _Read, project: Project, kept: list[int], sections: int, image
         if formats.output_format(output).name != "mrc":  # a STAR names N@stack: RELION and IMOD read MRC stacks
             return {}, [f"{output}: not an MRC stack: {', '.join(f.name for f in read.files.values())} not written "
                         "beside it"]
-        named = check.side_names(output.name)
+        named = side_names(output.name)
         files: dict[Path, bytes] = {}
         for kind, file in read.files.items():
-            path = output.parent / named[kind][check.side_names(read.stack_name)[kind].index(file.name)]
+            path = output.parent / named[kind][side_names(read.stack_name)[kind].index(file.name)]
             if path == output or _identity(path) in {f.identity for f in read.files.values()}:
                 return {}, [f"{path}: would replace {'the output' if path == output else 'a file beside the input'}: "
                             f"{', '.join(f.name for f in read.files.values())} not written beside the output"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from noa_core.images import stacks
 from noa_core.operations.plan import region_plan
 from noa_core.operations.spec import Inputs, Options
-from noa_core.tomography import sidefiles
+from noa_core.tomography import beside
 
 
 def plan(inputs: Inputs, options: Options):
@@ -15,7 +15,7 @@ def plan(inputs: Inputs, options: Options):
     dtype = stacks.average_dtype(array.dtype)
     notices = [f"average --group {options.group}: the last {left} of {array.shape[axis]} sections make no "
                "complete group and are left out"] if left else []
-    notices += sidefiles.in_step(inputs, options, array.shape, None, why_not="averaging joins its sections")[1]
+    notices += beside.in_step(inputs, options, array.shape, None, why_not="averaging joins its sections")[1]
     out_meta = stacks.average_metadata(meta, array.shape, options.group)
     return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=shape, dtype=dtype,
                        reads=stacks.average_reads(array, options.group, options.sum),

@@ -8,7 +8,7 @@ from noa_core.array import layout
 from noa_core.images import boxes, stacks
 from noa_core.operations.plan import region_plan
 from noa_core.operations.spec import Inputs, Options
-from noa_core.tomography import sidefiles
+from noa_core.tomography import beside
 
 
 def plan(inputs: Inputs, options: Options):
@@ -21,7 +21,7 @@ def plan(inputs: Inputs, options: Options):
                "both ends"] if cropped else []
     out_meta = boxes.bin_metadata(meta, array.shape, factors, starts)
     sections = stacks.section_axis(array.shape)
-    side_files, told = sidefiles.in_step(
+    side_files, told = beside.in_step(
         inputs, options, array.shape, None if factors[sections] > 1 else range(array.shape[sections]),
         image_size=(shape[3], shape[2]), pixel_scale=factors[3], why_not="binning the depth too joins its sections")
     notices.extend(told)

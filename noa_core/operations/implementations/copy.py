@@ -6,7 +6,7 @@ from __future__ import annotations
 from noa_core.array import dtypes, resolve_copy_order
 from noa_core.operations.plan import converter, reversing, tiled_plan
 from noa_core.operations.spec import Inputs, Options
-from noa_core.tomography import sidefiles
+from noa_core.tomography import beside
 
 HEIGHT = 2  # the BDHW axis of rows (Y)
 
@@ -18,8 +18,8 @@ def plan(inputs: Inputs, options: Options):
     compute = converter("clamp" if options.clamp else "checked")
     if options.flip_y:  # a reversed read of whole columns: noa has no negative strides
         compute = reversing(compute, (HEIGHT,))
-    side_files, notices = sidefiles.in_step(inputs, options, array.shape, None, why_not=sidefiles.MIRRORED) \
-        if options.flip_y else sidefiles.unchanged(inputs, options, array.shape)
+    side_files, notices = beside.in_step(inputs, options, array.shape, None, why_not=beside.MIRRORED) \
+        if options.flip_y else beside.unchanged(inputs, options, array.shape)
     return tiled_plan(options, inputs=inputs, read=[array], compute=compute, meta=meta, dtype=out_dtype,
                       order=out_order, whole_axes=(HEIGHT,) if options.flip_y else (), notices=notices,
                       side_files=side_files)

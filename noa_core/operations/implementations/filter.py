@@ -9,7 +9,7 @@ from noa_core.errors import ParameterError
 from noa_core.fourier import spectral
 from noa_core.operations.plan import whole_image_plan
 from noa_core.operations.spec import Inputs, Options
-from noa_core.tomography import sidefiles
+from noa_core.tomography import beside
 
 
 def plan(inputs: Inputs, options: Options):
@@ -39,6 +39,6 @@ def plan(inputs: Inputs, options: Options):
         axes = (2, 3) if ndim == 2 else (1, 2, 3)
         return spectral.multiply_spectrum(block, axes, weights).numpy()
 
-    side_files, notices = sidefiles.unchanged(inputs, options, array.shape)
+    side_files, notices = beside.unchanged(inputs, options, array.shape)
     return whole_image_plan(options, inputs=inputs, array=array, shape=array.shape, meta=meta, images=images,
                             working=3.0, notices=notices, side_files=side_files)

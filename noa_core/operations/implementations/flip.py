@@ -6,7 +6,7 @@ from __future__ import annotations
 from noa_core.images import boxes, stacks
 from noa_core.operations.plan import region_plan
 from noa_core.operations.spec import Inputs, Options
-from noa_core.tomography import sidefiles
+from noa_core.tomography import beside
 
 
 def plan(inputs: Inputs, options: Options):
@@ -18,8 +18,8 @@ def plan(inputs: Inputs, options: Options):
         count = array.shape[sections]
         last = boxes.mirror_sum(count, options.about)
         kept = [(last - z) % count for z in range(count)]
-        side_files, notices = sidefiles.in_step(inputs, options, array.shape, kept)
+        side_files, notices = beside.in_step(inputs, options, array.shape, kept)
     else:  # mirrored images turn the other way about their tilt axis: the files' axis no longer says theirs
-        side_files, notices = sidefiles.in_step(inputs, options, array.shape, None, why_not=sidefiles.MIRRORED)
+        side_files, notices = beside.in_step(inputs, options, array.shape, None, why_not=beside.MIRRORED)
     return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=array.shape,
                        reads=boxes.flip_reads(array, axis, options.about), notices=notices, side_files=side_files)

@@ -8,7 +8,7 @@ from noa_core.images import stacks
 from noa_core.io import Metadata
 from noa_core.operations.plan import region_plan
 from noa_core.operations.spec import Inputs, Options
-from noa_core.tomography import sidefiles
+from noa_core.tomography import beside
 
 
 def plan(inputs: Inputs, options: Options):
@@ -32,7 +32,7 @@ def plan(inputs: Inputs, options: Options):
                 places.append(slice(lo - first, hi - first))
         return views, _placer(places)
 
-    _, notices = sidefiles.in_step(inputs, options, arrays[0].shape, None,
+    _, notices = beside.in_step(inputs, options, arrays[0].shape, None,
                                    why_not=f"joined with {len(inputs) - 1} other input(s)")
     return region_plan(options, inputs=inputs, read=arrays, meta=meta, shape=shape, reads=reads,
                        detail=f"{len(inputs)} inputs, {shape[0]} entries", notices=notices)

@@ -14,7 +14,7 @@ from noa_core.errors import ShapeError, ValueRangeError
 from noa_core.images import intensity, statistics
 from noa_core.operations.plan import region_plan, whole_image_plan
 from noa_core.operations.spec import Inputs, Options
-from noa_core.tomography import sidefiles
+from noa_core.tomography import beside
 
 
 def plan(inputs: Inputs, options: Options):
@@ -25,7 +25,7 @@ def plan(inputs: Inputs, options: Options):
     intensity.check_background_options(options.bg_radius, options.ramp, options.white_dust, options.black_dust)
     if array.size == 0:
         raise ShapeError(f"{inputs[0]}: the array of shape {array.shape} is empty")
-    side_files, notices = sidefiles.unchanged(inputs, options, array.shape)
+    side_files, notices = beside.unchanged(inputs, options, array.shape)
     if options.bg_radius is not None:
         return background_plan(inputs, options, array, meta, notices, side_files)
     b, d, _h, _w = array.shape

@@ -21,7 +21,7 @@ from noa_core.io.metadata import Metadata
 from noa_core.operations.plan import whole_image_plan
 from noa_core.operations.rescale import MAX_FACTOR
 from noa_core.operations.spec import Inputs, Options
-from noa_core.tomography import sidefiles
+from noa_core.tomography import beside
 
 
 def plan(inputs: Inputs, options: Options):
@@ -67,7 +67,7 @@ def plan(inputs: Inputs, options: Options):
                        if all(got) else "")
         notices.append(f"rescale {words}: {' x '.join(map(str, (array.shape[a] for a in axes)))} pixels became "
                    f"{' x '.join(map(str, box.sizes))} (even, as RELION rounds){pixel_words}")
-    side_files, told = sidefiles.in_step(inputs, options, array.shape, range(array.shape[0]) if ndim == 2 else None,
+    side_files, told = beside.in_step(inputs, options, array.shape, range(array.shape[0]) if ndim == 2 else None,
                                          image_size=(shape[3], shape[2]), pixel_scale=box.spacing[-1],
                                          why_not="a volume's sections are resampled too")
     notices.extend(told)

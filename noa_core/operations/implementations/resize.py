@@ -15,7 +15,7 @@ from noa_core.images import boxes, stacks
 from noa_core.io import mapped
 from noa_core.operations.plan import region_plan
 from noa_core.operations.spec import Inputs, Options
-from noa_core.tomography import sidefiles
+from noa_core.tomography import beside
 
 
 def plan(inputs: Inputs, options: Options):
@@ -28,7 +28,7 @@ def plan(inputs: Inputs, options: Options):
     out_meta = boxes.resize_metadata(meta, array.shape, target)
     same_sections = tuple(target[:2]) == tuple(array.shape[:2])
     kept = range(array.shape[stacks.section_axis(array.shape)]) if same_sections else None
-    side_files, notices = sidefiles.in_step(inputs, options, array.shape, kept, image_size=(target[3], target[2]),
+    side_files, notices = beside.in_step(inputs, options, array.shape, kept, image_size=(target[3], target[2]),
                                             why_not="it changes the number of sections")
     return region_plan(options, inputs=inputs, read=[array], meta=out_meta, shape=target,
                        reads=boxes.resize_reads(array, target, lambda: value), notices=notices, side_files=side_files)

@@ -13,7 +13,7 @@ from noa_core.errors import ShapeError
 from noa_core.images import intensity, statistics
 from noa_core.operations.plan import tiled_plan
 from noa_core.operations.spec import Inputs, Options
-from noa_core.tomography import sidefiles
+from noa_core.tomography import beside
 
 
 def source_range(array, path: Path, percentiles) -> tuple[float, float]:
@@ -45,7 +45,7 @@ def plan(inputs: Inputs, options: Options):
     def compute(blocks, out) -> None:
         convert_into(asarray(intensity.scaled(blocks[0].numpy(), ends, target, integral)), out, mode="checked")
 
-    side_files, notices = sidefiles.unchanged(inputs, options, array.shape)
+    side_files, notices = beside.unchanged(inputs, options, array.shape)
     return tiled_plan(options, inputs=inputs, read=[array], compute=compute, meta=meta, dtype=out_dtype,
                       detail=f"{ends[0]:.6g}..{ends[1]:.6g} -> {target[0]:g}..{target[1]:g}", notices=notices,
                       side_files=side_files)

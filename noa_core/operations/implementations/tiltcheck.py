@@ -9,8 +9,8 @@ from pathlib import Path
 from noa_core.io import formats
 from noa_core.io.particles import folder_projects
 from noa_core.operations.spec import Inputs, Options
+from noa_core.tomography import beside, sidefiles, tiltseries
 from noa_core.tomography import check as consistency
-from noa_core.tomography import sidefiles, tiltseries
 
 
 def report(inputs: Inputs, options: Options) -> dict:
@@ -30,7 +30,7 @@ def report(inputs: Inputs, options: Options) -> dict:
         mdoc=tiltseries.parse(Path(found["mdoc"][0]), found["mdoc"][1]) if "mdoc" in found else None,
         star=consistency.read_star(*found["star"], stack_name) if "star" in found else None)
     findings = consistency.check(stack, side)
-    missing = [" or ".join(candidates) for kind, candidates in consistency.side_names(stack_name).items()
+    missing = [" or ".join(candidates) for kind, candidates in beside.side_names(stack_name).items()
                if kind not in found]
     return {"path": str(inputs[0]), "stack": stack_name, "sections": stack.sections,
             "files": {kind: name for kind, (name, _) in found.items()}, "missing": missing,
