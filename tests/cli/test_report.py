@@ -1,0 +1,62 @@
+"""noa_cli.report: how the ``noa`` process ends. Once its command has ended and no thread runs, it leaves without
+tearing the interpreter down, its exit functions run and its streams flushed; a thread still running is waited for."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+
+from helpers import write_mrc
+
+# The ``noa`` process as its console script runs it, with an exit function and an object whose finalizer would
+# speak when the interpreter is torn down (module globals are cleared then).
+_PROCESS = """
+import atexit, sys, threading, time
+from noa_cli.main import run
+
+class Finalized:
+    def __del__(self):
+        print("torn down", flush=True)
+
+kept = Finalized()
+atexit.register(lambda: print("exit functions ran"))
+if sys.argv[1] == "thread":
+    def late():
+        time.sleep(0.5)
+        print("the thread finished", flush=True)
+    threading.Thread(target=late).start()
+sys.argv = ["noa", *sys.argv[2:]]
+run()
+"""
+
+
+def _noa_process(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _PROCESS, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_a_finished_command_leaves_without_the_teardown(tmp_path):
+    src = tmp_path / "small.mrc"
+    data = write_mrc(src, np.arange(2 * 8 * 8, dtype=np.float32).reshape(2, 8, 8))
+    done = _noa_process("alone", "stats", str(src))
+    assert done.returncode == 0, done.stderr
+    assert f"{data.max():g}" in done.stdout  # the report, flushed
+    assert done.stdout.rstrip().endswith("exit functions ran")
+    assert "torn down" not in done.stdout
+
+
+def test_a_failed_command_keeps_its_code_and_line(tmp_path):
+    done = _noa_process("alone", "stats", str(tmp_path / "missing.mrc"))
+    assert done.returncode == 2
+    assert "missing.mrc" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "exit functions ran" in done.stdout and "torn down" not in done.stdout
+
+
+def test_a_running_thread_is_waited_for(tmp_path):
+    src = tmp_path / "small.mrc"
+    write_mrc(src, np.zeros((2, 8, 8), np.float32))
+    done = _noa_process("thread", "stats", str(src))
+    assert done.returncode == 0, done.stderr
+    assert "the thread finished" in done.stdout and "exit functions ran" in done.stdout
+    assert "torn down" in done.stdout  # the interpreter's own exit, which joins the thread
