@@ -130,11 +130,13 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")] = 8000,
     data_root: Annotated[
-        Path | None,
-        typer.Option("--data-root", help="Folder that server-side paths are relative to (env NOA_DATA_ROOT).")
+        str | None,  # a folder, or a prefix of object storage (s3://bucket/prefix), which Path would mangle
+        typer.Option("--data-root", help="Folder that server-side paths are relative to, or a prefix of object "
+                     "storage, s3://bucket/prefix (env NOA_DATA_ROOT).")
     ] = None,
     state_dir: Annotated[
-        Path | None, typer.Option("--state-dir", help="Where job state is kept (default DATA_ROOT/.noa-jobs).")
+        Path | None, typer.Option("--state-dir", help="Where job state is kept (default DATA_ROOT/.noa-jobs; "
+                                  "required with a data root on object storage).")
     ] = None,
     database: Annotated[
         str | None, typer.Option("--database", help="Keep jobs in this PostgreSQL database, shared by several "

@@ -26,15 +26,15 @@ from typing import Any, BinaryIO
 
 from noa_core import operations
 from noa_core.errors import MissingFileError, NoaError, PathRefusedError, UnknownFormatError, spelt
-from noa_core.io import formats
+from noa_core.io import formats, particle_files, remote
 from noa_core.io.atomic import scratch_outputs
 from noa_core.operations import FileTask, Writes, WritesDataSet
 from noa_core.run import Limits, Progress, cluster, execute
 from noa_core.run.execution import checked_plan
 from noa_server.jobs import Cancelled
 from noa_server.models import OpParams, PathRequest, job_model
-from noa_server.problems import ProblemError, classify
-from noa_server.sandbox import Sandbox
+from noa_server.problems import ProblemError, classify, log
+from noa_server.sandbox import AnySandbox, RemoteSandbox, Sandbox, open_sandbox
 
 try:
     import fcntl
@@ -53,15 +53,16 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 @dataclass(frozen=True)
 class Planned:
-    """A path request whose paths passed the sandbox, resolved to absolute paths inside the root."""
+    """A path request whose paths passed the sandbox, resolved to absolute paths inside the root (URLs of keys
+    under the prefix, for a data root on object storage)."""
 
     request: PathRequest
     inputs: list[Path]
     output: Path | None
-    sandbox: Sandbox
+    sandbox: AnySandbox
 
 
-def plan(request: PathRequest, sandbox: Sandbox) -> Planned:
+def plan(request: PathRequest, sandbox: AnySandbox) -> Planned:
     output = request.output_path()
     for name, relative in _input_files(request).items():  # checked now too: a job refuses them on submission
         with _naming(name):
@@ -123,10 +124,14 @@ class ClientNames:
             problem = classify(exc)
             assert problem is not None
             problem.detail = self.text(problem.detail)
+            if isinstance(exc, remote.StorageError):
+                # The store's own words, in parentheses, may name its endpoint and bucket: the server's log has them
+                log.warning("object storage: %s", exc)
+                problem.detail = problem.detail.split(" (", 1)[0]
             raise problem from exc
 
 
-def plan_and_run(request: PathRequest, sandbox: Sandbox, max_voxels: int) -> Any:
+def plan_and_run(request: PathRequest, sandbox: AnySandbox, max_voxels: int) -> Any:
     """:func:`plan` then :func:`run_on_paths`, for requests answered in one response."""
     return run_on_paths(plan(request, sandbox), max_voxels, ignore_progress)
 
@@ -134,11 +139,45 @@ def plan_and_run(request: PathRequest, sandbox: Sandbox, max_voxels: int) -> Any
 def run_on_paths(planned: Planned, max_voxels: int, progress: Progress) -> Any:
     """Run a planned request on the files its paths name when it runs; the JSON-ready result names
     files as the client did."""
+    if isinstance(planned.sandbox, RemoteSandbox):
+        return _run_on_keys(planned, planned.sandbox, max_voxels, progress)
     with ExitStack() as opened:
         inputs, output, names = _open(planned, opened)
         files = _open_input_files(planned, opened, names)
         with names.in_errors():
             return _run_on_paths(planned, inputs, output, max_voxels, progress, names, files)
+
+
+def _run_on_keys(planned: Planned, sandbox: RemoteSandbox, max_voxels: int, progress: Progress) -> Any:
+    """:func:`run_on_paths` for a data root on object storage: noa_core reads and writes the keys by their URLs,
+    except a particle file, read from a copy (:func:`fetched`); the stacks it names are fetched as
+    :class:`SandboxProject` opens them."""
+    names = ClientNames({f"{sandbox.root}/": ""})
+    files = {name: str(sandbox.resolve(relative)) for name, relative in _input_files(planned.request).items()}
+    with ExitStack() as opened, names.in_errors():
+        inputs = list(planned.inputs)
+        for i, relative in enumerate(planned.request.input_paths()):
+            if particle_files.is_particle_path(inputs[i]):
+                inputs[i] = fetched(sandbox.resolve(relative), scratch(sandbox, opened, names), names, relative)
+        return _run_on_paths(planned, inputs, planned.output, max_voxels, progress, names, files)
+
+
+def scratch(sandbox: AnySandbox, opened: ExitStack, names: ClientNames) -> Path:
+    """A fresh upload folder for one request's copies, removed by ``opened``; named as nothing to the client."""
+    folder = new_upload_folder(sandbox.scratch)
+    opened.callback(remove_upload_folder, folder)
+    names.names[f"{folder}/"] = ""
+    return folder
+
+
+def fetched(url: remote.RemotePath, folder: Path, names: ClientNames, relative: str) -> Path:
+    """The object ``url`` copied whole into ``folder`` under its name, and named ``relative`` to the client: how a
+    particle file (a table naming other files, read from this machine's files only) of object storage is read."""
+    copy = folder / url.name
+    with remote.open_input(url) as source, open(copy, "wb") as target:
+        shutil.copyfileobj(source, target, 1 << 20)
+    names.names[str(copy)] = relative
+    return copy
 
 
 # -- jobs on a Dask cluster --------------------------------------------------------------------------
@@ -195,7 +234,7 @@ class WorkerProjects:
     names: ClientNames
 
     def __call__(self, project_dir: str | None) -> SandboxProject:
-        return SandboxProjects(Sandbox(self.root, self.hidden), self.names)(project_dir)
+        return SandboxProjects(open_sandbox(self.root, self.hidden), self.names)(project_dir)
 
 
 @dataclass(frozen=True)
@@ -261,7 +300,7 @@ def _run_on_worker(operation: str, request: str, root: Path, hidden: Path | None
         progress(0, 1)  # cancelled while it waited for a worker
         parsed = job_model(operations.get(operation)).model_validate_json(request)
         assert isinstance(parsed, PathRequest)  # a job's model is a path request's
-        return run_on_paths(plan(parsed, Sandbox(root, hidden)), max_voxels, progress)
+        return run_on_paths(plan(parsed, open_sandbox(root, hidden)), max_voxels, progress)
     except ProblemError as problem:
         return _Refused(problem.status, problem.slug, problem.title, problem.detail)
 
@@ -275,6 +314,7 @@ def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None,
     temporary file is created there and renamed there, and a rename never follows a symlink.
     """
     sandbox = planned.sandbox
+    assert isinstance(sandbox, Sandbox)  # a remote root's keys are not opened (run_on_paths)
     names = {f"{sandbox.root}/": ""}
     inputs = []
     links = new_upload_folder(sandbox.scratch)
@@ -307,6 +347,7 @@ def _open_input_files(planned: Planned, opened: ExitStack, names: ClientNames) -
     files: dict[str, str] = {}
     if not _input_files(planned.request):
         return files
+    assert isinstance(planned.sandbox, Sandbox)
     folder = new_upload_folder(planned.sandbox.scratch)
     opened.callback(remove_upload_folder, folder)
     for name, relative in _input_files(planned.request).items():
@@ -351,7 +392,7 @@ class SandboxProjects:
     the folder under it ``project_dir`` names; every stack a file names is opened beneath the root as a request's
     paths are (no absolute path, no '..', no link followed), and an output is named relative to the folder."""
 
-    def __init__(self, sandbox: Sandbox, names: ClientNames) -> None:
+    def __init__(self, sandbox: AnySandbox, names: ClientNames) -> None:
         self.sandbox, self.names = sandbox, names
 
     def __call__(self, project_dir: str | None) -> SandboxProject:
@@ -362,7 +403,7 @@ class SandboxProjects:
                 resolved = self.sandbox.resolve(folder)
             except ProblemError as problem:
                 raise PathRefusedError(f"project_dir: {problem.detail}") from None
-            if not resolved.is_dir():
+            if not _is_folder(resolved):
                 raise MissingFileError(f"project_dir: {folder}: no such folder")
         return SandboxProject(self.sandbox, folder, self.names)
 
@@ -371,7 +412,7 @@ class SandboxProjects:
 class SandboxProject:
     """One project folder under the data root (``folder`` as the client names it; '' for the root itself)."""
 
-    sandbox: Sandbox
+    sandbox: AnySandbox
     folder: str
     names: ClientNames
 
@@ -381,7 +422,7 @@ class SandboxProject:
                                    f"({self.folder or 'the data root'})")
         relative = f"{self.folder}/{name}" if self.folder else name
         try:
-            fd, _ = self.sandbox.open(relative)
+            fd = self._open(relative)
         except ProblemError as problem:
             if problem.status == 404:
                 raise FileNotFoundError(errno.ENOENT, "No such file or directory") from None
@@ -391,6 +432,20 @@ class SandboxProject:
             raise IsADirectoryError(errno.EISDIR, "not a file")
         return fd
 
+    def _open(self, relative: str) -> int:
+        """A descriptor of the file ``relative`` names: opened beneath the root, or for a key under a prefix of
+        object storage, fetched whole into an unlinked file of the scratch folder (a particle file's reads need a
+        descriptor; a stack is read whole or nearly so)."""
+        if isinstance(self.sandbox, Sandbox):
+            return self.sandbox.open(relative)[0]
+        url = self.sandbox.resolve(relative)
+        try:
+            with remote.open_input(url) as source, tempfile.TemporaryFile(dir=self.sandbox.scratch) as copy:
+                shutil.copyfileobj(source, copy, 1 << 20)
+                return os.dup(copy.fileno())
+        except MissingFileError:
+            raise ProblemError(404, "file-not-found", "File or folder not found", f"{relative}: no such file") from None
+
     def name_of(self, path: Path) -> str:
         client = self.names.text(str(path)).lstrip("/")
         if not self.folder:
@@ -399,6 +454,16 @@ class SandboxProject:
             raise PathRefusedError(f"{client}: outside the project folder {self.folder}, whose paths a particle file "
                                    "names; write the output in it")
         return client[len(self.folder) + 1:]
+
+
+def _is_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder: of this machine, or a prefix of object storage holding objects."""
+    if not isinstance(path, remote.RemotePath):
+        return path.is_dir()
+    try:
+        return remote.is_folder(path)
+    except MissingFileError:
+        return False
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException
 
 from noa_core import errors
 from noa_core.compute.expr import ExpressionError
+from noa_core.io import remote
 
 MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:noa:problem:"
@@ -57,6 +58,7 @@ _NOA_ERRORS: list[tuple[type[Exception], int, str, str]] = [
     (errors.NoSpaceError, 507, "no-space", "No space left for the output"),
     (errors.MemoryLimitError, 507, "insufficient-memory", "Not enough memory for the computation"),
     (errors.LimitError, 422, "too-many-voxels", "Too many voxels"),
+    (remote.StorageError, 502, "storage-failed", "The object storage refused the request or was not reached"),
     (errors.FileFormatError, 422, "unreadable-file", "File cannot be read or written as asked"),
     (ExpressionError, 400, "invalid-expression", "Invalid expression"),
     (errors.PermutationError, 400, "invalid-axes", "Invalid axes"),

@@ -10,6 +10,11 @@ symlink after the check would be followed. So files are then opened (:meth:`Sand
 the root's descriptor along the checked, symlink-free path with no symlink followed on the way
 (``openat2`` with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``, or a walk of ``O_NOFOLLOW`` folder
 descriptors where the kernel lacks it): a symlink swapped in since is refused, never followed.
+
+The data root may be a prefix of object storage (``s3://bucket/prefix``): :class:`RemoteSandbox` maps the same
+checked paths to keys under the prefix. Object storage has no symlinks and no descriptors, so there the checks on
+the text (:func:`checked`, the one home of those rules for both kinds) are the whole rule. :func:`open_sandbox`
+picks the kind by the root.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path, PurePosixPath
 
 from noa_core.io.beneath import FOLDER as _FOLDER
 from noa_core.io.beneath import open_beneath
+from noa_core.io.remote import RemotePath
 from noa_server.problems import ProblemError
 
 _ENCODED = re.compile(r"%(2e|2f|5c|00)", re.IGNORECASE)
@@ -42,6 +48,25 @@ def _encodable(text: str) -> bool:
         return False
 
 
+def checked(relative: str) -> PurePosixPath:
+    """``relative`` as a path below a data root, whatever the root's kind, or a 400/403 problem: 1 to
+    :data:`MAX_PATH_CHARS` characters, no encoded dot or separator, NUL, backslash or invalid Unicode, not absolute,
+    no ``..``, and not the root itself. What is left names something under the root by text alone."""
+    if not relative or len(relative) > MAX_PATH_CHARS:
+        raise _refuse(f"a path must have 1 to {MAX_PATH_CHARS} characters", 400)
+    if "\x00" in relative or _ENCODED.search(relative) or "\\" in relative or not _encodable(relative):
+        raise _refuse(f"{relative!r}: encoded characters, NUL bytes, backslashes and invalid Unicode are not "
+                      "allowed in paths")
+    pure = PurePosixPath(relative)
+    if pure.is_absolute():
+        raise _refuse(f"{relative!r}: absolute paths are refused; give a path relative to the data root")
+    if ".." in pure.parts:
+        raise _refuse(f"{relative!r}: '..' is not allowed in paths")
+    if not pure.parts:
+        raise _refuse(f"{relative!r} names the data root itself, not a file")
+    return pure
+
+
 class Sandbox:
     """Maps client paths into ``root``; ``hidden`` (the job state directory) is refused too."""
 
@@ -52,19 +77,11 @@ class Sandbox:
         self._root_fd = os.open(self.root, _FOLDER)
         weakref.finalize(self, os.close, self._root_fd)
 
+    remote = False  # files of this machine, opened by descriptor
+
     def resolve(self, relative: str) -> Path:
         """The absolute path of ``relative`` inside the root, or a 400/403 problem."""
-        if not relative or len(relative) > MAX_PATH_CHARS:
-            raise _refuse(f"a path must have 1 to {MAX_PATH_CHARS} characters", 400)
-        if "\x00" in relative or _ENCODED.search(relative) or "\\" in relative or not _encodable(relative):
-            raise _refuse(f"{relative!r}: encoded characters, NUL bytes, backslashes and invalid Unicode are not "
-                          "allowed in paths")
-        pure = PurePosixPath(relative)
-        if pure.is_absolute():
-            raise _refuse(f"{relative!r}: absolute paths are refused; give a path relative to the data root")
-        if ".." in pure.parts:
-            raise _refuse(f"{relative!r}: '..' is not allowed in paths")
-        resolved = self._follow(pure)
+        resolved = self._follow(checked(relative))
         if not resolved.is_relative_to(self.root):
             raise _refuse(f"{relative!r} resolves outside the data root")
         if resolved == self.root:
@@ -140,3 +157,44 @@ def _opening_failed(relative: str, exc: OSError, missing: str = "no such file") 
     if exc.errno in (errno.EACCES, errno.EPERM):
         return _refuse(f"{relative!r}: permission denied")
     return exc
+
+
+class RemoteSandbox:
+    """Maps client paths to keys under the prefix ``root`` of object storage (``s3://bucket/prefix``) by the rules
+    of :func:`checked`: with no symlinks to follow, a checked path is a key under the prefix, compared segment by
+    segment (``prefix`` holds ``prefix/x``, never ``prefix-other/x``). Nothing is opened here: noa_core reads and
+    writes the keys (:mod:`noa_core.io.remote`)."""
+
+    remote = True
+    hidden = None  # the job state lives on this machine (Settings asks for a state directory)
+
+    def __init__(self, root: RemotePath, scratch: Path | None = None):
+        self.root = RemotePath(root.url.rstrip("/"))  # s3://bucket/prefix, or s3://bucket for the whole bucket
+        self.scratch = scratch
+
+    @property
+    def _prefix(self) -> tuple[str, ...]:
+        return tuple(part for part in self.root.url.split("://", 1)[1].split("/") if part)
+
+    def resolve(self, relative: str) -> RemotePath:
+        """The URL of the key ``relative`` names under the prefix, or a 400/403 problem."""
+        pure = checked(relative)
+        resolved = self.root.joinpath(*pure.parts)
+        segments = tuple(resolved.url.split("://", 1)[1].split("/"))
+        if segments[:len(self._prefix)] != self._prefix or len(segments) <= len(self._prefix):
+            raise _refuse(f"{relative!r} resolves outside the data root")
+        return resolved
+
+    def relative(self, path: RemotePath) -> str:
+        """How a client names ``path`` (never the bucket)."""
+        return path.url[len(self.root.url):].lstrip("/")
+
+
+AnySandbox = Sandbox | RemoteSandbox  # the data root's, of either kind
+
+
+def open_sandbox(root: Path, hidden: Path | None = None, scratch: Path | None = None) -> AnySandbox:
+    """The sandbox of ``root``: object storage's (:class:`RemoteSandbox`) for a URL, else this machine's."""
+    if isinstance(root, RemotePath):
+        return RemoteSandbox(root, scratch)
+    return Sandbox(root, hidden, scratch)

@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 from fastapi import Request
 
 from noa_core.compute import compute_path, expr
+from noa_core.io import remote
+from noa_core.io.remote import RemotePath
 from noa_core.kernels import runtime
 from noa_core.run import Progress, cluster
 from noa_core.run.warmup import warmed_lately, warmup_once
@@ -28,7 +30,7 @@ from noa_server.execution import remove_abandoned_uploads
 from noa_server.jobs import JobStore
 from noa_server.models import PathRequest
 from noa_server.problems import ProblemError
-from noa_server.sandbox import Sandbox
+from noa_server.sandbox import AnySandbox, open_sandbox
 from noa_server.settings import Settings
 from noa_server.watches import open_watches
 
@@ -58,10 +60,12 @@ class Service:
     def __init__(self, settings: Settings):
         self.settings = settings
         root = settings.data_root
-        if root is not None and not root.is_dir():
+        if isinstance(root, RemotePath):
+            remote.check_folder(root)  # a missing or forbidden bucket stops the server (a ValueError, in one line)
+        elif root is not None and not root.is_dir():
             # A typo in --data-root must stop the server, not create an empty root.
             raise ValueError(f"data root {root} is not a folder")
-        self.sandbox = None if root is None else Sandbox(root, settings.jobs_dir, settings.tmp_dir)
+        self.sandbox = None if root is None else open_sandbox(root, settings.jobs_dir, settings.tmp_dir)
         jobs_dir = settings.jobs_dir  # set whenever the data root is
         self.jobs = (None if root is None or jobs_dir is None
                      else JobStore(jobs_dir, settings.job_ttl, database=settings.database))
@@ -175,7 +179,7 @@ class Service:
         """``fn(*args)`` in a worker thread; the event loop only waits."""
         return await asyncio.wrap_future(self.submit(fn, *args))
 
-    def paths(self) -> Sandbox:
+    def paths(self) -> AnySandbox:
         if self.sandbox is None:
             raise ProblemError(403, "paths-disabled", "Server-side paths disabled",
                                "this server was started without a data root; upload the files instead")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from noa_core.io.remote import RemotePath, as_path
 from noa_core.limits import available_cores
 
 ENV_PREFIX = "NOA_"
@@ -23,7 +24,8 @@ ENV_PREFIX = "NOA_"
 class Settings:
     """Everything the app factory needs.
 
-    ``data_root`` None disables server-side paths and jobs (uploads still work).
+    ``data_root`` None disables server-side paths and jobs (uploads still work); a URL of object storage
+    (``s3://bucket/prefix``, given as a string or a RemotePath) is kept as a RemotePath, and then needs ``state_dir``.
     ``state_dir`` None means ``<data_root>/.noa-jobs``. ``tmp_dir`` None means the system's.
     ``database``: where jobs are kept, an SQLAlchemy URL (``postgresql://user@host:port/db`` for several
     hosts); None means SQLite, ``<state_dir>/jobs.sqlite``.
@@ -70,14 +72,33 @@ class Settings:
         if self.scheduler and not re.fullmatch(r"local(:[1-9][0-9]*)?|[a-z]+://\S+", self.scheduler):
             raise ValueError(f"scheduler {self.scheduler!r} is not local, local:N (worker processes) or a Dask "
                              "scheduler's address such as tcp://host:8786")
+        self._check_remote_root()
         # Resolve once so that every later containment check compares canonical paths.
         for name in ("data_root", "state_dir", "tmp_dir", "watch_config"):
+            if isinstance(getattr(self, name), RemotePath):
+                continue
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, Path(value).expanduser().resolve())
         for name in ("api_key", "database", "scheduler"):
             if getattr(self, name) == "":
                 object.__setattr__(self, name, None)
+
+    def _check_remote_root(self) -> None:
+        """A data root on object storage (``s3://bucket/prefix``) kept as its URL (without a trailing ``/``); the
+        job state then needs a folder of this machine, named (jobs' records and locks need a file system)."""
+        if self.data_root is None:
+            return
+        root = as_path(self.data_root)  # a URL given as a string (NOA_DATA_ROOT, --data-root) becomes a RemotePath
+        if isinstance(root, RemotePath):
+            if root.scheme not in ("s3", "gs") or "?" in root.url:
+                raise ValueError(f"data root {root}: a data root on remote storage is a bucket or a prefix of one, "
+                                 "s3://bucket/prefix or gs://bucket/prefix")
+            root = RemotePath(root.url.rstrip("/"))
+            if self.state_dir is None:
+                raise ValueError(f"data root {root} is on object storage: give a folder of this machine for the job "
+                                 "state (--state-dir, or NOA_STATE_DIR)")
+        object.__setattr__(self, "data_root", root)
 
     @property
     def jobs_dir(self) -> Path | None:
@@ -107,6 +128,8 @@ class Settings:
             value = getattr(self, f.name)
             if f.name == "cors_origins":
                 value = ",".join(value)
+            if isinstance(value, RemotePath):
+                value = value.url
             env[ENV_PREFIX + f.name.upper()] = "" if value is None else str(value)
         return env
 
@@ -139,4 +162,6 @@ def _parse(name: str, text: str) -> Any:
         if text.lower() not in ("0", "1", "true", "false", "yes", "no"):
             raise ValueError(f"{ENV_PREFIX}{name.upper()}={text!r} is not 0 or 1")
         return text.lower() in ("1", "true", "yes")
+    if name == "data_root":
+        return as_path(text)  # a URL kept as one (Path would make s3://b/p s3:/b/p)
     return Path(text)

@@ -46,7 +46,7 @@ from noa_server.job_db import jobs
 from noa_server.jobs import ACTIVE, STATES, JobStore, since_stamp
 from noa_server.models import RelPath, job_model, job_request
 from noa_server.problems import ProblemError
-from noa_server.sandbox import Sandbox
+from noa_server.sandbox import AnySandbox, RemoteSandbox, Sandbox
 from noa_server.watch_db import create_tables, taken, watches
 
 try:
@@ -56,6 +56,9 @@ except ImportError:  # not installed (the serve extra brings it): folders are po
 
 log = logging.getLogger("noa.server")
 LEASE_S = 15.0  # a holder silent this long has lost its watches
+ON_OBJECT_STORAGE = ("the data root is on object storage, where nothing tells of a new object (no inotify) and "
+                     "listing a prefix again and again costs a request each time; watched folders need a data root "
+                     "of this machine's folders")
 RENEW_S = 2.0  # how often a process renews its leases and looks for watches no one scans
 SWEEP_S = 5.0  # how often a holder looks for its watch's interrupted jobs
 STOP_WAIT_S = 10.0
@@ -112,7 +115,7 @@ class Rules:
     """How a watch's request is checked and how a file becomes a job request: the operations' job models,
     the sandbox."""
 
-    def __init__(self, declared: list[Operation], sandbox: Sandbox):
+    def __init__(self, declared: list[Operation], sandbox: AnySandbox):
         self.requests: TypeAdapter[Any] = TypeAdapter(job_request(declared))
         self.by_name = {op.name: op for op in declared}
         self.sandbox = sandbox
@@ -120,6 +123,8 @@ class Rules:
     def spec(self, body: Any) -> WatchSpec:
         """The watch ``body`` checked: InvalidWatch naming the field, ProblemError for paths outside the root (403)
         or a watched folder that is not there (404)."""
+        if isinstance(self.sandbox, RemoteSandbox):
+            raise ProblemError(409, "watches-unavailable", "Watched folders unavailable", ON_OBJECT_STORAGE)
         try:
             spec = WatchSpec.model_validate(body)
         except ValidationError as exc:
@@ -213,13 +218,19 @@ def load_config(path: Path, rules: Rules) -> list[WatchSpec]:
     return specs
 
 
-def open_watches(config: Path | None, store: JobStore | None, sandbox: Sandbox | None, start: Start,
+def open_watches(config: Path | None, store: JobStore | None, sandbox: AnySandbox | None, start: Start,
                  plan: Plan) -> Watches | None:
-    """The watches of a service with a data root (None without), and those of the ``config`` file (checked now)."""
+    """The watches of a service with a data root (None without), and those of the ``config`` file (checked now).
+    A data root on object storage has none (:data:`ON_OBJECT_STORAGE`): a config file stops the service, a watch
+    asked for is refused (409)."""
     if store is None or sandbox is None:
         if config is not None:
             raise ValueError(f"watch config {config}: watched folders are under the data root; give one")
         return None
+    if isinstance(sandbox, RemoteSandbox):
+        if config is not None:
+            raise ValueError(f"watch config {config}: {ON_OBJECT_STORAGE}")
+        return Watches(store, Rules(operations.operations(), sandbox), start, plan)
     rules = Rules(operations.operations(), sandbox)
     return Watches(store, rules, start, plan, () if config is None else load_config(config, rules))
 
@@ -397,8 +408,9 @@ class Watches:
             log.warning("job %s of a watch not resumed: %s", job_id, getattr(exc, "detail", exc))
 
 
-def _make_folder(sandbox: Sandbox, relative: str) -> None:
+def _make_folder(sandbox: AnySandbox, relative: str) -> None:
     """The folder ``relative`` made when missing, beneath the root (its parent must exist)."""
+    assert isinstance(sandbox, Sandbox)  # Rules.spec refuses every watch on object storage
     sandbox.make_folder(relative)
     if not sandbox.resolve(relative).is_dir():
         raise _invalid("output", f"{relative} is a file, not a folder")

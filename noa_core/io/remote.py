@@ -275,6 +275,11 @@ def _reading_store_class() -> type[Any]:
     return ReadingStore
 
 
+class StorageError(FileFormatError):
+    """The storage refused a request or could not be reached (access refused, no credentials, the server gone): the
+    service's storage failed, not the request (the service answers 502)."""
+
+
 # A URL's user and password, and its query (a signature), in whatever spelling a back end prints the URL
 _USER = re.compile(r"(?<=://)[^/\s'\"@]*@")
 _QUERY = re.compile(r"(://[^\s'\"?]*)\?[^\s'\"]*")
@@ -303,24 +308,24 @@ def errors(path: RemotePath, doing: str = "read from") -> Iterator[None]:
         bucket = "bucket" in str(exc).lower() and "does not exist" in str(exc).lower()
         raise MissingFileError(f"{path}: no such {'bucket' if bucket else 'object'}") from None
     except PermissionError as exc:
-        raise FileFormatError(f"{path}: access refused ({_reason(path, exc)}); check the credentials "
+        raise StorageError(f"{path}: access refused ({_reason(path, exc)}); check the credentials "
                               "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws)") from None
     except Exception as exc:  # the back ends' own types (aiohttp, botocore): the host not reached, a refusal
         if getattr(exc, "status", None) == 404:
             raise MissingFileError(f"{path}: no such object") from None
         if type(exc).__name__ == "NoCredentialsError":  # botocore's, by name: a local read never imports it
-            raise FileFormatError(f"{path}: no credentials found; set AWS_ACCESS_KEY_ID and "
+            raise StorageError(f"{path}: no credentials found; set AWS_ACCESS_KEY_ID and "
                                   "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or write them in ~/.aws") from None
         raise _refused(path, exc, doing) from None
 
 
-def _refused(path: RemotePath, exc: BaseException, doing: str = "read from") -> FileFormatError:
+def _refused(path: RemotePath, exc: BaseException, doing: str = "read from") -> StorageError:
     """A failure that is not a missing object, in one line: access refused (HTTP 401, 403), else the server not
     reached or refusing."""
     status = getattr(exc, "status", None)
     if status in (401, 403):
-        return FileFormatError(f"{path}: access refused (HTTP {status})")
-    return FileFormatError(f"{path}: cannot be {doing} its server ({_reason(path, exc)})")
+        return StorageError(f"{path}: access refused (HTTP {status})")
+    return StorageError(f"{path}: cannot be {doing} its server ({_reason(path, exc)})")
 
 
 def _info(path: RemotePath, fs: Any) -> dict:
@@ -335,6 +340,25 @@ def is_folder(path: RemotePath) -> bool:
     """Whether ``path`` names a prefix holding objects (a store's folder) rather than one object."""
     fs = _filesystem(path)
     return _info(path, fs).get("type") == "directory"
+
+
+def listing(path: RemotePath) -> list[RemotePath]:
+    """What the folder ``path`` holds (one listing request): its objects and the prefixes below it, each a
+    RemotePath whose :attr:`~RemotePath.looked_up` is what the listing said of it (an object's size: no request
+    more to read its header)."""
+    fs = _filesystem(path)
+    with errors(path):
+        found = fs.ls(path.url, detail=True)
+    own = fs._strip_protocol(path.url).rstrip("/")
+    entries = []
+    for info in found:
+        name = info["name"].rstrip("/").rsplit("/", 1)[-1]
+        if info["name"].rstrip("/") == own or not name:  # the folder itself, as some stores list it
+            continue
+        entry = path / name
+        entry.looked_up = info
+        entries.append(entry)
+    return entries
 
 
 def holds(path: RemotePath, name: str) -> bool:

@@ -8,6 +8,9 @@ from typing import Annotated
 import anyio
 from fastapi import APIRouter, Depends
 
+from noa_core.errors import NoaError
+from noa_core.io import remote
+from noa_core.io.remote import RemotePath
 from noa_server.models import Health
 from noa_server.problems import documented, problem_response
 from noa_server.service import Service, service
@@ -38,8 +41,18 @@ async def readyz(svc: Annotated[Service, Depends(service)]):
 
 
 async def _reachable(root) -> bool:
-    """Whether the data root is a readable, writable folder; a hung network mount counts as unreachable."""
+    """Whether the data root answers (:func:`_answers`); a hung network mount counts as unreachable."""
     with anyio.move_on_after(PROBE_TIMEOUT_S):
-        return await anyio.to_thread.run_sync(lambda: os.access(root, os.R_OK | os.W_OK | os.X_OK)
-                                              and os.path.isdir(root), abandon_on_cancel=True)
+        return await anyio.to_thread.run_sync(_answers, root, abandon_on_cancel=True)
     return False
+
+
+def _answers(root) -> bool:
+    """Whether the data root is a readable, writable folder; on object storage, whether its bucket answers."""
+    if isinstance(root, RemotePath):
+        try:
+            remote.check_folder(root)
+        except NoaError:
+            return False
+        return True
+    return os.access(root, os.R_OK | os.W_OK | os.X_OK) and os.path.isdir(root)

@@ -5,22 +5,23 @@ from __future__ import annotations
 import inspect
 import os
 import stat
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 from urllib.parse import quote
 
 import anyio
 from fastapi import APIRouter, Depends
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from noa_core.io import formats
+from noa_core.errors import EmptyFileError, MissingFileError, NotAFileError
+from noa_core.io import formats, remote
 from noa_core.operations import Operation
 from noa_server import execution
 from noa_server.models import PathRequest, request_model, result_model
 from noa_server.problems import ProblemError, documented
-from noa_server.sandbox import Sandbox
+from noa_server.sandbox import RemoteSandbox, Sandbox
 from noa_server.service import Service, service
 
 Svc = Annotated[Service, Depends(service)]
@@ -38,7 +39,7 @@ WRITE_SEVERAL_RESPONSES = {
 
 
 async def _run(svc: Service, request: PathRequest):
-    # The sandbox checks follow symlinks on disk, so they run in the worker too (one thread hop).
+    # The sandbox checks follow symlinks on disk (or ask object storage), so they run in the worker too.
     return await svc.run(execution.plan_and_run, request, svc.paths(), svc.settings.max_voxels)
 
 
@@ -124,6 +125,34 @@ def _open_file(sandbox: Sandbox, path: str) -> tuple[int, Path]:
     return fd, resolved
 
 
+DOWNLOAD_CHUNK_BYTES = 1 << 20  # what a download of an object of object storage asks for at a time
+
+
+def _open_object(sandbox: RemoteSandbox, path: str) -> remote.RemoteFile:
+    """The object ``path`` names under the prefix, opened for reading (one HEAD); a 404 naming ``path`` where there
+    is none, or a prefix of objects; the storage's failures named as paths mode names them."""
+    try:
+        with execution.ClientNames({f"{sandbox.root}/": ""}).in_errors():
+            return remote.open_input(sandbox.resolve(path))
+    except ProblemError as problem:
+        if isinstance(problem.__cause__, (MissingFileError, NotAFileError, EmptyFileError)):
+            raise ProblemError(404, "file-not-found", "File not found", f"{path}: no such file") from None
+        raise
+
+
+def _chunks(file: remote.RemoteFile) -> Iterator[bytes]:
+    with file:
+        while chunk := file.read(DOWNLOAD_CHUNK_BYTES):
+            yield chunk
+
+
 async def download(svc: Svc, path: str):
-    fd, resolved = await anyio.to_thread.run_sync(_open_file, svc.paths(), path)
+    sandbox = svc.paths()
+    if isinstance(sandbox, RemoteSandbox):  # streamed from the store, a range at a time
+        file = await anyio.to_thread.run_sync(_open_object, sandbox, path)
+        name = PurePosixPath(path).name
+        return StreamingResponse(_chunks(file), media_type=formats.media_type(Path(name)),
+                                 headers={"Content-Length": str(file.size),
+                                          "Content-Disposition": f"attachment; filename*=utf-8''{quote(name)}"})
+    fd, resolved = await anyio.to_thread.run_sync(_open_file, sandbox, path)
     return OpenedFileResponse(fd, media_type=formats.media_type(resolved), filename=resolved.name)

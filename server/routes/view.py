@@ -25,7 +25,7 @@ import math
 import os
 import stat
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -35,6 +35,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from noa_core import __version__
+from noa_core.io import particle_files, remote
 from noa_core.operations import Operation, Reports
 from noa_core.operations.spec import EER_GROUP, EER_GROUP_LAST, EER_UPSAMPLING, PROJECT_DIR
 from noa_core.pictures import drawing, viewer
@@ -42,7 +43,8 @@ from noa_core.pictures.viewer import Display, Plane
 from noa_server import execution
 from noa_server.models import value_type
 from noa_server.problems import ProblemError, classify, documented, log
-from noa_server.sandbox import Sandbox
+from noa_server.sandbox import AnySandbox as Sandbox  # the data root's, of this machine or object storage
+from noa_server.sandbox import RemoteSandbox
 from noa_server.service import Service, service
 
 MAX_LISTED = 2000  # entries of a folder listing; more are cut (``truncated``)
@@ -138,6 +140,8 @@ class Opened:
     @functools.cached_property
     def identity(self) -> str:
         """What changes whenever the file's data do (:func:`viewer.identity`), found once per request."""
+        if self.fd < 0:  # a key of object storage
+            return _object_identity(self.path)
         return viewer.identity(self.fd, self.info, self.path, projects=self.projects,
                                project_dir=dict(self.reading).get(PROJECT_DIR.name))
 
@@ -146,11 +150,40 @@ class Opened:
         return dataclasses.replace(plane, projects=self.projects)
 
 
+def _object_identity(path: Path) -> str:
+    """What changes whenever an object's data do: its URL, size, ETag and time as the store said them at the first
+    look (one HEAD); a prefix (an OME-Zarr store) or a particle file (read from a copy), whose data are other
+    objects too, gets an identity of its own for each request (never cached: listing a store or fetching every
+    stack to hash them costs more than reading them)."""
+    looked = path.looked_up if isinstance(path, remote.RemotePath) else None
+    if looked is None or looked.get("type") == "directory":
+        return os.urandom(16).hex()
+    return ":".join(str(looked.get(key)) for key in ("name", "size", "ETag", "LastModified"))
+
+
+@contextmanager
+def _opened_object(sandbox: RemoteSandbox, relative: str, reading: Reading) -> Iterator[Opened]:
+    """The key ``relative`` names under the prefix, looked up (one HEAD, kept for the reads), as an :class:`Opened`
+    whose path is its URL (no descriptor: ``fd`` -1)."""
+    url = sandbox.resolve(relative)
+    names = execution.ClientNames({f"{sandbox.root}/": ""})
+    with ExitStack() as copies, names.in_errors():
+        remote.is_folder(url)  # a missing key: 404 naming the client's path
+        path = (execution.fetched(url, execution.scratch(sandbox, copies, names), names, relative)
+                if particle_files.is_particle_path(url) else url)
+        yield Opened(path, -1, os.stat_result((0,) * 10), names, execution.SandboxProjects(sandbox, names), reading)
+
+
 @contextmanager
 def opened(sandbox: Sandbox, relative: str, links: Path | None = None, reading: Reading = ()) -> Iterator[Opened]:
     """``relative`` opened beneath the root (a regular file, or the folder of an OME-Zarr store), for the
     ``with`` block, to be read with ``reading``; ``links`` is a folder of :func:`execution.new_upload_folder` to
-    put the link in (one is made and removed when None)."""
+    put the link in (one is made and removed when None). A key of object storage is looked up instead
+    (:func:`_opened_object`)."""
+    if isinstance(sandbox, RemoteSandbox):
+        with _opened_object(sandbox, relative, reading) as found:
+            yield found
+        return
     fd, _ = sandbox.open(relative)
     own = links is None
     link = None
@@ -351,6 +384,8 @@ def listing(sandbox: Sandbox, relative: str) -> dict:
     """The folders and files of a folder of the data root ("" for the root itself): each file with its
     format, BDHW shape, element type and pixel size from its header (no data read), or why noa cannot
     read it. Hidden entries (names starting with a dot) are left out."""
+    if isinstance(sandbox, RemoteSandbox):
+        return _object_listing(sandbox, relative)
     if relative in ("", "."):
         fd, folder = os.open(sandbox.root, os.O_RDONLY | os.O_DIRECTORY), ""
     else:
@@ -379,9 +414,52 @@ def listing(sandbox: Sandbox, relative: str) -> dict:
     return {"path": folder.rstrip("/"), "folders": folders, "files": files, "truncated": len(names) > MAX_LISTED}
 
 
+def _object_listing(sandbox: RemoteSandbox, relative: str) -> dict:
+    """:func:`listing` of a prefix of object storage: one listing request, then each file's header read (its
+    size known from the listing: no HEAD more)."""
+    folder = relative.strip("/")
+    names = execution.ClientNames({f"{sandbox.root}/": ""})
+    with names.in_errors():
+        found = remote.listing(sandbox.resolve(folder) if folder not in ("", ".") else sandbox.root)
+    if not found and folder not in ("", "."):
+        raise ProblemError(404, "file-not-found", "File or folder not found", f"{relative}: no such folder")
+    found = sorted((path for path in found if not path.name.startswith(".")), key=lambda path: path.name)
+    prefix = folder + "/" if folder not in ("", ".") else ""
+    folders: list[dict] = []
+    files: list[dict] = []
+    for path in found[:MAX_LISTED]:
+        name, client = path.name, prefix + path.name
+        looked = path.looked_up or {}
+        if looked.get("type") == "directory" and not name.lower().endswith(".zarr"):
+            folders.append({"name": name, "path": client})
+            continue
+        entry: dict[str, Any] = {"name": name, "path": client, "bytes": looked.get("size") or 0}
+        if particle_files.is_particle_path(path):  # read from a copy, its stacks too: not for a listing
+            files.append({**entry, "error": "a particle file on object storage is read when opened, not listed"})
+            continue
+        projects = execution.SandboxProjects(sandbox, names)
+        files.append(_probed(entry, functools.partial(viewer.header_summary, path, projects), names))
+    return {"path": folder, "folders": folders, "files": files, "truncated": len(found) > MAX_LISTED}
+
+
+def _probed(entry: dict[str, Any], summary: Callable[[], dict], names: execution.ClientNames) -> dict:
+    """``entry`` with what ``summary()`` (its header) says of it, or why noa cannot read it, named as the client
+    names files (``names``)."""
+    try:
+        with names.in_errors():
+            entry.update(summary())
+    except Exception as exc:  # noqa: BLE001 - one unreadable file must not hide the folder's others
+        problem = classify(exc)
+        if problem is None:
+            log.warning("listing %s: %s cannot be probed", entry["path"], type(exc).__name__, exc_info=exc)
+        entry["error"] = problem.detail if problem is not None else "noa cannot read this file (see the server log)"
+    return execution.for_client(entry, names)
+
+
 def _entry(sandbox: Sandbox, relative: str, links: Path) -> dict | None:
     """One entry of a listing; None for what a client may not open (a link out of the root, the job
     state, a device or socket)."""
+    assert not isinstance(sandbox, RemoteSandbox)  # a prefix is listed by _object_listing
     name = PurePosixPath(relative).name
     try:
         path = sandbox.resolve(relative)
@@ -392,16 +470,13 @@ def _entry(sandbox: Sandbox, relative: str, links: Path) -> dict | None:
         return {"folder": True, "name": name, "path": relative}
     if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
         return None
-    entry: dict[str, Any] = {"folder": False, "name": name, "path": relative, "bytes": info.st_size}
-    try:
+
+    def summary() -> dict:
         with opened(sandbox, relative, links) as file:
-            entry.update(viewer.header_summary(file.path, file.projects))
-    except Exception as exc:  # noqa: BLE001 - one unreadable file must not hide the folder's others
-        problem = classify(exc)
-        if problem is None:
-            log.warning("listing %s: %s cannot be probed", relative, type(exc).__name__, exc_info=exc)
-        entry["error"] = problem.detail if problem is not None else "noa cannot read this file (see the server log)"
-    return execution.for_client(entry, execution.ClientNames({f"{sandbox.root}/": ""}))
+            return viewer.header_summary(file.path, file.projects)
+
+    return _probed({"folder": False, "name": name, "path": relative, "bytes": info.st_size}, summary,
+                   execution.ClientNames({f"{sandbox.root}/": ""}))
 
 
 # -- routes -------------------------------------------------------------------------------------------
