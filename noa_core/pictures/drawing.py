@@ -23,6 +23,7 @@ import math
 import os
 import zlib
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,7 @@ CONTRASTS: dict[str, str] = {
 # The bytes a plane is read in at a time (at least one row of it): a band and its float64 sums stay in a core's
 # cache (a 4096^2 micrograph binned by 4, a projection: a third less time than at 16 MiB, measured)
 BAND_BYTES = 2 << 20
+_BAND_VALUES = 1 << 15  # float64 values worked on at a time to turn values into pixels (256 KiB: in a core's cache)
 GAP = 4  # pixels of background between the panels of a picture (central slices, montage)
 MAX_PANELS = 10_000  # sections a montage draws (a 100 x 100 grid)
 MAX_PIXELS = 1 << 28  # pixels of a picture (16384 x 16384): 256 MiB of gray, three times that in colour
@@ -184,10 +186,13 @@ def _read(view: np.ndarray) -> np.ndarray:
 def _read_binned(plane: np.ndarray, step: int) -> np.ndarray:
     """``plane`` (a 2-d view, maybe of a mapped file) read in bands of whole block rows and averaged
     ``step`` x ``step``: float32, (ceil(rows / step), ceil(cols / step))."""
-    from concurrent.futures import ThreadPoolExecutor
-
     rows, cols = plane.shape
     out = np.empty((-(-rows // step), -(-cols // step)), np.float32)
+    if step == 1 and plane.dtype == out.dtype:  # the values as they are: read straight into the answer (no band
+        read = mapped.read_view(plane, 0, into=out)  # buffer copied from, no threads started for the copies)
+        if read.ctypes.data != out.ctypes.data:  # not read in place (a crop of rows, an array in memory)
+            out[...] = read
+        return out
     # A band's bytes in memory: a row's stride covers the gaps between rows read as one run (a crop of a section),
     # but a plane read value by value (a volume's x slice, one value a row of the file) is held packed.
     row_bytes = max(cols * plane.itemsize, 1) if mapped.reads_spaced(plane) else \
@@ -207,9 +212,18 @@ def _read_binned(plane: np.ndarray, step: int) -> np.ndarray:
         for first in firsts:
             average(first)
     else:  # NumPy's sums release the GIL: a band a core (memory: a band each)
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(average, firsts))
+        list(_band_threads().map(average, firsts))
     return out
+
+
+@functools.cache
+def _band_threads() -> ThreadPoolExecutor:
+    """The threads that average a plane's bands, started once: starting them for each plane cost a viewer's
+    request a millisecond a thread on a busy machine. Their own pool: a band's read waits on mapped's readers."""
+    return ThreadPoolExecutor(limits.available_cores(), "noa-bands")
+
+
+os.register_at_fork(after_in_child=_band_threads.cache_clear)  # a forked child has none of its parent's threads
 
 
 def block_mean(values: np.ndarray, step: int) -> np.ndarray:
@@ -308,24 +322,48 @@ def contrast_limits(values, contrast: str = "sigma:3") -> tuple[float, float]:
     kind, numbers = parse_contrast(contrast)
     if kind == "range":
         return numbers[0], numbers[1]
+    if kind == "sigma":
+        count, mean, sd = _mean_sd(np.asarray(values))
+        if count == 0:
+            return 0.0, 1.0
+        lo, hi = mean - numbers[0] * sd, mean + numbers[0] * sd
+        return (lo, hi) if lo < hi else (mean - 0.5, mean + 0.5)
     flat = np.asarray(values, dtype=np.float64).reshape(-1)
     finite = np.isfinite(flat)
     if not finite.all():
         flat = flat[finite]
     if flat.size == 0:
         return 0.0, 1.0
-    if kind == "sigma":
-        mean = float(flat.mean())
-        sd = float(flat.std(ddof=1)) if flat.size > 1 else 0.0
-        lo, hi = mean - numbers[0] * sd, mean + numbers[0] * sd
-    elif kind == "percentiles":
+    if kind == "percentiles":
         lo, hi = (float(v) for v in np.percentile(flat, numbers))
     else:
         lo, hi = float(flat.min()), float(flat.max())
     if not lo < hi:
-        centre = float(flat.mean()) if kind == "sigma" else lo
-        return centre - 0.5, centre + 0.5
+        return lo - 0.5, lo + 0.5
     return lo, hi
+
+
+def _mean_sd(values: np.ndarray) -> tuple[int, float, float]:
+    """(count, mean, sample standard deviation (n - 1; 0 for one value)) of the finite ``values``, summed in float64
+    in two passes (the deviations from the mean squared), a cache-sized band at a time: no float64 copy of the
+    whole plane (a 1024² viewer picture's statistics took 4-6 ms through 8 MiB copies, 1.2 ms this way)."""
+    flat = values.reshape(-1)
+    with np.errstate(invalid="ignore", over="ignore"):  # +inf and -inf among them: a NaN sum, filtered below
+        total = float(flat.sum(dtype=np.float64))
+    if not math.isfinite(total):  # a NaN or an infinity among them (or float64 values whose sum overflows)
+        flat = flat[np.isfinite(flat)]
+        total = float(flat.sum(dtype=np.float64))
+    if flat.size == 0:
+        return 0, 0.0, 0.0
+    mean = total / flat.size
+    squares = 0.0
+    deviations = np.empty(min(flat.size, _BAND_VALUES))
+    for first in range(0, flat.size, _BAND_VALUES):
+        band = deviations[:flat.size - first] if first + _BAND_VALUES > flat.size else deviations
+        np.subtract(flat[first:first + band.size], mean, out=band, dtype=np.float64)
+        band *= band
+        squares += float(band.sum())
+    return flat.size, mean, math.sqrt(squares / (flat.size - 1)) if flat.size > 1 else 0.0
 
 
 def to_gray(values, lo: float, hi: float, *, invert: bool = False) -> np.ndarray:
@@ -334,13 +372,18 @@ def to_gray(values, lo: float, hi: float, *, invert: bool = False) -> np.ndarray
     drawn as ``lo`` (black), infinities as they clip."""
     if not hi > lo:
         raise ParameterError(f"{lo:g}..{hi:g}: the white value must be above the black one", "contrast")
-    levels = np.array(values, dtype=np.float64)  # a copy, worked on in place: one array, not one per step
-    np.fmax(levels, lo, out=levels)  # NaN -> lo
-    np.fmin(levels, hi, out=levels)
-    levels -= lo
-    levels /= (hi - lo) / 255  # at most 255 (hi - lo rounded down, never up): no level past 255
-    np.floor(levels, out=levels)
-    gray = levels.astype(np.uint8)
+    values = np.asarray(values)
+    gray = np.empty(values.shape, np.uint8)
+    flat, out = values.reshape(-1), gray.reshape(-1)
+    # In float64, a cache-sized band at a time, worked on in place (no 8 MiB temporaries for a 1024² picture)
+    levels = np.empty(min(flat.size, _BAND_VALUES))
+    for first in range(0, flat.size, _BAND_VALUES):
+        band = levels[:flat.size - first] if first + _BAND_VALUES > flat.size else levels
+        np.fmax(flat[first:first + band.size], lo, out=band, dtype=np.float64)  # NaN -> lo
+        np.fmin(band, hi, out=band)
+        band -= lo
+        band /= (hi - lo) / 255  # at most 255 (hi - lo rounded down, never up): no level past 255
+        out[first:first + band.size] = band  # the floor: a cast truncates, and these are 0 or more
     return np.subtract(255, gray, out=gray) if invert else gray
 
 
@@ -420,7 +463,9 @@ def encode(pixels, fmt: str, quality: int = 90, *, fast: bool = False) -> bytes:
     if fast and fmt == "png":
         from imagecodecs import png_encode  # 50 ms to import: only where a fast PNG is made
 
-        return bytes(png_encode(pixels, level=1 if _compressible(pixels) else 0, strategy=3, filter=16))
+        if _compressible(pixels):
+            return bytes(png_encode(pixels, level=1, strategy=3, filter=16))
+        return bytes(png_encode(pixels, level=0, filter=8))  # stored: no filter (it would shrink nothing)
     buffer = io.BytesIO()
     options = {"quality": quality} if fmt == "jpeg" else {"compress_level": 6}
     Image.fromarray(pixels, "L" if pixels.ndim == 2 else "RGB").save(buffer, format=FORMATS[fmt][0], **options)
@@ -428,10 +473,11 @@ def encode(pixels, fmt: str, quality: int = 90, *, fast: bool = False) -> bytes:
 
 
 def _compressible(pixels: np.ndarray) -> bool:
-    """Whether zlib saves enough on ``pixels`` to be worth its time, judged from every 16th row (a millisecond): a
-    noisy picture (a micrograph at sigma contrast) is stored instead, as its 1024² PNG at level 1 took 30 ms for 2%
-    fewer bytes (3 ms stored), while a smooth one shrinks tenfold."""
-    sample = np.ascontiguousarray(pixels[::16]).tobytes()
+    """Whether zlib saves enough on ``pixels`` to be worth its time, judged from 16 rows spread over it (a tenth of
+    a millisecond for a 1024² picture; every 16th row took a millisecond): a noisy picture (a micrograph at sigma
+    contrast) is stored instead, as its 1024² PNG at level 1 took 30 ms for 2% fewer bytes (1 ms stored), while a
+    smooth one shrinks tenfold."""
+    sample = np.ascontiguousarray(pixels[::max(1, len(pixels) // 16)]).tobytes()
     return len(zlib.compress(sample, 1)) < PNG_WORTHWHILE * len(sample)
 
 

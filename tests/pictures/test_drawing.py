@@ -11,7 +11,10 @@ from __future__ import annotations
 import contextlib
 import io as bytes_io
 import math
+import multiprocessing
+import os
 import shutil
+import threading
 import tracemalloc
 import warnings
 
@@ -247,6 +250,64 @@ def test_x_slices_read_value_by_value_are_mrcfiles(tmp_path, dtype):
     np.testing.assert_array_equal(yz, drawing.to_gray(slices[2].astype(np.float32), lo, hi))
 
 
+def test_a_slice_drawn_as_it_is_is_read_straight_into_the_answer(tmp_path):
+    """A z slice of 4 MiB at step 1 is read from the file into the array returned: mrcfile's values, and nothing
+    else as large held on the way (it was read into a band buffer a thread, then copied)."""
+    data = write_mrc(tmp_path / "v.mrc", random_values((3, 1024, 1024), seed=4))
+    with mapped.scratch_buffers():  # this thread's read buffers, made by earlier reads, freed: they would count
+        pass
+    tracemalloc.start()
+    try:
+        got = drawing.read_plane(tmp_path / "v.mrc", index=1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(got, data[1])
+    assert peak < got.nbytes + (256 << 10), f"{peak >> 10} KiB held for a {got.nbytes >> 10} KiB slice"
+
+
+def test_planes_binned_in_bands_share_threads_started_once(tmp_path, monkeypatch):
+    """Bands are averaged by threads started once for the process (starting them for each plane cost the viewer a
+    millisecond a thread on a busy machine): four binned reads of planes of eight bands, two cores, start two
+    threads at most; each read is NumPy's block means of mrcfile's values."""
+    data = write_mrc(tmp_path / "v.mrc", random_values((2, 16, 40), seed=6))
+    monkeypatch.setattr(drawing.limits, "available_cores", lambda: 2)
+    drawing._band_threads.cache_clear()
+    started = []
+    start = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda thread: (started.append(thread.name), start(thread))[1])
+    try:
+        with small_bands():
+            for index in (0, 1, 0, 1):
+                got = drawing.read_plane(tmp_path / "v.mrc", index=index, step=2)
+                np.testing.assert_allclose(got, block_means(data[index], 2), rtol=1e-6)
+    finally:
+        drawing._band_threads.cache_clear()
+    assert len(started) <= 2, started
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
+def test_a_forked_child_bins_planes_with_threads_of_its_own(tmp_path, monkeypatch):
+    """A process forked after its parent binned a plane (its band threads started) bins planes too: the child has
+    none of the parent's threads, so it starts its own (else its bands would wait for threads that are not there)."""
+    data = write_mrc(tmp_path / "v.mrc", random_values((16, 40), seed=7))
+    monkeypatch.setattr(drawing.limits, "available_cores", lambda: 2)
+    with small_bands():
+        drawing.read_plane(tmp_path / "v.mrc", step=2)  # the parent's threads started
+        child = multiprocessing.get_context("fork").Process(target=_bin_and_save, args=(tmp_path,))
+        child.start()
+        child.join(60)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0, "the child did not finish binning"
+    np.testing.assert_allclose(np.load(tmp_path / "binned.npy"), block_means(data, 2), rtol=1e-6)
+
+
+def _bin_and_save(folder) -> None:
+    with small_bands():
+        np.save(folder / "binned.npy", drawing.read_plane(folder / "v.mrc", step=2))
+
+
 def test_an_x_slice_holds_its_values_not_the_rows_they_are_in(tmp_path):
     """The x slice of a 64 MiB volume (256 KiB of values, one a 4 KiB row) is read value by value: what is held
     at once is its values and their float64 means, not the bands of rows they lie in (tracemalloc counts NumPy's
@@ -277,6 +338,26 @@ def test_sigma_contrast_and_levels_are_relions():
     assert (lo, hi) == pytest.approx((mean - 3 * sd, mean + 3 * sd), rel=1e-12)
     np.testing.assert_array_equal(drawing.to_gray(values, lo, hi), relion_levels(values, 3.0))
     np.testing.assert_array_equal(drawing.to_gray(values, lo, hi, invert=True), 255 - relion_levels(values, 3.0))
+
+
+def test_a_planes_contrast_and_levels_hold_no_float64_copy_of_it():
+    """The viewer's 1024² float32 picture at sigma contrast: limits and levels are NumPy's and RELION's (its formula,
+    transcribed) while what is held at once stays near the levels themselves, not the 8 MiB float64 copies of the
+    plane they were made through (tracemalloc counts NumPy's allocations)."""
+    values = random_values((1024, 1024), seed=11, sd=2.0)
+    values[0, :8] = 40.0  # clipped
+    tracemalloc.start()
+    try:
+        lo, hi = drawing.contrast_limits(values, "sigma:3")
+        gray = drawing.to_gray(values, lo, hi)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    wide = values.astype(np.float64)
+    assert (lo, hi) == pytest.approx((wide.mean() - 3 * wide.std(ddof=1), wide.mean() + 3 * wide.std(ddof=1)),
+                                     rel=1e-12)
+    np.testing.assert_array_equal(gray, relion_levels(values, 3.0))
+    assert peak < gray.nbytes + (1 << 20), f"{peak >> 10} KiB held for a {gray.nbytes >> 10} KiB picture"
 
 
 def test_the_other_contrasts():
