@@ -134,6 +134,7 @@ class Service:
             futures.wait([self._dask.submit(self._client_closing.close)], timeout=SHUTDOWN_GRACE_S)
             self._dask.shutdown(wait=False)
         self._pool.shutdown(wait=False, cancel_futures=True)
+        execution.remove_link_folder(self.settings.tmp_dir)
 
     @property
     def kernels(self) -> str:

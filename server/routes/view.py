@@ -175,36 +175,24 @@ def _opened_object(sandbox: RemoteSandbox, relative: str, reading: Reading) -> I
 
 
 @contextmanager
-def opened(sandbox: Sandbox, relative: str, links: Path | None = None, reading: Reading = ()) -> Iterator[Opened]:
+def opened(sandbox: Sandbox, relative: str, reading: Reading = ()) -> Iterator[Opened]:
     """``relative`` opened beneath the root (a regular file, or the folder of an OME-Zarr store), for the
-    ``with`` block, to be read with ``reading``; ``links`` is a folder of :func:`execution.new_upload_folder` to
-    put the link in (one is made and removed when None). A key of object storage is looked up instead
-    (:func:`_opened_object`)."""
+    ``with`` block, to be read with ``reading``, through a link named as the client's file
+    (:func:`execution.file_link`). A key of object storage is looked up instead (:func:`_opened_object`)."""
     if isinstance(sandbox, RemoteSandbox):
         with _opened_object(sandbox, relative, reading) as found:
             yield found
         return
     fd, _ = sandbox.open(relative)
-    own = links is None
-    link = None
     try:
         info = os.fstat(fd)
         if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
             raise ProblemError(404, "file-not-found", "File not found", f"{relative}: no such file")
-        if links is None:
-            links = execution.new_upload_folder(sandbox.scratch)
-        link = Path(links, str(fd), PurePosixPath(relative).name)  # fd: unique while the file is open
-        link.parent.mkdir()
-        link.symlink_to(f"{execution.PROC_FD}/{fd}")
-        names = execution.ClientNames({str(link): relative, f"{links}/": "", f"{sandbox.root}/": ""})
-        with names.in_errors():
-            yield Opened(link, fd, info, names, execution.SandboxProjects(sandbox, names), reading)
+        with execution.file_link(sandbox.scratch, fd, PurePosixPath(relative).name) as link:
+            names = execution.ClientNames({str(link): relative, f"{link.parent}/": "", f"{sandbox.root}/": ""})
+            with names.in_errors():
+                yield Opened(link, fd, info, names, execution.SandboxProjects(sandbox, names), reading)
     finally:
-        if own and links is not None:
-            execution.remove_upload_folder(links)
-        elif link is not None and link.parent.exists():  # the folder is another's: free the name for the next
-            link.unlink(missing_ok=True)
-            link.parent.rmdir()
         os.close(fd)
 
 
@@ -403,14 +391,10 @@ def listing(sandbox: Sandbox, relative: str) -> dict:
         os.close(fd)
     folders: list[dict] = []
     files: list[dict] = []
-    links = execution.new_upload_folder(sandbox.scratch)
-    try:
-        for name in names[:MAX_LISTED]:
-            entry = _entry(sandbox, folder + name, links)
-            if entry is not None:
-                (folders if entry.pop("folder") else files).append(entry)
-    finally:
-        execution.remove_upload_folder(links)
+    for name in names[:MAX_LISTED]:
+        entry = _entry(sandbox, folder + name)
+        if entry is not None:
+            (folders if entry.pop("folder") else files).append(entry)
     return {"path": folder.rstrip("/"), "folders": folders, "files": files, "truncated": len(names) > MAX_LISTED}
 
 
@@ -456,7 +440,7 @@ def _probed(entry: dict[str, Any], summary: Callable[[], dict], names: execution
     return execution.for_client(entry, names)
 
 
-def _entry(sandbox: Sandbox, relative: str, links: Path) -> dict | None:
+def _entry(sandbox: Sandbox, relative: str) -> dict | None:
     """One entry of a listing; None for what a client may not open (a link out of the root, the job
     state, a device or socket)."""
     assert not isinstance(sandbox, RemoteSandbox)  # a prefix is listed by _object_listing
@@ -472,7 +456,7 @@ def _entry(sandbox: Sandbox, relative: str, links: Path) -> dict | None:
         return None
 
     def summary() -> dict:
-        with opened(sandbox, relative, links) as file:
+        with opened(sandbox, relative) as file:
             return viewer.header_summary(file.path, file.projects)
 
     return _probed({"folder": False, "name": name, "path": relative, "bytes": info.st_size}, summary,

@@ -93,3 +93,25 @@ def test_upload_folder_locks_are_released(tmp_path):
             upload()
         assert len(os.listdir("/proc/self/fd")) <= before + 3  # one lock per upload would be 8 more
     assert list(tmp.iterdir()) == []
+
+
+def test_files_are_opened_through_one_folder_of_links_a_process(tmp_path, make_client):
+    """The viewer and paths-mode operations open a file through a link named as the client's file: the links lie in
+    one folder the process keeps (making and removing a folder per request cost 4 ms on ext4, 270 ms on a busy
+    disk), each removed after its request; the folder goes when the service stops."""
+    root = tmp_path / "root"
+    root.mkdir()
+    data = write_mrc(root / "a.mrc", np.arange(2 * 32 * 32, dtype=np.float32).reshape(2, 32, 32))
+    client = make_client(data_root=root)
+    tmp = tmp_path / "tmp"
+    made: set[str] = set()
+    for _ in range(3):
+        assert client.get("/v1/view/image", params={"file": "a.mrc", "size": 32}).status_code == 200
+        stats = client.post("/v1/paths/stats", json={"path": "a.mrc"})
+        assert stats.status_code == 200, stats.text
+        assert stats.json()["max"] == float(data.max())
+        made |= {entry.name for entry in tmp.iterdir()}
+        assert [p for p in tmp.rglob("*") if p.is_symlink()] == []  # each link gone with its request
+    assert len(made) == 1
+    client.__exit__(None, None, None)
+    assert list(tmp.iterdir()) == []
