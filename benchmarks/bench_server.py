@@ -191,9 +191,9 @@ def main() -> None:
                     connections = 1 if body is None else args.connections  # the viewer: one person's requests
                     run(url + path, body, content_type, 2, connections, work)  # warm-up, not reported
                     results[(name, label)] = run(url + path, body, content_type, args.duration, connections, work)
-                leftovers += wait_empty(tmp)
             finally:
                 stop_server(proc)
+            leftovers += wait_empty(tmp)  # once stopped: a server process keeps its folder of links while it runs
             if label == "tmpfs":
                 shutil.rmtree(tmp, ignore_errors=True)
 
