@@ -5,6 +5,7 @@ Fixtures are in ``conftest.py``."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pwd
 import re
@@ -423,6 +424,126 @@ class ObjectStore:
 def object_store() -> Iterator[ObjectStore]:
     """An :class:`ObjectStore` for the block, shut down after it."""
     store = ObjectStore()
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+class GcsStore:
+    """A Google Cloud Storage server on loopback (gcp-storage-emulator, its objects in memory) holding ``bucket``,
+    served by this process on a free port. ``endpoint`` is its URL, ``fs`` a gcsfs client on it (anonymous: the
+    emulator checks no credentials), ``sent`` bytes of GET answers per ``bucket/key`` (headers included) and
+    ``requests`` the ``(method, bucket/key)`` of every request since the last :meth:`reset`; ``refusing``, when
+    set, is asked of every ``(method, bucket/key)`` and those it says True of are answered 403 (access refused)."""
+
+    _OBJECT = re.compile(r"/b/(?P<bucket>[^/?]+)/o/(?P<key>[^?]+)")
+
+    def __init__(self, bucket: str) -> None:
+        import http.server
+        import threading
+        from urllib.parse import parse_qs, unquote, urlsplit
+
+        from gcp_storage_emulator.handlers import buckets
+        from gcp_storage_emulator.server import RequestHandler
+        from gcp_storage_emulator.storage import Storage
+        from gcsfs.core import GCSFileSystem  # the JSON API's client (gcsfs.GCSFileSystem asks Google's gRPC too)
+
+        self.sent: dict[str, int] = {}
+        self.requests: list[tuple[str, str]] = []
+        self.refusing: Callable[[str, str], bool] | None = None
+        storage = Storage(use_memory_fs=True)
+        buckets.create_bucket(bucket, storage)
+        store = self
+
+        def object_name(target: str) -> str:
+            parts = urlsplit(target)
+            match = GcsStore._OBJECT.search(parts.path)
+            if match:
+                return f"{match['bucket']}/{unquote(match['key'])}"
+            uploaded = parse_qs(parts.query).get("name")  # an upload names its object in the query
+            return f"{parts.path.rsplit('/b/', 1)[-1].split('/', 1)[0]}/{uploaded[0]}" if uploaded else parts.path
+
+        class Counting(RequestHandler):
+            def setup(self) -> None:
+                super().setup()
+                self.written = 0
+                write = self.wfile.write
+
+                def counted(data) -> int:
+                    self.written += len(data)
+                    return write(data)
+
+                self.wfile.write = counted  # type: ignore[method-assign]
+
+            def _answer(self, method: str, answer: Callable[[], None]) -> None:
+                name = object_name(self.path)
+                store.requests.append((method, name))
+                if store.refusing is not None and store.refusing(method, name):
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    body = b'{"error": {"code": 403, "message": "anonymous caller does not have access"}}'
+                    self.send_response(403)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                before = self.written
+                answer()
+                if method == "GET":
+                    store.sent[name] = store.sent.get(name, 0) + self.written - before
+
+            def do_GET(self) -> None:
+                self._answer("GET", super().do_GET)
+
+            def do_POST(self) -> None:
+                self._answer("POST", super().do_POST)
+
+            def do_PUT(self) -> None:
+                self._answer("PUT", super().do_PUT)
+
+            def do_DELETE(self) -> None:
+                self._answer("DELETE", super().do_DELETE)
+
+            def do_PATCH(self) -> None:
+                self._answer("PATCH", super().do_PATCH)
+
+            def log_message(self, *args) -> None:
+                """Requests go unlogged: the tests count what they fetch instead."""
+
+        class Quiet(http.server.HTTPServer):
+            def handle_error(self, request, client_address) -> None:
+                """A client that hangs up early (a read ahead cut short) is no failure of the test."""
+
+        self.server = Quiet(("127.0.0.1", free_port()), functools.partial(Counting, storage))
+        self.endpoint = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.fs = GCSFileSystem(endpoint_url=self.endpoint, token="anon", skip_instance_cache=True,
+                                use_listings_cache=False)
+
+    def env(self) -> dict[str, str]:
+        """The environment of a process reading from this server (gcsfs and Google's clients read it)."""
+        return {"STORAGE_EMULATOR_HOST": self.endpoint}
+
+    def reset(self) -> None:
+        self.sent.clear()
+        self.requests.clear()
+        self.refusing = None
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@contextlib.contextmanager
+def gcs_store(bucket: str) -> Iterator[GcsStore]:
+    """A :class:`GcsStore` holding ``bucket`` for the block, shut down after it; the test skips where gcsfs or
+    gcp-storage-emulator is not installed (both in noa's dev extras)."""
+    pytest.importorskip("gcsfs", reason="gs:// needs gcsfs (pip install gcsfs)")
+    pytest.importorskip("gcp_storage_emulator", reason="the GCS tests need gcp-storage-emulator")
+    store = GcsStore(bucket)
     try:
         yield store
     finally:

@@ -7,8 +7,10 @@ A remote input goes the way a local one goes: :func:`noa_core.io.formats.check_i
 file) and :func:`noa_core.io.mapped.map_file` (the data, fetched by :class:`Ranges` as
 :func:`noa_core.io.mapped.read_view` asks), so it becomes the same Array and metadata. Credentials and endpoints
 come from where fsspec and its back ends look for them (``AWS_ACCESS_KEY_ID``/``AWS_PROFILE``/``~/.aws``,
-``AWS_ENDPOINT_URL`` or ``FSSPEC_S3_ENDPOINT_URL``); a URL is shown without its query (a presigned URL's
-signature) or user and password.
+``AWS_ENDPOINT_URL`` or ``FSSPEC_S3_ENDPOINT_URL``; for ``gs://``, Google's application default credentials:
+``GOOGLE_APPLICATION_CREDENTIALS``, ``gcloud auth application-default login``, a Compute Engine account, else
+anonymous, and ``STORAGE_EMULATOR_HOST`` for a server of the tests); a URL is shown without its query (a presigned
+URL's signature) or user and password.
 
 Outputs go to object storage (``s3://``, ``gs://``; a web server is only read): a file (MRC, TIFF, any operation's
 image) is written here as noa writes any file, then uploaded as one object by :func:`upload` (s3fs: one request, or
@@ -44,7 +46,7 @@ from noa_core.errors import (
     param,
 )
 
-# scheme -> fsspec protocol (gs needs the gcsfs package, s3 s3fs, http(s) aiohttp)
+# scheme -> fsspec protocol (gs needs the gcsfs package, s3 s3fs, http(s) aiohttp: all in noa[remote])
 PROTOCOLS = {"s3": "s3", "gs": "gcs", "http": "http", "https": "http"}
 _URL = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?=[^/])")
 _SCHEME = re.compile(r"^(?:s3|gs|https?):", re.IGNORECASE)  # a word that means to be a URL of PROTOCOLS
@@ -52,8 +54,11 @@ _SCHEME = re.compile(r"^(?:s3|gs|https?):", re.IGNORECASE)  # a word that means 
 # header right after the header; small beside a section, so a header and one section fetch about that.
 HEADER_BLOCK_BYTES = 16 << 10
 # The environment variables a file system reads its credentials, endpoint and region from (boto's, fsspec's,
-# Google's)
-_SETTINGS = ("AWS_", "FSSPEC_", "GOOGLE_", "GCE_")
+# Google's, gcloud's, and the GCS emulator's endpoint that gcsfs and Google's clients read)
+_SETTINGS = ("AWS_", "FSSPEC_", "GOOGLE_", "GCE_", "CLOUDSDK_", "STORAGE_EMULATOR_HOST")
+# Where each scheme's credentials come from, for the line that says they were refused
+_CREDENTIALS = {"s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws",
+                "gs": "GOOGLE_APPLICATION_CREDENTIALS, gcloud auth application-default login"}
 # The size of an upload's parts (s3fs uploads a file of more than two in parts, each retried alone): S3 takes
 # parts of 5 MiB to 5 GiB, and at most 10,000 of them (s3fs grows the parts of a larger file)
 UPLOAD_PART_BYTES = 64 << 20
@@ -205,10 +210,7 @@ def _filesystem(path: RemotePath) -> Any:
     try:
         return _made(PROTOCOLS[scheme], settings)
     except ImportError:
-        if scheme == "gs":  # not in noa's extra: most labs' object storage speaks S3
-            raise FileFormatError(f"{path}: reading gs:// URLs needs gcsfs, which is not installed (pip install "
-                                  "gcsfs)") from None
-        package = "s3fs" if scheme == "s3" else "aiohttp"
+        package = {"s3": "s3fs", "gs": "gcsfs"}.get(scheme, "aiohttp")
         raise FileFormatError(f"{path}: reading {scheme}:// URLs needs {package}, which is not installed: install "
                               "noa[remote] (in noa's checkout: pip install -e '.[remote]', or pip install "
                               "'.[remote]')") from None
@@ -220,6 +222,14 @@ def _made(protocol: str, settings: tuple[tuple[str, str], ...]) -> Any:
     listings are not kept: an object written or removed since is seen as it is."""
     import fsspec  # here: a local call never loads it
 
+    if protocol == "gcs":
+        # The JSON API's client: gcsfs.GCSFileSystem (fsspec's "gcs") first asks Google's control plane over gRPC
+        # what kind each bucket is, warning on stderr where it cannot (an emulator, no credentials), for the zonal
+        # buckets only it reads otherwise. An emulator checks no credentials: anonymous, without looking for any.
+        from gcsfs.core import GCSFileSystem
+
+        token = "anon" if dict(settings).get("STORAGE_EMULATOR_HOST") else None
+        return GCSFileSystem(token=token, skip_instance_cache=True, use_listings_cache=False)
     return fsspec.filesystem(protocol, skip_instance_cache=True, use_listings_cache=False)
 
 
@@ -306,10 +316,11 @@ def errors(path: RemotePath, doing: str = "read from") -> Iterator[None]:
         if cause is not None and (getattr(cause, "status", None) not in (None, 404) or isinstance(cause, OSError)):
             raise _refused(path, cause) from None
         bucket = "bucket" in str(exc).lower() and "does not exist" in str(exc).lower()
+        if path.scheme == "gs":  # gcsfs says a 404 without saying of what
+            bucket = _bucket_missing(path)
         raise MissingFileError(f"{path}: no such {'bucket' if bucket else 'object'}") from None
     except PermissionError as exc:
-        raise StorageError(f"{path}: access refused ({_reason(path, exc)}); check the credentials "
-                              "(AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws)") from None
+        raise StorageError(f"{path}: access refused ({_reason(path, exc)}){_check_credentials(path)}") from None
     except Exception as exc:  # the back ends' own types (aiohttp, botocore): the host not reached, a refusal
         if getattr(exc, "status", None) == 404:
             raise MissingFileError(f"{path}: no such object") from None
@@ -323,9 +334,31 @@ def _refused(path: RemotePath, exc: BaseException, doing: str = "read from") -> 
     """A failure that is not a missing object, in one line: access refused (HTTP 401, 403), else the server not
     reached or refusing."""
     status = getattr(exc, "status", None)
+    if path.scheme == "gs":  # gcsfs says a refusal as its HttpError (code), a 403 as an OSError of these words
+        status = 403 if isinstance(exc, OSError) and str(exc).startswith("Forbidden: ") else getattr(exc, "code", None)
+        if status in (401, 403):
+            return StorageError(f"{path}: access refused (HTTP {status}){_check_credentials(path)}")
     if status in (401, 403):
         return StorageError(f"{path}: access refused (HTTP {status})")
     return StorageError(f"{path}: cannot be {doing} its server ({_reason(path, exc)})")
+
+
+def _check_credentials(path: RemotePath) -> str:
+    """Where the credentials of ``path``'s scheme come from, as the end of a line saying they were refused."""
+    where = _CREDENTIALS.get(path.scheme)
+    return f"; check the credentials ({where})" if where else ""
+
+
+def _bucket_missing(path: RemotePath) -> bool:
+    """Whether the bucket of ``path`` is missing (one request more, on the way to saying a missing object); a
+    bucket that cannot be looked at is not said to be missing."""
+    try:
+        _filesystem(path).info(_bucket_and_key(path)[0])
+    except FileNotFoundError:
+        return True
+    except Exception:
+        return False
+    return False
 
 
 def _info(path: RemotePath, fs: Any) -> dict:
@@ -388,7 +421,9 @@ def open_input(path: RemotePath) -> Any:
         raise EmptyFileError(f"{path}: size: the file is empty (0 bytes)")
     with errors(path):
         file = fs.open(path.url, "rb", block_size=HEADER_BLOCK_BYTES, cache_type="readahead", size=info["size"])
-    file.details = info  # s3fs's file asks for them at its first read otherwise
+    # s3fs's file asks for them at its first read otherwise; gcsfs's has asked as it opened, and takes none
+    with contextlib.suppress(AttributeError):
+        file.details = info
     return RemoteFile(path, file)
 
 
