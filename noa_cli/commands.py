@@ -23,7 +23,7 @@ from noa_cli import report
 from noa_cli.parse import CliParam
 from noa_core import run
 from noa_core.errors import NoaError, ParameterError
-from noa_core.io.remote import as_path, check_folder, complete, remote_path
+from noa_core.io.remote import as_path, check_folder, remote_path
 from noa_core.operations import (
     Edits,
     FileTask,
@@ -166,8 +166,8 @@ def _execute(task: FileTask, pairs: list[tuple[Path, Path]], *, force: bool, res
     if workers is not None and scheduler != "local":
         raise report.UsageError("--workers sizes the cluster of --scheduler local")
     where = "" if scheduler is None else f" on {scheduler}"
-    if scheduler is None:  # placed by this process (Dask's workers place theirs)
-        report.expect_outputs([dst for _, dst in pairs if not (resume and complete(dst))], quiet)
+    if scheduler is None:  # placed by this process (Dask's workers place theirs); those --resume skips are let go
+        report.expect_outputs([dst for _, dst in pairs], quiet)
     with (run.driver(scheduler, workers=workers) as driver,
           report.progress(f"noa {task.name}: {len(pairs)} file(s){where}", quiet) as progress):
         results = driver.run_batch(task, pairs, overwrite=force, resume=resume, progress=progress,

@@ -166,7 +166,8 @@ def result(outcome: FileResult, count: int, quiet: bool) -> None:
         notices(list(outcome.notices), quiet)
         done(f"wrote {outcome.dst}", quiet)
         _REPORTED.add(_output_key(outcome.dst))
-    elif outcome.status == "skipped":
+    elif outcome.status == "skipped":  # not this run's to place (reported before any is written)
+        _EXPECTED.pop(_output_key(outcome.dst), None)
         done(f"skipped {outcome.dst}: the output exists (--resume)", quiet)
     elif count > 1:
         failure(outcome.src, outcome.error)

@@ -832,9 +832,13 @@ def test_cli_a_batch_into_an_s3_folder_writes_each_output_under_its_name_and_res
                                   tifffile.imread(tmp_path / "batch" / "map.tif"))
     # an object store's outputs are found by --resume as a folder's are, and left as they are
     before = s3.client.head_object(Bucket=BUCKET, Key="batch/map.mrc")["ETag"]
+    s3.reset()
     resumed = noa("copy", *inputs, "--out-dir", "s3://maps/batch/", "--resume", env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert "skipped s3://maps/batch/map.mrc: the output exists" in resumed.stderr
+    # each output is looked at once (by the driver; the command line lets go of those it skips)
+    assert [r for r in s3.requests if r[1].startswith("maps/batch/")] == [("HEAD", "maps/batch/map.mrc"),
+                                                                         ("HEAD", "maps/batch/map.tif")]
     assert s3.client.head_object(Bucket=BUCKET, Key="batch/map.mrc")["ETag"] == before
     preview = noa("preview", files["map.mrc"], "--out-dir", "s3://maps/pictures", env=env)
     assert preview.returncode == 0, preview.stderr
