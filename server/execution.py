@@ -639,8 +639,9 @@ def new_upload_folder(tmp_dir: Path | None) -> Path:
 def file_link(tmp_dir: Path | None, fd: int, name: str) -> Iterator[Path]:
     """A link named ``name`` (its extension tells the format) to the opened file ``fd`` (``/proc/self/fd/N``), for the
     ``with`` block: ``<folder>/<fd>/<name>`` in the folder of links this process keeps in ``tmp_dir``, the
-    descriptor making it unique while the file is open. The folders stay from one request to the next: making and
-    removing a folder per request cost 4 ms on ext4, and up to 270 ms while the disk was busy."""
+    descriptor making it unique while the file is open. Folders and links stay from one request to the next (a
+    link names a descriptor, not a file): making and removing them per request cost 4 ms on ext4, and up to 270 ms
+    while the disk was busy; only the link of the file now open under that descriptor is left in its folder."""
     with _LINK_FOLDERS_LOCK:
         key = (os.getpid(), tmp_dir)  # a forked process makes its own
         links = _LINK_FOLDERS.get(key)
@@ -651,14 +652,13 @@ def file_link(tmp_dir: Path | None, fd: int, name: str) -> Iterator[Path]:
             multiprocessing.util.Finalize(None, remove_upload_folder, args=(links,), exitpriority=0)
     folder = links / str(fd)
     folder.mkdir(exist_ok=True)
-    for left in os.listdir(folder):  # a link a request with this descriptor left when it failed
-        os.unlink(folder / left)
+    for left in os.listdir(folder):  # the link of a file once open under this descriptor, named otherwise
+        if left != name:
+            os.unlink(folder / left)
     link = folder / name
-    link.symlink_to(f"{PROC_FD}/{fd}")
-    try:
-        yield link
-    finally:
-        link.unlink(missing_ok=True)
+    if not os.path.lexists(link):
+        link.symlink_to(f"{PROC_FD}/{fd}")
+    yield link
 
 
 def remove_link_folder(tmp_dir: Path | None) -> None:
