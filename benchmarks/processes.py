@@ -52,19 +52,22 @@ def run(command: list[str] | str, outputs: Sequence[Path] = (), cwd: Path | None
     return elapsed, usage.ru_maxrss / 1024
 
 
-def in_turns(tools: dict[str, list[str]], rounds: int, cwd: Path) -> tuple[dict[str, float], dict[str, float]]:
+def in_turns(tools: dict[str, list[str]], rounds: int, cwd: Path,
+             outputs: dict[str, Sequence[Path]] | None = None) -> tuple[dict[str, float], dict[str, float]]:
     """Each tool's median wall seconds and highest peak RSS (MiB) over ``rounds`` rounds, each round running every
-    tool once, in turns, in ``cwd``; printed one line each."""
+    tool once, in turns, in ``cwd``; printed one line each. A tool's ``outputs`` (absolute paths) are removed,
+    untimed, before each of its runs."""
     times: dict[str, list[float]] = {name: [] for name in tools}
     rss: dict[str, float] = {name: 0.0 for name in tools}
     for _ in range(rounds):
         for name, command in tools.items():
-            seconds, peak = run(command, cwd=cwd)
+            seconds, peak = run(command, (outputs or {}).get(name, ()), cwd=cwd)
             times[name].append(seconds)
             rss[name] = max(rss[name], peak)
     medians = {name: statistics.median(values) for name, values in times.items()}
     for name, median in medians.items():
-        print(f"  {name:9s} {median:8.3f} s   peak RSS {rss[name]:8.1f} MiB")
+        print(f"  {name:9s} {median:8.3f} s ({min(times[name]):.3f}-{max(times[name]):.3f})   "
+              f"peak RSS {rss[name]:8.1f} MiB")
     return medians, rss
 
 

@@ -271,6 +271,19 @@ def read_view(array: np.ndarray, slot: int = 0, into: np.ndarray | None = None) 
     return as_strided(buffer.view(array.dtype), array.shape, tuple(strides), writeable=False)
 
 
+def file_run(array: np.ndarray) -> tuple[int, int, Path] | None:
+    """Where ``array``, a C-contiguous view of a noa input mapping of a local file, lies in that file: its
+    descriptor, the offset of its first byte, its path (for messages). None for any other view: not an input's,
+    strided, empty, or of data written into its file as read (``produce``) or read from elsewhere (a remote
+    object's)."""
+    mm = _mapping_of(array)
+    if mm is None or mm not in _INPUTS or mm in _PRODUCERS or mm in _GATHERS or array.size == 0 or \
+            not array.flags.c_contiguous:
+        return None
+    fd, path = _INPUTS[mm]
+    return fd, array.ctypes.data - _SHARED[mm], path
+
+
 def reads_spaced(array: np.ndarray) -> bool:
     """True when :func:`read_view` reads ``array`` value by value (:func:`_read_spaced`): its nearest values lie
     :data:`SPACED_BYTES` or more apart, and it holds them packed, without the bytes between them."""

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import mrcfile
 import numpy as np
 import pytest
 
 import noa_core
+from helpers import write_mrc
 from noa_core import io
 from noa_core.array import layout
 from noa_core.compute import tiles
 from noa_core.compute.moments import RunningStatistics
-from noa_core.errors import LayoutError
+from noa_core.errors import LayoutError, TruncatedFileError
 from noa_core.io import mapped, stream
+from noa_core.operations.plan import converter
 
 
 def test_copy_into_permuted_and_broadcast_views(tmp_path):
@@ -160,6 +164,50 @@ def test_an_output_without_statistics_is_filled_unmeasured(tmp_path, monkeypatch
         assert [s.moments.count for s in per_tile] == [0] * len(keys)
         out.complete(RunningStatistics.of(data))
     np.testing.assert_array_equal(io.read(tmp_path / "u.mrc")[0].numpy(), data)
+
+
+def _plain_copy(tmp_path, data: np.ndarray) -> Path:
+    """``data`` written by mrcfile, then copied tile by tile (a section each) into c.mrc as an operation copies a
+    file (a plain conversion: the engine reads each tile into the buffer it writes from)."""
+    write_mrc(tmp_path / "in.mrc", data)
+    source, _ = io.read(tmp_path / "in.mrc")
+    with io.create(tmp_path / "c.mrc", (1, *data.shape), data.dtype) as out:
+        keys = tiles.plan_tiles(out, [source], data[0].nbytes, ())
+        assert len(keys) == len(data)
+        stream.fill(out, [source], converter("checked"), keys=keys)
+    return tmp_path / "c.mrc"
+
+
+def test_a_plain_copy_of_a_files_runs_is_copied_by_the_kernel_and_measured_as_read(tmp_path, monkeypatch):
+    """A tile whose bytes are the input file's as they lie there, one run in each file, is copied from file to file
+    by the kernel (copy_file_range), its statistics taken from the bytes read: the output is mrcfile's input, its
+    header statistics NumPy's."""
+    data = np.random.default_rng(3).normal(5, 2, (4, 6, 8)).astype(np.float32)
+    copied = []
+    monkeypatch.setattr(os, "copy_file_range", lambda *args, real=os.copy_file_range: copied.append(args[2]) or
+                        real(*args))
+    with mrcfile.open(_plain_copy(tmp_path, data)) as out:
+        np.testing.assert_array_equal(out.data, data)
+        assert (float(out.header.dmin), float(out.header.dmax)) == (data.min(), data.max())
+        assert float(out.header.dmean) == pytest.approx(data.mean(dtype=np.float64), rel=1e-6)
+        assert float(out.header.rms) == pytest.approx(data.std(dtype=np.float64), rel=1e-6)
+    assert copied == [data[0].nbytes] * len(data)
+
+
+def test_a_plain_copy_where_the_file_system_cannot_copy_writes_what_was_read(tmp_path, monkeypatch):
+    def cannot(*args):
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    data = np.arange(4 * 6 * 8, dtype=np.int16).reshape(4, 6, 8)
+    monkeypatch.setattr(os, "copy_file_range", cannot)
+    np.testing.assert_array_equal(mrcfile.read(_plain_copy(tmp_path, data)), data)
+
+
+def test_an_input_that_shrank_before_its_copy_is_an_error_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "copy_file_range", lambda *args: 0)  # what the kernel copies past the end of the file
+    with pytest.raises(TruncatedFileError, match=r"in\.mrc: data: the file changed size while being read"):
+        _plain_copy(tmp_path, np.zeros((2, 3, 4), np.float32))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mrc"]
 
 
 _SMALL_TILES = """

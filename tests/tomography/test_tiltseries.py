@@ -6,6 +6,7 @@ starfile; bad input one line naming the file and section, nothing written; HTTP 
 from __future__ import annotations
 
 import datetime
+import os
 import re
 import shutil
 from pathlib import Path
@@ -22,8 +23,12 @@ from hypothesis import strategies as st
 from mdocfile.data_models import MdocGlobalData, MdocSectionData
 
 from helpers import REPO, assert_user_error, noa, write_mrc
+from noa_core.compute import tiles
 from noa_core.errors import FileFormatError
 from noa_core.images import stacks
+from noa_core.io import formats
+from noa_core.operations.tiltseries import OPERATION
+from noa_core.run.execution import execute
 from noa_core.tomography import tiltseries
 
 MDOCS = REPO / "tests" / "data" / "mdoc"
@@ -404,6 +409,40 @@ def test_the_sums_of_each_tilts_frames_make_the_stack_in_angle_order(tmp_path, s
     assert [str(p) for p in written["SubFramePath"]] == [str(p) for p in table["SubFramePath"][order]]
     assert starfile.read(tmp_path / "TS.star")["rlnMicrographName"].tolist()[-1] == f"{len(order):06d}@TS.st"
     assert listing(tmp_path / "MotionCorr") == [p.name for p in files]  # the sums untouched
+
+
+def test_sections_copied_in_bands_of_rows_are_the_images_as_read_each_sum_decoded_once(tmp_path, series,
+                                                                                       monkeypatch):
+    """Each tilt's image is copied in bands of rows as the tile engine plans them (8 MiB; here 3 rows), a stack's
+    copied from the stack by the kernel, each sum read once whatever its bands: the stack is the images as mrcfile
+    and tifffile read them, in angle order, its header statistics NumPy's."""
+    monkeypatch.setattr(tiles, "plan_tile", lambda shape, *args, **kwargs: (1, 1, 3, shape[3]))
+    sums = np.random.default_rng(7).normal(100, 10, (TILTS, HEIGHT, WIDTH)).astype(np.float32)
+    (tmp_path / "MotionCorr").mkdir()
+    for z, stem in enumerate(frames_stems(tmp_path / "TS_01.mrc.mdoc")):
+        if z % 2:
+            tifffile.imwrite(tmp_path / "MotionCorr" / f"{stem}.tif", sums[z])
+        else:
+            write_mrc(tmp_path / "MotionCorr" / f"{stem}.mrc", sums[z], voxel_size=5.4)
+    order = mdoc_table(tmp_path / "TS_01.mrc.mdoc").sort_values("TiltAngle")["ZValue"].to_numpy()
+    copied, read = [], []
+    monkeypatch.setattr(os, "copy_file_range", lambda *args, real=os.copy_file_range: copied.append(args) or
+                        real(*args))
+    monkeypatch.setattr(formats, "read", lambda path, *args, real=formats.read, **kwargs: read.append(path) or
+                        real(path, *args, **kwargs))
+    project = {"project_dir": str(tmp_path)}
+    execute(OPERATION, [tmp_path / "TS_01.mrc.mdoc"], tmp_path / "TS.st", project)
+    assert len(copied) == TILTS * -(-HEIGHT // 3)  # a band at a time
+    read.clear()
+    execute(OPERATION, [tmp_path / "TS_01.mrc.mdoc"], tmp_path / "sums.st", {"images": "MotionCorr", **project})
+    assert len(read) == TILTS
+    for name, images in (("TS.st", series), ("sums.st", sums)):
+        with mrcfile.open(tmp_path / name) as out:
+            np.testing.assert_array_equal(out.data, images[order])
+            wide = images.astype(np.float64)
+            assert (out.header.dmin, out.header.dmax) == (images.min(), images.max())
+            assert out.header.dmean == pytest.approx(wide.mean(), rel=1e-6)
+            assert out.header.rms == pytest.approx(wide.std(), rel=1e-6)
 
 
 def replace_sum(z: int, data: np.ndarray, *, voxel_size: float | None = 5.4, suffix: str = ".mrc"):

@@ -22,7 +22,7 @@ import numpy as np
 
 from noa_core import limits
 from noa_core.array import Array, asarray, layout
-from noa_core.compute import compute_path
+from noa_core.compute import compute_path, tiles
 from noa_core.compute.moments import RunningStatistics
 from noa_core.compute.tiles import Compute, Key
 from noa_core.errors import (
@@ -35,7 +35,7 @@ from noa_core.errors import (
     param,
 )
 from noa_core.images import stacks
-from noa_core.io import atomic, formats, mapped, mrc, star, stream
+from noa_core.io import atomic, formats, mapped, mrc, remote, star, stream
 from noa_core.io.metadata import Metadata
 from noa_core.io.particles import Project, folder_projects
 from noa_core.io.protocol import OutputSpec
@@ -96,7 +96,9 @@ def _build(series: TiltSeries, images: Images, project: Project, output: Path, o
     limits.check_output_size((len(order), 1, images.height, images.width), images.dtype.itemsize, str(output))
     outputs = _outputs(output)
     _check_outputs([output, *outputs.values()], [series.path, *images.files], overwrite)
-    stack_named = project.name_of(output)  # how the STAR names it (refused outside the project folder)
+    # How the STAR names the stack: relative to the project folder (refused outside it); an upload's by its name,
+    # relative to the STAR beside it, as RELION reads it once downloaded (not by a URL it cannot open)
+    stack_named = output.name if remote.is_remote(output) else project.name_of(output)
     temps: list[atomic.TemporaryOutput] = []
     try:
         temps.append(atomic.TemporaryOutput(output, overwrite))
@@ -308,11 +310,14 @@ def _check_outputs(outputs: list[Path], read: list[Path], overwrite: bool) -> No
 
 def _copy_sections(images: Images, order: list[int], axis: float, temp: atomic.TemporaryOutput, options: Options,
                    progress) -> list[str]:
-    """The tilts' images ``order`` copied one at a time into the output's temporary file by noa's tile engine
-    (:func:`noa_core.io.stream.stream_tiles`): each read with pread straight into the buffer it is written from,
-    while a writer thread takes the previous one's statistics and writes it, so never more than two sections in
-    memory. A stack's per-section records (its extended header: FEI1/FEI2, SerialEM's SERI) follow their sections;
-    what the user should know of them is returned."""
+    """The tilts' images ``order`` copied into the output's temporary file by noa's tile engine
+    (:func:`noa_core.io.stream.stream_tiles`), section after section in bands of rows planned as the engine plans
+    any copy's tiles (:func:`noa_core.compute.tiles.plan_tile`: 8 MiB, 512 rows of 4096 float32; whole 64 MiB
+    sections took up to twice the time, their buffers out of the processor's cache): each band read with one pread
+    straight into the buffer it is written from, while a writer thread takes the previous band's statistics and
+    writes it (a stack's, unchanged, copied from the stack by the kernel: :meth:`~noa_core.io.stream.TileFile.copy`).
+    A stack's per-section records (its extended header: FEI1/FEI2, SerialEM's SERI) follow their
+    sections; what the user should know of them is returned."""
     height, width = images.height, images.width
     shape = layout.as_shape4((len(order), 1, height, width))
     dtype = images.dtype.newbyteorder("=")
@@ -331,11 +336,19 @@ def _copy_sections(images: Images, order: list[int], axis: float, temp: atomic.T
     with open(temp.temp, "r+b") as f:  # a full disk is an error now, before any section is copied
         atomic.reserve(f.fileno(), size, f"{temp.path}: no space left on device for its {size} bytes")
     copy = converter("checked")
+    opened: dict[int, np.ndarray] = {}  # the section being copied (a sum is decoded once, not once per band)
 
     def reads(key: Key) -> tuple[list[Array], Compute]:
-        return [asarray(images.section(order[key[0].start]))], copy
+        z = order[key[0].start]
+        if z not in opened:
+            opened.clear()
+            opened[z] = images.section(z)
+        return [asarray(opened[z][:, :, key[2], key[3]])], copy
 
-    keys = [(slice(i, i + 1), slice(0, 1), slice(0, height), slice(0, width)) for i in range(len(order))]
+    section = layout.as_shape4((1, 1, height, width))
+    strides = layout.strides_for(section, "C")
+    band = tiles.plan_tile(section, [(strides, images.dtype.itemsize)], output=(strides, stored.itemsize))
+    keys = [(slice(i, i + 1), *key[1:]) for i in range(len(order)) for key in tiles.tiles(section, band, strides)]
     target = stream.Region(temp.temp, created.offset, stored, shape, "C").target()
     try:  # a small series' statistics by NumPy, as any small file's: no numba to load
         with compute_path.for_size(2 * math.prod(shape) * stored.itemsize, "a tilt series' sections"):
