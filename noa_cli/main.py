@@ -17,6 +17,10 @@ def run(argv: list[str] | None = None) -> None:
     """Console-script entry: exit 0 on success, 2 on bad usage or input, 1 on internal errors, 130 on
     Ctrl-C and 143 on SIGTERM (temporary outputs removed in both cases)."""
     args = sys.argv[1:] if argv is None else argv
+    if argv is None:
+        # noa's kernels are numba's; NumPy's BLAS only multiplies small matrices, and its threads, started with NumPy
+        # whatever the call, spin on the other cores a while (6% of a copy's CPU on 2 cores)
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     report.leave(report.guarded(lambda: _call(args), debug="--debug" in args), process=argv is None)
 
 

@@ -13,7 +13,7 @@ from helpers import write_mrc
 # The ``noa`` process as its console script runs it, with an exit function and an object whose finalizer would
 # speak when the interpreter is torn down (module globals are cleared then).
 _PROCESS = """
-import atexit, sys, threading, time
+import atexit, os, sys, threading, time
 from noa_cli.main import run
 
 class Finalized:
@@ -22,6 +22,7 @@ class Finalized:
 
 kept = Finalized()
 atexit.register(lambda: print("exit functions ran"))
+atexit.register(lambda: print("threads", len(os.listdir("/proc/self/task"))))  # registered last: runs first
 if sys.argv[1] == "thread":
     def late():
         time.sleep(0.5)
@@ -44,6 +45,7 @@ def test_a_finished_command_leaves_without_the_teardown(tmp_path):
     assert f"{data.max():g}" in done.stdout  # the report, flushed
     assert done.stdout.rstrip().endswith("exit functions ran")
     assert "torn down" not in done.stdout
+    assert "threads 1\n" in done.stdout  # NumPy's BLAS started none (OPENBLAS_NUM_THREADS=1 for the process)
 
 
 def test_a_failed_command_keeps_its_code_and_line(tmp_path):
