@@ -162,6 +162,7 @@ def map_file(path: Path, offset: int, dtype: np.dtype, count: int, tiles: bool) 
 
 _SCRATCH = threading.local()
 _READERS: list[tuple[ThreadPoolExecutor, int]] = []
+os.register_at_fork(after_in_child=_READERS.clear)  # a forked child has none of its parent's threads
 
 
 def io_threads() -> int:

@@ -6,6 +6,8 @@ volume's x slice) are read value by value and held packed, against mrcfile's val
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import shutil
 import subprocess
 import sys
@@ -158,3 +160,29 @@ def test_a_spaced_read_of_a_truncated_input_is_an_error(tmp_path):
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert done.stdout.startswith("refused: ") and "in.mrc: data: the file changed size while being read" in \
         done.stdout, done.stdout
+
+
+def _read_rows_and_save(path: Path, out: Path) -> None:
+    data = io.read(path)[0].numpy()[0]
+    np.save(out, mapped.read_view(data[:, ::2]))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX's")
+def test_a_forked_child_reads_with_threads_of_its_own(tmp_path, monkeypatch):
+    """A process forked after its parent read runs side by side (its reading threads started) reads too: the child
+    has none of the parent's threads, so it starts its own (else its reads would wait for threads not there)."""
+    values = random_values((64, 256, 256), seed=3)
+    write_mrc(tmp_path / "v.mrc", values)
+    monkeypatch.setattr(mapped, "PARALLEL_BYTES", 1 << 16)
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "2")  # io_threads: two readers however many cores
+    data = io.read(tmp_path / "v.mrc")[0].numpy()[0]
+    np.testing.assert_array_equal(mapped.read_view(data[:, ::2]), values[:, ::2])  # the parent's threads started
+    assert mapped._READERS
+    child = multiprocessing.get_context("fork").Process(target=_read_rows_and_save,
+                                                        args=(tmp_path / "v.mrc", tmp_path / "rows.npy"))
+    child.start()
+    child.join(60)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0, "the child did not finish reading"
+    np.testing.assert_array_equal(np.load(tmp_path / "rows.npy"), values[:, ::2])
