@@ -8,8 +8,8 @@ Three workloads, each against a fresh ``uvicorn`` process started like the conta
 - the viewer's picture of a 1024 x 1024 slice of a 32 x 1024 x 1024 float32 volume, PNG, sigma contrast
   (``GET /v1/view/image``), from one connection, as a person at the viewer asks for them (issue 29: p99
   under 50 ms from a warm server). No ``If-None-Match`` is sent: every picture is computed. On disk and on
-  tmpfs too: each request makes and removes folders in ``NOA_TMP_DIR`` for its file's link (an rmdir took 4 ms
-  on this machine's ext4, 0.02 ms on tmpfs).
+  tmpfs too: a file is opened through a link in ``NOA_TMP_DIR`` (kept from one request to the next: a folder
+  made and removed per request took 4 ms on this machine's ext4, 0.02 ms on tmpfs).
 
 The load comes from a separate process: ``wrk`` when it is installed (``apt-get install -y wrk``),
 else a Python asyncio/httpx client in a child process (slower: it competes harder for the cores,
