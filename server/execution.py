@@ -124,12 +124,16 @@ class ClientNames:
         except NoaError as exc:
             problem = classify(exc)
             assert problem is not None
-            problem.detail = self.text(problem.detail)
-            if isinstance(exc, remote.StorageError):
-                # The store's own words, in parentheses, may name its endpoint and bucket: the server's log has them
+            if isinstance(exc, remote.StorageError):  # the client is told its summary: the server's log has all
                 log.warning("object storage: %s", exc)
-                problem.detail = problem.detail.split(" (", 1)[0]
+            problem.detail = self.text(problem.detail)
             raise problem from exc
+
+
+def client_names(sandbox: AnySandbox, more: dict[str, str] | None = None) -> ClientNames:
+    """How messages name the paths under ``sandbox``'s root to a client (``more``: the request's own links and
+    folders): relative to the root, the root itself as the data root; never the server's folder or the bucket."""
+    return ClientNames({f"{sandbox.root}/": "", str(sandbox.root): "the data root", **(more or {})})
 
 
 def plan_and_run(request: PathRequest, sandbox: AnySandbox, max_voxels: int) -> Any:
@@ -153,7 +157,7 @@ def _run_on_keys(planned: Planned, sandbox: RemoteSandbox, max_voxels: int, prog
     """:func:`run_on_paths` for a data root on object storage: noa_core reads and writes the keys by their URLs,
     except a particle file, read from a copy (:func:`fetched`); the stacks it names are fetched as
     :class:`SandboxProject` opens them."""
-    names = ClientNames({f"{sandbox.root}/": ""})
+    names = client_names(sandbox)
     files = {name: str(sandbox.resolve(relative)) for name, relative in _input_files(planned.request).items()}
     with ExitStack() as opened, names.in_errors():
         inputs = list(planned.inputs)
@@ -214,7 +218,7 @@ def _split(planned: Planned, max_voxels: int) -> tuple[FileTask, Path, Path, Cli
     if not isinstance(operation, Writes) or isinstance(operation, WritesDataSet) or planned.output is None:
         return None
     assert isinstance(request, OpParams)
-    names = ClientNames({f"{sandbox.root}/": ""})
+    names = client_names(sandbox)
     files = {name: str(sandbox.resolve(relative)) for name, relative in _input_files(request).items()}
     with names.in_errors():
         task = operation.task(operation.options(request.model_copy(update=files).values()),
@@ -316,7 +320,7 @@ def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None,
     """
     sandbox = planned.sandbox
     assert isinstance(sandbox, Sandbox)  # a remote root's keys are not opened (run_on_paths)
-    names = {f"{sandbox.root}/": ""}
+    names: dict[str, str] = {}  # the request's links and folders
     inputs = []
     edits = planned.request.declaration.changes_input and not getattr(planned.request, "dry_run", False)
     for relative in planned.request.input_paths():
@@ -328,14 +332,14 @@ def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None,
         inputs.append(link)
     dst = planned.request.output_path()
     if dst is None:
-        return inputs, None, ClientNames(names)
+        return inputs, None, client_names(sandbox, names)
     if planned.request.declaration.writes == "folder":  # dst is the outputs' folder, created when missing
-        return inputs, _open_output_folder(sandbox, dst, opened, names), ClientNames(names)
+        return inputs, _open_output_folder(sandbox, dst, opened, names), client_names(sandbox, names)
     fd, path = sandbox.open_folder(dst)
     opened.callback(os.close, fd)
     folder = PurePosixPath(dst).parent.as_posix()
     names[f"{PROC_FD}/{fd}/"] = "" if folder == "." else f"{folder}/"
-    return inputs, Path(PROC_FD, str(fd), path.name), ClientNames(names)
+    return inputs, Path(PROC_FD, str(fd), path.name), client_names(sandbox, names)
 
 
 def _open_input_files(planned: Planned, opened: ExitStack, names: ClientNames) -> dict[str, str]:

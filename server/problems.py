@@ -90,8 +90,9 @@ def classify(exc: Exception) -> ProblemError | None:
     if isinstance(exc, ProblemError):
         return exc
     for cls, status, slug, title in _NOA_ERRORS:
-        if isinstance(exc, cls):
-            return ProblemError(status, slug, title, _one_line(exc))
+        if isinstance(exc, cls):  # a store's own words may name its endpoint and bucket: a client gets the summary
+            return ProblemError(status, slug, title, exc.summary if isinstance(exc, remote.StorageError) else
+                                _one_line(exc))
     if isinstance(exc, OSError) and exc.errno in _OS_ERRORS:
         status, slug, title = _OS_ERRORS[exc.errno]
         return ProblemError(status, slug, title, _os_line(exc))

@@ -77,7 +77,6 @@ class Sandbox:
         self._root_fd = os.open(self.root, _FOLDER)
         weakref.finalize(self, os.close, self._root_fd)
 
-    remote = False  # files of this machine, opened by descriptor
 
     def resolve(self, relative: str) -> Path:
         """The absolute path of ``relative`` inside the root, or a 400/403 problem."""
@@ -142,10 +141,6 @@ class Sandbox:
         finally:
             os.close(parent)
 
-    def relative(self, path: Path) -> str:
-        """How a client names ``path`` (never the server's absolute layout)."""
-        return path.relative_to(self.root).as_posix()
-
 
 def _opening_failed(relative: str, exc: OSError, missing: str = "no such file") -> Exception:
     """The problem for a file that passed the checks but could not be opened: gone (404), or a
@@ -165,7 +160,6 @@ class RemoteSandbox:
     segment (``prefix`` holds ``prefix/x``, never ``prefix-other/x``). Nothing is opened here: noa_core reads and
     writes the keys (:mod:`noa_core.io.remote`)."""
 
-    remote = True
     hidden = None  # the job state lives on this machine (Settings asks for a state directory)
 
     def __init__(self, root: RemotePath, scratch: Path | None = None):
@@ -178,16 +172,14 @@ class RemoteSandbox:
 
     def resolve(self, relative: str) -> RemotePath:
         """The URL of the key ``relative`` names under the prefix, or a 400/403 problem."""
+        if any(c in relative for c in "?#"):  # a URL's query or fragment, where a file name may hold them
+            raise _refuse(f"{relative!r}: '?' and '#' are not allowed in paths on object storage", 400)
         pure = checked(relative)
         resolved = self.root.joinpath(*pure.parts)
         segments = tuple(resolved.url.split("://", 1)[1].split("/"))
         if segments[:len(self._prefix)] != self._prefix or len(segments) <= len(self._prefix):
             raise _refuse(f"{relative!r} resolves outside the data root")
         return resolved
-
-    def relative(self, path: RemotePath) -> str:
-        """How a client names ``path`` (never the bucket)."""
-        return path.url[len(self.root.url):].lstrip("/")
 
 
 AnySandbox = Sandbox | RemoteSandbox  # the data root's, of either kind

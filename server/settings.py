@@ -91,9 +91,10 @@ class Settings:
             return
         root = as_path(self.data_root)  # a URL given as a string (NOA_DATA_ROOT, --data-root) becomes a RemotePath
         if isinstance(root, RemotePath):
-            if root.scheme not in ("s3", "gs") or "?" in root.url:
+            key = root.url.split("://", 1)[1].rstrip("/")
+            if root.scheme not in ("s3", "gs") or any(c in root.url for c in "?#") or "" in key.split("/"):
                 raise ValueError(f"data root {root}: a data root on remote storage is a bucket or a prefix of one, "
-                                 "s3://bucket/prefix or gs://bucket/prefix")
+                                 "s3://bucket/prefix or gs://bucket/prefix (no empty segment, '?' or '#')")
             root = RemotePath(root.url.rstrip("/"))
             if self.state_dir is None:
                 raise ValueError(f"data root {root} is on object storage: give a folder of this machine for the job "

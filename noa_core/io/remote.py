@@ -287,7 +287,12 @@ def _reading_store_class() -> type[Any]:
 
 class StorageError(FileFormatError):
     """The storage refused a request or could not be reached (access refused, no credentials, the server gone): the
-    service's storage failed, not the request (the service answers 502)."""
+    service's storage failed, not the request (the service answers 502). ``summary``: the message without the
+    store's own words (which may name its endpoint and bucket), what a client of the service is told."""
+
+    def __init__(self, message: str, summary: str):
+        super().__init__(message)
+        self.summary = summary
 
 
 # A URL's user and password, and its query (a signature), in whatever spelling a back end prints the URL
@@ -320,13 +325,15 @@ def errors(path: RemotePath, doing: str = "read from") -> Iterator[None]:
             bucket = _bucket_missing(path)
         raise MissingFileError(f"{path}: no such {'bucket' if bucket else 'object'}") from None
     except PermissionError as exc:
-        raise StorageError(f"{path}: access refused ({_reason(path, exc)}){_check_credentials(path)}") from None
+        raise StorageError(f"{path}: access refused ({_reason(path, exc)}){_check_credentials(path)}",
+                           f"{path}: access refused") from None
     except Exception as exc:  # the back ends' own types (aiohttp, botocore): the host not reached, a refusal
         if getattr(exc, "status", None) == 404:
             raise MissingFileError(f"{path}: no such object") from None
         if type(exc).__name__ == "NoCredentialsError":  # botocore's, by name: a local read never imports it
             raise StorageError(f"{path}: no credentials found; set AWS_ACCESS_KEY_ID and "
-                                  "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or write them in ~/.aws") from None
+                               "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or write them in ~/.aws",
+                               f"{path}: no credentials found") from None
         raise _refused(path, exc, doing) from None
 
 
@@ -337,10 +344,12 @@ def _refused(path: RemotePath, exc: BaseException, doing: str = "read from") -> 
     if path.scheme == "gs":  # gcsfs says a refusal as its HttpError (code), a 403 as an OSError of these words
         status = 403 if isinstance(exc, OSError) and str(exc).startswith("Forbidden: ") else getattr(exc, "code", None)
         if status in (401, 403):
-            return StorageError(f"{path}: access refused (HTTP {status}){_check_credentials(path)}")
+            return StorageError(f"{path}: access refused (HTTP {status}){_check_credentials(path)}",
+                                f"{path}: access refused")
     if status in (401, 403):
-        return StorageError(f"{path}: access refused (HTTP {status})")
-    return StorageError(f"{path}: cannot be {doing} its server ({_reason(path, exc)})")
+        return StorageError(f"{path}: access refused (HTTP {status})", f"{path}: access refused")
+    return StorageError(f"{path}: cannot be {doing} its server ({_reason(path, exc)})",
+                        f"{path}: cannot be {doing} its server")
 
 
 def _check_credentials(path: RemotePath) -> str:

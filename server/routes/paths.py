@@ -132,7 +132,7 @@ def _open_object(sandbox: RemoteSandbox, path: str) -> remote.RemoteFile:
     """The object ``path`` names under the prefix, opened for reading (one HEAD); a 404 naming ``path`` where there
     is none, or a prefix of objects; the storage's failures named as paths mode names them."""
     try:
-        with execution.ClientNames({f"{sandbox.root}/": ""}).in_errors():
+        with execution.client_names(sandbox).in_errors():
             return remote.open_input(sandbox.resolve(path))
     except ProblemError as problem:
         if isinstance(problem.__cause__, (MissingFileError, NotAFileError, EmptyFileError)):

@@ -35,6 +35,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from noa_core import __version__
+from noa_core.errors import MissingFileError
 from noa_core.io import particle_files, remote
 from noa_core.operations import Operation, Reports
 from noa_core.operations.spec import EER_GROUP, EER_GROUP_LAST, EER_UPSAMPLING, PROJECT_DIR
@@ -150,15 +151,20 @@ class Opened:
         return dataclasses.replace(plane, projects=self.projects)
 
 
+# What a store says changes with an object's data: S3's ETag and time, Google Cloud Storage's etag, generation
+# and time (as s3fs and gcsfs give them)
+_OBJECT_VERSION = ("ETag", "LastModified", "etag", "generation", "updated")
+
+
 def _object_identity(path: Path) -> str:
-    """What changes whenever an object's data do: its URL, size, ETag and time as the store said them at the first
-    look (one HEAD); a prefix (an OME-Zarr store) or a particle file (read from a copy), whose data are other
-    objects too, gets an identity of its own for each request (never cached: listing a store or fetching every
-    stack to hash them costs more than reading them)."""
+    """What changes whenever an object's data do: its URL, size and version (:data:`_OBJECT_VERSION`) as the store
+    said them at the first look (one HEAD); a prefix (an OME-Zarr store), a particle file (read from a copy), whose
+    data are other objects too, or an object of a store that gives no version gets an identity of its own for each
+    request (never cached: listing a store or fetching every stack to hash them costs more than reading them)."""
     looked = path.looked_up if isinstance(path, remote.RemotePath) else None
-    if looked is None or looked.get("type") == "directory":
+    if looked is None or looked.get("type") == "directory" or not any(key in looked for key in _OBJECT_VERSION):
         return os.urandom(16).hex()
-    return ":".join(str(looked.get(key)) for key in ("name", "size", "ETag", "LastModified"))
+    return ":".join(str(looked.get(key)) for key in ("name", "size", *_OBJECT_VERSION) if key in looked)
 
 
 @contextmanager
@@ -166,7 +172,7 @@ def _opened_object(sandbox: RemoteSandbox, relative: str, reading: Reading) -> I
     """The key ``relative`` names under the prefix, looked up (one HEAD, kept for the reads), as an :class:`Opened`
     whose path is its URL (no descriptor: ``fd`` -1)."""
     url = sandbox.resolve(relative)
-    names = execution.ClientNames({f"{sandbox.root}/": ""})
+    names = execution.client_names(sandbox)
     with ExitStack() as copies, names.in_errors():
         remote.is_folder(url)  # a missing key: 404 naming the client's path
         path = (execution.fetched(url, execution.scratch(sandbox, copies, names), names, relative)
@@ -189,7 +195,7 @@ def opened(sandbox: Sandbox, relative: str, reading: Reading = ()) -> Iterator[O
         if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
             raise ProblemError(404, "file-not-found", "File not found", f"{relative}: no such file")
         with execution.file_link(sandbox.scratch, fd, PurePosixPath(relative).name) as link:
-            names = execution.ClientNames({str(link): relative, f"{link.parent}/": "", f"{sandbox.root}/": ""})
+            names = execution.client_names(sandbox, {str(link): relative, f"{link.parent}/": ""})
             with names.in_errors():
                 yield Opened(link, fd, info, names, execution.SandboxProjects(sandbox, names), reading)
     finally:
@@ -402,9 +408,14 @@ def _object_listing(sandbox: RemoteSandbox, relative: str) -> dict:
     """:func:`listing` of a prefix of object storage: one listing request, then each file's header read (its
     size known from the listing: no HEAD more)."""
     folder = relative.strip("/")
-    names = execution.ClientNames({f"{sandbox.root}/": ""})
+    names = execution.client_names(sandbox)
     with names.in_errors():
-        found = remote.listing(sandbox.resolve(folder) if folder not in ("", ".") else sandbox.root)
+        try:
+            found = remote.listing(sandbox.resolve(folder) if folder not in ("", ".") else sandbox.root)
+        except MissingFileError:  # a prefix that holds nothing yet: the root is there, empty; a folder is not
+            if folder not in ("", "."):
+                raise
+            found = []
     if not found and folder not in ("", "."):
         raise ProblemError(404, "file-not-found", "File or folder not found", f"{relative}: no such folder")
     found = sorted((path for path in found if not path.name.startswith(".")), key=lambda path: path.name)
@@ -460,7 +471,7 @@ def _entry(sandbox: Sandbox, relative: str) -> dict | None:
             return viewer.header_summary(file.path, file.projects)
 
     return _probed({"folder": False, "name": name, "path": relative, "bytes": info.st_size}, summary,
-                   execution.ClientNames({f"{sandbox.root}/": ""}))
+                   execution.client_names(sandbox))
 
 
 # -- routes -------------------------------------------------------------------------------------------

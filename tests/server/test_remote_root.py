@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import ObjectStore, assert_problem, noa, object_store, wait_job, write_mrc
+from helpers import ObjectStore, assert_problem, gcs_store, noa, object_store, wait_job, write_mrc
 from noa_core.io.remote import RemotePath
+from noa_server.problems import ProblemError
 from noa_server.sandbox import RemoteSandbox
 from noa_server.settings import Settings
 
@@ -101,7 +102,9 @@ def test_a_remote_root_keeps_keys_under_its_prefix_by_segments():
     sandbox = RemoteSandbox(RemotePath(ROOT + "/"))
     assert sandbox.resolve("maps//map.mrc").url == f"{ROOT}/maps/map.mrc"
     assert sandbox.resolve("-other/x.mrc").url == f"{ROOT}/-other/x.mrc"  # a name in the prefix, not data-other/
-    assert sandbox.relative(sandbox.resolve("maps/map.mrc")) == "maps/map.mrc"
+    for refused in ("maps/map.mrc?versionId=abc", "out/q.mrc?x=1", "a#b.mrc"):  # a URL's query or fragment
+        with pytest.raises(ProblemError, match="not allowed in paths on object storage"):
+            sandbox.resolve(refused)
 
 
 def test_settings_keep_a_bucket_prefix_as_its_url(tmp_path):
@@ -110,8 +113,9 @@ def test_settings_keep_a_bucket_prefix_as_its_url(tmp_path):
     assert Settings.from_env(settings.to_env()).data_root == RemotePath(ROOT)
     with pytest.raises(ValueError, match=r"on object storage: .*--state-dir"):
         Settings(data_root=ROOT)  # type: ignore[arg-type]  # a string, as NOA_DATA_ROOT gives it
-    with pytest.raises(ValueError, match="bucket or a prefix"):
-        Settings(data_root="https://example.org/data", state_dir=tmp_path)  # type: ignore[arg-type]
+    for wrong in ("https://example.org/data", "s3://facility//data", "s3://facility/data?versionId=1"):
+        with pytest.raises(ValueError, match="bucket or a prefix"):
+            Settings(data_root=wrong, state_dir=tmp_path)  # type: ignore[arg-type]
 
 
 # -- paths mode and downloads ------------------------------------------------------------------------------
@@ -184,6 +188,11 @@ def test_a_forbidden_bucket_is_a_502_naming_the_clients_path(client, s3_env):
                      client.get("/v1/view/image", params={"file": "maps/map.mrc"})):
         problem = assert_problem(response, 502, "storage-failed")
         assert problem["detail"] in ("maps/map.mrc: access refused", "maps/map.mrc: cannot be read from its server")
+    # the root named as the data root, never by its bucket; a name with " (" in it whole
+    root = assert_problem(client.get("/v1/view/list"), 502, "storage-failed")["detail"]
+    assert root.startswith("the data root: ") and BUCKET not in root, root
+    named = assert_problem(client.post("/v1/paths/info", json={"path": "maps/a (1).mrc"}), 502, "storage-failed")
+    assert named["detail"].startswith("maps/a (1).mrc: "), named["detail"]
 
 
 def test_readiness_asks_the_bucket(client, s3_env):
@@ -248,6 +257,34 @@ def test_the_listing_of_a_prefix_is_one_request_and_no_head_a_file(client, s3_en
     assert len([r for r in s3_env.requests if r == ("GET", BUCKET) or r == ("GET", BUCKET + "/")]) == 1
     assert_problem(client.get("/v1/view/list", params={"path": "../data-other"}), 403, "path-refused")
     assert_problem(client.get("/v1/view/list", params={"path": "none"}), 404, "file-not-found")
+
+
+def test_an_empty_prefix_is_an_empty_root(s3_env, make_client, tmp_path):
+    client = make_client(data_root=f"s3://{BUCKET}/fresh", state_dir=tmp_path / "state", workers=1)
+    listed = client.get("/v1/view/list")
+    assert listed.status_code == 200, listed.text
+    assert listed.json()["files"] == [] and listed.json()["folders"] == []
+    missing = assert_problem(client.get("/v1/view/list", params={"path": "none"}), 404, "file-not-found")
+    assert BUCKET not in missing["detail"]
+
+
+def test_a_gs_objects_picture_changes_its_etag_with_its_data(make_client, tmp_path, monkeypatch):
+    """Google Cloud Storage says an object's version in words of its own (etag, generation, updated): rewritten
+    with other values of the same size, its picture's ETag changes (a browser's copy is not taken for it)."""
+    with gcs_store("gmaps") as gcs:
+        for name, value in gcs.env().items():
+            monkeypatch.setenv(name, value)
+        local = tmp_path / "v.mrc"
+        write_mrc(local, np.zeros((1, 16, 16), np.float32))
+        gcs.fs.put(str(local), "gmaps/data/v.mrc")
+        client = make_client(data_root="gs://gmaps/data", state_dir=tmp_path / "state", workers=1)
+        first = client.get("/v1/view/image", params={"file": "v.mrc"})
+        assert first.status_code == 200, first.text
+        write_mrc(local, np.arange(256, dtype=np.float32).reshape(1, 16, 16))
+        gcs.fs.put(str(local), "gmaps/data/v.mrc")
+        again = client.get("/v1/view/image", params={"file": "v.mrc"}, headers={"If-None-Match": first.headers["etag"]})
+        assert again.status_code == 200 and again.headers["etag"] != first.headers["etag"]
+        assert again.content != first.content
 
 
 # -- noa serve ---------------------------------------------------------------------------------------------

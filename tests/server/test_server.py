@@ -158,7 +158,7 @@ def test_sandbox_walk_agrees_with_path_resolve(tmp_path):
                     sandbox._follow(pure)
                 continue
             assert sandbox._follow(pure) == expected, pure
-    assert sandbox.relative(sandbox.resolve("sub/new.mrc")) == "sub/new.mrc"
+    assert sandbox.resolve("sub/new.mrc") == sandbox.root / "sub" / "new.mrc"
 
 
 @pytest.mark.parametrize("walk", [False, True], ids=["openat2", "walk"])
