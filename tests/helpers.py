@@ -537,6 +537,15 @@ class GcsStore:
         self.thread.join()
 
 
+def in_environment(store, monkeypatch):
+    """``store`` (an :class:`ObjectStore` or :class:`GcsStore`) as this process's storage: its endpoint and
+    credentials in the environment (``monkeypatch``), its counts reset; the store given back."""
+    for name, value in store.env().items():
+        monkeypatch.setenv(name, value)
+    store.reset()
+    return store
+
+
 @contextlib.contextmanager
 def gcs_store(bucket: str) -> Iterator[GcsStore]:
     """A :class:`GcsStore` holding ``bucket`` for the block, shut down after it; the test skips where gcsfs or

@@ -22,7 +22,7 @@ import pytest
 import starfile
 import tifffile
 
-from helpers import ObjectStore, assert_user_error, free_port, noa, object_store, write_mrc
+from helpers import ObjectStore, assert_user_error, free_port, in_environment, noa, object_store, write_mrc
 from noa_core import io
 from noa_core.errors import CorruptFileError, FileFormatError, MissingFileError, OutputExistsError, UnknownFormatError
 from noa_core.io import mapped, remote
@@ -61,10 +61,7 @@ def s3(files) -> Iterator[ObjectStore]:
 @pytest.fixture
 def s3_env(s3, monkeypatch) -> ObjectStore:
     """The S3 server's endpoint and credentials in this process's environment, its counts reset."""
-    for name, value in s3.env().items():
-        monkeypatch.setenv(name, value)
-    s3.reset()
-    return s3
+    return in_environment(s3, monkeypatch)
 
 
 class _RangeHandler(http.server.BaseHTTPRequestHandler):

@@ -15,7 +15,7 @@ import mrcfile
 import numpy as np
 import pytest
 
-from helpers import GcsStore, assert_user_error, gcs_store, noa, write_mrc
+from helpers import GcsStore, assert_user_error, gcs_store, in_environment, noa, write_mrc
 from noa_core import io
 from noa_core.errors import FileFormatError, MissingFileError
 from noa_core.io import mapped, remote
@@ -51,10 +51,7 @@ def gcs(files) -> Iterator[GcsStore]:
 @pytest.fixture
 def gcs_env(gcs, monkeypatch) -> Iterator[GcsStore]:
     """The GCS server's endpoint in this process's environment, its counts reset (and its refusals after)."""
-    for name, value in gcs.env().items():
-        monkeypatch.setenv(name, value)
-    gcs.reset()
-    yield gcs
+    yield in_environment(gcs, monkeypatch)
     gcs.reset()
 
 

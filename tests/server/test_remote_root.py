@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import ObjectStore, assert_problem, gcs_store, noa, object_store, wait_job, write_mrc
+from helpers import ObjectStore, assert_problem, gcs_store, in_environment, noa, object_store, wait_job, write_mrc
 from noa_core.io.remote import RemotePath
 from noa_server.problems import ProblemError
 from noa_server.sandbox import RemoteSandbox
@@ -59,10 +59,7 @@ def s3(local_root) -> Iterator[ObjectStore]:
 
 @pytest.fixture
 def s3_env(s3, monkeypatch) -> ObjectStore:
-    for name, value in s3.env().items():
-        monkeypatch.setenv(name, value)
-    s3.reset()
-    return s3
+    return in_environment(s3, monkeypatch)
 
 
 @pytest.fixture
@@ -272,8 +269,7 @@ def test_a_gs_objects_picture_changes_its_etag_with_its_data(make_client, tmp_pa
     """Google Cloud Storage says an object's version in words of its own (etag, generation, updated): rewritten
     with other values of the same size, its picture's ETag changes (a browser's copy is not taken for it)."""
     with gcs_store("gmaps") as gcs:
-        for name, value in gcs.env().items():
-            monkeypatch.setenv(name, value)
+        in_environment(gcs, monkeypatch)
         local = tmp_path / "v.mrc"
         write_mrc(local, np.zeros((1, 16, 16), np.float32))
         gcs.fs.put(str(local), "gmaps/data/v.mrc")
