@@ -23,8 +23,9 @@ from noa_core.compute import compute_path, expr
 from noa_core.io import remote
 from noa_core.io.remote import RemotePath
 from noa_core.kernels import runtime
+from noa_core.pictures import drawing
 from noa_core.run import Progress, cluster
-from noa_core.run.warmup import warmed_lately, warmup_once
+from noa_core.run.warmup import WarmupState, warmed_lately, warmup_once
 from noa_server import execution
 from noa_server.execution import remove_abandoned_uploads
 from noa_server.jobs import JobStore
@@ -100,7 +101,7 @@ class Service:
         if self.settings.warmup:
             # Until the cache holds the kernels, small files are NumPy's: a first request must not wait while
             # a kernel compiles (2 s for the statistics).
-            self._warmup = self._pool.submit(warmup_once, self._stopping)
+            self._warmup = self._pool.submit(_warm_up, self._stopping)
             warmup = self._warmup
             compute_path.kernels_ready_when(warmed_lately() if runtime.cache_folder() is not None else warmup.done)
             self._warmup.add_done_callback(_log_warmup)
@@ -197,6 +198,13 @@ def _log_connected(future: Future) -> None:
         log.error("cannot reach the Dask scheduler; jobs fail until the service is restarted: %s", future.exception())
     else:
         log.info("jobs run on the Dask cluster %s", future.result().scheduler.address)
+
+
+def _warm_up(stopping: threading.Event) -> WarmupState:
+    """What a first request would otherwise wait for, loaded in a worker: the picture encoders, then the kernels
+    (:func:`noa_core.run.warmup.warmup_once`, whose outcome it gives)."""
+    drawing.load_encoders()
+    return warmup_once(stopping)
 
 
 def _log_warmup(future: Future) -> None:

@@ -472,6 +472,13 @@ def encode(pixels, fmt: str, quality: int = 90, *, fast: bool = False) -> bytes:
     return buffer.getvalue()
 
 
+def load_encoders() -> None:
+    """The encoders :func:`encode` uses (Pillow, imagecodecs' libpng: 50 ms of imports) loaded, as a service starts:
+    its first picture then does not wait for them."""
+    for fmt in FORMATS:
+        encode(np.zeros((2, 2), np.uint8), fmt, fast=True)
+
+
 def _compressible(pixels: np.ndarray) -> bool:
     """Whether zlib saves enough on ``pixels`` to be worth its time, judged from 16 rows spread over it (a tenth of
     a millisecond for a 1024² picture; every 16th row took a millisecond): a noisy picture (a micrograph at sigma

@@ -14,6 +14,8 @@ import math
 import multiprocessing
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import tracemalloc
 import warnings
@@ -744,3 +746,15 @@ def test_the_fitted_picture_is_within_size_and_minimal(depth, height, width, siz
     wider = (magnified.shape[1] - drawing.GAP * (panels - 1)) // magnified.zoom * (magnified.zoom + 1)
     taller = magnified.shape[0] // magnified.zoom * (magnified.zoom + 1)
     assert layout.step > 1 or max(taller, wider + drawing.GAP * (panels - 1)) > size  # the largest m that fits
+
+
+def test_the_encoders_load_before_a_first_picture():
+    """load_encoders (a service's warm-up) loads Pillow and imagecodecs' libpng, which a first picture would wait
+    for: in a fresh process, none of them before, both after."""
+    probe = ("import sys\nfrom noa_core.pictures import drawing\n"
+             "before = {m for m in ('PIL.Image', 'imagecodecs._png') if m in sys.modules}\n"
+             "drawing.load_encoders()\n"
+             "print(sorted(before), sorted(m for m in ('PIL.Image', 'imagecodecs._png') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "['PIL.Image',", "'imagecodecs._png']"]

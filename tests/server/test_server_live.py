@@ -460,15 +460,20 @@ def _gone(pids: list[int], timeout: float = 60) -> bool:
 
 def test_a_server_process_freezes_what_start_up_made_once_listening():
     """What a server process made starting (modules, the app) is left out of the collector's full passes, which
-    paused requests 80-180 ms: frozen (gc.freeze) by the time the process says it accepts connections."""
+    paused requests 80-180 ms: frozen (gc.freeze) by the time the process says it accepts connections, after one
+    request of its own has walked the app's routes."""
+    asked: list[str] = []
 
     async def app(scope, receive, send) -> None:  # a plain ASGI app: nothing of noa's needed to start
-        raise AssertionError("no request is made")
+        asked.append(scope["path"])
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
 
     frozen: list[int] = []
 
     def listening() -> None:  # counts what is frozen, then stops the server
         frozen.append(gc.get_freeze_count())
+        assert asked == [processes.UNROUTED_PATH]
         server.should_exit = True
 
     server = processes._Server(uvicorn.Config(app, lifespan="off", log_level="warning"), listening)
@@ -480,6 +485,33 @@ def test_a_server_process_freezes_what_start_up_made_once_listening():
         gc.unfreeze()  # this test process's objects go back to the collector
         listener.close()
     assert len(frozen) == 1 and frozen[0] > 1000, frozen
+
+
+def test_routes_walked_at_start_build_no_validator_at_a_first_request(monkeypatch):
+    """FastAPI builds a router's validators (pydantic TypeAdapters) when a request first walks it: a server process
+    walks them all as it starts (processes.walk_routes), so that its first request does not pay for it."""
+    from fastapi.testclient import TestClient
+    from pydantic import TypeAdapter
+
+    from noa_server.app import create_app
+    from noa_server.settings import Settings
+
+    built: list[object] = []
+    adapter_init = TypeAdapter.__init__
+
+    def counted(self, *args, **kwargs) -> None:
+        built.append(args)
+        adapter_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(TypeAdapter, "__init__", counted)
+    for walked in (False, True):
+        app = create_app(Settings(warmup=False))
+        if walked:
+            asyncio.run(processes.walk_routes(app))
+        built.clear()
+        with TestClient(app) as client:
+            assert client.get("/healthz").status_code == 200
+        assert bool(built) != walked, (walked, len(built))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the supervisor is Linux's (elsewhere uvicorn's)")
