@@ -674,8 +674,8 @@ def test_a_damaged_gzip_exits_2_naming_the_stream(tmp_path):
     raw, _ = small_mrc(tmp_path)
     damaged = bytearray(gzip.compress(raw))
     damaged[len(damaged) // 2] ^= 0xFF
-    with pytest.raises(OSError):  # the oracle: Python's own reader refuses it too
-        gzip.decompress(bytes(damaged))
+    with pytest.raises((OSError, zlib.error)):  # the oracle: Python's own reader refuses it too (zlib's error where
+        gzip.decompress(bytes(damaged))           # the flip makes a back reference too far)
     (tmp_path / "bad.mrc.gz").write_bytes(damaged)
     assert_user_error(noa("copy", "bad.mrc.gz", "out.mrc", cwd=tmp_path), "bad.mrc.gz: gzip stream: ")
     assert not (tmp_path / "out.mrc").exists()

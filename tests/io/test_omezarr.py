@@ -163,6 +163,22 @@ def test_chunks_are_whole_sections_capped_and_can_be_chosen(tmp_path):
     assert not (tmp_path / "d.zarr").exists()
 
 
+def test_every_chunk_is_written_zeros_too(tmp_path):
+    """Each chunk of every level is written as it comes, a chunk of zeros (the fill value) too: zarr's check for such
+    chunks compared every byte of each (a fifth of a pyramid's time). Read back by zarr as NumPy's block means."""
+    data = np.zeros((8, 16, 16), np.float32)
+    data[4:] = np.arange(4 * 16 * 16, dtype=np.float32).reshape(4, 16, 16)
+    with io.create(tmp_path / "p.ome.zarr", (1, 8, 16, 16), "float32",
+                   write_options={"chunks": (4, 8, 8), "levels": 2}) as out:
+        io.copy_into(data, out)
+    group = zarr.open_group(str(tmp_path / "p.ome.zarr"), mode="r")
+    for level, expected in enumerate((data, data.reshape(4, 2, 8, 2, 8, 2).mean(axis=(1, 3, 5)))):
+        array = group[str(level)]
+        np.testing.assert_allclose(array[...], expected, rtol=1e-6)
+        chunks = [int(np.ceil(n / c)) for n, c in zip(array.shape, array.chunks)]
+        assert array.nchunks_initialized == np.prod(chunks), (level, array.nchunks_initialized, chunks)
+
+
 # ---------------------------------------------------------------------------------------------
 # zarr and ome-zarr-py write, noa reads
 # ---------------------------------------------------------------------------------------------
