@@ -1210,7 +1210,7 @@ class StoreTiles:
         # the levels' arrays (None once closed), each chunk written as it comes: zarr would first compare every
         # value of a chunk with the fill value, byte by byte (a fifth of a pyramid's time), to leave out a chunk of
         # zeros, which compresses to a few bytes anyway
-        self.levels: list[Any] | None = [group[d["path"]].with_config({"write_empty_chunks": True})
+        self.levels: list[Any] | None = [cast(zarr.Array, group[d["path"]]).with_config({"write_empty_chunks": True})
                                          for d in image["datasets"]]
         self.downsample = str(image.get("type") or DOWNSAMPLING[0])
         self.halved = halved_axes(region.shape)
