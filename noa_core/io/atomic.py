@@ -577,6 +577,36 @@ def reserve(fd: int, size: int, no_space: str) -> None:
             os.ftruncate(fd, size)
 
 
+class Reservation:
+    """:func:`reserve` of the file at ``path`` done by a thread of its own, so that the process does other work
+    meanwhile (loads the kernels): the file system allocates while the call waits, 0.24 s for 1 GiB on tmpfs.
+    Nothing may write the file before :meth:`wait`: where the file system cannot allocate, the C library
+    emulates the call by writing a zero into each block it finds empty, over data written beside it."""
+
+    def __init__(self, path: str | os.PathLike, size: int, no_space: str) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._reserve, args=(path, size, no_space), name="noa-reserve",
+                                        daemon=True)
+        self._thread.start()
+
+    def _reserve(self, path: str | os.PathLike, size: int, no_space: str) -> None:
+        try:
+            fd = os.open(path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                reserve(fd, size, no_space)
+            finally:
+                os.close(fd)
+        except BaseException as exc:  # raised by wait(), in the thread that writes the file
+            self._error = exc
+
+    def wait(self) -> None:
+        """Return once the file is reserved; raise what reserving it raised (NoSpaceError for a full disk)."""
+        self._thread.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+
 def fsync_output(path: Path) -> None:
     """An output made durable: a file, or every file and folder of a store."""
     if os.path.isdir(path):

@@ -260,6 +260,7 @@ class Writer:
         self._written: np.ndarray | None = None  # sections filled via write_block (made on its first call)
         self._complete = False
         self._temp: atomic.TemporaryOutput | None = None
+        self._reservation: atomic.Reservation | None = None  # the file's blocks being allocated (:meth:`_open`)
         self._mmap: mmap_module.mmap | None = None
         self._array: Array | None = None
         self.is_store = self.format.store  # a directory of chunks, not a file
@@ -313,9 +314,13 @@ class Writer:
         return False
 
     def _opened(self) -> atomic.TemporaryOutput:
-        """Where the output is made until its commit; there once the writer is entered as a context manager."""
+        """Where the output is made until its commit, reserved whole; there once the writer is entered as a
+        context manager."""
         if self._temp is None:
             raise LayoutError(f"{self.path}: the output is not open; use the writer as a context manager")
+        if self._reservation is not None:
+            reservation, self._reservation = self._reservation, None
+            reservation.wait()
         return self._temp
 
     def _open(self) -> None:
@@ -336,9 +341,9 @@ class Writer:
         self.dtype = created.dtype or self.dtype  # what the file stores (MRC widens uint8)
         self._offset = created.offset
         size = created.offset + math.prod(self.shape) * self.dtype.itemsize
-        # the whole file now: writing through .array (a mapping) can then never find the disk full
-        with open(self._opened().temp, "r+b") as f:
-            atomic.reserve(f.fileno(), size, f"{self.path}: no space left on device for its {size} bytes")
+        # the whole file before any write: writing through .array (a mapping) can then never find the disk full
+        self._reservation = atomic.Reservation(self._opened().temp, size,
+                                               f"{self.path}: no space left on device for its {size} bytes")
 
     @property
     def array(self) -> Array:
@@ -433,6 +438,9 @@ class Writer:
 
     def _discard(self) -> None:
         self._release_mapping()
+        if self._reservation is not None:  # done with the file before it goes; its error is the disk's, not ours
+            with contextlib.suppress(Exception):
+                self._opened()
         if self._temp is not None:
             self._temp.abort()
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from noa_core import io  # a face: a report (noa info) loads no writer
+from noa_core import io, kernels  # faces: a report (noa info) loads no writer, small files no numba
 from noa_core.compute import compute_path
 from noa_core.compute.tiles import TILE_BYTES
 from noa_core.errors import MissingFileError, NotAFileError, OutputExistsError, param
@@ -33,6 +33,8 @@ def write_plan(plan: Plan, dst: PathLike, *, overwrite: bool = False, device: st
     with placed_with_side_files(plan, dst, overwrite) as placing, \
             compute_path.for_size(work if device == "cpu" else None, "writing"), \
             plan.create(placing.target, overwrite=overwrite) as writer:
+        if not compute_path.numpy_path():  # loaded while the output's blocks are allocated: a second each, at most
+            kernels.runtime.load_cpu_target()
         keys = plan.keys(writer, TILE_BYTES)
         io.fill(writer, plan.sources, None, progress=progress, reads=plan.tile_reads(device), keys=keys)
         if progress is not None:  # a last word before the commit: a job cancelled after its last tile stops here

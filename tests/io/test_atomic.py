@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import threading
 from pathlib import Path
 
+import mrcfile
 import numpy as np
 import pytest
 
@@ -101,13 +103,16 @@ def _age(path, seconds: float) -> None:
     os.utime(path, (past, past))
 
 
-def test_the_next_writer_removes_what_a_killed_writer_left(tmp_path):
+def test_the_next_writer_removes_what_a_killed_writer_left(tmp_path, monkeypatch):
     """A writer SIGKILLed mid-write leaves its temporary file; once it is older than the grace
     period, the next writer of the same output removes it. Younger files, files of other outputs,
     and files a live writer holds are left alone."""
     import subprocess
     import sys
 
+    # This process lists a folder once, known by its inode: an earlier test's folder, removed as it passed, may
+    # have had this one's
+    monkeypatch.setattr(atomic, "_LISTED", collections.OrderedDict())
     out = tmp_path / "out.mrc"
     killed = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(out)], capture_output=True, text=True,
                             timeout=120)
@@ -177,6 +182,34 @@ def test_reserve_gives_the_blocks_or_names_the_output_when_the_disk_is_full(tmp_
     with open(tmp_path / "c", "w+b") as f, pytest.raises(OSError) as other:
         atomic.reserve(f.fileno(), 100, "c")
     assert other.value.errno == errno.EBADF
+
+
+def test_a_writer_reserves_its_file_beside_the_callers_work_and_writes_after(tmp_path, monkeypatch):
+    """The Writer allocates its output's blocks in a thread of its own: entering it returns while the file system
+    is still allocating (the caller loads the kernels meanwhile), and the first write waits for the allocation."""
+    started, release, reserved = threading.Event(), threading.Event(), threading.Event()
+    allocate = os.posix_fallocate
+
+    def slow_fallocate(fd: int, offset: int, length: int) -> None:
+        started.set()
+        assert release.wait(10)
+        allocate(fd, offset, length)
+        reserved.set()
+
+    monkeypatch.setattr(os, "posix_fallocate", slow_fallocate)
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    with io.create(tmp_path / "out.mrc", data.shape, data.dtype) as out:
+        assert started.wait(10) and not reserved.is_set()
+        threading.Timer(0.2, release.set).start()
+        out.write_block(0, data)
+        assert reserved.is_set()
+    np.testing.assert_array_equal(mrcfile.read(tmp_path / "out.mrc"), data)
+
+
+def test_a_reservation_that_fails_raises_in_the_thread_that_waits(tmp_path):
+    reservation = atomic.Reservation(tmp_path / "missing", 100, "never told")
+    with pytest.raises(FileNotFoundError):
+        reservation.wait()
 
 
 @pytest.mark.parametrize("code", [errno.EOPNOTSUPP, errno.EINVAL])
