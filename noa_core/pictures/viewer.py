@@ -14,8 +14,9 @@ plane's overview (the plane block-meaned to at most :data:`OVERVIEW` pixels a si
 keeps by the file's :func:`identity` (a particle file's: with those of the stacks it names; :func:`particle_row`
 says what a section's row holds). :func:`montage` draws a page of a stack's sections in a grid, as ``noa preview
 --montage`` draws them; :func:`tilts` says each section's tilt angle and dose where the files beside a tilt series
-give them. Every read is checked first: the voxels it spans against a limit the
-caller gives (LimitError), the memory drawing them takes against what the machine has (MemoryLimitError).
+give them, and :func:`left_out` which sections ``noa tiltseries`` would leave out of it. Every read is checked
+first: the voxels it spans against a limit the caller gives (LimitError), the memory drawing them takes against what
+the machine has (MemoryLimitError).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from noa_core.errors import NoaError, ParameterError
 from noa_core.io import omezarr, particle_files, particles
 from noa_core.limits import check_voxels, check_working_memory
 from noa_core.pictures import drawing
-from noa_core.tomography import sidefiles
+from noa_core.tomography import sidefiles, tiltseries
 
 TILE = 256  # the side of a tile, in pixels of its level
 OVERVIEW = 1024  # the longest side of the picture histograms and the limits of tiles are computed over
@@ -443,3 +444,40 @@ def tilts(path: str | os.PathLike, *, reading: tuple[tuple[str, Any], ...] = (),
         raise ParameterError(f"{path}: a volume of {depth} slices; a tilt series is a stack of sections", "file")
     project = (projects or particles.folder_projects)(None)
     return batch, sidefiles.section_tilts(project, project.name_of(Path(path)), batch)
+
+
+@dataclass(frozen=True)
+class Exclusions:
+    """What ``noa tiltseries`` is told to leave out of a tilt series (its options of these names): IMOD's view numbers
+    ``exclude`` (from 1), tilts beyond ``max_angle`` degrees, tilts darker than ``exclude_dark`` times the median."""
+
+    exclude: str | None = None
+    max_angle: float | None = None
+    exclude_dark: float | None = None
+
+
+def left_out(path: str | os.PathLike, sections: int, found: sidefiles.SectionTilts, exclusions: Exclusions, *,
+             reading: tuple[tuple[str, Any], ...] = (), projects: Any = None,
+             max_voxels: int | None = None) -> dict[int, str]:
+    """The sections of the stack at ``path`` that ``noa tiltseries`` would leave out with ``exclusions`` (section ->
+    why, :func:`noa_core.tomography.tiltseries.left_out`'s words), previewed on the stack before it is built: section
+    i is view i + 1 (the mdoc's ZValue i, where the mdoc is beside it), the angles are those the files beside it give
+    (``found``, :func:`tilts`), and with ``exclude_dark`` each section not left out by view or angle is read (a section
+    at a time, the voxels checked against ``max_voxels`` first: LimitError) for its mean, as the operation reads them.
+    ParameterError naming ``exclude`` (not IMOD's views, a view past the stack), or the first exclusion given where
+    the files give no angles."""
+    given = [name for name, value in vars(exclusions).items() if value is not None]
+    if not given:
+        return {}
+    if found.angles is None:
+        raise ParameterError(f"{path}: the files beside it give no tilt angles: no tilt series to leave tilts out of",
+                             given[0])
+    views = [] if exclusions.exclude is None else tiltseries.views(exclusions.exclude, sections)
+    by_view_or_angle = tiltseries.left_out(found.angles, views, exclusions.max_angle, None, None)
+    means = None
+    if exclusions.exclude_dark is not None:
+        data, _ = drawing.open_data(path, dict(reading), projects)
+        if max_voxels is not None:
+            check_voxels([(sections - len(by_view_or_angle), *data.shape[1:])], max_voxels)
+        means = tiltseries.section_means(lambda z: data[z:z + 1], sections, by_view_or_angle)
+    return tiltseries.left_out(found.angles, views, exclusions.max_angle, exclusions.exclude_dark, means)

@@ -18,7 +18,7 @@ import itertools
 import logging
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 
@@ -27,8 +27,10 @@ import pydantic
 from mdocfile.data_models import Mdoc, MdocGlobalData, MdocSectionData
 from mdocfile.utils import find_section_entries, find_title_entries
 
+from noa_core.compute.moments import RunningStatistics
 from noa_core.errors import FileFormatError, param
-from noa_core.io import star
+from noa_core.images import stacks
+from noa_core.io import mapped, star
 
 # mdocfile logs each field it does not model (kept all the same); without a handler Python would print them
 logging.getLogger("mdocfile").addHandler(logging.NullHandler())
@@ -260,23 +262,46 @@ def tilt_axis(series: TiltSeries) -> tuple[float, str] | None:
     return (rotation - 90.0 + 180.0) % 360.0 - 180.0, "the mdoc's RotationAngle - 90"
 
 
+def views(text: str, count: int) -> list[int]:
+    """The tilts (ZValues) that IMOD's view numbers ``text`` name ('1-3,40-41': from 1, in ZValue order) among
+    ``count``, as ``exclude`` takes them; ParameterError naming ``exclude`` for text that is not such a list or a
+    view past ``count``."""
+    return list(stacks.parse_ranges(text, count, "exclude", first=1))
+
+
 def excluded(series: TiltSeries, views: Sequence[int], max_angle: float | None, dark: float | None,
              means: Mapping[int, float] | None) -> dict[int, str]:
-    """The tilts left out (ZValue -> why, the first reason that applies): ``views`` (ZValues), angles beyond
-    ``max_angle`` degrees either way, tilts whose mean is below ``dark`` times the median of the ``means`` given
-    (ZValue -> the tilt's mean: those not left out otherwise)."""
+    """The mdoc's tilts left out (ZValue -> why): :func:`left_out` of their angles."""
+    return left_out([t.angle for t in series.tilts], views, max_angle, dark, means)
+
+
+def left_out(angles: Iterable[float], views: Sequence[int], max_angle: float | None, dark: float | None,
+             means: Mapping[int, float] | None) -> dict[int, str]:
+    """The tilts left out of those whose ``angles`` (degrees) are given in ZValue order (ZValue -> why, the first
+    reason that applies): ``views`` (ZValues), angles beyond ``max_angle`` degrees either way, tilts whose mean is
+    below ``dark`` times the median of the ``means`` given (ZValue -> the tilt's mean: those not left out otherwise,
+    :func:`section_means`)."""
     out: dict[int, str] = {}
     for z in views:
         out.setdefault(z, f"view {z + 1} excluded")
-    for t in series.tilts:
-        if max_angle is not None and abs(t.angle) > max_angle:
-            out.setdefault(t.z, f"{t.angle:g}° is beyond {max_angle:g}°")
+    for z, angle in enumerate(angles):
+        if max_angle is not None and abs(angle) > max_angle:
+            out.setdefault(z, f"{angle:g}° is beyond {max_angle:g}°")
     if dark is not None and means:
         median = float(np.median(list(means.values())))
         for z, mean in means.items():
             if mean < dark * median:
                 out.setdefault(z, f"mean {mean:.4g} below {dark:g} x the median {median:.4g} (dark)")
     return out
+
+
+def section_means(section: Callable[[int], np.ndarray], count: int, before: Mapping[int, str]) -> dict[int, float]:
+    """The mean of each of ``count`` tilts' images (ZValue -> mean; ``section(z)``: tilt z's, a view of its file)
+    but those left out ``before`` (by view or angle), which ``dark`` compares in :func:`left_out`: read one at a
+    time, with pread (no page fault on the file); 0 for complex values."""
+    with mapped.scratch_buffers():
+        return {z: RunningStatistics.of(mapped.read_view(section(z))).result().mean or 0.0
+                for z in range(count) if z not in before}
 
 
 def stack_order(series: TiltSeries, kept: Sequence[int], order: str) -> list[int]:

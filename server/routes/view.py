@@ -13,7 +13,8 @@ A particle file (RELION STAR, cryoSPARC .cs) is a stack of its particles, each s
 it names are opened as paths mode opens them (:class:`execution.SandboxProjects`: beneath the data root, relative
 to it or to ``project_dir``), they are part of its identity, and ``/v1/view/row`` says what a section's row holds.
 A tilt series' ``/v1/view/tilts`` reads the files beside it (.rawtlt, .tlt, mdoc, RELION 5 STAR) the same way,
-beneath the root; they are part of its ETag.
+beneath the root; they are part of its ETag. Given ``noa tiltseries``'s exclusions (``exclude``, ``max_angle``,
+``exclude_dark``, typed by that operation's declarations), it says which sections the operation would leave out.
 """
 
 from __future__ import annotations
@@ -39,8 +40,9 @@ from noa_core.errors import MissingFileError
 from noa_core.io import particle_files, remote
 from noa_core.operations import Operation, Reports
 from noa_core.operations.spec import EER_GROUP, EER_GROUP_LAST, EER_UPSAMPLING, PROJECT_DIR
+from noa_core.operations.tiltseries import OPERATION as TILTSERIES
 from noa_core.pictures import drawing, viewer
-from noa_core.pictures.viewer import Display, Plane
+from noa_core.pictures.viewer import Display, Exclusions, Plane
 from noa_server import execution
 from noa_server.models import value_type
 from noa_server.problems import ProblemError, classify, documented, log
@@ -91,6 +93,26 @@ def reading_query(eer_group: EerGroup = None, eer_group_last: EerGroupLast = Non
 
 
 ReadingQ = Annotated[Reading, Depends(reading_query)]
+
+# noa tiltseries's exclusions, previewed on a stack by /tilts: typed (bounds, lengths) by the operation's declarations
+_EXCLUDE, _MAX_ANGLE, _EXCLUDE_DARK = (next(p for p in TILTSERIES.params if p.name == name)
+                                       for name in ("exclude", "max_angle", "exclude_dark"))
+Exclude = Annotated[value_type(_EXCLUDE) | None, Query(description=(  # type: ignore[valid-type]
+    "Views noa tiltseries would leave out (its exclude): IMOD's view numbers, from 1 (section N - 1; the mdoc's "
+    "ZValue N - 1 where it is beside the stack), e.g. 1-3,40-41."))]
+MaxAngle = Annotated[value_type(_MAX_ANGLE) | None, Query(description=(  # type: ignore[valid-type]
+    "Tilts beyond this angle either way (degrees) noa tiltseries would leave out (its max_angle)."))]
+ExcludeDark = Annotated[value_type(_EXCLUDE_DARK) | None, Query(description=(  # type: ignore[valid-type]
+    "Tilts whose mean is below this fraction of the median of those exclude and max_angle keep, which noa "
+    "tiltseries would leave out (its exclude_dark): reads every section kept."))]
+
+
+def exclusions_query(exclude: Exclude = None, max_angle: MaxAngle = None,  # type: ignore[valid-type]
+                     exclude_dark: ExcludeDark = None) -> Exclusions:  # type: ignore[valid-type]
+    return Exclusions(exclude, max_angle, exclude_dark)
+
+
+ExclusionsQ = Annotated[Exclusions, Depends(exclusions_query)]
 
 
 def plane_query(
@@ -333,23 +355,27 @@ def particle_row(sandbox: Sandbox, relative: str, section: int, reading: Reading
         return _cached(file, if_none_match, ("row", relative, section, reading), compute)
 
 
-def tilts(sandbox: Sandbox, relative: str, reading: Reading, if_none_match: str | None) -> Answer:
+def tilts(sandbox: Sandbox, relative: str, reading: Reading, exclusions: Exclusions, if_none_match: str | None,
+          max_voxels: int) -> Answer:
     """Each section's tilt angle and, where the files beside the stack give them, its pre-exposure and dose
-    (:func:`viewer.tilts`); the ETag is made of the stack's identity and of the files read beside it (their names and
+    (:func:`viewer.tilts`), and why noa tiltseries would leave it out with ``exclusions`` (:func:`viewer.left_out`) or
+    None; the ETag is made of the stack's identity, the exclusions and the files read beside it (their names and
     bytes: they are read to be compared, a few KB), so a side file rewritten is a new answer."""
     with opened(sandbox, relative, reading=reading) as file:
         sections, found = viewer.tilts(file.path, reading=reading, projects=file.projects)
         read = hashlib.sha256()
         for side in found.files.values():
             read.update(f"{side.name}:{len(side.data)}:".encode(errors="surrogateescape") + side.data)
-        tag = etag(file.identity, "tilts", relative, reading, read.hexdigest(), found.notice)
+        tag = etag(file.identity, "tilts", relative, reading, exclusions, read.hexdigest(), found.notice)
         if matches(if_none_match, tag):
             return Answer(tag, None)
+        left_out = viewer.left_out(file.path, sections, found, exclusions, reading=reading, projects=file.projects,
+                                   max_voxels=max_voxels)
         rows = None
         if found.angles is not None:
             pre_exposure, dose = (_doses(values, sections) for values in (found.pre_exposure, found.dose))
-            rows = [{"angle": float(angle), "pre_exposure": before, "dose": own}
-                    for angle, before, own in zip(found.angles, pre_exposure, dose)]
+            rows = [{"angle": float(angle), "pre_exposure": before, "dose": own, "excluded": left_out.get(z)}
+                    for z, (angle, before, own) in enumerate(zip(found.angles, pre_exposure, dose))]
         answer = {"file": relative, "sections": sections, "tilts": rows, "from": found.sources,
                   "pre_exposure_rule": found.pre_exposure_rule, "files": [f.name for f in found.files.values()],
                   "notice": found.notice}
@@ -551,9 +577,12 @@ def router(operations: list[Operation]) -> APIRouter:
                                       request.headers.get("if-none-match")))
 
     @routes.get("/tilts", summary="A tilt series' sections: each one's tilt angle and dose, from the files beside "
-                                  "the stack (.rawtlt, .tlt, mdoc, RELION 5 STAR)", responses=JSON)
-    async def view_tilts(request: Request, svc: Svc, file: FileQ, reading: ReadingQ) -> Response:
-        return _respond(await svc.run(tilts, svc.paths(), file, reading, request.headers.get("if-none-match")))
+                                  "the stack (.rawtlt, .tlt, mdoc, RELION 5 STAR), and which noa tiltseries would "
+                                  "leave out", responses=JSON)
+    async def view_tilts(request: Request, svc: Svc, file: FileQ, reading: ReadingQ,
+                         exclusions: ExclusionsQ) -> Response:
+        return _respond(await svc.run(tilts, svc.paths(), file, reading, exclusions,
+                                      request.headers.get("if-none-match"), svc.settings.max_voxels))
 
     @routes.get("/info", summary="The header of a file, as noa info describes it", responses=JSON)
     async def view_info(request: Request, svc: Svc, file: Annotated[str, Query(min_length=1, max_length=1024)],

@@ -20,6 +20,7 @@
     folder: "", file: null, info: null, geometry: null, frames: 0, // frames: an EER movie's (0: not a movie)
     projectDir: null, rows: new Map(), // a particle file's project folder (null: the data root), rows by section
     tilts: null, // a tilt series' sections: each one's angle and dose, from the files beside it (null: none given)
+    tiltRequests: 0, // /tilts asked (the answer to the latest is shown)
     lo: 0, hi: 1, edges: null, counts: null, limits: null,
     zoom: 0, ox: 0, oy: 0, // display pixels per plane pixel = 2^zoom; (ox, oy): where plane pixel (0, 0) is drawn
     generation: 0, tiles: new Map(), spectrum: null,
@@ -174,6 +175,7 @@
     const row = table.tBodies[0].insertRow();
     cell(row, name);
     cell(row, text);
+    return row;
   }
 
   function setRange(input, output, count, value, note = "") {
@@ -187,32 +189,73 @@
     setRange($("section"), $("section-out"), count, value, tiltText(value));
   }
 
-  // " · −21.0° · 35.2 e/Å²": a tilt series' section's angle and the dose it had received before it (where known).
+  // " · −21.0° · 35.2 e/Å²": a tilt series' section's angle and the dose it had received before it (where known),
+  // and why noa tiltseries would leave it out with the exclusions typed (" · left out: 63° is beyond 60°").
   function tiltText(section) {
     const tilt = view.tilts && view.tilts[section];
     if (!tilt) return "";
     const angle = Math.abs(tilt.angle).toFixed(1);
     const sign = tilt.angle < 0 && Number(angle) !== 0 ? "−" : "";
     const dose = tilt.pre_exposure === null ? "" : ` · ${tilt.pre_exposure.toFixed(1)} e/Å²`;
-    return ` · ${sign}${angle}°${dose}`;
+    const left = tilt.excluded ? ` · left out: ${tilt.excluded}` : "";
+    return ` · ${sign}${angle}°${dose}${left}`;
   }
 
-  // What the files beside a stack say of its sections (fetched once a file; stacks only: a particle file's sections
-  // are its rows, an EER movie's are fractions of one exposure), and in the header where it comes from, or why not.
+  // noa tiltseries's exclusions as typed, named as /v1/view/tilts takes them (those given only).
+  function exclusionParams() {
+    const params = {};
+    for (const [id, name] of [["exclude-views", "exclude"], ["exclude-angle", "max_angle"],
+      ["exclude-dark", "exclude_dark"]]) {
+      const value = $(id).value.trim();
+      if (value) params[name] = value;
+    }
+    return params;
+  }
+
+  // The same exclusions as noa tiltseries's options, to copy: "--exclude 1-3,40-41 --max-angle 60".
+  function exclusionOptions(params) {
+    const quoted = (text) => (/^[\w.,-]+$/.test(text) ? text : `'${text.replaceAll("'", "'\\''")}'`);
+    return Object.entries(params).map(([name, value]) => `--${name.replaceAll("_", "-")} ${quoted(value)}`)
+      .join(" ");
+  }
+
+  // The header's rows about the tilts, in place of those shown before.
+  function showTiltRows(rows) {
+    for (const row of [...$("header").tBodies[0].rows]) if (row.dataset.tilts) row.remove();
+    for (const [name, text] of rows) addRow($("header"), name, text).dataset.tilts = "1";
+  }
+
+  // What the files beside a stack say of its sections (fetched once a file, and again with each exclusion typed;
+  // stacks only: a particle file's sections are its rows, an EER movie's are fractions of one exposure), and in the
+  // header where it comes from, or why not, and how many tilts noa tiltseries would leave out.
   async function loadTilts(path, info) {
     const [batch, depth] = info.shape;
     if (batch < 2 || depth > 1 || info.format === "particles" || info.format === "eer") return;
+    const excluding = exclusionParams();
+    const asked = ++view.tiltRequests;
     let found;
     try {
-      found = await (await api("tilts", { file: path })).json();
+      found = await (await api("tilts", { file: path, ...excluding })).json();
     } catch (error) {
-      if (!(error instanceof KeyNeeded) && view.file === path) addRow($("header"), "tilts", error.message);
+      if (error instanceof KeyNeeded || view.file !== path || asked !== view.tiltRequests) return;
+      // an exclusion the server refuses: said beside the inputs, the tilts shown as they were
+      if (Object.keys(excluding).length) $("exclude-problem").textContent = error.message;
+      else showTiltRows([["tilts", error.message]]);
       return;
     }
-    if (view.file !== path) return; // another file was opened meanwhile
+    if (view.file !== path || asked !== view.tiltRequests) return; // another file or exclusion meanwhile
     view.tilts = found.tilts;
-    if (found.tilts) addRow($("header"), "tilts", `from ${[...new Set(Object.values(found.from))].join(", ")}`);
-    else if (found.notice) addRow($("header"), "tilts", found.notice);
+    $("exclude-box").hidden = !found.tilts;
+    $("exclude-problem").textContent = "";
+    const rows = [];
+    if (found.tilts) rows.push(["tilts", `from ${[...new Set(Object.values(found.from))].join(", ")}`]);
+    else if (found.notice) rows.push(["tilts", found.notice]);
+    if (found.tilts && Object.keys(excluding).length) {
+      const left = found.tilts.flatMap((tilt, section) => (tilt.excluded === null ? [] : [section]));
+      rows.push(["left out", `${left.length} of ${found.tilts.length} tilts`
+        + (left.length ? ` (sections ${left.join(", ")})` : "")], ["noa tiltseries", exclusionOptions(excluding)]);
+    }
+    showTiltRows(rows);
     setSection(batch, Number($("section").value));
   }
 
@@ -241,6 +284,9 @@
     showInfo(info);
     const [batch, depth] = info.shape;
     view.tilts = null; // the last file's, until this one's come
+    for (const id of ["exclude-views", "exclude-angle", "exclude-dark"]) $(id).value = ""; // another series' views
+    $("exclude-box").hidden = true;
+    $("exclude-problem").textContent = "";
     setSection(batch, 0);
     loadTilts(path, info).catch(report);
     const volume = depth > 1;
@@ -851,6 +897,10 @@
     render().catch(report);
   });
   for (const id of ["eer-group", "eer-upsampling"]) $(id).addEventListener("change", () => regroup().catch(report));
+  // An exclusion typed: the tilts again, with the sections noa tiltseries would leave out.
+  for (const id of ["exclude-views", "exclude-angle", "exclude-dark"]) {
+    $(id).addEventListener("change", () => loadTilts(view.file, view.info).catch(report));
+  }
   $("projection").addEventListener("change", () => {
     $("index").disabled = $("projection").checked; // a projection has no slice
     loadPlane(false).catch(report);

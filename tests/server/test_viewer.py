@@ -31,13 +31,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from helpers import REPO, assert_problem, start_server, stop_server, write_mrc
+from helpers import REPO, assert_problem, noa, start_server, stop_server, write_mrc
 
 warnings.filterwarnings("ignore", message=".*httpx.*")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from noa_core import io as noa_io  # noqa: E402
 from noa_core.pictures import viewer  # noqa: E402
+from noa_core.tomography import tiltseries  # noqa: E402
 from noa_server.app import create_app  # noqa: E402
 from noa_server.settings import Settings  # noqa: E402
 
@@ -483,8 +484,8 @@ def dosed_mdoc(path: Path) -> None:
         for z, section in enumerate(sections[1:])))
 
 
-def tilts_of(client: TestClient, name: str) -> dict:
-    answer = client.get("/v1/view/tilts", params={"file": name})
+def tilts_of(client: TestClient, name: str, **exclusions) -> dict:
+    answer = client.get("/v1/view/tilts", params={"file": name, **exclusions})
     assert answer.status_code == 200, answer.text
     return answer.json()
 
@@ -579,6 +580,74 @@ def test_the_tilts_etag_is_the_stack_and_its_files_and_a_volume_is_refused(clien
     body = assert_problem(client.get("/v1/view/tilts", params={"file": "tilts/volume.mrc"}), 400,
                           "invalid-parameter")
     assert body["detail"].startswith("file: tilts/volume.mrc: a volume of 3 slices"), body
+
+
+def raw_tilt_series(folder: Path) -> np.ndarray:
+    """SerialEM's raw TS_01.mrc (41 positive sections, 7 of them zeros: a shuttered tilt) with the real mdoc beside it
+    as TS_01.mrc.mdoc, its ImageSize the stack's; returns the sections."""
+    folder.mkdir(parents=True, exist_ok=True)
+    data = integers((TILTS, 8, 8)) + 2000
+    data[7] = 0
+    (folder / "TS_01.mrc.mdoc").write_text(REAL_MDOC.read_text().replace("ImageSize = 924 958", "ImageSize = 8 8"))
+    return write_mrc(folder / "TS_01.mrc", data, stack=True, voxel_size=5.4)
+
+
+def test_tilts_say_which_sections_noa_tiltseries_would_leave_out_and_why(client, root, tmp_path):
+    """Issue 45 item 5: the exclusions of noa tiltseries previewed on the raw stack, each section's reason the one its
+    CLI reports for the same options on the same series."""
+    data = raw_tilt_series(root / "raw")
+    options = {"exclude": "1-2,41", "max_angle": 55, "exclude_dark": 0.3}
+    rows = tilts_of(client, "raw/TS_01.mrc", **options)["tilts"]
+    found = {z: row["excluded"] for z, row in enumerate(rows) if row["excluded"] is not None}
+    done = noa("tiltseries", root / "raw" / "TS_01.mrc.mdoc", "--exclude", "1-2,41", "--max-angle", "55",
+               "--exclude-dark", "0.3", "-o", tmp_path / "TS.st")
+    assert done.returncode == 0, done.stderr
+    reported = {int(z): why for z, why in re.findall(r"\[ZValue = (\d+)\] \(view \d+, [^)]*\) left out: (.*)",
+                                                      done.stderr)}
+    assert found == reported
+    # and against tiltseries.excluded called on the mdoc, each tilt's mean by NumPy
+    series = tiltseries.read(root / "raw" / "TS_01.mrc.mdoc")
+    angles = np.array([t.angle for t in series.tilts])
+    kept = [z for z in range(TILTS) if z not in (0, 1, 40) and abs(angles[z]) <= 55]
+    means = {z: float(data[z].astype(np.float64).mean()) for z in kept}
+    assert found == tiltseries.excluded(series, [0, 1, 40], 55, 0.3, means)
+    assert [z for z in kept if means[z] < 0.3 * np.median(list(means.values()))] == [7]
+    assert found[7].endswith("(dark)") and found[0] == "view 1 excluded" and len(found) == 7
+    # no exclusion given: none left out, and the stack is not read for means
+    assert {row["excluded"] for row in tilts_of(client, "raw/TS_01.mrc")["tilts"]} == {None}
+
+
+def test_tilts_exclusions_from_a_rawtlt_and_their_etag(client, root):
+    folder = root / "tilts"
+    tilt_stack(folder, "ranged.st", 3)
+    np.savetxt(folder / "ranged.rawtlt", [-3.0, 0.5, 3.0])
+    plain = client.get("/v1/view/tilts", params={"file": "tilts/ranged.st"})
+    limited = client.get("/v1/view/tilts", params={"file": "tilts/ranged.st", "max_angle": 2})
+    assert [t["excluded"] for t in limited.json()["tilts"]] == ["-3° is beyond 2°", None, "3° is beyond 2°"]
+    assert limited.headers["etag"] != plain.headers["etag"]
+    again = client.get("/v1/view/tilts", params={"file": "tilts/ranged.st", "max_angle": 2},
+                       headers={"If-None-Match": limited.headers["etag"]})
+    assert again.status_code == 304
+    views = client.get("/v1/view/tilts", params={"file": "tilts/ranged.st", "exclude": "2"},
+                       headers={"If-None-Match": limited.headers["etag"]})
+    assert views.status_code == 200 and views.headers["etag"] not in (plain.headers["etag"], limited.headers["etag"])
+    assert [t["excluded"] for t in views.json()["tilts"]] == [None, "view 2 excluded", None]
+
+
+@pytest.mark.parametrize("file, params, slug, starts", [
+    ("raw/TS_01.mrc", {"exclude": "1-x"}, "invalid-parameter", "exclude: '1-x' in '1-x' is not a section number"),
+    ("raw/TS_01.mrc", {"exclude": "40-42"}, "invalid-parameter", "exclude: section 42 (in '40-42') is outside 1..41"),
+    ("raw/TS_01.mrc", {"exclude": ""}, "invalid-parameters", "query.exclude: "),
+    ("raw/TS_01.mrc", {"max_angle": 91}, "invalid-parameters", "query.max_angle: "),
+    ("raw/TS_01.mrc", {"exclude_dark": 1.5}, "invalid-parameters", "query.exclude_dark: "),
+    ("tilts/bare.st", {"max_angle": 60}, "invalid-parameter", "max_angle: tilts/bare.st: the files beside it give no "
+                                                              "tilt angles"),
+])
+def test_tilts_bad_exclusions_are_problems_naming_the_parameter(client, root, file, params, slug, starts):
+    raw_tilt_series(root / "raw")
+    tilt_stack(root / "tilts", "bare.st", 3)
+    body = assert_problem(client.get("/v1/view/tilts", params={"file": file, **params}), 400, slug)
+    assert body["detail"].startswith(starts), body
 
 
 # -- refusals --------------------------------------------------------------------------------------------------

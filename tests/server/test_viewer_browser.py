@@ -5,7 +5,8 @@ Checked: the page asks for the key and then works, the key never in a URL; the f
 text; a file's header table and picture, whose canvas pixels equal the PNG the endpoint serves for the
 request the page made; the slider changes the slice; dragging a contrast limit re-requests with range:;
 the value under the cursor; a label or file name holding HTML does not run; no request leaves the server; a tilt
-series' section slider and montage say each section's angle and dose from the files beside it.
+series' section slider and montage say each section's angle and dose from the files beside it, and which sections
+noa tiltseries would leave out with the exclusions typed.
 A screenshot of the page is kept beside the test's files (viewer.png).
 """
 
@@ -383,6 +384,52 @@ def test_a_tilt_series_slider_and_montage_say_each_sections_angle_and_dose(serve
     page.mouse("mouseMoved", left + ox + 2 * scale, top + oy + 2 * scale, button="none")  # in panel 0
     expected = f"section 0 · {tilt_label(0)}"
     page.wait(f"document.getElementById('readout').textContent === {expected!r}")
+
+
+def header_cell(page: Page, name: str) -> str | None:
+    """The text of the header row ``name`` (None: no such row)."""
+    return page.evaluate(f"(() => {{ const r = [...document.querySelectorAll('#header tr')].find(r => "
+                         f"r.cells[0].textContent === {name!r}); return r ? r.cells[1].textContent : null; }})()")
+
+
+def type_into(page: Page, element: str, text: str) -> None:
+    """``text`` typed into the input ``element`` (its old text replaced), then committed as leaving it does."""
+    page.evaluate(f"(() => {{ const e = document.getElementById({element!r}); e.value = ''; e.focus(); }})()")
+    page.send("Input.insertText", text=text)
+    page.evaluate(f"document.getElementById({element!r}).dispatchEvent(new Event('change'))")
+
+
+def test_a_tilt_series_exclusions_typed_mark_the_sections_noa_tiltseries_would_leave_out(server, page):
+    """Issue 45 item 5: the tilts noa tiltseries would leave out, typed as its options, are said on the slider."""
+    url, _ = server
+    open_viewer(page, url)
+    page.evaluate("[...document.querySelectorAll('#files button')].find(b => b.textContent === 'folder/').click()")
+    page.wait("[...document.querySelectorAll('#files tr')].some(r => r.dataset.file === 'folder/TS.st')")
+    open_file(page, "TS.st")
+    page.wait("!document.getElementById('exclude-box').hidden")
+    type_into(page, "exclude-angle", "15")
+    page.wait("document.getElementById('section-out').textContent.includes('left out')")
+    assert page.evaluate("document.getElementById('section-out').textContent") == \
+        f"0 / 4 · {tilt_label(0)} · left out: -21° is beyond 15°"
+    assert header_cell(page, "left out") == "2 of 5 tilts (sections 0, 4)"
+    assert header_cell(page, "noa tiltseries") == "--max-angle 15"
+    asked = [parse_qs(urlsplit(r["url"]).query) for r in page.requests() if "/v1/view/tilts" in r["url"]]
+    assert asked[-1]["max_angle"] == ["15"]
+    renders = int(page.evaluate("document.body.dataset.renders"))
+    page.evaluate("(() => { const s = document.getElementById('section'); s.value = '4'; "
+                  "s.dispatchEvent(new Event('input')); })()")
+    wait_render(page, renders)
+    assert page.evaluate("document.getElementById('section-out').textContent") == \
+        f"4 / 4 · {tilt_label(4)} · left out: 21° is beyond 15°"
+    # a view the series does not have: the server's words beside the inputs, the marks as they were
+    type_into(page, "exclude-views", "2,9")
+    page.wait("document.getElementById('exclude-problem').textContent !== ''")
+    assert page.evaluate("document.getElementById('exclude-problem').textContent").startswith(
+        "exclude: section 9 (in '9') is outside 1..5")
+    type_into(page, "exclude-views", "2")
+    page.wait("document.getElementById('exclude-problem').textContent === '' && [...document.querySelectorAll("
+              "'#header tr')].some(r => r.cells[1].textContent === '--exclude 2 --max-angle 15')")
+    assert header_cell(page, "left out") == "3 of 5 tilts (sections 0, 1, 4)"
 
 
 def sparse_volume(path: Path, shape: tuple[int, int, int], pattern: np.ndarray) -> None:

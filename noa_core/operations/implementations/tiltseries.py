@@ -34,8 +34,7 @@ from noa_core.errors import (
     ShapeError,
     param,
 )
-from noa_core.images import stacks
-from noa_core.io import atomic, formats, mapped, mrc, remote, star, stream
+from noa_core.io import atomic, formats, mrc, remote, star, stream
 from noa_core.io.metadata import Metadata
 from noa_core.io.particles import Project, folder_projects
 from noa_core.io.protocol import OutputSpec
@@ -58,7 +57,7 @@ def write(inputs: Inputs, output: Path, options: Options, overwrite: bool, progr
     series = tiltseries.read(inputs[0])
     project = (inputs.projects or folder_projects)(options.project_dir)
     count = len(series.tilts)
-    views = [] if options.exclude is None else list(stacks.parse_ranges(options.exclude, count, "exclude", first=1))
+    views = [] if options.exclude is None else tiltseries.views(options.exclude, count)
     by_view_or_angle = tiltseries.excluded(series, views, options.max_angle, None, None)
     with contextlib.ExitStack() as opened:
         if options.images is None:
@@ -82,9 +81,7 @@ def _build(series: TiltSeries, images: Images, project: Project, output: Path, o
                    f"pre-exposure is 0; give {param('dose_per_tilt')}")
     means = None
     if options.exclude_dark is not None:  # the median of the tilts not left out by view or angle
-        with mapped.scratch_buffers():
-            means = {z: RunningStatistics.of(mapped.read_view(images.section(z))).result().mean or 0.0
-                     for z in range(count) if z not in by_view_or_angle}
+        means = tiltseries.section_means(images.section, count, by_view_or_angle)
     left_out = tiltseries.excluded(series, views, options.max_angle, options.exclude_dark, means)
     notices.extend(f"{series.where(z)} (view {z + 1}, {series.tilts[z].angle:g}°) left out: {why}"
                    for z, why in sorted(left_out.items()))
