@@ -357,13 +357,17 @@ def tilt_label(section: int) -> str:
     return f"{'−' if angle < 0 else ''}{abs(angle):.1f}° · {dose:.1f} e/Å²"
 
 
-def test_a_tilt_series_slider_and_montage_say_each_sections_angle_and_dose(server, page):
-    """Issue 45 item 5: a tilt series' section slider said only its number."""
-    url, _ = server
+def open_tilt_series(page: Page, url: str) -> None:
+    """The viewer at ``url`` with folder/TS.st open."""
     open_viewer(page, url)
     page.evaluate("[...document.querySelectorAll('#files button')].find(b => b.textContent === 'folder/').click()")
     page.wait("[...document.querySelectorAll('#files tr')].some(r => r.dataset.file === 'folder/TS.st')")
     open_file(page, "TS.st")
+
+
+def test_a_tilt_series_slider_and_montage_say_each_sections_angle_and_dose(server, page):
+    """Issue 45 item 5: a tilt series' section slider said only its number."""
+    open_tilt_series(page, server[0])
     expected = f"0 / 4 · {tilt_label(0)}"
     page.wait(f"document.getElementById('section-out').textContent === {expected!r}")
     assert expected == "0 / 4 · −21.0° · 35.2 e/Å²"
@@ -401,11 +405,7 @@ def type_into(page: Page, element: str, text: str) -> None:
 
 def test_a_tilt_series_exclusions_typed_mark_the_sections_noa_tiltseries_would_leave_out(server, page):
     """Issue 45 item 5: the tilts noa tiltseries would leave out, typed as its options, are said on the slider."""
-    url, _ = server
-    open_viewer(page, url)
-    page.evaluate("[...document.querySelectorAll('#files button')].find(b => b.textContent === 'folder/').click()")
-    page.wait("[...document.querySelectorAll('#files tr')].some(r => r.dataset.file === 'folder/TS.st')")
-    open_file(page, "TS.st")
+    open_tilt_series(page, server[0])
     page.wait("!document.getElementById('exclude-box').hidden")
     type_into(page, "exclude-angle", "15")
     page.wait("document.getElementById('section-out').textContent.includes('left out')")
