@@ -467,11 +467,13 @@ class GcsStore:
         class Counting(RequestHandler):
             def setup(self) -> None:
                 super().setup()
-                self.written = 0
+                self.counting: str | None = None  # the object a GET answers, whose bytes are counted
                 write = self.wfile.write
 
                 def counted(data) -> int:
-                    self.written += len(data)
+                    # counted before they are sent: a client that has them may look at the count at once
+                    if self.counting is not None:
+                        store.sent[self.counting] = store.sent.get(self.counting, 0) + len(data)
                     return write(data)
 
                 self.wfile.write = counted  # type: ignore[method-assign]
@@ -488,10 +490,11 @@ class GcsStore:
                     self.end_headers()
                     self.wfile.write(body)
                     return
-                before = self.written
-                answer()
-                if method == "GET":
-                    store.sent[name] = store.sent.get(name, 0) + self.written - before
+                self.counting = name if method == "GET" else None
+                try:
+                    answer()
+                finally:
+                    self.counting = None
 
             def do_GET(self) -> None:
                 self._answer("GET", super().do_GET)

@@ -47,7 +47,7 @@ OPERATION = WritesDataSet(
             Param("dose_per_tilt", Real(0.0), "The dose of each tilt in e/Å², instead of the mdoc's: each tilt's "
                   "pre-exposure is this times the tilts taken before it."),
             Param("tilt_axis", Real(-360.0, 360.0), "The tilt axis angle in degrees, instead of the mdoc's "
-                  "('Tilt axis angle', else RotationAngle - 90)."),
+                  "(a title's 'Tilt axis angle', or Tomography 5's 'TiltAxisAngle', else RotationAngle - 90)."),
             Param("images", Text(1, 4096), "The folder of the tilts' motion-corrected sums (one MRC or TIFF image "
                   "per tilt, named after its frames: SubFramePath's name, its extension .mrc, .tif or .tiff), "
                   "instead of the stack the mdoc describes; relative to the project folder (over HTTP, beneath the "

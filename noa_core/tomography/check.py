@@ -35,7 +35,6 @@ SAME_AXIS = 0.05  # degrees
 PIXEL_RTOL = 1e-3  # as the stack's header and the mdoc are compared when the stack is built
 DOSE_ATOL = 1e-3  # e/Å², what a STAR written to 6 digits keeps
 SIDE_FILES = ("rawtlt", "tlt", "mdoc", "star")
-_SERIALEM_TITLE = re.compile(r"\bSerialEM\b")
 _IMAGE_NAME = re.compile(rb"^0*(\d+)@(.+)$")  # RELION's 'N@stack'
 
 
@@ -237,28 +236,13 @@ def _check_mdoc(stack: Stack, series: TiltSeries, add: Add) -> None:
     if found is not None and stack.axis is not None and not _same_axis(found[0], stack.axis):
         add("mdoc", None, f"tilt axis {found[0]:g}° ({found[1]}), and {stack.axis:g}° in the labels of the stack "
                           f"{stack.name}")
-    tomo5 = tomo5_axis(series)
-    if tomo5 is not None:
-        axis, serialem = tomo5
-        add("mdoc", None, f"'Tilt axis angle = {axis:g}' in an mdoc no title of which names SerialEM: Thermo Fisher's "
-                          "Tomography 5 writes such mdocs, and its tilt axis is known to be in a convention of its "
-                          f"own (SerialEM's would be -{axis:g} - 90 = {serialem:g}°); check it")
+    caution = tomography.tiltseries.tomography5_caution(series)
+    if caution is not None:
+        add("mdoc", None, caution)
 
 
 def _same_axis(a: float, b: float) -> bool:
     return abs((a - b + 180.0) % 360.0 - 180.0) <= SAME_AXIS
-
-
-def tomo5_axis(series: TiltSeries) -> tuple[float, float] | None:
-    """Tomography 5's known tilt-axis fault: an mdoc with a 'Tilt axis angle' title and no SerialEM title (every
-    SerialEM mdoc's first title names it), whose axis is not SerialEM's: its axis, and SerialEM's for it
-    (-axis - 90, as Scipion converts a Tomo5 mdoc's); None: a SerialEM mdoc, or no tilt axis title."""
-    if any(_SERIALEM_TITLE.search(title) for title in series.titles):
-        return None
-    axis = next((a for a in map(tomography.tiltseries.axis_in, series.titles) if a is not None), None)
-    if axis is None:
-        return None
-    return axis, (-axis - 90.0 + 180.0) % 360.0 - 180.0
 
 
 def _check_star(stack: Stack, side: SideFiles, reference, add: Add) -> None:

@@ -38,7 +38,10 @@ logging.getLogger("mdocfile").addHandler(logging.NullHandler())
 MAX_MDOC_BYTES = 64 << 20  # a 61-tilt mdoc is 50 KB, a large montage's a few MB
 SAME_ANGLE = 0.01  # degrees: two tilts closer than this are one angle taken twice
 ORDERS = ("angle", "acquisition")
-_TILT_AXIS_TITLE = re.compile(r"Tilt axis angle\s*=\s*([-+]?[0-9.]+(?:[eE][-+]?\d+)?)")
+# The tilt axis a title or an MRC label gives: 'Tilt axis angle = 85.3' as SerialEM, IMOD and noa write it, or
+# 'TiltAxisAngle = -176.20' as Thermo Fisher's Tomography 5 writes it (as Scipion reads both)
+_TILT_AXIS_TITLE = re.compile(r"(Tilt axis angle|TiltAxisAngle)\s*=\s*([-+]?[0-9.]+(?:[eE][-+]?\d+)?)")
+_SERIALEM_TITLE = re.compile(r"\bSerialEM\b")  # the first title of every mdoc SerialEM writes
 _DATE_FORMATS = ("%d-%b-%y %H:%M:%S", "%d-%b-%Y %H:%M:%S")  # SerialEM's '30-Nov-15  15:21:38'
 _MONTAGE = "a montage's mdoc (the pieces of one image): a montage is not a tilt series"
 
@@ -242,20 +245,26 @@ def pre_exposure(series: TiltSeries, dose_per_tilt: float | None) -> tuple[np.nd
     return doses, None
 
 
-def axis_in(text: str) -> float | None:
-    """The tilt axis angle a title or an MRC label gives ('Tilt axis angle = 85.3', as SerialEM, IMOD and noa write
-    it), or None."""
+def axis_title(text: str) -> tuple[str, float] | None:
+    """The tilt axis angle a title or an MRC label gives and the words naming it: ('Tilt axis angle', 85.3) as
+    SerialEM, IMOD and noa write it, ('TiltAxisAngle', -176.2) as Tomography 5 does; None: it gives none."""
     found = _TILT_AXIS_TITLE.search(text)
-    return float(found.group(1)) if found else None
+    return (found.group(1), float(found.group(2))) if found else None
+
+
+def axis_in(text: str) -> float | None:
+    """The tilt axis angle a title or an MRC label gives (:func:`axis_title`), or None."""
+    found = axis_title(text)
+    return None if found is None else found[1]
 
 
 def tilt_axis(series: TiltSeries) -> tuple[float, str] | None:
-    """The tilt axis angle (degrees) and where it comes from: the title SerialEM writes ('Tilt axis angle = 85.3'),
-    else the sections' RotationAngle less 90 (SerialEM's relation between them); None: neither is there."""
+    """The tilt axis angle (degrees) and where it comes from: a title's (:func:`axis_title`), else the sections'
+    RotationAngle less 90 (SerialEM's relation between them); None: neither is there."""
     for title in series.titles:
-        axis = axis_in(title)
-        if axis is not None:
-            return axis, "the mdoc's 'Tilt axis angle'"
+        found = axis_title(title)
+        if found is not None:
+            return found[1], f"the mdoc's '{found[0]}'"
     rotation = series.tilts[0].record.RotationAngle
     if rotation is None:
         return None
@@ -267,6 +276,21 @@ def views(text: str, count: int) -> list[int]:
     ``count``, as ``exclude`` takes them; ParameterError naming ``exclude`` for text that is not such a list or a
     view past ``count``."""
     return list(stacks.parse_ranges(text, count, "exclude", first=1))
+
+
+def tomography5_caution(series: TiltSeries) -> str | None:
+    """What to say of an mdoc not written by SerialEM (no title names it) whose title gives the tilt axis:
+    Thermo Fisher's Tomography 5 writes such mdocs, in a convention of its own (Warp's issue 461); None for others."""
+    if any(_SERIALEM_TITLE.search(title) for title in series.titles):
+        return None
+    found = next((f for f in map(axis_title, series.titles) if f is not None), None)
+    if found is None:
+        return None
+    words, axis = found
+    serialem = (-axis - 90.0 + 180.0) % 360.0 - 180.0  # as Scipion converts a Tomography 5 mdoc's
+    return (f"'{words} = {axis:g}' in an mdoc no title of which names SerialEM: Thermo Fisher's Tomography 5 writes "
+            f"such mdocs, and its tilt axis is known to be in a convention of its own (SerialEM's would be -{axis:g} "
+            f"- 90 = {serialem:g}°); check it")
 
 
 def excluded(series: TiltSeries, views: Sequence[int], max_angle: float | None, dark: float | None,
@@ -331,7 +355,7 @@ def mdoc_text(series: TiltSeries, order: Sequence[int], image_file: str, axis: f
     """The mdoc of the stack ``image_file`` holding the tilts ``order``: each section renumbered as the stack's,
     every field kept; the tilt-axis title says ``axis``."""
     records = [series.tilts[z].record.model_copy(update={"ZValue": i}) for i, z in enumerate(order)]
-    titles = [_TILT_AXIS_TITLE.sub(f"Tilt axis angle = {axis:g}", title) for title in series.titles]
+    titles = [_TILT_AXIS_TITLE.sub(lambda found: f"{found.group(1)} = {axis:g}", title) for title in series.titles]
     header = series.header.model_copy(update={"ImageFile": Path(image_file)})
     return Mdoc(titles=titles, global_data=header, section_data=records).to_string() + "\n"
 

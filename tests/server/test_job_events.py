@@ -130,7 +130,8 @@ def _check_sequence(events: list[dict], client: httpx.Client, location: str) -> 
 def test_a_followed_job_sends_its_states_progress_and_result_in_order(services):
     with _client(services.a) as a:
         blocker = _submit(a, "long.mrc", LONG)
-        location = _submit(a, "followed.mrc", FOLLOWED)  # queued behind the blocker: one worker
+        # queued behind the blocker (one worker), and as long: its follower, which polls, sees it run
+        location = _submit(a, "followed.mrc", LONG)
         events = _follow(a, location)
         _check_sequence(events, a, location)
         assert events[-1]["data"] == {"output": "followed.mrc", "notices": []}

@@ -165,15 +165,25 @@ def test_a_tilt_axis_differing_is_found_in_the_star_too(built):
             f"{SERIALEM_AXIS:g}°, and 80° in TS.st.mdoc (the mdoc's 'Tilt axis angle')"} in result["findings"]
 
 
-def test_tomography_5s_tilt_axis_is_named(built):
+# Tomography 5's titles as its mdocs have them (public examples), and the synthetic spelling SerialEM uses
+TOMOGRAPHY_5 = [
+    ("[T = Tomography: TITAN52339070    13-Jan-2025  17:15:32]", "[T =   TiltAxisAngle = -176.20  Binning = 1  "
+     "SpotSize = 6]", "TiltAxisAngle = -176.2", 176.2),
+    ("[T = Tomography 5]", "[T =     Tilt axis angle = -176.73, binning = 4]", "Tilt axis angle = -176.73", 176.73),
+]
+
+
+@pytest.mark.parametrize(("software", "axis_title", "said", "axis"), TOMOGRAPHY_5,
+                         ids=["TiltAxisAngle", "Tilt axis angle"])
+def test_tomography_5s_tilt_axis_is_named(built, software, axis_title, said, axis):
     """An mdoc whose titles name no SerialEM (Tomo5's): its axis is said, with SerialEM's (-axis - 90)."""
     path = built / "TS.st.mdoc"
-    text = re.sub(r"\[T = SerialEM:[^\]]*\]", "[T = Tomography 5]", path.read_text())
-    path.write_text(text.replace(f"Tilt axis angle = {SERIALEM_AXIS:g}", "Tilt axis angle = -176.73"))
+    text = re.sub(r"\[T = SerialEM:[^\]]*\]", software, path.read_text())
+    path.write_text(re.sub(r"\[T = +Tilt axis angle[^\]]*\]", axis_title, text))
     _, result = check(built)
     problems = [f["problem"] for f in result["findings"] if f["file"] == "TS.st.mdoc"]
-    assert any("'Tilt axis angle = -176.73' in an mdoc no title of which names SerialEM" in p and
-               f"= {176.73 - 90:g}°" in p for p in problems), problems
+    assert any(f"'{said}' in an mdoc no title of which names SerialEM" in p and f"= {axis - 90:g}°" in p
+               for p in problems), problems
 
 
 def test_missing_side_files_are_said_not_fatal(built):

@@ -277,6 +277,27 @@ def test_the_cli_builds_a_sorted_excluded_stack_and_consistent_files(tmp_path, s
     assert "left out: 57° is beyond 55°" in done.stderr
 
 
+def test_a_tomography_5_mdocs_tilt_axis_is_its_titles_and_said_to_be_checked(tmp_path, series):
+    """Tomography 5 names the axis 'TiltAxisAngle' in a title, and its sections' RotationAngle is not SerialEM's
+    (axis + 90): the title's axis is built with, kept in each output, and the build says to check it."""
+    text = (MDOCS / "tilt_series.mdoc").read_text()
+    text = re.sub(r"\[T = SerialEM:[^\]]*\]", "[T = Tomography: TITAN52339070    13-Jan-2025  17:15:32]", text)
+    text = re.sub(r"\[T = +Tilt axis angle[^\]]*\]", "[T =   TiltAxisAngle = -176.20  Binning = 1  SpotSize = 6]",
+                  text)
+    real_mdoc(tmp_path, re.sub(r"RotationAngle = [-0-9.]+", "RotationAngle = 86.2", text))
+    done = noa("tiltseries", "TS_01.mrc.mdoc", "-o", "TS.st", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "tilt axis -176.2° from the mdoc's 'TiltAxisAngle'" in done.stderr
+    assert "'TiltAxisAngle = -176.2' in an mdoc no title of which names SerialEM: Thermo Fisher's Tomography 5" in \
+        done.stderr and "give --tilt-axis" in done.stderr
+    assert set(starfile.read(tmp_path / "TS.star")["rlnTomoNominalTiltAxisAngle"]) == {-176.2}
+    assert "[T =   TiltAxisAngle = -176.2  Binning = 1  SpotSize = 6]" in (tmp_path / "TS.st.mdoc").read_text()
+    assert len(mdoc_table(tmp_path / "TS.st.mdoc")) == TILTS
+    # a SerialEM mdoc's build says nothing of it
+    plain = noa("tiltseries", "TS_01.mrc.mdoc", "-o", "plain.st", cwd=real_mdoc(tmp_path).parent)
+    assert plain.returncode == 0 and "Tomography 5" not in plain.stderr, plain.stderr
+
+
 def test_acquisition_order_and_dark_tilts(tmp_path, series):
     dark = series.copy()
     dark[7] //= 10  # a shuttered tilt

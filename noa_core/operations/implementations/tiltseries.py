@@ -283,6 +283,9 @@ def _tilt_axis(series: TiltSeries, options: Options, notices: list[str]) -> floa
                              "RotationAngle): give it", "tilt_axis")
     axis, source = found
     notices.append(f"tilt axis {axis:g}° from {source}")
+    caution = tiltseries.tomography5_caution(series)
+    if caution is not None:
+        notices.append(f"{series.path}: {caution}, or give {param('tilt_axis')}")
     return axis
 
 
