@@ -77,7 +77,6 @@ class Sandbox:
         self._root_fd = os.open(self.root, _FOLDER)
         weakref.finalize(self, os.close, self._root_fd)
 
-
     def resolve(self, relative: str) -> Path:
         """The absolute path of ``relative`` inside the root, or a 400/403 problem."""
         resolved = self._follow(checked(relative))

@@ -242,7 +242,7 @@ def _check_mdoc(stack: Stack, series: TiltSeries, add: Add) -> None:
 
 
 def _same_axis(a: float, b: float) -> bool:
-    return abs((a - b + 180.0) % 360.0 - 180.0) <= SAME_AXIS
+    return abs(tomography.tiltseries.wrapped(a - b)) <= SAME_AXIS
 
 
 def _check_star(stack: Stack, side: SideFiles, reference, add: Add) -> None:

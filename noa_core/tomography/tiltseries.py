@@ -258,6 +258,11 @@ def axis_in(text: str) -> float | None:
     return None if found is None else found[1]
 
 
+def wrapped(degrees: float) -> float:
+    """``degrees`` as the same angle within [-180, 180)."""
+    return (degrees + 180.0) % 360.0 - 180.0
+
+
 def tilt_axis(series: TiltSeries) -> tuple[float, str] | None:
     """The tilt axis angle (degrees) and where it comes from: a title's (:func:`axis_title`), else the sections'
     RotationAngle less 90 (SerialEM's relation between them); None: neither is there."""
@@ -268,7 +273,7 @@ def tilt_axis(series: TiltSeries) -> tuple[float, str] | None:
     rotation = series.tilts[0].record.RotationAngle
     if rotation is None:
         return None
-    return (rotation - 90.0 + 180.0) % 360.0 - 180.0, "the mdoc's RotationAngle - 90"
+    return wrapped(rotation - 90.0), "the mdoc's RotationAngle - 90"
 
 
 def views(text: str, count: int) -> list[int]:
@@ -287,7 +292,7 @@ def tomography5_caution(series: TiltSeries) -> str | None:
     if found is None:
         return None
     words, axis = found
-    serialem = (-axis - 90.0 + 180.0) % 360.0 - 180.0  # as Scipion converts a Tomography 5 mdoc's
+    serialem = wrapped(-axis - 90.0)  # as Scipion converts a Tomography 5 mdoc's
     return (f"'{words} = {axis:g}' in an mdoc no title of which names SerialEM: Thermo Fisher's Tomography 5 writes "
             f"such mdocs, and its tilt axis is known to be in a convention of its own (SerialEM's would be -{axis:g} "
             f"- 90 = {serialem:g}°); check it")
