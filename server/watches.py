@@ -459,11 +459,13 @@ class Scanner(threading.Thread):
         folder = self.owner.rules.sandbox.resolve(self.spec.folder)
         self._scan(full=True)
         recheck_ms = int(min(0.5, max(0.05, self.spec.settle_seconds / 10)) * 1000)  # growing files re-looked at
+        armed = False  # inotify reports only what changes once it watches: the folder is listed again then
         try:
             for changes in watchfiles.watch(folder, watch_filter=None, debounce=100, step=20, rust_timeout=recheck_ms,
                                             yield_on_timeout=True, stop_event=self.halt, recursive=False,
                                             force_polling=False, raise_interrupt=False):
-                self._scan(full=bool(changes))
+                self._scan(full=bool(changes) or not armed)
+                armed = True
         except (OSError, RuntimeError) as exc:  # no inotify here (or no watches left): list the folder instead
             log.warning("watch %s: inotify unavailable (%s); polling every %g s", self.spec.name, exc,
                         self.spec.poll_seconds)

@@ -133,6 +133,27 @@ def test_a_watch_is_created_listed_counted_and_deleted(root, make_client):
     assert len(listed) == 3 and {j["status"] for j in listed} == {"succeeded"}  # its jobs stay
 
 
+def test_a_file_landing_before_inotify_watches_the_folder_is_taken(root, make_client, monkeypatch):
+    """The scanner lists the folder, then inotify starts watching it: a file that lands in between is never reported
+    by inotify, and is taken all the same (the folder is listed again once inotify watches)."""
+    from noa_server import watches as watches_module
+
+    arm = watches_module.watchfiles.watch
+
+    def late_arming(folder, **options):
+        (Path(folder) / "between.mrc").write_bytes(_mrc_bytes(root / "elsewhere", 4))  # after the first listing
+        yield from arm(folder, **options)
+
+    monkeypatch.setattr(watches_module.watchfiles, "watch", late_arming)
+    client = make_client(data_root=root, api_key=KEY)
+    response = client.post("/v1/watches", json=_watch(poll=False, settle_seconds=0.2), headers=AUTH)
+    assert response.status_code == 201, response.text
+    location = response.headers["location"]
+    _wait_until(lambda: client.get(location, headers=AUTH).json()["jobs"]["succeeded"] == 1, 30, "its job")
+    with mrcfile.open(root / "in" / "between.mrc") as src:
+        np.testing.assert_array_equal(mrcfile.read(root / "out" / "between.mrc"), src.data.T)
+
+
 def _tiff(path: Path) -> np.ndarray:
     import tifffile
 
