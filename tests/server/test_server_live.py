@@ -101,9 +101,22 @@ def assert_no_temporary_files(server: Server, timeout: float = 5.0) -> None:
     """The upload folders are gone (a streamed result's folder goes just after its last byte was sent); each server
     process's folder of links to the files it opened stays (``execution.file_link``)."""
     deadline = time.monotonic() + timeout
-    while (left := [p for p in server.tmp.iterdir() if not _holds_links(p)]) and time.monotonic() < deadline:
+    while (left := _left_behind(server.tmp)) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert left == []
+
+
+def _left_behind(tmp: Path) -> list[Path]:
+    """What ``tmp`` holds besides the server processes' folders of links; a folder removed while it is looked into
+    (an upload's, just after its last byte) is gone, not left."""
+    left = []
+    for path in tmp.iterdir():
+        try:
+            if not _holds_links(path):
+                left.append(path)
+        except FileNotFoundError:
+            pass
+    return left
 
 
 def _holds_links(folder: Path) -> bool:
