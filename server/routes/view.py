@@ -409,13 +409,14 @@ def listing(sandbox: Sandbox, relative: str) -> dict:
     if relative in ("", "."):
         fd, folder = os.open(sandbox.root, os.O_RDONLY | os.O_DIRECTORY), ""
     else:
+        name = _folder_named(relative)
         try:
-            fd, _ = sandbox.open(relative.rstrip("/"), os.O_RDONLY | os.O_DIRECTORY)
+            fd, _ = sandbox.open(name, os.O_RDONLY | os.O_DIRECTORY)
         except ProblemError as exc:
-            if exc.status == 404 and os.path.isfile(sandbox.resolve(relative.rstrip("/"))):
+            if exc.status == 404 and os.path.isfile(sandbox.resolve(name)):
                 exc.detail = f"{relative}: a file, not a folder"
             raise
-        folder = relative.rstrip("/") + "/"
+        folder = name + "/"
     try:
         with os.scandir(fd) as scan:
             names = sorted(entry.name for entry in scan if not entry.name.startswith("."))
@@ -430,10 +431,16 @@ def listing(sandbox: Sandbox, relative: str) -> dict:
     return {"path": folder.rstrip("/"), "folders": folders, "files": files, "truncated": len(names) > MAX_LISTED}
 
 
+def _folder_named(relative: str) -> str:
+    """The folder ``relative`` names, without its trailing slashes; "/" stays itself (absolute: the sandbox refuses
+    it as such, where stripped it would be an empty path)."""
+    return relative.rstrip("/") or relative
+
+
 def _object_listing(sandbox: RemoteSandbox, relative: str) -> dict:
     """:func:`listing` of a prefix of object storage: one listing request, then each file's header read (its
     size known from the listing: no HEAD more)."""
-    folder = relative.strip("/")
+    folder = _folder_named(relative)
     names = execution.client_names(sandbox)
     with names.in_errors():
         try:

@@ -253,6 +253,9 @@ def test_the_listing_of_a_prefix_is_one_request_and_no_head_a_file(client, s3_en
     assert not [r for r in s3_env.requests if r[0] == "HEAD"]
     assert len([r for r in s3_env.requests if r == ("GET", BUCKET) or r == ("GET", BUCKET + "/")]) == 1
     assert_problem(client.get("/v1/view/list", params={"path": "../data-other"}), 403, "path-refused")
+    for absolute in ("/", "/maps"):  # refused as on a local root, not taken as relative
+        assert "absolute paths are refused" in assert_problem(
+            client.get("/v1/view/list", params={"path": absolute}), 403, "path-refused")["detail"]
     assert_problem(client.get("/v1/view/list", params={"path": "none"}), 404, "file-not-found")
 
 

@@ -685,6 +685,9 @@ def test_tile_coordinates_past_the_plane_and_folders_outside(client, root):
                               "invalid-parameter")
         assert body["detail"].startswith(f"{named}: "), body
     assert_problem(client.get("/v1/view/list", params={"path": "../"}), 403, "path-refused")
+    for absolute in ("/", "//", "/sub"):  # refused as absolute, as every path is ("/" is not an empty path)
+        assert "absolute paths are refused" in assert_problem(
+            client.get("/v1/view/list", params={"path": absolute}), 403, "path-refused")["detail"]
     body = assert_problem(client.get("/v1/view/list", params={"path": "tiles.mrc"}), 404, "file-not-found")
     assert body["detail"] == "tiles.mrc: a file, not a folder"
     assert_problem(client.get("/v1/view/info", params={"file": "."}), 403, "path-refused")
