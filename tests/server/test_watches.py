@@ -169,7 +169,9 @@ def test_a_file_is_taken_once_whoever_tries(root, make_client):
     service = client.app.state.service
     watch_id = client.post("/v1/watches", json=_watch(settle_seconds=3600), headers=AUTH).json()["id"]
     (root / "in" / "a.mrc").write_bytes(_mrc_bytes(root / "elsewhere", 1))
-    holder = _wait_until(lambda: service.watches._scanners.get(watch_id), 10, "the scanner")
+    # past its start, where it reads the taken files and submits their missing jobs (a.mrc's, mid-take, too)
+    holder = _wait_until(lambda: (scanner := service.watches._scanners.get(watch_id)) and scanner._swept and scanner,
+                         10, "the scanner's start")
     spec = WatchSpec.model_validate(_watch(settle_seconds=3600))
     other = Scanner(service.watches, watch_id, spec)  # as a second scanner of this process would
     other._take("in/a.mrc", 1, 1)
