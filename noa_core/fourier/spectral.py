@@ -97,20 +97,22 @@ def bandpass_weights(sizes: Sequence[int], pixel_size: float, lowpass: float | N
         shell = math.floor(n * pixel_size / resolution + 0.5)
         return max(0.0, (shell - half_edge) / n), (shell + half_edge) / n
 
+    def raised_cosine(low: float, high: float, sign: float) -> np.ndarray:
+        """``below`` under ``low``, ``1 - below`` over ``high``, ``0.5 + sign * 0.5 cos(...)`` between: the cosine
+        evaluated in the edge's shells alone (a thin band of a volume's transform; all of it took 0.5 s at 256³)."""
+        below = 1.0 if sign > 0 else 0.0
+        factor = np.where(f < low, below, 1.0 - below)
+        if high > low:
+            band = (f >= low) & (f <= high)
+            factor[band] = 0.5 + sign * 0.5 * np.cos(np.pi * (f[band] - low) / (high - low))
+        else:  # no edge: the shell itself is kept (f == low)
+            factor[f == low] = 1.0
+        return factor
+
     if lowpass is not None:
-        low, high = edges(lowpass)
-        if high > low:
-            ramp = 0.5 + 0.5 * np.cos(np.pi * (f - low) / (high - low))
-            weights *= np.where(f < low, 1.0, np.where(f > high, 0.0, ramp))
-        else:
-            weights *= f <= low
+        weights *= raised_cosine(*edges(lowpass), 1.0)
     if highpass is not None:
-        low, high = edges(highpass)
-        if high > low:
-            ramp = 0.5 - 0.5 * np.cos(np.pi * (f - low) / (high - low))
-            weights *= np.where(f < low, 0.0, np.where(f > high, 1.0, ramp))
-        else:
-            weights *= f >= low
+        weights *= raised_cosine(*edges(highpass), -1.0)
     if bfactor:
         weights *= bfactor_weights(sizes, pixel_size, bfactor)
     return weights
