@@ -79,7 +79,8 @@ CONSTANTS = {"pi": math.pi, "e": math.e}
 # How each operation is written in the element function, over operands already in its loop type.
 _TEMPLATES = {
     "add": "{0} + {1}", "subtract": "{0} - {1}", "multiply": "{0} * {1}", "true_divide": "true_divide({0}, {1})",
-    "floor_divide": "{0} // {1}", "remainder": "{0} % {1}", "power": "{0} ** {1}",
+    "floor_divide": "{0} // {1}", "remainder": "{0} % {1}",
+    "power": "power({0}, {1})",  # NumPy's complex zero to a power (kernels.power)
     "less": "{0} < {1}", "less_equal": "{0} <= {1}", "greater": "{0} > {1}", "greater_equal": "{0} >= {1}",
     "equal": "{0} == {1}", "not_equal": "{0} != {1}",
     # NumPy's truth of a value (NaN is true).
@@ -582,8 +583,16 @@ def _maximum(x, y):
 
 
 # The NumPy path's operations (over operands already in the operation's type), where they are not
+def _power(x, y):
+    """NumPy's power, complex64 ones computed in complex128 and rounded, as :func:`noa_core.kernels.power` does."""
+    if np.result_type(x, y) == np.complex64:
+        return np.power(np.asarray(x, np.complex128), np.asarray(y, np.complex128)).astype(np.complex64)
+    return np.power(x, y)
+
+
 # NumPy's ufunc of that name: each as _TEMPLATES writes it.
 _NUMPY_OPERATIONS: dict[str, Callable] = {
+    "power": _power,
     "constant": lambda x: x,
     "where": lambda test, x, y: np.where(np.not_equal(test, 0), x, y),
     "logical_and": lambda x, y: np.not_equal(x, 0) & np.not_equal(y, 0),
@@ -608,7 +617,8 @@ def _real(number: float) -> str:
 def _define(source: str) -> Callable:
     """The function ``element`` of ``source`` (generated from a checked tree), compiled under a
     ``<noa kernel expression #HASH>`` name of its own (see noa_core.kernels.compile_source)."""
-    namespace: dict = {"np": np, "true_divide": kernels.true_divide, "inf": math.inf, "nan": math.nan,
+    namespace: dict = {"np": np, "true_divide": kernels.true_divide, "power": kernels.power, "inf": math.inf,
+                       "nan": math.nan,
                        **_NAMESPACE_CASTS}
     return kernels.compile_source(source, "expression", namespace)["element"]
 
