@@ -45,6 +45,7 @@ def _load_array_kernels():
     return array.ArrayKernels(copy=elementwise.copy, permute_copy=elementwise.permute_copy,
                               astype=elementwise.astype, fill=elementwise.fill,
                               arithmetic=elementwise.arithmetic, transfer=array.devices.transfer,
+                              device_buffer=array.devices.device_buffer,
                               interop=array.interop)
 
 

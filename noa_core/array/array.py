@@ -48,6 +48,7 @@ class ArrayKernels:
     fill: Callable[[Array, Any], Array]
     arithmetic: Callable[..., Array]  # (name, *operands)
     transfer: Callable[[Array, str], Array]
+    device_buffer: Callable[[int, np.dtype], Any]  # (count, dtype): a new buffer on the GPU
     # noa_core.array.interop: DLPack and the CUDA Array Interface (to_dlpack, dlpack_device,
     # cuda_array_interface, foreign_device, asarray_foreign).
     interop: Any = None
@@ -159,6 +160,8 @@ class Array:
         if layout.is_broadcast(self._shape, self._strides):
             return False
         flags = getattr(self._buffer, "flags", None)
+        if isinstance(flags, dict):  # numba's device arrays: a dict of their layout (the simulator's: NumPy's flags)
+            return bool(flags.get("WRITEABLE", True))
         return bool(flags is None or flags.writeable)
 
     def are_contiguous(self, order: str = "C") -> bool:
@@ -489,8 +492,10 @@ def empty(shape: int | Sequence[int], dtype: DTypeLike = "float32", order: str =
     """
     shape4 = layout.as_shape4(shape)
     dt = dtypes.element_dtype(dtype)
-    if as_device(device) != "cpu":
-        return empty(shape4, dt, order).to(device)
+    target = as_device(device)
+    if target != "cpu":  # allocated on the device: a host array sent over would cost a 1 GiB copy 75 ms on an H200
+        buffer = _array_kernels().device_buffer(layout.element_count(shape4), dt)
+        return Array(buffer, 0, shape4, layout.strides_for(shape4, order), dt, target)
     buffer = _allocate(layout.element_count(shape4), dt)
     return Array(buffer, 0, shape4, layout.strides_for(shape4, order), dt)
 

@@ -36,6 +36,15 @@ def require_cuda() -> None:
         )
 
 
+def device_buffer(count: int, dtype: np.dtype):
+    """A new, uninitialised device buffer of ``count`` elements of ``dtype`` (shape ``(count, *element_shape)``),
+    allocated on the GPU alone: no host array, no transfer."""
+    require_cuda()
+    from numba import cuda
+
+    return cuda.device_array((count, *dtype.shape), dtype.base)
+
+
 def _packed(array: Array) -> Array:
     """The array itself when its elements fill ``size`` consecutive buffer rows, else a 'K' copy."""
     return array if array.order in ("C", "F") else array.copy("K")

@@ -118,10 +118,11 @@ _NORM_CODES = {"backward": 0, "ortho": 1, "forward": 2}  # pocketfft's code of a
 
 
 def pocketfft():
-    """scipy's pocketfft extension, the module scipy.fft's functions call. Loaded from its file alone
-    where scipy.fft is not imported yet: ``import scipy.fft`` costs 0.2-0.5 s (its array-API layer and
-    scipy.special), most of a small file's call (issue 27); the module itself, 2 ms. Registered under its
-    own name, so a later ``import scipy.fft`` uses this very module."""
+    """scipy's pocketfft extension, the module scipy.fft's functions call, or None where this scipy keeps it
+    elsewhere (scipy 1.18 moved it: :func:`r2c`, :func:`c2r` and :func:`c2c` then call scipy.fft's functions).
+    Loaded from its file alone where scipy.fft is not imported yet: ``import scipy.fft`` costs 0.2-0.5 s (its
+    array-API layer and scipy.special), most of a small file's call (issue 27); the module itself, 2 ms.
+    Registered under its own name, so a later ``import scipy.fft`` uses this very module."""
     module = sys.modules.get(POCKETFFT)
     if module is not None:
         return module
@@ -135,8 +136,14 @@ def pocketfft():
             spec.loader.exec_module(module)
             sys.modules[POCKETFFT] = module
             return module
+    return None
 
-    return sys.modules[POCKETFFT]
+
+def _scipy_fft():
+    """scipy.fft itself, where its pocketfft module is not found (imported here: 0.2-0.5 s, see pocketfft)."""
+    import scipy.fft
+
+    return scipy.fft
 
 
 def _native(values: np.ndarray) -> np.ndarray:
@@ -147,23 +154,34 @@ def _native(values: np.ndarray) -> np.ndarray:
 
 def r2c(values: np.ndarray, axes: tuple[int, ...], norm: str = "backward") -> np.ndarray:
     """``scipy.fft.rfftn(values, axes=axes, norm=norm)`` of real float32 or float64 NumPy values, bit for bit."""
-    return pocketfft().r2c(_native(values), axes, True, _NORM_CODES[norm], None, workers())
+    module = pocketfft()
+    if module is None:
+        return _scipy_fft().rfftn(values, axes=axes, norm=norm, workers=workers())
+    return module.r2c(_native(values), axes, True, _NORM_CODES[norm], None, workers())
 
 
 def c2r(values: np.ndarray, axes: tuple[int, ...], width: int, norm: str = "backward") -> np.ndarray:
     """``scipy.fft.irfftn(values, s=(..., width), axes=axes, norm=norm)`` of complex NumPy values whose last
     axis holds ``width // 2 + 1`` values, bit for bit."""
-    return pocketfft().c2r(_native(values), axes, width, False, 2 - _NORM_CODES[norm], None, workers())
+    module = pocketfft()
+    if module is None:
+        sizes = [values.shape[a] for a in axes[:-1]] + [width]
+        return _scipy_fft().irfftn(values, s=sizes, axes=axes, norm=norm, workers=workers())
+    return module.c2r(_native(values), axes, width, False, 2 - _NORM_CODES[norm], None, workers())
 
 
 def c2c(values: np.ndarray, axes: tuple[int, ...], forward: bool, norm: str = "backward", *,
         overwrite: bool = False) -> np.ndarray:
     """``scipy.fft.fftn`` (``forward``) or ``ifftn`` of complex NumPy values, bit for bit; ``overwrite``
     computes in place where ``values`` allows it (native and aligned), as their ``overwrite_x``."""
+    module = pocketfft()
+    if module is None:
+        transform = _scipy_fft().fftn if forward else _scipy_fft().ifftn
+        return transform(values, axes=axes, norm=norm, overwrite_x=overwrite, workers=workers())
     prepared = _native(values)
     code = _NORM_CODES[norm] if forward else 2 - _NORM_CODES[norm]
     out = prepared if (overwrite or prepared is not values) and prepared.dtype.kind == "c" else None
-    return pocketfft().c2c(prepared, axes, forward, code, out, workers())
+    return module.c2c(prepared, axes, forward, code, out, workers())
 
 
 def _run(name: str, x: Array, axes: tuple[int, ...], norm: str, dtype: np.dtype, width: int | None = None) -> Array:
