@@ -582,7 +582,6 @@ def _maximum(x, y):
     return np.where((x >= y) | (x != x), x, y)
 
 
-# The NumPy path's operations (over operands already in the operation's type), where they are not
 def _power(x, y):
     """NumPy's power, complex64 ones computed in complex128 and rounded, as :func:`noa_core.kernels.power` does."""
     if np.result_type(x, y) == np.complex64:
@@ -590,15 +589,15 @@ def _power(x, y):
     return np.power(x, y)
 
 
+# The NumPy path's operations (over operands already in the operation's type), where they are not
 # NumPy's ufunc of that name: each as _TEMPLATES writes it.
 _NUMPY_OPERATIONS: dict[str, Callable] = {
-    "power": _power,
     "constant": lambda x: x,
     "where": lambda test, x, y: np.where(np.not_equal(test, 0), x, y),
     "logical_and": lambda x, y: np.not_equal(x, 0) & np.not_equal(y, 0),
     "logical_or": lambda x, y: np.not_equal(x, 0) | np.not_equal(y, 0),
     "logical_not": lambda x: np.equal(x, 0),
-    "minimum": _minimum, "maximum": _maximum,
+    "minimum": _minimum, "maximum": _maximum, "power": _power,
     # The element function multiplies by squaring, wrapping around; a negative exponent gives 1.
     "integer_power": lambda x, y: np.power(x, np.maximum(y, 0) if y.dtype.kind == "i" else y),
 }

@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import importlib.util
 import os
@@ -117,6 +118,7 @@ POCKETFFT = "scipy.fft._pocketfft.pypocketfft"  # scipy.fft's transforms: the C+
 _NORM_CODES = {"backward": 0, "ortho": 1, "forward": 2}  # pocketfft's code of a forward transform's norm
 
 
+@functools.cache  # looked for once: every transform asks, and a scipy without the file is searched in vain
 def pocketfft():
     """scipy's pocketfft extension, the module scipy.fft's functions call, or None where this scipy keeps it
     elsewhere (scipy 1.18 moved it: :func:`r2c`, :func:`c2r` and :func:`c2c` then call scipy.fft's functions).

@@ -81,9 +81,9 @@ overload(true_divide)(true_divide_typer)
 
 def power(a, b):
     """``a ** b`` as NumPy computes it: a complex zero to a power whose real part is positive is 0 (numba's
-    power gives NaN), to the power 0 is 1, to any other power NaN; complex powers are computed in double
-    precision. This Python body is what numba's CUDA simulator runs (NumPy scalars already behave so);
-    compiled code uses the overload below."""
+    power gives NaN), to the power 0 is 1, to any other power NaN; compiled code (the overload below) computes
+    complex powers in double precision. This Python body is what numba's CUDA simulator runs: NumPy scalars
+    follow the zero rule, in their own precision."""
     return a ** b
 
 
