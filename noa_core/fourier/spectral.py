@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,20 +30,21 @@ from noa_core.fourier import resampling
 DEFAULT_EDGE_WIDTH = 2  # RELION's --filter_edge_width: Fourier shells of the raised cosine (an integer)
 MAX_BFACTOR_GAIN = 60.0  # the most a B-factor may amplify Nyquist: e**60 (~1e26), well inside float32
 __all__ = ["bandpass", "bandpass_weights", "bfactor_weights", "check_bandpass", "multiply_spectrum",
-           "power_spectrum", "relion_power", "shell_resolutions", "frequencies", "DEFAULT_EDGE_WIDTH",
+           "power_spectrum", "relion_power", "shell_resolutions", "frequencies", "weights_module", "DEFAULT_EDGE_WIDTH",
            "RELION_NO_RESOLUTION"]
 
 
-def frequencies(sizes: Sequence[int], half: bool = True) -> np.ndarray:
+def frequencies(sizes: Sequence[int], half: bool = True, xp: Any = np) -> np.ndarray:
     """|f| in cycles per pixel at every Fourier sample of a transform of ``sizes`` (the last axis
-    non-redundant when ``half``): ``sqrt(sum((k_a / n_a) ** 2))`` (float64)."""
+    non-redundant when ``half``): ``sqrt(sum((k_a / n_a) ** 2))`` (float64), in ``xp``'s arrays (NumPy, or CuPy
+    for weights computed on the GPU)."""
     squared: float | np.ndarray = 0.0
     for i, n in enumerate(sizes):
-        k = np.fft.rfftfreq(n) if (half and i == len(sizes) - 1) else np.fft.fftfreq(n)
+        k = xp.fft.rfftfreq(n) if (half and i == len(sizes) - 1) else xp.fft.fftfreq(n)
         shape = [1] * len(sizes)
         shape[i] = k.size
         squared = squared + (k ** 2).reshape(shape)
-    return np.sqrt(squared)
+    return xp.sqrt(squared)
 
 
 def check_bandpass(lowpass: float | None, highpass: float | None, pixel_size: float | None,
@@ -77,8 +79,10 @@ def check_bandpass(lowpass: float | None, highpass: float | None, pixel_size: fl
 
 def bandpass_weights(sizes: Sequence[int], pixel_size: float, lowpass: float | None = None,
                      highpass: float | None = None, edge_width: int = DEFAULT_EDGE_WIDTH,
-                     bfactor: float = 0.0) -> np.ndarray:
-    """The real weights of :func:`bandpass` over a half (rfft) transform of ``sizes`` (float64).
+                     bfactor: float = 0.0, xp: Any = np) -> np.ndarray:
+    """The real weights of :func:`bandpass` over a half (rfft) transform of ``sizes`` (float64), in ``xp``'s
+    arrays: NumPy, or CuPy where the map is on the GPU (computed there: sent over, a volume's weights cost more
+    than its filtering).
 
     RELION's relion_image_handler rules, with its ``ori_size`` the width ``n = sizes[-1]``: a
     resolution ``R`` is the shell ``floor(n * pixel_size / R + 0.5)`` (RELION's ROUND: halves up); the
@@ -88,9 +92,9 @@ def bandpass_weights(sizes: Sequence[int], pixel_size: float, lowpass: float | N
     width)``; a high-pass is the complement. ``bfactor`` multiplies by ``exp(-bfactor / 4 * (f /
     pixel_size) ** 2)`` (negative sharpens) up to Nyquist, and zeroes every frequency beyond it (the
     corners of the box), as RELION does whenever it applies a B-factor (:func:`bfactor_weights`)."""
-    f = frequencies(sizes)
+    f = frequencies(sizes, xp=xp)
     n = sizes[-1]
-    weights = np.ones_like(f)
+    weights = xp.ones_like(f)
     half_edge = int(edge_width) // 2
 
     def edges(resolution: float) -> tuple[float, float]:
@@ -101,10 +105,10 @@ def bandpass_weights(sizes: Sequence[int], pixel_size: float, lowpass: float | N
         """``below`` under ``low``, ``1 - below`` over ``high``, ``0.5 + sign * 0.5 cos(...)`` between: the cosine
         evaluated in the edge's shells alone (a thin band of a volume's transform; all of it took 0.5 s at 256³)."""
         below = 1.0 if sign > 0 else 0.0
-        factor = np.where(f < low, below, 1.0 - below)
+        factor = xp.where(f < low, below, 1.0 - below)
         if high > low:
             band = (f >= low) & (f <= high)
-            factor[band] = 0.5 + sign * 0.5 * np.cos(np.pi * (f[band] - low) / (high - low))
+            factor[band] = 0.5 + sign * 0.5 * xp.cos(np.pi * (f[band] - low) / (high - low))
         else:  # no edge: the shell itself is kept (f == low)
             factor[f == low] = 1.0
         return factor
@@ -114,11 +118,11 @@ def bandpass_weights(sizes: Sequence[int], pixel_size: float, lowpass: float | N
     if highpass is not None:
         weights *= raised_cosine(*edges(highpass), -1.0)
     if bfactor:
-        weights *= bfactor_weights(sizes, pixel_size, bfactor)
+        weights *= bfactor_weights(sizes, pixel_size, bfactor, xp)
     return weights
 
 
-def bfactor_weights(sizes: Sequence[int], pixel_size: float, bfactor: float) -> np.ndarray:
+def bfactor_weights(sizes: Sequence[int], pixel_size: float, bfactor: float, xp: Any = np) -> np.ndarray:
     """RELION's applyBFactorToMap (src/fftw.cpp) over a half transform of ``sizes``, evaluated as it does, in
     double: ``res = sqrt(r2) / (n * pixel_size)`` with ``r2`` the squared radius in Fourier pixels of the width
     ``n``; ``exp(-(bfactor / 4) * res * res)`` where ``res <= 1 / (pixel_size * 2)``, 0 beyond. Samples exactly
@@ -128,23 +132,24 @@ def bfactor_weights(sizes: Sequence[int], pixel_size: float, bfactor: float) -> 
     n = sizes[-1]
     r2: float | np.ndarray = 0.0
     for i, size in enumerate(sizes):
-        index = np.arange(size // 2 + 1 if i == len(sizes) - 1 else size)
-        k = np.where(index <= size // 2, index, index - size) * n / size  # the integer k where size == n
+        index = xp.arange(size // 2 + 1 if i == len(sizes) - 1 else size)
+        k = xp.where(index <= size // 2, index, index - size) * n / size  # the integer k where size == n
         shape = [1] * len(sizes)
         shape[i] = k.size
         r2 = r2 + (k ** 2).reshape(shape)
-    res = np.sqrt(r2) / (n * pixel_size)
+    res = xp.sqrt(r2) / (n * pixel_size)
     # the corners' exponent is at most 3 x Nyquist's (MAX_BFACTOR_GAIN): finite in float64 before it is dropped
-    return np.where(res <= 1.0 / (pixel_size * 2.0), np.exp(-(bfactor / 4.0) * res * res), 0.0)
+    return xp.where(res <= 1.0 / (pixel_size * 2.0), xp.exp(-(bfactor / 4.0) * res * res), 0.0)
 
 
 def multiply_spectrum(x: Array, axes: tuple[int, ...], weights: np.ndarray) -> Array:
-    """irfft(rfft(x) * weights) over ``axes``, on x's device, in x's real precision."""
+    """irfft(rfft(x) * weights) over ``axes``, on x's device, in x's real precision (``weights``: NumPy, or on a
+    GPU map's device already, :func:`weights_module`)."""
     spectrum = noa_fft.rfft(x, ndim=len(axes))
     shape = (1,) * (4 - len(axes)) + weights.shape
     if spectrum.device == "cuda":
         cupy = noa_fft.cupy_module()
-        values = noa_fft.to_cupy(spectrum) * cupy.asarray(weights.reshape(shape).astype(np.float32))
+        values = noa_fft.to_cupy(spectrum) * cupy.asarray(weights).reshape(shape).astype(np.float32)
         filtered = noa_fft.from_cupy(values.astype(spectrum.dtype))
     else:
         values = spectrum.numpy()
@@ -167,7 +172,13 @@ def bandpass(array, lowpass: float | None = None, highpass: float | None = None,
     sizes = tuple(x.shape[a] for a in axes)
     if x.size == 0:
         return resampling.fourier_resize(x, sizes, ndim=len(axes))
-    return multiply_spectrum(x, axes, bandpass_weights(sizes, pixel, lowpass, highpass, edge_width, bfactor))
+    weights = bandpass_weights(sizes, pixel, lowpass, highpass, edge_width, bfactor, weights_module(x))
+    return multiply_spectrum(x, axes, weights)
+
+
+def weights_module(x: Array) -> Any:
+    """Where the weights for ``x`` are computed: CuPy for a map on the GPU, else NumPy."""
+    return noa_fft.cupy_module() if x.device == "cuda" else np
 
 
 def _shells(sizes: Sequence[int]) -> tuple[np.ndarray, int]:

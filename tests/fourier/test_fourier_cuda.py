@@ -51,6 +51,17 @@ def test_bandpass_and_bfactor_match_the_cpu(values):
                                spectral.bandpass(x, **kwargs).numpy(), rtol=0, atol=2e-5)
 
 
+@pytest.mark.parametrize(("sizes", "lowpass", "highpass", "edge", "bfactor"), [
+    ((64, 96), 8.0, 40.0, 2, 0.0), ((40, 36, 32), 6.0, None, 0, -80.0), ((33, 30), None, 20.0, 5, 25.0)])
+def test_weights_computed_on_the_gpu_are_the_hosts(sizes, lowpass, highpass, edge, bfactor):
+    import cupy
+
+    on_device = spectral.bandpass_weights(sizes, 1.5, lowpass, highpass, edge, bfactor, xp=cupy)
+    assert isinstance(on_device, cupy.ndarray)
+    np.testing.assert_allclose(on_device.get(), spectral.bandpass_weights(sizes, 1.5, lowpass, highpass, edge, bfactor),
+                               rtol=1e-12, atol=1e-15)
+
+
 def test_resizing_matches_the_cpu_and_scipy(values):
     import scipy.signal
 

@@ -35,7 +35,7 @@ def plan(inputs: Inputs, options: Options):
         if weights is None:  # the same for every tile: computed once per plan
             sizes = block.shape[4 - ndim:]
             weights = spectral.bandpass_weights(sizes, pixel, options.lowpass, options.highpass, options.edge_width,
-                                                bfactor)
+                                                bfactor, spectral.weights_module(block))
         axes = (2, 3) if ndim == 2 else (1, 2, 3)
         return spectral.multiply_spectrum(block, axes, weights).numpy()
 

@@ -107,6 +107,19 @@ def test_reductions(x):
     np.testing.assert_allclose(host(total).ravel()[0], (x.astype(np.float64) ** 2).sum())
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1003), (2, 1, 3, 1001)], ids=["one run", "a run per output"])
+def test_long_runs_reduce_over_every_thread(shape):
+    # runs longer than the threads per output (the simulator's 64): each thread adds several, the last fewer
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    a = nc.asarray(x).to("cuda")
+    axes = None if shape[0] == 1 else (3,)
+    ax = (0, 1, 2, 3) if axes is None else axes
+    np.testing.assert_allclose(host(nc.sum(a, axes)), x.astype(np.float64).sum(axis=ax, keepdims=True), rtol=1e-6)
+    np.testing.assert_array_equal(host(nc.max(a, axes)), x.max(axis=ax, keepdims=True))
+    np.testing.assert_array_equal(host(nc.min(a, axes)), x.min(axis=ax, keepdims=True))
+    np.testing.assert_allclose(host(nc.std(a, axes)), x.astype(np.float64).std(axis=ax, keepdims=True), rtol=1e-5)
+
+
 def test_iwise():
     out = nc.zeros((1, 2, 3, 4), "int32", device="cuda")
 
