@@ -338,15 +338,21 @@ class JobStore:
     # -- running -------------------------------------------------------------------------------------
 
     def submit(self, operation: str, request: dict[str, Any], work: Callable[[Callable[[int, int], None]], Any],
-               start: Callable[[Callable[[], None]], Future]) -> Job:
-        """Record a job and start ``work(progress)`` through ``start`` (a worker pool's submit)."""
+               start: Callable[[Callable[[], None]], Future], *, job_id: str | None = None) -> Job:
+        """Record a job and start ``work(progress)`` through ``start`` (a worker pool's submit). ``job_id``: the id
+        to record it under (a watch's, the same in every process), 409 ``job-exists`` where a job has it."""
         if time.monotonic() - self._expired_at >= min(self.ttl_seconds or EXPIRY_CHECK_S, EXPIRY_CHECK_S):
             self._expire()
-        job = Job(uuid.uuid4().hex, operation, request)
+        job = Job(job_id or uuid.uuid4().hex, operation, request)
         with self._lock:
             self._refuse_if_stopping()
-            with self.db.write() as conn:
-                conn.execute(sa.insert(jobs).values(**job.row(), **self._owner, heartbeat=time.time()))
+            try:
+                with self.db.write() as conn:
+                    conn.execute(sa.insert(jobs).values(**job.row(), **self._owner, heartbeat=time.time()))
+            except sa.exc.IntegrityError:
+                if job_id is None:
+                    raise
+                raise ProblemError(409, "job-exists", "Job exists", f"job {job_id} was submitted already") from None
             self._start(job, work, start)
         return job
 

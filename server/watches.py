@@ -23,6 +23,7 @@ never waits for them.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ import tomllib
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
@@ -389,14 +390,15 @@ class Watches:
 
     # -- jobs ----------------------------------------------------------------------------------------------
 
-    def submit(self, spec: WatchSpec, path: str) -> str:
-        """Submit the job of the file ``path``: its id (ProblemError when the file is refused)."""
+    def submit(self, spec: WatchSpec, path: str, job_id: str) -> None:
+        """Submit the job of the file ``path`` under ``job_id`` (ProblemError when the file is refused, 409
+        ``job-exists`` when another process submitted it)."""
         try:
             request = self.rules.request(spec, path)
         except InvalidWatch as exc:  # a name the request refuses (too long)
             raise ProblemError(400, "invalid-parameters", "Invalid parameters", str(exc)) from None
         work = self.plan(request)
-        return self.store.submit(request.operation, request.model_dump(mode="json"), work, self.start_job).id
+        self.store.submit(request.operation, request.model_dump(mode="json"), work, self.start_job, job_id=job_id)
 
     def resume(self, job_id: str) -> None:
         """Run an interrupted job of a watch again (once, however many processes try)."""
@@ -514,51 +516,47 @@ class Scanner(threading.Thread):
     def _take(self, path: str, size: int, mtime_ns: int) -> None:
         """Take the file: its row (if the lease is still this process's and no one took it), then its job."""
         owner = self.owner
+        stamp = _now()
         try:
             with owner.db.write() as conn:
                 if not owner.holds(conn, self.watch_id):
                     self.halt.set()  # the watch was deleted, or taken over
                     return
                 conn.execute(sa.insert(taken).values(watch_id=self.watch_id, path=path, size=size, mtime_ns=mtime_ns,
-                                                     taken=_now()))
+                                                     taken=stamp))
         except sa.exc.IntegrityError:  # taken already (the UNIQUE constraint: the last guard)
             self._taken.add(path)
             return
         self._taken.add(path)
-        self._submit(path)
+        self._submit(path, stamp)
 
-    def _submit(self, path: str) -> None:
+    def _submit(self, path: str, stamp: str) -> None:
+        """Submit the job of a file taken at ``stamp``, under the id its take gives it (:func:`job_id_of`): a process
+        that finds the file without its job after this one took it (the next holder of the lease) submits the same
+        id, and only the first insert of it makes a job."""
         owner = self.owner
+        job_id = job_id_of(self.watch_id, path, stamp)
+        values: dict[str, Any] = {"job_id": job_id}
         try:
-            job_id = owner.submit(self.spec, path)
+            owner.submit(self.spec, path, job_id)
         except ProblemError as problem:
             if problem.status == 503:  # this process is stopping: the next holder submits it
                 self.halt.set()
                 return
-            log.warning("watch %s: %s refused: %s", self.spec.name, path, problem.detail)
-            values: dict[str, Any] = {"error": problem.detail}
-        else:
-            values = {"job_id": job_id}
+            if problem.slug != "job-exists":  # (submitted by another process: linked here all the same)
+                log.warning("watch %s: %s refused: %s", self.spec.name, path, problem.detail)
+                values = {"error": problem.detail}
+        if "job_id" in values:
             self._active.add(job_id)
         with owner.db.write() as conn:
             conn.execute(sa.update(taken).where(taken.c.watch_id == self.watch_id, taken.c.path == path)
                          .values(**values))
 
     def _recover(self, orphans: Iterable[sa.Row]) -> None:
-        """Files taken by a process that died before it linked their jobs: link the job it submitted, or submit."""
+        """Files taken by a process that died (or lost the lease) before it linked their jobs: submit each under
+        its id, which links the job that process submitted where there is one."""
         for row in orphans:
-            since = since_stamp(datetime.fromisoformat(row.taken) - timedelta(seconds=1))
-            with self.owner.db.read() as conn:
-                found = conn.execute(sa.select(jobs.c.id, jobs.c.request).where(
-                    jobs.c.operation == self.spec.job.get("operation"), jobs.c.created >= since)).all()
-            mine = [job.id for job in found if path_of(job.request) == row.path]
-            if mine:
-                with self.owner.db.write() as conn:
-                    conn.execute(sa.update(taken).where(taken.c.watch_id == self.watch_id, taken.c.path == row.path)
-                                 .values(job_id=mine[0]))
-                self._active.add(mine[0])
-            else:
-                self._submit(row.path)
+            self._submit(row.path, row.taken)
 
     def _sweep(self, everything: bool = False) -> None:
         """Resume the watch's interrupted jobs: those active at the last sweep or now (``everything``: and every
@@ -582,13 +580,9 @@ class Scanner(threading.Thread):
         self._active = still
 
 
-def path_of(request: dict[str, Any]) -> str | None:
-    """The input a job request names (a watch's jobs have one)."""
-    for name in ("src", "path"):
-        if isinstance(request.get(name), str):
-            return request[name]
-    srcs = request.get("srcs")
-    return srcs[0] if isinstance(srcs, list) and len(srcs) == 1 else None
+def job_id_of(watch_id: str, path: str, stamp: str) -> str:
+    """The id of the job of the file ``path`` that the watch took at ``stamp``: the same in every process."""
+    return hashlib.sha256(f"{watch_id}\0{path}\0{stamp}".encode()).hexdigest()[:32]
 
 
 def _stats(folder: Path, names: Iterable[str]) -> Iterable[tuple[str, os.stat_result]]:

@@ -190,11 +190,39 @@ def test_a_file_is_taken_once_whoever_tries(root, make_client):
         assert conn.execute(sa.select(taken.c.path)).scalars().all() == ["in/a.mrc"]
 
 
+def test_a_take_whose_lease_changes_hands_before_its_job_makes_one_job(root, make_client):
+    """The holder took a.mrc and lost the lease before submitting its job; the next holder, finding the file
+    without a job, submits it; then the first submits too. Both submit the id the take gives: one job."""
+    from noa_server import jobs as job_module
+    from noa_server.watches import Scanner, WatchSpec, job_id_of
+
+    client = make_client(data_root=root, api_key=KEY)
+    service = client.app.state.service
+    watch_id = client.post("/v1/watches", json=_watch(settle_seconds=3600), headers=AUTH).json()["id"]
+    holder = _wait_until(lambda: (scanner := service.watches._scanners.get(watch_id)) and scanner._swept and scanner,
+                         10, "the scanner's start")
+    (root / "in" / "a.mrc").write_bytes(_mrc_bytes(root / "elsewhere", 1))
+    stamp = job_module._now()
+    with service.jobs.db.write() as conn:  # the holder's take, its job not submitted yet
+        conn.execute(sa.insert(taken).values(watch_id=watch_id, path="in/a.mrc", size=1, mtime_ns=1, taken=stamp))
+        row = conn.execute(sa.select(taken).where(taken.c.path == "in/a.mrc")).one()
+    successor = Scanner(service.watches, watch_id, WatchSpec.model_validate(_watch(settle_seconds=3600)))
+    successor._recover([row])
+    holder._submit("in/a.mrc", stamp)
+    job_id = job_id_of(watch_id, "in/a.mrc", stamp)
+    with service.jobs.db.read() as conn:
+        assert conn.execute(sa.select(taken.c.job_id, taken.c.error)).all() == [(job_id, None)]
+        assert conn.execute(sa.select(jobs.c.id)).scalars().all() == [job_id]
+    assert wait_job(client, f"/v1/jobs/{job_id}", headers=AUTH)["status"] == "succeeded"
+    with mrcfile.open(root / "out" / "a.mrc") as out:
+        np.testing.assert_array_equal(out.data, _data(1).T)
+
+
 def test_the_next_holder_finishes_what_a_dead_one_left(root, make_client):
     """A process died after taking a.mrc (no job yet), after submitting c.mrc's job (not linked yet), and while
     b.mrc's job ran (interrupted). The next holder submits a's job, links c's, resumes b's: one job each."""
     from noa_server import jobs as job_module
-    from noa_server.watches import Watches, WatchSpec
+    from noa_server.watches import Watches, WatchSpec, job_id_of
 
     client = make_client(data_root=root, api_key=KEY)
     service = client.app.state.service
@@ -204,7 +232,9 @@ def test_the_next_holder_finishes_what_a_dead_one_left(root, make_client):
     spec, rules = WatchSpec.model_validate(_watch(settle_seconds=3600)), service.watches.rules
     for i, name in enumerate("abc"):
         (root / "in" / f"{name}.mrc").write_bytes(_mrc_bytes(root / "elsewhere", i))
-    ids = {name: uuid.uuid4().hex for name in "bc"}
+    stamps = {name: job_module._now() for name in "abc"}
+    # c's job has the id its take gives it in every process; b's, linked already, any id
+    ids = {"b": uuid.uuid4().hex, "c": job_id_of(watch_id, "in/c.mrc", stamps["c"])}
     with service.jobs.db.write() as conn:
         for name, status in (("b", "running"), ("c", "succeeded")):
             request = rules.request(spec, f"in/{name}.mrc").model_dump(mode="json")  # as a watch records it
@@ -214,7 +244,7 @@ def test_the_next_holder_finishes_what_a_dead_one_left(root, make_client):
                 owner_token="gone", heartbeat=0.0))
         for name in "abc":
             conn.execute(sa.insert(taken).values(watch_id=watch_id, path=f"in/{name}.mrc", size=1, mtime_ns=1,
-                                                 taken=job_module._now(), job_id=ids["b"] if name == "b" else None))
+                                                 taken=stamps[name], job_id=ids["b"] if name == "b" else None))
     successor = Watches(service.jobs, rules, service.start_job, service.job_work)
     successor.start()
     try:
