@@ -17,8 +17,6 @@ import shutil
 import stat
 import tempfile
 import threading
-import time
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -32,7 +30,6 @@ from noa_core.io.atomic import scratch_outputs
 from noa_core.operations import FileTask, Writes, WritesDataSet
 from noa_core.run import Limits, Progress, cluster, execute
 from noa_core.run.execution import checked_plan
-from noa_server.jobs import Cancelled
 from noa_server.models import OpParams, PathRequest, job_model
 from noa_server.problems import ProblemError, classify, log
 from noa_server.sandbox import AnySandbox, RemoteSandbox, Sandbox, open_sandbox
@@ -187,8 +184,7 @@ def fetched(url: remote.RemotePath, folder: Path, names: ClientNames, relative: 
 
 # -- jobs on a Dask cluster --------------------------------------------------------------------------
 
-CANCEL_CHECK_S = 0.25  # how often a job waiting on the cluster, and the worker running it, look for a cancellation
-CANCEL_GRACE_S = 30.0  # how long a cancelled job waits for its worker to stop before the task is just released
+CANCEL_CHECK_S = cluster.CANCEL_CHECK_S  # how often a job waiting on the cluster, and its task, look for a cancellation
 
 
 def run_on_cluster(planned: Planned, max_voxels: int, progress: Progress, client: Any) -> Any:
@@ -253,56 +249,22 @@ class _Refused:
 
 
 def _on_one_worker(planned: Planned, max_voxels: int, progress: Progress, client: Any) -> Any:
-    """The request as one task (:func:`_run_on_worker`); once ``progress`` raises, the worker is told to stop at its
-    next block (a Dask event), and the task is released."""
-    import distributed  # the dask extra: loaded by a service with a scheduler alone
-
+    """The request as one task (:func:`_run_on_worker`), stopped at its next block once ``progress`` raises
+    (:func:`noa_core.run.cluster.one_task`)."""
     request = planned.request
-    cancel = distributed.Event(f"noa-cancel-{uuid.uuid4().hex}", client=client)
-    future = client.submit(_run_on_worker, request.declaration.name, request.model_dump_json(exclude_none=True),
-                           planned.sandbox.root, planned.sandbox.hidden, max_voxels, cancel.name, pure=False)
-    try:
-        while not future.done():
-            progress(0, 1)
-            try:
-                distributed.wait(future, timeout=CANCEL_CHECK_S)
-            except TimeoutError:
-                pass
-        result = future.result()
-    except Cancelled:
-        cancel.set()
-        try:  # until the worker stopped: nothing is committed after the job says cancelled
-            distributed.wait(future, timeout=CANCEL_GRACE_S)
-        except TimeoutError:
-            future.cancel()
-        raise
-    finally:
-        future.release()
-        cancel.clear()
+    result = cluster.one_task(client, progress, _run_on_worker, request.declaration.name,
+                              request.model_dump_json(exclude_none=True), planned.sandbox.root, planned.sandbox.hidden,
+                              max_voxels)
     if isinstance(result, _Refused):
         raise ProblemError(result.status, result.slug, result.title, result.detail)
-    progress(1, 1)
     return result
 
 
-def _run_on_worker(operation: str, request: str, root: Path, hidden: Path | None, max_voxels: int,
-                   cancel: str) -> Any:
+def _run_on_worker(operation: str, request: str, root: Path, hidden: Path | None, max_voxels: int, *,
+                   progress: Progress) -> Any:
     """A Dask task: one job's request (JSON), planned and run on this worker as the service runs it (opened beneath
-    the data root, no symlink followed); it stops at its next block once the Dask event ``cancel`` is set."""
-    import distributed
-
-    cancelled = distributed.Event(cancel)
-    checked = -math.inf
-
-    def progress(done: int, total: int) -> None:
-        nonlocal checked
-        if time.monotonic() - checked >= CANCEL_CHECK_S:
-            checked = time.monotonic()
-            if cancelled.is_set():
-                raise Cancelled
-
+    the data root, no symlink followed)."""
     try:
-        progress(0, 1)  # cancelled while it waited for a worker
         parsed = job_model(operations.get(operation)).model_validate_json(request)
         assert isinstance(parsed, PathRequest)  # a job's model is a path request's
         return run_on_paths(plan(parsed, open_sandbox(root, hidden)), max_voxels, progress)

@@ -22,6 +22,8 @@ install is reported on first use as a :class:`~noa_core.errors.SchedulerError`.
   An OME-Zarr output is a temporary store instead, whose chunks the tasks write (tiles are whole
   chunks, so no two tasks write one); an OME-Zarr input is first decoded by tasks over blocks of its
   chunks into a temporary file beside the output, which the tile tasks then read as a mapped input.
+- Any pair written by one task (:func:`one_task`) stops at its next block when the caller's ``progress`` raises (a
+  cancelled job): it is told through a Dask event, and commits nothing.
 - A data set (:class:`~noa_core.operations.WritesDataSet`) is one task, unless it is written in parts
   (``in_parts``: extract, a task per share of its micrographs): then its write runs in the caller's process, which
   checks, creates the temporary files and places them, and runs the parts as tasks (:class:`TaskParts`).
@@ -41,10 +43,11 @@ import itertools
 import logging
 import math
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from noa_core import kernels  # a face: numba (and noa's set-up of it) loads when a client or worker starts
 from noa_core.compute.compute_path import SMALL_BYTES
@@ -66,7 +69,10 @@ from noa_core.run.local import placed_with_side_files
 if TYPE_CHECKING:
     import distributed
 
+T = TypeVar("T")
 LOCAL = "local"
+CANCEL_CHECK_S = 0.25  # how often a caller waiting on a task, and the task itself, look for a cancellation
+CANCEL_GRACE_S = 30.0  # how long a cancelled task is waited for before it is just released
 MIN_BLOCK_BYTES = 8 << 20  # the smallest task budget (tests use it to split small files)
 BLOCK_BYTES = 128 << 20  # about what one task writes: fewer, larger tasks cost less to schedule
 
@@ -314,10 +320,69 @@ def _fill_tiles(task: FileTask, src: PathLike, region: Region, keys: list[tuple[
     return region.fill(plan.tile_reads(task.device), keys)
 
 
-def _write_decoded(task: FileTask, src: Path, dst: Path, overwrite: bool, decoded: dict) -> FileResult:
+def _write_decoded(task: FileTask, src: Path, dst: Path, overwrite: bool, decoded: dict, *,
+                   progress: Progress | None = None) -> FileResult:
     """A pair written by one task, its stores read from their ``decoded`` files."""
     with omezarr.decoded_inputs(decoded):
-        return write_pair(task, src, dst, overwrite)
+        return write_pair(task, src, dst, overwrite, progress)
+
+
+class TaskStopped(Exception):
+    """Raised in a task told to stop (:func:`one_task`): its caller was cancelled, and it commits nothing."""
+
+
+def one_task(client: distributed.Client, progress: Progress | None, fn: Callable[..., T], *args: Any,
+             **kwargs: Any) -> T:
+    """``fn(*args, progress=..., **kwargs)`` run as one task of ``client``; its result.
+
+    While the task runs, ``progress(0, 1)`` is called here every :data:`CANCEL_CHECK_S`, and ``progress(1, 1)`` once it
+    ended. Once it raises (a cancelled job; Ctrl-C likewise), the task is told through a Dask event and stops at its
+    next block, before any commit (the ``progress`` it is given raises :class:`TaskStopped` there); it is waited for
+    up to :data:`CANCEL_GRACE_S`, so that nothing is committed after the caller stopped, then released, and the
+    exception is raised here."""
+    distributed = _distributed()
+    stop = distributed.Event(f"noa-stop-{uuid.uuid4().hex}", client=client)
+    # keyed by fn's name, as a task of fn alone would be (what the dashboard and task streams show)
+    future = client.submit(_stoppable, fn, stop.name, args, kwargs, key=f"{fn.__name__}-{uuid.uuid4().hex}")
+    try:
+        while not future.done():
+            try:
+                if progress is not None:
+                    progress(0, 1)
+                distributed.wait(future, timeout=CANCEL_CHECK_S)
+            except TimeoutError:
+                continue
+            except BaseException:
+                stop.set()
+                with contextlib.suppress(TimeoutError):
+                    distributed.wait(future, timeout=CANCEL_GRACE_S)
+                if not future.done():
+                    future.cancel()
+                raise
+        result = future.result()
+    finally:
+        future.release()
+        stop.clear()
+    if progress is not None:
+        progress(1, 1)
+    return result
+
+
+def _stoppable(fn: Callable[..., T], stop: str, args: tuple, kwargs: dict) -> T:
+    """The task of :func:`one_task`: ``fn`` given a ``progress`` that raises TaskStopped once the event ``stop`` is
+    set (looked at every :data:`CANCEL_CHECK_S`: a round trip to the scheduler)."""
+    told = _distributed().Event(stop)
+    checked = -math.inf
+
+    def progress(done: int, total: int) -> None:
+        nonlocal checked
+        if time.monotonic() - checked >= CANCEL_CHECK_S:
+            checked = time.monotonic()
+            if told.is_set():
+                raise TaskStopped
+
+    progress(0, 1)  # stopped while it waited for a worker
+    return fn(*args, progress=progress, **kwargs)
 
 
 @contextlib.contextmanager
@@ -405,7 +470,7 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
             finally:
                 PARTS.reset(token)
         else:  # one task
-            whole = client.submit(write_pair, task, src, dst, overwrite, None, resume, pure=False).result()
+            whole = one_task(client, progress, write_pair, task, src, dst, overwrite, resume=resume)
         if whole.error is not None:
             raise whole.error
         return list(whole.notices)
@@ -414,7 +479,7 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
             plan = task.plan(src)
         small = math.prod(plan.shape) * plan.dtype.itemsize <= block_bytes
         if small or not all(mapped.is_mapped(s.numpy()) for s in plan.sources):  # an input in memory: one task
-            result = client.submit(_write_decoded, task, src, dst, overwrite, decoded, pure=False).result()
+            result = one_task(client, progress, _write_decoded, task, src, dst, overwrite, decoded)
             if result.error is not None:
                 raise result.error
             return list(result.notices)

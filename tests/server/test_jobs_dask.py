@@ -4,6 +4,7 @@ processes (a large file split into tile tasks, anything else one task), compared
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import shutil
 import signal
@@ -34,6 +35,7 @@ pytest.importorskip("distributed", reason="the dask extra of noa is not installe
 KEY = "dask-test-key"
 AUTH = {"X-API-Key": KEY}
 BIG = [8000, 20, 20, 20]  # 256 MB: over a task's share (128 MiB), so written by tile tasks (write_split)
+UNCOMMITTED_WAIT_S = 8.0  # how long a cancelled task's output is looked for (it would be written in 1-3 s)
 RESPONSIVE_S = 5.0  # a generous bound for a request answered while the cluster is busy
 
 
@@ -155,6 +157,36 @@ def test_a_cancelled_job_on_the_cluster_commits_nothing(service, api):
     assert not (service.root / "cancelled_big.mrc").exists() and not (service.root / "cancelled_p.mrc").exists()
     for location in (big, small):
         assert api.get(location).status_code == 404
+
+
+def test_a_cancelled_one_task_write_on_the_cluster_commits_nothing(service, api):
+    """A large output whose input is compressed (not mapped: one task writes it whole) deleted while the task waits
+    for the (held) workers: the task is told to stop, and nothing is committed."""
+    with gzip.open(service.root / "emd.mrc.gz", "wb", compresslevel=1) as packed:
+        packed.write((service.root / "emd.map").read_bytes())
+    with _stopped(service.workers()):
+        location = _submit(api, operation="broadcast", src="emd.mrc.gz", dst="cancelled_gz.mrc", shape=BIG)
+        _running(api, location)
+        deleted = api.delete(location)
+        assert deleted.status_code == 202 and deleted.json()["cancel_requested"]
+        deadline = time.monotonic() + 30
+        while api.get(location).status_code != 404:  # the job says cancelled while its task is held
+            assert time.monotonic() < deadline, api.get(location).json()
+            time.sleep(0.05)
+        time.sleep(4 * execution.CANCEL_CHECK_S)  # the service tells the cluster within CANCEL_CHECK_S
+    # The task, released, stops before it writes. Had it run on, its temporary output would appear, then the output
+    # (a few seconds here); no sign of an end is kept, so the output is looked for a while.
+    started, wrote = time.monotonic(), False
+    while time.monotonic() - started < UNCOMMITTED_WAIT_S:
+        assert not (service.root / "cancelled_gz.mrc").exists()
+        writing = any(p.name.startswith(".cancelled_gz") for p in service.root.iterdir())
+        if wrote and not writing:  # it wrote and stopped: its temporary output removed, nothing committed
+            break
+        wrote = wrote or writing
+        time.sleep(0.05)
+    after = _submit(api, operation="permute", src="emd.map", dst="after_gz.mrc", axes=[0, 1, 3, 2])
+    assert wait_job(api, after)["status"] == "succeeded"
+    assert not (service.root / "cancelled_gz.mrc").exists()
 
 
 def test_noa_serve_refuses_a_scheduler_it_cannot_read(tmp_path):
