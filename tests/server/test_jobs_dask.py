@@ -24,6 +24,7 @@ from helpers import (
     assert_same_file,
     assert_user_error,
     noa,
+    object_store,
     start_server,
     stop_server,
     wait_job,
@@ -187,6 +188,37 @@ def test_a_cancelled_one_task_write_on_the_cluster_commits_nothing(service, api)
     after = _submit(api, operation="permute", src="emd.map", dst="after_gz.mrc", axes=[0, 1, 3, 2])
     assert wait_job(api, after)["status"] == "succeeded"
     assert not (service.root / "cancelled_gz.mrc").exists()
+
+
+def test_jobs_on_the_cluster_read_and_write_keys_of_an_object_storage_root(tmp_path):
+    """`--data-root s3://...` with `--scheduler local:2`: the workers read and write the keys under the prefix (a
+    moto server on loopback), as the CLI writes the files; a large output from a key (not mapped) is one task."""
+    with object_store() as store:
+        store.client.create_bucket(Bucket="facility")
+        store.client.upload_file(str(EXAMPLE_MAP), "facility", "data/emd.map")
+        args = ("--data-root", "s3://facility/data", "--state-dir", str(tmp_path / "state"), "--api-key", KEY,
+                "--scheduler", "local:2", "--workers", "1", "--processes", "1", "--no-warmup", "--log-level", "warning")
+        proc, url = start_server(None, tmp_path / "server.log", env=store.env(), args=args)
+        try:
+            with httpx.Client(base_url=url, headers=AUTH, timeout=60) as api:
+                jobs = {name: _submit(api, operation=operation, src="emd.map", dst=name, **options)
+                        for name, operation, options in (("p.mrc", "permute", {"axes": [0, 3, 2, 1]}),
+                                                          ("big.mrc", "broadcast", {"shape": BIG}))}
+                states = {name: wait_job(api, location) for name, location in jobs.items()}
+                assert [s["status"] for s in states.values()] == ["succeeded"] * 2, states
+                assert states["big.mrc"]["progress"] == {"done": 1, "total": 1}  # one task, not tiles
+                report = wait_job(api, _submit(api, operation="stats", path="emd.map"))
+        finally:
+            stop_server(proc)
+        for args, name in ((["permute", "--axes", "0,3,2,1"], "p.mrc"),
+                           (["broadcast", "--shape", ",".join(map(str, BIG))], "big.mrc")):
+            (tmp_path / f"served_{name}").write_bytes(
+                store.client.get_object(Bucket="facility", Key=f"data/{name}")["Body"].read())
+            cli = noa(args[0], str(EXAMPLE_MAP), str(tmp_path / name), *args[1:])
+            assert cli.returncode == 0, cli.stderr
+            assert_same_data(tmp_path / f"served_{name}", tmp_path / name)
+        cli = noa("stats", str(EXAMPLE_MAP), "--json")
+        assert report["result"] == {**json.loads(cli.stdout), "path": "emd.map"}
 
 
 def test_noa_serve_refuses_a_scheduler_it_cannot_read(tmp_path):
