@@ -12,8 +12,8 @@
   const EER_GROUP = 40; // an EER movie's frames per fraction at first (RELION's --eer_grouping default)
   const $ = (id) => document.getElementById(id);
 
-  // What the page shows lives in its URL's fragment (file, plane, contrast, zoom), so a view can be linked,
-  // bookmarked and reloaded: written after each drawing, read once at start.
+  // What the page shows lives in its URL's fragment (file, plane, contrast, zoom, a tilt series' exclusions), so a
+  // view can be linked, bookmarked and reloaded: written after each drawing, read once at start.
   let linked = new URLSearchParams(location.hash.slice(1));
 
   const view = {
@@ -201,11 +201,13 @@
     return ` · ${sign}${angle}°${dose}${left}`;
   }
 
+  // The exclusion inputs, by the names /v1/view/tilts (and the page's URL) give them.
+  const EXCLUSIONS = [["exclude-views", "exclude"], ["exclude-angle", "max_angle"], ["exclude-dark", "exclude_dark"]];
+
   // noa tiltseries's exclusions as typed, named as /v1/view/tilts takes them (those given only).
   function exclusionParams() {
     const params = {};
-    for (const [id, name] of [["exclude-views", "exclude"], ["exclude-angle", "max_angle"],
-      ["exclude-dark", "exclude_dark"]]) {
+    for (const [id, name] of EXCLUSIONS) {
       const value = $(id).value.trim();
       if (value) params[name] = value;
     }
@@ -284,7 +286,8 @@
     showInfo(info);
     const [batch, depth] = info.shape;
     view.tilts = null; // the last file's, until this one's come
-    for (const id of ["exclude-views", "exclude-angle", "exclude-dark"]) $(id).value = ""; // another series' views
+    // another series' views: none, or those the URL gives (asked of the server as if typed)
+    for (const [id, name] of EXCLUSIONS) $(id).value = (restore && restore.get(name)) || "";
     $("exclude-box").hidden = true;
     $("exclude-problem").textContent = "";
     setSection(batch, 0);
@@ -399,7 +402,7 @@
   }
 
   function rememberState() {
-    const state = new URLSearchParams({ file: view.file, ...readingParams() });
+    const state = new URLSearchParams({ file: view.file, ...readingParams(), ...exclusionParams() });
     const [batch, depth] = view.info.shape;
     if (batch > 1) state.set("section", $("section").value);
     if (depth > 1) {
@@ -898,8 +901,11 @@
   });
   for (const id of ["eer-group", "eer-upsampling"]) $(id).addEventListener("change", () => regroup().catch(report));
   // An exclusion typed: the tilts again, with the sections noa tiltseries would leave out.
-  for (const id of ["exclude-views", "exclude-angle", "exclude-dark"]) {
-    $(id).addEventListener("change", () => loadTilts(view.file, view.info).catch(report));
+  for (const [id] of EXCLUSIONS) {
+    $(id).addEventListener("change", () => {
+      rememberState();
+      loadTilts(view.file, view.info).catch(report);
+    });
   }
   $("projection").addEventListener("change", () => {
     $("index").disabled = $("projection").checked; // a projection has no slice

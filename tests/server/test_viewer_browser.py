@@ -430,6 +430,14 @@ def test_a_tilt_series_exclusions_typed_mark_the_sections_noa_tiltseries_would_l
     page.wait("document.getElementById('exclude-problem').textContent === '' && [...document.querySelectorAll("
               "'#header tr')].some(r => r.cells[1].textContent === '--exclude 2 --max-angle 15')")
     assert header_cell(page, "left out") == "3 of 5 tilts (sections 0, 1, 4)"
+    # the exclusions are in the URL: a link opens the series with them typed and their marks
+    fragment = parse_qs(page.evaluate("location.hash.slice(1)"))
+    assert (fragment["exclude"], fragment["max_angle"]) == (["2"], ["15"]) and "exclude_dark" not in fragment
+    page.evaluate("location.hash = location.hash.replace('max_angle=15', 'max_angle=10')")
+    page.wait("document.getElementById('exclude-angle').value === '10' && [...document.querySelectorAll('#header tr')]"
+              ".some(r => r.cells[1].textContent === '--exclude 2 --max-angle 10')")
+    assert page.evaluate("document.getElementById('exclude-views').value") == "2"
+    assert header_cell(page, "left out") == "4 of 5 tilts (sections 0, 1, 3, 4)"
 
 
 def sparse_volume(path: Path, shape: tuple[int, int, int], pattern: np.ndarray) -> None:
