@@ -53,7 +53,7 @@ def _use_cupy_pool() -> None:
     import numba
 
     if (numba.config.ENABLE_CUDASIM or "NUMBA_CUDA_MEMORY_MANAGER" in os.environ
-            or importlib.util.find_spec("cupy") is None):
+            or importlib.util.find_spec("cupy") is None or not _cupy_works()):
         return
     from numba import cuda
 
@@ -61,6 +61,16 @@ def _use_cupy_pool() -> None:
         cuda.set_memory_manager(_cupy_pool_manager())
     except RuntimeError:  # a numba-cuda whose plugin interface is no longer version 1: its own manager, then
         pass
+
+
+def _cupy_works() -> bool:
+    """Whether CuPy imports and finds the GPU: a CuPy built for another CUDA must not take numba's memory with it."""
+    try:
+        import cupy
+
+        return bool(cupy.cuda.is_available())
+    except Exception:  # noqa: BLE001 - any failure of CuPy's own leaves numba's manager in place
+        return False
 
 
 def _cupy_pool_manager() -> type:
