@@ -508,6 +508,24 @@ def test_postgres_store_runs_lists_and_interrupts(tmp_path, pg_database):
         proc.kill()
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_job_id_given_is_recorded_once_whoever_submits_it(tmp_path, request, backend):
+    """Two stores (two processes of a watch) submitting one job id: the first records and runs it, the second is
+    told 409 job-exists and runs nothing."""
+    database = request.getfixturevalue("pg_database") if backend == "postgres" else None
+    first, second = (JobStore(tmp_path / name, database=database) if database else JobStore(tmp_path)
+                     for name in "ab")
+    ran = []
+    job_id = uuid.uuid4().hex
+    assert first.submit("stats", {"path": "x"}, lambda progress: ran.append(1) or {"mean": 1.0}, _start,
+                        job_id=job_id).id == job_id
+    with pytest.raises(ProblemError) as refused:
+        second.submit("stats", {"path": "x"}, lambda progress: ran.append(2) or {"mean": 2.0}, _start, job_id=job_id)
+    assert (refused.value.status, refused.value.slug) == (409, "job-exists")
+    assert _wait(second, job_id).result == {"mean": 1.0} and ran == [1]
+    assert [j["id"] for j in second.page("succeeded", None, 10, None)[0]] == [job_id]
+
+
 def test_two_services_share_one_postgres_database(tmp_path, pg_database):
     """Two `noa serve` on two ports (two hosts: each its own state folder) and one database: a job submitted to
     one is listed, followed and cancelled through the other, and runs once, in the service it was submitted to."""
