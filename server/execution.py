@@ -17,6 +17,7 @@ import shutil
 import stat
 import tempfile
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -393,17 +394,14 @@ class SandboxProject:
 
     def _open(self, relative: str) -> int:
         """A descriptor of the file ``relative`` names: opened beneath the root, or for a key under a prefix of
-        object storage, fetched whole into an unlinked file of the scratch folder (a particle file's reads need a
-        descriptor; a stack is read whole or nearly so)."""
+        object storage, its copy on this machine (:data:`FETCHED`)."""
         if isinstance(self.sandbox, Sandbox):
             return self.sandbox.open(relative)[0]
-        url = self.sandbox.resolve(relative)
         try:
-            with remote.open_input(url) as source, tempfile.TemporaryFile(dir=self.sandbox.scratch) as copy:
-                shutil.copyfileobj(source, copy, 1 << 20)
-                return os.dup(copy.fileno())
+            return FETCHED.open(self.sandbox.resolve(relative), self.sandbox.scratch)
         except MissingFileError:
             raise ProblemError(404, "file-not-found", "File or folder not found", f"{relative}: no such file") from None
+
 
     def name_of(self, path: Path) -> str:
         client = self.names.text(str(path)).lstrip("/")
@@ -413,6 +411,63 @@ class SandboxProject:
             raise PathRefusedError(f"{client}: outside the project folder {self.folder}, whose paths a particle file "
                                    "names; write the output in it")
         return client[len(self.folder) + 1:]
+
+
+class FetchedObjects:
+    """Objects of object storage copied whole into unlinked files of this machine (a particle file's stacks: its
+    reads need a descriptor, and a stack is read whole or nearly so), kept for the next requests while the store
+    says the same version of them (:func:`noa_core.io.remote.version`: one HEAD each time). The viewer reads a
+    particle file's stacks several times an answer (its identity, its plane, its statistics), and each read had
+    fetched every stack whole again. At most ``limit`` bytes are kept, and never more than half the scratch folder's
+    free space, the least recently used given up first; an object of a store that gives no version is fetched each
+    time."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._kept: OrderedDict[str, tuple[str, int, int]] = OrderedDict()  # URL -> version, descriptor, size
+        self._lock = threading.Lock()
+        self._fetching: dict[str, threading.Lock] = {}  # one fetch of a URL at a time
+
+    def open(self, url: remote.RemotePath, scratch: Path | None) -> int:
+        """A descriptor of the object ``url``'s data (the caller closes it): the copy kept, or a new one."""
+        version = remote.version(url)
+        if version is None:
+            return self._fetch(url, scratch)
+        with self._lock:
+            fetching = self._fetching.setdefault(url.url, threading.Lock())
+        with fetching:
+            with self._lock:
+                kept = self._kept.get(url.url)
+                if kept is not None and kept[0] == version:
+                    self._kept.move_to_end(url.url)
+                    return os.dup(kept[1])
+            fd = self._fetch(url, scratch)
+            self._keep(url.url, version, fd, min(self.limit, shutil.disk_usage(scratch or tempfile.gettempdir()).free
+                                                 // 2))
+            return fd
+
+    def _keep(self, key: str, version: str, fd: int, limit: int) -> None:
+        """Keep the copy ``fd`` of ``key``, dropping the least recently used copies until all fit in ``limit`` bytes
+        (none kept where it alone does not)."""
+        size = os.fstat(fd).st_size
+        with self._lock:
+            dropped = [self._kept.pop(key)] if key in self._kept else []
+            while self._kept and sum(entry[2] for entry in self._kept.values()) + size > limit:
+                dropped.append(self._kept.popitem(last=False)[1])
+            if size <= limit:
+                self._kept[key] = (version, os.dup(fd), size)
+        for _, old, _ in dropped:  # each file goes once the descriptors handed out are closed too
+            os.close(old)
+
+    @staticmethod
+    def _fetch(url: remote.RemotePath, scratch: Path | None) -> int:
+        with remote.open_input(url) as source, tempfile.TemporaryFile(dir=scratch) as copy:
+            shutil.copyfileobj(source, copy, 1 << 20)
+            return os.dup(copy.fileno())
+
+
+FETCHED_BYTES = 4 << 30  # what a service process keeps of fetched stacks (4 GiB of its scratch folder)
+FETCHED = FetchedObjects(FETCHED_BYTES)
 
 
 def _is_folder(path: Path) -> bool:

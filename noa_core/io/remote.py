@@ -378,6 +378,20 @@ def _info(path: RemotePath, fs: Any) -> dict:
     return path.looked_up
 
 
+# What a store says changes with an object's data: S3's ETag and time, Google Cloud Storage's etag, generation
+# and time (as s3fs and gcsfs give them)
+VERSION_KEYS = ("ETag", "LastModified", "etag", "generation", "updated")
+
+
+def version(path: RemotePath) -> str | None:
+    """What changes whenever the object's data do: its URL, size and version (:data:`VERSION_KEYS`), as the store said
+    them (one request the first time: :func:`_info`); None for a prefix, or a store that gives no version."""
+    looked = _info(path, _filesystem(path))
+    if looked.get("type") == "directory" or not any(key in looked for key in VERSION_KEYS):
+        return None
+    return ":".join(str(looked.get(key)) for key in ("name", "size", *VERSION_KEYS) if key in looked)
+
+
 def is_folder(path: RemotePath) -> bool:
     """Whether ``path`` names a prefix holding objects (a store's folder) rather than one object."""
     fs = _filesystem(path)

@@ -173,20 +173,13 @@ class Opened:
         return dataclasses.replace(plane, projects=self.projects)
 
 
-# What a store says changes with an object's data: S3's ETag and time, Google Cloud Storage's etag, generation
-# and time (as s3fs and gcsfs give them)
-_OBJECT_VERSION = ("ETag", "LastModified", "etag", "generation", "updated")
-
-
 def _object_identity(path: Path) -> str:
-    """What changes whenever an object's data do: its URL, size and version (:data:`_OBJECT_VERSION`) as the store
-    said them at the first look (one HEAD); a prefix (an OME-Zarr store), a particle file (read from a copy), whose
-    data are other objects too, or an object of a store that gives no version gets an identity of its own for each
-    request (never cached: listing a store or fetching every stack to hash them costs more than reading them)."""
-    looked = path.looked_up if isinstance(path, remote.RemotePath) else None
-    if looked is None or looked.get("type") == "directory" or not any(key in looked for key in _OBJECT_VERSION):
-        return os.urandom(16).hex()
-    return ":".join(str(looked.get(key)) for key in ("name", "size", *_OBJECT_VERSION) if key in looked)
+    """What changes whenever an object's data do (:func:`noa_core.io.remote.version`, from the first look: one HEAD);
+    a prefix (an OME-Zarr store), a particle file (read from a copy), whose data are other objects too, or an object
+    of a store that gives no version gets an identity of its own for each request (never cached: listing a store or
+    fetching every stack to hash them costs more than reading them)."""
+    found = remote.version(path) if isinstance(path, remote.RemotePath) else None
+    return os.urandom(16).hex() if found is None else found
 
 
 @contextmanager

@@ -167,6 +167,28 @@ def test_a_particle_file_reads_the_stacks_it_names_under_the_prefix(client, s3_e
                                   _pixels(local.get("/v1/view/image", params=params)))
 
 
+def test_the_stacks_of_a_particle_file_are_fetched_once_while_their_version_holds(client, s3_env, local_root,
+                                                                                   tmp_path, monkeypatch):
+    """The viewer's answers about a particle file on object storage read its stacks several times each; they are
+    fetched once, and again once the store has another version of them."""
+    from noa_server import execution
+
+    monkeypatch.setattr(execution, "FETCHED", execution.FetchedObjects(execution.FETCHED_BYTES))  # none kept yet
+    key, size = f"{BUCKET}/data/maps/stack.mrcs", (local_root / "maps" / "stack.mrcs").stat().st_size
+    pictures = [_pixels(client.get("/v1/view/image", params={"file": "maps/inside.star", "section": n, "size": 64}))
+                for n in (0, 1, 0, 1)]
+    assert s3_env.sent[key] == size  # once (every answer had fetched it whole, several times)
+    np.testing.assert_array_equal(pictures[0], pictures[2])
+    rewritten = tmp_path / "stack.mrcs"
+    write_mrc(rewritten, np.flip(np.fromfile(local_root / "maps" / "stack.mrcs", np.float32, offset=1024)
+                                 .reshape(STACK_SHAPE), 2).copy(), stack=True)
+    s3_env.client.upload_file(str(rewritten), BUCKET, "data/maps/stack.mrcs")
+    s3_env.reset()
+    again = _pixels(client.get("/v1/view/image", params={"file": "maps/inside.star", "section": 1, "size": 64}))
+    assert s3_env.sent[key] == rewritten.stat().st_size  # a new version: fetched again, and shown
+    np.testing.assert_array_equal(again, pictures[1][:, ::-1])
+
+
 def test_a_missing_key_is_a_404_naming_the_clients_path(client, s3_env):
     for response in (client.post("/v1/paths/info", json={"path": "maps/none.mrc"}),
                      client.get("/v1/files/maps/none.mrc"),
