@@ -426,16 +426,14 @@ class FetchedObjects:
         self.limit = limit
         self._kept: OrderedDict[str, tuple[str, int, int]] = OrderedDict()  # URL -> version, descriptor, size
         self._lock = threading.Lock()
-        self._fetching: dict[str, threading.Lock] = {}  # one fetch of a URL at a time
+        self._fetching = [threading.Lock() for _ in range(FETCH_LOCKS)]  # one fetch of a URL at a time
 
     def open(self, url: remote.RemotePath, scratch: Path | None) -> int:
         """A descriptor of the object ``url``'s data (the caller closes it): the copy kept, or a new one."""
         version = remote.version(url)
         if version is None:
             return self._fetch(url, scratch)
-        with self._lock:
-            fetching = self._fetching.setdefault(url.url, threading.Lock())
-        with fetching:
+        with self._fetching[hash(url.url) % FETCH_LOCKS]:
             with self._lock:
                 kept = self._kept.get(url.url)
                 if kept is not None and kept[0] == version:
@@ -467,6 +465,7 @@ class FetchedObjects:
 
 
 FETCHED_BYTES = 4 << 30  # what a service process keeps of fetched stacks (4 GiB of its scratch folder)
+FETCH_LOCKS = 64  # locks URLs share (by hash): a URL is fetched once at a time, others meanwhile
 FETCHED = FetchedObjects(FETCHED_BYTES)
 
 
