@@ -185,8 +185,6 @@ def fetched(url: remote.RemotePath, folder: Path, names: ClientNames, relative: 
 
 # -- jobs on a Dask cluster --------------------------------------------------------------------------
 
-CANCEL_CHECK_S = cluster.CANCEL_CHECK_S  # how often a job waiting on the cluster, and its task, look for a cancellation
-
 
 def run_on_cluster(planned: Planned, max_voxels: int, progress: Progress, client: Any) -> Any:
     """Run a planned request on the Dask cluster of ``client`` (a ``distributed.Client``), answered as
@@ -401,7 +399,6 @@ class SandboxProject:
             return FETCHED.open(self.sandbox.resolve(relative), self.sandbox.scratch)
         except MissingFileError:
             raise ProblemError(404, "file-not-found", "File or folder not found", f"{relative}: no such file") from None
-
 
     def name_of(self, path: Path) -> str:
         client = self.names.text(str(path)).lstrip("/")

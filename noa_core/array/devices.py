@@ -14,6 +14,7 @@ next array; ``cupy.get_default_memory_pool().free_all_blocks()`` gives it back t
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import os
 import weakref
@@ -40,16 +41,10 @@ def cuda_available() -> bool:
         return False
 
 
-_POOL_CHOSEN = False
-
-
+@functools.cache
 def _use_cupy_pool() -> None:
     """Make numba allocate from CuPy's pool (:class:`CupyPoolMemory`), once, before numba's context exists (a context
     keeps the manager it was made with), where CuPy is installed and nobody chose numba's manager already."""
-    global _POOL_CHOSEN
-    if _POOL_CHOSEN:
-        return
-    _POOL_CHOSEN = True
     import numba
 
     if (numba.config.ENABLE_CUDASIM or "NUMBA_CUDA_MEMORY_MANAGER" in os.environ

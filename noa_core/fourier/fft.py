@@ -178,7 +178,8 @@ def c2c(values: np.ndarray, axes: tuple[int, ...], forward: bool, norm: str = "b
     computes in place where ``values`` allows it (native and aligned), as their ``overwrite_x``."""
     module = pocketfft()
     if module is None:
-        transform = _scipy_fft().fftn if forward else _scipy_fft().ifftn
+        scipy_fft = _scipy_fft()
+        transform = scipy_fft.fftn if forward else scipy_fft.ifftn
         return transform(values, axes=axes, norm=norm, overwrite_x=overwrite, workers=workers())
     prepared = _native(values)
     code = _NORM_CODES[norm] if forward else 2 - _NORM_CODES[norm]

@@ -29,7 +29,7 @@ from helpers import (
     stop_server,
     wait_job,
 )
-from noa_server import execution
+from noa_core.run import cluster
 
 pytest.importorskip("distributed", reason="the dask extra of noa is not installed")
 
@@ -148,7 +148,7 @@ def test_a_cancelled_job_on_the_cluster_commits_nothing(service, api):
             _running(api, location)
             deleted = api.delete(location)
             assert deleted.status_code == 202 and deleted.json()["cancel_requested"]
-        time.sleep(4 * execution.CANCEL_CHECK_S)  # the service tells the cluster within CANCEL_CHECK_S
+        time.sleep(4 * cluster.CANCEL_CHECK_S)  # the service tells the cluster within CANCEL_CHECK_S
     deadline = time.monotonic() + 60
     while any(p.name.startswith(".cancelled") for p in service.root.iterdir()):  # the temporary output is removed
         assert time.monotonic() < deadline
@@ -174,7 +174,7 @@ def test_a_cancelled_one_task_write_on_the_cluster_commits_nothing(service, api)
         while api.get(location).status_code != 404:  # the job says cancelled while its task is held
             assert time.monotonic() < deadline, api.get(location).json()
             time.sleep(0.05)
-        time.sleep(4 * execution.CANCEL_CHECK_S)  # the service tells the cluster within CANCEL_CHECK_S
+        time.sleep(4 * cluster.CANCEL_CHECK_S)  # the service tells the cluster within CANCEL_CHECK_S
     # The task, released, stops before it writes. Had it run on, its temporary output would appear, then the output
     # (a few seconds here); no sign of an end is kept, so the output is looked for a while.
     started, wrote = time.monotonic(), False
