@@ -68,6 +68,13 @@ def numpy_path() -> bool:
     return _current.get() == "numpy"
 
 
+def kernels_to_load() -> bool:
+    """Whether the work being done now loads numba's kernels before it computes (its path is numba's, in a process
+    that has not imported numba yet): what needs no kernel, such as allocating the output's blocks, can be done
+    meanwhile."""
+    return not numpy_path() and "numba" not in sys.modules
+
+
 @contextlib.contextmanager
 def using(path: str) -> Iterator[str]:
     """Compute with ``path`` ('numpy' or 'numba') inside the block, whatever the drivers inside it would

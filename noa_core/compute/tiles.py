@@ -10,6 +10,7 @@ streaming of tiles between files (``pread`` of the sources, a writer thread, hea
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -109,6 +110,17 @@ def plan_tile(shape: Shape4, sources: Sequence[tuple[Sequence[int], int]], budge
     sections are the common result: a transpose of height and width then happens in memory, and
     every read and write is one long run.
     """
+    layouts = tuple((tuple(int(s) for s in strides), int(itemsize)) for strides, itemsize in sources)
+    written = None if output is None else (tuple(int(s) for s in output[0]), int(output[1]))
+    return _planned(layout.Shape4(tuple(int(n) for n in shape)), layouts, int(budget), tuple(int(i) for i in whole),
+                    written)
+
+
+# A service plans the same few shapes request after request: the plan took 0.4 ms of a small permute's 9 ms.
+@functools.lru_cache(maxsize=1024)
+def _planned(shape: Shape4, sources: tuple[tuple[tuple[int, ...], int], ...], budget: int, whole: tuple[int, ...],
+             output: tuple[tuple[int, ...], int] | None) -> Shape4:
+    """:func:`plan_tile` of hashable arguments."""
     options = [[n] if i in whole else sorted({-(-n // (1 << k)) for k in range(max(n, 1).bit_length() + 1)})
                for i, n in enumerate(shape)]
     grid = np.array(np.meshgrid(*options, indexing="ij"), np.int64).reshape(4, -1).T

@@ -27,6 +27,7 @@ import numpy as np
 
 from noa_core.array import Array, asarray, layout
 from noa_core.array.layout import Shape4
+from noa_core.compute import compute_path
 from noa_core.compute.moments import RunningStatistics
 from noa_core.compute.tiles import (
     TILE_BYTES,
@@ -343,7 +344,8 @@ class Writer:
         size = created.offset + math.prod(self.shape) * self.dtype.itemsize
         # the whole file before any write: writing through .array (a mapping) can then never find the disk full
         self._reservation = atomic.Reservation(self._opened().temp, size,
-                                               f"{self.path}: no space left on device for its {size} bytes")
+                                               f"{self.path}: no space left on device for its {size} bytes",
+                                               background=compute_path.kernels_to_load())
 
     @property
     def array(self) -> Array:

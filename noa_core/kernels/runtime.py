@@ -18,6 +18,7 @@ before its ``njit`` decorators run:
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.metadata
 import os
 import tempfile
@@ -138,6 +139,7 @@ def cache_folder() -> Path | None:
     return Path(numba.config.CACHE_DIR) if numba.config.CACHE_DIR else PACKAGE_DIR / "__pycache__"
 
 
+@functools.cache  # once a process: a refresh of the loaded target cost each request of a service 0.15 ms
 def load_cpu_target() -> None:
     """Load numba's CPU implementations now, with SciPy hidden.
 

@@ -12,6 +12,7 @@ NumPy results are not guaranteed to equal numba's on every machine (tests below)
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import noa_core as nc
-from noa_core.compute import expr
+from noa_core.compute import compute_path, expr
 from noa_core.compute.elementwise import ewise
 from noa_core.compute.expr import ExpressionError, compile_expression
 from noa_core.kernels import runtime
@@ -348,3 +349,14 @@ def test_the_numpy_path_never_imports_numba():
     result = subprocess.run([sys.executable, "-c", _NUMBA_FREE], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "[]"
+
+
+def test_the_work_loads_the_kernels_first_only_on_numbas_path_before_numba_is_imported(monkeypatch):
+    monkeypatch.delitem(sys.modules, "numba", raising=False)
+    with compute_path.using("numba"):
+        assert compute_path.kernels_to_load()
+    with compute_path.using("numpy"):
+        assert not compute_path.kernels_to_load()
+    monkeypatch.setitem(sys.modules, "numba", types.ModuleType("numba"))
+    with compute_path.using("numba"):
+        assert not compute_path.kernels_to_load()

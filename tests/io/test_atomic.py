@@ -14,6 +14,7 @@ import pytest
 
 import noa_core as noa
 from noa_core import io
+from noa_core.compute import compute_path
 from noa_core.errors import NoSpaceError, NotAFileError
 from noa_core.io import atomic
 
@@ -184,9 +185,9 @@ def test_reserve_gives_the_blocks_or_names_the_output_when_the_disk_is_full(tmp_
     assert other.value.errno == errno.EBADF
 
 
-def test_a_writer_reserves_its_file_beside_the_callers_work_and_writes_after(tmp_path, monkeypatch):
-    """The Writer allocates its output's blocks in a thread of its own: entering it returns while the file system
-    is still allocating (the caller loads the kernels meanwhile), and the first write waits for the allocation."""
+def test_a_writer_reserves_its_file_beside_the_kernels_loading_and_writes_after(tmp_path, monkeypatch):
+    """Where the work loads the kernels first, the Writer allocates its output's blocks in a thread of its own:
+    entering it returns while the file system is still allocating, and the first write waits for the allocation."""
     started, release, reserved = threading.Event(), threading.Event(), threading.Event()
     allocate = os.posix_fallocate
 
@@ -197,6 +198,7 @@ def test_a_writer_reserves_its_file_beside_the_callers_work_and_writes_after(tmp
         reserved.set()
 
     monkeypatch.setattr(os, "posix_fallocate", slow_fallocate)
+    monkeypatch.setattr(compute_path, "kernels_to_load", lambda: True)
     data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     with io.create(tmp_path / "out.mrc", data.shape, data.dtype) as out:
         assert started.wait(10) and not reserved.is_set()
@@ -206,8 +208,27 @@ def test_a_writer_reserves_its_file_beside_the_callers_work_and_writes_after(tmp
     np.testing.assert_array_equal(mrcfile.read(tmp_path / "out.mrc"), data)
 
 
-def test_a_reservation_that_fails_raises_in_the_thread_that_waits(tmp_path):
-    reservation = atomic.Reservation(tmp_path / "missing", 100, "never told")
+def test_a_writer_with_nothing_to_overlap_reserves_its_file_at_once_in_the_callers_thread(tmp_path, monkeypatch):
+    """Kernels loaded already (a service) or none to load (the NumPy path): no thread is started for the
+    allocation, which is done before the Writer is entered."""
+    allocate, reserving = os.posix_fallocate, []
+
+    def recorded_fallocate(fd: int, offset: int, length: int) -> None:
+        reserving.append(threading.current_thread())
+        allocate(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", recorded_fallocate)
+    monkeypatch.setattr(compute_path, "kernels_to_load", lambda: False)
+    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    with io.create(tmp_path / "out.mrc", data.shape, data.dtype) as out:
+        assert reserving == [threading.current_thread()]
+        out.write_block(0, data)
+    np.testing.assert_array_equal(mrcfile.read(tmp_path / "out.mrc"), data)
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_a_reservation_that_fails_raises_in_the_thread_that_waits(tmp_path, background):
+    reservation = atomic.Reservation(tmp_path / "missing", 100, "never told", background=background)
     with pytest.raises(FileNotFoundError):
         reservation.wait()
 
