@@ -226,11 +226,33 @@ def _made(protocol: str, settings: tuple[tuple[str, str], ...]) -> Any:
         # The JSON API's client: gcsfs.GCSFileSystem (fsspec's "gcs") first asks Google's control plane over gRPC
         # what kind each bucket is, warning on stderr where it cannot (an emulator, no credentials), for the zonal
         # buckets only it reads otherwise. An emulator checks no credentials: anonymous, without looking for any.
-        from gcsfs.core import GCSFileSystem
+        from gcsfs.core import GCSFile, GCSFileSystem
 
         token = "anon" if dict(settings).get("STORAGE_EMULATOR_HOST") else None
-        return GCSFileSystem(token=token, skip_instance_cache=True, use_listings_cache=False)
+        return _told_gcs(GCSFileSystem, GCSFile)(token=token, skip_instance_cache=True, use_listings_cache=False)
     return fsspec.filesystem(protocol, skip_instance_cache=True, use_listings_cache=False)
+
+
+@functools.cache
+def _told_gcs(client: type, file: type) -> type:
+    """gcsfs's client (the JSON API's: :func:`_made`) whose files opened for reading may be told what the store said
+    of their object (``details``, as :func:`open_input` opens them): gcsfs's file asks again as it opens otherwise, one
+    round trip each open (three for a probe of a map: its format's detection, its header, its reading)."""
+
+    class ToldFile(file):
+        def __init__(self, *args: Any, details: dict, **kwargs: Any) -> None:
+            self._details = details
+            super().__init__(*args, **kwargs)
+
+    class ToldFileSystem(client):
+        def _open(self, path: str, mode: str = "rb", block_size: int | None = None, details: dict | None = None,
+                  **kwargs: Any) -> Any:
+            if details is None or mode != "rb":
+                return super()._open(path, mode, block_size, **kwargs)
+            kwargs["consistency"] = kwargs.get("consistency") or self.consistency
+            return ToldFile(self, path, mode, block_size or self.default_block_size, details=details, **kwargs)
+
+    return ToldFileSystem
 
 
 def zarr_store(path: RemotePath, read_only: bool) -> Any:
@@ -442,10 +464,11 @@ def open_input(path: RemotePath) -> Any:
         raise NotAFileError(f"{path}: is a folder (a prefix of objects), not a file")
     if size_of(path, info) == 0:
         raise EmptyFileError(f"{path}: size: the file is empty (0 bytes)")
+    told = {"details": info} if path.scheme == "gs" else {}  # gcsfs's file would ask for them as it opens
     with errors(path):
-        file = fs.open(path.url, "rb", block_size=HEADER_BLOCK_BYTES, cache_type="readahead", size=info["size"])
-    # s3fs's file asks for them at its first read otherwise; gcsfs's has asked as it opened, and takes none
-    with contextlib.suppress(AttributeError):
+        file = fs.open(path.url, "rb", block_size=HEADER_BLOCK_BYTES, cache_type="readahead", size=info["size"],
+                       **told)
+    with contextlib.suppress(AttributeError):  # s3fs's file asks for them at its first read otherwise
         file.details = info
     return RemoteFile(path, file)
 

@@ -206,3 +206,21 @@ def test_cli_a_missing_gs_object_or_bucket_is_one_line_exit_2(gcs, tmp_path, url
 def test_cli_an_output_in_a_missing_gs_bucket_is_one_line_exit_2(gcs, files):
     result = noa("copy", files["map.mrc"], "gs://no-such-bucket/y.mrc", env=gcs.env())
     assert_user_error(result, "gs://no-such-bucket/y.mrc: no such bucket")
+
+
+def test_a_gs_object_is_looked_up_once_whatever_opens_it(gcs_env, files, monkeypatch):
+    """What the store says of the object is asked once a path: gcsfs's file asked again as each open made it (its
+    folder test, its format's detection and its header: 10 requests for a probe, 4 now)."""
+    fs = remote._filesystem(remote.as_path("gs://maps/map.mrc"))
+    looked_up, info = [], fs.info
+
+    def counted(path, **kwargs):
+        looked_up.append(path)
+        return info(path, **kwargs)
+
+    monkeypatch.setattr(fs, "info", counted)
+    gcs_env.requests.clear()
+    probe = io.probe("gs://maps/map.mrc")
+    assert probe.shape == (1, *SHAPE)
+    assert len(looked_up) == 1, looked_up
+    assert len(gcs_env.requests) == 4, gcs_env.requests  # the lookup (the object, the folder test), two headers
