@@ -20,6 +20,7 @@ import dataclasses
 import datetime
 import io
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,7 @@ MAX_DATA_BYTES = 1 << 48
 MAX_EXTENDED_BYTES = 64 << 20
 MAX_LABELS = 10
 LABEL_BYTES = 80
+MAX_STAMP_SECONDS = 253402300799  # SOURCE_DATE_EPOCH up to 9999-12-31 23:59:59 UTC, the last moment a label writes
 
 
 # Extended header types whose records are one per section (mrcfile indexes FEI1/FEI2; SerialEM and Agard
@@ -707,8 +709,20 @@ def check_field(values: tuple[float, ...], name: str) -> None:
 
 def stamp_label(text: str | None, kind: str) -> str:
     """The label noa appends: version, UTC date, and what was done (at most 80 characters)."""
-    date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M")
+    date = _stamp_time().strftime("%Y-%m-%d %H:%M")
     return f"noa {__version__} {date}: {text or 'wrote ' + kind}"[:LABEL_BYTES]
+
+
+def _stamp_time() -> datetime.datetime:
+    """Now, or the moment ``SOURCE_DATE_EPOCH`` says (seconds since 1970, UTC) where it is set: the same bytes from
+    the same inputs whenever a pipeline runs (reproducible-builds.org's variable)."""
+    given = os.environ.get("SOURCE_DATE_EPOCH")
+    if given is None:
+        return datetime.datetime.now(datetime.UTC)
+    if not (given.isascii() and given.isdigit()) or int(given) > MAX_STAMP_SECONDS:
+        raise ParameterError(f"SOURCE_DATE_EPOCH: {given!r} is not a count of seconds since 1970-01-01 UTC (0 to "
+                             f"{MAX_STAMP_SECONDS}); it sets the date noa writes in the labels")
+    return datetime.datetime.fromtimestamp(int(given), datetime.UTC)
 
 
 def merge_labels(old: list[str], new: str) -> list[str]:

@@ -79,10 +79,13 @@ class RemotePath(type(Path())):  # type: ignore[misc]  # PosixPath (or WindowsPa
     # What the server said of the URL at the first look (fsspec's info: type, size), kept so that a read (made of a
     # URL at its door) asks once however many checks and opens it makes; a new RemotePath looks again.
     looked_up: dict | None
+    # The object's first HEADER_BLOCK_BYTES as first read (RemoteFile): its format's detection and its reader both
+    # read the header, in one request.
+    head: bytes | None
 
     def __new__(cls, url: str) -> RemotePath:
         path = super().__new__(cls, url)
-        path.url, path.looked_up = url, None
+        path.url, path.looked_up, path.head = url, None, None
         return path
 
     def __reduce__(self) -> tuple:
@@ -474,19 +477,40 @@ def open_input(path: RemotePath) -> Any:
 
 
 class RemoteFile:
-    """A remote file whose failures are one line naming it (:func:`errors`)."""
+    """A remote file whose failures are one line naming it (:func:`errors`). Reads within the object's first
+    :data:`HEADER_BLOCK_BYTES` are answered from :attr:`RemotePath.head`, fetched by the first of them."""
 
     def __init__(self, path: RemotePath, file: Any) -> None:
         self.path, self.file = path, file
         self.size: int = file.size
 
     def read(self, size: int = -1) -> bytes:
+        kept = self._from_head(size)
+        if kept is not None:
+            return kept
         with errors(self.path):
             return self.file.read(size)
 
     def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        kept = self._from_head(len(view))
+        if kept is not None:
+            view[:len(kept)] = kept
+            return len(kept)
         with errors(self.path):
             return self.file.readinto(buffer)
+
+    def _from_head(self, size: int) -> bytes | None:
+        """The ``size`` bytes from the position, when they lie in the object's head (None otherwise)."""
+        at = self.file.tell()
+        if size < 0 or at + size > HEADER_BLOCK_BYTES:
+            return None
+        if self.path.head is None:  # one range, without the read-ahead the file's own reads add
+            with errors(self.path):
+                self.path.head = self.file.fs.cat_file(self.file.path, start=0, end=min(HEADER_BLOCK_BYTES, self.size))
+        piece = self.path.head[at:at + size]
+        self.file.seek(at + len(piece))
+        return piece
 
     def seek(self, offset: int, whence: int = 0) -> int:
         return self.file.seek(offset, whence)

@@ -268,6 +268,25 @@ def test_labels_keep_first_and_drop_oldest_after_it(tmp_path):
     assert back.labels[0] == "label 0" and back.labels[1] == "label 2" and back.labels[-1].endswith(": tested")
 
 
+def test_source_date_epoch_fixes_the_labels_date_so_two_runs_write_the_same_bytes(tmp_path, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")  # 2023-11-14 22:13:20 UTC
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    io.write(tmp_path / "a.mrc", data, label="tested")
+    io.write(tmp_path / "b.mrc", data, label="tested")
+    assert (tmp_path / "a.mrc").read_bytes() == (tmp_path / "b.mrc").read_bytes()
+    with mrcfile.open(tmp_path / "a.mrc") as ref:
+        assert ref.header.label[0].decode().startswith(f"noa {noa_core.__version__} 2023-11-14 22:13: tested")
+
+
+@pytest.mark.parametrize("given", ["soon", "-1", "1.5", "", "99999999999999"])
+def test_a_source_date_epoch_that_is_no_count_of_seconds_is_one_line_and_no_output(tmp_path, given):
+    src = tmp_path / "in.mrc"
+    write_mrc(src, np.zeros((2, 3), np.float32))
+    result = noa("copy", src, tmp_path / "out.mrc", env={"SOURCE_DATE_EPOCH": given})
+    assert_user_error(result, f"SOURCE_DATE_EPOCH: {given!r} is not a count of seconds since 1970-01-01 UTC")
+    assert not (tmp_path / "out.mrc").exists()
+
+
 def test_permuted_header_keeps_physical_pixel_size(tmp_path):
     data = sample((1, 4, 5, 6), "float32")
     md = io.Metadata(format="mrc", shape=data.shape, dtype="float32", pixel_size=(3.0, 2.0, 1.5),

@@ -235,17 +235,17 @@ def stack4(s3, tmp_path) -> np.ndarray:
 
 def test_one_section_of_a_stack_asks_what_the_object_is_once(s3_env, stack4):
     """The existence, folder and size checks, detection and the format's own open share one look (HEAD) at the
-    object; the header is fetched for detection and for the format (GET), then the section (GET)."""
+    object; detection and the format share one fetch of its head (GET), then the section (GET)."""
     array, _ = io.read("s3://maps/stack4.mrc", tiles=True)
     np.testing.assert_array_equal(mapped.read_view(array.numpy()[0, 2]), stack4[2])
-    assert _methods(s3_env, "maps/stack4.mrc") == {"HEAD": 1, "GET": 3}
+    assert _methods(s3_env, "maps/stack4.mrc") == {"HEAD": 1, "GET": 2}
 
 
 def test_cli_info_asks_what_the_object_is_once(s3, stack4):
     result = noa("info", "s3://maps/stack4.mrc", env=s3.env())
     assert result.returncode == 0, result.stderr
     assert "1, 4, 64, 80" in result.stdout
-    assert _methods(s3, "maps/stack4.mrc") == {"HEAD": 1, "GET": 2}
+    assert _methods(s3, "maps/stack4.mrc") == {"HEAD": 1, "GET": 1}
 
 
 def test_a_whole_read_gives_the_values_and_metadata_of_the_local_file(s3_env, files):
@@ -792,9 +792,11 @@ def test_cli_tiltseries_to_s3_uploads_the_stack_and_its_files_as_written_here(s3
     real_mdoc(tmp_path)
     write_mrc(tmp_path / "TS_01.mrc", np.random.default_rng(45).integers(-500, 2000, (TILTS, HEIGHT, WIDTH))
               .astype(np.int16), stack=True, voxel_size=5.4)
-    remote_run = noa("tiltseries", "TS_01.mrc.mdoc", "-o", "s3://maps/ts/TS.st", cwd=tmp_path, env=s3.env())
+    fixed = {"SOURCE_DATE_EPOCH": "1700000000"}  # one date in both stacks' labels, whatever minute each is written in
+    remote_run = noa("tiltseries", "TS_01.mrc.mdoc", "-o", "s3://maps/ts/TS.st", cwd=tmp_path,
+                     env={**s3.env(), **fixed})
     assert remote_run.returncode == 0, remote_run.stderr
-    local_run = noa("tiltseries", "TS_01.mrc.mdoc", "-o", "TS.st", cwd=tmp_path)
+    local_run = noa("tiltseries", "TS_01.mrc.mdoc", "-o", "TS.st", cwd=tmp_path, env=fixed)
     assert local_run.returncode == 0, local_run.stderr
     names = ["TS.rawtlt", "TS.st", "TS.st.mdoc", "TS.star", "TS.tlt"]
     assert sorted(_keys(s3, "ts/")) == [f"ts/{name}" for name in names]

@@ -210,7 +210,7 @@ def test_cli_an_output_in_a_missing_gs_bucket_is_one_line_exit_2(gcs, files):
 
 def test_a_gs_object_is_looked_up_once_whatever_opens_it(gcs_env, files, monkeypatch):
     """What the store says of the object is asked once a path: gcsfs's file asked again as each open made it (its
-    folder test, its format's detection and its header: 10 requests for a probe, 4 now)."""
+    format's detection, its header, its reading: 10 requests for a probe; 3 now, its head fetched once)."""
     fs = remote._filesystem(remote.as_path("gs://maps/map.mrc"))
     looked_up, info = [], fs.info
 
@@ -223,4 +223,4 @@ def test_a_gs_object_is_looked_up_once_whatever_opens_it(gcs_env, files, monkeyp
     probe = io.probe("gs://maps/map.mrc")
     assert probe.shape == (1, *SHAPE)
     assert len(looked_up) == 1, looked_up
-    assert len(gcs_env.requests) == 4, gcs_env.requests  # the lookup (the object, the folder test), two headers
+    assert len(gcs_env.requests) == 3, gcs_env.requests  # the lookup (the object, the folder test), the head
