@@ -199,7 +199,8 @@ def _run(name: str, ndim: int, input: Array, output: Array, matrices, interp: st
             values = values.astype(real)
     if device == "cpu":
         out = output.numpy()
-        transform_kernels.cpu_kernels()[f"{ndim}d"](values, out[:, 0] if ndim == 2 else out, m, *codes, offset)
+        kernel = transform_kernels.cpu_kernels()[f"{ndim}d"]
+        kernel(kernels.runtime.read_only(values), out[:, 0] if ndim == 2 else out, m, *codes, offset)
         return output
     from numba import cuda
 

@@ -247,7 +247,8 @@ def loop_text(name: str, columns: Mapping[str, np.ndarray | Sequence], *,
     count = len(next(iter(columns.values()))) if columns else 0
     added, offsets = _packed([star_values(v) for v in columns.values()], count)
     empty = np.zeros(count + 1, np.int64)
-    body = kernels.star.assemble_rows(np.zeros(0, np.uint8), empty, np.zeros(count, np.int64),
+    no_text = kernels.runtime.read_only(np.zeros(0, np.uint8))  # typed as a parsed file's text: one compiled version
+    body = kernels.star.assemble_rows(no_text, empty, np.zeros(count, np.int64),
                                  np.zeros((0, count), np.int64), np.zeros((0, count), np.int64),
                                  np.zeros(0, np.uint8), np.zeros((0, count + 1), np.int64), added, offsets)
     return [head.encode(), body, b"\n"]

@@ -31,7 +31,7 @@ from noa_core.array import scalar_ops
 from noa_core.array.scalar_ops import CHUNK, LANES
 from noa_core.kernels import runtime
 from noa_core.kernels.operators import BUILTIN_OPS
-from noa_core.kernels.runtime import SERIAL_THRESHOLD, launch
+from noa_core.kernels.runtime import SERIAL_THRESHOLD, launch, read_only
 from noa_core.kernels.sources import cache_on_disk, compile_template, operand_variants, transpose_plan
 
 # Elements per parallel task along the innermost dimension: large enough to amortise the task
@@ -374,19 +374,6 @@ def _parallel(count: int) -> bool:
 # -- entry points ------------------------------------------------------------------------------
 
 
-def _read_only(x):
-    """A read-only view of an input array (scalars pass through).
-
-    numba compiles a separate version for read-only arrays, which is what memory-mapped files
-    give; passing every input as read-only halves the versions to compile and cache.
-    """
-    if not isinstance(x, np.ndarray) or not x.flags.writeable:
-        return x
-    view = x.view()
-    view.flags.writeable = False
-    return view
-
-
 def ewise(op: Callable, inputs: Sequence, outputs: Sequence[np.ndarray], shape: Sequence[int],
           in_strides: Sequence[Sequence[int] | None], out_strides: Sequence[Sequence[int]]) -> None:
     """Run ``outputs[...] = op(*inputs)`` over a planned, non-empty 4-d iteration space.
@@ -397,7 +384,7 @@ def ewise(op: Callable, inputs: Sequence, outputs: Sequence[np.ndarray], shape: 
     count = int(np.prod(shape))
     parallel = _parallel(count)
     shape = tuple(int(n) for n in shape)
-    inputs = [_read_only(x) for x in inputs]
+    inputs = [read_only(x) for x in inputs]
     arrays_in = [isinstance(x, np.ndarray) for x in inputs]
     first_strides = in_strides[0]
     if len(inputs) == 1 and arrays_in[0] and first_strides is not None and len(outputs) == 1:
@@ -448,7 +435,7 @@ def reduce(pre: Callable, combine: Callable, final: Callable, inputs: Sequence[n
     ops = {"pre": pre, "combine": combine}
     variant = str(len(inputs))
     kernel = _kernel("reduce", variant, ops, fastmath={"reassoc"})
-    launch(kernel, parallel, *(_read_only(x) for x in inputs), tuple(int(n) for n in out_shape), kept_strides,
+    launch(kernel, parallel, *(read_only(x) for x in inputs), tuple(int(n) for n in out_shape), kept_strides,
             tuple(int(n) for n in rshape), reduced_strides, n_rc, n_ic, unit, partials, initial)
     finish = _kernel("reduce_final", "1", {"combine": combine, "final": final})
     launch(finish, parallel and n_out >= SERIAL_THRESHOLD, partials, result)
@@ -564,7 +551,7 @@ def moments(buf: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> tu
     lows, highs, m2s = np.empty(tasks), np.empty(tasks), np.empty(tasks)
     means = np.empty(tasks, np.complex128 if complex_input else np.float64)
     unit = shape[3] == 1 or strides[3] == 1
-    launch(kernel, parallel, _read_only(buf), shape, np.array(strides, dtype=np.int64), chunk, unit, counts, lows,
+    launch(kernel, parallel, read_only(buf), shape, np.array(strides, dtype=np.int64), chunk, unit, counts, lows,
             highs, means, m2s)
     return _merge_moments(counts, lows, highs, means, m2s)
 

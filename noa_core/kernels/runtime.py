@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numba
+import numpy as np
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -48,6 +49,20 @@ def launch(kernel: Callable, parallel: bool, *args) -> None:
         kernel(*args)
     finally:
         numba.set_num_threads(threads)
+
+
+def read_only(x):
+    """A read-only view of a kernel's input array (scalars pass through).
+
+    numba compiles a separate version for read-only arrays, which is what memory-mapped files give;
+    handing every kernel its inputs read-only, whether a file, a conversion or Python made them, halves
+    the versions to compile and cache.
+    """
+    if not isinstance(x, np.ndarray) or not x.flags.writeable:
+        return x
+    view = x.view()
+    view.flags.writeable = False
+    return view
 
 
 def _writable(directory: Path) -> bool:

@@ -215,3 +215,20 @@ def test_matrices_from_a_pipe_a_device_or_too_large_a_file_are_refused_unread(tm
     with pytest.raises(ParameterError, match="more than the"):
         transforms.read_matrices(big, 2, 3)
     np.testing.assert_allclose(transforms.read_matrices(big, 2, 2000)[0], [[1, 0, 0], [0, 1, 0]])
+
+
+@pytest.mark.parametrize("interp", ["linear", "cubic"])
+def test_transform_kernel_reads_every_input_as_read_only(interp):
+    """Inputs reach the kernel read-only, whether a file, a conversion (cubic's prefilter) or Python made them: one
+    compiled version per element type, not two (a writable array is another type to numba)."""
+    from noa_core.kernels import transform as transform_kernels
+
+    values = np.random.default_rng(3).random((1, 6, 7, 8), dtype=np.float32)
+    for writable in (True, False):
+        volume = values.copy()
+        volume.flags.writeable = writable
+        out = np.zeros_like(values)
+        transforms.transform_3d(volume, out, transforms.affine_3d(values.shape, euler=(10, 20, 30)), interp)
+    kernel = transform_kernels.cpu_kernels()["3d"]
+    assert kernel.signatures
+    assert all(not signature[0].mutable for signature in kernel.signatures)

@@ -243,3 +243,17 @@ def test_quoted_values_and_comments(tmp_path):
     block = text.block("x")
     assert text.values(block, "rlnA").tolist() == [b"a b", b"c d"]
     assert _text(text.edited()) == path.read_bytes()
+
+
+def test_the_row_kernel_is_compiled_for_read_only_text_alone(tmp_path):
+    """A new table and an edited file's rows are assembled from text numba sees as one type (read-only), so the
+    kernel has one compiled version, not one per way in."""
+    from noa_core.kernels import star as star_kernels
+
+    path = tmp_path / "t.star"
+    star.write(path, star.loop_text("particles", {"rlnA": np.arange(4), "rlnB": np.linspace(0, 1, 4)}))
+    text = star.read(path)
+    star.write(tmp_path / "e.star", text.edited({"particles": star.LoopEdit(rows=np.array([2, 0]))}))
+    assert star.read(tmp_path / "e.star").block("particles").rows == 2
+    signatures = star_kernels.assemble_rows.signatures
+    assert signatures and all(not signature[0].mutable for signature in signatures)
