@@ -276,7 +276,7 @@ def leave(code: int, process: bool = True) -> NoReturn:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-    if process and threading.active_count() == 1:
+    if process and not _threads_running():
         # Nothing is left to wait for: the outputs are in place and no thread runs. Tearing the interpreter down
         # (every module cleared, three full collections) would cost a small command 7% of its instructions; the
         # exit functions (logging's flush, weakref finalizers that remove temporary files) still run.
@@ -288,6 +288,13 @@ def leave(code: int, process: bool = True) -> NoReturn:
             sys.exit(code)
         os._exit(code)
     sys.exit(code)
+
+
+def _threads_running() -> bool:
+    """Whether a thread other than this one may still be working (the kernels' idle helper threads are not)."""
+    runtime = sys.modules.get("noa_core.kernels.runtime")  # loaded by whatever launched a kernel
+    return any(thread is not threading.current_thread() and not (runtime is not None and runtime.is_helper(thread))
+               for thread in threading.enumerate())
 
 
 def _stopped(message: str, code: int) -> int:

@@ -229,7 +229,7 @@ def shell_sums(half1: np.ndarray, half2: np.ndarray, rule: str = "relion") -> tu
     parallel = rows * width >= kernels.runtime.SERIAL_THRESHOLD
     # numba's thread count for this thread: a service worker's share of the cores
     wave = WAVE_PER_THREAD * (numba.get_num_threads() if parallel else 1)
-    kernels.runtime.launch(kernel, parallel, *spectra, *shells, rows_per_chunk, wave, sums)
+    kernel(*spectra, *shells, rows_per_chunk, wave, sums, parallel)
     return sums[0], sums[1], sums[2]
 
 

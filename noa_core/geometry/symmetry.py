@@ -251,7 +251,8 @@ def symmetrize(volume: Array | np.ndarray, group: PointGroup, output: Array | np
     tiles = symmetrize_kernels.tiles_of(columns)
     source, target = x.numpy(), out.numpy()
     for b in range(x.shape[0]):
-        symmetrize_kernels.symmetrize_kernel(source[b], target[b], operators, float(group.order), columns, tiles)
+        kernels.runtime.launch(symmetrize_kernels.symmetrize_kernel, True, source[b], target[b], operators,
+                               float(group.order), columns, tiles)
         _copy_rows(target[b], targets, sources, flipped)
     return out
 

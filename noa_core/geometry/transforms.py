@@ -200,7 +200,8 @@ def _run(name: str, ndim: int, input: Array, output: Array, matrices, interp: st
     if device == "cpu":
         out = output.numpy()
         kernel = transform_kernels.cpu_kernels()[f"{ndim}d"]
-        kernel(kernels.runtime.read_only(values), out[:, 0] if ndim == 2 else out, m, *codes, offset)
+        kernels.runtime.launch(kernel, True, kernels.runtime.read_only(values), out[:, 0] if ndim == 2 else out, m,
+                               *codes, offset)
         return output
     from numba import cuda
 

@@ -216,7 +216,7 @@ def bin_block(block: Array, out: Array, factors: Sequence[int]) -> None:
         with np.errstate(all="ignore"):
             _bin_numpy(src, target, factors[1:], wide)
     else:
-        kernels.binning.bin_kernel(src, target, *factors[1:], np.empty(0, wide))
+        kernels.runtime.launch(kernels.binning.bin_kernel, True, src, target, *factors[1:], np.empty(0, wide))
     if through_float:
         np.copyto(dst, target, casting="unsafe")
 

@@ -1174,7 +1174,8 @@ def halve(block: np.ndarray, halved: Sequence[int], downsample: str) -> np.ndarr
     for piece in itertools.product(*pieces):
         into, taken, factors = zip(*piece)
         if all(s.start != s.stop for s in into if s != slice(None)):
-            kernels.binning.bin_kernel(source[taken], target[into], *factors[1:], np.empty(0, np.float64))
+            kernels.runtime.launch(kernels.binning.bin_kernel, True, source[taken], target[into], *factors[1:],
+                                   np.empty(0, np.float64))
     if target is not out:
         np.copyto(out, target, casting="unsafe")
     return out

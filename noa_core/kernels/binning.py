@@ -7,16 +7,16 @@ import numba
 import numpy as np
 from numba.extending import overload
 
-from noa_core.kernels import runtime
+from noa_core.kernels.runtime import parts_of
+from noa_core.kernels.sources import compile_parted
 
 
-@numba.njit(parallel=True, cache=runtime.CACHE_ENABLED, nogil=True)
-def bin_kernel(src, dst, kd, kh, kw, accumulator):
+def _bin(src, dst, kd, kh, kw, accumulator, control):
     """``accumulator``: an empty array of the type sums are made in (float64 or complex128); integer
     outputs take the nearest integer (half to even) of the mean."""
     nb, nd, nh, nw = dst.shape
     scale = 1.0 / (kd * kh * kw)
-    for row in numba.prange(nb * nd * nh):
+    for row in parts_of(nb * nd * nh):
         b, rest = row // (nd * nh), row % (nd * nh)
         d, h = rest // nh, rest % nh
         acc = np.zeros(nw, accumulator.dtype)
@@ -40,3 +40,6 @@ def _mean_as_typed(value, dst):
     if isinstance(dst.dtype, numba.types.Integer):
         return lambda value, dst: np.rint(value)
     return lambda value, dst: value
+
+
+bin_kernel = compile_parted(_bin, {"np": np, "_mean_as": _mean_as})

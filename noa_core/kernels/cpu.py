@@ -1,10 +1,9 @@
 """numba CPU kernels: element-wise (general and cache-blocked transpose), index-wise, reductions.
 
-Every kernel is generated from one source template per kind and compiled once, parallel (``prange`` over a
-flattened task index, for load balance whatever the shape). Small arrays, where waking the thread pool costs
-more than the work, run it on the calling thread alone (:func:`noa_core.kernels.runtime.launch`): a serial
-twin of every kernel would double what a new installation compiles (``noa warmup`` spent a fifth of its time
-on them) to save a few microseconds a call (measured with TBB on 2 cores). Callers hand
+Every kernel is generated from one source template per kind and compiled once, serial, over the tasks of one
+part of a flattened task index (for load balance whatever the shape); :func:`noa_core.kernels.runtime.launch`
+runs the parts on several threads, or as one part on the calling thread for small arrays, where waking threads
+costs more than the work. Callers hand
 over 1-D buffers already offset to element [0,0,0,0], and shapes/strides already planned by
 :func:`noa_core.array.layout.plan_iteration` (innermost dimension last, usually stride 1).
 
@@ -31,8 +30,8 @@ from noa_core.array import scalar_ops
 from noa_core.array.scalar_ops import CHUNK, LANES
 from noa_core.kernels import runtime
 from noa_core.kernels.operators import BUILTIN_OPS
-from noa_core.kernels.runtime import SERIAL_THRESHOLD, launch, read_only
-from noa_core.kernels.sources import cache_on_disk, compile_template, operand_variants, transpose_plan
+from noa_core.kernels.runtime import PART_HELPERS, SERIAL_THRESHOLD, launch, read_only
+from noa_core.kernels.sources import cache_on_disk, compile_template, operand_variants, parted, transpose_plan
 
 # Elements per parallel task along the innermost dimension: large enough to amortise the task
 # bookkeeping, small enough that a single long contiguous row still spreads over every thread.
@@ -124,7 +123,7 @@ _CHUNKED_TASKS = """
     n0, n1, n2, n3 = shape
     n_chunks = (n3 + chunk - 1) // chunk
 {hoist}
-    for task in prange(n0 * n1 * n2 * n_chunks):
+    for task in parts_of(n0 * n1 * n2 * n_chunks):
         c = task % n_chunks
         r = task // n_chunks
         i2 = r % n2
@@ -135,7 +134,7 @@ _CHUNKED_TASKS = """
         m = min(n3 - start, chunk)"""
 
 _EWISE = """
-def {name}({args}, shape, strides, unit, chunk):""" + _CHUNKED_TASKS + """
+def {name}({args}, shape, strides, unit, chunk, control):""" + _CHUNKED_TASKS + """
 {bases}
         if unit:
 {views}
@@ -147,13 +146,13 @@ def {name}({args}, shape, strides, unit, chunk):""" + _CHUNKED_TASKS + """
 """
 
 _TRANSPOSE = """
-def {name}(in0, out0, shape, si, so, tile):
+def {name}(in0, out0, shape, si, so, tile, control):
     n0, n1, n2, n3 = shape
     t2 = (n2 + tile - 1) // tile
     t3 = (n3 + tile - 1) // tile
     s3 = si[3]
     s2 = so[2]
-    for task in prange(n0 * n1 * t2 * t3):
+    for task in parts_of(n0 * n1 * t2 * t3):
         b = task % t3
         r = task // t3
         a = r % t2
@@ -189,9 +188,9 @@ def {name}(in0, out0, shape, si, so, tile):
 """
 
 _IWISE = """
-def {name}(shape{args}):
+def {name}(shape{args}, control):
     n0, n1, n2, n3 = shape
-    for task in prange(n0 * n1 * n2):
+    for task in parts_of(n0 * n1 * n2):
         i2 = task % n2
         r = task // n2
         i1 = r % n1
@@ -201,7 +200,7 @@ def {name}(shape{args}):
 """
 
 _REDUCE = """
-def {name}({args}, out_shape, kstrides, rshape, rstrides, n_rc, n_ic, unit, partials, initial):
+def {name}({args}, out_shape, kstrides, rshape, rstrides, n_rc, n_ic, unit, partials, initial, control):
     o1, o2, o3 = out_shape[1], out_shape[2], out_shape[3]
     r0, r1, r2, r3 = rshape
     rows = r0 * r1 * r2
@@ -209,7 +208,7 @@ def {name}({args}, out_shape, kstrides, rshape, rstrides, n_rc, n_ic, unit, part
     inner_per = (r3 + n_ic - 1) // n_ic
     n_chunks = n_rc * n_ic
 {hoist}
-    for task in prange(partials.shape[0] * n_chunks):
+    for task in parts_of(partials.shape[0] * n_chunks):
         o = task // n_chunks
         c = task % n_chunks
         rc = c // n_ic
@@ -244,8 +243,8 @@ def {name}({args}, out_shape, kstrides, rshape, rstrides, n_rc, n_ic, unit, part
 """
 
 _REDUCE_FINAL = """
-def {name}(partials, result):
-    for o in prange(partials.shape[0]):
+def {name}(partials, result, control):
+    for o in parts_of(partials.shape[0]):
         acc = partials[o, 0]
         for c in range(1, partials.shape[1]):
             acc = combine(acc, partials[o, c])
@@ -330,7 +329,7 @@ def _op_name(op: Callable) -> str | None:
 def _kernel(kind: str, variant: str, ops: dict[str, Callable], fastmath: set[str] | bool = False,
             helpers: dict[str, Callable] | None = None) -> Callable:
     """Compile (once) the kernel ``kind`` (:data:`TEMPLATES`) for ``variant`` around ``ops`` (names in
-    the template), parallel; :func:`noa_core.kernels.runtime.launch` runs it.
+    the template), over the tasks of one part; :func:`noa_core.kernels.runtime.launch` runs the parts.
 
     ``helpers`` are this module's own jitted functions that the template calls: unlike ops they
     do not decide whether the kernel may be cached (an edit of this file retires its cache anyway).
@@ -346,10 +345,10 @@ def _kernel(kind: str, variant: str, ops: dict[str, Callable], fastmath: set[str
         if kernel is None:
             tag = f"{'_'.join(map(str, names))}_{_OPS_DIGEST}" if cacheable else f"user{len(_KERNELS)}"
             name = f"{kind}_{tag}_{variant}"
-            namespace = {"np": np, "prange": numba.prange, **(helpers or {})}
+            namespace = {"np": np, **PART_HELPERS, **(helpers or {})}
             namespace.update({k: _as_dispatcher(f) for k, f in ops.items()})
-            func = compile_template(TEMPLATES[kind](name, variant), name, __name__, namespace)
-            kernel = numba.njit(parallel=True, nogil=True, error_model="numpy", fastmath=fastmath)(func)
+            func = compile_template(parted(TEMPLATES[kind](name, variant)), name, __name__, namespace)
+            kernel = numba.njit(nogil=True, error_model="numpy", fastmath=fastmath)(func)
             if cacheable and runtime.CACHE_ENABLED:
                 # Not njit(cache=True): numba cannot locate a function compiled under a
                 # '<noa kernel ...>' name; cache_on_disk caches it by this module's file, as before.
@@ -521,7 +520,7 @@ def _moments_source(name: str, complex_input: bool) -> str:
         body = "\n".join([_indent(["if unit:"], 2), _indent(fast, 3), _indent(["else:"], 2), _indent(loops, 3)])
     tasks = _CHUNKED_TASKS.format(hoist="    s0, s1, s2, s3 = strides[0], strides[1], strides[2], strides[3]")
     return f"""
-def {name}(buf, shape, strides, chunk, unit, counts, lows, highs, means, m2s):{tasks}
+def {name}(buf, shape, strides, chunk, unit, counts, lows, highs, means, m2s, control):{tasks}
         base = i0 * s0 + i1 * s1 + i2 * s2 + start * s3
 {body}
         counts[task] = m

@@ -6,13 +6,12 @@ before its ``njit`` decorators run:
 - the compilation cache directory: numba writes next to the sources (``__pycache__``) by default
   and fails at decoration time when that is read-only (containers, Apptainer images, site-wide
   installs). :func:`choose_cache_dir` picks a writable directory instead.
-- the threading layer: kernels may be launched from several Python threads at once (a web server);
-  numba's default ``workqueue`` layer is not safe for that, so the layer is pinned to
-  ``'threadsafe'`` (tbb, else OpenMP) unless the user chose one through ``NUMBA_THREADING_LAYER``.
-  TBB is preferred: an OpenMP region ends at a barrier that waits for every thread, so on a busy
-  machine (a server, a shared node) a kernel of 0.2 ms took 8-12 ms whenever a worker thread was
-  not scheduled; TBB's caller finishes the work alone instead (measured: 0.3-1.5 ms). The ``tbb``
-  wheel installs its library where the loader does not look, so it is loaded here by path.
+- the threading layer: noa's kernels are serial and run their parts on noa's own threads (:func:`launch`), but
+  the thread count each thread may use (:func:`numba.set_num_threads`, per thread: a server's workers share the
+  cores) lives in numba's layer, and a user's own ``parallel=True`` code may run beside a server's threads,
+  which numba's default ``workqueue`` layer does not allow; so the layer is pinned to ``'threadsafe'`` (tbb,
+  else OpenMP) unless the user chose one through ``NUMBA_THREADING_LAYER``. The ``tbb`` wheel installs its
+  library where the loader does not look, so it is loaded here by path.
 """
 
 from __future__ import annotations
@@ -22,33 +21,172 @@ import functools
 import importlib.metadata
 import os
 import tempfile
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic, overload, register_jitable
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 # Arrays with fewer elements than this run each kernel on the calling thread alone (:func:`launch`): waking
-# the thread pool costs more than the work (measured on 2 cores with TBB: break-even is around 256K float32).
-SERIAL_THRESHOLD = 1 << 18
+# a helper thread costs more than the work (measured on 2 cores: a float32 copy of 256K elements took 0.12-0.17
+# ms alone, 0.18-0.21 ms on two threads; of 512K, 0.32-0.35 and 0.28-0.33 ms).
+SERIAL_THRESHOLD = 1 << 19
+
+
+# A parallel launch is cut into this many parts per thread. Every thread of a launch, the launching one
+# included, takes parts (an atomic counter, in the kernel) until none is left, and the launch ends once every
+# part is done: a thread the machine does not schedule (a busy server, a shared node) leaves its parts to the
+# others instead of holding the launch back (an OpenMP-style barrier made a kernel of 0.2 ms take 8-12 ms so),
+# and no thread needs the GIL between its parts.
+PARTS_PER_THREAD = 4
+# How many times the launching thread looks whether the other threads' parts are done before it waits for them.
+SPINS = 1 << 16
+
+
+@intrinsic
+def _fetch_add(typingctx, counters, index):
+    """``counters[index] += 1``, atomically (sequentially consistent); the value before."""
+    signature = types.int64(counters, types.intp)
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        array = context.make_array(array_type)(context, builder, value=args[0])
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [args[1]])
+        return builder.atomic_rmw("add", pointer, ir.Constant(ir.IntType(64), 1), "seq_cst")
+
+    return signature, codegen
+
+
+@intrinsic
+def _load_acquire(typingctx, counters, index):
+    """``counters[index]``, read after every write made before its last atomic update."""
+    signature = types.int64(counters, types.intp)
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        array = context.make_array(array_type)(context, builder, value=args[0])
+        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [args[1]])
+        return builder.load_atomic(pointer, "acquire", 8)
+
+    return signature, codegen
+
+
+# A launch's control: [next part to take, parts, parts done] (int64). Compiled, the part functions count with
+# atomic instructions; called from Python (a kernel's py_func), under a lock.
+_COUNTING = threading.Lock()
+
+
+def take_part(control) -> int:
+    """The next part for this thread (``>= control[1]``: none is left)."""
+    with _COUNTING:
+        control[0] += 1
+        return int(control[0]) - 1
+
+
+def part_done(control) -> None:
+    with _COUNTING:
+        control[2] += 1
+
+
+@overload(take_part, jit_options={"nogil": True})
+def _take_part_compiled(control):
+    return lambda control: _fetch_add(control, 0)
+
+
+@overload(part_done, jit_options={"nogil": True})
+def _part_done_compiled(control):
+    def done(control):
+        _fetch_add(control, 2)
+
+    return done
+
+
+@register_jitable
+def part_bounds(total: int, part: int, parts: int) -> tuple[int, int]:
+    """The tasks ``[first, last)`` of ``part`` when ``total`` tasks are cut into ``parts`` nearly equal parts."""
+    return total * part // parts, total * (part + 1) // parts
+
+
+def parts_of(total: int) -> range:
+    """A kernel's task loop, ``for task in parts_of(total):``, as written: every task, in order. Compiled, the loop
+    takes parts of them until none is left (:func:`noa_core.kernels.sources.parted`)."""
+    return range(total)
+
+
+# What a kernel's part loop calls (:func:`noa_core.kernels.sources.parted`), by name.
+PART_HELPERS = {"take_part": take_part, "part_done": part_done, "part_bounds": part_bounds}
+
+
+_HELPER_NAME = "noa-kernel"
+_POOL_LOCK = threading.Lock()
+_POOL: list[ThreadPoolExecutor] = []  # the process's helper threads, made at its first parallel launch
+
+
+def _helpers() -> ThreadPoolExecutor:
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max(1, numba.config.NUMBA_NUM_THREADS - 1),
+                                            thread_name_prefix=_HELPER_NAME))
+        return _POOL[0]
+
+
+def is_helper(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is one of the kernels' helper threads: idle whenever no launch runs (a launch returns
+    once its parts are done), so a command may end without waiting for them."""
+    return thread.name.startswith(_HELPER_NAME)
+
+
+def _forget_helpers() -> None:
+    """In a forked child: its parent's helper threads do not exist there."""
+    _POOL.clear()
+
+
+os.register_at_fork(after_in_child=_forget_helpers)
 
 
 def launch(kernel: Callable, parallel: bool, *args) -> None:
-    """Call ``kernel`` (compiled ``parallel=True``) on the threads numba gives this thread when ``parallel``,
-    else on this thread alone. One compiled version serves both (a serial twin per kernel would double what a
-    new installation compiles); numba's thread count belongs to the calling thread, so a server's other threads
-    keep theirs."""
-    threads = numba.get_num_threads()
-    if parallel or threads == 1:
-        kernel(*args)
+    """Run ``kernel(*args, control)`` on as many threads as numba gives this thread when ``parallel`` (a server's
+    worker thread has its share of the cores: :func:`numba.set_num_threads` is per thread), else on this thread
+    alone; it returns once every part is done.
+
+    Kernels are compiled serial (``nogil``); each takes parts of its task index until none is left
+    (:func:`take_part`, :func:`part_bounds`, :func:`part_done`, woven into the generated ones by
+    :func:`noa_core.kernels.sources.parted`). numba's ``parallel=True`` compiled every kernel twice (the function
+    and its parallel region): twice what a new installation waits for."""
+    threads = numba.get_num_threads() if parallel else 1
+    parts = threads * PARTS_PER_THREAD if threads > 1 else 1
+    control = np.array([0, parts, 0], np.int64)
+    if threads <= 1:
+        kernel(*args, control)
+        _check_done(kernel, control)
         return
-    numba.set_num_threads(1)
     try:
-        kernel(*args)
+        helpers = [_helpers().submit(kernel, *args, control) for _ in range(threads - 1)]
+    except RuntimeError:  # the interpreter is exiting (no new threads): this thread takes every part
+        helpers = []
+    try:
+        kernel(*args, control)
     finally:
-        numba.set_num_threads(threads)
+        for helper in helpers:
+            helper.cancel()  # one that has not started has nothing left to take
+    if not _all_parts_done(control, SPINS):  # parts still in flight on helper threads: wait for those
+        for helper in helpers:
+            if not helper.cancelled():
+                helper.result()  # raises what the kernel raised
+        _check_done(kernel, control)
+
+
+def _check_done(kernel: Callable, control: np.ndarray) -> None:
+    """A kernel whose threads all returned must have done every part (never a partial output)."""
+    if control[2] < control[1]:
+        raise RuntimeError(f"{kernel} returned with {control[1] - control[2]} of its {control[1]} parts undone")
 
 
 def read_only(x):
@@ -180,3 +318,15 @@ def load_cpu_target() -> None:
 
 configure()
 load_cpu_target()
+
+
+# Compiled once numba's cache folder is chosen (configure): the launching thread's wait.
+@numba.njit(nogil=True, cache=CACHE_ENABLED)
+def _all_parts_done(control, spins: int) -> bool:
+    """Whether every part of a launch is done, looked at up to ``spins`` times (without the GIL): a part in
+    flight on another thread often ends within microseconds, and waking this thread once its thread has
+    finished costs tens of them (a sleep(0) took 58 us here)."""
+    for _ in range(spins):  # noqa: SIM110 (a loop numba compiles: any() of a generator is not one)
+        if _load_acquire(control, 2) >= control[1]:
+            return True
+    return False

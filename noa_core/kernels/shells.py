@@ -18,6 +18,8 @@ import numba
 import numpy as np
 
 from noa_core.kernels import runtime
+from noa_core.kernels.runtime import parts_of
+from noa_core.kernels.sources import compile_parted
 
 
 @numba.njit(cache=runtime.CACHE_ENABLED, nogil=True)
@@ -67,38 +69,54 @@ def _linear_chunk(f1, f2, row_first, row_second, column, scale, nyquist, start, 
                 high[2, t] += power2 * fraction
 
 
-@numba.njit(parallel=True, cache=runtime.CACHE_ENABLED, nogil=True)
-def relion_sums(f1, f2, row_r2, column_r2, table, rows_per_chunk, wave, sums):
+def _relion_chunks(f1, f2, row_r2, column_r2, table, rows_per_chunk, first, partials, control):
+    """The sums of chunks ``first ..`` (``partials``: ``(n, 1, 3, shells)``) of this part."""
+    rows = f1.shape[0]
+    for c in parts_of(partials.shape[0]):
+        partials[c] = 0.0
+        start = (first + c) * rows_per_chunk
+        _relion_chunk(f1, f2, row_r2, column_r2, table, start, min(rows, start + rows_per_chunk), partials[c, 0])
+
+
+def _linear_chunks(f1, f2, row_first, row_second, column, scale, nyquist, rows_per_chunk, first, partials, control):
+    """The sums of chunks ``first ..`` (``partials``: ``(n, 2, 3, shells)``, the lower shells' then the upper
+    ones') of this part."""
+    rows = f1.shape[0]
+    for c in parts_of(partials.shape[0]):
+        partials[c] = 0.0
+        start = (first + c) * rows_per_chunk
+        _linear_chunk(f1, f2, row_first, row_second, column, scale, nyquist, start,
+                      min(rows, start + rows_per_chunk), partials[c, 0], partials[c, 1])
+
+
+_RELION_CHUNKS = compile_parted(_relion_chunks, {"_relion_chunk": _relion_chunk})
+_LINEAR_CHUNKS = compile_parted(_linear_chunks, {"_linear_chunk": _linear_chunk})
+
+
+def relion_sums(f1, f2, row_r2, column_r2, table, rows_per_chunk: int, wave: int, sums: np.ndarray,
+                parallel: bool) -> None:
     """Add RELION's per-shell sums of the rows ``f1``, ``f2`` (complex, ``(R, W // 2 + 1)``) to ``sums``
     (``(3, shells)`` float64: cross term, power of ``f1``, power of ``f2``)."""
-    rows = f1.shape[0]
-    chunks = (rows + rows_per_chunk - 1) // rows_per_chunk
-    partials = np.empty((min(wave, chunks), 3, sums.shape[1]))
-    for first in range(0, chunks, wave):
-        n = min(wave, chunks - first)
-        for c in numba.prange(n):
-            partials[c] = 0.0
-            start = (first + c) * rows_per_chunk
-            _relion_chunk(f1, f2, row_r2, column_r2, table, start, min(rows, start + rows_per_chunk), partials[c])
-        for c in range(n):
-            sums += partials[c]
+    _in_waves(_RELION_CHUNKS, (f1, f2, row_r2, column_r2, table), rows_per_chunk, wave, sums, parallel, 1)
 
 
-@numba.njit(parallel=True, cache=runtime.CACHE_ENABLED, nogil=True)
-def linear_sums(f1, f2, row_first, row_second, column, scale, nyquist, rows_per_chunk, wave, sums):
+def linear_sums(f1, f2, row_first, row_second, column, scale: float, nyquist: float, rows_per_chunk: int,
+                wave: int, sums: np.ndarray, parallel: bool) -> None:
     """Add the linear rule's per-shell sums to ``sums`` (``(3, shells)``); per chunk, the sums of the lower
     shells, then those of the upper ones (see :func:`_linear_chunk`)."""
-    rows = f1.shape[0]
-    chunks = (rows + rows_per_chunk - 1) // rows_per_chunk
-    partials = np.empty((min(wave, chunks), 2, 3, sums.shape[1]))
+    _in_waves(_LINEAR_CHUNKS, (f1, f2, row_first, row_second, column, scale, nyquist), rows_per_chunk, wave, sums,
+              parallel, 2)
+
+
+def _in_waves(chunks_kernel, args: tuple, rows_per_chunk: int, wave: int, sums: np.ndarray, parallel: bool,
+              per_chunk: int) -> None:
+    """Run ``chunks_kernel`` over every chunk of rows, ``wave`` chunks at a time, adding each chunk's
+    ``per_chunk`` partial sums to ``sums`` in chunk order once its wave is done."""
+    rows = args[0].shape[0]
+    chunks = -(-rows // rows_per_chunk)
+    partials = np.empty((min(wave, chunks), per_chunk, *sums.shape))
     for first in range(0, chunks, wave):
         n = min(wave, chunks - first)
-        for c in numba.prange(n):
-            partials[c] = 0.0
-            start = (first + c) * rows_per_chunk
-            _linear_chunk(f1, f2, row_first, row_second, column, scale, nyquist, start,
-                          min(rows, start + rows_per_chunk), partials[c, 0], partials[c, 1])
-        for c in range(n):
-            sums += partials[c, 0]
-            sums += partials[c, 1]
-
+        runtime.launch(chunks_kernel, parallel, *args, rows_per_chunk, first, partials[:n])
+        for partial in partials[:n].reshape(-1, *sums.shape):
+            sums += partial

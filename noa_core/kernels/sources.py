@@ -15,15 +15,21 @@ when it is first compiled; :func:`generated_sources` returns those of this proce
 from __future__ import annotations
 
 import hashlib
+import inspect
 import itertools
 import linecache
 import os
+import re
 import sys
+import textwrap
 import threading
 from collections.abc import Callable, Sequence
 from types import FunctionType
 
+import numba
 from numba.core.caching import CompileResultCacheImpl, FunctionCache
+
+from noa_core.kernels import runtime
 
 
 def operand_variants(max_operands: int = 3) -> dict[str, list[str]]:
@@ -97,6 +103,33 @@ def generated_sources() -> dict[str, str]:
         return dict(_SOURCES)
 
 
+# The task loop of a kernel template: ``for VAR in parts_of(TOTAL):``, the function's last statement.
+_PARTS_OF = re.compile(r"^(?P<indent> *)for (?P<var>\w+) in parts_of\((?P<total>.+)\):$")
+
+
+def parted(source: str) -> str:
+    """``source`` with its task loop (``for VAR in parts_of(TOTAL):``, the function's last statement) run part
+    by part: the loop takes parts of ``range(TOTAL)`` from the launch's ``control`` until none is left
+    (:func:`noa_core.kernels.runtime.launch`; the names of :data:`noa_core.kernels.runtime.PART_HELPERS`)."""
+    lines = source.rstrip("\n").split("\n")
+    found = [i for i, line in enumerate(lines) if _PARTS_OF.match(line)]
+    if len(found) != 1:
+        raise ValueError(f"a kernel template needs one parts_of loop, not {len(found)}")
+    at = found[0]
+    loop = _PARTS_OF.match(lines[at])
+    assert loop is not None
+    indent, inner = loop["indent"], loop["indent"] + "    "
+    body = lines[at + 1:]
+    if any(line.strip() and len(line) - len(line.lstrip()) <= len(indent) for line in body):
+        raise ValueError("a kernel template's parts_of loop must be its last statement")
+    head = [f"{indent}all_parts = control[1]", f"{indent}while True:", f"{inner}this_part = take_part(control)",
+            f"{inner}if this_part >= all_parts:", f"{inner}    break",
+            f"{inner}first_task, last_task = part_bounds({loop['total']}, this_part, all_parts)",
+            f"{inner}for {loop['var']} in range(first_task, last_task):"]
+    return "\n".join([*lines[:at], *head, *("    " + line if line.strip() else line for line in body),
+                      f"{inner}part_done(control)", ""])
+
+
 def compile_template(source: str, name: str, module: str, namespace: dict) -> Callable:
     """Compile generated source into the function ``name``, belonging to the module named ``module``.
 
@@ -134,6 +167,16 @@ class _GeneratedCacheImpl(CompileResultCacheImpl):
 
 class _GeneratedFunctionCache(FunctionCache):
     _impl_class = _GeneratedCacheImpl
+
+
+def compile_parted(func: Callable, namespace: dict, **options) -> Callable:
+    """The CPU kernel of ``func``, a plain function of its module written with a ``parts_of`` task loop
+    (:func:`parted`) and a last parameter ``control``: compiled with numba (``nogil``, ``options``) in ``namespace``
+    and the part helpers, cached on disk by its module's file; :func:`noa_core.kernels.runtime.launch` runs it."""
+    source = parted(textwrap.dedent(inspect.getsource(func)))
+    compiled = compile_template(source, func.__name__, func.__module__, {**namespace, **runtime.PART_HELPERS})
+    kernel = numba.njit(nogil=True, **options)(compiled)
+    return cache_on_disk(kernel) if runtime.CACHE_ENABLED else kernel
 
 
 def cache_on_disk(dispatcher):

@@ -26,7 +26,8 @@ import threading
 import numba
 import numpy as np
 
-from noa_core.kernels import runtime
+from noa_core.kernels.runtime import parts_of
+from noa_core.kernels.sources import compile_parted
 from noa_core.kernels.transform import rebind
 
 EQUAL = 1e-6  # RELION's XMIPP_EQUAL_ACCURACY: the margin of its bounds test
@@ -100,7 +101,7 @@ def add_operator(src, acc, ak, ai, a, k, i, count):
 # -- kernels ---------------------------------------------------------------------------------------------
 
 
-def cpu_symmetrize(src, dst, matrices, order, columns, tiles):
+def cpu_symmetrize(src, dst, matrices, order, columns, tiles, control):
     """``src`` (D, H, W) float32 or float64; ``dst`` (D, H, W) float32 or float64, written where computed;
     ``matrices`` (K, 3, 3) float64: the operators but the identity, on (x, y, z); ``order``: what the sum
     is divided by; ``columns`` (D, H) int64: how many leading voxels of each row to compute (W, 1 or 0:
@@ -108,7 +109,7 @@ def cpu_symmetrize(src, dst, matrices, order, columns, tiles):
     TILE x TILE tile holding rows to compute (:func:`tiles_of`), shared among the threads. Operators outer
     within a tile: each operator's samples then walk along a rod of the map, whose reads stay in cache."""
     nz, ny, nx = src.shape
-    for task in prange(tiles.shape[0]):  # noqa: F821 (numba.prange, from the namespace)
+    for task in parts_of(tiles.shape[0]):
         k0, i0 = tiles[task, 0], tiles[task, 1]
         k1, i1 = min(k0 + TILE, nz), min(i0 + TILE, ny)
         acc = np.empty((k1 - k0, i1 - i0, nx), np.float64)
@@ -171,9 +172,9 @@ def tiles_of(columns: np.ndarray) -> np.ndarray:
     return np.argwhere(busy).astype(np.int64) * TILE
 
 
-_CPU: dict = {"__name__": __name__, "np": np, "prange": numba.prange, "EQUAL": EQUAL, "TILE": TILE}
+_CPU: dict = {"__name__": __name__, "np": np, "EQUAL": EQUAL, "TILE": TILE}
 _CPU.update({f.__name__: numba.njit(inline="always", nogil=True)(rebind(f, _CPU)) for f in (sample, add_operator)})
-symmetrize_kernel = numba.njit(parallel=True, cache=runtime.CACHE_ENABLED, nogil=True)(rebind(cpu_symmetrize, _CPU))
+symmetrize_kernel = compile_parted(cpu_symmetrize, _CPU)
 
 _LOCK = threading.Lock()
 _CUDA: dict = {}

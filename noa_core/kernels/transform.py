@@ -22,6 +22,8 @@ from typing import Any, cast
 import numba
 
 from noa_core.kernels import runtime
+from noa_core.kernels.runtime import parts_of
+from noa_core.kernels.sources import compile_parted
 
 NEAREST, LINEAR, CUBIC = 0, 1, 3
 ZERO, CLAMP, MIRROR = 0, 1, 2
@@ -176,10 +178,10 @@ def sample_3d(src, z, y, x, interp, border):
 # -- kernels --------------------------------------------------------------------------------------
 
 
-def cpu_transform_2d(src, dst, matrices, interp, border, offset):
+def cpu_transform_2d(src, dst, matrices, interp, border, offset, control):
     """dst[b, y, x] = src[b or 0] at M_b @ (y, x, 1) + offset; parallel over output rows."""
     n_batch, height, width = dst.shape
-    for task in prange(n_batch * height):  # noqa: F821 (numba.prange, from the namespace)
+    for task in parts_of(n_batch * height):
         b = task // height
         y = task % height
         m = matrices[b if matrices.shape[0] > 1 else 0]
@@ -209,10 +211,10 @@ def cpu_transform_2d(src, dst, matrices, interp, border, offset):
                 dst[b, y, x] = sample_2d(image, cy + dy * x, cx + dx * x, interp, border)
 
 
-def cpu_transform_3d(src, dst, matrices, interp, border, offset):
+def cpu_transform_3d(src, dst, matrices, interp, border, offset, control):
     """dst[b, z, y, x] = src[b or 0] at M_b @ (z, y, x, 1) + offset; parallel over output rows."""
     n_batch, depth, height, width = dst.shape
-    for task in prange(n_batch * depth * height):  # noqa: F821
+    for task in parts_of(n_batch * depth * height):
         y = task % height
         r = task // height
         z = r % depth
@@ -281,13 +283,12 @@ def cpu_kernels() -> dict:
     """``{'2d': kernel, '3d': kernel}`` compiled with numba for the CPU (cached on disk)."""
     with _LOCK:
         if "cpu" not in _BUILT:
-            namespace: dict = {"__name__": __name__, "math": math, "prange": numba.prange}
+            namespace: dict = {"__name__": __name__, "math": math}
             device = numba.njit(cache=runtime.CACHE_ENABLED, nogil=True)
             for helper in _HELPERS:
                 namespace[helper.__name__] = device(rebind(helper, namespace))
-            kernel = numba.njit(parallel=True, cache=runtime.CACHE_ENABLED, nogil=True)
-            _BUILT["cpu"] = {"2d": kernel(rebind(cpu_transform_2d, namespace)),
-                             "3d": kernel(rebind(cpu_transform_3d, namespace))}
+            _BUILT["cpu"] = {"2d": compile_parted(cpu_transform_2d, namespace),
+                             "3d": compile_parted(cpu_transform_3d, namespace)}
         return _BUILT["cpu"]
 
 

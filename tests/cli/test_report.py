@@ -3,6 +3,7 @@ tearing the interpreter down, its exit functions run and its streams flushed; a 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -33,8 +34,9 @@ run()
 """
 
 
-def _noa_process(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", _PROCESS, *args], capture_output=True, text=True, timeout=120)
+def _noa_process(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _PROCESS, *args], capture_output=True, text=True, timeout=120,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_a_finished_command_leaves_without_the_teardown(tmp_path):
@@ -46,6 +48,21 @@ def test_a_finished_command_leaves_without_the_teardown(tmp_path):
     assert done.stdout.rstrip().endswith("exit functions ran")
     assert "torn down" not in done.stdout
     assert "threads 1\n" in done.stdout  # NumPy's BLAS started none (OPENBLAS_NUM_THREADS=1 for the process)
+
+
+def test_the_kernels_idle_helper_threads_are_not_waited_for(tmp_path):
+    """A file the kernels took on several threads (numba's path, past the serial threshold): their helper threads
+    stay, idle, once the command is done; the process leaves without the teardown all the same."""
+    from noa_core.kernels import runtime
+
+    src = tmp_path / "large.mrc"
+    side = 1 << ((runtime.SERIAL_THRESHOLD.bit_length() + 1) // 2)
+    data = write_mrc(src, np.random.default_rng(0).random((side, side), dtype=np.float32))
+    done = _noa_process("alone", "stats", str(src), env={"NOA_COMPUTE": "numba", "NUMBA_NUM_THREADS": "2"})
+    assert done.returncode == 0, done.stderr
+    assert f"{data.max():g}" in done.stdout
+    assert done.stdout.rstrip().endswith("exit functions ran")
+    assert "torn down" not in done.stdout
 
 
 def test_a_failed_command_keeps_its_code_and_line(tmp_path):

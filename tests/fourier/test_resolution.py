@@ -250,11 +250,11 @@ def relion_fsc_vectorised(one: np.ndarray, two: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("rule", resolution.RULES)
 def test_paths_agree_on_maps_the_parallel_kernels_take(rule):
-    """80^3 maps: 80 x 80 x 41 samples, past SERIAL_THRESHOLD (the kernels run on every thread)."""
+    """104^3 maps: 104 x 104 x 53 samples, past SERIAL_THRESHOLD (the kernels run on every thread)."""
     from noa_core.kernels import runtime
 
-    one, two = noisy_pair((80, 80, 80), 21)
-    assert runtime.SERIAL_THRESHOLD <= 80 * 80 * 41
+    one, two = noisy_pair((104, 104, 104), 21)
+    assert runtime.SERIAL_THRESHOLD <= 104 * 104 * 53
     numpy, kernels = both_paths(one, two, rule)
     for a, b in zip(numpy, kernels, strict=True):
         assert np.array_equal(a, b)

@@ -14,6 +14,7 @@ from helpers import LAYOUTS, layout_values, make_array
 from noa_core.array import layout
 from noa_core.compute.conversion import convert_into
 from noa_core.errors import BroadcastError, DeviceError, DTypeError, OverlapError, ReadOnlyError, StrideError
+from noa_core.kernels.runtime import SERIAL_THRESHOLD
 
 SETTINGS = settings(max_examples=40, deadline=None)
 shapes = st.tuples(*(st.integers(1, 5) for _ in range(3)), st.integers(0, 9)).map(
@@ -112,7 +113,8 @@ def test_transposed_cast(source, target):
 
 
 def test_copy_large_parallel_and_transposed():
-    x = np.random.default_rng(2).random((2, 3, 210, 230), dtype=np.float32)  # past SERIAL_THRESHOLD
+    x = np.random.default_rng(2).random((2, 3, 300, 310), dtype=np.float32)  # past SERIAL_THRESHOLD
+    assert x.size >= SERIAL_THRESHOLD
     np.testing.assert_array_equal(nc.asarray(x).copy("F").numpy(), x)
     np.testing.assert_array_equal(nc.asarray(x).permute_copy((1, 0, 3, 2)).numpy(), x.transpose(1, 0, 3, 2))
 
@@ -279,7 +281,7 @@ def test_ewise_in_place_and_builtin_names():
 
 def test_ewise_large_parallel_strided():
     rng = np.random.default_rng(6)
-    x = rng.random((4, 8, 160, 130)).astype(np.float32)  # the view is past SERIAL_THRESHOLD
+    x = rng.random((4, 8, 260, 130)).astype(np.float32)  # the view is past SERIAL_THRESHOLD
     a = nc.asarray(x)[:, :, ::2, 1:]
     out = nc.empty(a.shape, "float64", order="F")
     nc.ewise([a, a.permute((0, 1, 2, 3))], out, lambda u, v: u * v + 1)

@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from noa_core.fourier import resolution
-from noa_core.kernels import runtime
 from noa_core.kernels import shells as kernels
 
 
@@ -63,7 +62,7 @@ def run(rule, f1, f2, sizes, rows_per_chunk, wave):
     sums = np.zeros((3, count))
     shells = resolution._relion_shells(sizes) if rule == "relion" else resolution._linear_shells(sizes)
     kernel = kernels.relion_sums if rule == "relion" else kernels.linear_sums
-    runtime.launch(kernel, wave is not None, *rows, *shells, rows_per_chunk, wave or 1, sums)
+    kernel(*rows, *shells, rows_per_chunk, wave or 1, sums, wave is not None)
     return sums
 
 

@@ -19,7 +19,7 @@ import pytest
 from helpers import REPO
 from noa_core import kernels
 from noa_core.compute import expr
-from noa_core.kernels import cpu
+from noa_core.kernels import cpu, runtime
 from noa_core.kernels import cuda as cuda_backend
 
 BACKENDS = {"cpu": cpu, "cuda": cuda_backend}
@@ -103,7 +103,7 @@ def test_traceback_through_a_generated_kernel_shows_its_own_lines():
 
     shape, strides = (1, 1, 1, 4), np.array([[4, 4, 4, 1], [4, 4, 4, 1]], dtype=np.int64)
     with pytest.raises(IndexError) as info:  # the output holds 2 of the 4 elements written
-        func(np.arange(4.0), np.zeros(2), shape, strides, True, 4)
+        func(np.arange(4.0), np.zeros(2), shape, strides, True, 4, np.array([0, 1, 0]))  # one part: every task
     frames = traceback.extract_tb(info.value.__traceback__)
     last = frames[-1]
     assert last.filename == filename
@@ -121,7 +121,7 @@ def test_numba_errors_in_a_generated_kernel_quote_its_lines():
     filename = kernel.py_func.__code__.co_filename
     shape, strides = (1, 1, 1, 4), np.array([[4, 4, 4, 1], [4, 4, 4, 1]], dtype=np.int64)
     with pytest.raises(numba.core.errors.TypingError) as info:  # a tuple stored into a float array
-        kernel(np.arange(4.0), np.zeros(4), shape, strides, True, 4)
+        kernel(np.arange(4.0), np.zeros(4), shape, strides, True, 4, np.array([0, 1, 0]))
     message = str(info.value)
     assert f'File "{filename}"' in message
     assert "v_out0[i] = op(v_in0[i])" in message
@@ -209,3 +209,24 @@ def test_without_the_variable_nothing_is_dumped(tmp_path):
     result = _run({"NUMBA_CACHE_DIR": str(tmp_path)})
     assert "<noa kernel" not in result.stderr
     assert "LISTED <noa kernel ewise_negate_" in result.stdout
+
+
+def test_parted_runs_the_task_loop_part_by_part():
+    source = "def k(out, control):\n    n = out.shape[0]\n    for task in parts_of(n):\n        out[task] = task\n"
+    text = kernels.sources.parted(source)
+    assert "parts_of" not in text and "take_part(control)" in text and text.rstrip().endswith("part_done(control)")
+    scope = kernels.compile_source(text, "k", dict(runtime.PART_HELPERS))
+    out = np.zeros(6, np.int64)
+    control = np.array([0, 4, 0])
+    scope["k"](out, control)  # in Python: one thread takes every part
+    assert out.tolist() == [0, 1, 2, 3, 4, 5] and control.tolist() == [5, 4, 4]
+
+
+@pytest.mark.parametrize("source", [
+    "def k(out, control):\n    for task in range(3):\n        out[task] = 1\n",
+    "def k(out, control):\n    for task in parts_of(3):\n        out[task] = 1\n    out[0] = 2\n",
+    "def k(out, control):\n    for a in parts_of(3):\n        pass\n    for b in parts_of(3):\n        pass\n",
+])
+def test_parted_refuses_a_template_without_one_last_task_loop(source):
+    with pytest.raises(ValueError, match="parts_of"):
+        kernels.sources.parted(source)

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from noa_core.geometry import symmetry
+from noa_core.kernels import runtime
 from noa_core.kernels.symmetrize import symmetrize_kernel, tiles_of
 
 EQUAL = 1e-6  # RELION's XMIPP_EQUAL_ACCURACY
@@ -76,7 +77,8 @@ def run_kernel(v: np.ndarray, name: str, dtype=np.float32) -> np.ndarray:
     g = symmetry.point_group(name)
     out = np.empty(v.shape, dtype)
     columns = np.full(v.shape[:2], v.shape[2], np.int64)  # every voxel computed
-    symmetrize_kernel(v, out, np.ascontiguousarray(g.matrices[1:]), float(g.order), columns, tiles_of(columns))
+    runtime.launch(symmetrize_kernel, True, v, out, np.ascontiguousarray(g.matrices[1:]), float(g.order), columns,
+                   tiles_of(columns))
     return out
 
 
