@@ -152,6 +152,7 @@ def {name}(in0, out0, shape, si, so, tile, control):
     t3 = (n3 + tile - 1) // tile
     s3 = si[3]
     s2 = so[2]
+    buf = np.empty((tile, tile), dtype=out0.dtype)  # one per thread: an L1-resident tile, reused
     for task in parts_of(n0 * n1 * t2 * t3):
         b = task % t3
         r = task // t3
@@ -168,7 +169,6 @@ def {name}(in0, out0, shape, si, so, tile, control):
         # Read whole input runs (contiguous along dim 2) into an L1-resident tile, then write
         # whole output runs (contiguous along dim 3): both memory streams stay sequential and no
         # cache line is evicted before it is used, whatever the power-of-two row lengths.
-        buf = np.empty((tile, tile), dtype=out0.dtype)
         for x in range(nx):
             src = in0[bi + x * s3:bi + x * s3 + ny]
             row = buf[x]
