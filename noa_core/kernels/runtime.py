@@ -50,32 +50,25 @@ PARTS_PER_THREAD = 4
 SPINS = 1 << 16
 
 
+def _item_pointer(context, builder, signature, args):
+    """The address of ``counters[index]``, the intrinsics' two arguments."""
+    array_type = signature.args[0]
+    array = context.make_array(array_type)(context, builder, value=args[0])
+    return cgutils.get_item_pointer(context, builder, array_type, array, [args[1]])
+
+
 @intrinsic
 def _fetch_add(typingctx, counters, index):
     """``counters[index] += 1``, atomically (sequentially consistent); the value before."""
-    signature = types.int64(counters, types.intp)
-
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        array = context.make_array(array_type)(context, builder, value=args[0])
-        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [args[1]])
-        return builder.atomic_rmw("add", pointer, ir.Constant(ir.IntType(64), 1), "seq_cst")
-
-    return signature, codegen
+    return types.int64(counters, types.intp), lambda context, builder, signature, args: builder.atomic_rmw(
+        "add", _item_pointer(context, builder, signature, args), ir.Constant(ir.IntType(64), 1), "seq_cst")
 
 
 @intrinsic
 def _load_acquire(typingctx, counters, index):
     """``counters[index]``, read after every write made before its last atomic update."""
-    signature = types.int64(counters, types.intp)
-
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        array = context.make_array(array_type)(context, builder, value=args[0])
-        pointer = cgutils.get_item_pointer(context, builder, array_type, array, [args[1]])
-        return builder.load_atomic(pointer, "acquire", 8)
-
-    return signature, codegen
+    return types.int64(counters, types.intp), lambda context, builder, signature, args: builder.load_atomic(
+        _item_pointer(context, builder, signature, args), "acquire", 8)
 
 
 # A launch's control: [next part to take, parts, parts done] (int64). Compiled, the part functions count with
