@@ -7,8 +7,7 @@ import numba
 import numpy as np
 from numba.extending import overload
 
-from noa_core.kernels.runtime import parts_of
-from noa_core.kernels.sources import compile_parted
+from noa_core.kernels.runtime import compile_parted, parts_of
 
 
 def _bin(src, dst, kd, kh, kw, accumulator, control):

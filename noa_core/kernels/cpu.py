@@ -30,8 +30,8 @@ from noa_core.array import scalar_ops
 from noa_core.array.scalar_ops import CHUNK, LANES
 from noa_core.kernels import runtime
 from noa_core.kernels.operators import BUILTIN_OPS
-from noa_core.kernels.runtime import PART_HELPERS, SERIAL_THRESHOLD, launch, read_only
-from noa_core.kernels.sources import cache_on_disk, compile_template, operand_variants, parted, transpose_plan
+from noa_core.kernels.runtime import SERIAL_THRESHOLD, compile_kernel, launch, read_only
+from noa_core.kernels.sources import operand_variants, transpose_plan
 
 # Elements per parallel task along the innermost dimension: large enough to amortise the task
 # bookkeeping, small enough that a single long contiguous row still spreads over every thread.
@@ -345,14 +345,10 @@ def _kernel(kind: str, variant: str, ops: dict[str, Callable], fastmath: set[str
         if kernel is None:
             tag = f"{'_'.join(map(str, names))}_{_OPS_DIGEST}" if cacheable else f"user{len(_KERNELS)}"
             name = f"{kind}_{tag}_{variant}"
-            namespace = {"np": np, **PART_HELPERS, **(helpers or {})}
+            namespace = {"np": np, **(helpers or {})}
             namespace.update({k: _as_dispatcher(f) for k, f in ops.items()})
-            func = compile_template(parted(TEMPLATES[kind](name, variant)), name, __name__, namespace)
-            kernel = numba.njit(nogil=True, error_model="numpy", fastmath=fastmath)(func)
-            if cacheable and runtime.CACHE_ENABLED:
-                # Not njit(cache=True): numba cannot locate a function compiled under a
-                # '<noa kernel ...>' name; cache_on_disk caches it by this module's file, as before.
-                cache_on_disk(kernel)
+            kernel = compile_kernel(TEMPLATES[kind](name, variant), name, __name__, namespace, cacheable,
+                                    error_model="numpy", fastmath=fastmath)
             _KERNELS[key] = kernel
             _BUILT[0] += 1
     return kernel

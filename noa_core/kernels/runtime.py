@@ -19,8 +19,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.metadata
+import inspect
 import os
 import tempfile
+import textwrap
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +33,8 @@ import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic, overload, register_jitable
+
+from noa_core.kernels.sources import cache_on_disk, compile_template, parted
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -115,6 +119,23 @@ def parts_of(total: int) -> range:
 
 # What a kernel's part loop calls (:func:`noa_core.kernels.sources.parted`), by name.
 PART_HELPERS = {"take_part": take_part, "part_done": part_done, "part_bounds": part_bounds}
+
+
+def compile_kernel(source: str, name: str, module: str, namespace: dict, cache: bool = True, **options) -> Callable:
+    """The CPU kernel ``name`` of ``source``, a function written with a ``parts_of`` task loop (:func:`parted`) and
+    a last parameter ``control``: compiled with numba (``nogil``, ``options``) in ``namespace`` and the part
+    helpers, as a function of ``module``; :func:`launch` runs it. With ``cache`` (and a cache folder), cached on
+    disk by the module's file: not ``njit(cache=True)``, since numba cannot locate a function compiled under a
+    ``<noa kernel ...>`` name (:func:`noa_core.kernels.sources.cache_on_disk`)."""
+    func = compile_template(parted(source), name, module, {**namespace, **PART_HELPERS})
+    kernel = numba.njit(nogil=True, **options)(func)
+    return cache_on_disk(kernel) if cache and CACHE_ENABLED else kernel
+
+
+def compile_parted(func: Callable, namespace: dict, **options) -> Callable:
+    """:func:`compile_kernel` of ``func``, a plain function of its module, from its own source."""
+    return compile_kernel(textwrap.dedent(inspect.getsource(func)), func.__name__, func.__module__, namespace,
+                          **options)
 
 
 _HELPER_NAME = "noa-kernel"

@@ -18,8 +18,7 @@ import numba
 import numpy as np
 
 from noa_core.kernels import runtime
-from noa_core.kernels.runtime import parts_of
-from noa_core.kernels.sources import compile_parted
+from noa_core.kernels.runtime import compile_parted, parts_of
 
 
 @numba.njit(cache=runtime.CACHE_ENABLED, nogil=True)

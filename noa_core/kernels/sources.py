@@ -15,21 +15,16 @@ when it is first compiled; :func:`generated_sources` returns those of this proce
 from __future__ import annotations
 
 import hashlib
-import inspect
 import itertools
 import linecache
 import os
 import re
 import sys
-import textwrap
 import threading
 from collections.abc import Callable, Sequence
 from types import FunctionType
 
-import numba
 from numba.core.caching import CompileResultCacheImpl, FunctionCache
-
-from noa_core.kernels import runtime
 
 
 def operand_variants(max_operands: int = 3) -> dict[str, list[str]]:
@@ -167,16 +162,6 @@ class _GeneratedCacheImpl(CompileResultCacheImpl):
 
 class _GeneratedFunctionCache(FunctionCache):
     _impl_class = _GeneratedCacheImpl
-
-
-def compile_parted(func: Callable, namespace: dict, **options) -> Callable:
-    """The CPU kernel of ``func``, a plain function of its module written with a ``parts_of`` task loop
-    (:func:`parted`) and a last parameter ``control``: compiled with numba (``nogil``, ``options``) in ``namespace``
-    and the part helpers, cached on disk by its module's file; :func:`noa_core.kernels.runtime.launch` runs it."""
-    source = parted(textwrap.dedent(inspect.getsource(func)))
-    compiled = compile_template(source, func.__name__, func.__module__, {**namespace, **runtime.PART_HELPERS})
-    kernel = numba.njit(nogil=True, **options)(compiled)
-    return cache_on_disk(kernel) if runtime.CACHE_ENABLED else kernel
 
 
 def cache_on_disk(dispatcher):

@@ -26,8 +26,7 @@ import threading
 import numba
 import numpy as np
 
-from noa_core.kernels.runtime import parts_of
-from noa_core.kernels.sources import compile_parted
+from noa_core.kernels.runtime import compile_parted, parts_of
 from noa_core.kernels.transform import rebind
 
 EQUAL = 1e-6  # RELION's XMIPP_EQUAL_ACCURACY: the margin of its bounds test

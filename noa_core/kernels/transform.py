@@ -22,8 +22,7 @@ from typing import Any, cast
 import numba
 
 from noa_core.kernels import runtime
-from noa_core.kernels.runtime import parts_of
-from noa_core.kernels.sources import compile_parted
+from noa_core.kernels.runtime import compile_parted, parts_of
 
 NEAREST, LINEAR, CUBIC = 0, 1, 3
 ZERO, CLAMP, MIRROR = 0, 1, 2

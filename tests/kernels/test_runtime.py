@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 import noa_core as nc
 from noa_core.kernels import runtime
-from noa_core.kernels.runtime import SERIAL_THRESHOLD, parts_of
-from noa_core.kernels.sources import compile_parted
+from noa_core.kernels.runtime import SERIAL_THRESHOLD, compile_parted, parts_of
 
 
 def work(seed: int) -> None:
