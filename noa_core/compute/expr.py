@@ -90,6 +90,9 @@ _TEMPLATES = {
     # NaN-propagating, like NumPy's.
     "minimum": "({0} if {0} <= {1} or {0} != {0} else {1})", "maximum": "({0} if {0} >= {1} or {0} != {0} else {1})",
 }
+# NumPy's signed integers wrap around; numba's signed +, - and * tell LLVM that they never overflow,
+# which lets it fold `a < a + b` into `b > 0`. Computed in the unsigned type of their width, they wrap.
+_WRAPPING = {"add": "{u}({0}) + {u}({1})", "subtract": "{u}({0}) - {u}({1})", "multiply": "{u}({0}) * {u}({1})"}
 # The operators on Python constants (folding), with Python's rules (which NumPy uses for them).
 # and/or/not are NumPy's logical functions, which give NumPy booleans: those are not folded.
 _FOLD: dict[str, Callable] = {
@@ -459,6 +462,8 @@ class _Writer:
             base, exponent = args
             return self.integer_power(base, exponent, out)
         template = _TEMPLATES[node.op]
+        if node.op in _WRAPPING and out.kind == "i":
+            template = _wrapping(node.op, out)
         if node.op == "floor_divide" and ins[0] == np.int64:  # numba gives 0 for MIN // -1, NumPy MIN
             template = "(-{0} if {1} == -1 else {0} // {1})"
         return self.assign(template.format(*(arg.code for arg in args)), out, node.op, args)
@@ -548,13 +553,14 @@ class _Writer:
         integer power turns to floating point beyond an exponent of 65536). At most 64 rounds; a
         negative exponent (which NumPy refuses) gives 1."""
         cast = _CASTS[dtype.name]
+        product = _wrapping("multiply", dtype) if dtype.kind == "i" else _TEMPLATES["multiply"]
         result = self.assign("1", dtype, "integer_power", (base, exponent))
         name = result.code
         self.lines += [f"{name}_base, {name}_exponent = {base.code}, {exponent.code}",
                        f"while {name}_exponent > 0:",
                        f"    if {name}_exponent & 1:",
-                       f"        {name} = {cast}({name} * {name}_base)",
-                       f"    {name}_base = {cast}({name}_base * {name}_base)",
+                       f"        {name} = {cast}({product.format(name, f'{name}_base')})",
+                       f"    {name}_base = {cast}({product.format(f'{name}_base', f'{name}_base')})",
                        f"    {name}_exponent >>= 1"]
         return result
 
@@ -567,6 +573,11 @@ class _Writer:
         self.lines.append(f"{name} = {_CASTS[dtype.name]}({code})")
         self.steps.append(_Step(name, op, args, dtype))
         return _Value(name, dtype)
+
+
+def _wrapping(op: str, dtype: np.dtype) -> str:
+    """The template of a signed integer ``op`` that wraps around (see _WRAPPING)."""
+    return _WRAPPING[op].replace("{u}", _CASTS[f"u{dtype.name}"])
 
 
 def _computed_as(dtype: np.dtype) -> np.dtype:

@@ -6,6 +6,7 @@ The oracle is NumPy evaluating the same expression on the same arrays: each expr
 twice from one tree, as text for noa and as NumPy calls (Python scalars left weak, as NumPy 2
 treats them), so nothing here reuses noa_core.compute.expr's own tables."""
 
+import math
 import operator
 import re
 import time
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -394,6 +395,8 @@ EXPRESSION_TREES = st.recursive(LEAVES, _extend, max_leaves=5)
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(EXPRESSION_TREES, st.sampled_from(DTYPES).flatmap(values), st.sampled_from(DTYPES).flatmap(values))
+@example(("(a) < ((a) + (b))", lambda a, b: a < a + b),  # found by CI: a + b overflows int64
+         np.array([6260] + [0] * 7, np.int16), np.full(8, 9223372036854769548, np.int64))
 def test_expressions_compute_what_numpy_computes(expression, a, b):
     """Random trees of every operator and function over random input types: the values and type
     NumPy gives, or refused where NumPy refuses."""
@@ -411,6 +414,25 @@ def test_integer_overflow_and_division_by_zero_follow_numpy(text, reference, dty
     info = np.iinfo(dtype)
     a = np.array([info.min, info.min, info.max, -1 if info.min else 0, 0, 7, info.max, 3], dtype=dtype)
     b = np.array([-1 if info.min else 1, 0, 0, 0, 0, 2, 2, 5], dtype=dtype)
+    check_against_numpy(text, reference, a, b)
+
+
+@pytest.mark.parametrize("text,reference", [
+    ("a < a + b", lambda a, b: a < a + b), ("a - b > a", lambda a, b: a - b > a),
+    ("(a * b) // b == a", lambda a, b: (a * b) // b == a), ("a ** 2 >= 0", lambda a, b: a ** 2 >= 0),
+])
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d.kind == "i"], ids=str)
+def test_overflowing_intermediates_are_never_assumed_away(text, reference, dtype):
+    """An integer sum, difference or product that overflows wraps as NumPy's does: the compiler may not
+    fold `a < a + b` into `b > 0`, as it may where signed arithmetic is promised not to overflow."""
+    info = np.iinfo(dtype)
+    root = math.isqrt(info.max) + 1  # its square is beyond info.max
+    a = np.array([info.max, info.max - 5, info.min, 6260 % info.max, 1, root, -1, info.max], dtype=dtype)
+    b = np.array([1, info.max, 1, info.max, info.max, 2, info.min, 3], dtype=dtype)
+    with np.errstate(all="ignore"):
+        expected = reference(a, b)
+    assert not expected.all() and not (~expected).all()  # the case is one the folding would get wrong
+    np.testing.assert_array_equal(run_kernels(text, a, b), expected)
     check_against_numpy(text, reference, a, b)
 
 
