@@ -55,6 +55,9 @@ PARALLEL_BYTES = 4 << 20  # smaller views are read by one thread
 # less time than reading the gaps into memory from 1 KiB apart (measured), more below.
 SPACED_BYTES = 1 << 10
 IOV_MAX = 1024  # buffers a preadv takes (Linux's UIO_MAXIOV, macOS's IOV_MAX)
+# A run read straight into the pieces of an output buffer that keeps its values in another order (a permuted
+# copy): only where each piece holds at least this many bytes, else reading it packed and copying costs less.
+SCATTER_BYTES = 1 << 10
 
 
 class Gather(Protocol):
@@ -235,20 +238,29 @@ def read_view(array: np.ndarray, slot: int = 0, into: np.ndarray | None = None) 
     for i in reversed(outer):
         strides[i] = step
         step *= array.shape[i]
+    indices = list(np.ndindex(*(array.shape[i] for i in outer)))
+    offsets = [start + sum(k * array.strides[i] for k, i in zip(index, outer)) for index in indices]
+    gather = _GATHERS.get(mm)
+    pieces = None
     if into is not None and _lands_in(into, array, runs * span, strides):
         buffer = _packed_bytes(into)
+    elif into is not None and gather is None and (pieces := _pieces_in(into, array, dims[:inner], span)):
+        # each run scattered into the rows of ``into`` it fills (preadv's buffers)
+        buffer = _packed_bytes(into)
+        strides = list(into.strides)
+        starts = [sum(k * into.strides[i] for k, i in zip(index, outer)) for index in indices]
     else:
         buffer = scratch(runs * span, slot)
-    offsets = [start + sum(k * array.strides[i] for k, i in zip(index, outer))
-               for index in np.ndindex(*(array.shape[i] for i in outer))]
     view = buffer.data
-
-    gather = _GATHERS.get(mm)
 
     def read_runs(first: int, stop: int) -> bool:
         """Read runs ``first..stop-1``; False when one came back short."""
         if gather is not None:
             return all(gather.read_into(view[run * span:(run + 1) * span], offsets[run]) for run in range(first, stop))
+        if pieces is not None:
+            piece = pieces[1]
+            return all(os.preadv(fd, [view[starts[run] + at:starts[run] + at + piece] for at in pieces[0]],
+                                 offsets[run]) == span for run in range(first, stop))
         return all(os.preadv(fd, [view[run * span:(run + 1) * span]], offsets[run]) == span
                    for run in range(first, stop))
 
@@ -364,6 +376,33 @@ def _lands_in(into: np.ndarray, array: np.ndarray, nbytes: int, strides: list[in
     return (into.dtype == array.dtype and into.shape == array.shape and into.nbytes == nbytes
             and all(n <= 1 or a == b for n, a, b in zip(array.shape, into.strides, strides))
             and into.transpose(sorted(range(into.ndim), key=lambda i: -into.strides[i])).flags.c_contiguous)
+
+
+def _pieces_in(into: np.ndarray, array: np.ndarray, run_dims: list[int], span: int) -> tuple[list[int], int] | None:
+    """Where the bytes of one run of ``array`` (along ``run_dims``, fastest first: ``span`` bytes, packed in the
+    file) lie in ``into``, a packed array of the same shape and type holding them in another order: the offsets of
+    its pieces from the run's first element, in file order, and the bytes of each. None unless ``into`` keeps
+    each piece of at least :data:`SCATTER_BYTES` contiguous, and a run needs at most :data:`IOV_MAX` of them."""
+    if into.dtype != array.dtype or into.shape != array.shape or min(into.strides, default=0) < 0 \
+            or not into.transpose(sorted(range(into.ndim), key=lambda i: -into.strides[i])).flags.c_contiguous:
+        return None
+    packed_in_file = piece = array.itemsize
+    for i in run_dims:
+        if array.strides[i] != packed_in_file:
+            return None  # a run with gaps: its bytes between values are no values of ``into``
+        packed_in_file *= array.shape[i]
+    if packed_in_file != span:
+        return None
+    within = 0  # the run's dimensions that ``into`` keeps contiguous too, fastest first
+    while within < len(run_dims) and into.strides[run_dims[within]] == piece:
+        piece *= array.shape[run_dims[within]]
+        within += 1
+    scattered = run_dims[within:][::-1]  # slowest first, as np.ndindex counts
+    count = math.prod(array.shape[i] for i in scattered)
+    if within == 0 or piece < SCATTER_BYTES or count > IOV_MAX:
+        return None
+    return [sum(k * into.strides[i] for k, i in zip(index, scattered))
+            for index in np.ndindex(*(array.shape[i] for i in scattered))], piece
 
 
 def _packed_bytes(array: np.ndarray) -> np.ndarray:

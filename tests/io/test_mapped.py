@@ -136,6 +136,30 @@ def test_a_spaced_read_lands_in_the_buffer_given(tmp_path):
     np.testing.assert_array_equal(into, expected[:, :, 9])
 
 
+@pytest.mark.parametrize("axes", [(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)])
+@pytest.mark.parametrize("width", [256, 8])  # rows of 1 KiB (read into the buffer's rows) and of 32 bytes
+@pytest.mark.parametrize("run_bytes", [1 << 10, None])  # runs of a row each; the whole volume in one run
+def test_a_permuted_read_fills_the_buffer_given_in_its_order(tmp_path, monkeypatch, axes, width, run_bytes):
+    """A tile of a permuted copy: rows that lie in the file one after another but in the buffer apart (sections
+    and rows swapped) are read straight into their places, one preadv per run of the file; other orders, and runs
+    with gaps (a crop), are read packed and given back as they lie, for the copy to reorder. Values as mrcfile
+    reads them, either way."""
+    if run_bytes is not None:
+        monkeypatch.setattr(mapped, "RUN_BYTES", run_bytes)
+    src = tmp_path / "in.mrc"
+    expected = random_values((6, 40, width))
+    write_mrc(src, expected)
+    data = io.read(src)[0].numpy()[0]
+    in_place = axes == (0, 1, 2) or (axes == (1, 0, 2) and width * 4 >= mapped.SCATTER_BYTES)
+    # cropped, a run of the whole volume has gaps (the rows left out); a run of a row has none
+    for crop, shared in ((np.s_[:], in_place), (np.s_[1:, 2:], in_place and run_bytes is not None)):
+        view, wanted = data.transpose(axes)[crop], expected.transpose(axes)[crop]
+        into = np.empty(view.shape, view.dtype)
+        got = mapped.read_view(view, into=into)
+        np.testing.assert_array_equal(got, wanted)
+        assert np.shares_memory(got, into) == shared, (axes, width, crop)
+
+
 def test_a_spaced_read_of_a_truncated_input_is_an_error(tmp_path):
     """Read value by value with pread too: a file that shrank after it was mapped is an error naming it, not
     SIGBUS (run in a subprocess, so that a regression shows as a signal)."""
