@@ -6,7 +6,9 @@ Every round runs each command once and its yardstick right after it; the ratio o
 of its per-round ratios (noa time / yardstick time). Peak resident memory of each noa process (file-
 backed pages of memory maps included) comes from wait4's rusage. Yardsticks: `dd` for writing
 commands, a NumPy memmap script computing min, max, mean and std for `noa stats`, `zcat > /dev/null`
-for the gzip row (decompression is the limit there). Goals are those of issue 15.
+for the gzip row (decompression is the limit there). Goals are those of issue 15. The last row is no
+command: it loads numba and its CPU target alone, which every command running kernels does before it
+reads a byte (a copy's header statistics need them), so its ratio to `dd` is the floor of the copy rows.
 
 The last row copies a 4 GiB volume (--big-shape; 0 skips it): larger than the 512 MiB that peak
 resident memory may reach. A limit on address space (RLIMIT_AS) is not how it is bounded: noa maps
@@ -36,6 +38,8 @@ NOA = str(Path(sys.executable).parent / "noa")
 NUMPY_STATS = ("import sys, numpy as np, mrcfile; d = mrcfile.mmap(sys.argv[1], permissive=True).data; "
                "print(d.min(), d.max(), d.mean(dtype=np.float64), d.std(dtype=np.float64))")
 
+KERNELS_LOADED = "import noa_core.kernels.runtime"  # its import loads numba's CPU target
+
 
 def rows(folder: Path, volume: Path, gz: Path,
          big: Path | None) -> list[tuple[str, list[str] | str, list[str] | str, float]]:
@@ -56,6 +60,9 @@ def rows(folder: Path, volume: Path, gz: Path,
         ("noa copy vol.mrc.gz out.mrc (vs zcat)", [NOA, "copy", str(gz), str(out_mrc), "-f"],
          f"zcat {gz} > /dev/null", None),
         *large,
+        # What every command that runs kernels pays before it reads a byte: numba imported and its CPU target
+        # loaded (the stats a copy's header records need them). Against dd, it is the floor of the rows above.
+        ("floor: numba and its CPU target (vs dd)", [sys.executable, "-c", KERNELS_LOADED], dd, None),
     ]
 
 
