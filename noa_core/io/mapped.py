@@ -244,7 +244,7 @@ def read_view(array: np.ndarray, slot: int = 0, into: np.ndarray | None = None) 
     pieces = None
     if into is not None and _lands_in(into, array, runs * span, strides):
         buffer = _packed_bytes(into)
-    elif into is not None and gather is None and (pieces := _pieces_in(into, array, dims[:inner], span)):
+    elif into is not None and gather is None and (pieces := _pieces_in(into, array, dims[:inner], span, runs)):
         # each run scattered into the rows of ``into`` it fills (preadv's buffers)
         buffer = _packed_bytes(into)
         strides = list(into.strides)
@@ -378,12 +378,15 @@ def _lands_in(into: np.ndarray, array: np.ndarray, nbytes: int, strides: list[in
             and into.transpose(sorted(range(into.ndim), key=lambda i: -into.strides[i])).flags.c_contiguous)
 
 
-def _pieces_in(into: np.ndarray, array: np.ndarray, run_dims: list[int], span: int) -> tuple[list[int], int] | None:
+def _pieces_in(into: np.ndarray, array: np.ndarray, run_dims: list[int], span: int,
+               runs: int) -> tuple[list[int], int] | None:
     """Where the bytes of one run of ``array`` (along ``run_dims``, fastest first: ``span`` bytes, packed in the
     file) lie in ``into``, a packed array of the same shape and type holding them in another order: the offsets of
-    its pieces from the run's first element, in file order, and the bytes of each. None unless ``into`` keeps
-    each piece of at least :data:`SCATTER_BYTES` contiguous, and a run needs at most :data:`IOV_MAX` of them."""
-    if into.dtype != array.dtype or into.shape != array.shape or min(into.strides, default=0) < 0 \
+    its pieces from the run's first element, in file order, and the bytes of each. None unless the ``runs`` fill
+    ``into`` (a broadcast view's runs fill one of its copies), ``into`` keeps each piece of at least
+    :data:`SCATTER_BYTES` contiguous, and a run needs at most :data:`IOV_MAX` of them."""
+    if into.dtype != array.dtype or into.shape != array.shape or into.nbytes != runs * span \
+            or min(into.strides, default=0) < 0 \
             or not into.transpose(sorted(range(into.ndim), key=lambda i: -into.strides[i])).flags.c_contiguous:
         return None
     packed_in_file = piece = array.itemsize

@@ -158,6 +158,10 @@ def test_a_permuted_read_fills_the_buffer_given_in_its_order(tmp_path, monkeypat
         got = mapped.read_view(view, into=into)
         np.testing.assert_array_equal(got, wanted)
         assert np.shares_memory(got, into) == shared, (axes, width, crop)
+    # broadcast along a new axis (noa broadcast): its runs fill one copy; the copy kernel makes the others
+    view = np.broadcast_to(data.transpose(axes), (3, *data.transpose(axes).shape))
+    got = mapped.read_view(view, into=np.full(view.shape, np.nan, view.dtype))
+    np.testing.assert_array_equal(got, np.broadcast_to(expected.transpose(axes), view.shape))
 
 
 def test_a_spaced_read_of_a_truncated_input_is_an_error(tmp_path):
