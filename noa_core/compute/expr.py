@@ -461,9 +461,7 @@ class _Writer:
         if node.op == "power" and out.kind in "iu":
             base, exponent = args
             return self.integer_power(base, exponent, out)
-        template = _TEMPLATES[node.op]
-        if node.op in _WRAPPING and out.kind == "i":
-            template = _wrapping(node.op, out)
+        template = _template(node.op, out)
         if node.op == "floor_divide" and ins[0] == np.int64:  # numba gives 0 for MIN // -1, NumPy MIN
             template = "(-{0} if {1} == -1 else {0} // {1})"
         return self.assign(template.format(*(arg.code for arg in args)), out, node.op, args)
@@ -553,7 +551,7 @@ class _Writer:
         integer power turns to floating point beyond an exponent of 65536). At most 64 rounds; a
         negative exponent (which NumPy refuses) gives 1."""
         cast = _CASTS[dtype.name]
-        product = _wrapping("multiply", dtype) if dtype.kind == "i" else _TEMPLATES["multiply"]
+        product = _template("multiply", dtype)
         result = self.assign("1", dtype, "integer_power", (base, exponent))
         name = result.code
         self.lines += [f"{name}_base, {name}_exponent = {base.code}, {exponent.code}",
@@ -575,9 +573,11 @@ class _Writer:
         return _Value(name, dtype)
 
 
-def _wrapping(op: str, dtype: np.dtype) -> str:
-    """The template of a signed integer ``op`` that wraps around (see _WRAPPING)."""
-    return _WRAPPING[op].replace("{u}", _CASTS[f"u{dtype.name}"])
+def _template(op: str, dtype: np.dtype) -> str:
+    """The template of ``op`` computed in ``dtype``: signed integer +, - and * wrap around (see _WRAPPING)."""
+    if op in _WRAPPING and dtype.kind == "i":
+        return _WRAPPING[op].replace("{u}", _CASTS[f"u{dtype.name}"])
+    return _TEMPLATES[op]
 
 
 def _computed_as(dtype: np.dtype) -> np.dtype:

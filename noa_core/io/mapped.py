@@ -371,11 +371,20 @@ def _read_spaced(array: np.ndarray, dims: list[int], fd: int, path: Path, start:
     return as_strided(buffer.view(array.dtype), array.shape, tuple(strides), writeable=False)
 
 
+def _fills(into: np.ndarray, array: np.ndarray, nbytes: int) -> bool:
+    """True when ``into`` is a packed array of ``array``'s shape and type that ``nbytes`` read fill exactly."""
+    return (into.dtype == array.dtype and into.shape == array.shape and into.nbytes == nbytes
+            and _outer_first(into).flags.c_contiguous)
+
+
+def _outer_first(array: np.ndarray) -> np.ndarray:
+    """``array`` with its dimensions in decreasing stride order (C-contiguous when it is packed)."""
+    return array.transpose(sorted(range(array.ndim), key=lambda i: -array.strides[i]))
+
+
 def _lands_in(into: np.ndarray, array: np.ndarray, nbytes: int, strides: list[int]) -> bool:
     """True when reading ``array``'s runs packed (``strides``, ``nbytes`` in all) fills ``into`` exactly."""
-    return (into.dtype == array.dtype and into.shape == array.shape and into.nbytes == nbytes
-            and all(n <= 1 or a == b for n, a, b in zip(array.shape, into.strides, strides))
-            and into.transpose(sorted(range(into.ndim), key=lambda i: -into.strides[i])).flags.c_contiguous)
+    return _fills(into, array, nbytes) and all(n <= 1 or a == b for n, a, b in zip(array.shape, into.strides, strides))
 
 
 def _pieces_in(into: np.ndarray, array: np.ndarray, run_dims: list[int], span: int,
@@ -385,9 +394,7 @@ def _pieces_in(into: np.ndarray, array: np.ndarray, run_dims: list[int], span: i
     its pieces from the run's first element, in file order, and the bytes of each. None unless the ``runs`` fill
     ``into`` (a broadcast view's runs fill one of its copies), ``into`` keeps each piece of at least
     :data:`SCATTER_BYTES` contiguous, and a run needs at most :data:`IOV_MAX` of them."""
-    if into.dtype != array.dtype or into.shape != array.shape or into.nbytes != runs * span \
-            or min(into.strides, default=0) < 0 \
-            or not into.transpose(sorted(range(into.ndim), key=lambda i: -into.strides[i])).flags.c_contiguous:
+    if not _fills(into, array, runs * span) or min(into.strides, default=0) < 0:
         return None
     packed_in_file = piece = array.itemsize
     for i in run_dims:
@@ -410,8 +417,7 @@ def _pieces_in(into: np.ndarray, array: np.ndarray, run_dims: list[int], span: i
 
 def _packed_bytes(array: np.ndarray) -> np.ndarray:
     """The bytes of an array packed in some order of its dimensions, as a 1-d uint8 view (no copy)."""
-    outer_first = sorted(range(array.ndim), key=lambda i: -array.strides[i])
-    flat = array.transpose(outer_first)
+    flat = _outer_first(array)
     if not flat.flags.c_contiguous:
         raise ValueError("the array is not packed")  # callers check with _lands_in first
     return flat.reshape(-1).view(np.uint8)
