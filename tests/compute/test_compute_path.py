@@ -202,6 +202,7 @@ def _extend(children):
 EXPRESSIONS = st.recursive(LEAVES, _extend, max_leaves=6)
 
 
+@pytest.mark.slow  # 35-240 s: scripts/test runs it after the rest
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(EXPRESSIONS, ARRAYS, ARRAYS, ARRAYS)
 def test_random_expressions_store_the_same_bytes_on_both_paths(text, a, b, c):

@@ -388,6 +388,7 @@ def test_job_cancel_and_delete(server, api):
             time.sleep(0.05)
 
 
+@pytest.mark.slow  # 35-240 s: scripts/test runs it after the rest
 def test_jobs_survive_a_restart_via_noa_serve(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
@@ -527,6 +528,7 @@ def test_routes_walked_at_start_build_no_validator_at_a_first_request(monkeypatc
         assert bool(built) != walked, (walked, len(built))
 
 
+@pytest.mark.slow  # 35-240 s: scripts/test runs it after the rest
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the supervisor is Linux's (elsewhere uvicorn's)")
 def test_server_processes_are_supervised(tmp_path):
     """A server process that dies is replaced; SIGTERM stops them all; a killed parent takes them along."""
@@ -641,6 +643,7 @@ expected-statuses = ["2xx", "401", "403", "404", "409", "422"]
 """
 
 
+@pytest.mark.slow  # 35-240 s: scripts/test runs it after the rest
 def test_schemathesis(server, tmp_path):
     # One schemathesis worker: CPython 3.11.7 can raise "AST constructor recursion depth mismatch" when
     # hypothesis parses lambdas from two threads at once (a tool crash, not a finding).

@@ -383,6 +383,7 @@ def _wait_for_jobs(url: str, count: int, timeout: float = 90) -> None:
                     f"{count} jobs succeeded")
 
 
+@pytest.mark.slow  # 35-240 s: scripts/test runs it after the rest
 def test_a_watch_takes_each_of_500_files_once_across_a_restart(tmp_path):
     root, state = tmp_path / "root", tmp_path / "state"
     (root / "in").mkdir(parents=True)
