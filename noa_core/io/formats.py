@@ -313,8 +313,8 @@ def _request(path: str | os.PathLike, options: Mapping[str, Any],
     """The format of the input ``path``, the path checked, and the request its read takes (the options given, as
     the format's read options)."""
     asked = read_options.given(options)  # names no format declares are refused before the file is looked at
-    p = check_input(path)
-    fmt, kind = detect(p)
+    p = remote.as_path(path)
+    fmt, kind = detect(p)  # which opens it as check_input does, with its refusals
     return fmt, p, ReadRequest(requested(fmt, p, asked), compression=kind, **how)
 
 

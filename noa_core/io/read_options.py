@@ -11,6 +11,7 @@ files have no channels"), and ``label`` where several options are one choice (MR
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,7 +86,8 @@ class ParticleReadOptions:
 READ_OPTIONS = (MrcReadOptions, TiffReadOptions, OmeZarrReadOptions, EerReadOptions, ParticleReadOptions)
 
 
-def fields() -> dict[str, dataclasses.Field]:
+@functools.cache  # asked on every read: the declarations do not change
+def fields() -> Mapping[str, dataclasses.Field]:
     """Every read option by name, in the order the doors list them: the first format declaring it gives its
     field (formats sharing an option agree on it: a test keeps them so)."""
     found: dict[str, dataclasses.Field] = {}
