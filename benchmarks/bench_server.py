@@ -16,6 +16,12 @@ The load comes from a separate process: ``wrk`` when it is installed (``apt-get 
 else a Python asyncio/httpx client in a child process (slower: it competes harder for the cores,
 so its figures understate the server). Prints one table of measured figures against the goals.
 
+The yardstick, measured in the same run right after each of noa's info and permute workloads (same client, cores,
+upload folder and number of processes): the service a user would write in a few lines of FastAPI
+(:data:`YARDSTICK_APP`), mrcfile reading the header or the upload, NumPy transposing it, mrcfile writing the output,
+with no sandbox, limits, notices or fsync. This machine's speed varies from day to day by up to a third: the ratio
+``x yard`` says what noa's service costs over the framework's own, whatever the day.
+
     python benchmarks/bench_server.py [--duration 10] [--connections 8] [--only NAME]
 """
 
@@ -40,7 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import start_server, stop_server
+from helpers import free_port, start_server, stop_server, wait_for
 from noa_server.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +56,58 @@ BOUNDARY = "noa-bench-boundary"
 GOALS = {"info (server-side file)": (1000, None), "permute (128 KiB upload)": (300, 50.0),
          "viewer slice (1024 px PNG)": (None, 50.0)}
 VIEWER_SLICE = "/v1/view/image?file=slices.mrc&axis=z&size=1024&contrast=sigma:3"
+# The yardstick's routes, by noa's: what a user writes for the same requests.
+YARDSTICK_ROUTES = {"/v1/paths/info": "/info", "/v1/upload/permute": "/permute"}
+YARDSTICK_APP = """
+import os, tempfile
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+from fastapi import FastAPI, File, Form, UploadFile
+from fastapi.responses import FileResponse
+from pydantic import BaseModel
+from starlette.background import BackgroundTask
+
+ROOT, TMP = Path(os.environ["YARDSTICK_ROOT"]), os.environ["YARDSTICK_TMP"]
+app = FastAPI()
+
+
+class Path_(BaseModel):
+    path: str
+
+
+@app.get("/healthz")
+def healthz():
+    return {"status": "ok"}
+
+
+@app.post("/info")
+def info(request: Path_):
+    with mrcfile.open(ROOT / request.path, header_only=True) as mrc:
+        h = mrc.header
+        return {"shape": [int(h.nz), int(h.ny), int(h.nx)], "mode": int(h.mode),
+                "voxel_size": [float(v) for v in mrc.voxel_size.tolist()],
+                "origin": [float(v) for v in h.origin.tolist()], "statistics": [float(h.dmin), float(h.dmax),
+                float(h.dmean), float(h.rms)], "labels": [bytes(x).decode("latin-1").strip() for x in h.label]}
+
+
+@app.post("/permute")
+def permute(file: UploadFile = File(...), axes: list[int] = Form(...)):
+    folder = tempfile.mkdtemp(dir=TMP)
+    source, output = Path(folder, "in.mrc"), Path(folder, "out.mrc")
+    source.write_bytes(file.file.read())
+    data = mrcfile.read(source)
+    moved = np.transpose(data.reshape((1,) * (4 - data.ndim) + data.shape), axes)
+    ones = tuple(i for i in (0, 1) if moved.shape[i] == 1)  # BDHW -> the image, volume or stack mrcfile writes
+    mrcfile.write(output, np.ascontiguousarray(moved.squeeze(axis=ones)))
+
+    def clean():
+        source.unlink()
+        output.unlink()
+        os.rmdir(folder)
+    return FileResponse(output, background=BackgroundTask(clean))
+"""
 
 
 def make_inputs(root: Path) -> bytes:
@@ -154,6 +212,22 @@ def wait_warm(url: str, timeout: float = 600.0) -> None:
         time.sleep(0.1 if settled else 0.5)
 
 
+def start_yardstick(root: Path, tmp: Path, processes: int, work: Path) -> tuple[subprocess.Popen, str]:
+    """The yardstick service (:data:`YARDSTICK_APP`) under uvicorn with ``processes`` processes, as noa's runs."""
+    (work / "yardstick.py").write_text(YARDSTICK_APP)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--app-dir", str(work), "yardstick:app", "--host",
+                             "127.0.0.1", "--port", str(port), "--workers", str(processes), "--log-level", "warning"],
+                            env={**os.environ, "YARDSTICK_ROOT": str(root), "YARDSTICK_TMP": str(tmp)})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(url, "/healthz", 60, proc)
+    except BaseException:
+        stop_server(proc)
+        raise
+    return proc, url
+
+
 def wait_empty(folder: Path, timeout: float = 30.0) -> int:
     """Temporary entries left once the requests still in flight when the client stopped are done."""
     deadline = time.monotonic() + timeout
@@ -173,7 +247,8 @@ def main() -> None:
     use_wrk = args.client == "wrk" or (args.client == "auto" and shutil.which("wrk") is not None)
     run = run_wrk if use_wrk else run_python
 
-    results, leftovers = {}, 0
+    results, yardstick, leftovers = {}, {}, 0
+    settings = Settings.from_env()  # what the server reads from the same environment
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         root = work / "root"
@@ -207,26 +282,45 @@ def main() -> None:
             finally:
                 stop_server(proc)
             leftovers += wait_empty(tmp)  # once stopped: a server process keeps its folder of links while it runs
+            theirs = {name: load for name, load in loads.items() if load[0] in YARDSTICK_ROUTES}
+            if theirs:
+                proc, url = start_yardstick(root, tmp, settings.processes, work)
+                try:
+                    for name, (path, body, content_type) in theirs.items():
+                        run(url + YARDSTICK_ROUTES[path], body, content_type, 2, args.connections, work)
+                        yardstick[(name, label)] = run(url + YARDSTICK_ROUTES[path], body, content_type,
+                                                       args.duration, args.connections, work)
+                finally:
+                    stop_server(proc)
             if label == "tmpfs":
                 shutil.rmtree(tmp, ignore_errors=True)
 
-    settings = Settings.from_env()  # what the server read from the same environment
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"\nnoa server benchmark: {cores} cores shared by server and client; client "
           f"{'wrk -t1' if use_wrk else 'python/httpx'}, {args.connections} connections, {args.duration} s per "
           f"workload, loopback, server: {settings.processes} processes x {settings.workers} workers "
           f"(noa serve defaults)\n")
     print(f"{'workload':<28}{'upload tmp':>11}{'req/s':>8}{'goal':>8}{'p50 ms':>8}{'p99 ms':>8}{'goal':>7}"
-          f"{'requests':>10}{'failed':>7}  verdict")
+          f"{'requests':>10}{'failed':>7}{'yard r/s':>9}{'x yard':>7}  verdict")
     for (name, label), r in results.items():
         rps_goal, p99_goal = GOALS[name]
         ok = ((rps_goal is None or r["rps"] >= rps_goal) and (p99_goal is None or r["p99"] <= p99_goal)
               and r["failed"] == 0)
         print(f"{name:<28}{label:>11}{r['rps']:>8.0f}{'>=' + str(rps_goal) if rps_goal else '-':>8}{r['p50']:>8.2f}"
               f"{r['p99']:>8.2f}"
-              f"{'<' + str(int(p99_goal)) if p99_goal else '-':>7}{r['requests']:>10}{r['failed']:>7}  "
-              f"{'meets goal' if ok else 'BELOW GOAL'}")
+              f"{'<' + str(int(p99_goal)) if p99_goal else '-':>7}{r['requests']:>10}{r['failed']:>7}"
+              f"{_versus(r, yardstick.get((name, label)))}  {'meets goal' if ok else 'BELOW GOAL'}")
     print(f"\ntemporary files left by the server: {leftovers}")
+    failed = sum(r["failed"] for r in yardstick.values())
+    if failed:
+        print(f"the yardstick failed {failed} requests: its ratios are void")
+
+
+def _versus(noa: dict, theirs: dict | None) -> str:
+    """The yardstick's requests a second and noa's as a multiple of them (blank without a yardstick)."""
+    if theirs is None:
+        return f"{'-':>9}{'-':>7}"
+    return f"{theirs['rps']:>9.0f}{noa['rps'] / theirs['rps']:>7.2f}"
 
 
 if __name__ == "__main__":
