@@ -1228,7 +1228,7 @@ class StoreTiles:
         if self.step > 1 and not all(key[i].start % self.step == 0 and (key[i].stop % self.step == 0 or
                                                                         key[i].stop == self.region.shape[i])
                                      for i in self.halved):
-            raise LayoutError(f"{self.region.path}: the tile {tuple((k.start, k.stop) for k in key)} cuts the "
+            raise LayoutError(f"{self.region.shown}: the tile {tuple((k.start, k.stop) for k in key)} cuts the "
                               f"pyramid's blocks of {self.step} pixels along {layout.AXIS_NAMES[self.halved[0]]}; "
                               f"write whole blocks (runs of {self.step} sections of a volume)")
         self._store(self.levels[0], key, buffer)
@@ -1244,7 +1244,7 @@ class StoreTiles:
                 array[selection] = buffer.reshape([s.stop - s.start for s in selection])
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise NoSpaceError(f"{self.region.path}: no space left on device for its chunks") from None
+                raise NoSpaceError(f"{self.region.shown}: no space left on device for its chunks") from None
             raise
 
     def sync(self) -> None:

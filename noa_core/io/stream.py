@@ -97,6 +97,12 @@ class Region:
     values_dtype: np.dtype | None = None  # the type asked for, when the format stores a wider one
     store_format: str | None = None  # a store (a directory of chunks, ``path``) of this format, not a file
     measured: bool = True  # False: an output without header statistics (a picture): its tiles are not measured
+    named: Path | None = None  # the output as the user named it, for messages (None: ``path``)
+
+    @property
+    def shown(self) -> Path:
+        """How messages name the output: as the user did, not its temporary file."""
+        return self.named or self.path
 
     def target(self) -> TileTarget:
         """Where tiles are written: this file with ``pwrite``, or the store's chunks."""
@@ -159,7 +165,7 @@ class TileFile:
         position = 0
         for index in np.ndindex(*(extents[i] for i in outer)):
             at = first + sum(n * self.strides[i] for n, i in zip(index, outer)) * self.itemsize
-            mapped.pwrite_all(self.fd, data[position:position + run], at, self.region.path)
+            mapped.pwrite_all(self.fd, data[position:position + run], at, self.region.shown)
             position += run
         self._written(extents, first)
 
@@ -177,7 +183,7 @@ class TileFile:
                 copied = os.copy_file_range(fd, self.fd, run - done, at + done, first + done)
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise NoSpaceError(f"{self.region.path}: no space left on device") from None
+                    raise NoSpaceError(f"{self.region.shown}: no space left on device") from None
                 if exc.errno not in (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF):
                     raise
                 break
@@ -261,7 +267,9 @@ class Writer:
         self._written: np.ndarray | None = None  # sections filled via write_block (made on its first call)
         self._complete = False
         self._temp: atomic.TemporaryOutput | None = None
-        self._reservation: atomic.Reservation | None = None  # the file's blocks being allocated (:meth:`_open`)
+        self._reservation: atomic.Reservation | None = None  # the file's blocks being allocated (:meth:`_reserve`)
+        self._reserved = False
+        self._size = 0  # the file's bytes, once created
         self._mmap: mmap_module.mmap | None = None
         self._array: Array | None = None
         self.is_store = self.format.store  # a directory of chunks, not a file
@@ -341,17 +349,30 @@ class Writer:
         self.notices.extend(created.notices)
         self.dtype = created.dtype or self.dtype  # what the file stores (MRC widens uint8)
         self._offset = created.offset
-        size = created.offset + math.prod(self.shape) * self.dtype.itemsize
-        # the whole file before any write: writing through .array (a mapping) can then never find the disk full
-        self._reservation = atomic.Reservation(self._opened().temp, size,
-                                               f"{self.path}: no space left on device for its {size} bytes",
-                                               background=compute_path.kernels_to_load())
+        self._size = created.offset + math.prod(self.shape) * self.dtype.itemsize
+        # An output of more than a tile is given its blocks before any work: a full disk is then an error at
+        # once, not after the tiles before it. A smaller one is one pwrite, which finds a full disk as soon; its
+        # blocks are left to the file system (on ext4, allocating them ahead cost a service a fifth of its rate
+        # for a 128 KiB upload's permute, whose output is read back and deleted at once). Mapped, it is given
+        # them then (:attr:`array`).
+        if self._size > TILE_BYTES:
+            self._reserve(background=compute_path.kernels_to_load())
+
+    def _reserve(self, background: bool) -> None:
+        """Give the file its blocks (:class:`~noa_core.io.atomic.Reservation`): writes through a mapping then never
+        find the disk full, which would be a SIGBUS."""
+        self._reservation = atomic.Reservation(self._opened().temp, self._size,
+                                               f"{self.path}: no space left on device for its {self._size} bytes",
+                                               background=background)
+        self._reserved = True
 
     @property
     def array(self) -> Array:
         """A writable Array over the output's data (BDHW, packed in ``order``), mapped on first use;
         :func:`fill` writes with ``pwrite`` and never maps."""
         if self._array is None:
+            if not self._reserved and not self.is_store:
+                self._reserve(background=False)
             temp = self._opened()
             if self.is_store:
                 raise LayoutError(f"{self.path}: a {self.format.title} output is a store of chunks, which cannot be "
@@ -470,8 +491,10 @@ class Writer:
         if self.is_store:
             directory = self._opened().directory
             assert directory is not None  # made by _open for a store
-            return Region(directory, 0, self.dtype, self.shape, "C", self.values_dtype, self.format.name)
-        return Region(self._opened().temp, self._offset, self.dtype, self.shape, self.order, self.values_dtype)
+            return Region(directory, 0, self.dtype, self.shape, "C", self.values_dtype, self.format.name,
+                          named=self.path)
+        return Region(self._opened().temp, self._offset, self.dtype, self.shape, self.order, self.values_dtype,
+                      named=self.path)
 
     def complete(self, stats: RunningStatistics) -> None:
         """Declare every element written (e.g. by tasks through :meth:`region`), with their statistics."""

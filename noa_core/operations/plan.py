@@ -322,7 +322,8 @@ class RewrittenOutput:
 
     def region(self):
         """Where the values go: the temporary file, packed; unmeasured (the output has no header statistics)."""
-        return io.stream.Region(self._temp.temp, 0, self.dtype, self.shape, self.order, measured=False)
+        return io.stream.Region(self._temp.temp, 0, self.dtype, self.shape, self.order, measured=False,
+                                named=self._temp.path)
 
     def complete(self, stats) -> None:
         """Every tile written (the output has no header statistics)."""

@@ -15,6 +15,7 @@ import pytest
 import noa_core as noa
 from noa_core import io
 from noa_core.compute import compute_path
+from noa_core.compute.tiles import TILE_BYTES
 from noa_core.errors import NoSpaceError, NotAFileError
 from noa_core.io import atomic
 
@@ -199,7 +200,7 @@ def test_a_writer_reserves_its_file_beside_the_kernels_loading_and_writes_after(
 
     monkeypatch.setattr(os, "posix_fallocate", slow_fallocate)
     monkeypatch.setattr(compute_path, "kernels_to_load", lambda: True)
-    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    data = _more_than_a_tile()
     with io.create(tmp_path / "out.mrc", data.shape, data.dtype) as out:
         assert started.wait(10) and not reserved.is_set()
         threading.Timer(0.2, release.set).start()
@@ -219,11 +220,46 @@ def test_a_writer_with_nothing_to_overlap_reserves_its_file_at_once_in_the_calle
 
     monkeypatch.setattr(os, "posix_fallocate", recorded_fallocate)
     monkeypatch.setattr(compute_path, "kernels_to_load", lambda: False)
-    data = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    data = _more_than_a_tile()
     with io.create(tmp_path / "out.mrc", data.shape, data.dtype) as out:
         assert reserving == [threading.current_thread()]
         out.write_block(0, data)
     np.testing.assert_array_equal(mrcfile.read(tmp_path / "out.mrc"), data)
+
+
+def _more_than_a_tile() -> np.ndarray:
+    """An output the Writer gives its blocks before any work (more than TILE_BYTES)."""
+    sections = TILE_BYTES // (1 << 22) + 1
+    return np.arange(sections << 20, dtype=np.float32).reshape(sections, 1024, 1024)
+
+
+def test_an_output_of_a_tile_or_less_gets_its_blocks_only_when_mapped(tmp_path, monkeypatch):
+    """A small output filled with pwrite is not allocated ahead (the file system does it as the write lands), and a
+    full disk is found by that write: one NoSpaceError naming the output, and nothing left. Written through a
+    mapping, it is allocated before the mapping, whose writes would otherwise die of SIGBUS on a full disk."""
+    allocate, reserving = os.posix_fallocate, []
+
+    def recorded_fallocate(fd: int, offset: int, length: int) -> None:
+        reserving.append(length)
+        allocate(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", recorded_fallocate)
+    data = _write(tmp_path / "pwritten.mrc")
+    assert reserving == []
+    np.testing.assert_array_equal(mrcfile.read(tmp_path / "pwritten.mrc"), data[0])
+    with io.create(tmp_path / "mapped.mrc", data.shape, data.dtype) as out:
+        assert reserving == []
+        out.write_block(0, data)
+        assert reserving == [1024 + data.nbytes]
+    np.testing.assert_array_equal(mrcfile.read(tmp_path / "mapped.mrc"), data[0])
+
+    def full_disk(fd: int, data, offset: int) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "pwrite", full_disk)
+    with pytest.raises(NoSpaceError, match=rf"^{tmp_path / 'full.mrc'}: no space left on device$"):
+        _write(tmp_path / "full.mrc")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mapped.mrc", "pwritten.mrc"]
 
 
 @pytest.mark.parametrize("background", [True, False])
@@ -256,9 +292,11 @@ def test_outputs_and_decoded_inputs_reserve_their_blocks_the_same_way(tmp_path, 
     """A file written (the Writer), an EER movie's fractions and an OME-Zarr store's data decoded to be mapped:
     a full disk is one NoSpaceError naming the file the user named, and a file system that cannot allocate
     ahead still works."""
-    if kind == "output":
-        path, refused = tmp_path / "out.mrc", f"{tmp_path / 'out.mrc'}: no space left on device for its 1120 bytes"
-        act = lambda: (_write(path), io.read(path)[0].numpy())[1]  # noqa: E731  (a header and 24 float32)
+    if kind == "output":  # one of more than a tile: smaller ones are not given their blocks ahead (test above)
+        data = _more_than_a_tile()
+        path = tmp_path / "out.mrc"
+        refused = f"{path}: no space left on device for its {1024 + data.nbytes} bytes"
+        act = lambda: (io.write(path, noa.asarray(data)), io.read(path)[0].numpy())[1]  # noqa: E731
     else:
         path = tmp_path / ("m.eer" if kind == "eer" else "s.ome.zarr")
         if kind == "eer":

@@ -349,7 +349,7 @@ def _copy_sections(images: Images, order: list[int], axis: float, temp: atomic.T
     strides = layout.strides_for(section, "C")
     band = tiles.plan_tile(section, [(strides, images.dtype.itemsize)], output=(strides, stored.itemsize))
     keys = [(slice(i, i + 1), *key[1:]) for i in range(len(order)) for key in tiles.tiles(section, band, strides)]
-    target = stream.Region(temp.temp, created.offset, stored, shape, "C").target()
+    target = stream.Region(temp.temp, created.offset, stored, shape, "C", named=temp.path).target()
     try:  # a small series' statistics by NumPy, as any small file's: no numba to load
         with compute_path.for_size(2 * math.prod(shape) * stored.itemsize, "a tilt series' sections"):
             stats = RunningStatistics.merged(stream.stream_tiles(reads, keys, target, dtype, progress))
