@@ -16,8 +16,8 @@ The load comes from a separate process: ``wrk`` when it is installed (``apt-get 
 else a Python asyncio/httpx client in a child process (slower: it competes harder for the cores,
 so its figures understate the server). Prints one table of measured figures against the goals.
 
-The yardstick, measured in the same run right after each of noa's info and permute workloads (same client, cores,
-upload folder and number of processes): the service a user would write in a few lines of FastAPI
+The yardstick, measured in the same run once noa's server of each setup has stopped (same client, cores, upload
+folder and number of processes): the service a user would write in a few lines of FastAPI
 (:data:`YARDSTICK_APP`), mrcfile reading the header or the upload, NumPy transposing it, mrcfile writing the output,
 with no sandbox, limits, notices or fsync. This machine's speed varies from day to day by up to a third: the ratio
 ``x yard`` says what noa's service costs over the framework's own, whatever the day.
@@ -318,7 +318,7 @@ def main() -> None:
 
 def _versus(noa: dict, theirs: dict | None) -> str:
     """The yardstick's requests a second and noa's as a multiple of them (blank without a yardstick)."""
-    if theirs is None:
+    if theirs is None or not theirs["rps"]:
         return f"{'-':>9}{'-':>7}"
     return f"{theirs['rps']:>9.0f}{noa['rps'] / theirs['rps']:>7.2f}"
 

@@ -247,7 +247,7 @@ class TemporaryOutput:
         os.chmod(self.temp, 0o666 & ~_UMASK)  # mkstemp makes 0600; an output is an ordinary file
         if must_sync:
             with open(self.temp, "rb+") as f:
-                os.fsync(f.fileno())
+                sync(f.fileno(), self.path)
         if self.overwrite:
             os.replace(self.temp, self.path)
         else:
@@ -448,7 +448,7 @@ def commit_together(outputs: Sequence[TemporaryOutput]) -> None:
         os.chmod(out.temp, 0o666 & ~_UMASK)
         if must_sync:
             with open(out.temp, "rb+") as f:
-                os.fsync(f.fileno())
+                sync(f.fileno(), out.path)
     placement = Placement([(out.temp, out.path) for out in outputs], all(out.overwrite for out in outputs))
     try:
         placement.place()
@@ -614,6 +614,17 @@ class Reservation:
             raise error
 
 
+def sync(fd: int, shown: str | os.PathLike, data_only: bool = False) -> None:
+    """fsync (``data_only``: fdatasync) the output ``fd``: a full disk found only now (on a network file system, writes
+    may reach the server only then) is a NoSpaceError naming the output as the user did (``shown``)."""
+    try:
+        (os.fdatasync if data_only else os.fsync)(fd)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise NoSpaceError(f"{shown}: no space left on device") from None
+        raise
+
+
 def fsync_output(path: Path) -> None:
     """An output made durable: a file, or every file and folder of a store."""
     if os.path.isdir(path):
@@ -621,7 +632,7 @@ def fsync_output(path: Path) -> None:
         return
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        sync(fd, path)
     finally:
         os.close(fd)
 

@@ -253,9 +253,12 @@ def test_an_output_of_a_tile_or_less_gets_its_blocks_only_when_mapped(tmp_path, 
         assert reserving == [1024 + data.nbytes]
     np.testing.assert_array_equal(mrcfile.read(tmp_path / "mapped.mrc"), data[0])
 
-    def full_disk(fd: int, data, offset: int) -> int:
+    def full_disk(fd: int, *args) -> int:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
+    monkeypatch.setattr(os, "fsync", full_disk)  # a network file system's: the writes reach its server then
+    with pytest.raises(NoSpaceError, match=rf"^{tmp_path / 'synced.mrc'}: no space left on device$"):
+        _write(tmp_path / "synced.mrc")
     monkeypatch.setattr(os, "pwrite", full_disk)
     with pytest.raises(NoSpaceError, match=rf"^{tmp_path / 'full.mrc'}: no space left on device$"):
         _write(tmp_path / "full.mrc")
