@@ -614,14 +614,20 @@ class Reservation:
             raise error
 
 
+def raise_if_full(exc: OSError, shown: str | os.PathLike, detail: str = "no space left on device") -> None:
+    """A NoSpaceError naming the output ``shown`` (as the user named it) in place of ``exc``, a write's failure, when
+    it says the disk or the user's quota is full."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        raise NoSpaceError(f"{shown}: {detail}") from None
+
+
 def sync(fd: int, shown: str | os.PathLike, data_only: bool = False) -> None:
     """fsync (``data_only``: fdatasync) the output ``fd``: a full disk found only now (on a network file system, writes
     may reach the server only then) is a NoSpaceError naming the output as the user did (``shown``)."""
     try:
         (os.fdatasync if data_only else os.fsync)(fd)
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise NoSpaceError(f"{shown}: no space left on device") from None
+        raise_if_full(exc, shown)
         raise
 
 

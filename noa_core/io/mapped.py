@@ -14,7 +14,6 @@ a file that shrank gives a short read, reported as an error naming the file.
 from __future__ import annotations
 
 import contextlib
-import errno
 import itertools
 import math
 import mmap
@@ -30,7 +29,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from noa_core.compute.tiles import RUN_BYTES
-from noa_core.errors import NoSpaceError, SizeError, TruncatedFileError
+from noa_core.errors import SizeError, TruncatedFileError
 from noa_core.io import atomic, remote
 from noa_core.io.compression import open_input
 
@@ -430,8 +429,7 @@ def pwrite_all(fd: int, data: memoryview, offset: int, path: Path) -> None:
         try:
             written = os.pwrite(fd, data, offset)
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise NoSpaceError(f"{path}: no space left on device") from None
+            atomic.raise_if_full(exc, path)
             raise
         data, offset = data[written:], offset + written
 

@@ -1243,8 +1243,7 @@ class StoreTiles:
             with _writing(self.region.path):
                 array[selection] = buffer.reshape([s.stop - s.start for s in selection])
         except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise NoSpaceError(f"{self.region.shown}: no space left on device for its chunks") from None
+            atomic.raise_if_full(exc, self.region.shown, "no space left on device for its chunks")
             raise
 
     def sync(self) -> None:

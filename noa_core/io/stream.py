@@ -45,7 +45,6 @@ from noa_core.compute.tiles import (
 from noa_core.errors import (
     FileFormatError,
     LayoutError,
-    NoSpaceError,
     OutputExistsError,
     ShapeError,
     TruncatedFileError,
@@ -182,8 +181,7 @@ class TileFile:
             try:
                 copied = os.copy_file_range(fd, self.fd, run - done, at + done, first + done)
             except OSError as exc:
-                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise NoSpaceError(f"{self.region.shown}: no space left on device") from None
+                atomic.raise_if_full(exc, self.region.shown)
                 if exc.errno not in (errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF):
                     raise
                 break
