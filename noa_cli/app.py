@@ -13,15 +13,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
 
-from noa_cli import particles, report
+from noa_cli import help_layout, particles, report
 from noa_core import SUMMARY
 
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors; no progress bar.")]
 
 
-class Commands(TyperGroup):
+class Commands(help_layout.Group):
     """noa's commands: one per registered operation (built from its declaration only when asked
     for, so that ``noa --help`` and ``noa NAME --help`` start fast), then warmup and serve."""
 
@@ -60,6 +59,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=help_layout.MARKUP,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from noa_cli import report
+from noa_cli import help_layout, report
 from noa_cli.parse import CliParam
 from noa_core import run
 from noa_core.errors import NoaError, ParameterError
@@ -409,7 +409,8 @@ def build(operation: Operation) -> typer.core.TyperCommand:
                            default=inspect.Parameter.empty if p.default is ... else p.default)
          for p in params])
     command.__annotations__ = annotations
-    single = typer.Typer(add_completion=False, context_settings={"help_option_names": ["-h", "--help"]})
+    single = typer.Typer(add_completion=False, rich_markup_mode=help_layout.MARKUP,
+                         context_settings={"help_option_names": ["-h", "--help"]})
     single.command(operation.name, help=_help(operation))(command)
     built = cast(typer.core.TyperCommand, typer.main.get_command(single))  # the app's one command
     if text_first(operation):

@@ -12,10 +12,12 @@ from typing import Annotated
 
 import typer
 
-from noa_cli import report
+from noa_cli import help_layout, report
 
 app = typer.Typer(
     name="particles",
+    cls=help_layout.Group,
+    rich_markup_mode=help_layout.MARKUP,
     help="Work on particle tables (RELION STAR, cryoSPARC .cs): info, select, join, split, convert, check.",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},

@@ -173,5 +173,5 @@ def test_one_summary_of_what_noa_is():
     assert PYPROJECT["project"]["description"] == SUMMARY
     assert all(word in SUMMARY for word in ("cryo-EM", "OME-Zarr", "EER", "filter"))
     result = subprocess.run([sys.executable, "-m", "noa_cli.main", "--help"], capture_output=True, text=True,
-                            cwd=REPO, env={**os.environ, "COLUMNS": "300"}, timeout=60)
-    assert SUMMARY in result.stdout
+                            cwd=REPO, timeout=60)
+    assert SUMMARY in " ".join(result.stdout.split())  # the help wraps it
