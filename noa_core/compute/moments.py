@@ -178,12 +178,12 @@ def _numpy_moments(array: Array, shape: Sequence[int], strides: Sequence[int]) -
     columns = []  # per column range: (length, lows, highs, means, m2s) of every row's run
     for start in range(0, shape[3], chunk):
         runs = rows[:, start:start + chunk].astype(np.complex128 if complex_input else np.float64)
-        means = _run_means(_run_sums(runs, lanes), runs.shape[1])
-        d = runs - means[:, None]
-        m2s = _run_sums(d.real * d.real + d.imag * d.imag if complex_input else d * d, lanes)
         lows = highs = None
         if not complex_input:
             lows, highs = _run_extreme(runs, lanes, "min"), _run_extreme(runs, lanes, "max")
+        means = _run_means(_run_sums(runs, lanes), runs.shape[1])
+        d = np.subtract(runs, means[:, None], out=runs)  # in place: the values are not needed again
+        m2s = _run_sums(d.real * d.real + d.imag * d.imag if complex_input else np.multiply(d, d, out=d), lanes)
         columns.append((runs.shape[1], lows, highs, means, m2s))
     n, lo, hi, mean, m2 = None, np.inf, -np.inf, 0.0, 0.0
     for row in range(rows.shape[0]):  # the kernel's task order: the runs of a row, then the next row
@@ -215,13 +215,15 @@ def _run_means(sums: np.ndarray, count: int) -> np.ndarray:
 def _run_sums(runs: np.ndarray, lanes: bool) -> np.ndarray:
     """Per row of ``runs``, the sum the kernel makes, starting from 0: in ``LANES`` lanes added row by
     row, the lanes added in order, then the tail (``lanes``); else every value in order. In order is
-    ``np.add.accumulate``'s order (NumPy's sums pair values up, which rounds differently)."""
+    ``np.add.accumulate``'s order, and ``np.add.reduce``'s along an axis that is not the innermost (along the
+    innermost, NumPy's sums pair values up, which rounds differently); the lanes' reduce is 13x faster than
+    their accumulate."""
     zero = np.zeros((runs.shape[0], 1), runs.dtype)
     if not lanes:
         return np.add.accumulate(np.concatenate([zero, runs], axis=1), axis=1)[:, -1]
     full = runs.shape[1] // LANES * LANES
     grid = runs[:, :full].reshape(runs.shape[0], -1, LANES)
-    lane_sums = np.add.accumulate(np.concatenate([np.zeros((runs.shape[0], 1, LANES)), grid], axis=1), axis=1)[:, -1]
+    lane_sums = np.add.reduce(grid, axis=1, initial=0.0)
     return np.add.accumulate(np.concatenate([zero, lane_sums, runs[:, full:]], axis=1), axis=1)[:, -1]
 
 
