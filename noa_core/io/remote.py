@@ -189,6 +189,8 @@ def as_path(path: str | os.PathLike) -> Path:
     """What noa takes for a path, the one way every door and driver makes it: a :class:`RemotePath` keeping a URL
     as given, else a :class:`pathlib.Path`. A word typed as a URL of a scheme noa reads that is not one (``s3:///k``,
     ``gs://``) is refused in one line, not read as a local path spelled otherwise."""
+    if isinstance(path, Path):  # a RemotePath, or a path of this machine (one made of a URL has lost it): as it is
+        return path
     url = remote_path(path)
     if url is not None:
         return url
