@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from noa_cli import help_layout, report
+from noa_cli import report
 from noa_cli.parse import CliParam
 from noa_core import run
 from noa_core.errors import NoaError, ParameterError
@@ -400,7 +400,9 @@ def text_first(operation: Operation) -> bool:
 
 def build(operation: Operation) -> typer.core.TyperCommand:
     """The ``noa NAME`` command of ``operation``, built with Typer."""
-    import typer
+    import typer  # here: a plain command line never loads Typer (noa_cli.main)
+
+    from noa_cli import help_layout
 
     command, params = describe(operation)
     annotations = {p.name: _typer_annotation(p) for p in params}
