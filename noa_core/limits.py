@@ -1,9 +1,10 @@
 """Limits on outputs, checked from the parameters before anything is built in proportion to an output.
 
 A plan calls :func:`check_output_size` as soon as its output's shape is known, before it lists sections or
-allocates anything sized by it; a data set (extraction, a tilt series) calls :func:`check_input_size` for each
-image it opens, named in its files; a service sets its voxel limit around planning and data sets with
-:func:`voxel_limit`. :data:`MAX_OUTPUT_BYTES` bounds every output, whatever the door.
+allocates anything sized by it; every input read (:func:`noa_core.io.formats.read`) is given to
+:func:`check_input_size` from its header, and a data set (a tilt series) names there the images its files name;
+a service sets its voxel limit around planning, reports and data sets with :func:`voxel_limit`.
+:data:`MAX_OUTPUT_BYTES` bounds every output, whatever the door.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ from noa_core.errors import LimitError, MemoryLimitError
 MAX_OUTPUT_BYTES = 1 << 48  # 256 TiB: the most one output may hold (as MRC reading allows)
 
 _CHECK_MEMORY: contextvars.ContextVar[bool] = contextvars.ContextVar("noa_check_memory", default=True)
-# The most voxels an output planned, or an image a data set opens, in this context may have (None: no limit beyond
-# what a file can hold).
+# The most voxels an output planned, or an input read, in this context may have (None: no limit beyond what a file
+# can hold).
 _VOXELS: contextvars.ContextVar[int | None] = contextvars.ContextVar("noa_output_voxels", default=None)
 
 
 @contextlib.contextmanager
 def voxel_limit(limit: int | None) -> Iterator[None]:
     """Within this block (this thread or task), plans refuse outputs of more than ``limit`` voxels, before
-    they build anything in proportion to the output, and data sets refuse such images (a service's
+    they build anything in proportion to the output, and reads refuse such inputs from their headers (a service's
     ``--max-voxels``)."""
     token = _VOXELS.set(limit)
     try:
@@ -49,9 +50,14 @@ def check_output_size(shape: Sequence[int], itemsize: int = 1, what: str = "") -
                          f"than the {MAX_OUTPUT_BYTES >> 40} TiB noa writes")
 
 
+def limited() -> bool:
+    """Whether a voxel limit holds in this context (:func:`voxel_limit`)."""
+    return _VOXELS.get() is not None
+
+
 def check_input_size(shape: Sequence[int], what: str) -> None:
-    """LimitError when an image of ``shape`` that a data set opens (``what``: its file) exceeds this context's voxel
-    limit (:func:`voxel_limit`)."""
+    """LimitError when an image of ``shape`` read in this context (``what``: its file) exceeds its voxel limit
+    (:func:`voxel_limit`): :func:`noa_core.io.formats.read` checks every input so, from its header."""
     voxels, limit = math.prod(shape), _VOXELS.get()
     if limit is not None and voxels > limit:
         raise LimitError(f"{what}: shape {tuple(shape)} has {voxels} voxels; the limit is {limit}")

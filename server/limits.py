@@ -1,5 +1,6 @@
-"""Size limits: request bodies, checked while they stream in. (Voxel counts are checked by the library before an
-operation runs: :func:`noa_core.limits.check_voxels`, given the service's limit.)"""
+"""Size limits: request bodies, checked while they stream in. (Voxel counts are checked by the library, given the
+service's limit: each input from its header as it is read, several together before any is read, and each output
+while it is planned; see :mod:`noa_core.limits` and :mod:`noa_core.run.execution`.)"""
 
 from __future__ import annotations
 

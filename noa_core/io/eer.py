@@ -867,6 +867,7 @@ class EerFormat:
     compressed_input = False  # the pages are found by offset
     header_statistics = False
     store = False
+    checks_size = False
     indexed = False
     read_options = EerReadOptions
     lacking: Mapping[str, str] = {"as_stack/as_volume": "an EER movie reads as a stack of fractions",

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from noa_core import limits
 from noa_core.errors import EmptyFileError, FileFormatError, NotAFileError, UnknownFormatError
 from noa_core.io import compression, mrc, read_options, remote
 from noa_core.io.protocol import ImageFormat, Probe, ReadRequest
@@ -278,8 +279,14 @@ def read(path: str | os.PathLike, *, mmap: bool = True, tiles: bool = False, pro
 
     Returns:
         The BDHW array (a permuted view when the file's axes are not Z, Y, X) and its metadata.
+
+    Raises:
+        LimitError: an image over the voxel limit of this context (:func:`noa_core.limits.voxel_limit`: a
+            service's), refused from its header, before any data are read.
     """
     fmt, p, request = _request(path, options, mmap=mmap, tiles=tiles, projects=projects)
+    if limits.limited() and not fmt.checks_size:
+        limits.check_input_size(fmt.probe(p, request).shape, str(p))
     return fmt.read(p, request)
 
 

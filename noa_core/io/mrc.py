@@ -50,6 +50,7 @@ from noa_core.io.compression import CHUNK_BYTES, Decompressed, open_input, size_
 from noa_core.io.metadata import ANGSTROM, HeaderStatistics, Metadata, Triple, permute_per_axis
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import MrcReadOptions
+from noa_core.limits import check_input_size
 
 if TYPE_CHECKING:
     from noa_core.array import Array
@@ -523,13 +524,15 @@ def _read(path: Path, request: ReadRequest[MrcReadOptions]):
     with open_input(path) as file:
         source = _open(path, request.compression, file)
         header, extended = _read_header(path, source, file, request.compression is not None)
+        notices: list[str] = []
+        shape, strides, axes = _bdhw_layout(path, header, request.options.as_stack, request.options.as_volume,
+                                            notices)
+        check_input_size(shape, str(path))  # before the data: a compressed or swapped file is read whole
         flat = _read_data(path, header, source, file, request)
     if not flat.dtype.isnative:  # big-endian file: swap in place rather than holding two copies
         flat = flat.byteswap(inplace=True).view(flat.dtype.newbyteorder("="))
     nx, ny, nz = (int(header[k]) for k in ("nx", "ny", "nz"))
     disk = _decode(flat, header) if int(header["mode"]) in (3, 101) else flat.reshape(nz, ny, nx)
-    notices: list[str] = []
-    shape, strides, axes = _bdhw_layout(path, header, request.options.as_stack, request.options.as_volume, notices)
     bdhw = as_strided(disk, shape, tuple(s * disk.itemsize for s in strides), writeable=disk.flags.writeable)
     array = asarray(bdhw)
     return array, _metadata(path, header, array.shape, array.dtype, array.order, extended, axes, notices)
@@ -838,6 +841,7 @@ class MrcFormat:
     compressed_input = True
     header_statistics = True
     store = False
+    checks_size = True
     indexed = False
     read_options: type = MrcReadOptions
     lacking: Mapping[str, str] = {"series": "MRC files hold one series"}

@@ -1269,6 +1269,7 @@ class OmeZarrFormat:
     compressed_input = False
     header_statistics = False  # NGFF has no header statistics
     store = True
+    checks_size = False
     indexed = False
     read_options = OmeZarrReadOptions
     lacking: Mapping[str, str] = {"as_stack/as_volume": "OME-Zarr axes name their meaning",

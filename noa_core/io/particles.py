@@ -482,6 +482,7 @@ class ParticlesFormat:
     compressed_input = False
     header_statistics = True  # the stack's (MRC)
     store = False
+    checks_size = False
     indexed = True
     data_suffix = STACK_SUFFIX
     read_options = ParticleReadOptions

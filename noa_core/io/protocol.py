@@ -139,6 +139,9 @@ class ImageFormat(Protocol):
         header_statistics: whether :meth:`finish` writes statistics (the Writer computes them then).
         store: whether its files are directories of chunks (a :class:`StoreFormat`, listed in
             :data:`noa_core.io.formats.STORES`) rather than one file.
+        checks_size: whether :meth:`read` refuses an image over this context's voxel limit
+            (:func:`noa_core.limits.check_input_size`) itself, between its header and its data; for the others,
+            :func:`noa_core.io.formats.read` probes the header first where a limit holds.
         indexed: whether its files index data kept in another file beside them (an :class:`IndexedFormat`:
             particle files, whose images are an MRC stack).
         read_options: the frozen dataclass of the read options it takes (:mod:`noa_core.io.read_options`, where
@@ -156,6 +159,7 @@ class ImageFormat(Protocol):
     compressed_input: bool
     header_statistics: bool
     store: bool
+    checks_size: bool
     indexed: bool
     read_options: type
     lacking: Mapping[str, str]

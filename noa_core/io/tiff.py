@@ -593,6 +593,7 @@ class TiffFormat:
     compressed_input = False  # tifffile needs random access: the pages are found by offset
     header_statistics = False  # TIFF has no header statistics
     store = False
+    checks_size = False
     indexed = False
     read_options = TiffReadOptions
     lacking: Mapping[str, str] = {"as_stack/as_volume": "TIFF axes name their meaning"}

@@ -552,8 +552,7 @@ class Inputs(Sequence[Path]):
     def open(self, path: str | Path, tiles: bool = False) -> tuple[Array, Metadata]:
         """``path`` read lazily, header first; ``tiles``: a plan's source, read only tile by tile
         (:func:`noa_core.io.read`)."""
-        array, meta = io.read(path, tiles=tiles, projects=self.projects, **self.reading)
-        limits.check_input_size(array.shape, str(path))  # the limit of a data set's images (voxel_limit)
+        array, meta = io.read(path, tiles=tiles, projects=self.projects, **self.reading)  # within the voxel limit
         self.notices.extend(n for n in meta.notices if n not in self.notices)
         return array, meta
 
@@ -624,8 +623,8 @@ class Operation:
         max_inputs: how many input files it reads: 1, or more named a, b, c, ... (the first is
             the pair's input in a batch; the others are shared by every pair; a report gets them all
             as one list, as a plan does).
-        reads_data: the operation reads every voxel (a service's voxel limit applies); False for
-            header-only operations.
+        reads_data: the operation reads every voxel (a service's voxel limit applies to its inputs); False for
+            reports of headers alone, which describe files of any size.
         warmup: the kernel variants to compile ahead of time (``noa warmup``): option sets to run
             on small inputs of each file element type.
         needs_one_of: parameters of which at least one must be given (an edit with nothing to change is refused).

@@ -2,8 +2,9 @@
 tasks and the warm-up all call.
 
 :func:`execute` checks the values against the declaration, applies the caller's limits (a service's voxel
-limit, refused from the headers before anything is read or planned in proportion to the output), and runs
-the operation as its kind says: this module is the one place that tells the kinds apart.
+limit: every input refused from its header as it is read, and the outputs while they are planned, before
+anything is built in proportion to them), and runs the operation as its kind says: this module is the one
+place that tells the kinds apart.
 
 Example::
 
@@ -69,27 +70,24 @@ class Call:
     projects: Any
     resume: bool
 
-    def probe_inputs(self) -> None:
-        _probe_inputs(self.operation, self.inputs, self.options, self.projects, self.limits)
 
-
-def _probe_inputs(operation: Operation, inputs: Sequence[Path], options: Options, projects: Any,
-                  limits: Limits) -> None:
-    """Refuse inputs over the voxel limit from their headers, before planning decompresses or maps anything."""
-    if limits.max_voxels is not None and operation.reads_data:
+def _refuse_broadcast(operation: Operation, inputs: Sequence[Path], options: Options, projects: Any,
+                      limits: Limits) -> None:
+    """Several inputs refused over the voxel limit from their headers, before any is read: the per-axis maximum of
+    their shapes bounds every broadcast of them (ewise's output), which their reads one by one would refuse only
+    once all were read (a compressed one decompressed). One input is refused as it is read."""
+    if limits.max_voxels is not None and operation.reads_data and len(inputs) > 1:
         reading = Inputs(list(inputs), options, projects)
         check_voxels([reading.probe(path).shape for path in inputs], limits.max_voxels)
 
 
 def checked_plan(task: FileTask, src: PathLike, limits: Limits = NO_LIMITS) -> Plan:
-    """What ``task`` writes for the pair whose input is ``src``, refused over ``limits`` from the headers: the inputs
-    before planning reads them, the output while planning, before anything is built in proportion to it."""
-    _probe_inputs(task.operation, task.inputs(src), task.options, task.projects, limits)
+    """What ``task`` writes for the pair whose input is ``src``, refused over ``limits`` from the headers: several
+    inputs together first, each input as planning reads it (:func:`noa_core.io.formats.read`), the output while
+    planning, before anything is built in proportion to it."""
+    _refuse_broadcast(task.operation, task.inputs(src), task.options, task.projects, limits)
     with voxel_limit(limits.max_voxels):
-        plan = task.plan(src)
-    if limits.max_voxels is not None:
-        check_voxels([*plan.input_shapes, plan.shape], limits.max_voxels)
-    return plan
+        return task.plan(src)
 
 
 def execute(operation: Operation, inputs: Sequence[PathLike], output: PathLike | None = None,
@@ -142,12 +140,9 @@ def _writes_several(call: Call) -> dict[str, Any]:
     assert isinstance(operation, WritesSeveral)
     if call.output is None:
         raise ParameterError(f"{operation.name}: writes several files; give their folder", "output")
-    call.probe_inputs()
     task = operation.task(call.options, projects=call.projects)
     with voxel_limit(call.limits.max_voxels):
         planned = task.plans(call.inputs[0])
-    if call.limits.max_voxels is not None:
-        check_voxels([*planned[0][1].input_shapes, *(plan.shape for _, plan in planned)], call.limits.max_voxels)
     outputs, notices = write_several(task, call.inputs[0], call.output, overwrite=call.overwrite,
                                      progress=call.progress, planned=planned, stem=call.stem)
     return {"outputs": [str(p) for p in outputs], "notices": notices}
@@ -167,9 +162,11 @@ def _writes_data_set(call: Call) -> dict[str, Any]:
 def _reports(call: Call) -> dict[str, Any]:
     operation = call.operation
     assert isinstance(operation, Reports)
-    call.probe_inputs()
-    return operation.run_report(call.inputs if operation.max_inputs > 1 else call.inputs[0], call.options,
-                                call.projects)
+    # each input as it is read; one that reads headers only (info) describes a file of any size
+    _refuse_broadcast(operation, call.inputs, call.options, call.projects, call.limits)
+    with voxel_limit(call.limits.max_voxels if operation.reads_data else None):
+        return operation.run_report(call.inputs if operation.max_inputs > 1 else call.inputs[0], call.options,
+                                    call.projects)
 
 
 def _edits(call: Call) -> dict[str, Any]:

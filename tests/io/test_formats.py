@@ -41,7 +41,7 @@ from mrcfile.dtypes import HEADER_DTYPE
 
 from helpers import NOA, assert_user_error, needs_data, noa, write_mrc
 from helpers import SHARED as DATA
-from noa_core import io
+from noa_core import io, limits
 from noa_core.array import layout
 from noa_core.array.layout import Shape4
 from noa_core.errors import (
@@ -50,6 +50,7 @@ from noa_core.errors import (
     EmptyFileError,
     FileFormatError,
     HeaderError,
+    LimitError,
     MissingFileError,
     NotAFileError,
     SizeError,
@@ -321,6 +322,7 @@ class RawFormat:
     compressed_input = False
     header_statistics = True
     store = False
+    checks_size = False  # formats.read probes it first under a voxel limit
     indexed = False
     read_options = RawReadOptions
     lacking: Mapping[str, str] = {}
@@ -881,6 +883,41 @@ def test_probe_agrees_with_read(tmp_path):
         assert (probe.shape, probe.strides, probe.dtype, probe.order) == (array.shape, array.strides, array.dtype,
                                                                           array.order), name
         assert probe.metadata == metadata, name
+
+
+def test_an_mrc_over_the_voxel_limit_is_refused_between_its_header_and_its_data(tmp_path, monkeypatch):
+    """Under a voxel limit (a service's), an MRC read refuses an image over it from its header, before any data
+    are read or decompressed (a gzip is read whole), and without probing the file first."""
+    data = np.arange(2 * 8 * 8, dtype=np.float32).reshape(2, 8, 8)
+    write_mrc(tmp_path / "a.mrc", data)
+    (tmp_path / "a.mrc.gz").write_bytes(gzip.compress((tmp_path / "a.mrc").read_bytes()))
+    read_data = mrc._read_data
+    monkeypatch.setattr(mrc, "_probe", lambda *args: pytest.fail("an MRC read was probed first"))
+    monkeypatch.setattr(mrc, "_read_data", lambda *args: pytest.fail("data read over the limit"))
+    for name in ("a.mrc", "a.mrc.gz"):
+        with limits.voxel_limit(data.size - 1), pytest.raises(LimitError) as refused:
+            io.read(tmp_path / name)
+        assert str(refused.value) == f"{tmp_path / name}: shape (1, 2, 8, 8) has 128 voxels; the limit is 127"
+    monkeypatch.setattr(mrc, "_read_data", read_data)
+    for name in ("a.mrc", "a.mrc.gz"):
+        with limits.voxel_limit(data.size):
+            assert np.array_equal(io.read(tmp_path / name)[0].numpy()[0], data), name
+
+
+def test_other_formats_over_the_voxel_limit_are_refused_from_a_probe_before_their_read(tmp_path, monkeypatch):
+    """A format whose read does not check the limit itself (``checks_size`` False: TIFF here) is probed first
+    where a limit holds: an image over it is refused before the read decodes anything, and none is probed
+    where no limit holds."""
+    data = np.arange(3 * 4 * 5, dtype=np.uint16).reshape(3, 4, 5)
+    tifffile.imwrite(tmp_path / "a.tif", data, compression="zlib", photometric="minisblack")
+    assert not tiff.FORMAT.checks_size and mrc.FORMAT.checks_size
+    monkeypatch.setattr(tiff, "_load", lambda *args: pytest.fail("decoded over the limit"))
+    with limits.voxel_limit(data.size - 1), pytest.raises(LimitError, match=r"a\.tif: shape .* has 60 voxels"):
+        io.read(tmp_path / "a.tif")
+    monkeypatch.undo()
+    probed = []
+    monkeypatch.setattr(tiff, "_probe", lambda *args: probed.append(args) or pytest.fail("probed"))
+    assert np.array_equal(io.read(tmp_path / "a.tif")[0].numpy().reshape(data.shape), data) and not probed
 
 
 # -- 5. a FIFO where a file should be -----------------------------------------------------------------

@@ -27,6 +27,7 @@ from noa_core.compute.moments import RunningStatistics
 from noa_core.compute.tiles import Compute, Key
 from noa_core.errors import (
     FileFormatError,
+    LimitError,
     MissingFileError,
     NoaError,
     OutputIsInputError,
@@ -184,10 +185,9 @@ def _stack_images(series: TiltSeries, stack: Path, stack_name: str) -> Images:
     """The stack read lazily as sections, checked against the mdoc: a section for every ZValue, its image size and
     pixel size; errors name the stack as the mdoc does, not by its descriptor."""
     try:
-        array, meta = formats.read(stack, as_stack=True)
-    except FileFormatError as exc:
+        array, meta = formats.read(stack, as_stack=True)  # within the voxel limit, a data set's images
+    except (FileFormatError, LimitError) as exc:
         raise type(exc)(str(exc).replace(str(stack), stack_name)) from None
-    limits.check_input_size(array.shape, stack_name)  # the limit of a data set's images, as Inputs.open checks
     b, _, height, width = array.shape
     if array.dtype.kind == "c":
         raise FileFormatError(f"{stack_name}: complex values ({array.dtype}); a tilt series holds real images")
@@ -232,7 +232,7 @@ def _sum_images(series: TiltSeries, project: Project, folder: str, wanted: list[
             probe = formats.probe(path)
         except NoaError as exc:
             raise type(exc)(f"{where}: {str(exc).replace(str(path), name)}") from None
-        limits.check_input_size(probe.shape, name)  # the limit of a data set's images, as Inputs.open checks
+        limits.check_input_size(probe.shape, name)  # the limit of a data set's images, as formats.read checks
         b, d, height, width = probe.shape
         if b * d != 1:
             raise ShapeError(f"{where}: {b * d} images ({b} x {d}), a stack; a tilt's sum is one 2-d image")
