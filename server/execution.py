@@ -543,7 +543,7 @@ def _not_uploaded(path: Path):
     None: an image, or a file the operation reads itself (an edit's text; what is not an image is refused by the
     operation that reads it, in its words)."""
     try:
-        fmt = formats.detect(formats.check_input(path))[0]
+        fmt = formats.detect(path)[0]
     except NoaError:
         return None
     return fmt if fmt in formats.MOVIES or fmt in formats.DATASETS else None
@@ -729,7 +729,7 @@ def _remove_if_unlocked(workdir: Path) -> bool:
 
 def _format_of(path: Path) -> str:
     """The format an upload is in (its output keeps it unless the client names another)."""
-    return formats.detect(formats.check_input(path))[0].name
+    return formats.detect(path)[0].name
 
 
 def ignore_progress(done: int, total: int) -> None:

@@ -274,7 +274,7 @@ class TemporaryOutput:
         assert self.directory is not None
         must_sync = durable()
         if must_sync:
-            _fsync_tree(self.directory)
+            _fsync_tree(self.directory, self.path)
         try:
             if not os.path.lexists(self.path):
                 if not _rename(self.directory, self.path, _RENAME_NOREPLACE):
@@ -631,25 +631,26 @@ def sync(fd: int, shown: str | os.PathLike, data_only: bool = False) -> None:
         raise
 
 
-def fsync_output(path: Path) -> None:
-    """An output made durable: a file, or every file and folder of a store."""
+def fsync_output(path: Path, shown: str | os.PathLike) -> None:
+    """The output ``path`` (a file, or every file and folder of a store) made durable; a full disk found now names
+    it as the user did (``shown``: not its staging path)."""
     if os.path.isdir(path):
-        _fsync_tree(path)
+        _fsync_tree(path, shown)
         return
     fd = os.open(path, os.O_RDONLY)
     try:
-        sync(fd, path)
+        sync(fd, shown)
     finally:
         os.close(fd)
 
 
-def _fsync_tree(folder: Path) -> None:
+def _fsync_tree(folder: Path, shown: str | os.PathLike) -> None:
     """fsync every file and folder under ``folder`` (a store: its chunks and metadata)."""
     for root, _, files in os.walk(folder):
         for name in files:
             fd = os.open(os.path.join(root, name), os.O_RDONLY)
             try:
-                os.fsync(fd)
+                sync(fd, shown)
             finally:
                 os.close(fd)
         fsync_folder(Path(root))

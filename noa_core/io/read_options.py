@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,7 +95,7 @@ def fields() -> Mapping[str, dataclasses.Field]:
     for options in READ_OPTIONS:
         for f in dataclasses.fields(options):
             found.setdefault(f.name, f)
-    return found
+    return types.MappingProxyType(found)  # one for every caller: read only
 
 
 def default(name: str) -> Any:

@@ -287,9 +287,12 @@ class Writer:
         # as one (data_path) and then split into them where they are several
         self.data_files: list[tuple[Path, np.ndarray]] = []
         self.data_path = self.path
+        self.data_shown = self.path  # the data's file as messages name it
         if self.format.indexed:
             indexed = cast(IndexedFormat, self.format)
             self.data_path, self.data_files = indexed.data_path(self.path), indexed.data_files(self._spec)
+            if [data_file for data_file, _ in self.data_files] == [self.data_path]:  # else split into stacks later
+                self.data_shown = self.data_path
             for data_file, _ in self.data_files:
                 if data_file.parent.is_dir():
                     atomic.check_output(data_file, overwrite)
@@ -360,7 +363,8 @@ class Writer:
         """Give the file its blocks (:class:`~noa_core.io.atomic.Reservation`): writes through a mapping then never
         find the disk full, which would be a SIGBUS."""
         self._reservation = atomic.Reservation(self._opened().temp, self._size,
-                                               f"{self.path}: no space left on device for its {self._size} bytes",
+                                               f"{self.data_shown}: no space left on device for its {self._size} "
+                                               "bytes",
                                                background=background)
         self._reserved = True
 
@@ -492,7 +496,7 @@ class Writer:
             return Region(directory, 0, self.dtype, self.shape, "C", self.values_dtype, self.format.name,
                           named=self.path)
         return Region(self._opened().temp, self._offset, self.dtype, self.shape, self.order, self.values_dtype,
-                      named=self.path)
+                      named=self.data_shown)
 
     def complete(self, stats: RunningStatistics) -> None:
         """Declare every element written (e.g. by tasks through :meth:`region`), with their statistics."""

@@ -105,7 +105,7 @@ def placed_together(outputs: Sequence[Path], overwrite: bool) -> Iterator[Path]:
         else:
             if must_sync:  # every output durable before any takes its name
                 for out in outputs:
-                    io.atomic.fsync_output(staging / out.name)
+                    io.atomic.fsync_output(staging / out.name, out)
             placement = io.atomic.Placement([(staging / out.name, out) for out in outputs], overwrite)
             placement.place()
             if must_sync:

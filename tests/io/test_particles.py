@@ -8,6 +8,8 @@ unchanged; each refused file made from the particle set RELION 3.1.3 extracted (
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 from pathlib import Path
 
@@ -18,10 +20,11 @@ import starfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from noa_core import io
-from noa_core.errors import MissingFileError, NoaError
+from noa_core import io, operations
+from noa_core.errors import MissingFileError, NoaError, NoSpaceError
 from noa_core.io import particle_files, particles, star
 from noa_core.io.particle_files import ParticleError
+from noa_core.run import execute
 from tests.helpers import REPO, assert_user_error, noa, random_values, write_mrc
 from tests.io.conformance import FormatTests
 from tests.particles import tables
@@ -362,3 +365,17 @@ def test_different_pixel_sizes_in_one_cryosparc_file(project):
     with open(path, "wb") as f:
         np.save(f, array)
     refused(project, "mixed.cs", "row 3, blob/psize_A: 1.25 Å, but row 1", "1.5 Å")
+
+
+def test_a_full_disk_names_the_stack_being_written(project, monkeypatch):
+    """A particle output's images go to its stack (``out.mrcs``): a full disk while they are written names it, not
+    the particle file, and leaves neither."""
+    def full_disk(*args) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "pwrite", full_disk)
+    with pytest.raises(NoSpaceError) as full:
+        execute(operations.get("bin"), [project / "particles.star"], project / "out.star",
+                {"factor": 2, "project_dir": str(project)})
+    assert str(full.value) == f"{project / 'out.mrcs'}: no space left on device"
+    assert not (project / "out.star").exists() and not (project / "out.mrcs").exists()

@@ -4,7 +4,9 @@ statistics and pixel size."""
 
 from __future__ import annotations
 
+import errno
 import gzip
+import os
 import shutil
 
 import mrcfile
@@ -14,7 +16,7 @@ import tifffile
 
 from helpers import write_mrc
 from noa_core import operations
-from noa_core.errors import OutputExistsError
+from noa_core.errors import NoSpaceError, OutputExistsError
 from noa_core.run import local
 
 SHAPE = (24, 96, 80)  # D, H, W: 720 KiB of float32, cut into tiles of 64 KiB below
@@ -169,3 +171,19 @@ def test_side_files_are_placed_with_the_output_all_or_none(volume, tmp_path, sma
     with pytest.raises(OSError, match="a tile failed"):
         local.write_plan(planned(fail=True), out, overwrite=True)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no staging folder left either
+
+
+def test_a_full_disk_found_at_the_sync_of_outputs_placed_together_names_the_output(tmp_path, monkeypatch):
+    """A full disk that a network file system reports only at the fsync of the staged outputs is one NoSpaceError
+    naming the output as the user did, not its staging path; none is placed and nothing is left."""
+
+    def full_disk(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    outputs = [tmp_path / "a.mrc", tmp_path / "b.mrc"]
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(NoSpaceError) as full, local.placed_together(outputs, False) as staging:
+        for out in outputs:
+            (staging / out.name).write_bytes(b"data")
+    assert str(full.value) == f"{outputs[0]}: no space left on device"
+    assert list(tmp_path.iterdir()) == []

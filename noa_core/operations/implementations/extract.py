@@ -311,9 +311,17 @@ def _open_picks(project: Project, name: str, where: str, opened: contextlib.Exit
     return coordinates.read(f"/proc/self/fd/{fd}", name)[0]
 
 
+def _as_named(mic: Micrograph, exc: NoaError) -> NoaError:
+    """``exc`` said of the micrograph as the user named it, not of the descriptor it was opened as."""
+    return type(exc)(f"{mic.where}: {str(exc).replace(str(mic.path), mic.name)}") if mic.by_name else exc
+
+
 def _check_picks(mic: Micrograph, inputs: Inputs, options: Options, notices: list[str]) -> None:
     """The micrograph's picks checked against its header, their positions set (``mic.kept``)."""
-    probe = inputs.probe(mic.path)
+    try:
+        probe = inputs.probe(mic.path)
+    except NoaError as exc:
+        raise _as_named(mic, exc) from None
     b, d, height, width = probe.shape
     mic.nbytes = b * d * height * width * probe.dtype.itemsize
     if b * d != 1:
@@ -564,10 +572,8 @@ def _extract(mic: Micrograph, inputs: Inputs, options: Options, data_sets: list[
         with opening:
             array, _ = inputs.open(mic.path)
         values = array.numpy()[0, 0]
-    except NoaError as exc:  # said of the micrograph as the user named it, not of the descriptor it was opened as
-        if not mic.by_name:
-            raise
-        raise type(exc)(f"{mic.where}: {str(exc).replace(str(mic.path), mic.name)}") from None
+    except NoaError as exc:
+        raise _as_named(mic, exc) from None
     mean = float(values.mean(dtype=np.float64)) if options.edge == "mean" else 0.0
     chunk = max(1, CHUNK_BYTES // (8 * max(options.box, *(data_set.size for data_set in data_sets)) ** 2))
     statistics = [RunningStatistics() for _ in data_sets]
