@@ -253,7 +253,8 @@ def _paths_base(operation: Operation) -> tuple[type[PathRequest], dict[str, Any]
         if isinstance(operation, WritesDataSet) else {}
     if operation.max_inputs == 1:
         return (_WritesOne if operation.writes == "file" else _OneInput), resume
-    srcs = Field(min_length=1, max_length=operation.max_inputs, description="Inputs, named a, b, c, ... in order.")
+    srcs = Field(min_length=operation.min_inputs, max_length=operation.max_inputs,
+                 description="Inputs, named a, b, c, ... in order.")
     return (_WritesSeveral if operation.writes == "file" else _ReadsSeveral), {"srcs": (list[RelPath], srcs), **resume}
 
 

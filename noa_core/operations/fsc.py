@@ -137,4 +137,5 @@ OPERATION = Reports(
     text=as_text,
     result=FscResult,
     max_inputs=3,
+    min_inputs=2,
 )

@@ -623,6 +623,8 @@ class Operation:
         max_inputs: how many input files it reads: 1, or more named a, b, c, ... (the first is
             the pair's input in a batch; the others are shared by every pair; a report gets them all
             as one list, as a plan does).
+        min_inputs: the fewest it reads (two half maps for an FSC); the HTTP schemas say so, and the operation
+            refuses fewer in its own words.
         reads_data: the operation reads every voxel (a service's voxel limit applies to its inputs); False for
             reports of headers alone, which describe files of any size.
         warmup: the kernel variants to compile ahead of time (``noa warmup``): option sets to run
@@ -641,6 +643,7 @@ class Operation:
     params: tuple[Param, ...] = ()
     details: str = ""
     max_inputs: int = 1
+    min_inputs: int = 1
     reads_data: bool = True
     warmup: WarmupCases | None = None
     needs_one_of: tuple[str, ...] = ()

@@ -118,7 +118,8 @@ async def _run(svc: Service, params: OpParams, files: list[UploadFile], out_form
 def _endpoint(operation: Operation) -> Callable[..., Any]:
     """``POST /v1/upload/NAME``: the parameters as form fields, the file(s), maybe an output format."""
     files = ("files", Annotated[list[UploadFile], File(description="Inputs, named a, b, c, ... in order.",
-                                                         min_length=1, max_length=operation.max_inputs)], ...)
+                                                         min_length=operation.min_inputs,
+                                                         max_length=operation.max_inputs)], ...)
     one = ("file", OneFile, ...)
     params: list[tuple[str, Any, Any]] = [
         ("svc", Svc, ...), ("params", Annotated[params_model(operation, uploads=True), Form()], ...),

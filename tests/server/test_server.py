@@ -390,6 +390,22 @@ def test_openapi_documents_every_response(client):
     assert "image/tiff" in schema["paths"]["/v1/upload/copy"]["post"]["responses"]["200"]["content"]
 
 
+def test_the_schemas_say_how_many_inputs_an_operation_takes(client):
+    """An FSC takes two half maps and a mask at most: its request schemas say so (a schema-valid request of one file
+    was refused, which schemathesis found), and one input is a 400 naming the field."""
+    schema = client.get("/openapi.json").json()
+    components = schema["components"]["schemas"]
+    for path, field in (("/v1/upload/fsc", "files"), ("/v1/paths/fsc", "srcs")):
+        body = schema["paths"][path]["post"]["requestBody"]["content"]
+        name = next(iter(body.values()))["schema"]["$ref"].rsplit("/", 1)[1]
+        described = components[name]["properties"][field]
+        assert (described["minItems"], described["maxItems"]) == (2, 3), path
+    one = client.post("/v1/upload/fsc", files=[("files", ("half1.mrc", b"x"))], headers=AUTH)
+    assert "files" in assert_problem(one, 400)["detail"]
+    one = client.post("/v1/paths/fsc", json={"srcs": ["sub/a.map"]}, headers=AUTH)
+    assert "srcs" in assert_problem(one, 400)["detail"]
+
+
 # -- jobs over HTTP (the store: test_jobs.py) -------------------------------------------------------
 
 
