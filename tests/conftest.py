@@ -13,6 +13,10 @@ import pytest
 # the kernels up in the background: dozens of them would compile the same kernels beside the tests on a cold
 # cache. The warm-up has tests of its own (tests/cli/test_warmup.py).
 os.environ["NOA_WARMUP"] = "0"
+# One date in the label noa appends to every MRC it writes, in this process and in every process it starts (CLI
+# runs, services, Dask workers): two runs compared byte for byte may straddle a minute. The date of now has its
+# own test (tests/io/test_mrc.py), which unsets it.
+os.environ["SOURCE_DATE_EPOCH"] = "1700000000"
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ headers and extended headers against mrcfile, and every MRC noa writes passes ``
 from __future__ import annotations
 
 import bz2
+import datetime
 import gzip
 import io as text_io
 import json
@@ -276,6 +277,18 @@ def test_source_date_epoch_fixes_the_labels_date_so_two_runs_write_the_same_byte
     assert (tmp_path / "a.mrc").read_bytes() == (tmp_path / "b.mrc").read_bytes()
     with mrcfile.open(tmp_path / "a.mrc") as ref:
         assert ref.header.label[0].decode().startswith(f"noa {noa_core.__version__} 2023-11-14 22:13: tested")
+
+
+def test_without_source_date_epoch_the_label_carries_the_minute_it_was_written(tmp_path, monkeypatch):
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")  # tests/conftest.py sets it for every other test
+    before = datetime.datetime.now(datetime.UTC).replace(second=0, microsecond=0)
+    io.write(tmp_path / "a.mrc", np.zeros((2, 3), np.float32), label="tested")
+    after = datetime.datetime.now(datetime.UTC)
+    with mrcfile.open(tmp_path / "a.mrc") as ref:
+        label = ref.header.label[0].decode()
+    stamp = datetime.datetime.strptime(label.split(" ", 2)[2][:16], "%Y-%m-%d %H:%M").replace(tzinfo=datetime.UTC)
+    assert label.startswith(f"noa {noa_core.__version__} ") and label.endswith(": tested")
+    assert before <= stamp <= after
 
 
 @pytest.mark.parametrize("given", ["soon", "-1", "1.5", "", "99999999999999"])

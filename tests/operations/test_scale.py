@@ -1,9 +1,7 @@
 """noa on Dask (noa_core.run.cluster, `--scheduler`): batches, resumption, one large file split over workers,
 the shared kernel cache and the CLI, on a LocalCluster of 2 processes x 1 thread.
 
-Outputs are compared byte for byte with the single-process result, except the date in the label noa
-appends ("noa 0.1.0 2026-01-31 12:34: ..."): it records the minute the file was written, so two runs
-may differ there and nowhere else.
+Outputs are compared with the single-process result.
 """
 
 import importlib
