@@ -393,6 +393,7 @@ def _extend(children):
 EXPRESSION_TREES = st.recursive(LEAVES, _extend, max_leaves=5)
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(EXPRESSION_TREES, st.sampled_from(DTYPES).flatmap(values), st.sampled_from(DTYPES).flatmap(values))
 @example(("(a) < ((a) + (b))", lambda a, b: a < a + b),  # found by CI: a + b overflows int64

@@ -426,6 +426,7 @@ def test_damaged_stores_are_one_line_errors_and_leave_no_output(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["v.ome.zarr"]
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_dask_splits_a_store_into_tasks_that_each_write_their_own_chunks(tmp_path):
     """One large store written by ome-zarr-py, through the Dask driver: its chunks are decoded by tasks
     into a shared temporary file, then tile tasks each write whole chunks of the output store. The

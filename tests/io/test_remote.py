@@ -666,6 +666,7 @@ def test_cli_header_edit_in_place_of_a_remote_file_is_one_line(s3):
     assert_user_error(result, "s3://maps/map.mrc: on remote storage, and this needs a file of this machine")
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_cli_copy_to_s3_writes_an_mrc_object_and_an_ome_zarr_pyramid(s3, files, tmp_path):
     before = files["map.mrc"].read_bytes()
     copied = noa("copy", str(files["map.mrc"]), "s3://maps/cli/out.mrc", env=s3.env())
@@ -905,6 +906,7 @@ def large(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_dask_tile_tasks_write_a_file_and_a_store_on_s3(s3_env, large, scratch, tmp_path):
     """On a LocalCluster of processes, tile tasks fill the file's temporary file (in this machine's temporary
     folder, which they see), uploaded by the client; a store's chunks are put into the bucket by the tasks."""
@@ -941,6 +943,7 @@ def test_dask_workers_elsewhere_write_an_output_on_s3_in_one_task(s3_env, large,
     np.testing.assert_array_equal(_oracle(_downloaded(s3_env, "elsewhere/large.mrc", tmp_path)), _oracle(large))
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_cli_a_split_of_stores_into_an_s3_folder_uploads_each_store_metadata_last(s3_env, stack, tmp_path):
     """A split's outputs are stores where its input is one (a_000.ome.zarr, ...): each is uploaded under the prefix,
     every object of it (not silently none), and zarr reads each part as the local split's."""

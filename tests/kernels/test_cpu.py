@@ -215,6 +215,7 @@ ARITH_TYPES = ["float32", "float64", "int32", "uint8", "int8", "complex64", "flo
 OPS = [operator.add, operator.sub, operator.mul, operator.truediv]
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 @SETTINGS
 @given(shape=shapes, ka=st.sampled_from(LAYOUTS + ("broadcast",)), kb=st.sampled_from(LAYOUTS + ("broadcast",)),
        ta=st.sampled_from(ARITH_TYPES), tb=st.sampled_from(ARITH_TYPES), op=st.sampled_from(OPS),

@@ -12,11 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import REPO
 
 SIM_TESTS = Path(__file__).resolve().parent / "cuda_sim"  # run by path, from the repository
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_cuda_kernels_under_the_simulator():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     argv = [sys.executable, "-m", "pytest", str(SIM_TESTS.relative_to(REPO)), "-q", "-p", "no:cacheprovider"]

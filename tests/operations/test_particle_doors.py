@@ -49,6 +49,7 @@ def assert_same_particles(star: Path, reference: Path) -> None:
 pytest.importorskip("distributed")
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_dask_local_writes_the_bytes_the_cli_writes(project):
     reference, _ = cli_reference(project)
     done = noa("bin", "particles.star", "out/dask.star", "--factor", "2", "--scheduler", "local", cwd=project)

@@ -134,6 +134,7 @@ def test_moments_are_the_same_bits_on_both_paths(array):
     assert repr(numpy) == repr(kernels)
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(array=arrays(), target=DTYPES, mode=st.sampled_from(CONVERSION_MODES))
 def test_conversions_are_the_same_bits_on_both_paths(array, target, mode):

@@ -138,6 +138,7 @@ def test_a_followed_job_sends_its_states_progress_and_result_in_order(services):
         wait_job(a, blocker)
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_a_follower_on_another_service_process_sees_the_same_events(services):
     """Submitted to A, followed on B: B reads the job from the database it shares with A, progress included."""
     with _client(services.a) as a, _client(services.b) as b:

@@ -526,6 +526,7 @@ def test_a_job_id_given_is_recorded_once_whoever_submits_it(tmp_path, request, b
     assert [j["id"] for j in second.page("succeeded", None, 10, None)[0]] == [job_id]
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_two_services_share_one_postgres_database(tmp_path, pg_database):
     """Two `noa serve` on two ports (two hosts: each its own state folder) and one database: a job submitted to
     one is listed, followed and cancelled through the other, and runs once, in the service it was submitted to."""

@@ -190,6 +190,7 @@ def test_a_cancelled_one_task_write_on_the_cluster_commits_nothing(service, api)
     assert not (service.root / "cancelled_gz.mrc").exists()
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_jobs_on_the_cluster_read_and_write_keys_of_an_object_storage_root(tmp_path):
     """`--data-root s3://...` with `--scheduler local:2`: the workers read and write the keys under the prefix (a
     moto server on loopback), as the CLI writes the files; a large output from a key (not mapped) is one task."""

@@ -177,6 +177,7 @@ def test_a_particle_file_uploaded_alone_is_refused_pointing_to_paths_mode(client
 # -- the doors give the CLI's bytes -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_paths_mode_and_jobs_of_a_running_service_write_the_bytes_the_cli_writes(root, tmp_path):
     project = root / "parts"
     for door in ("cli", "paths", "job"):

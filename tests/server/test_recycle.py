@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 from test_server_live import _children
 
 from helpers import EXAMPLE_MAP, load, start_server, stop_server
@@ -38,6 +39,7 @@ def _serve(tmp_path: Path, processes: int) -> tuple:
     return (*start_server(root, tmp_path / "server.log", args=args, command=command), root)
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_processes_are_replaced_after_their_expressions(tmp_path):
     proc, url, root = _serve(tmp_path, 2)
     try:
@@ -72,6 +74,7 @@ def test_processes_are_replaced_after_their_expressions(tmp_path):
         stop_server(proc)
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_a_lone_process_starts_afresh_in_place(tmp_path):
     proc, url, root = _serve(tmp_path, 1)
     try:

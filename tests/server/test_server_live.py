@@ -419,6 +419,7 @@ def test_jobs_survive_a_restart_via_noa_serve(tmp_path):
         stop_server(proc)
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 @pytest.mark.parametrize("processes", ["1", "2"])
 def test_noa_serve_refuses_clearly(server, tmp_path, processes):
     """Exit 2 and one line, before anything listens: a port in use (here the live server's, whose
@@ -434,6 +435,7 @@ def test_noa_serve_refuses_clearly(server, tmp_path, processes):
         assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 @pytest.mark.parametrize("processes", ["1", "2"])
 def test_the_url_is_printed_once_connections_are_accepted(tmp_path, processes):
     """`noa serve`'s URL line comes when every process listens: a client acting on it is answered at once."""

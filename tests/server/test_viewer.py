@@ -236,6 +236,7 @@ print(json.dumps({{"whole": [whole.status_code, whole.json()], "kib": [before, a
     assert after - before < 48 * 1024, f"peak memory grew by {(after - before) // 1024} MiB for three tiles"
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_a_projection_holds_bands_not_the_plane_in_float64(tmp_path):
     """The mean of an 8192 x 8192 int8 volume's two sections drawn 256 pixels a side, and its histogram: the
     picture, the statistics and a value are NumPy's, and peak memory grows by a few bands (16 MiB) where the

@@ -466,6 +466,7 @@ def peak_rss_mib(pid: int) -> float:
     raise AssertionError("no VmHWM")
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 def test_a_4_gib_volume_is_zoomed_through_three_levels_in_bounded_memory(tmp_path, page):
     """Issue 46 item 2: a 4 GiB volume (16384² slices) opened at the level that fits the canvas, then zoomed in three
     times: coarse levels are drawn from the overview, finer ones read only their tiles' regions; each canvas shows the

@@ -412,6 +412,7 @@ def test_a_watch_takes_each_of_500_files_once_across_a_restart(tmp_path):
             assert got.data.dtype == expected.data.dtype
 
 
+@pytest.mark.slow  # 10-35 s: scripts/test runs it after the rest
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_two_services_share_a_watch(tmp_path, backend, request):
     """Two services on one database (one state folder for SQLite; two hosts' for PostgreSQL), both with the watch:
