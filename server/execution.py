@@ -110,6 +110,8 @@ class ClientNames:
 
     def text(self, message: str) -> str:
         message = spelt(message)  # parameters the library names, as the request names them
+        if "/" not in message:  # every server path has one (most texts of a report name none)
+            return message
         # Longest first: a server path may begin another ('/proc/self/fd/1' and '/proc/self/fd/12/').
         for server_path, client_name in sorted(self.names.items(), key=lambda item: -len(item[0])):
             message = message.replace(server_path, client_name)
@@ -288,7 +290,7 @@ def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None,
         # An edit changes the client's file in place: opened for writing (the point of the operation).
         fd, _ = sandbox.open(relative, os.O_RDWR | os.O_NONBLOCK) if edits else sandbox.open(relative)
         opened.callback(os.close, fd)
-        link = opened.enter_context(file_link(sandbox.scratch, fd, PurePosixPath(relative).name))
+        link = file_link(sandbox.scratch, fd, PurePosixPath(relative).name)
         names[str(link)] = relative
         inputs.append(link)
     dst = planned.request.output_path()
@@ -314,7 +316,7 @@ def _open_input_files(planned: Planned, opened: ExitStack, names: ClientNames) -
         with _naming(name):
             fd, _ = planned.sandbox.open(relative)
         opened.callback(os.close, fd)
-        link = opened.enter_context(file_link(planned.sandbox.scratch, fd, PurePosixPath(relative).name))
+        link = file_link(planned.sandbox.scratch, fd, PurePosixPath(relative).name)
         names.names[str(link)] = relative
         files[name] = str(link)
     return files
@@ -652,13 +654,23 @@ def new_upload_folder(tmp_dir: Path | None) -> Path:
         os.close(fd)
 
 
-@contextmanager
-def file_link(tmp_dir: Path | None, fd: int, name: str) -> Iterator[Path]:
-    """A link named ``name`` (its extension tells the format) to the opened file ``fd`` (``/proc/self/fd/N``), for the
-    ``with`` block: ``<folder>/<fd>/<name>`` in the folder of links this process keeps in ``tmp_dir``, the
+def file_link(tmp_dir: Path | None, fd: int, name: str) -> Path:
+    """A link named ``name`` (its extension tells the format) to the opened file ``fd`` (``/proc/self/fd/N``), valid
+    while ``fd`` is open: ``<folder>/<fd>/<name>`` in the folder of links this process keeps in ``tmp_dir``, the
     descriptor making it unique while the file is open. Folders and links stay from one request to the next (a
     link names a descriptor, not a file): making and removing them per request cost 4 ms on ext4, and up to 270 ms
-    while the disk was busy; only the link of the file now open under that descriptor is left in its folder."""
+    while the disk was busy; only the link of the file now open under that descriptor is left in its folder. A link
+    left by an earlier request under this descriptor and name is taken as it is (one readlink: a tenth of an info
+    request's work went to making sure of it)."""
+    target = f"{PROC_FD}/{fd}"
+    links = _LINK_FOLDERS.get((os.getpid(), tmp_dir))
+    if links is not None:
+        link = links / str(fd) / name
+        try:
+            if os.readlink(link) == target:
+                return link
+        except OSError:
+            pass
     with _LINK_FOLDERS_LOCK:
         key = (os.getpid(), tmp_dir)  # a forked process makes its own
         links = _LINK_FOLDERS.get(key)
@@ -674,8 +686,8 @@ def file_link(tmp_dir: Path | None, fd: int, name: str) -> Iterator[Path]:
             os.unlink(folder / left)
     link = folder / name
     if not os.path.lexists(link):
-        link.symlink_to(f"{PROC_FD}/{fd}")
-    yield link
+        link.symlink_to(target)
+    return link
 
 
 def remove_link_folder(tmp_dir: Path | None) -> None:
@@ -747,14 +759,21 @@ def _stem(filename: str) -> str:
     return safe_name(filename).split(".")[0] or "upload"
 
 
+_AS_IS = frozenset({int, bool, type(None)})  # types of values given to a client as they are (finite floats too)
+
+
 def for_client(value: Any, names: ClientNames) -> Any:
     """``value`` with client names for server paths, and non-finite floats spelt as strings (JSON has none)."""
     if isinstance(value, str):
         return names.text(value)
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    # Most of a report is numbers, which go as they are: told apart here, without a call for each.
     if isinstance(value, dict):
-        return {k: for_client(v, names) for k, v in value.items()}
+        return {k: v if type(v) in _AS_IS or (type(v) is float and math.isfinite(v)) else for_client(v, names)
+                for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [for_client(v, names) for v in value]
+        return [v if type(v) in _AS_IS or (type(v) is float and math.isfinite(v)) else for_client(v, names)
+                for v in value]
     return value
+

@@ -209,10 +209,10 @@ def opened(sandbox: Sandbox, relative: str, reading: Reading = ()) -> Iterator[O
         info = os.fstat(fd)
         if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
             raise ProblemError(404, "file-not-found", "File not found", f"{relative}: no such file")
-        with execution.file_link(sandbox.scratch, fd, PurePosixPath(relative).name) as link:
-            names = execution.client_names(sandbox, {str(link): relative, f"{link.parent}/": ""})
-            with names.in_errors():
-                yield Opened(link, fd, info, names, execution.SandboxProjects(sandbox, names), reading)
+        link = execution.file_link(sandbox.scratch, fd, PurePosixPath(relative).name)
+        names = execution.client_names(sandbox, {str(link): relative, f"{link.parent}/": ""})
+        with names.in_errors():
+            yield Opened(link, fd, info, names, execution.SandboxProjects(sandbox, names), reading)
     finally:
         os.close(fd)
 
