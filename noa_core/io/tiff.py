@@ -45,6 +45,7 @@ from noa_core.errors import (
     CorruptFileError,
     FileFormatError,
     HeaderError,
+    LimitError,
     SizeError,
     TruncatedFileError,
     WriteDTypeError,
@@ -55,6 +56,7 @@ from noa_core.io.compression import open_input, size_of
 from noa_core.io.metadata import HeaderStatistics, Metadata, Triple, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import TiffReadOptions
+from noa_core.limits import check_input_size
 
 if TYPE_CHECKING:
     import tifffile
@@ -409,7 +411,7 @@ def _parsed(path: Path, request: ReadRequest[TiffReadOptions], take: Take) -> tu
             bdhw, words = map_axes(path, take(tif, file, level, file_size), level.axes, request.options.channel)
             pixel, unit = _pixel_size(path, tif, index, level, notices)
             origin = _origin(_extra_metadata(tif), pixel, unit)
-    except FileFormatError:
+    except (FileFormatError, LimitError):
         raise
     except Exception as exc:  # tifffile raises many types on damaged files; each becomes one error
         raise CorruptFileError(f"{path}: TIFF structure: {_in_words(exc)}") from None
@@ -510,9 +512,15 @@ def _in_words(exc: BaseException) -> str:
 
 
 def _read(path: Path, request: ReadRequest[TiffReadOptions]):
-    """Read one series of a TIFF file: ``(Array, Metadata)``."""
-    bdhw, metadata = _parsed(path, request, lambda tif, file, series, size: _load(
-        path, tif, file, series, size, request))
+    """Read one series of a TIFF file: ``(Array, Metadata)``; an image over this context's voxel limit is refused
+    from the TIFF structure, before its data are mapped or decoded."""
+
+    def within_limit(tif: tifffile.TiffFile, file: BinaryIO, series, file_size: int) -> np.ndarray:
+        image, _ = map_axes(path, _layout_only(tif, file, series, file_size), series.axes, request.options.channel)
+        check_input_size(layout.as_shape4(image.shape), str(path))
+        return _load(path, tif, file, series, file_size, request)
+
+    bdhw, metadata = _parsed(path, request, within_limit)
     return asarray(bdhw), metadata
 
 
@@ -593,7 +601,7 @@ class TiffFormat:
     compressed_input = False  # tifffile needs random access: the pages are found by offset
     header_statistics = False  # TIFF has no header statistics
     store = False
-    checks_size = False
+    checks_size = True
     indexed = False
     read_options = TiffReadOptions
     lacking: Mapping[str, str] = {"as_stack/as_volume": "TIFF axes name their meaning"}

@@ -904,20 +904,35 @@ def test_an_mrc_over_the_voxel_limit_is_refused_between_its_header_and_its_data(
             assert np.array_equal(io.read(tmp_path / name)[0].numpy()[0], data), name
 
 
-def test_other_formats_over_the_voxel_limit_are_refused_from_a_probe_before_their_read(tmp_path, monkeypatch):
-    """A format whose read does not check the limit itself (``checks_size`` False: TIFF here) is probed first
-    where a limit holds: an image over it is refused before the read decodes anything, and none is probed
-    where no limit holds."""
+def test_a_tiff_over_the_voxel_limit_is_refused_from_its_structure_before_its_data(tmp_path, monkeypatch):
+    """TIFF's read checks the limit itself (``checks_size``), on the image it reads (a channel of several, when one is
+    asked for), between the TIFF structure and the data: nothing is decoded over the limit, and nothing probed first."""
     data = np.arange(3 * 4 * 5, dtype=np.uint16).reshape(3, 4, 5)
-    tifffile.imwrite(tmp_path / "a.tif", data, compression="zlib", photometric="minisblack")
-    assert not tiff.FORMAT.checks_size and mrc.FORMAT.checks_size
-    monkeypatch.setattr(tiff, "_load", lambda *args: pytest.fail("decoded over the limit"))
-    with limits.voxel_limit(data.size - 1), pytest.raises(LimitError, match=r"a\.tif: shape .* has 60 voxels"):
-        io.read(tmp_path / "a.tif")
-    monkeypatch.undo()
-    probed = []
-    monkeypatch.setattr(tiff, "_probe", lambda *args: probed.append(args) or pytest.fail("probed"))
-    assert np.array_equal(io.read(tmp_path / "a.tif")[0].numpy().reshape(data.shape), data) and not probed
+    tifffile.imwrite(tmp_path / "a.tif", data, compression="zlib", photometric="minisblack", metadata={"axes": "CYX"})
+    assert tiff.FORMAT.checks_size
+    monkeypatch.setattr(tiff, "_probe", lambda *args: pytest.fail("probed"))
+    with monkeypatch.context() as decoding:
+        decoding.setattr(tiff, "_load", lambda *args: pytest.fail("decoded over the limit"))
+        with limits.voxel_limit(data.size - 1), pytest.raises(LimitError, match=r"a\.tif: shape \(3, 1, 4, 5\) has 60"):
+            io.read(tmp_path / "a.tif")
+    with limits.voxel_limit(data[1].size):
+        assert np.array_equal(io.read(tmp_path / "a.tif", channel=1)[0].numpy().reshape(4, 5), data[1])
+    assert np.array_equal(io.read(tmp_path / "a.tif")[0].numpy().reshape(data.shape), data)
+
+
+def test_a_format_whose_read_does_not_check_the_voxel_limit_is_probed_before_its_read(tmp_path, monkeypatch):
+    """A format that does not check the limit in its read (``checks_size`` False: the throw-away RAW here) is probed
+    first where a limit holds, and refused before its read; where none holds, it is not probed."""
+    monkeypatch.setattr(formats, "FORMATS", formats.FORMATS + (RAW,))
+    data = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 1, 3, 4)
+    io.write(tmp_path / "a.raw", data)
+    assert not RAW.checks_size
+    with monkeypatch.context() as reading:
+        reading.setattr(RawFormat, "read", lambda *args: pytest.fail("read over the limit"))
+        with limits.voxel_limit(data.size - 1), pytest.raises(LimitError, match=r"a\.raw: shape .* has 24 voxels"):
+            io.read(tmp_path / "a.raw")
+    monkeypatch.setattr(RawFormat, "probe", lambda *args: pytest.fail("probed"))
+    assert np.array_equal(io.read(tmp_path / "a.raw")[0].numpy(), data)
 
 
 # -- 5. a FIFO where a file should be -----------------------------------------------------------------
