@@ -776,4 +776,3 @@ def for_client(value: Any, names: ClientNames) -> Any:
         return [v if type(v) in _AS_IS or (type(v) is float and math.isfinite(v)) else for_client(v, names)
                 for v in value]
     return value
-

@@ -1,7 +1,8 @@
 """noa on Dask (noa_core.run.cluster, `--scheduler`): batches, resumption, one large file split over workers,
 the shared kernel cache and the CLI, on a LocalCluster of 2 processes x 1 thread.
 
-Outputs are compared with the single-process result.
+Outputs are compared byte for byte with the single-process result (the date in noa's MRC labels is one in every
+test: tests/conftest.py).
 """
 
 import importlib

@@ -463,6 +463,19 @@ def test_upload_plumbing_large_result_and_format(client, tmp_path, monkeypatch):
     assert list((tmp_path / "tmp").iterdir()) == []  # removed once streamed
 
 
+def test_a_result_goes_to_the_client_in_its_names_with_non_finite_numbers_spelt():
+    """Server paths in any text, however deep, become the client's names; NaN and infinities (JSON has none) are
+    spelt as strings wherever they are, NumPy's too; numbers, booleans and None go as they are."""
+    names = execution.ClientNames({"/srv/root/": "", "/srv/root": "the data root", "/proc/self/fd/7": "a.mrc"})
+    result = {"path": "/srv/root/maps/a.mrc", "count": 3, "flag": True, "none": None, "label": "no path in it",
+              "values": [1.5, float("nan"), [float("inf"), -float("inf")], np.float64("nan"), np.float32(2)],
+              "where": ("/srv/root", {"file": "/proc/self/fd/7: read"})}
+    assert execution.for_client(result, names) == {
+        "path": "maps/a.mrc", "count": 3, "flag": True, "none": None, "label": "no path in it",
+        "values": [1.5, "NaN", ["Infinity", "-Infinity"], "NaN", 2.0],
+        "where": ["the data root", {"file": "a.mrc: read"}]}
+
+
 def test_upload_json_plumbing(client, tmp_path):
     data = write_mrc(tmp_path / "x.mrc", np.array([[[-np.inf, 1], [2, 3]], [[4, 5], [6, 7]]], np.float32), stack=True)
     sent = (tmp_path / "x.mrc").read_bytes()

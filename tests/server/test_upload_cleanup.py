@@ -4,6 +4,7 @@ never a live process's folder."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,5 +119,10 @@ def test_files_are_opened_through_one_folder_of_links_a_process(tmp_path, make_c
     assert client.get("/v1/view/image", params={"file": "b.map", "size": 32}).status_code == 200
     assert client.get("/v1/view/image", params={"file": "a.mrc", "size": 32}).status_code == 200
     assert all(len(os.listdir(folder)) == 1 for folder in tmp.glob("*/*"))
+    for folder in list(tmp.iterdir()):  # removed under the running service (a cleaner of temporary folders)
+        shutil.rmtree(folder)
+    again = client.post("/v1/paths/stats", json={"path": "b.map"})
+    assert again.status_code == 200 and again.json()["max"] == float(data.max()), again.text
+    assert len(list(tmp.iterdir())) == 1
     client.__exit__(None, None, None)
     assert list(tmp.iterdir()) == []
