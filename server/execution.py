@@ -663,7 +663,8 @@ def file_link(tmp_dir: Path | None, fd: int, name: str) -> Path:
     left by an earlier request under this descriptor and name is taken as it is (one readlink: a tenth of an info
     request's work went to making sure of it)."""
     target = f"{PROC_FD}/{fd}"
-    links = _LINK_FOLDERS.get((os.getpid(), tmp_dir))
+    key = (os.getpid(), tmp_dir)  # a forked process makes its own
+    links = _LINK_FOLDERS.get(key)
     if links is not None:
         link = links / str(fd) / name
         try:
@@ -672,7 +673,6 @@ def file_link(tmp_dir: Path | None, fd: int, name: str) -> Path:
         except OSError:
             pass
     with _LINK_FOLDERS_LOCK:
-        key = (os.getpid(), tmp_dir)  # a forked process makes its own
         links = _LINK_FOLDERS.get(key)
         if links is None or not links.is_dir():
             links = _LINK_FOLDERS[key] = new_upload_folder(tmp_dir)
@@ -768,11 +768,10 @@ def for_client(value: Any, names: ClientNames) -> Any:
         return names.text(value)
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    # Most of a report is numbers, which go as they are: told apart here, without a call for each.
     if isinstance(value, dict):
-        return {k: v if type(v) in _AS_IS or (type(v) is float and math.isfinite(v)) else for_client(v, names)
-                for k, v in value.items()}
+        return dict(zip(value.keys(), for_client(list(value.values()), names), strict=True))
     if isinstance(value, (list, tuple)):
+        # Most of a report is numbers, which go as they are: told apart here, without a call for each.
         return [v if type(v) in _AS_IS or (type(v) is float and math.isfinite(v)) else for_client(v, names)
                 for v in value]
     return value
