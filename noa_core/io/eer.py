@@ -72,7 +72,7 @@ from noa_core.io.compression import open_input
 from noa_core.io.metadata import HeaderStatistics, Metadata
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import EerReadOptions
-from noa_core.limits import MAX_OUTPUT_BYTES
+from noa_core.limits import MAX_OUTPUT_BYTES, check_input_size
 
 if TYPE_CHECKING:
     from noa_core.array import Array
@@ -867,7 +867,7 @@ class EerFormat:
     compressed_input = False  # the pages are found by offset
     header_statistics = False
     store = False
-    checks_size = False
+    checks_size = True
     indexed = False
     read_options = EerReadOptions
     lacking: Mapping[str, str] = {"as_stack/as_volume": "an EER movie reads as a stack of fractions",
@@ -887,8 +887,11 @@ class EerFormat:
         raise CorruptFileError(f"{path}: magic bytes: {head[:4]!r} is not a TIFF signature, so not an EER movie")
 
     def read(self, path: Path, request: ReadRequest[EerReadOptions]) -> tuple[Array, Metadata]:
+        """The fractions ``request`` asks for; fractions over this context's voxel limit are refused from the
+        frames' directories, before the gain or any frame is read."""
         options = request.options
         movie, plan = _opened(path, options)
+        check_input_size(plan.shape(movie), str(path))
         metadata = _metadata(path, movie, plan, options)
         gain = None
         if options.gain:

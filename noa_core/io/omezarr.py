@@ -74,7 +74,7 @@ from noa_core.io import atomic, beneath, mapped, remote, tiff
 from noa_core.io.metadata import ANGSTROM, HeaderStatistics, Metadata, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import OmeZarrReadOptions
-from noa_core.limits import MAX_OUTPUT_BYTES
+from noa_core.limits import MAX_OUTPUT_BYTES, check_input_size
 
 if TYPE_CHECKING:
     from noa_core.array import Array
@@ -821,14 +821,16 @@ def _parsed(path: Path, request: ReadRequest[OmeZarrReadOptions], data: bool):
     level, dtype, selection, shape, letters = _selected(path, request.options, notices)
     if math.prod(shape) == 0:
         raise HeaderError(f"{path}: shape: level {request.options.level or 0} {tuple(level.array.shape)} is empty")
-    decoded = _DECODED.get(decoded_key(path, request.options)) if data else None
-    if decoded is not None:  # decoded by other processes into a shared file
-        values = mapped.map_input(decoded, 0, dtype, math.prod(shape)).reshape(shape)
-    elif data:
-        values = _decode(path, level, selection, shape, dtype, to_file=request.mmap)
-    else:  # a stand-in over one element: only its shape and strides are looked at
-        values = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape,
-                                                 tuple(s * dtype.itemsize for s in _c_strides(shape)), writeable=False)
+    # a stand-in over one element: only its shape and strides are looked at
+    values = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape,
+                                             tuple(s * dtype.itemsize for s in _c_strides(shape)), writeable=False)
+    if data:  # refused over this context's voxel limit from the metadata, before any chunk is decoded
+        check_input_size(layout.as_shape4(tiff.map_axes(path, values, letters, None)[0].shape), str(path))
+        decoded = _DECODED.get(decoded_key(path, request.options))
+        if decoded is not None:  # decoded by other processes into a shared file
+            values = mapped.map_input(decoded, 0, dtype, math.prod(shape)).reshape(shape)
+        else:
+            values = _decode(path, level, selection, shape, dtype, to_file=request.mmap)
     bdhw, words = tiff.map_axes(path, values, letters, None)
     metadata = _metadata(path, level, layout.as_shape4(bdhw.shape), dtype, words, notices)
     return bdhw, metadata
@@ -1269,7 +1271,7 @@ class OmeZarrFormat:
     compressed_input = False
     header_statistics = False  # NGFF has no header statistics
     store = True
-    checks_size = False
+    checks_size = True
     indexed = False
     read_options = OmeZarrReadOptions
     lacking: Mapping[str, str] = {"as_stack/as_volume": "OME-Zarr axes name their meaning",

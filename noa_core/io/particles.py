@@ -48,6 +48,7 @@ from noa_core.io.metadata import HeaderStatistics, Metadata, Picks
 from noa_core.io.particle_files import NewImages, ParticleError, Table
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import ParticleReadOptions
+from noa_core.limits import check_input_size
 
 if TYPE_CHECKING:
     from noa_core.array import Array
@@ -462,7 +463,10 @@ def _probe_rows(path: Path, request: ReadRequest) -> tuple[Table, Images, Projec
 
 
 def _read(path: Path, request: ReadRequest) -> tuple[Array, Metadata]:
+    """The stack of the rows' images; one over this context's voxel limit is refused from the table and the stacks'
+    headers, before any image is read."""
     table, images, project, probe = _probe_rows(path, request)
+    check_input_size(probe.shape, str(path))
     b, _, h, w = probe.shape
     gather = Gather(images, probe.dtype, project, table.where)
     # with tiles, each tile's particles are read as it asks; else all now, into a temporary file
@@ -482,7 +486,7 @@ class ParticlesFormat:
     compressed_input = False
     header_statistics = True  # the stack's (MRC)
     store = False
-    checks_size = False
+    checks_size = True
     indexed = True
     data_suffix = STACK_SUFFIX
     read_options = ParticleReadOptions

@@ -22,8 +22,8 @@ from conformance import FormatTests
 from eer_encoder import BITS, FULL_CODES, encode_frame, pack, random_frame, render, write_eer
 
 from helpers import assert_problem, assert_user_error, load, noa, relion, write_mrc
-from noa_core import io
-from noa_core.errors import CorruptFileError, ParameterError, TruncatedFileError
+from noa_core import io, limits
+from noa_core.errors import CorruptFileError, LimitError, ParameterError, TruncatedFileError
 from noa_core.io import eer, formats
 
 SPEC = bytes.fromhex("031bfcb135fb")  # the specification's example: bits 7,1,1, shape (1, 312)
@@ -286,6 +286,26 @@ def test_65000_reads_a_12_bit_code_after_every_run(tmp_path, upsampling):
 
 
 # -- the doors --------------------------------------------------------------------------------------
+
+
+def test_fractions_over_the_voxel_limit_are_refused_from_the_directories_before_any_frame(tmp_path, monkeypatch):
+    """Under a voxel limit (a service's), the read checks it itself (``checks_size``) on the fractions asked for, from
+    the frames' directories: no frame decoded and no gain read over it, and the movie not probed first."""
+    movie(tmp_path / "a.eer", frames=8)
+    gain = tmp_path / "g.gain"
+    tifffile.imwrite(gain, np.ones((24, 32), np.float32))
+    assert eer.FORMAT.checks_size
+    monkeypatch.setattr(eer.EerFormat, "probe", lambda *args: pytest.fail("probed"))
+    four = 4 * 24 * 32  # voxels of 4 fractions of 2 frames
+    with monkeypatch.context() as reading:
+        reading.setattr(eer, "_read_fractions", lambda *args, **kwargs: pytest.fail("decoded over the limit"))
+        reading.setattr(eer, "reading_gain", lambda *args: pytest.fail("gain read over the limit"))
+        with limits.voxel_limit(four - 1), pytest.raises(
+                LimitError, match=rf"a\.eer: shape \(4, 1, 24, 32\) has {four} voxels; the limit is {four - 1}$"):
+            io.read(tmp_path / "a.eer", eer_group=2, gain=gain)
+    with limits.voxel_limit(four):
+        data = io.read(tmp_path / "a.eer", eer_group=2, gain=gain)[0].numpy()
+    np.testing.assert_array_equal(data[:, 0], fractions_of(tifffile_frames(tmp_path / "a.eer", 1), 2, False))
 
 
 def test_cli_copy_average_stats_and_batch(tmp_path):

@@ -32,13 +32,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import REPO, assert_problem, assert_user_error, noa, start_server, write_mrc
-from noa_core import io
+from noa_core import io, limits
 from noa_core.errors import (
     AxisMappingError,
     CorruptFileError,
     FileFormatError,
     HeaderError,
     LayoutError,
+    LimitError,
     NoSpaceError,
     NotAFileError,
     OutputExistsError,
@@ -219,6 +220,22 @@ def test_channels_and_time_map_to_bdhw_like_tiff(tmp_path):
     only_channels = data[0, :, 0]  # c, y, x: the channels are the batch
     _ome_zarr_py_write(tmp_path / "c.ome.zarr", only_channels, "cyx", [1, 0.5, 0.5], "nanometer")
     np.testing.assert_array_equal(io.read(tmp_path / "c.ome.zarr")[0].numpy(), only_channels[:, None])
+
+
+def test_a_store_over_the_voxel_limit_is_refused_from_its_metadata_before_any_chunk(tmp_path, monkeypatch):
+    """Under a voxel limit (a service's), the read checks it itself (``checks_size``) on the image it reads (one
+    channel of several, when one is asked for): no chunk decoded over it, and the store not probed first."""
+    data = np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)
+    _ome_zarr_py_write(tmp_path / "c.ome.zarr", data, "cyx", [1, 0.5, 0.5], "nanometer")
+    assert omezarr.FORMAT.checks_size
+    monkeypatch.setattr(omezarr.OmeZarrFormat, "probe", lambda *args: pytest.fail("probed"))
+    with monkeypatch.context() as decoding:
+        decoding.setattr(omezarr, "_decode", lambda *args, **kwargs: pytest.fail("decoded over the limit"))
+        with limits.voxel_limit(data.size - 1), pytest.raises(
+                LimitError, match=r"c\.ome\.zarr: shape \(3, 1, 4, 5\) has 60 voxels; the limit is 59$"):
+            io.read(tmp_path / "c.ome.zarr")
+    with limits.voxel_limit(data[1].size):
+        np.testing.assert_array_equal(io.read(tmp_path / "c.ome.zarr", channel=1)[0].numpy().reshape(4, 5), data[1])
 
 
 def test_a_bare_zarr_array_reads_with_a_notice(tmp_path):

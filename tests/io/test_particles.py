@@ -20,8 +20,8 @@ import starfile
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from noa_core import io, operations
-from noa_core.errors import MissingFileError, NoaError, NoSpaceError
+from noa_core import io, limits, operations
+from noa_core.errors import LimitError, MissingFileError, NoaError, NoSpaceError
 from noa_core.io import particle_files, particles, star
 from noa_core.io.particle_files import ParticleError
 from noa_core.run import execute
@@ -47,6 +47,23 @@ def test_a_relion_star_reads_as_the_stack_of_its_rows(project):
     assert md.pixel_size == (1.5, 1.5, 1.5)
     probe = io.probe(project / "particles.star", project_dir=str(project))
     assert probe.shape == array.shape and probe.dtype == np.float32
+
+
+def test_a_particle_file_over_the_voxel_limit_is_refused_before_any_image(project, monkeypatch):
+    """Under a voxel limit (a service's), the read checks it itself (``checks_size``) from the table and the stacks'
+    headers: no image gathered over it, and the file not probed first (its table and stacks are read once)."""
+    assert particles.FORMAT.checks_size
+    monkeypatch.setattr(particles.ParticlesFormat, "probe", lambda *args: pytest.fail("probed"))
+    voxels = 11 * 32 * 32
+    with monkeypatch.context() as gathering:
+        gathering.setattr(particles, "Gather", lambda *args: pytest.fail("gathered over the limit"))
+        with limits.voxel_limit(voxels - 1), pytest.raises(
+                LimitError, match=rf"particles\.star: shape \(11, 1, 32, 32\) has {voxels} voxels; the limit is "
+                                  rf"{voxels - 1}$"):
+            io.read(project / "particles.star", project_dir=str(project))
+    with limits.voxel_limit(voxels):
+        array, _ = io.read(project / "particles.star", project_dir=str(project))
+    np.testing.assert_array_equal(array.numpy(), oracle_images(project / "particles.star", project))
 
 
 def test_paths_are_relative_to_the_current_folder_by_default(project, monkeypatch):
