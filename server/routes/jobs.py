@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Annotated, Any, Union
 
 import anyio
-from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi import Depends, Header, Path, Query
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BeforeValidator, TypeAdapter, ValidationError
 
@@ -30,6 +30,7 @@ from noa_server.jobs import (
 )
 from noa_server.models import job_list_model, job_request, job_status_model, result_model
 from noa_server.problems import ProblemError, documented
+from noa_server.routes import Routes
 from noa_server.service import Service, service
 
 Svc = Annotated[Service, Depends(service)]
@@ -154,9 +155,9 @@ async def cancel(svc: Svc, job_id: JobId) -> Any:
     return JSONResponse(job, status_code=202)
 
 
-def router(operations_: list[Operation]) -> APIRouter:
+def router(operations_: list[Operation]) -> Routes:
     """The job routes; a job runs any of ``operations_`` on server-side paths."""
-    routes = APIRouter(prefix="/jobs", tags=["jobs"])
+    routes = Routes(prefix="/jobs", tags=["jobs"])
     job_status = job_status_model(tuple(operations_))
     results = tuple(dict.fromkeys(result_model(op) for op in operations_))
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 import anyio
-from fastapi import APIRouter, Depends
+from fastapi import Depends
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -21,6 +21,7 @@ from noa_core.operations import Operation
 from noa_server import execution
 from noa_server.models import PathRequest, request_model, result_model
 from noa_server.problems import ProblemError, documented
+from noa_server.routes import Routes
 from noa_server.sandbox import RemoteSandbox, Sandbox
 from noa_server.service import Service, service
 
@@ -83,9 +84,9 @@ def _route(operation: Operation) -> tuple[str, dict[str, Any]]:
     return "server-side files", {"responses": READ_ERRORS, **answers}
 
 
-def router(operations: list[Operation]) -> APIRouter:
+def router(operations: list[Operation]) -> Routes:
     """``POST /paths/NAME`` for each of ``operations``, and ``GET /files/...``."""
-    routes = APIRouter(tags=["paths"])
+    routes = Routes(tags=["paths"])
     for operation in operations:
         where, kind = _route(operation)
         routes.add_api_route(f"/paths/{operation.name}", _endpoint(operation), methods=["POST"],

@@ -7,13 +7,13 @@ import inspect
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter
 from fastapi import Query as QueryField
 from fastapi.responses import JSONResponse
 
 from noa_core.errors import ParameterError
 from noa_core.operations import Operation, Writes
 from noa_server.problems import documented
+from noa_server.routes import Routes
 
 
 def _endpoint(operation: Writes) -> Callable[..., Any]:
@@ -37,9 +37,9 @@ def _endpoint(operation: Writes) -> Callable[..., Any]:
     return answer
 
 
-def router(operations: list[Operation]) -> APIRouter:
+def router(operations: list[Operation]) -> Routes:
     """``GET /query/NAME`` for each of ``operations`` that declares a query."""
-    routes = APIRouter(prefix="/query", tags=["query"])
+    routes = Routes(prefix="/query", tags=["query"])
     for operation in operations:
         if isinstance(operation, Writes) and operation.query is not None:
             routes.add_api_route(f"/{operation.name}", _endpoint(operation), methods=["GET"],

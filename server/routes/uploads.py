@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi import Depends, File, Form, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.datastructures import FormData
@@ -29,6 +29,7 @@ from noa_core.operations import Operation, Writes
 from noa_server import execution
 from noa_server.models import Format, OpParams, params_model, result_model, without_default
 from noa_server.problems import documented
+from noa_server.routes import Routes
 from noa_server.service import Service, service
 
 Svc = Annotated[Service, Depends(service)]
@@ -157,9 +158,9 @@ def _refuse_unknown_fields(form: FormData, known: set[str]) -> None:
         raise RequestValidationError(errors)
 
 
-def router(operations: list[Operation]) -> APIRouter:
+def router(operations: list[Operation]) -> Routes:
     """The upload routes of ``operations``."""
-    routes = APIRouter(prefix="/upload", tags=["upload"])
+    routes = Routes(prefix="/upload", tags=["upload"])
     for operation in operations:
         routes.add_api_route(f"/{operation.name}", _endpoint(operation), methods=["POST"],
                              summary=f"{operation.summary} (uploaded files)", **_answers(operation))

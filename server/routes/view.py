@@ -32,7 +32,7 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, cast
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from noa_core import __version__
@@ -46,6 +46,7 @@ from noa_core.pictures.viewer import Display, Exclusions, Plane
 from noa_server import execution
 from noa_server.models import value_type
 from noa_server.problems import ProblemError, classify, documented, log
+from noa_server.routes import Routes
 from noa_server.sandbox import AnySandbox as Sandbox  # the data root's, of this machine or object storage
 from noa_server.sandbox import RemoteSandbox
 from noa_server.service import Service, service
@@ -502,10 +503,10 @@ def _entry(sandbox: Sandbox, relative: str) -> dict | None:
 
 # -- routes -------------------------------------------------------------------------------------------
 
-def router(operations: list[Operation]) -> APIRouter:
+def router(operations: list[Operation]) -> Routes:
     """``GET /view/...`` under /v1 (the API key applies); ``header`` is the ``info`` operation of the registry."""
     info = cast(Reports, next(op for op in operations if op.name == "info"))
-    routes = APIRouter(prefix="/view", tags=["viewer"])
+    routes = Routes(prefix="/view", tags=["viewer"])
 
     @routes.get("/list", summary="Folders and image files of a folder of the data root", responses=ERRORS)
     async def list_folder(svc: Svc, path: Annotated[str, Query(
@@ -596,7 +597,7 @@ def _static(name: str) -> bytes:
     return resources.files("noa_server").joinpath("static", name).read_bytes()
 
 
-page = APIRouter(tags=["viewer"], include_in_schema=False)
+page = Routes(tags=["viewer"], include_in_schema=False)
 _TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8", "css": "text/css; charset=utf-8"}
 
 

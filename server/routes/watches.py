@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import anyio
-from fastapi import APIRouter, Depends, Path
+from fastapi import Depends, Path
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, create_model
 
 from noa_core.operations import Operation
 from noa_server.jobs import ID_PATTERN, STATES
 from noa_server.problems import ProblemError, documented
+from noa_server.routes import Routes
 from noa_server.service import Service, service
 from noa_server.watches import InvalidWatch, Watches, WatchSpec
 
@@ -67,8 +68,8 @@ async def delete(svc: Svc, watch_id: WatchId) -> Any:
     return Response(status_code=204)
 
 
-def router(_operations: list[Operation]) -> APIRouter:
-    routes = APIRouter(prefix="/watches", tags=["watches"])
+def router(_operations: list[Operation]) -> Routes:
+    routes = Routes(prefix="/watches", tags=["watches"])
     routes.add_api_route("", create, methods=["POST"], status_code=201, response_model=WatchStatus,
                          summary="Watch a folder: each file that lands there becomes a job",
                          description="Each file of `folder` whose name matches `pattern` becomes one job (`job` with "
