@@ -17,14 +17,17 @@ class Routes(APIRouter):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._first_segments: tuple[str, ...] | None = None
+        # the first segments, and how many routes they were taken from: a route added later is seen
+        self._first_segments: tuple[int, tuple[str, ...]] = (0, ())
 
     def matches(self, scope: Any) -> tuple[Match, Any]:
-        if self._first_segments is None:
-            segments = {route.path.split("/")[1] for route in self.routes if hasattr(route, "path")}
+        counted, segments = self._first_segments
+        if counted != len(self.routes):
+            found = {route.path.split("/")[1] for route in self.routes if hasattr(route, "path")}
             # a parameter there ("/{name}") could be any segment: such a router is always tried
-            self._first_segments = () if any(not s or "{" in s for s in segments) else tuple(sorted(segments))
+            segments = () if any(not s or "{" in s for s in found) else tuple(sorted(found))
+            self._first_segments = len(self.routes), segments
         path = scope["path"]
-        if self._first_segments and not any(f"/{s}/" in path or path.endswith(f"/{s}") for s in self._first_segments):
+        if segments and not any(f"/{s}/" in path or path.endswith(f"/{s}") for s in segments):
             return Match.NONE, {}
         return super().matches(scope)

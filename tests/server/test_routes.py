@@ -49,3 +49,12 @@ def test_a_router_is_passed_over_without_trying_its_routes_for_a_path_outside_it
     assert routers["uploads"].matches({"type": "http", "path": "/v1/paths/info", "method": "POST"}) == (Match.NONE,
                                                                                                         {})
     assert client.get("/v1/upload/copy").status_code == 405  # a method mismatch is still told (PARTIAL)
+
+
+def test_a_route_added_after_the_first_request_is_reached():
+    """A route with a first segment new to its router, added once requests have been matched, is not passed over."""
+    app, routers = _app()
+    client = TestClient(app)
+    assert client.post("/v1/paths/info").json() == {"paths": "info"}
+    routers["paths"].add_api_route("/extra/{name}", lambda name: {"extra": name}, methods=["GET"])
+    assert client.get("/v1/extra/a").json() == {"extra": "a"}
