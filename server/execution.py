@@ -53,7 +53,8 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 @dataclass(frozen=True)
 class Planned:
     """A path request whose paths passed the sandbox, resolved to absolute paths inside the root (URLs of keys
-    under the prefix, for a data root on object storage)."""
+    under the prefix, for a data root on object storage), as they were when it was planned: it runs at once (a job
+    is planned again as it starts)."""
 
     request: PathRequest
     inputs: list[Path]
@@ -274,7 +275,7 @@ def _run_on_worker(operation: str, request: str, root: Path, hidden: Path | None
 
 
 def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None, ClientNames]:
-    """The planned files opened beneath the root (:meth:`Sandbox.open`), as paths for noa_core that no
+    """The planned files opened beneath the root (:meth:`Sandbox.open_resolved`), as paths for noa_core that no
     symlink swapped in later can redirect, and the client's names for them (closed by ``opened``).
 
     An input is a link named as the client's file (its extension tells the format) to ``/proc/self/fd/N``,
@@ -286,9 +287,10 @@ def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None,
     names: dict[str, str] = {}  # the request's links and folders
     inputs = []
     edits = planned.request.declaration.changes_input and not getattr(planned.request, "dry_run", False)
-    for relative in planned.request.input_paths():
+    for relative, path in zip(planned.request.input_paths(), planned.inputs, strict=True):
         # An edit changes the client's file in place: opened for writing (the point of the operation).
-        fd, _ = sandbox.open(relative, os.O_RDWR | os.O_NONBLOCK) if edits else sandbox.open(relative)
+        flags = os.O_RDWR | os.O_NONBLOCK if edits else os.O_RDONLY | os.O_NONBLOCK
+        fd = sandbox.open_resolved(path, relative, flags)
         opened.callback(os.close, fd)
         link = file_link(sandbox.scratch, fd, PurePosixPath(relative).name)
         names[str(link)] = relative

@@ -116,8 +116,14 @@ class Sandbox:
         """A descriptor for the file ``relative`` names (by default for reading; O_NONBLOCK so that a
         FIFO cannot block), and its checked path. See the module documentation."""
         path = self.resolve(relative)
+        return self.open_resolved(path, relative, flags), path
+
+    def open_resolved(self, path: Path, relative: str, flags: int = os.O_RDONLY | os.O_NONBLOCK) -> int:
+        """:meth:`open` of ``path``, which :meth:`resolve` gave for ``relative`` just before (a request planned to
+        run at once): its components are not walked a second time. Opened beneath the root, no link followed, as
+        :meth:`open` opens it."""
         try:
-            return open_beneath(self._root_fd, path.relative_to(self.root).as_posix(), flags), path
+            return open_beneath(self._root_fd, path.relative_to(self.root).as_posix(), flags)
         except OSError as exc:
             raise _opening_failed(relative, exc) from None
 

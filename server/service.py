@@ -165,7 +165,8 @@ class Service:
         limit = self.settings.max_voxels
         if self.settings.dask is not None:  # on the cluster's workers (see start_job)
             return lambda progress: execution.run_on_cluster(planned, limit, progress, self.dask_client())
-        return lambda progress: execution.run_on_paths(planned, limit, progress)
+        # planned again as it starts: its files are opened as their paths resolve then
+        return lambda progress: execution.run_on_paths(execution.plan(request, self.paths()), limit, progress)
 
     def _connect(self) -> Any:
         assert self.settings.dask is not None

@@ -14,6 +14,8 @@ import io
 import os
 import stat
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -64,12 +66,26 @@ def open_input(path: Path) -> io.BufferedReader:
     except OSError as exc:
         raise FileFormatError(f"{path}: cannot be accessed ({exc.strerror})") from None
     try:
-        check_descriptor(path, fd)
+        info = check_descriptor(path, fd)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
-    return os.fdopen(fd, "rb")
+    # What open() makes of it, without asking whether a regular file is a terminal (a system call each input)
+    return io.BufferedReader(io.FileIO(fd, "rb"), info.st_blksize if info.st_blksize > 1 else io.DEFAULT_BUFFER_SIZE)
+
+
+@contextmanager
+def opened_input(path: Path, opened: io.BufferedReader | None) -> Iterator[io.BufferedReader]:
+    """``opened`` (``path`` as :func:`open_input` opened it for detection) from its start, left open for its owner;
+    without one, ``path`` opened by :func:`open_input` and closed after: an input read once its format is known is
+    not opened, checked and buffered twice."""
+    if opened is None:
+        with open_input(path) as file:
+            yield file
+    else:
+        opened.seek(0)
+        yield opened
 
 
 def size_of(file: BinaryIO) -> int:
@@ -78,8 +94,8 @@ def size_of(file: BinaryIO) -> int:
     return size if isinstance(size, int) else os.fstat(file.fileno()).st_size
 
 
-def check_descriptor(path: Path, fd: int) -> None:
-    """Refuse an open descriptor that is not a non-empty regular file (``path`` names it in messages)."""
+def check_descriptor(path: Path, fd: int) -> os.stat_result:
+    """Refuse an open descriptor that is not a non-empty regular file (``path`` names it in messages); its status."""
     info = os.fstat(fd)
     if stat.S_ISDIR(info.st_mode):
         raise NotAFileError(f"{path}: is a directory, not a file")
@@ -87,6 +103,7 @@ def check_descriptor(path: Path, fd: int) -> None:
         raise NotAFileError(f"{path}: is not a regular file")
     if info.st_size == 0:
         raise EmptyFileError(f"{path}: size: the file is empty (0 bytes)")
+    return info
 
 
 def _reason(exc: Exception) -> str:

@@ -11,9 +11,12 @@ input path gets before any format sees it, and the refusal of read options a for
 
 from __future__ import annotations
 
+import io
 import os
+import stat
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,7 +108,7 @@ def input_bytes(paths: Sequence[str | os.PathLike]) -> int | None:
             info = os.stat(path)
         except OSError:
             return None
-        if not os.path.isfile(path):
+        if not stat.S_ISREG(info.st_mode):
             return None
         total += info.st_size
     return total
@@ -161,11 +164,20 @@ def detect(path: Path) -> tuple[ImageFormat, str | None]:
     A format whose signature the (decompressed) first bytes carry wins; failing that, one whose
     extension the path has may claim it (MRC files before MRC2014 have no signature).
     """
+    with _detected(path) as (fmt, kind, _):
+        return fmt, kind
+
+
+@contextmanager
+def _detected(path: Path) -> Iterator[tuple[ImageFormat, str | None, io.BufferedReader | None]]:
+    """:func:`detect`'s answer and the input it opened, open until the context ends (None for a store's folder):
+    a read hands it to the format (:attr:`~noa_core.io.protocol.ReadRequest.opened`)."""
     url = remote.remote_path(path)
     if _is_folder(path):
-        for fmt in STORES:
-            if fmt.detect(b"", path):
-                return fmt, None
+        store = next((fmt for fmt in STORES if fmt.detect(b"", path)), None)
+        if store is not None:
+            yield store, None, None
+            return
         check_input(path)  # says why this directory is not one
     with compression.open_input(path) as f:
         head = f.read(HEAD_BYTES)
@@ -178,15 +190,21 @@ def detect(path: Path) -> tuple[ImageFormat, str | None]:
             head = compression.Decompressed(path, kind, f).read(HEAD_BYTES)
             if not head:
                 raise EmptyFileError(f"{path}: size: the decompressed content is empty")
+        yield _format_of_head(path, head, kind), kind, f
+
+
+def _format_of_head(path: Path, head: bytes, kind: str | None) -> ImageFormat:
+    """The format whose signature ``head`` (the content's first bytes) carries, or which claims ``path`` by its
+    extension; UnknownFormatError saying what the file is not."""
     ext = _image_extension(path)
     for fmt in readable():
         if fmt.detect(head, path):
             _check_compression(fmt, kind, path)
-            return fmt, kind
+            return fmt
     for fmt in readable():
         if ext in fmt.extensions and fmt.claim_by_extension(head, path):
             _check_compression(fmt, kind, path)
-            return fmt, kind
+            return fmt
     if head.startswith(b"PK\x03\x04"):
         raise UnknownFormatError(f"{path}: magic bytes: a zip archive; an OME-Zarr store is read as its directory "
                                  "(over HTTP: POST /v1/paths/NAME with a store on the server, not an upload)")
@@ -284,10 +302,10 @@ def read(path: str | os.PathLike, *, mmap: bool = True, tiles: bool = False, pro
         LimitError: an image over the voxel limit of this context (:func:`noa_core.limits.voxel_limit`: a
             service's), refused from its header, before any data are read.
     """
-    fmt, p, request = _request(path, options, mmap=mmap, tiles=tiles, projects=projects)
-    if limits.limited() and not fmt.checks_size:
-        limits.check_input_size(fmt.probe(p, request).shape, str(p))
-    return fmt.read(p, request)
+    with _request(path, options, mmap=mmap, tiles=tiles, projects=projects) as (fmt, p, request):
+        if limits.limited() and not fmt.checks_size:
+            limits.check_input_size(fmt.probe(p, request).shape, str(p))
+        return fmt.read(p, request)
 
 
 def probe(path: str | os.PathLike, *, projects: Any = None, **options: Any) -> Probe:
@@ -311,18 +329,19 @@ def probe(path: str | os.PathLike, *, projects: Any = None, **options: Any) -> P
             file's format does not take.
         TypeError: an option no format takes.
     """
-    fmt, p, request = _request(path, options, projects=projects)
-    return fmt.probe(p, request)
+    with _request(path, options, projects=projects) as (fmt, p, request):
+        return fmt.probe(p, request)
 
 
+@contextmanager
 def _request(path: str | os.PathLike, options: Mapping[str, Any],
-             **how: Any) -> tuple[ImageFormat, Path, ReadRequest]:
+             **how: Any) -> Iterator[tuple[ImageFormat, Path, ReadRequest]]:
     """The format of the input ``path``, the path checked, and the request its read takes (the options given, as
-    the format's read options)."""
+    the format's read options; the input as detection opened it, open until the context ends)."""
     asked = read_options.given(options)  # names no format declares are refused before the file is looked at
     p = remote.as_path(path)
-    fmt, kind = detect(p)  # which opens it as check_input does, with its refusals
-    return fmt, p, ReadRequest(requested(fmt, p, asked), compression=kind, **how)
+    with _detected(p) as (fmt, kind, opened):  # opened as check_input opens it, with its refusals
+        yield fmt, p, ReadRequest(requested(fmt, p, asked), compression=kind, opened=opened, **how)
 
 
 def requested(fmt: ImageFormat, path: Path, asked: Mapping[str, Any]) -> Any:

@@ -46,7 +46,7 @@ from noa_core.errors import (
     param,
 )
 from noa_core.io import mapped
-from noa_core.io.compression import CHUNK_BYTES, Decompressed, open_input, size_of
+from noa_core.io.compression import CHUNK_BYTES, Decompressed, opened_input, size_of
 from noa_core.io.metadata import ANGSTROM, HeaderStatistics, Metadata, Triple, permute_per_axis
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import MrcReadOptions
@@ -521,7 +521,7 @@ def _read_data(path: Path, header: np.record, source, file: io.BufferedReader,
 
 def _read(path: Path, request: ReadRequest[MrcReadOptions]):
     """Read an MRC file: ``(Array, Metadata)``. Uncompressed native-order files map lazily."""
-    with open_input(path) as file:
+    with opened_input(path, request.opened) as file:
         source = _open(path, request.compression, file)
         header, extended = _read_header(path, source, file, request.compression is not None)
         notices: list[str] = []
@@ -540,7 +540,7 @@ def _read(path: Path, request: ReadRequest[MrcReadOptions]):
 
 def _probe(path: Path, request: ReadRequest[MrcReadOptions]) -> Probe:
     """What :func:`_read` gives, from the header and extended header alone."""
-    with open_input(path) as file:
+    with opened_input(path, request.opened) as file:
         header, extended = _read_header(path, _open(path, request.compression, file), file,
                                         request.compression is not None)
     notices: list[str] = []

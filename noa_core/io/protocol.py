@@ -16,6 +16,7 @@ What every format promises is tested once, by the conformance suite ``tests/io/c
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,9 @@ class ReadRequest(Generic[OptionsT]):
         projects: how the paths named inside a file (a particle file's stacks) are opened: the project of a
             ``project_dir`` read option (:data:`noa_core.io.particles.Projects`); None: folders of this machine.
             The service passes one that keeps them beneath its data root.
+        opened: the input as :func:`noa_core.io.formats.detect` opened it (:func:`noa_core.io.compression.open_input`),
+            which a format may read again from its start instead of opening the file anew
+            (:func:`noa_core.io.compression.opened_input`); its caller closes it once the read returns.
     """
 
     options: OptionsT
@@ -57,6 +61,7 @@ class ReadRequest(Generic[OptionsT]):
     mmap: bool = True
     tiles: bool = False
     projects: Any = None
+    opened: io.BufferedReader | None = None
 
 
 @dataclass(frozen=True)

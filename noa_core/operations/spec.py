@@ -821,6 +821,8 @@ class Reports(Operation):
         paths = ([io.remote.as_path(p) for p in path] if self.max_inputs > 1  # type: ignore[union-attr]
                  else [io.remote.as_path(path)])  # type: ignore[arg-type]
         self.check_inputs(len(paths))
+        if not self.reads_data:  # a header alone: no compute path to choose, so no sizes to look up
+            return self.report(Inputs(paths, options, projects), options)
         with compute.compute_path.for_size(io.formats.input_bytes(paths), self.name):
             return self.report(Inputs(paths, options, projects), options)
 

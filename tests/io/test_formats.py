@@ -885,6 +885,46 @@ def test_probe_agrees_with_read(tmp_path):
         assert probe.metadata == metadata, name
 
 
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts this process's descriptors in /proc")
+@pytest.mark.parametrize("name", ["a.mrc", "a.mrc.gz"])
+def test_an_mrc_read_opens_its_file_once_and_closes_it(tmp_path, monkeypatch, name):
+    """Detection opens an input to find its format; an MRC probe or read goes on with that opened file instead of
+    opening, checking and buffering it again (a mapped read maps the data by its own descriptor). Its values are
+    mrcfile's, and nothing stays open after."""
+    data = np.arange(2 * 8 * 8, dtype=np.float32).reshape(2, 8, 8)
+    write_mrc(tmp_path / "a.mrc", data)
+    if name.endswith(".gz"):
+        (tmp_path / name).write_bytes(gzip.compress((tmp_path / "a.mrc").read_bytes()))
+    opened = []
+    os_open = os.open
+    monkeypatch.setattr(os, "open", lambda path, *args, **kw: opened.append(path) or os_open(path, *args, **kw))
+    before = _open_descriptors()
+    probe = io.probe(tmp_path / name)
+    assert (opened, probe.shape) == ([tmp_path / name], (1, 2, 8, 8))
+    opened.clear()
+    array, _ = io.read(tmp_path / name, mmap=False)
+    assert opened == [tmp_path / name]
+    np.testing.assert_array_equal(array.numpy()[0], mrcfile.read(tmp_path / "a.mrc"))
+    assert _open_descriptors() == before
+
+
+def test_a_failed_read_closes_the_file_detection_opened(tmp_path):
+    """A header refused after detection leaves no descriptor open."""
+    data = np.zeros((2, 8, 8), np.float32)
+    write_mrc(tmp_path / "a.mrc", data)
+    raw = bytearray((tmp_path / "a.mrc").read_bytes())
+    (tmp_path / "cut.mrc").write_bytes(raw[:1024 + 100])  # the header promises 512 bytes of data
+    before = _open_descriptors()
+    for read in (io.probe, io.read):
+        with pytest.raises(TruncatedFileError, match=r"cut\.mrc: nx/ny/nz/mode: the header promises"):
+            read(tmp_path / "cut.mrc")
+    assert _open_descriptors() == before
+
+
 def test_an_mrc_over_the_voxel_limit_is_refused_between_its_header_and_its_data(tmp_path, monkeypatch):
     """Under a voxel limit (a service's), an MRC read refuses an image over it from its header, before any data
     are read or decompressed (a gzip is read whole), and without probing the file first."""

@@ -13,6 +13,7 @@ import pytest
 
 from helpers import load, noa, wait_job, write_mrc
 from noa_core import operations
+from noa_core.io import formats
 from noa_core.operations.spec import Integer, Text
 
 
@@ -171,3 +172,17 @@ def test_an_operation_needing_one_of_its_parameters_says_so_at_every_door(tmp_pa
     finally:
         operations.unregister("mark")
     assert (tmp_path / "notes.txt").read_text() == "start;"
+
+
+def test_a_report_of_headers_alone_looks_up_no_sizes(tmp_path, monkeypatch):
+    """The sizes of a report's inputs choose where its data are computed; a report of headers alone (info) computes
+    nothing, so it does not look them up (a stat of each input a request). A report reading data still does."""
+    data = np.arange(2 * 4 * 5, dtype=np.float32).reshape(2, 4, 5)
+    write_mrc(tmp_path / "a.mrc", data)
+    sized = []
+    input_bytes = formats.input_bytes
+    monkeypatch.setattr(formats, "input_bytes", lambda paths: sized.append(list(paths)) or input_bytes(paths))
+    assert operations.get("info").describe(tmp_path / "a.mrc")["shape"] == [1, 2, 4, 5]
+    assert sized == []
+    assert operations.get("stats").describe(tmp_path / "a.mrc")["mean"] == pytest.approx(data.mean())
+    assert sized == [[tmp_path / "a.mrc"]]
