@@ -542,28 +542,28 @@ def _zip(outputs: list[Path], archive: Path) -> None:
             packed.write(path, path.name)
 
 
-def _not_uploaded(path: Path):
-    """The format of the uploaded ``path`` when it is one an upload cannot be (an EER movie, a particle file), or
-    None: an image, or a file the operation reads itself (an edit's text; what is not an image is refused by the
-    operation that reads it, in its words)."""
+def _uploaded_format(path: Path):
+    """The format of the uploaded ``path``, or None for a file of none (one the operation reads itself, an edit's
+    text; what is not an image is refused by the operation that reads it, in its words)."""
     try:
-        fmt = formats.detect(path)[0]
+        return formats.detect(path)[0]
     except NoaError:
         return None
-    return fmt if fmt in formats.MOVIES or fmt in formats.DATASETS else None
 
 
 def _run_on_saved(params: OpParams, inputs: list[Path], workdir: Path, out_format: str | None, max_voxels: int,
                   name: str, names: ClientNames) -> UploadResult | dict:
-    for path in inputs:  # movies (GBs) and particle files (naming stacks) are read where they are
-        fmt = _not_uploaded(path)
+    detected = [_uploaded_format(path) for path in inputs]
+    for path, fmt in zip(inputs, detected, strict=True):  # movies (GBs) and particle files are read where they are
         if fmt in formats.MOVIES:
             raise UnknownFormatError(f"{path}: format: {fmt.title} movies are not taken as uploads; put the movie "
                                      "under the service's data root and POST /v1/paths/NAME (or a job)")
-        if fmt is not None:
+        if fmt in formats.DATASETS:
             raise UnknownFormatError(f"{path}: format: a {fmt.title} names images in other files, which an upload "
                                      "does not bring; put it and its stacks under the service's data root and POST "
                                      "/v1/paths/NAME (or a job), with project_dir naming the project folder")
+    if out_format is None and detected and detected[0] is not None:  # an output keeps the input's format
+        out_format = detected[0].name
     return _UPLOADED[params.declaration.writes](params, inputs, workdir, out_format, max_voxels, name, names)
 
 

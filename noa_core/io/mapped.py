@@ -23,7 +23,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -154,12 +154,14 @@ def gathered(path: Path, dtype: np.dtype, count: int, gather: Gather, tiles: boo
         return map_input(path, 0, dtype, count, private=True, fd=temp.fileno())
 
 
-def map_file(path: Path, offset: int, dtype: np.dtype, count: int, tiles: bool) -> np.ndarray:
-    """``count`` items of ``dtype`` at byte ``offset`` of an input: a local file's mapped (:func:`map_input`), a
-    remote object's fetched by byte ranges as the tiles ask when ``tiles``, else whole (:func:`gathered`)."""
+def map_file(path: Path, offset: int, dtype: np.dtype, count: int, tiles: bool,
+             file: BinaryIO | None = None) -> np.ndarray:
+    """``count`` items of ``dtype`` at byte ``offset`` of an input: a local file's mapped (:func:`map_input`; from
+    ``file``, the input as :func:`open_input` opened it, rather than opened again), a remote object's fetched by byte
+    ranges as the tiles ask when ``tiles``, else whole (:func:`gathered`)."""
     if isinstance(path, remote.RemotePath):
         return gathered(path, dtype, count, remote.Ranges(path, offset), tiles)
-    return map_input(path, offset, dtype, count)
+    return map_input(path, offset, dtype, count, fd=None if file is None else file.fileno())
 
 
 _SCRATCH = threading.local()

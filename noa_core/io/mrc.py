@@ -511,7 +511,7 @@ def _read_data(path: Path, header: np.record, source, file: io.BufferedReader,
         return flat
     offset = HEADER_BYTES + int(header["nsymbt"])
     if request.mmap and file_dtype.isnative and int(header["mode"]) not in (3, 101):
-        return mapped.map_file(path, offset, file_dtype, count, request.tiles)
+        return mapped.map_file(path, offset, file_dtype, count, request.tiles, file)
     file.seek(offset)
     flat = np.empty(count, file_dtype)
     if file.readinto(flat.view(np.uint8).data) != nbytes:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import bz2
 import dataclasses
+import gc
 import gzip
 import json
 import lzma
@@ -902,13 +903,18 @@ def test_an_mrc_read_opens_its_file_once_and_closes_it(tmp_path, monkeypatch, na
     opened = []
     os_open = os.open
     monkeypatch.setattr(os, "open", lambda path, *args, **kw: opened.append(path) or os_open(path, *args, **kw))
+    gc.collect()  # what earlier tests left to be collected
     before = _open_descriptors()
     probe = io.probe(tmp_path / name)
     assert (opened, probe.shape) == ([tmp_path / name], (1, 2, 8, 8))
     opened.clear()
-    array, _ = io.read(tmp_path / name, mmap=False)
-    assert opened == [tmp_path / name]
-    np.testing.assert_array_equal(array.numpy()[0], mrcfile.read(tmp_path / "a.mrc"))
+    for mmap in (False, True):  # a gzip's data are decompressed into a temporary file, which is opened too
+        opened.clear()
+        array, _ = io.read(tmp_path / name, mmap=mmap)
+        assert [path for path in opened if path == tmp_path / name] == [tmp_path / name], mmap
+        np.testing.assert_array_equal(array.numpy()[0], mrcfile.read(tmp_path / "a.mrc"))
+    del array  # a mapped read's descriptor lives as long as its array
+    gc.collect()
     assert _open_descriptors() == before
 
 

@@ -1,7 +1,9 @@
-"""Path requests planned and run (server/execution.py): each path is walked once, and a job is planned again as it
-starts."""
+"""Requests run (server/execution.py): a path request walks each path once, a job is planned again as it starts, and
+an upload's format is found once."""
 
 from __future__ import annotations
+
+import io
 
 import mrcfile
 import numpy as np
@@ -9,8 +11,9 @@ import pytest
 
 from helpers import write_mrc
 from noa_core import operations
+from noa_core.io import formats
 from noa_server import execution
-from noa_server.models import job_model, request_model
+from noa_server.models import job_model, params_model, request_model
 from noa_server.problems import ProblemError
 from noa_server.sandbox import Sandbox
 from noa_server.service import Service
@@ -60,3 +63,20 @@ def test_a_job_opens_its_files_as_their_paths_resolve_when_it_starts(root, tmp_p
         assert (refused.value.status, refused.value.detail) == (403, "'a.mrc' resolves outside the data root")
     finally:
         service.stop()
+
+
+def test_an_upload_is_detected_once_and_its_output_keeps_its_format(tmp_path, monkeypatch):
+    """An upload's format is found once: to refuse a movie or a particle file, and to name the output, which keeps
+    the input's format. The output holds the input's values moved as asked (NumPy's transpose)."""
+    data = np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)
+    write_mrc(tmp_path / "a.mrc", data)
+    detected = []
+    detect = formats.detect
+    monkeypatch.setattr(formats, "detect", lambda path: detected.append(path.name) or detect(path))
+    params = params_model(operations.get("permute"), uploads=True).model_validate({"axes": [0, 1, 3, 2]})
+    upload = execution.Upload("a.mrc", io.BytesIO((tmp_path / "a.mrc").read_bytes()))
+    result = execution.run_on_uploads(params, [upload], tmp_path, None, 1 << 30)
+    assert detected == ["0-a.mrc"]
+    assert (result.path.name, result.media_type) == ("a_permute.mrc", execution.MEDIA_TYPES["mrc"])
+    (tmp_path / "out.mrc").write_bytes(result.content)
+    np.testing.assert_array_equal(mrcfile.read(tmp_path / "out.mrc"), data.transpose(0, 2, 1))
