@@ -54,7 +54,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 class Planned:
     """A path request whose paths passed the sandbox, resolved to absolute paths inside the root (URLs of keys
     under the prefix, for a data root on object storage), as they were when it was planned: it runs at once (a job
-    is planned again as it starts)."""
+    is planned again as it starts, on this service's workers or a cluster's)."""
 
     request: PathRequest
     inputs: list[Path]

@@ -161,11 +161,12 @@ class Service:
     def job_work(self, request: PathRequest) -> Callable[[Progress], Any]:
         """A job's work, ``work(progress)``, on this service's workers or its cluster's; its paths checked now
         (a ProblemError), so that a refused path is never recorded as a job."""
-        planned = execution.plan(request, self.paths())
+        execution.plan(request, self.paths())
         limit = self.settings.max_voxels
-        if self.settings.dask is not None:  # on the cluster's workers (see start_job)
-            return lambda progress: execution.run_on_cluster(planned, limit, progress, self.dask_client())
         # planned again as it starts: its files are opened as their paths resolve then
+        if self.settings.dask is not None:  # on the cluster's workers (see start_job)
+            return lambda progress: execution.run_on_cluster(execution.plan(request, self.paths()), limit, progress,
+                                                             self.dask_client())
         return lambda progress: execution.run_on_paths(execution.plan(request, self.paths()), limit, progress)
 
     def _connect(self) -> Any:

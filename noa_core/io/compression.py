@@ -32,6 +32,7 @@ from noa_core.io import remote
 
 EXTENSIONS = {".gz": "gzip", ".bz2": "bzip2"}
 CHUNK_BYTES = 1 << 20  # compressed bytes read at a time
+MAX_BUFFER_BYTES = 8 << 20  # the largest buffer an input is read through
 # Deflate cannot expand by more than 1032:1, so a gzip file cannot hold more than this many times its size.
 GZIP_MAX_RATIO = 1032
 _GZIP_TRAILER_BYTES = 8  # CRC-32, then ISIZE: the content length modulo 2**32
@@ -71,8 +72,10 @@ def open_input(path: Path) -> io.BufferedReader:
     except BaseException:
         os.close(fd)
         raise
-    # What open() makes of it, without asking whether a regular file is a terminal (a system call each input)
-    return io.BufferedReader(io.FileIO(fd, "rb"), info.st_blksize if info.st_blksize > 1 else io.DEFAULT_BUFFER_SIZE)
+    # What open() makes of it, without asking whether a regular file is a terminal (a system call each input); its
+    # buffer by Python 3.14's rule, whatever the Python: the file system's block, at most 8 MiB (a parallel file
+    # system's may be larger)
+    return io.BufferedReader(io.FileIO(fd, "rb"), max(min(info.st_blksize, MAX_BUFFER_BYTES), io.DEFAULT_BUFFER_SIZE))
 
 
 @contextmanager
