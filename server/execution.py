@@ -289,7 +289,7 @@ def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None,
     edits = planned.request.declaration.changes_input and not getattr(planned.request, "dry_run", False)
     for relative, path in zip(planned.request.input_paths(), planned.inputs, strict=True):
         # An edit changes the client's file in place: opened for writing (the point of the operation).
-        flags = os.O_RDWR | os.O_NONBLOCK if edits else os.O_RDONLY | os.O_NONBLOCK
+        flags = (os.O_RDWR if edits else os.O_RDONLY) | os.O_NONBLOCK
         fd = sandbox.open_resolved(path, relative, flags)
         opened.callback(os.close, fd)
         link = file_link(sandbox.scratch, fd, PurePosixPath(relative).name)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import array
 import contextlib
 import functools
+import io
 import math
 import os
 import struct
@@ -68,7 +69,7 @@ from noa_core.errors import (
     param,
 )
 from noa_core.io import atomic, formats, mapped, remote, tiff
-from noa_core.io.compression import open_input
+from noa_core.io.compression import open_input, opened_input
 from noa_core.io.metadata import HeaderStatistics, Metadata
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import EerReadOptions
@@ -255,13 +256,14 @@ def _bits(directories: _Directories, entries: dict[int, _Entry], compression: in
     return bits
 
 
-def _acquisition(path: Path) -> dict[str, Any]:
-    """The first page's acquisition XML (tag 65001) as tifffile parses it; tifffile reads that page only."""
+def _acquisition(path: Path, opened: io.BufferedReader | None = None) -> dict[str, Any]:
+    """The first page's acquisition XML (tag 65001) as tifffile parses it; tifffile reads that page only (of
+    ``opened``, the file as detection opened it, where given)."""
     import tifffile
 
     messages: list[str] = []
     try:
-        with tiff._library_messages(path, messages), open_input(path) as file, \
+        with tiff._library_messages(path, messages), opened_input(path, opened) as file, \
                 tifffile.TiffFile(file, name=path.name) as tif:
             first = tif.pages.first
             acquisition = dict(first.eer_tags or {}) if first.is_eer else {}
@@ -300,12 +302,12 @@ def _check_like_first(directories: _Directories, entries: dict[int, _Entry], num
         raise CorruptFileError(f"{path}: RowsPerStrip (page {number}): differs from the first page's {rows}")
 
 
-def parse(path: Path) -> Movie:
+def parse(path: Path, opened: io.BufferedReader | None = None) -> Movie:
     """The structure of the EER file ``path``: every page's directory is read and checked (compression, size,
     strips within the file and long enough for their frame) before any data are read; only each strip's offset
-    and byte count are kept."""
-    acquisition = _acquisition(path)
-    with open_input(path) as file:
+    and byte count are kept. ``opened``: the file as detection opened it, read rather than opened again."""
+    acquisition = _acquisition(path, opened)
+    with opened_input(path, opened) as file:
         directories = _Directories(path, file.fileno(), os.pread(file.fileno(), 16, 0))
         size = directories.size
         first_entries, _ = directories.read(directories.first, 0)
@@ -845,11 +847,12 @@ def _metadata(path: Path, movie: Movie, plan: Fractions, options: EerReadOptions
                     unit=None, labels=labels, order="C", axes=axes, path=str(path), notices=list(plan.notices))
 
 
-def _opened(path: Path, options: EerReadOptions) -> tuple[Movie, Fractions]:
+def _opened(path: Path, request: ReadRequest[EerReadOptions]) -> tuple[Movie, Fractions]:
+    options = request.options
     if not options.gain and (options.gain_flip_y or options.gain_rotate):
         raise ParameterError(f"{path}: {param('gain_flip_y')} and {param('gain_rotate')} turn a gain; give "
                              f"{param('gain', 'FILE')}", "gain")
-    movie = parse(path)
+    movie = parse(path, request.opened)
     plan = fractions(path, movie, options)
     if options.gain:
         check_gain_header(remote.as_path(options.gain), path, movie, plan.factor, options.quarter_turns)
@@ -890,7 +893,7 @@ class EerFormat:
         """The fractions ``request`` asks for; fractions over this context's voxel limit are refused from the
         frames' directories, before the gain or any frame is read."""
         options = request.options
-        movie, plan = _opened(path, options)
+        movie, plan = _opened(path, request)
         check_input_size(plan.shape(movie), str(path))
         metadata = _metadata(path, movie, plan, options)
         gain = None
@@ -901,7 +904,7 @@ class EerFormat:
         return asarray(data[:, None]), metadata
 
     def probe(self, path: Path, request: ReadRequest[EerReadOptions]) -> Probe:
-        movie, plan = _opened(path, request.options)
+        movie, plan = _opened(path, request)
         shape = plan.shape(movie)
         return Probe(shape, layout.strides_for(shape), plan.dtype, _metadata(path, movie, plan, request.options))
 

@@ -52,7 +52,7 @@ from noa_core.errors import (
     param,
 )
 from noa_core.io import mapped, remote
-from noa_core.io.compression import open_input, size_of
+from noa_core.io.compression import opened_input, size_of
 from noa_core.io.metadata import HeaderStatistics, Metadata, Triple, angstroms_per_unit
 from noa_core.io.protocol import Created, OutputSpec, Probe, ReadRequest
 from noa_core.io.read_options import TiffReadOptions
@@ -371,7 +371,7 @@ def _load(path: Path, tif: tifffile.TiffFile, file: BinaryIO, series, file_size:
     offset = series.dataoffset
     unpacked = _stored_bits(series) == dtype.itemsize * 8
     if request.mmap and offset is not None and unpacked and dtype.isnative and offset + nbytes <= file_size:
-        flat = mapped.map_file(path, offset, dtype, nbytes // dtype.itemsize, request.tiles)
+        flat = mapped.map_file(path, offset, dtype, nbytes // dtype.itemsize, request.tiles, file)
         return flat.reshape(series.shape)
     _check_segments(path, file, series, file_size)
     data = series.asarray()
@@ -400,7 +400,7 @@ def _parsed(path: Path, request: ReadRequest[TiffReadOptions], take: Take) -> tu
 
     notices: list[str] = []
     try:
-        with _library_messages(path, notices), open_input(path) as file, \
+        with _library_messages(path, notices), opened_input(path, request.opened) as file, \
                 tifffile.TiffFile(file, name=path.name) as tif:
             file_size = size_of(file)
             if tif.is_ome:

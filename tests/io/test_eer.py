@@ -167,6 +167,25 @@ def test_fractions_are_sums_of_the_frames_events(tmp_path_factory, height, width
     assert any("dropped, as RELION does" in n for n in meta.notices) == (frames % group != 0 and not keep)
 
 
+def test_the_structure_is_read_from_the_file_detection_opened(tmp_path, monkeypatch):
+    """A probe reads the acquisition tags and the pages' directories from the file that detection opened: the movie
+    is opened twice, by detection and by the look at its first page's compression (four times before); a read
+    opens it once more, for the frames its decoding reads while the fractions live (five times before). Its
+    fractions are tifffile's frames."""
+    path = tmp_path / "m.eer"
+    movie(path, frames=4)
+    opened = []
+    os_open = os.open
+    monkeypatch.setattr(os, "open", lambda name, *args, **kw: opened.append(name) or os_open(name, *args, **kw))
+    assert io.probe(path).shape == (4, 1, 24, 32)
+    assert [name for name in opened if name == path] == [path] * 2
+    for mmap in (False, True):
+        opened.clear()
+        array, _ = io.read(path, mmap=mmap)
+        assert [name for name in opened if name == path] == [path] * 3, mmap
+        np.testing.assert_array_equal(np.asarray(array.numpy())[:, 0], tifffile_frames(path, 1))
+
+
 def test_info_reports_the_coding_and_acquisition(tmp_path):
     movie(tmp_path / "m.eer", frames=10, compression=65002, bits=(7, 1, 1))
     result = noa("info", tmp_path / "m.eer", "--eer-group", "4", "--eer-upsampling", "2", "--json")
