@@ -110,16 +110,22 @@ class _Entry(NamedTuple):
     value_or_offset: bytes
 
 
+class _PastHead(Exception):
+    """A directory read from a file's first bytes alone runs past them."""
+
+
 class _Directories:
     """The image file directories (IFDs) of a TIFF file open as ``fd``, each read with a few ``pread`` calls
     and only its frame tags kept: tifffile's page objects cost a tenth of a millisecond and kilobytes each,
     which a movie of 100,000 pages turns into seconds and hundreds of MB. Every offset is checked against the
     file's size before it is read (a hostile header names any 64-bit offset)."""
 
-    def __init__(self, path: Path, fd: int, head: bytes) -> None:
+    def __init__(self, path: Path, fd: int | None, head: bytes) -> None:
+        """``fd`` None: only ``head``, the file's first bytes, is read (a read past it raises :class:`_PastHead`)."""
         if head[:4] not in _SIGNATURES or len(head) < 16:
             raise CorruptFileError(f"{path}: magic bytes: {head[:4]!r} is not a TIFF signature")
-        self.path, self.fd, self.size = path, fd, os.fstat(fd).st_size
+        self.path, self.fd, self.head = path, fd, head
+        self.size = len(head) if fd is None else os.fstat(fd).st_size
         self.order = "<" if head[:2] == b"II" else ">"
         big = head[:4] in _SIGNATURES[2:]
         self.offset_format = self.order + ("Q" if big else "I")  # offsets, and the value count of an entry
@@ -133,23 +139,34 @@ class _Directories:
         (0: none)."""
         count_size, link_size = struct.calcsize(self.count_format), struct.calcsize(self.offset_format)
         if offset + count_size > self.size:
+            self._past_head()
             raise TruncatedFileError(f"{self.path}: page offset (page {page}): its directory at {offset} lies past "
                                      f"the end of the {self.size}-byte file")
-        block = os.pread(self.fd, _DIRECTORY_BYTES, offset)  # the whole directory, for a usual one
+        block = self._pread(_DIRECTORY_BYTES, offset)  # the whole directory, for a usual one
         count = struct.unpack_from(self.count_format, block)[0]
         if count > MAX_ENTRIES:
             raise CorruptFileError(f"{self.path}: page offset (page {page}): its directory at {offset} claims {count} "
                                    f"entries, more than the {MAX_ENTRIES} noa reads")
         end = count_size + count * self.entry_size + link_size
         if offset + end > self.size:
+            self._past_head()
             raise TruncatedFileError(f"{self.path}: page offset (page {page}): its directory of {count} entries at "
                                      f"{offset} runs past the end of the {self.size}-byte file")
         if end > len(block):
-            block = os.pread(self.fd, end, offset)
+            block = self._pread(end, offset)
         block = block[count_size:end]
         entries = {raw[0]: _Entry._make(raw) for raw in struct.iter_unpack(self.entry_format, block[:-link_size])
                    if raw[0] in _FRAME_TAGS}
         return entries, struct.unpack(self.offset_format, block[-link_size:])[0]
+
+    def _pread(self, count: int, offset: int) -> bytes:
+        """Up to ``count`` bytes at ``offset`` (of the head alone, where that is all there is: :meth:`__init__`)."""
+        return self.head[offset:offset + count] if self.fd is None else os.pread(self.fd, count, offset)
+
+    def _past_head(self) -> None:
+        """Raise :class:`_PastHead` where only the head is read: what lies past it may still be in the file."""
+        if self.fd is None:
+            raise _PastHead
 
     def values(self, entry: _Entry, page: int) -> tuple[int, ...]:
         """The integer values of ``entry`` (read from where they lie when its field cannot hold them)."""
@@ -163,9 +180,10 @@ class _Directories:
         else:
             at = struct.unpack(self.offset_format, entry.value_or_offset)[0]
             if at + nbytes > self.size:
+                self._past_head()
                 raise TruncatedFileError(f"{self.path}: tag {entry.tag} (page {page}): {entry.count} values at "
                                          f"offset {at} run past the end of the {self.size}-byte file")
-            data = os.pread(self.fd, nbytes, at)
+            data = self._pread(nbytes, at)
         return struct.unpack(f"{self.order}{entry.count}{code}", data)
 
     def value(self, entries: dict[int, _Entry], tag: int, page: int, default: int | None = None) -> int:
@@ -190,12 +208,20 @@ def first_compression(path: Path, head: bytes) -> int | None:
     if head[:4] not in _SIGNATURES or len(head) < 16:
         return None
     try:
+        try:  # a first directory within the head (tifffile writes it at byte 8) is read without opening the file
+            return _compression(_Directories(path, None, head))
+        except _PastHead:
+            pass
         with open_input(path) as f:
-            directories = _Directories(path, f.fileno(), head)
-            entries, _ = directories.read(directories.first, 0)
-            return directories.value(entries, 259, 0) if 259 in entries else None
+            return _compression(_Directories(path, f.fileno(), head))
     except (FileFormatError, OSError, struct.error):
         return None
+
+
+def _compression(directories: _Directories) -> int | None:
+    """The first page's Compression tag (None: it has none)."""
+    entries, _ = directories.read(directories.first, 0)
+    return directories.value(entries, 259, 0) if 259 in entries else None
 
 
 # -- the movie's structure ------------------------------------------------------------------------

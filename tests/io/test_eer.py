@@ -3,6 +3,7 @@ tifffile's frames, the gain against RELION's formula and programs, every door, a
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import struct
@@ -23,7 +24,7 @@ from eer_encoder import BITS, FULL_CODES, encode_frame, pack, random_frame, rend
 
 from helpers import assert_problem, assert_user_error, load, noa, relion, write_mrc
 from noa_core import io, limits
-from noa_core.errors import CorruptFileError, LimitError, ParameterError, TruncatedFileError
+from noa_core.errors import CorruptFileError, LimitError, ParameterError, TruncatedFileError, UnknownFormatError
 from noa_core.io import eer, formats
 
 SPEC = bytes.fromhex("031bfcb135fb")  # the specification's example: bits 7,1,1, shape (1, 312)
@@ -168,22 +169,58 @@ def test_fractions_are_sums_of_the_frames_events(tmp_path_factory, height, width
 
 
 def test_the_structure_is_read_from_the_file_detection_opened(tmp_path, monkeypatch):
-    """A probe reads the acquisition tags and the pages' directories from the file that detection opened: the movie
-    is opened twice, by detection and by the look at its first page's compression (four times before); a read
-    opens it once more, for the frames its decoding reads while the fractions live (five times before). Its
-    fractions are tifffile's frames."""
+    """A probe reads the acquisition tags and the pages' directories from the file that detection opened, whose first
+    kilobyte holds the first page's directory: the movie is opened once (four times before); a read opens it once
+    more, for the frames its decoding reads while the fractions live (five times before). Its fractions are
+    tifffile's frames."""
     path = tmp_path / "m.eer"
     movie(path, frames=4)
     opened = []
     os_open = os.open
     monkeypatch.setattr(os, "open", lambda name, *args, **kw: opened.append(name) or os_open(name, *args, **kw))
     assert io.probe(path).shape == (4, 1, 24, 32)
-    assert [name for name in opened if name == path] == [path] * 2
+    assert [name for name in opened if name == path] == [path]
     for mmap in (False, True):
         opened.clear()
         array, _ = io.read(path, mmap=mmap)
-        assert [name for name in opened if name == path] == [path] * 3, mmap
+        assert [name for name in opened if name == path] == [path] * 2, mmap
         np.testing.assert_array_equal(np.asarray(array.numpy())[:, 0], tifffile_frames(path, 1))
+
+
+def _first_directory_at(offset: int, compression: int = 65001) -> bytes:
+    """A little-endian classic TIFF whose first (and only) directory, of a 4 x 4 frame coded ``compression``, lies at
+    byte ``offset``."""
+    entries = [(256, 3, 1, 4), (257, 3, 1, 4), (259, 3, 1, compression)]
+    directory = struct.pack("<H", len(entries)) + b"".join(struct.pack("<HHII", *entry) for entry in entries) + \
+        struct.pack("<I", 0)
+    return (b"II*\x00" + struct.pack("<I", offset)).ljust(offset, b"\x00") + directory
+
+
+@pytest.mark.parametrize("offset, opens", [(8, 0), (1000, 1), (4096, 1)])
+def test_detection_reads_the_first_directory_from_the_head_where_it_lies(tmp_path, monkeypatch, offset, opens):
+    """Detection tells an EER movie from a plain TIFF by its first page's compression: a directory within the first
+    kilobyte detection read (where tifffile writes it) is read from those bytes, without opening the file again; one
+    that runs past them (at byte 1000) or lies further is read from the file."""
+    path = tmp_path / "m.eer"
+    path.write_bytes(_first_directory_at(offset))
+    head = path.read_bytes()[:formats.HEAD_BYTES]
+    opened = []
+    os_open = os.open
+    monkeypatch.setattr(os, "open", lambda name, *args, **kw: opened.append(name) or os_open(name, *args, **kw))
+    assert eer.first_compression(path, head) == 65001
+    assert len(opened) == opens
+    plain = tmp_path / "plain.tif"
+    plain.write_bytes(_first_directory_at(offset, compression=1))
+    assert eer.first_compression(plain, plain.read_bytes()[:formats.HEAD_BYTES]) == 1
+
+
+def test_a_compressed_movie_is_refused_as_eer(tmp_path):
+    """A gzip-compressed EER movie is named as one in the refusal (its first page's directory is read from the
+    decompressed head)."""
+    movie(tmp_path / "m.eer")
+    (tmp_path / "m.eer.gz").write_bytes(gzip.compress((tmp_path / "m.eer").read_bytes()))
+    with pytest.raises(UnknownFormatError, match=r"m\.eer\.gz: compression: gzip-compressed EER is not supported"):
+        formats.detect(tmp_path / "m.eer.gz")
 
 
 def test_info_reports_the_coding_and_acquisition(tmp_path):
