@@ -193,18 +193,24 @@ def run_on_cluster(planned: Planned, max_voxels: int, progress: Progress, client
     """Run a planned request on the Dask cluster of ``client`` (a ``distributed.Client``), answered as
     :func:`run_on_paths` answers it.
 
-    One file larger than a task's share is written by tasks over its tiles (:func:`noa_core.run.cluster.write_split`;
-    the workers open the paths checked now, beneath the root, by name); any other request is one task that runs it
-    on a worker as this process would, opened beneath the root there (:func:`_run_on_worker`). ``progress`` raises
-    to cancel: the tasks are cancelled, and no output is committed.
+    One file larger than a task's share is written by tasks over its tiles (:func:`noa_core.run.cluster.write_split`:
+    the workers open the paths checked now beneath the root, following no link, so that one planted since is
+    refused); any other request, and a file one task would write whole, is one task that runs it on a worker as this
+    process would, opened beneath the root there (:func:`_run_on_worker`). ``progress`` raises to cancel: the tasks
+    are cancelled, and no output is committed.
     """
     split = _split(planned, max_voxels)
     if split is None:
         return _on_one_worker(planned, max_voxels, progress, client)
     task, src, dst, names = split
-    with names.in_errors():
-        notices = cluster.write_split(task, src, dst, client, overwrite=getattr(planned.request, "overwrite", False),
-                                      progress=progress)
+    root = planned.sandbox.root if isinstance(planned.sandbox, Sandbox) else None  # object storage has no links
+    overwrite = getattr(planned.request, "overwrite", False)
+    try:
+        with names.in_errors():
+            notices = cluster.write_split(task, src, dst, client, overwrite=overwrite, progress=progress,
+                                          confined_to=root)
+    except cluster.WholeTask:
+        return _on_one_worker(planned, max_voxels, progress, client)
     return for_client({"output": str(dst), "notices": notices}, names)
 
 

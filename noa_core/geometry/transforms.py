@@ -36,7 +36,8 @@ import numpy as np
 
 from noa_core import kernels  # a face: the matrices need no numba, the kernels load when a transform runs
 from noa_core.array import Array, asarray
-from noa_core.errors import DeviceError, DTypeError, ParameterError, ReadOnlyError, ShapeError
+from noa_core.errors import DeviceError, DTypeError, ParameterError, PathRefusedError, ReadOnlyError, ShapeError
+from noa_core.io import beneath
 
 __all__ = ["transform_2d", "transform_3d", "affine_2d", "affine_3d", "rotate_2d", "euler_zyz", "relion_rotated",
            "as_matrices", "INTERPOLATIONS", "BORDERS"]
@@ -336,7 +337,9 @@ def _matrix_file_bytes(path, most: int) -> bytes:
     """The bytes of a matrices file, refused unless it is a regular file of at most ``most`` bytes: a FIFO
     or a device (/dev/zero) would block or never end, and nothing is read beyond what the batch can use."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = beneath.open_path(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except PathRefusedError:
+        raise
     except OSError as exc:
         raise ParameterError(f"{path}: cannot be read ({exc.strerror or exc})", "matrices") from None
     try:

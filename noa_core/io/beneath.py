@@ -1,5 +1,6 @@
 """Files opened beneath a folder, following no symbolic link on the way: the service's data root
-(:mod:`noa_server.sandbox`) and the files of an OME-Zarr store (:mod:`noa_core.io.omezarr`).
+(:mod:`noa_server.sandbox`; on a Dask worker, :func:`confined`) and the files of an OME-Zarr store
+(:mod:`noa_core.io.omezarr`).
 
 ``openat2`` with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`` where the kernel has it (Linux 5.6+), else a
 walk of ``O_NOFOLLOW`` folder descriptors: a symbolic link met on the way is refused, never followed.
@@ -7,11 +8,17 @@ walk of ``O_NOFOLLOW`` folder descriptors: a symbolic link met on the way is ref
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import ctypes
 import errno
 import os
 import stat
 import sys
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+from noa_core.errors import PathRefusedError
 
 
 class _OpenHow(ctypes.Structure):
@@ -89,3 +96,53 @@ def _first_link(dir_fd: int, relative: str) -> str:
         except OSError:
             break
     return relative
+
+
+# The folder (and its descriptor) beneath which files are opened by path now: see confined
+_CONFINING: contextvars.ContextVar[tuple[Path, int] | None] = contextvars.ContextVar("noa_confining", default=None)
+
+
+@contextlib.contextmanager
+def confined(root: str | os.PathLike) -> Iterator[None]:
+    """Within the block (this thread or task, and the threads noa starts for its work), the files noa opens by path
+    (:func:`open_path`: inputs, stores, the temporary file tiles are written into) are opened beneath the folder
+    ``root``, following no symbolic link: a service's Dask worker, given the absolute paths its service checked,
+    refuses a link planted in one since, where it would follow it out of the data root."""
+    root = Path(root)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    token = _CONFINING.set((root, fd))
+    try:
+        yield
+    finally:
+        _CONFINING.reset(token)
+        os.close(fd)
+
+
+def open_path(path: str | os.PathLike, flags: int) -> int:
+    """``os.open(path, flags)``; within :func:`confined`, ``path`` (absolute, beneath the root) opened beneath the
+    root with no link followed: PathRefusedError for a path outside it or through a link (OSError as ``os.open``
+    raises it otherwise: a missing file, a folder)."""
+    confining = _CONFINING.get()
+    if confining is None:
+        return os.open(path, flags)
+    root, root_fd = confining
+    pure = PurePosixPath(os.fspath(path))
+    if not pure.is_relative_to(root) or ".." in pure.parts or pure == PurePosixPath(root):
+        raise PathRefusedError(f"{path}: not beneath the data root, where this work's files are opened")
+    try:
+        return open_beneath(root_fd, pure.relative_to(root).as_posix(), flags)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EXDEV, errno.EAGAIN):  # EAGAIN: renames kept racing with openat2
+            raise PathRefusedError(f"{path}: changed since it was checked: a symbolic link appeared in it "
+                                   f"({exc.filename}), which is not followed beneath the data root") from None
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
+
+
+def folder_path(path: Path) -> tuple[Path, int | None]:
+    """``path``, a folder whose files a library writes by their paths (a store's chunks), and None; within
+    :func:`confined`, that folder opened beneath the root and named by its descriptor, ``/proc/self/fd/N`` (its files
+    are reached through the folder opened, whatever is put at its path since), and N, for the caller to close."""
+    if _CONFINING.get() is None:
+        return path, None
+    fd = open_path(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    return Path(f"/proc/self/fd/{fd}"), fd

@@ -25,10 +25,11 @@ from noa_core.errors import (
     FileFormatError,
     MissingFileError,
     NotAFileError,
+    PathRefusedError,
     SizeError,
     TruncatedFileError,
 )
-from noa_core.io import remote
+from noa_core.io import beneath, remote
 
 EXTENSIONS = {".gz": "gzip", ".bz2": "bzip2"}
 CHUNK_BYTES = 1 << 20  # compressed bytes read at a time
@@ -61,9 +62,11 @@ def open_input(path: Path) -> io.BufferedReader:
     if url is not None:
         return remote.open_input(url)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = beneath.open_path(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise MissingFileError(f"{path}: no such file") from None
+    except PathRefusedError:
+        raise
     except OSError as exc:
         raise FileFormatError(f"{path}: cannot be accessed ({exc.strerror})") from None
     try:

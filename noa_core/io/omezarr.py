@@ -158,7 +158,7 @@ def _beneath_store_class() -> type[Any]:
 
         def __init__(self, root: Path | str, *, read_only: bool = True) -> None:
             super().__init__(root, read_only=True)
-            self.fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.fd = beneath.open_path(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             weakref.finalize(self, os.close, self.fd)
             self.chunk_bytes = METADATA_BYTES  # the largest chunk file, set once the array is known
             self.refused: str | None = None  # why the first file refused was, which zarr may report otherwise
@@ -772,7 +772,7 @@ def decode_blocks(path: Path, options: OmeZarrReadOptions, raw: Path, blocks: Se
     """Decode ``blocks`` (from :func:`decoding`) of the store at ``path`` into their place in ``raw`` (a file
     of the decoded size), and make them durable: one task of a decoding shared by several processes."""
     level, dtype, selection, shape, _ = _selected(path, options, [])
-    with open(raw, "r+b") as file:
+    with os.fdopen(beneath.open_path(raw, os.O_RDWR | os.O_CLOEXEC), "r+b") as file:
         _decode_into(path, level, selection, blocks, _box_writer(file.fileno(), shape, dtype, path))
         os.fdatasync(file.fileno())
 
@@ -1207,8 +1207,11 @@ class StoreTiles:
         # Tiles are written from one thread per core: encoding is most of a chunk's cost, and whole-chunk
         # tiles are independent (pwrite into a file is cheap enough for one thread).
         self.writers = max(1, min(4, mapped.io_threads()))
+        # a local store by its folder opened beneath the data root, on a service's worker (beneath.confined)
+        self._folder: int | None
+        path, self._folder = beneath.folder_path(region.path)
         with _writing(region.path):
-            group = zarr.open_group(store=_writable_store(region.path), mode="r+")
+            group = zarr.open_group(store=_writable_store(path), mode="r+")
             image = _multiscale(cast(dict[str, Any], group.attrs[WRITING]))
         # the levels' arrays (None once closed), each chunk written as it comes: zarr would first compare every
         # value of a chunk with the fill value, byte by byte (a fifth of a pyramid's time), to leave out a chunk of
@@ -1253,6 +1256,9 @@ class StoreTiles:
 
     def close(self) -> None:
         self.levels = None
+        if self._folder is not None:
+            os.close(self._folder)
+            self._folder = None
 
 
 class OmeZarrFormat:

@@ -50,7 +50,7 @@ from noa_core.errors import (
     TruncatedFileError,
     param,
 )
-from noa_core.io import atomic, formats, libc, mapped, remote
+from noa_core.io import atomic, beneath, formats, libc, mapped, remote
 from noa_core.io.metadata import Metadata
 from noa_core.io.protocol import IndexedFormat, OutputSpec, StoreFormat
 from noa_core.limits import check_output_size
@@ -137,7 +137,7 @@ class TileFile:
         self.itemsize = region.dtype.itemsize
         self.strides = layout.strides_for(region.shape, region.order)
         self.outer_first = sorted(range(4), key=lambda i: -self.strides[i])
-        self.fd = os.open(region.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+        self.fd = beneath.open_path(region.path, os.O_WRONLY | os.O_CLOEXEC)
         # Writeback is started from a thread of its own: the call blocks while the disk's queue is full,
         # and the tiles after it need not wait for that. (None until a tile short of the whole file is written:
         # the commit's fdatasync follows a whole file's write at once.)

@@ -22,6 +22,9 @@ install is reported on first use as a :class:`~noa_core.errors.SchedulerError`.
   An OME-Zarr output is a temporary store instead, whose chunks the tasks write (tiles are whole
   chunks, so no two tasks write one); an OME-Zarr input is first decoded by tasks over blocks of its
   chunks into a temporary file beside the output, which the tile tasks then read as a mapped input.
+- A service gives :func:`write_split` its data root (``confined_to``): every task then opens its files beneath it with
+  no link followed (:func:`noa_core.io.beneath.confined`), and a pair that one task would write whole is left to
+  the service (:class:`WholeTask`), which runs it beneath the root its own way.
 - Any pair written by one task (:func:`one_task`) stops at its next block when the caller's ``progress`` raises (a
   cancelled job): it is told through a Dask event, and commits nothing.
 - A data set (:class:`~noa_core.operations.WritesDataSet`) is one task, unless it is written in parts
@@ -54,7 +57,7 @@ from noa_core.compute.compute_path import SMALL_BYTES
 from noa_core.compute.moments import RunningStatistics
 from noa_core.compute.tiles import TILE_BYTES
 from noa_core.errors import LayoutError, NoaError, SchedulerError, param
-from noa_core.io import atomic, mapped, omezarr, particles
+from noa_core.io import atomic, beneath, mapped, omezarr, particles
 from noa_core.io.formats import input_bytes
 from noa_core.io.read_options import OmeZarrReadOptions
 from noa_core.io.remote import as_path, is_remote
@@ -312,12 +315,30 @@ def run_batch(task: FileTask, pairs: Sequence[tuple[PathLike, PathLike]], client
 
 
 def _fill_tiles(task: FileTask, src: PathLike, region: Region, keys: list[tuple[slice, ...]],
-                decoded: dict) -> list[RunningStatistics]:
+                decoded: dict, confined_to: Path | None) -> list[RunningStatistics]:
     """One task of :func:`write_split`: re-plan from the headers (stores from their ``decoded`` files),
-    fill a run of tiles of the output."""
-    with omezarr.decoded_inputs(decoded), replanning():
-        plan = task.plan(src)
-    return region.fill(plan.tile_reads(task.device), keys)
+    fill a run of tiles of the output; every file opened beneath ``confined_to`` where given."""
+    with _confined(confined_to):
+        with omezarr.decoded_inputs(decoded), replanning():
+            plan = task.plan(src)
+        return region.fill(plan.tile_reads(task.device), keys)
+
+
+def _decode_blocks(confined_to: Path | None, *args: Any) -> None:
+    """One task decoding blocks of a store (:func:`noa_core.io.omezarr.decode_blocks`), beneath ``confined_to``
+    where given."""
+    with _confined(confined_to):
+        omezarr.decode_blocks(*args)
+
+
+def _confined(root: Path | None) -> contextlib.AbstractContextManager:
+    """:func:`noa_core.io.beneath.confined` to ``root``; nothing where it is None."""
+    return contextlib.nullcontext() if root is None else beneath.confined(root)
+
+
+class WholeTask(Exception):
+    """Raised by :func:`write_split` given ``confined_to`` for a pair that one task would write whole (an input that
+    is not mapped, a data set, an output workers do not see): its caller runs that task its own way."""
 
 
 def _write_decoded(task: FileTask, src: Path, dst: Path, overwrite: bool, decoded: dict, *,
@@ -387,7 +408,7 @@ def _stoppable(fn: Callable[..., T], stop: str, args: tuple, kwargs: dict) -> T:
 
 @contextlib.contextmanager
 def _decoded_stores(task: FileTask, src: PathLike, dst: PathLike, client: distributed.Client,
-                    block_bytes: int) -> Iterator[dict]:
+                    block_bytes: int, confined_to: Path | None) -> Iterator[dict]:
     """The OME-Zarr inputs of the pair larger than ``block_bytes``, decoded by tasks over blocks of their
     chunks into temporary files beside ``dst`` (a file system every worker sees), removed on exit: the
     keys and files to read them from (:func:`noa_core.io.omezarr.decoded_inputs`).
@@ -410,7 +431,7 @@ def _decoded_stores(task: FileTask, src: PathLike, dst: PathLike, client: distri
             with open(temp.temp, "r+b") as file:
                 omezarr.allocate(path, file.fileno(), nbytes, str(temp.temp.parent))
             run = uuid.uuid4().hex[:8]
-            futures = [client.submit(omezarr.decode_blocks, path, request, temp.temp, [block],
+            futures = [client.submit(_decode_blocks, confined_to, path, request, temp.temp, [block],
                                      key=f"noa-decode-{run}-{i}", pure=False) for i, block in enumerate(blocks)]
             try:
                 for future in distributed.as_completed(futures):
@@ -443,7 +464,8 @@ def _task_runs(keys: list[tuple[slice, ...]], itemsize: int, task_bytes: int) ->
 
 
 def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distributed.Client, *, overwrite: bool = False,
-                block_bytes: int = BLOCK_BYTES, progress: Progress | None = None, resume: bool = False) -> list[str]:
+                block_bytes: int = BLOCK_BYTES, progress: Progress | None = None, resume: bool = False,
+                confined_to: Path | None = None) -> list[str]:
     """Write one output with tasks over runs of its tiles, spread over the workers; return notices.
 
     Tiles buffer at most ``block_bytes`` (and :data:`TILE_BYTES`) of the output and of every input, and each
@@ -454,6 +476,10 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
     output must be on a file system every worker sees at the same path, or on object storage: then split only on
     a LocalCluster, whose workers see this machine's temporary folder (else one task writes and uploads it). See
     the module documentation for the protocol.
+
+    ``confined_to`` (a service's data root, which holds every path given): the tasks open their files beneath it,
+    following no link (:func:`noa_core.io.beneath.confined`), and a pair one task would write whole raises
+    :class:`WholeTask` before any work.
     """
     if block_bytes < MIN_BLOCK_BYTES:
         raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES}: tasks that small cost more to "
@@ -463,6 +489,8 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
     # files, decoded stores): workers elsewhere do not see it, so one of them writes the output whole in its own
     shared = not is_remote(dst) or _workers_here(client)
     if isinstance(task.operation, WritesDataSet) or not shared:  # it writes its own files (no tiles to share)
+        if confined_to is not None:
+            raise WholeTask
         if isinstance(task.operation, WritesDataSet) and task.operation.in_parts and shared:
             token = PARTS.set(TaskParts(client, task))  # written from here, its parts as tasks
             try:
@@ -474,16 +502,18 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
         if whole.error is not None:
             raise whole.error
         return list(whole.notices)
-    with _decoded_stores(task, src, dst, client, block_bytes) as decoded:
+    with _decoded_stores(task, src, dst, client, block_bytes, confined_to) as decoded:
         with omezarr.decoded_inputs(decoded):
             plan = task.plan(src)
         small = math.prod(plan.shape) * plan.dtype.itemsize <= block_bytes
         if small or not all(mapped.is_mapped(s.numpy()) for s in plan.sources):  # an input in memory: one task
+            if confined_to is not None:
+                raise WholeTask
             result = one_task(client, progress, _write_decoded, task, src, dst, overwrite, decoded)
             if result.error is not None:
                 raise result.error
             return list(result.notices)
-        return _write_tiles(task, src, dst, client, plan, decoded, overwrite, block_bytes, progress)
+        return _write_tiles(task, src, dst, client, plan, decoded, overwrite, block_bytes, progress, confined_to)
 
 
 def _workers_here(client: distributed.Client) -> bool:
@@ -519,7 +549,7 @@ class TaskParts:
 
 
 def _write_tiles(task: FileTask, src: PathLike, dst: PathLike, client: distributed.Client, plan, decoded: dict,
-                 overwrite: bool, block_bytes: int, progress: Progress | None) -> list[str]:
+                 overwrite: bool, block_bytes: int, progress: Progress | None, confined_to: Path | None) -> list[str]:
     """The split of :func:`write_split`: the output created here, its tiles filled by tasks; its side files written
     and placed with it here."""
     distributed = _distributed()
@@ -529,8 +559,8 @@ def _write_tiles(task: FileTask, src: PathLike, dst: PathLike, client: distribut
         runs = _task_runs(keys, plan.dtype.itemsize, block_bytes)
         run = uuid.uuid4().hex[:8]
         names = [_key(task, i, run) for i in range(len(runs))]
-        futures = _warm_first(client, _fill_tiles, [(task, src, writer.region(), keys, decoded) for keys in runs],
-                              names)
+        futures = _warm_first(client, _fill_tiles,
+                              [(task, src, writer.region(), keys, decoded, confined_to) for keys in runs], names)
         index = {name: i for i, name in enumerate(names)}
         run_stats: list[list[RunningStatistics]] = [[] for _ in runs]
         try:

@@ -138,6 +138,37 @@ def test_jobs_run_on_the_cluster_workers_and_write_what_the_cli_writes(service, 
     assert api.get(f"{report}/result").json() == {**json.loads(cli.stdout), "path": "emd.map"}
 
 
+def test_a_link_planted_under_a_split_job_is_refused_by_its_workers(service, api, tmp_path):
+    """A file larger than a task's share is written by tile tasks, which open the input by the path the service
+    checked. Replaced by a link to a file outside the data root while the tasks wait for the (held) workers, it is
+    refused there (403), not followed: the file outside is of the same shape, so a worker following the link would
+    write its data and succeed. No output is committed."""
+    outside = tmp_path / "secret.map"
+    shutil.copy(EXAMPLE_MAP, outside)
+    shutil.copy(EXAMPLE_MAP, service.root / "swapped.map")
+    # the service's first job connects it to the cluster, which waits for the workers: not held then
+    assert wait_job(api, _submit(api, operation="stats", path="emd.map"))["status"] == "succeeded"
+    with _stopped(service.workers()):
+        job = _submit(api, operation="broadcast", src="swapped.map", dst="swapped_big.mrc", shape=BIG)
+        _running(api, job)
+        deadline = time.monotonic() + 30
+        while not any(p.name.startswith(".swapped_big") for p in service.root.iterdir()):  # planned, tasks submitted
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        (service.root / "swapped.map").unlink()
+        (service.root / "swapped.map").symlink_to(outside)
+    state = wait_job(api, job)
+    assert state["status"] == "failed" and state["error"]["status"] == 403, state
+    assert state["error"]["detail"].startswith("swapped.map: changed since it was checked: a symbolic link appeared"), \
+        state
+    assert str(tmp_path) not in state["error"]["detail"]
+    deadline = time.monotonic() + 30
+    while any(p.name.startswith(".swapped_big") for p in service.root.iterdir()):  # the temporary output is removed
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert not (service.root / "swapped_big.mrc").exists()
+
+
 def test_a_cancelled_job_on_the_cluster_commits_nothing(service, api):
     """Deleted while its tasks wait for the (held) workers: a split file's tasks are cancelled, a one-task job's
     worker stops before it writes, and the cluster runs the next job."""

@@ -1,0 +1,119 @@
+"""Files opened beneath a folder with no link followed: within ``beneath.confined`` (a service's Dask worker), the paths
+noa opens (inputs, the temporary output its tiles go into, a store's folder) are refused where a symbolic link
+appeared in them or where they lie outside the root; outside it, nothing changes for a user's paths."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import mrcfile
+import numpy as np
+import pytest
+import zarr
+
+from helpers import write_mrc
+from noa_core import io, operations
+from noa_core.errors import MissingFileError, PathRefusedError
+from noa_core.io import beneath
+from noa_core.io.stream import Region, TileFile
+from noa_core.run import cluster, local
+
+DATA = np.arange(4 * 6 * 8, dtype=np.float32).reshape(4, 6, 8)
+
+
+@pytest.fixture
+def tree(tmp_path) -> dict[str, Path]:
+    """A data root with a file in a folder, beside a folder outside it, and links from the root to it: one to a file,
+    one to the folder."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "sub").mkdir(parents=True)
+    outside.mkdir()
+    write_mrc(root / "sub" / "a.mrc", DATA)
+    write_mrc(outside / "secret.mrc", -DATA)
+    (root / "link.mrc").symlink_to(outside / "secret.mrc")
+    (root / "folder").symlink_to(outside)
+    return {"root": root, "outside": outside}
+
+
+def test_inputs_are_opened_beneath_the_root_and_links_refused(tree):
+    root, outside = tree["root"], tree["outside"]
+    with beneath.confined(root):
+        array, _ = io.read(root / "sub" / "a.mrc")
+        np.testing.assert_array_equal(array.numpy()[0], mrcfile.read(root / "sub" / "a.mrc"))
+        for path in (root / "link.mrc", root / "folder" / "secret.mrc"):
+            with pytest.raises(PathRefusedError, match=r"a symbolic link appeared in it \((link\.mrc|folder)\)"):
+                io.read(path)
+        for path in (outside / "secret.mrc", root / ".." / "outside" / "secret.mrc"):
+            with pytest.raises(PathRefusedError, match="not beneath the data root"):
+                io.probe(path)
+        with pytest.raises(MissingFileError, match=r"sub/b\.mrc: no such file"):
+            io.read(root / "sub" / "b.mrc")
+    # outside the block, a user's links are followed as ever
+    np.testing.assert_array_equal(io.read(root / "link.mrc")[0].numpy()[0], -DATA)
+
+
+def test_tiles_go_only_into_a_temporary_output_beneath_the_root(tree):
+    """A temporary output replaced by a link (to a file outside the root) is refused before a byte is written."""
+    root, outside = tree["root"], tree["outside"]
+    before = (outside / "secret.mrc").read_bytes()
+    (root / ".out.mrc.tmp").symlink_to(outside / "secret.mrc")
+    region = Region(root / ".out.mrc.tmp", 1024, np.dtype(np.float32), (1, 4, 6, 8), "C")
+    with beneath.confined(root), pytest.raises(PathRefusedError, match=r"\.out\.mrc\.tmp"):
+        TileFile(region)
+    assert (outside / "secret.mrc").read_bytes() == before
+
+
+def test_a_folder_written_by_its_files_paths_is_named_by_its_descriptor(tree):
+    """A store's folder, whose files zarr writes by their paths, is opened beneath the root and named
+    ``/proc/self/fd/N``; a link to a folder is refused. Outside the block, the path itself."""
+    root = tree["root"]
+    assert beneath.folder_path(root / "sub") == (root / "sub", None)
+    with beneath.confined(root):
+        path, fd = beneath.folder_path(root / "sub")
+        try:
+            assert path == Path(f"/proc/self/fd/{fd}") and os.listdir(path) == ["a.mrc"]
+        finally:
+            assert fd is not None
+            os.close(fd)
+        with pytest.raises(PathRefusedError, match=r"\(folder\)"):
+            beneath.folder_path(root / "folder")
+
+
+@pytest.mark.parametrize("output", ["out.mrc", "out.ome.zarr"])
+def test_a_split_write_confined_to_a_root_gives_the_single_process_output(tree, output):
+    """Tile tasks confined to the data root (a service's) write what one process writes, into a file or a store (its
+    folder reached by its descriptor)."""
+    pytest.importorskip("distributed", reason="the dask extra of noa is not installed")
+    root = tree["root"]
+    data = np.random.default_rng(3).standard_normal((24, 256, 384)).astype(np.float32)  # 9 MiB: two tasks or more
+    write_mrc(root / "in.mrc", data)
+    chunks = {"chunks": (4, 384, 256)} if output.endswith(".zarr") else {}  # tiles of whole chunks: several tasks
+    task = operations.get("permute").task({"axes": (0, 1, 3, 2), **chunks})
+    from distributed import get_task_stream
+
+    with cluster.connect("local", workers=2) as client, get_task_stream(client) as stream:
+        cluster.write_split(task, root / "in.mrc", root / output, client, block_bytes=cluster.MIN_BLOCK_BYTES,
+                            confined_to=root)
+    assert sum(t["key"].startswith("noa-permute-") for t in stream.data) >= 2
+    local.write(task, root / "in.mrc", root / f"ref_{output}", overwrite=False)
+    if output.endswith(".mrc"):
+        assert (root / output).read_bytes() == (root / f"ref_{output}").read_bytes()
+    else:
+        np.testing.assert_array_equal(zarr.open_array(str(root / output / "0"), mode="r")[...],
+                                      data.transpose(0, 2, 1))
+
+
+def test_a_pair_one_task_writes_whole_is_left_to_the_confining_caller(tree):
+    """A compressed input is not mapped, so one task would write the pair whole, opening and placing its output by
+    path: given a root, write_split leaves it to its caller (a service runs it beneath the root its own way)."""
+    pytest.importorskip("distributed", reason="the dask extra of noa is not installed")
+    import gzip
+
+    root = tree["root"]
+    write_mrc(root / "in.mrc", np.zeros((24, 256, 384), np.float32))
+    (root / "in.mrc.gz").write_bytes(gzip.compress((root / "in.mrc").read_bytes(), compresslevel=1))
+    with cluster.connect("local", workers=2) as client, pytest.raises(cluster.WholeTask):
+        cluster.write_split(operations.get("copy").task(), root / "in.mrc.gz", root / "out.mrc", client,
+                            block_bytes=cluster.MIN_BLOCK_BYTES, confined_to=root)
+    assert sorted(p.name for p in root.iterdir()) == ["folder", "in.mrc", "in.mrc.gz", "link.mrc", "sub"]
