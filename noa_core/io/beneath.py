@@ -62,7 +62,12 @@ def _walk(dir_fd: int, relative: str, flags: int) -> int:
             if fd != dir_fd:
                 os.close(fd)
             fd = inner
-        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        try:
+            return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except NotADirectoryError:  # a folder asked for (O_DIRECTORY) and a link found: say so, as openat2 does
+            if stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), relative) from None
+            raise
     finally:
         if fd != dir_fd:
             os.close(fd)
@@ -128,13 +133,16 @@ def open_path(path: str | os.PathLike, flags: int) -> int:
     root, root_fd = confining
     pure = PurePosixPath(os.fspath(path))
     if not pure.is_relative_to(root) or ".." in pure.parts or pure == PurePosixPath(root):
-        raise PathRefusedError(f"{path}: not beneath the data root, where this work's files are opened")
+        raise PathRefusedError(f"{path}: outside the data root, and this work opens files beneath it only")
     try:
         return open_beneath(root_fd, pure.relative_to(root).as_posix(), flags)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.EXDEV, errno.EAGAIN):  # EAGAIN: renames kept racing with openat2
+        if exc.errno == errno.ELOOP:
             raise PathRefusedError(f"{path}: changed since it was checked: a symbolic link appeared in it "
                                    f"({exc.filename}), which is not followed beneath the data root") from None
+        if exc.errno in (errno.EXDEV, errno.EAGAIN):  # EAGAIN: renames kept racing with openat2
+            raise PathRefusedError(f"{path}: changed while it was opened (a folder in it was moved), so it is "
+                                   "refused") from None
         raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
 
 

@@ -62,6 +62,7 @@ from noa_core.errors import (
     FileFormatError,
     HeaderError,
     ParameterError,
+    PathRefusedError,
     SizeError,
     TruncatedFileError,
     UnknownFormatError,
@@ -214,6 +215,8 @@ def first_compression(path: Path, head: bytes) -> int | None:
             pass
         with open_input(path) as f:
             return _compression(_Directories(path, f.fileno(), head))
+    except PathRefusedError:  # opened beneath a data root (beneath.confined): the refusal, not "a plain TIFF"
+        raise
     except (FileFormatError, OSError, struct.error):
         return None
 

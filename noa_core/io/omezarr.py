@@ -1210,14 +1210,19 @@ class StoreTiles:
         # a local store by its folder opened beneath the data root, on a service's worker (beneath.confined)
         self._folder: int | None
         path, self._folder = beneath.folder_path(region.path)
-        with _writing(region.path):
-            group = zarr.open_group(store=_writable_store(path), mode="r+")
-            image = _multiscale(cast(dict[str, Any], group.attrs[WRITING]))
-        # the levels' arrays (None once closed), each chunk written as it comes: zarr would first compare every
-        # value of a chunk with the fill value, byte by byte (a fifth of a pyramid's time), to leave out a chunk of
-        # zeros, which compresses to a few bytes anyway
-        self.levels: list[Any] | None = [cast(zarr.Array, group[d["path"]]).with_config({"write_empty_chunks": True})
-                                         for d in image["datasets"]]
+        try:
+            with _writing(region.path):
+                group = zarr.open_group(store=_writable_store(path), mode="r+")
+                image = _multiscale(cast(dict[str, Any], group.attrs[WRITING]))
+            # the levels' arrays (None once closed), each chunk written as it comes: zarr would first compare every
+            # value of a chunk with the fill value, byte by byte (a fifth of a pyramid's time), to leave out a chunk
+            # of zeros, which compresses to a few bytes anyway
+            self.levels: list[Any] | None = [
+                cast(zarr.Array, group[d["path"]]).with_config({"write_empty_chunks": True})
+                for d in image["datasets"]]
+        except BaseException:
+            self.close()
+            raise
         self.downsample = str(image.get("type") or DOWNSAMPLING[0])
         self.halved = halved_axes(region.shape)
         self.step = 1 << (len(image["datasets"]) - 1)

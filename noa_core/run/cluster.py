@@ -477,9 +477,10 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
     a LocalCluster, whose workers see this machine's temporary folder (else one task writes and uploads it). See
     the module documentation for the protocol.
 
-    ``confined_to`` (a service's data root, which holds every path given): the tasks open their files beneath it,
-    following no link (:func:`noa_core.io.beneath.confined`), and a pair one task would write whole raises
-    :class:`WholeTask` before any work.
+    ``confined_to`` (a service's data root, which holds every path given): this call and its tasks open the files
+    they read, and the tasks the temporary output, beneath it, following no link
+    (:func:`noa_core.io.beneath.confined`); a pair one task would write whole raises :class:`WholeTask` instead
+    (after decoding any large store input, which that task decodes again).
     """
     if block_bytes < MIN_BLOCK_BYTES:
         raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES}: tasks that small cost more to "
@@ -502,7 +503,7 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
         if whole.error is not None:
             raise whole.error
         return list(whole.notices)
-    with _decoded_stores(task, src, dst, client, block_bytes, confined_to) as decoded:
+    with _confined(confined_to), _decoded_stores(task, src, dst, client, block_bytes, confined_to) as decoded:
         with omezarr.decoded_inputs(decoded):
             plan = task.plan(src)
         small = math.prod(plan.shape) * plan.dtype.itemsize <= block_bytes

@@ -14,7 +14,10 @@ import zarr
 
 from helpers import write_mrc
 from noa_core import io, operations
+from noa_core.compute.moments import RunningStatistics
+from noa_core.compute.tiles import TILE_BYTES
 from noa_core.errors import MissingFileError, PathRefusedError
+from noa_core.geometry import transforms
 from noa_core.io import beneath
 from noa_core.io.stream import Region, TileFile
 from noa_core.run import cluster, local
@@ -22,10 +25,13 @@ from noa_core.run import cluster, local
 DATA = np.arange(4 * 6 * 8, dtype=np.float32).reshape(4, 6, 8)
 
 
-@pytest.fixture
-def tree(tmp_path) -> dict[str, Path]:
+@pytest.fixture(params=["openat2", "walk"])
+def tree(tmp_path, request, monkeypatch) -> dict[str, Path]:
     """A data root with a file in a folder, beside a folder outside it, and links from the root to it: one to a file,
-    one to the folder."""
+    one to the folder. Files are opened beneath it by openat2, and by the walk of O_NOFOLLOW folders that stands in
+    where the kernel lacks it."""
+    if request.param == "walk":
+        monkeypatch.setattr(beneath, "_openat2_usable", False)
     root, outside = tmp_path / "root", tmp_path / "outside"
     (root / "sub").mkdir(parents=True)
     outside.mkdir()
@@ -45,7 +51,7 @@ def test_inputs_are_opened_beneath_the_root_and_links_refused(tree):
             with pytest.raises(PathRefusedError, match=r"a symbolic link appeared in it \((link\.mrc|folder)\)"):
                 io.read(path)
         for path in (outside / "secret.mrc", root / ".." / "outside" / "secret.mrc"):
-            with pytest.raises(PathRefusedError, match="not beneath the data root"):
+            with pytest.raises(PathRefusedError, match="outside the data root, and this work opens files beneath it"):
                 io.probe(path)
         with pytest.raises(MissingFileError, match=r"sub/b\.mrc: no such file"):
             io.read(root / "sub" / "b.mrc")
@@ -78,6 +84,33 @@ def test_a_folder_written_by_its_files_paths_is_named_by_its_descriptor(tree):
             os.close(fd)
         with pytest.raises(PathRefusedError, match=r"\(folder\)"):
             beneath.folder_path(root / "folder")
+
+
+def test_a_tile_task_confined_to_the_root_refuses_an_input_swapped_for_a_link(tree):
+    """A tile task of a split write re-plans from the input's path on its worker: an input replaced by a link since
+    the output was created is refused there. Not confined, the task follows the link and writes the outside file's
+    data (what a service's workers did)."""
+    root, outside = tree["root"], tree["outside"]
+    write_mrc(root / "in.mrc", DATA)
+    task = operations.get("permute").task({"axes": (0, 1, 3, 2)})
+    plan = task.plan(root / "in.mrc")
+    with plan.create(root / "out.mrc", overwrite=False) as writer:
+        keys, region = plan.keys(writer, TILE_BYTES), writer.region()
+        (root / "in.mrc").unlink()
+        (root / "in.mrc").symlink_to(outside / "secret.mrc")
+        with pytest.raises(PathRefusedError, match=r"in\.mrc: changed since it was checked: a symbolic link appeared"):
+            cluster._fill_tiles(task, root / "in.mrc", region, keys, {}, root)
+        writer.complete(RunningStatistics.merged(cluster._fill_tiles(task, root / "in.mrc", region, keys, {}, None)))
+    np.testing.assert_array_equal(mrcfile.read(root / "out.mrc"), -DATA.transpose(0, 2, 1))
+
+
+def test_a_matrices_file_is_opened_beneath_the_root(tree):
+    root, outside = tree["root"], tree["outside"]
+    (outside / "m.txt").write_text("1 0 0 0\n0 1 0 0\n0 0 1 0\n")
+    (root / "m.txt").symlink_to(outside / "m.txt")
+    with beneath.confined(root), pytest.raises(PathRefusedError, match=r"m\.txt: changed since it was checked"):
+        transforms.read_matrices(root / "m.txt", 3)
+    assert transforms.read_matrices(root / "m.txt", 3).shape == (1, 3, 4)
 
 
 @pytest.mark.parametrize("output", ["out.mrc", "out.ome.zarr"])
