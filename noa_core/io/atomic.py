@@ -228,6 +228,15 @@ class TemporaryOutput:
             _try_lock(self._directory_fd)
         return self.directory
 
+    def identity(self) -> tuple[int, int] | None:
+        """(device, inode) of the temporary store, else file, as this writer holds it open (None: not held, as an
+        object storage store): what a process given its path checks it opened (:class:`noa_core.io.stream.Region`)."""
+        fd = self._directory_fd if self.directory is not None else self._lock_fd
+        if fd is None:
+            return None
+        info = os.fstat(fd)
+        return info.st_dev, info.st_ino
+
     def disown(self) -> None:
         """Nothing to give up: the temporary directory is this writer's own (a store on object storage is written
         at its name: :meth:`RemoteOutput.disown`)."""

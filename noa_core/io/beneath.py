@@ -147,10 +147,11 @@ def open_path(path: str | os.PathLike, flags: int) -> int:
 
 
 def folder_path(path: Path) -> tuple[Path, int | None]:
-    """``path``, a folder whose files a library writes by their paths (a store's chunks), and None; within
-    :func:`confined`, that folder opened beneath the root and named by its descriptor, ``/proc/self/fd/N`` (its files
-    are reached through the folder opened, whatever is put at its path since), and N, for the caller to close."""
-    if _CONFINING.get() is None:
+    """``path``, a local folder whose files a library writes by their paths (a store's chunks), opened (beneath the
+    root within :func:`confined`) and named by its descriptor, ``/proc/self/fd/N``: its files are reached through the
+    folder opened, whatever is put at its path since; and N, for the caller to close. Where there is no
+    ``/proc/self/fd`` (not Linux), ``path`` and None outside :func:`confined`."""
+    if _CONFINING.get() is None and not os.path.isdir("/proc/self/fd"):
         return path, None
     fd = open_path(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     return Path(f"/proc/self/fd/{fd}"), fd

@@ -1207,10 +1207,15 @@ class StoreTiles:
         # Tiles are written from one thread per core: encoding is most of a chunk's cost, and whole-chunk
         # tiles are independent (pwrite into a file is cheap enough for one thread).
         self.writers = max(1, min(4, mapped.io_threads()))
-        # a local store by its folder opened beneath the data root, on a service's worker (beneath.confined)
-        self._folder: int | None
-        path, self._folder = beneath.folder_path(region.path)
+        # a local store's chunks are written through its folder, opened once (beneath the data root on a service's
+        # worker) and checked to be the Writer's: not into a folder put at its path since
+        self._folder: int | None = None
+        path = region.path
+        if remote.remote_path(path) is None:
+            path, self._folder = beneath.folder_path(path)
         try:
+            if self._folder is not None:
+                region.check_opened(self._folder)
             with _writing(region.path):
                 group = zarr.open_group(store=_writable_store(path), mode="r+")
                 image = _multiscale(cast(dict[str, Any], group.attrs[WRITING]))

@@ -46,6 +46,7 @@ from noa_core.errors import (
     FileFormatError,
     LayoutError,
     OutputExistsError,
+    PathRefusedError,
     ShapeError,
     TruncatedFileError,
     param,
@@ -97,11 +98,22 @@ class Region:
     store_format: str | None = None  # a store (a directory of chunks, ``path``) of this format, not a file
     measured: bool = True  # False: an output without header statistics (a picture): its tiles are not measured
     named: Path | None = None  # the output as the user named it, for messages (None: ``path``)
+    # (device, inode) of the temporary file or store the Writer made at ``path``: a process given the path refuses
+    # another put there since (None: unchecked)
+    identity: tuple[int, int] | None = None
 
     @property
     def shown(self) -> Path:
         """How messages name the output: as the user did, not its temporary file."""
         return self.named or self.path
+
+    def check_opened(self, fd: int) -> None:
+        """PathRefusedError unless ``fd`` (``path`` opened) is the temporary file or store the Writer made: another
+        put at its path since (by a rename in its folder) is not written into."""
+        info = os.fstat(fd)
+        if self.identity is not None and (info.st_dev, info.st_ino) != self.identity:
+            raise PathRefusedError(f"{self.shown}: its temporary {'store' if self.store_format else 'file'} was "
+                                   "replaced while the work waited, so nothing is written into what took its place")
 
     def target(self) -> TileTarget:
         """Where tiles are written: this file with ``pwrite``, or the store's chunks."""
@@ -138,6 +150,11 @@ class TileFile:
         self.strides = layout.strides_for(region.shape, region.order)
         self.outer_first = sorted(range(4), key=lambda i: -self.strides[i])
         self.fd = beneath.open_path(region.path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            region.check_opened(self.fd)
+        except BaseException:
+            os.close(self.fd)
+            raise
         # Writeback is started from a thread of its own: the call blocks while the disk's queue is full,
         # and the tiles after it need not wait for that. (None until a tile short of the whole file is written:
         # the commit's fdatasync follows a whole file's write at once.)
@@ -494,9 +511,9 @@ class Writer:
             directory = self._opened().directory
             assert directory is not None  # made by _open for a store
             return Region(directory, 0, self.dtype, self.shape, "C", self.values_dtype, self.format.name,
-                          named=self.path)
+                          named=self.path, identity=self._opened().identity())
         return Region(self._opened().temp, self._offset, self.dtype, self.shape, self.order, self.values_dtype,
-                      named=self.data_shown)
+                      named=self.data_shown, identity=self._opened().identity())
 
     def complete(self, stats: RunningStatistics) -> None:
         """Declare every element written (e.g. by tasks through :meth:`region`), with their statistics."""

@@ -4,7 +4,9 @@ appeared in them or where they lie outside the root; outside it, nothing changes
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 from pathlib import Path
 
 import mrcfile
@@ -70,20 +72,24 @@ def test_tiles_go_only_into_a_temporary_output_beneath_the_root(tree):
     assert (outside / "secret.mrc").read_bytes() == before
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names folders by /proc/self/fd")
 def test_a_folder_written_by_its_files_paths_is_named_by_its_descriptor(tree):
-    """A store's folder, whose files zarr writes by their paths, is opened beneath the root and named
-    ``/proc/self/fd/N``; a link to a folder is refused. Outside the block, the path itself."""
+    """A store's folder, whose files zarr writes by their paths, is opened (beneath the root within the block) and
+    named ``/proc/self/fd/N``; within the block a link to a folder is refused, outside it followed, as a user's."""
     root = tree["root"]
-    assert beneath.folder_path(root / "sub") == (root / "sub", None)
-    with beneath.confined(root):
-        path, fd = beneath.folder_path(root / "sub")
-        try:
-            assert path == Path(f"/proc/self/fd/{fd}") and os.listdir(path) == ["a.mrc"]
-        finally:
+    for confining in (beneath.confined(root), contextlib.nullcontext()):
+        with confining:
+            path, fd = beneath.folder_path(root / "sub")
             assert fd is not None
-            os.close(fd)
-        with pytest.raises(PathRefusedError, match=r"\(folder\)"):
-            beneath.folder_path(root / "folder")
+            try:
+                assert path == Path(f"/proc/self/fd/{fd}") and os.listdir(path) == ["a.mrc"]
+            finally:
+                os.close(fd)
+    with beneath.confined(root), pytest.raises(PathRefusedError, match=r"\(folder\)"):
+        beneath.folder_path(root / "folder")
+    path, fd = beneath.folder_path(root / "folder")
+    assert fd is not None and os.listdir(path) == ["secret.mrc"]
+    os.close(fd)
 
 
 def test_a_tile_task_confined_to_the_root_refuses_an_input_swapped_for_a_link(tree):
@@ -150,3 +156,31 @@ def test_a_pair_one_task_writes_whole_is_left_to_the_confining_caller(tree):
         cluster.write_split(operations.get("copy").task(), root / "in.mrc.gz", root / "out.mrc", client,
                             block_bytes=cluster.MIN_BLOCK_BYTES, confined_to=root)
     assert sorted(p.name for p in root.iterdir()) == ["folder", "in.mrc", "in.mrc.gz", "link.mrc", "sub"]
+
+
+class _Discarded(Exception):
+    """Leaves a writer without committing its output."""
+
+
+def _listing(path: Path) -> object:
+    return sorted((p.name, p.stat().st_size) for p in path.rglob("*")) if path.is_dir() else path.read_bytes()
+
+
+@pytest.mark.parametrize("name", ["out.mrc", "out.ome.zarr"])
+def test_tiles_refuse_a_temporary_output_replaced_at_its_path(tmp_path, name):
+    """A process given a Writer's region (a Dask task) writes only into the temporary file or store the Writer made:
+    another put at its path since, by a rename in its folder, is refused and left as it is."""
+    with pytest.raises(_Discarded), io.create(tmp_path / name, (1, 4, 6, 8), "float32", None) as writer:
+        region = writer.region()
+        made = region.path
+        os.rename(made, tmp_path / "aside")
+        if name.endswith(".zarr"):  # a copy, which a writer would take for its own
+            shutil.copytree(tmp_path / "aside", made)
+        else:
+            made.write_bytes(bytes(2048))
+        before = _listing(made)
+        with pytest.raises(PathRefusedError, match=rf"{name}: its temporary (file|store) was replaced while the work"):
+            region.target()
+        assert _listing(made) == before
+        raise _Discarded
+    assert not (tmp_path / name).exists()
