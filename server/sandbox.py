@@ -26,8 +26,8 @@ import stat
 import weakref
 from pathlib import Path, PurePosixPath
 
+from noa_core.io.beneath import CHANGED_ERRNOS, open_beneath
 from noa_core.io.beneath import FOLDER as _FOLDER
-from noa_core.io.beneath import open_beneath
 from noa_core.io.remote import RemotePath
 from noa_server.problems import ProblemError
 
@@ -152,7 +152,7 @@ def _opening_failed(relative: str, exc: OSError, missing: str = "no such file") 
     symlink swapped in after the check, or no permission (403). Anything else is the server's."""
     if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):  # a name over 255 bytes: no such file
         return ProblemError(404, "file-not-found", "File or folder not found", f"{relative}: {missing}")
-    if exc.errno in (errno.ELOOP, errno.EXDEV, errno.EAGAIN):  # EAGAIN: renames kept racing with openat2
+    if exc.errno in CHANGED_ERRNOS:
         return _refuse(f"{relative!r} changed while it was opened: a symbolic link appeared in it")
     if exc.errno in (errno.EACCES, errno.EPERM):
         return _refuse(f"{relative!r}: permission denied")

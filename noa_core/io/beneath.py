@@ -28,6 +28,9 @@ class _OpenHow(ctypes.Structure):
 _SYS_OPENAT2 = 437  # Linux 5.6+, one number on every architecture (the shared table from 424 on)
 _RESOLVE_NO_SYMLINKS, _RESOLVE_BENEATH = 0x04, 0x08
 _OPENAT2_RETRIES = 8  # EAGAIN: a rename raced with the lookup; the kernel asks for another try
+# What open_beneath raises for a path that changed under it: a link met (ELOOP), a folder moved out from under the
+# lookup (EXDEV), renames racing with openat2 past its retries (EAGAIN)
+CHANGED_ERRNOS = (errno.ELOOP, errno.EXDEV, errno.EAGAIN)
 FOLDER = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 _openat2_usable = _libc is not None  # until the kernel (or a seccomp filter) says otherwise
@@ -108,11 +111,14 @@ _CONFINING: contextvars.ContextVar[tuple[Path, int] | None] = contextvars.Contex
 
 
 @contextlib.contextmanager
-def confined(root: str | os.PathLike) -> Iterator[None]:
+def confined(root: str | os.PathLike | None) -> Iterator[None]:
     """Within the block (this thread or task, and the threads noa starts for its work), the files noa opens by path
     (:func:`open_path`: inputs, stores, the temporary file tiles are written into) are opened beneath the folder
     ``root``, following no symbolic link: a service's Dask worker, given the absolute paths its service checked,
-    refuses a link planted in one since, where it would follow it out of the data root."""
+    refuses a link planted in one since, where it would follow it out of the data root. None: nothing changes."""
+    if root is None:
+        yield
+        return
     root = Path(root)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     token = _CONFINING.set((root, fd))
@@ -140,7 +146,7 @@ def open_path(path: str | os.PathLike, flags: int) -> int:
         if exc.errno == errno.ELOOP:
             raise PathRefusedError(f"{path}: changed since it was checked: a symbolic link appeared in it "
                                    f"({exc.filename}), which is not followed beneath the data root") from None
-        if exc.errno in (errno.EXDEV, errno.EAGAIN):  # EAGAIN: renames kept racing with openat2
+        if exc.errno in CHANGED_ERRNOS:
             raise PathRefusedError(f"{path}: changed while it was opened (a folder in it was moved), so it is "
                                    "refused") from None
         raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None

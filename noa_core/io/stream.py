@@ -110,8 +110,10 @@ class Region:
     def check_opened(self, fd: int) -> None:
         """PathRefusedError unless ``fd`` (``path`` opened) is the temporary file or store the Writer made: another
         put at its path since (by a rename in its folder) is not written into."""
+        if self.identity is None:
+            return
         info = os.fstat(fd)
-        if self.identity is not None and (info.st_dev, info.st_ino) != self.identity:
+        if (info.st_dev, info.st_ino) != self.identity:
             raise PathRefusedError(f"{self.shown}: its temporary {'store' if self.store_format else 'file'} was "
                                    "replaced while the work waited, so nothing is written into what took its place")
 

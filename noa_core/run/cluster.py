@@ -318,7 +318,7 @@ def _fill_tiles(task: FileTask, src: PathLike, region: Region, keys: list[tuple[
                 decoded: dict, confined_to: Path | None) -> list[RunningStatistics]:
     """One task of :func:`write_split`: re-plan from the headers (stores from their ``decoded`` files),
     fill a run of tiles of the output; every file opened beneath ``confined_to`` where given."""
-    with _confined(confined_to):
+    with beneath.confined(confined_to):
         with omezarr.decoded_inputs(decoded), replanning():
             plan = task.plan(src)
         return region.fill(plan.tile_reads(task.device), keys)
@@ -327,13 +327,8 @@ def _fill_tiles(task: FileTask, src: PathLike, region: Region, keys: list[tuple[
 def _decode_blocks(confined_to: Path | None, *args: Any) -> None:
     """One task decoding blocks of a store (:func:`noa_core.io.omezarr.decode_blocks`), beneath ``confined_to``
     where given."""
-    with _confined(confined_to):
+    with beneath.confined(confined_to):
         omezarr.decode_blocks(*args)
-
-
-def _confined(root: Path | None) -> contextlib.AbstractContextManager:
-    """:func:`noa_core.io.beneath.confined` to ``root``; nothing where it is None."""
-    return contextlib.nullcontext() if root is None else beneath.confined(root)
 
 
 class WholeTask(Exception):
@@ -503,7 +498,7 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
         if whole.error is not None:
             raise whole.error
         return list(whole.notices)
-    with _confined(confined_to), _decoded_stores(task, src, dst, client, block_bytes, confined_to) as decoded:
+    with beneath.confined(confined_to), _decoded_stores(task, src, dst, client, block_bytes, confined_to) as decoded:
         with omezarr.decoded_inputs(decoded):
             plan = task.plan(src)
         small = math.prod(plan.shape) * plan.dtype.itemsize <= block_bytes
