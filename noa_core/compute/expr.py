@@ -111,11 +111,9 @@ _BEYOND = {"less": (True, False), "less_equal": (True, False), "greater": (False
            "greater_equal": (False, True), "equal": (False, False), "not_equal": (True, True)}
 _SWAPPED = {"less": "greater", "less_equal": "greater_equal", "greater": "less", "greater_equal": "less_equal"}
 _ORDERED = {"less", "less_equal", "greater", "greater_equal", "minimum", "maximum"}
-# numba has no float16 arithmetic on the CPU: values NumPy keeps in float16 are computed in float32
-# and rounded when stored (the policy of noa_core.compute.dispatch).
+# The element function's conversions: t_int8(x) is np.int8(x), and so on.
 _CASTS = {dt.name: f"t_{dt.name}" for dt in map(np.dtype, "?bhilqBHILQefdFD")}
-_NAMESPACE_CASTS: dict[str, Callable[[Any], Any]] = {
-    f"t_{name}": (np.float32 if name == "float16" else np.dtype(name).type) for name in _CASTS}
+_CAST_TYPES: dict[str, Callable[[Any], Any]] = {f"t_{name}": np.dtype(name).type for name in _CASTS}
 
 
 # Operations that the NumPy path (Expression.numpy_function) computes to the same bits as numba, by
@@ -218,16 +216,16 @@ class Expression:
         never written) and returns an array broadcastable to them: stored into an output with
         ``np.copyto(out, result, casting="unsafe")``, it gives the bytes that the element function
         from :meth:`numba_function` gives through the ewise kernels. Each operation runs in the type
-        the element function computes it in (float16 as float32, rounded only when stored)."""
+        NumPy gives it, as in the element function (whose float16 steps are float32s rounded to float16)."""
         typed = self._typed_for(tuple(dtypes))
         if not all(step.dtype.kind in _NUMPY_EXACT.get(step.op, "")
                    and all(arg.dtype.kind in _NUMPY_EXACT[step.op] for arg in step.args) for step in typed.steps):
             return None
-        inputs = tuple((name, _computed_as(dtype)) for name, dtype in zip(self.names, map(np.dtype, dtypes)))
+        inputs = tuple(zip(self.names, map(np.dtype, dtypes)))
         # Each step as (its name, the NumPy function, its arguments: (variable or None, value, type), its type).
         steps = tuple((step.name, _NUMPY_OPERATIONS.get(step.op) or getattr(np, step.op),
-                       tuple((arg.variable, arg.value, _computed_as(arg.dtype)) for arg in step.args),
-                       _computed_as(step.dtype)) for step in typed.steps)
+                       tuple((arg.variable, arg.value, arg.dtype) for arg in step.args), step.dtype)
+                      for step in typed.steps)
         result = typed.result
 
         def evaluate(arrays: Sequence[np.ndarray]) -> np.ndarray:
@@ -524,7 +522,7 @@ class _Writer:
 
     def literal(self, constant, dtype: np.dtype, node: Node) -> _Arg:
         """``constant`` as a value of ``dtype``: Python text, and the NumPy scalar that text gives."""
-        cast = _NAMESPACE_CASTS[_CASTS[dtype.name]]
+        cast = _CAST_TYPES[_CASTS[dtype.name]]
         if dtype.kind == "b":
             return _Arg(repr(bool(constant)), dtype, value=np.bool_(bool(constant)))
         if dtype.kind in "iu":
@@ -580,11 +578,6 @@ def _template(op: str, dtype: np.dtype) -> str:
     return _TEMPLATES[op]
 
 
-def _computed_as(dtype: np.dtype) -> np.dtype:
-    """The type values of ``dtype`` are computed in (float16 in float32, as the element function does)."""
-    return np.dtype(np.float32) if dtype == np.float16 else dtype
-
-
 def _minimum(x, y):
     return np.where((x <= y) | (x != x), x, y)  # as _TEMPLATES writes it: NaN first, and the signs of zeros
 
@@ -628,8 +621,11 @@ def _define(source: str) -> Callable:
     """The function ``element`` of ``source`` (generated from a checked tree), compiled under a
     ``<noa kernel expression #HASH>`` name of its own (see noa_core.kernels.compile_source)."""
     namespace: dict = {"np": np, "true_divide": kernels.true_divide, "power": kernels.power, "inf": math.inf,
-                       "nan": math.nan,
-                       **_NAMESPACE_CASTS}
+                       "nan": math.nan, **_CAST_TYPES,
+                       # numba has no float16 arithmetic on the CPU: a step NumPy computes in float16 is
+                       # held in a float32, rounded to float16 as it is made, as NumPy rounds each one (a
+                       # comparison or a truth test of exp(-18.0) sees float16's 0, not float32's 1.5e-08).
+                       "t_float16": kernels.half_precision}
     return kernels.compile_source(source, "expression", namespace)["element"]
 
 

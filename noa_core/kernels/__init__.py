@@ -10,6 +10,6 @@ import lazy_loader
 __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     ["binning", "cpu", "cuda", "eer", "operators", "runtime", "shells", "sources", "star", "symmetrize", "transform"],
-    {"operators": ["BUILTIN_OPS", "power", "true_divide"],
+    {"operators": ["BUILTIN_OPS", "half_precision", "power", "true_divide"],
      "sources": ["cache_on_disk", "compile_source", "compile_template", "generated_sources", "kernel_filename",
                  "operand_variants", "transpose_plan"]})

@@ -176,6 +176,23 @@ def half_value(x):
     return _from_half_bits(x)
 
 
+def half_precision(x):
+    """``x`` rounded once to float16 (to nearest even; beyond its range, inf), as a float32: a step NumPy
+    computes in float16, as noa computes it on the CPU. This Python body is what plain Python and numba's
+    CUDA simulator run; compiled code uses the overload below (``fptrunc`` from double, one rounding)."""
+    return np.float32(np.float16(x))
+
+
+def half_precision_typer(x):
+    """numba's implementation of :func:`half_precision` (CPU only: CUDA computes in float16 natively)."""
+    if isinstance(x, (types.Float, types.Integer, types.Boolean)):
+        return lambda x: _from_half_bits(_to_half_bits(np.float64(x)))
+    return None
+
+
+overload(half_precision)(half_precision_typer)
+
+
 def squared_deviation(x, m):
     d = x - m
     return d * d
