@@ -291,10 +291,13 @@ def leave(code: int, process: bool = True) -> NoReturn:
 
 
 def _threads_running() -> bool:
-    """Whether a thread other than this one may still be working (the kernels' idle helper threads are not)."""
+    """Whether a thread other than this one may still be working (the kernels' helper threads and the threads
+    that read runs are idle between calls, not working)."""
     runtime = sys.modules.get("noa_core.kernels.runtime")  # loaded by whatever launched a kernel
-    return any(thread is not threading.current_thread() and not (runtime is not None and runtime.is_helper(thread))
-               for thread in threading.enumerate())
+    mapped = sys.modules.get("noa_core.io.mapped")  # loaded by whatever read a file
+    return any(thread is not threading.current_thread()
+               and not (runtime is not None and runtime.is_helper(thread))
+               and not (mapped is not None and mapped.is_reader(thread)) for thread in threading.enumerate())
 
 
 def _stopped(message: str, code: int) -> int:

@@ -182,8 +182,17 @@ def _readers() -> tuple[ThreadPoolExecutor, int]:
         from concurrent.futures import ThreadPoolExecutor
 
         count = io_threads()
-        _READERS.append((ThreadPoolExecutor(count, "noa-read"), count))
+        _READERS.append((ThreadPoolExecutor(count, _READER_NAME), count))
     return _READERS[0]
+
+
+_READER_NAME = "noa-read"
+
+
+def is_reader(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is one of the threads that read runs: idle whenever no read runs (a read returns once
+    its runs are read), so a command may end without waiting for them."""
+    return thread.name.startswith(_READER_NAME)
 
 
 @contextlib.contextmanager
