@@ -195,20 +195,26 @@ def run_on_cluster(planned: Planned, max_voxels: int, progress: Progress, client
 
     One file larger than a task's share is written by tasks over its tiles (:func:`noa_core.run.cluster.write_split`:
     the workers open the paths checked now beneath the root, following no link, so that one planted since is
-    refused); any other request, and a file one task would write whole, is one task that runs it on a worker as this
-    process would, opened beneath the root there (:func:`_run_on_worker`). ``progress`` raises to cancel: the tasks
-    are cancelled, and no output is committed.
+    refused; this process creates and renames the temporary output in the output's folder opened beneath the root);
+    any other request, and a file one task would write whole, is one task that runs it on a worker as this process
+    would, opened beneath the root there (:func:`_run_on_worker`). ``progress`` raises to cancel: the tasks are
+    cancelled, and no output is committed.
     """
     split = _split(planned, max_voxels)
     if split is None:
         return _on_one_worker(planned, max_voxels, progress, client)
     task, src, dst, names = split
-    root = planned.sandbox.root if isinstance(planned.sandbox, Sandbox) else None  # object storage has no links
     overwrite = getattr(planned.request, "overwrite", False)
     try:
-        with names.in_errors():
-            notices = cluster.write_split(task, src, dst, client, overwrite=overwrite, progress=progress,
-                                          confined_to=root)
+        with ExitStack() as opened, names.in_errors():
+            if isinstance(planned.sandbox, Sandbox):  # object storage has no links
+                relative = planned.request.output_path()
+                assert relative is not None  # a split writes one output
+                target, found = _in_opened_folder(planned.sandbox, relative, opened, names.names)
+                notices = cluster.write_split(task, src, target, client, overwrite=overwrite, progress=progress,
+                                              confined_to=planned.sandbox.root, dst_folder=found.parent)
+            else:
+                notices = cluster.write_split(task, src, dst, client, overwrite=overwrite, progress=progress)
     except cluster.WholeTask:
         return _on_one_worker(planned, max_voxels, progress, client)
     return for_client({"output": str(dst), "notices": notices}, names)
@@ -306,11 +312,17 @@ def _open(planned: Planned, opened: ExitStack) -> tuple[list[Path], Path | None,
         return inputs, None, client_names(sandbox, names)
     if planned.request.declaration.writes == "folder":  # dst is the outputs' folder, created when missing
         return inputs, _open_output_folder(sandbox, dst, opened, names), client_names(sandbox, names)
+    return inputs, _in_opened_folder(sandbox, dst, opened, names)[0], client_names(sandbox, names)
+
+
+def _in_opened_folder(sandbox: Sandbox, dst: str, opened: ExitStack, names: dict[str, str]) -> tuple[Path, Path]:
+    """The output ``dst`` (relative to the root) as ``/proc/self/fd/N/NAME`` in its folder opened beneath the root
+    (closed by ``opened``; ``names`` told how the client names that folder), and the path it was found at."""
     fd, path = sandbox.open_folder(dst)
     opened.callback(os.close, fd)
     folder = PurePosixPath(dst).parent.as_posix()
     names[f"{PROC_FD}/{fd}/"] = "" if folder == "." else f"{folder}/"
-    return inputs, Path(PROC_FD, str(fd), path.name), client_names(sandbox, names)
+    return Path(PROC_FD, str(fd), path.name), path
 
 
 def _open_input_files(planned: Planned, opened: ExitStack, names: ClientNames) -> dict[str, str]:

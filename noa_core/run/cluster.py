@@ -24,7 +24,9 @@ install is reported on first use as a :class:`~noa_core.errors.SchedulerError`.
   chunks into a temporary file beside the output, which the tile tasks then read as a mapped input.
 - A service gives :func:`write_split` its data root (``confined_to``): every task then opens its files beneath it with
   no link followed (:func:`noa_core.io.beneath.confined`), and a pair that one task would write whole is left to
-  the service (:class:`WholeTask`), which runs it beneath the root its own way.
+  the service (:class:`WholeTask`), which runs it beneath the root its own way. It names the output through the
+  folder it opened beneath the root (``/proc/self/fd/N/NAME``), so that the client creates and renames the temporary
+  output there, not by a path a link could redirect, and says where the tasks find that folder (``dst_folder``).
 - Any pair written by one task (:func:`one_task`) stops at its next block when the caller's ``progress`` raises (a
   cancelled job): it is told through a Dask event, and commits nothing.
 - A data set (:class:`~noa_core.operations.WritesDataSet`) is one task, unless it is written in parts
@@ -401,8 +403,21 @@ def _stoppable(fn: Callable[..., T], stop: str, args: tuple, kwargs: dict) -> T:
     return fn(*args, progress=progress, **kwargs)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Output:
+    """A split's output ``path`` as this process names it, and the folder it lies in as the tasks find it
+    (``folder``: None, that of ``path``; else ``path`` names it through a descriptor this process holds)."""
+
+    path: Path
+    folder: Path | None = None
+
+    def for_tasks(self, path: Path) -> Path:
+        """``path``, the output's or one beside it that this process made, as other processes find it."""
+        return path if self.folder is None else self.folder / path.relative_to(self.path.parent)
+
+
 @contextlib.contextmanager
-def _decoded_stores(task: FileTask, src: PathLike, dst: PathLike, client: distributed.Client,
+def _decoded_stores(task: FileTask, src: PathLike, dst: _Output, client: distributed.Client,
                     block_bytes: int, confined_to: Path | None) -> Iterator[dict]:
     """The OME-Zarr inputs of the pair larger than ``block_bytes``, decoded by tasks over blocks of their
     chunks into temporary files beside ``dst`` (a file system every worker sees), removed on exit: the
@@ -421,12 +436,13 @@ def _decoded_stores(task: FileTask, src: PathLike, dst: PathLike, client: distri
             nbytes, blocks = omezarr.decoding(path, request, min(block_bytes, omezarr.BLOCK_BYTES))
             if nbytes <= block_bytes:
                 continue  # decoded by whichever process reads it, as any small input
-            temp = atomic.TemporaryOutput(as_path(dst), overwrite=True)  # locked, so never taken for abandoned
+            temp = atomic.TemporaryOutput(dst.path, overwrite=True)  # locked, so never taken for abandoned
             temporaries.append(temp)
             with open(temp.temp, "r+b") as file:
                 omezarr.allocate(path, file.fileno(), nbytes, str(temp.temp.parent))
             run = uuid.uuid4().hex[:8]
-            futures = [client.submit(_decode_blocks, confined_to, path, request, temp.temp, [block],
+            decoded_file = dst.for_tasks(temp.temp)
+            futures = [client.submit(_decode_blocks, confined_to, path, request, decoded_file, [block],
                                      key=f"noa-decode-{run}-{i}", pure=False) for i, block in enumerate(blocks)]
             try:
                 for future in distributed.as_completed(futures):
@@ -434,7 +450,7 @@ def _decoded_stores(task: FileTask, src: PathLike, dst: PathLike, client: distri
             except BaseException:
                 client.cancel(futures)
                 raise
-            decoded[omezarr.decoded_key(path, request)] = temp.temp
+            decoded[omezarr.decoded_key(path, request)] = decoded_file
         yield decoded
     finally:
         for temp in temporaries:
@@ -460,7 +476,7 @@ def _task_runs(keys: list[tuple[slice, ...]], itemsize: int, task_bytes: int) ->
 
 def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distributed.Client, *, overwrite: bool = False,
                 block_bytes: int = BLOCK_BYTES, progress: Progress | None = None, resume: bool = False,
-                confined_to: Path | None = None) -> list[str]:
+                confined_to: Path | None = None, dst_folder: Path | None = None) -> list[str]:
     """Write one output with tasks over runs of its tiles, spread over the workers; return notices.
 
     Tiles buffer at most ``block_bytes`` (and :data:`TILE_BYTES`) of the output and of every input, and each
@@ -475,12 +491,15 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
     ``confined_to`` (a service's data root, which holds every path given): this call and its tasks open the files
     they read, and the tasks the temporary output, beneath it, following no link
     (:func:`noa_core.io.beneath.confined`); a pair one task would write whole raises :class:`WholeTask` instead
-    (after decoding any large store input, which that task decodes again).
+    (after decoding any large store input, which that task decodes again). ``dst_folder``: where the tasks find the
+    folder of ``dst``, which names it through a descriptor this process holds (``/proc/self/fd/N/NAME``: the
+    temporary output is created and renamed in the folder opened, whatever its path names since).
     """
     if block_bytes < MIN_BLOCK_BYTES:
         raise LayoutError(f"block_bytes: {block_bytes} is below {MIN_BLOCK_BYTES}: tasks that small cost more to "
                           "schedule than they write")
     task, src, dst = _here(task), as_path(src), as_path(dst)
+    output = _Output(dst, dst_folder)
     # an output on object storage is written in the temporary folder of this process (the file uploaded, its side
     # files, decoded stores): workers elsewhere do not see it, so one of them writes the output whole in its own
     shared = not is_remote(dst) or _workers_here(client)
@@ -494,22 +513,22 @@ def write_split(task: FileTask, src: PathLike, dst: PathLike, client: distribute
             finally:
                 PARTS.reset(token)
         else:  # one task
-            whole = one_task(client, progress, write_pair, task, src, dst, overwrite, resume=resume)
+            whole = one_task(client, progress, write_pair, task, src, output.for_tasks(dst), overwrite, resume=resume)
         if whole.error is not None:
             raise whole.error
         return list(whole.notices)
-    with beneath.confined(confined_to), _decoded_stores(task, src, dst, client, block_bytes, confined_to) as decoded:
+    with beneath.confined(confined_to), _decoded_stores(task, src, output, client, block_bytes, confined_to) as decoded:
         with omezarr.decoded_inputs(decoded):
             plan = task.plan(src)
         small = math.prod(plan.shape) * plan.dtype.itemsize <= block_bytes
         if small or not all(mapped.is_mapped(s.numpy()) for s in plan.sources):  # an input in memory: one task
             if confined_to is not None:
                 raise WholeTask
-            result = one_task(client, progress, _write_decoded, task, src, dst, overwrite, decoded)
+            result = one_task(client, progress, _write_decoded, task, src, output.for_tasks(dst), overwrite, decoded)
             if result.error is not None:
                 raise result.error
             return list(result.notices)
-        return _write_tiles(task, src, dst, client, plan, decoded, overwrite, block_bytes, progress, confined_to)
+        return _write_tiles(task, src, output, client, plan, decoded, overwrite, block_bytes, progress, confined_to)
 
 
 def _workers_here(client: distributed.Client) -> bool:
@@ -544,19 +563,21 @@ class TaskParts:
             raise
 
 
-def _write_tiles(task: FileTask, src: PathLike, dst: PathLike, client: distributed.Client, plan, decoded: dict,
+def _write_tiles(task: FileTask, src: PathLike, dst: _Output, client: distributed.Client, plan, decoded: dict,
                  overwrite: bool, block_bytes: int, progress: Progress | None, confined_to: Path | None) -> list[str]:
     """The split of :func:`write_split`: the output created here, its tiles filled by tasks; its side files written
     and placed with it here."""
     distributed = _distributed()
-    with placed_with_side_files(plan, dst, overwrite) as placing, \
+    with placed_with_side_files(plan, dst.path, overwrite) as placing, \
             plan.create(placing.target, overwrite=overwrite) as writer:
+        region = writer.region()
+        region = dataclasses.replace(region, path=dst.for_tasks(region.path))
         keys = plan.keys(writer, min(block_bytes, TILE_BYTES))
         runs = _task_runs(keys, plan.dtype.itemsize, block_bytes)
         run = uuid.uuid4().hex[:8]
         names = [_key(task, i, run) for i in range(len(runs))]
         futures = _warm_first(client, _fill_tiles,
-                              [(task, src, writer.region(), keys, decoded, confined_to) for keys in runs], names)
+                              [(task, src, region, keys, decoded, confined_to) for keys in runs], names)
         index = {name: i for i, name in enumerate(names)}
         run_stats: list[list[RunningStatistics]] = [[] for _ in runs]
         try:

@@ -119,10 +119,22 @@ def test_a_matrices_file_is_opened_beneath_the_root(tree):
     assert transforms.read_matrices(root / "m.txt", 3).shape == (1, 3, 4)
 
 
+@contextlib.contextmanager
+def _opened_folder(folder: Path):
+    """``folder`` opened, as ``/proc/self/fd/N``: how a service names an output's folder it opened beneath its root."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield Path(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names folders by /proc/self/fd")
 @pytest.mark.parametrize("output", ["out.mrc", "out.ome.zarr"])
 def test_a_split_write_confined_to_a_root_gives_the_single_process_output(tree, output):
     """Tile tasks confined to the data root (a service's) write what one process writes, into a file or a store (its
-    folder reached by its descriptor)."""
+    folder reached by its descriptor), which the client creates and renames in the output's folder as it opened it
+    (``/proc/self/fd/N/NAME``), the tasks finding it at its path."""
     pytest.importorskip("distributed", reason="the dask extra of noa is not installed")
     root = tree["root"]
     data = np.random.default_rng(3).standard_normal((24, 256, 384)).astype(np.float32)  # 9 MiB: two tasks or more
@@ -131,16 +143,38 @@ def test_a_split_write_confined_to_a_root_gives_the_single_process_output(tree, 
     task = operations.get("permute").task({"axes": (0, 1, 3, 2), **chunks})
     from distributed import get_task_stream
 
-    with cluster.connect("local", workers=2) as client, get_task_stream(client) as stream:
-        cluster.write_split(task, root / "in.mrc", root / output, client, block_bytes=cluster.MIN_BLOCK_BYTES,
-                            confined_to=root)
+    with cluster.connect("local", workers=2) as client, get_task_stream(client) as stream, \
+            _opened_folder(root / "sub") as folder:
+        cluster.write_split(task, root / "in.mrc", folder / output, client, block_bytes=cluster.MIN_BLOCK_BYTES,
+                            confined_to=root, dst_folder=root / "sub")
     assert sum(t["key"].startswith("noa-permute-") for t in stream.data) >= 2
+    assert sorted(p.name for p in (root / "sub").iterdir()) == ["a.mrc", output]  # no temporary left
+    shutil.move(root / "sub" / output, root / output)
     local.write(task, root / "in.mrc", root / f"ref_{output}", overwrite=False)
     if output.endswith(".mrc"):
         assert (root / output).read_bytes() == (root / f"ref_{output}").read_bytes()
     else:
         np.testing.assert_array_equal(zarr.open_array(str(root / output / "0"), mode="r")[...],
                                       data.transpose(0, 2, 1))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names folders by /proc/self/fd")
+def test_an_output_folder_swapped_for_a_link_gets_nothing_outside_the_root(tree):
+    """The output's folder, checked and opened, is swapped for a link to a folder outside the root before the split
+    write: the temporary output is made in the folder opened (now moved), the tasks refuse the link at its path, and
+    nothing is written outside the root; the moved folder is left as it was."""
+    pytest.importorskip("distributed", reason="the dask extra of noa is not installed")
+    root, outside = tree["root"], tree["outside"]
+    write_mrc(root / "in.mrc", np.zeros((24, 256, 384), np.float32))
+    before = sorted(p.name for p in outside.iterdir())
+    with cluster.connect("local", workers=2) as client, _opened_folder(root / "sub") as folder:
+        (root / "sub").rename(root / "moved")
+        (root / "sub").symlink_to(outside)
+        with pytest.raises(PathRefusedError, match=r"changed since it was checked: a symbolic link appeared in it"):
+            cluster.write_split(operations.get("copy").task(), root / "in.mrc", folder / "out.mrc", client,
+                                block_bytes=cluster.MIN_BLOCK_BYTES, confined_to=root, dst_folder=root / "sub")
+    assert sorted(p.name for p in outside.iterdir()) == before
+    assert sorted(p.name for p in (root / "moved").iterdir()) == ["a.mrc"]
 
 
 def test_a_pair_one_task_writes_whole_is_left_to_the_confining_caller(tree):
