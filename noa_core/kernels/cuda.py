@@ -18,9 +18,9 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba import cuda
+from numba import cuda, types
 
-from noa_core.kernels.operators import power, power_typer, true_divide, true_divide_typer
+from noa_core.kernels.operators import half_precision, power, power_typer, true_divide, true_divide_typer
 from noa_core.kernels.sources import compile_template, operand_variants, transpose_plan
 
 THREADS = 256
@@ -34,11 +34,21 @@ REDUCE_THREADS = 64 if numba.config.ENABLE_CUDASIM else 1 << 18
 # Partials per output above which they are combined in two steps (the simulator's figure: so that its tests take it).
 REDUCE_GROUPED = 16 if numba.config.ENABLE_CUDASIM else 1024
 
-if not numba.config.ENABLE_CUDASIM:  # the simulator runs true_divide's and power's Python bodies
+
+def _half_precision_typer(x):
+    """numba-cuda's implementation of :func:`~noa_core.kernels.operators.half_precision`: a cast to float16 from
+    double (one rounding), which numba-cuda lowers to the GPU's own conversion."""
+    if isinstance(x, (types.Float, types.Integer, types.Boolean)):
+        return lambda x: np.float32(np.float16(np.float64(x)))
+    return None
+
+
+if not numba.config.ENABLE_CUDASIM:  # the simulator runs true_divide's, power's and half_precision's Python bodies
     from numba.cuda.extending import overload as cuda_overload
 
     cuda_overload(true_divide, target="cuda")(true_divide_typer)
     cuda_overload(power, target="cuda")(power_typer)
+    cuda_overload(half_precision, target="cuda")(_half_precision_typer)
 
 _LOCK = threading.Lock()
 _KERNELS: dict[tuple, Callable] = {}
