@@ -570,8 +570,8 @@ def _write_tiles(task: FileTask, src: PathLike, dst: _Output, client: distribute
     distributed = _distributed()
     with placed_with_side_files(plan, dst.path, overwrite) as placing, \
             plan.create(placing.target, overwrite=overwrite) as writer:
-        region = writer.region()
-        region = dataclasses.replace(region, path=dst.for_tasks(region.path))
+        made = writer.region()
+        region = dataclasses.replace(made, path=dst.for_tasks(made.path))  # where the tasks find the file
         keys = plan.keys(writer, min(block_bytes, TILE_BYTES))
         runs = _task_runs(keys, plan.dtype.itemsize, block_bytes)
         run = uuid.uuid4().hex[:8]
