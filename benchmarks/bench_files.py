@@ -7,11 +7,11 @@ of its per-round ratios (noa time / yardstick time). Peak resident memory of eac
 backed pages of memory maps included) comes from wait4's rusage. Yardsticks: `dd` for writing
 commands, a NumPy memmap script computing min, max, mean and std for `noa stats`, `zcat > /dev/null`
 for the gzip row (decompression is the limit there). Goals are those of issue 15, the permutes' of issue 41
-(within 2x of dd on tmpfs). Two rows are no noa command. The floor loads numba and its CPU target alone, which
-every command running kernels does before it reads a byte (a copy's header statistics need them). The bound is the
-least a copy recording header statistics can take, done ideally (BOUND_COPY): noa's modules imported, the data
-copied by the kernel while numba loads, the statistics read from the input, the rename. Against dd, they are what
-the copy rows cannot go below.
+(within 2x of dd on tmpfs). Two rows are no noa command, and read against dd. The floor loads numba and its CPU
+target alone, which every command running kernels does before it reads a byte (a copy's header statistics need
+them). The bound is a copy recording header statistics stripped to what it must do and overlapped as well as it can
+be (BOUND_COPY): noa's modules imported, the data copied by the kernel while numba loads, the statistics read from
+the input, the rename; no checks, tiles or header. A copy row near it has nothing left to gain but its start.
 
 The 4 GiB row copies a 4 GiB volume (--big-shape; 0 skips it): larger than the 512 MiB that peak
 resident memory may reach. A limit on address space (RLIMIT_AS) is not how it is bounded: noa maps
@@ -42,9 +42,9 @@ NUMPY_STATS = ("import sys, numpy as np, mrcfile; d = mrcfile.mmap(sys.argv[1], 
                "print(d.min(), d.max(), d.mean(dtype=np.float64), d.std(dtype=np.float64))")
 
 KERNELS_LOADED = "import noa_core.kernels.runtime"  # its import loads numba's CPU target
-# The least a copy that records header statistics can take, done ideally: the modules a copy imports; the data
-# copied by the kernel (one copy_file_range, which needs no GIL) while numba and its CPU target load; then the
-# statistics, read from the input; the output renamed into place. No checks, no tiles, no header.
+# A copy that records header statistics, stripped to what it must do: the modules a copy imports; the data copied
+# by the kernel (copy_file_range, which needs no GIL) while numba and its CPU target load; then the statistics, read
+# from the input; the output renamed into place. No checks, no tiles, no header.
 BOUND_COPY = """
 import os, sys, threading
 import numpy as np
@@ -58,7 +58,10 @@ fout = os.open(dst + ".part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 def copy():
     done = 0
     while done < size:
-        done += os.copy_file_range(fin, fout, size - done, done, done)
+        copied = os.copy_file_range(fin, fout, size - done, done, done)
+        if copied == 0:
+            raise SystemExit(f"{src}: shorter than it was")
+        done += copied
 copying = threading.Thread(target=copy)
 copying.start()
 import noa_core as nc
@@ -92,7 +95,7 @@ def rows(folder: Path, volume: Path, gz: Path,
         # What every command that runs kernels pays before it reads a byte: numba imported and its CPU target
         # loaded (the stats a copy's header records need them). Against dd, it is the floor of the rows above.
         ("floor: numba and its CPU target (vs dd)", [sys.executable, "-c", KERNELS_LOADED], dd, None),
-        # noa's start, the statistics and dd's copy overlapped as well as they can be: the bound of the copy rows.
+        # noa's start, the statistics and dd's copy overlapped as well as they can be (see BOUND_COPY).
         ("bound: a copy at its least (vs dd)", [sys.executable, "-c", BOUND_COPY, str(volume), str(out_mrc)], dd,
          None),
     ]

@@ -216,15 +216,16 @@ class Expression:
         never written) and returns an array broadcastable to them: stored into an output with
         ``np.copyto(out, result, casting="unsafe")``, it gives the bytes that the element function
         from :meth:`numba_function` gives through the ewise kernels. Each operation runs in the type
-        NumPy gives it, as in the element function (whose float16 steps are float32s rounded to float16)."""
+        the element function computes it in (a float16 step in float32, rounded to float16 as it is made:
+        NumPy's own float16 arithmetic keeps the other operand's NaN where both are NaN)."""
         typed = self._typed_for(tuple(dtypes))
         if not all(step.dtype.kind in _NUMPY_EXACT.get(step.op, "")
                    and all(arg.dtype.kind in _NUMPY_EXACT[step.op] for arg in step.args) for step in typed.steps):
             return None
-        inputs = tuple(zip(self.names, map(np.dtype, dtypes)))
+        inputs = tuple((name, _computed_as(dtype)) for name, dtype in zip(self.names, map(np.dtype, dtypes)))
         # Each step as (its name, the NumPy function, its arguments: (variable or None, value, type), its type).
         steps = tuple((step.name, _NUMPY_OPERATIONS.get(step.op) or getattr(np, step.op),
-                       tuple((arg.variable, arg.value, arg.dtype) for arg in step.args), step.dtype)
+                       tuple((arg.variable, arg.value, _computed_as(arg.dtype)) for arg in step.args), step.dtype)
                       for step in typed.steps)
         result = typed.result
 
@@ -237,7 +238,8 @@ class Expression:
                 for name, operation, args, dtype in steps:
                     values = [np.asarray(value if variable is None else variables[variable], computed)
                               for variable, value, computed in args]
-                    variables[name] = np.asarray(operation(*values), dtype)
+                    value = np.asarray(operation(*values), _computed_as(dtype))
+                    variables[name] = value.astype(np.float16).astype(value.dtype) if dtype == np.float16 else value
             return variables[result]
 
         return evaluate
@@ -576,6 +578,11 @@ def _template(op: str, dtype: np.dtype) -> str:
     if op in _WRAPPING and dtype.kind == "i":
         return _WRAPPING[op].replace("{u}", _CASTS[f"u{dtype.name}"])
     return _TEMPLATES[op]
+
+
+def _computed_as(dtype: np.dtype) -> np.dtype:
+    """The type values of ``dtype`` are held in (float16 in float32, as the element function holds them)."""
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
 
 
 def _minimum(x, y):

@@ -163,7 +163,8 @@ def remove_abandoned(path: Path) -> list[Path]:
 # folder is listed once: a batch writing thousands of files into one folder must not list it for
 # every file (7 ms per listing of 10,000 entries). Temporary files that appear later are removed
 # by a later process (a rerun with --resume, say). Folders are known by device and inode, not by path:
-# the service names them /proc/self/fd/N/, and descriptor numbers are reused.
+# the service names them /proc/self/fd/N/, and descriptor numbers are reused. (A folder removed and another
+# made with its inode number is taken for it: the new one's leftovers wait for a later process too.)
 _LISTED: collections.OrderedDict[tuple[int, int], dict[str, list[str]]] = collections.OrderedDict()
 _LISTED_MAX = 1024
 _LISTED_LOCK = threading.Lock()

@@ -178,14 +178,20 @@ def half_value(x):
 
 def half_precision(x):
     """``x`` rounded once to float16 (to nearest even; beyond its range, inf), as a float32: a step NumPy
-    computes in float16, as noa computes it on the CPU. This Python body is what plain Python and numba's
-    CUDA simulator run; compiled code uses the overload below (``fptrunc`` from double, one rounding)."""
-    return np.float32(np.float16(x))
+    computes in float16, as noa computes it. This Python body is what plain Python and numba's CUDA simulator
+    run; compiled code uses the overloads (below for the CPU, in :mod:`noa_core.kernels.cuda` for CUDA)."""
+    with np.errstate(over="ignore"):  # beyond float16's range is inf, as NumPy's float16 steps give it
+        return np.float32(np.float16(x))
 
 
 def half_precision_typer(x):
-    """numba's implementation of :func:`half_precision` (CPU only: CUDA computes in float16 natively)."""
-    if isinstance(x, (types.Float, types.Integer, types.Boolean)):
+    """numba's CPU implementation of :func:`half_precision`: ``fptrunc`` to half (F16C's conversion), from
+    float32 where that holds ``x`` exactly (the types NumPy computes in float16 come from: float16 held as
+    float32, bool, 8-bit integers), else from double."""
+    if isinstance(x, types.Boolean) or (isinstance(x, types.Integer) and x.bitwidth <= 16) or \
+            (isinstance(x, types.Float) and x.bitwidth <= 32):
+        return lambda x: _from_half_bits(_to_half_bits(np.float32(x)))
+    if isinstance(x, (types.Float, types.Integer)):
         return lambda x: _from_half_bits(_to_half_bits(np.float64(x)))
     return None
 

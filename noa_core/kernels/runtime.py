@@ -308,27 +308,26 @@ def cache_folder() -> Path | None:
 
 @functools.cache  # once a process: a refresh of the loaded target cost each request of a service 0.15 ms
 def load_cpu_target() -> None:
-    """Load numba's CPU implementations now, with SciPy and cffi hidden.
+    """Load numba's CPU implementations now, with SciPy hidden.
 
     numba loads them on the first kernel it compiles or takes from the cache, and on the way imports
     ``scipy.linalg`` only to learn whether ``np.dot`` may call BLAS: a quarter of a second of every
     command's start-up where SciPy is installed. noa's kernels call no BLAS. Without it numba's
     ``np.dot`` of vectors is a loop; the rest of ``np.linalg`` imports SciPy when a kernel first uses
-    it, and so does noa where it needs SciPy itself (the hiding ends here). Likewise numba builds a
-    ``cffi.FFI`` (its C parser: 25 ms) to let kernels call cffi functions, which noa's never do.
+    it, and so does noa where it needs SciPy itself (the hiding ends here).
     """
     import sys
 
     from numba.core.registry import cpu_target
 
-    hidden = [name for name in ("scipy.linalg", "cffi") if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # an import of it fails at once
+    hide = "scipy.linalg" not in sys.modules
+    if hide:
+        sys.modules["scipy.linalg"] = None  # type: ignore[assignment]  # an import of it fails at once
     try:
         cpu_target.target_context.refresh()
     finally:
-        for name in hidden:
-            del sys.modules[name]
+        if hide:
+            del sys.modules["scipy.linalg"]
 
 
 configure()
