@@ -331,12 +331,14 @@ class TemporaryOutput:
         self._remove_temporaries()
 
     def _remove_temporaries(self) -> None:
-        try:
-            os.unlink(self.temp)
-        except FileNotFoundError:
-            pass
+        """Remove the temporary file and store where their names still hold them: another file or folder put at
+        either name since (by a rename in its folder) is someone else's, and left alone."""
+        if _holds(self._lock_fd, self.temp):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.temp)
         if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            if _holds(self._directory_fd, self.directory):
+                shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
         self._unlock()
 
@@ -511,6 +513,18 @@ def folders_made(folders: Iterable[Path]) -> Iterator[None]:
             with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
                 os.rmdir(folder)
         raise
+
+
+def _holds(fd: int | None, path: Path) -> bool:
+    """Whether ``path`` names the file or folder open as ``fd`` (None: closed, so nothing of it is left to remove)."""
+    if fd is None:
+        return False
+    try:
+        named = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _identity(path: Path) -> tuple[int, int]:

@@ -218,3 +218,4 @@ def test_tiles_refuse_a_temporary_output_replaced_at_its_path(tmp_path, name):
         assert _listing(made) == before
         raise _Discarded
     assert not (tmp_path / name).exists()
+    assert _listing(made) == before  # not the writer's: its discard leaves it
