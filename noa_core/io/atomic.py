@@ -233,10 +233,7 @@ class TemporaryOutput:
         """(device, inode) of the temporary store, else file, as this writer holds it open (None: not held, as an
         object storage store): what a process given its path checks it opened (:class:`noa_core.io.stream.Region`)."""
         fd = self._directory_fd if self.directory is not None else self._lock_fd
-        if fd is None:
-            return None
-        info = os.fstat(fd)
-        return info.st_dev, info.st_ino
+        return None if fd is None else held_identity(fd)
 
     def disown(self) -> None:
         """Nothing to give up: the temporary directory is this writer's own (a store on object storage is written
@@ -520,15 +517,19 @@ def _holds(fd: int | None, path: Path) -> bool:
     if fd is None:
         return False
     try:
-        named = os.lstat(path)
+        return _identity(path) == held_identity(fd)
     except FileNotFoundError:
         return False
-    held = os.fstat(fd)
-    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _identity(path: Path) -> tuple[int, int]:
     info = os.lstat(path)
+    return info.st_dev, info.st_ino
+
+
+def held_identity(fd: int) -> tuple[int, int]:
+    """(device, inode) of the file or folder open as ``fd``: what a path naming it since must still give."""
+    info = os.fstat(fd)
     return info.st_dev, info.st_ino
 
 

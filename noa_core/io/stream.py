@@ -112,8 +112,7 @@ class Region:
         put at its path since (by a rename in its folder) is not written into."""
         if self.identity is None:
             return
-        info = os.fstat(fd)
-        if (info.st_dev, info.st_ino) != self.identity:
+        if atomic.held_identity(fd) != self.identity:
             raise PathRefusedError(f"{self.shown}: its temporary {'store' if self.store_format else 'file'} was "
                                    "replaced while the work waited, so nothing is written into what took its place")
 
